@@ -1,0 +1,64 @@
+"""embedeval: evaluate metric-learning embeddings and their uncertainty.
+
+The main entry points are :func:`evaluate` (exact, streaming kNN metrics: Precision@1,
+R-Precision, MAP@R, MAP, MRR, Recall@k, NMI/AMI) and :func:`neighbors` (exact kNN).  The
+submodules :mod:`~embedeval.ranking`, :mod:`~embedeval.classification`,
+:mod:`~embedeval.confidence`, :mod:`~embedeval.plots` and :mod:`~embedeval.datasets` are imported
+on first use, so ``import embedeval`` stays cheap (no matplotlib, no scikit-learn).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._errors import EmbedevalError, EmbedevalWarning, FileFormatError, InputError, InputTypeError
+
+__version__ = "0.1.0"
+
+_LAZY_SUBMODULES = (
+    "ranking",
+    "classification",
+    "confidence",
+    "plots",
+    "datasets",
+    "io",
+    "cli",
+)
+_LAZY_ATTRIBUTES = {
+    "evaluate": ("evaluate", "evaluate"),
+    "EvaluationResult": ("result", "EvaluationResult"),
+    "neighbors": ("knn", "neighbors"),
+    "compare": ("compare", "compare"),
+    "bootstrap_ci": ("compare", "bootstrap_ci"),
+    "METRICS": ("_registry", "METRICS"),
+}
+
+__all__ = [
+    "METRICS",
+    "EmbedevalError",
+    "EmbedevalWarning",
+    "EvaluationResult",
+    "FileFormatError",
+    "InputError",
+    "InputTypeError",
+    "__version__",
+    "bootstrap_ci",
+    "compare",
+    "evaluate",
+    "neighbors",
+    *_LAZY_SUBMODULES,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name in _LAZY_ATTRIBUTES:
+        module, attribute = _LAZY_ATTRIBUTES[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attribute)
+    raise AttributeError(f"module 'embedeval' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

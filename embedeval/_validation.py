@@ -1,0 +1,260 @@
+"""Argument and array validation shared by every public function.
+
+Validation happens once, before any work, and raises :class:`~embedeval._errors.InputError`
+(a ``ValueError``) or :class:`~embedeval._errors.InputTypeError` (a ``TypeError``) with a message
+that names the argument, states the rule, echoes what was found and suggests the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import numbers
+from collections.abc import Iterable, Sequence, Sized
+from typing import Any
+
+import numpy as np
+
+from ._errors import InputError, InputTypeError
+
+__all__ = [
+    "as_embeddings",
+    "as_labels",
+    "as_vector",
+    "check_choice",
+    "check_int",
+    "check_probability",
+    "check_same_length",
+    "factorize",
+    "suggest",
+]
+
+
+def suggest(name: str, choices: Iterable[str]) -> str:
+    """Return ``" Did you mean 'x'?"`` for the nearest choice, or ``""`` when none is close."""
+    close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.5)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
+    """Check that ``value`` is one of ``choices`` (strings) and return it."""
+    if not isinstance(value, str) or value not in choices:
+        hint = suggest(value, choices) if isinstance(value, str) else ""
+        raise InputError(
+            f"{name}={value!r} is not valid; use one of {', '.join(map(repr, choices))}.{hint}"
+        )
+    return value
+
+
+def check_int(
+    value: Any, name: str, *, minimum: int | None = 1, allow_none: bool = False
+) -> int | None:
+    """Check that ``value`` is an integer (not a bool, not a float) ``>= minimum``."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        extra = " or None" if allow_none else ""
+        raise InputError(
+            f"{name} must be an integer{extra}; got {value!r} of type {type(value).__name__}."
+            + (f" Use {name}={int(value)}." if _is_whole_float(value) else "")
+        )
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise InputError(f"{name} must be >= {minimum}; got {value}.")
+    return value
+
+
+def _is_whole_float(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and float(value).is_integer()
+
+
+def check_probability(value: Any, name: str, *, open_left: bool = True) -> float:
+    """Check that ``value`` is a real number in (0, 1] (or [0, 1] when ``open_left=False``)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise InputError(f"{name} must be a number in (0, 1]; got {value!r}.")
+    value = float(value)
+    low_ok = value > 0 if open_left else value >= 0
+    if not (low_ok and value <= 1):
+        interval = "(0, 1]" if open_left else "[0, 1]"
+        raise InputError(f"{name} must be in {interval}; got {value}.")
+    return value
+
+
+def _asarray(x: Any, name: str) -> np.ndarray:
+    if x is None:
+        raise InputError(f"{name} is required; got None.")
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "detach") and hasattr(x, "cpu") and hasattr(x, "numpy"):
+        # A torch tensor: go through its own numpy bridge (no torch import, no grad copy).
+        x = x.detach().cpu().numpy()
+    try:
+        return np.asarray(x)
+    except (ValueError, TypeError) as exc:  # ragged lists and the like
+        raise InputError(f"{name} cannot be read as an array: {exc}") from exc
+
+
+def _describe_bad_rows(bad: np.ndarray) -> str:
+    rows = np.flatnonzero(bad)
+    return f"{rows.size} row(s), first at row {int(rows[0])}"
+
+
+def as_embeddings(
+    x: Any,
+    name: str = "embeddings",
+    *,
+    dtype: Any = np.float32,
+    allow_empty: bool = False,
+) -> np.ndarray:
+    """Return ``x`` as a finite 2-D float array of ``dtype`` (no copy when it already is one).
+
+    Memory-mapped float32 arrays stay memory-mapped.  float16/float64 inputs are converted.
+    """
+    arr = _asarray(x, name)
+    if arr.dtype == object:
+        raise InputTypeError(
+            f"{name} is an object array; pass a numeric array (e.g. np.stack(list_of_vectors))."
+        )
+    if arr.dtype.kind not in "fiub":
+        raise InputTypeError(f"{name} must be numeric; got dtype {arr.dtype}.")
+    if arr.ndim != 2:
+        hint = (
+            " Use x.reshape(1, -1) for a single vector or x.reshape(-1, 1) for 1-D features."
+            if arr.ndim == 1
+            else " Flatten the trailing axes first, e.g. x.reshape(len(x), -1)."
+            if arr.ndim > 2
+            else ""
+        )
+        raise InputError(
+            f"{name} must be 2-D (n_items, dim); got shape {arr.shape}.{hint}"
+        )
+    if (arr.shape[0] == 0 and not allow_empty) or arr.shape[1] == 0:
+        raise InputError(f"{name} is empty (shape {arr.shape}); pass at least one vector.")
+    if arr.dtype != dtype:
+        arr = arr.astype(dtype)
+    if arr.dtype.kind == "f":
+        finite = _rows_finite(arr)
+        if not finite.all():
+            raise InputError(
+                f"{name} has NaN or infinite values in {_describe_bad_rows(~finite)}; "
+                "drop or repair those rows before evaluating."
+            )
+    return arr
+
+
+def _rows_finite(arr: np.ndarray, block: int = 65536) -> np.ndarray:
+    # Blocked so that a memory-mapped file is scanned without materialising a full boolean copy.
+    out = np.empty(arr.shape[0], dtype=bool)
+    for start in range(0, arr.shape[0], block):
+        out[start : start + block] = np.isfinite(arr[start : start + block]).all(axis=1)
+    return out
+
+
+def as_vector(
+    x: Any,
+    name: str,
+    *,
+    length: int | None = None,
+    length_of: str | None = None,
+    dtype: Any = np.float64,
+    allow_nan: bool = False,
+    allow_empty: bool = False,
+) -> np.ndarray:
+    """Return ``x`` as a 1-D numeric array of ``dtype`` (checked length and finiteness)."""
+    arr = _asarray(x, name)
+    if arr.dtype == object:
+        raise InputTypeError(f"{name} is an object array; pass numbers.")
+    if arr.dtype.kind not in "fiub":
+        raise InputTypeError(f"{name} must be numeric; got dtype {arr.dtype}.")
+    if arr.ndim != 1:
+        raise InputError(f"{name} must be 1-D; got shape {arr.shape}.")
+    if arr.size == 0 and not allow_empty:
+        raise InputError(f"{name} is empty; pass at least one value.")
+    if length is not None and arr.shape[0] != length:
+        other = f" (the length of {length_of})" if length_of else ""
+        raise InputError(f"{name} has {arr.shape[0]} values but {length} are needed{other}.")
+    arr = arr.astype(dtype, copy=False)
+    if arr.dtype.kind == "f":
+        bad = np.isnan(arr) if allow_nan else ~np.isfinite(arr)
+        if bad.any():
+            what = "infinite" if allow_nan else "NaN or infinite"
+            rows = np.flatnonzero(bad)
+            raise InputError(
+                f"{name} has {rows.size} {what} value(s), first at index {int(rows[0])}; "
+                "drop or repair them."
+            )
+    return arr
+
+
+def as_labels(y: Any, name: str = "labels", *, length: int | None = None,
+              length_of: str | None = None) -> np.ndarray:
+    """Return labels as a 1-D array, never cast to float.
+
+    Integers keep their dtype (2**24 and 2**24 + 1 stay distinct), strings stay strings, other
+    hashables become an object array.  Float labels are accepted only when they are whole numbers
+    and NaN-free, because a label of 0.5 is almost always a mistake.
+    """
+    arr = _asarray(y, name)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise InputError(
+            f"{name} must be 1-D (one label per item); got shape {arr.shape}. "
+            "Multi-label targets are not supported."
+        )
+    if arr.size == 0:
+        raise InputError(f"{name} is empty; pass one label per item.")
+    if length is not None and arr.shape[0] != length:
+        other = f" rows of {length_of}" if length_of else " items"
+        raise InputError(
+            f"{name} has {arr.shape[0]} labels but there are {length}{other}; "
+            "pass one label per embedding row."
+        )
+    if arr.dtype.kind == "f":
+        if not np.isfinite(arr).all():
+            rows = np.flatnonzero(~np.isfinite(arr))
+            raise InputError(
+                f"{name} has {rows.size} NaN or infinite label(s), first at index {int(rows[0])}."
+            )
+    elif arr.dtype == object:
+        try:
+            [hash(v) for v in arr[:1]]
+        except TypeError as exc:
+            raise InputTypeError(f"{name} must hold hashable values: {exc}") from exc
+    return arr
+
+
+def factorize(*label_arrays: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """Map several label arrays onto shared integer codes ``0..n_classes-1``.
+
+    Returns ``(codes_per_array, uniques)``; ``uniques[codes] == labels``.  Exact for integers of
+    any size and for strings (numpy's ``unique``); other hashables go through a dictionary.
+    """
+    sizes = [len(a) for a in label_arrays]
+    kinds = {a.dtype.kind for a in label_arrays}
+    if len(label_arrays) > 1 and len(kinds) > 1 and not kinds <= set("iub"):
+        if not (kinds <= set("iubf")):
+            # Mixed strings and numbers: compare as Python objects.
+            label_arrays = tuple(a.astype(object) for a in label_arrays)
+    joined = np.concatenate(label_arrays)
+    if joined.dtype == object:
+        table: dict[Any, int] = {}
+        codes = np.fromiter((table.setdefault(v, len(table)) for v in joined),
+                            dtype=np.int64, count=joined.size)
+        uniques = np.empty(len(table), dtype=object)
+        uniques[:] = list(table)
+        # Order classes by first appearance is fine for hashables that do not sort.
+    else:
+        uniques, codes = np.unique(joined, return_inverse=True)
+        codes = codes.astype(np.int64, copy=False).ravel()
+    out = np.split(codes, np.cumsum(sizes)[:-1])
+    return out, uniques
+
+
+def check_same_length(name_a: str, a: Sized, name_b: str, b: Sized) -> None:
+    """Raise when two aligned inputs differ in length."""
+    if len(a) != len(b):
+        raise InputError(
+            f"{name_a} has {len(a)} items but {name_b} has {len(b)}; they must be aligned "
+            "one to one."
+        )
+
