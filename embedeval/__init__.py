@@ -14,6 +14,10 @@ from typing import Any
 
 from ._errors import EmbedevalError, EmbedevalWarning, FileFormatError, InputError, InputTypeError
 
+# Imported eagerly (numpy only) because the function shares its module's name: a lazy import of
+# the submodule would leave ``embedeval.evaluate`` bound to the module instead of the function.
+from .evaluate import evaluate
+
 __version__ = "0.1.0"
 
 _LAZY_SUBMODULES = (
@@ -26,7 +30,6 @@ _LAZY_SUBMODULES = (
     "cli",
 )
 _LAZY_ATTRIBUTES = {
-    "evaluate": ("evaluate", "evaluate"),
     "EvaluationResult": ("result", "EvaluationResult"),
     "neighbors": ("knn", "neighbors"),
     "compare": ("compare", "compare"),

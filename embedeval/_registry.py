@@ -1,0 +1,205 @@
+"""The metric registry: names, PML aliases, direction, range and depth needs of every metric.
+
+The registry is the single source of truth for metric names: :func:`parse_metrics` validates a
+user's list against it (with a "did you mean" suggestion), the engine asks it what depth each
+metric needs, and the tests iterate over it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ._errors import InputError, InputTypeError
+from ._validation import suggest
+
+__all__ = ["DEFAULT_METRICS", "METRICS", "PML_ALIASES", "MetricInfo", "parse_metrics"]
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """What the rest of the package needs to know about one metric.
+
+    Attributes
+    ----------
+    name : str
+        Canonical key used in results.
+    kind : {"knn", "cluster"}
+        ``"knn"`` metrics have a per-query value computed from the ranked references;
+        ``"cluster"`` metrics (NMI, AMI) are one number for the whole query set.
+    depth : {"one", "r", "full", "first_hit", "fixed"}
+        How deep each query's ranking must be read: one item, R_q items, the whole ranking up to
+        the last relevant item, up to the first relevant item, or a fixed ``cutoff``.
+    cutoff : int or None
+        The fixed depth of ``recall_at_{k}`` / ``precision_at_{k}``.
+    pml_name : str or None
+        The name pytorch-metric-learning's ``AccuracyCalculator`` uses.
+    description : str
+        One line, for tables and ``--help``.
+    """
+
+    name: str
+    kind: str
+    depth: str
+    cutoff: int | None = None
+    pml_name: str | None = None
+    description: str = ""
+    higher_is_better: bool = True
+    value_range: tuple[float, float] = (0.0, 1.0)
+
+
+_FIXED = {
+    "precision_at_1": MetricInfo(
+        "precision_at_1",
+        "knn",
+        "one",
+        1,
+        "precision_at_1",
+        "fraction of queries whose nearest reference has their label",
+    ),
+    "r_precision": MetricInfo(
+        "r_precision", "knn", "r", None, "r_precision", "precision among the R_q nearest references"
+    ),
+    "map_at_r": MetricInfo(
+        "map_at_r",
+        "knn",
+        "r",
+        None,
+        "mean_average_precision_at_r",
+        "mean average precision over the R_q nearest references (MAP@R), divisor R_q",
+    ),
+    "map": MetricInfo(
+        "map",
+        "knn",
+        "full",
+        None,
+        "mean_average_precision",
+        "mean average precision over the full ranking",
+    ),
+    "mrr": MetricInfo(
+        "mrr",
+        "knn",
+        "first_hit",
+        None,
+        "mean_reciprocal_rank",
+        "mean reciprocal rank of the first relevant reference",
+    ),
+    "nmi": MetricInfo(
+        "nmi",
+        "cluster",
+        "none",
+        None,
+        "NMI",
+        "normalized mutual information of k-means clusters and labels",
+    ),
+    "ami": MetricInfo(
+        "ami",
+        "cluster",
+        "none",
+        None,
+        "AMI",
+        "adjusted mutual information of k-means clusters and labels",
+        value_range=(-1.0, 1.0),
+    ),
+}
+
+#: PML spellings accepted as input; results always use the canonical keys.
+PML_ALIASES = {
+    "mean_average_precision_at_r": "map_at_r",
+    "mean_average_precision": "map",
+    "mean_reciprocal_rank": "mrr",
+    "NMI": "nmi",
+    "AMI": "ami",
+}
+
+#: The metrics :func:`embedeval.evaluate` computes when ``metrics=None``.
+DEFAULT_METRICS = ("precision_at_1", "r_precision", "map_at_r", "recall_at_1", "recall_at_10")
+
+_AT_K = re.compile(r"^(recall|precision)_at_([1-9][0-9]*)$")
+
+
+def _at_k_info(name: str) -> MetricInfo | None:
+    match = _AT_K.match(name)
+    if match is None:
+        return None
+    family, cutoff = match.group(1), int(match.group(2))
+    if family == "precision" and cutoff == 1:
+        return _FIXED["precision_at_1"]
+    if family == "recall":
+        return MetricInfo(
+            name,
+            "knn",
+            "fixed",
+            cutoff,
+            None,
+            f"fraction of queries with a relevant reference among the {cutoff} nearest "
+            "(metric-learning Recall@k, a hit rate)",
+        )
+    return MetricInfo(
+        name,
+        "knn",
+        "fixed",
+        cutoff,
+        None,
+        f"fraction of relevant references among the {cutoff} nearest",
+    )
+
+
+class _Registry(dict):
+    """``METRICS[name]`` also resolves parametrised names such as ``recall_at_5``."""
+
+    def __missing__(self, key: str) -> MetricInfo:
+        info = _at_k_info(key) if isinstance(key, str) else None
+        if info is None:
+            raise KeyError(key)
+        return info
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(key) or (isinstance(key, str) and _at_k_info(key) is not None)
+
+
+#: Every metric :func:`embedeval.evaluate` knows, by canonical name.  ``recall_at_{k}`` and
+#: ``precision_at_{k}`` exist for every positive integer k; the common ones are listed.
+METRICS: dict[str, MetricInfo] = _Registry(
+    {
+        **_FIXED,
+        **{f"recall_at_{k}": _at_k_info(f"recall_at_{k}") for k in (1, 5, 10, 100)},
+        **{f"precision_at_{k}": _at_k_info(f"precision_at_{k}") for k in (5, 10, 100)},
+    }
+)
+
+
+def parse_metrics(metrics: str | Iterable[str] | None) -> list[MetricInfo]:
+    """Validate metric names (canonical or PML spelling) and return their infos, deduplicated.
+
+    >>> [m.name for m in parse_metrics(["mean_average_precision_at_r", "recall_at_5"])]
+    ['map_at_r', 'recall_at_5']
+    """
+    if metrics is None:
+        metrics = DEFAULT_METRICS
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    try:
+        names = list(metrics)
+    except TypeError:
+        raise InputTypeError(
+            f"metrics must be a list of metric names; got {type(metrics).__name__}."
+        ) from None
+    if not names:
+        raise InputError(
+            "metrics is empty; pass at least one metric name, or None for the defaults."
+        )
+    out: dict[str, MetricInfo] = {}
+    for raw in names:
+        if not isinstance(raw, str):
+            raise InputTypeError(f"metrics must hold strings; got {raw!r}.")
+        name = PML_ALIASES.get(raw, raw)
+        if name not in METRICS:
+            known = [*_FIXED, *PML_ALIASES, "recall_at_10", "precision_at_10"]
+            raise InputError(
+                f"metrics: unknown metric {raw!r}.{suggest(raw, known)} Known metrics: "
+                f"{', '.join(_FIXED)}, recall_at_<k>, precision_at_<k> (k a positive integer)."
+            )
+        out.setdefault(name, METRICS[name])
+    return list(out.values())

@@ -1,0 +1,381 @@
+"""``embedeval.evaluate``: exact, streaming retrieval metrics of an embedding set."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ._errors import EmbedevalWarning, InputError, InputTypeError
+from ._kernels import chunk_metrics, needed_depth
+from ._registry import MetricInfo, parse_metrics
+from ._validation import as_embeddings, as_labels, as_vector, check_choice, check_int, factorize
+from .knn import (
+    DEFAULT_MEMORY_BUDGET,
+    DISTANCES,
+    Exclusions,
+    check_queries_lead_reference,
+    sorted_candidates,
+)
+from .result import EvaluationResult
+
+__all__ = ["evaluate"]
+
+
+def evaluate(
+    query: Any,
+    query_labels: Any,
+    reference: Any = None,
+    reference_labels: Any = None,
+    *,
+    metrics: Any = None,
+    k: int | str | None = None,
+    distance: str = "euclidean",
+    ref_includes_query: bool = False,
+    average: str = "micro",
+    query_groups: Any = None,
+    reference_groups: Any = None,
+    confidences: Any = None,
+    higher_is_confident: bool = True,
+    ci: float | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    block_size: int | None = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    progress: bool | None = None,
+) -> EvaluationResult:
+    """Evaluate embeddings by exact kNN retrieval: P@1, R-Precision, MAP@R, MAP, MRR, Recall@k.
+
+    Parameters
+    ----------
+    query : array-like, shape (n_query, dim)
+        Query embeddings (numpy, lists, memory-mapped arrays, anything with ``__array__``;
+        float16/32/64 are searched in float32).
+    query_labels : array-like, shape (n_query,)
+        Class of each query: ints of any size (never cast to float), strings, any hashable.
+    reference, reference_labels : array-like, optional
+        The gallery.  ``None`` means leave-one-out over the query set (each query is excluded
+        from its own ranking by identity).
+    metrics : list of str, optional
+        Keys among ``precision_at_1``, ``r_precision``, ``map_at_r``, ``map``, ``mrr``,
+        ``recall_at_{k}``, ``precision_at_{k}``, ``nmi``, ``ami`` (PML spellings accepted).
+        Default: P@1, R-Precision, MAP@R, Recall@1, Recall@10.
+    k : None, int or "max_bin_count"
+        ``None`` (default): exact, every metric reads the depth it needs.  An int caps every
+        ranking at depth k with PML's semantics (relevance window min(R_q, k); ``r_precision``
+        divides by it, ``map_at_r`` and ``map`` by R_q; ``mrr`` is 0 without a hit in the top k);
+        a k larger than the reference set is clamped.  ``"max_bin_count"``: k = max R_q.
+    distance : {"euclidean", "cosine", "inner_product"}
+    ref_includes_query : bool
+        PML's convention: the queries are the first rows of ``reference`` and each is excluded
+        from its own ranking (checked).
+    average : {"micro", "macro"}
+        Mean over non-lone queries, or mean per class then over classes (PML ``avg_of_avgs``).
+    query_groups, reference_groups : array-like, optional
+        Group ids (camera, sequence, ...); references sharing the query's group are ignored.
+        With ``reference=None`` pass only ``query_groups``.
+    confidences : array-like, shape (n_query,), optional
+        Per-query confidence (higher = more certain unless ``higher_is_confident=False``, e.g.
+        for sigmas); fills ``result.confidence`` with AUERC and R-AUROC (see
+        :mod:`embedeval.confidence`).
+    ci : float, optional
+        Adds percentile bootstrap confidence intervals at this level (``result.ci``), resampling
+        queries (micro) or classes (macro), ``n_boot`` resamples, seeded by ``seed``.
+    block_size : int, optional
+        Queries per block; default from ``memory_budget`` (bytes of working memory).
+    progress : bool, optional
+        Progress bar on stderr; ``None`` shows it only on a terminal.
+
+    Returns
+    -------
+    EvaluationResult
+
+    Notes
+    -----
+    R_q is the number of references with the query's label that the query can see (itself and
+    its group excluded).  Lone queries (R_q = 0) get NaN and are left out of every average
+    (``result.n_lone`` counts them).  Equal distances are ranked by ascending reference index;
+    ``result.n_ties`` counts queries whose value depends on that choice.
+
+    Examples
+    --------
+    >>> res = evaluate([[0.0], [1.0], [2.0], [10.0], [11.0]], ["a", "b", "a", "b", "b"],
+    ...                metrics=["precision_at_1", "map_at_r"])
+    >>> res["precision_at_1"]  # a(0)->b(1), b(1)->a(0), a(2)->b(1) miss; the b at 10, 11 hit
+    0.4
+    >>> res.per_query["map_at_r"].round(4).tolist()
+    [0.0, 0.0, 0.0, 0.5, 0.5]
+    """
+    # ---- arguments
+    infos = parse_metrics(metrics)
+    distance = check_choice(distance, "distance", DISTANCES)
+    average = check_choice(average, "average", ("micro", "macro"))
+    if isinstance(k, str):
+        check_choice(k, "k", ("max_bin_count",))
+    else:
+        k = check_int(k, "k", allow_none=True)
+    if not isinstance(ref_includes_query, (bool, np.bool_)):
+        raise InputTypeError(
+            f"ref_includes_query must be True or False; got {ref_includes_query!r}."
+        )
+
+    # ---- arrays
+    xq = as_embeddings(query, "query")
+    n_query = xq.shape[0]
+    yq = as_labels(query_labels, "query_labels", length=n_query, length_of="query")
+    leave_one_out = reference is None
+    if leave_one_out:
+        if reference_labels is not None:
+            raise InputError(
+                "reference_labels was given without reference; pass both, or neither for "
+                "leave-one-out over the queries."
+            )
+        if reference_groups is not None:
+            raise InputError(
+                "reference_groups was given without reference; with reference=None the query "
+                "set is the gallery, so pass only query_groups."
+            )
+        xb, yb = xq, yq
+        self_index = True
+    else:
+        xb = as_embeddings(reference, "reference")
+        if reference_labels is None:
+            raise InputError("reference_labels is required when reference is given.")
+        yb = as_labels(
+            reference_labels, "reference_labels", length=xb.shape[0], length_of="reference"
+        )
+        if xb.shape[1] != xq.shape[1]:
+            raise InputError(
+                f"query has dimension {xq.shape[1]} but reference has {xb.shape[1]}; both must "
+                "come from the same embedding model."
+            )
+        self_index = bool(ref_includes_query)
+        if self_index:
+            check_queries_lead_reference(xq, xb)
+    n_ref = xb.shape[0]
+    if leave_one_out:
+        (q_codes,), uniques = factorize(yq)
+        r_codes = q_codes
+    else:
+        (q_codes, r_codes), uniques = factorize(yq, yb)
+    if self_index and not leave_one_out:
+        differ = np.flatnonzero(q_codes != r_codes[:n_query])
+        if differ.size:
+            raise InputError(
+                "ref_includes_query=True, but query_labels and the first reference_labels differ "
+                f"(first at row {int(differ[0])}); the queries must be the first reference rows "
+                "with the same labels."
+            )
+    exclusions, relevant, n_valid = _exclusions(
+        q_codes,
+        r_codes,
+        self_index,
+        leave_one_out,
+        query_groups,
+        reference_groups,
+        n_query,
+        n_ref,
+    )
+    conf = None
+    if confidences is not None:
+        conf = as_vector(confidences, "confidences", length=n_query, length_of="query")
+
+    # ---- depth
+    k_used: int | None
+    if k == "max_bin_count":
+        k_used = max(int(relevant.max(initial=0)), 1)
+    else:
+        k_used = k
+    _check_cutoffs(infos, k_used, k)
+    max_relevant = int(relevant.max(initial=0))
+    truncated = [m.name for m in infos if m.depth == "r"]
+    if isinstance(k, int) and k < max_relevant and truncated:
+        warnings.warn(
+            f"k={k} is below the largest R_q ({max_relevant}), so {', '.join(truncated)} are "
+            "truncated at depth k (PML's semantics), not the textbook MAP@R / R-precision. "
+            "Use k=None (exact) unless you need PML's truncated numbers.",
+            EmbedevalWarning,
+            stacklevel=2,
+        )
+    knn_infos = [m for m in infos if m.kind == "knn"]
+    n_lone = int((relevant == 0).sum())
+
+    per_query = {m.name: np.full(n_query, np.nan) for m in knn_infos}
+    tie_flags = {m.name: np.zeros(n_query, dtype=bool) for m in knn_infos}
+    if knn_infos and n_lone < n_query:
+        depth, threshold = needed_depth(knn_infos, relevant, k_used)
+        positive = None if threshold is None else (threshold, q_codes, r_codes)
+        for rows, packed in sorted_candidates(
+            xq,
+            xb,
+            distance=distance,
+            depth=depth,
+            exclusions=exclusions,
+            n_valid=n_valid,
+            positive_threshold=positive,
+            block_size=block_size,
+            memory_budget=memory_budget,
+            progress=progress,
+        ):
+            values, ties = chunk_metrics(
+                packed, q_codes[rows], r_codes, relevant[rows], n_valid[rows], knn_infos, k_used
+            )
+            for name in values:
+                per_query[name][rows] = values[name]
+                tie_flags[name][rows] = ties[name]
+
+    # ---- aggregate
+    summary: dict[str, float] = {}
+    per_class: dict[str, dict[Any, float]] = {}
+    for m in infos:
+        if m.kind == "knn":
+            summary[m.name], per_class[m.name] = _aggregate(
+                per_query[m.name], q_codes, uniques, average
+            )
+        else:
+            summary[m.name] = _cluster_metric(m.name, xq, q_codes)
+    if knn_infos and n_lone == n_query:
+        warnings.warn(
+            f"every one of the {n_query} queries is lone (no other member of its class among the "
+            "references), so every retrieval metric is NaN.",
+            EmbedevalWarning,
+            stacklevel=2,
+        )
+    settings = {
+        "metrics": [m.name for m in infos],
+        "k": k,
+        "k_used": k_used,
+        "distance": distance,
+        "average": average,
+        "leave_one_out": leave_one_out,
+        "ref_includes_query": bool(ref_includes_query),
+        "groups": query_groups is not None,
+        "n_reference": n_ref,
+        "dim": int(xq.shape[1]),
+        "n_classes": len(np.unique(q_codes)),
+    }
+    result = EvaluationResult(
+        metrics=summary,
+        per_query=per_query,
+        per_class=per_class,
+        query_labels=yq,
+        n_queries=n_query,
+        n_lone=n_lone,
+        n_ties={name: int(flags.sum()) for name, flags in tie_flags.items()},
+        settings=settings,
+    )
+    if conf is not None and per_query:
+        from .confidence import confidence_summary
+
+        result.confidence = confidence_summary(
+            per_query, conf, higher_is_confident=higher_is_confident
+        )
+        settings["higher_is_confident"] = bool(higher_is_confident)
+    if ci is not None and per_query:
+        from .compare import bootstrap_ci
+
+        result.ci = bootstrap_ci(
+            per_query, labels=yq, average=average, ci=ci, n_boot=n_boot, seed=seed
+        )
+        settings.update(ci=ci, n_boot=n_boot, seed=seed)
+    return result
+
+
+def _exclusions(
+    q_codes: np.ndarray,
+    r_codes: np.ndarray,
+    self_index: bool,
+    leave_one_out: bool,
+    query_groups: Any,
+    reference_groups: Any,
+    n_query: int,
+    n_ref: int,
+) -> tuple[Exclusions, np.ndarray, np.ndarray]:
+    """Exclusion rules, R_q and the number of references each query can see — by counting, in
+    O(n), without touching an n_query x n_reference matrix."""
+    n_classes = int(max(q_codes.max(), r_codes.max())) + 1
+    relevant = np.bincount(r_codes, minlength=n_classes)[q_codes].astype(np.int64)
+    n_valid = np.full(n_query, n_ref, dtype=np.int64)
+    if self_index:
+        relevant -= 1  # the query's own row has its label (checked for ref_includes_query)
+        n_valid -= 1
+    if query_groups is None and reference_groups is None:
+        return Exclusions(self_index=self_index), relevant, n_valid
+    if query_groups is None or (reference_groups is None and not leave_one_out):
+        raise InputError(
+            "query_groups and reference_groups go together: pass both (one group id per query "
+            "and per reference row), or neither."
+        )
+    gq = as_labels(query_groups, "query_groups", length=n_query, length_of="query")
+    if leave_one_out:
+        (qg,), _ = factorize(gq)
+        rg = qg
+    else:
+        gr = as_labels(reference_groups, "reference_groups", length=n_ref, length_of="reference")
+        (qg, rg), _ = factorize(gq, gr)
+    n_groups = int(max(qg.max(), rg.max())) + 1
+    same_group = np.bincount(rg, minlength=n_groups)[qg]
+    pair_ref = r_codes.astype(np.int64) * n_groups + rg
+    pair_query = q_codes.astype(np.int64) * n_groups + qg
+    uniq, counts = np.unique(pair_ref, return_counts=True)
+    pos = np.clip(np.searchsorted(uniq, pair_query), 0, max(uniq.size - 1, 0))
+    same_label_group = np.where(uniq[pos] == pair_query, counts[pos], 0)
+    relevant = np.bincount(r_codes, minlength=n_classes)[q_codes] - same_label_group
+    n_valid = n_ref - same_group
+    if self_index:
+        # The query's own row is excluded even when its reference group differs.
+        own_group_differs = rg[:n_query] != qg
+        relevant = relevant - own_group_differs
+        n_valid = n_valid - own_group_differs
+    ex = Exclusions(self_index=self_index, query_groups=qg, reference_groups=rg)
+    return ex, relevant.astype(np.int64), n_valid.astype(np.int64)
+
+
+def _check_cutoffs(infos: list[MetricInfo], k_used: int | None, k: Any) -> None:
+    if k_used is None:
+        return
+    too_deep = [m.name for m in infos if m.depth == "fixed" and m.cutoff > k_used]
+    if too_deep:
+        raise InputError(
+            f"k={k!r} caps the ranking at depth {k_used}, but {', '.join(too_deep)} need(s) a "
+            "deeper ranking; raise k or use k=None."
+        )
+
+
+def _aggregate(
+    values: np.ndarray, codes: np.ndarray, uniques: np.ndarray, average: str
+) -> tuple[float, dict[Any, float]]:
+    ok = ~np.isnan(values)
+    if not ok.any():
+        return float("nan"), {}
+    n_classes = uniques.size
+    sums = np.bincount(codes[ok], weights=values[ok], minlength=n_classes)
+    counts = np.bincount(codes[ok], minlength=n_classes)
+    present = np.flatnonzero(counts)
+    class_means = sums[present] / counts[present]
+    per_class = {
+        (u.item() if isinstance(u, np.generic) else u): float(v)
+        for u, v in zip(uniques[present], class_means, strict=True)
+    }
+    value = float(class_means.mean()) if average == "macro" else float(values[ok].mean())
+    return value, per_class
+
+
+def _cluster_metric(name: str, xq: np.ndarray, codes: np.ndarray) -> float:
+    """NMI / AMI of faiss k-means clusters (PML's setup: 20 iterations, faiss's default seed
+    1234, one cluster per distinct query label) against the labels, arithmetic normalisation."""
+    import faiss
+    from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
+
+    n_clusters = int(np.unique(codes).size)
+    x = np.ascontiguousarray(xq, dtype=np.float32)
+    if n_clusters < 2 or n_clusters >= x.shape[0]:
+        clusters = codes if n_clusters >= x.shape[0] else np.zeros_like(codes)
+    else:
+        kmeans = faiss.Kmeans(x.shape[1], n_clusters, niter=20, seed=1234, verbose=False)
+        kmeans.train(x)
+        _, assigned = kmeans.index.search(x, 1)
+        clusters = assigned[:, 0]
+    score = normalized_mutual_info_score if name == "nmi" else adjusted_mutual_info_score
+    return float(score(codes, clusters))
