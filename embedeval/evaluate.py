@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from ._engine import RetrievalTask, run_local
 from ._errors import EmbedevalWarning, InputError, InputTypeError
-from ._kernels import chunk_metrics, needed_depth
 from ._registry import MetricInfo, parse_metrics
 from ._validation import as_embeddings, as_labels, as_vector, check_choice, check_int, factorize
 from .knn import (
@@ -16,7 +16,6 @@ from .knn import (
     DISTANCES,
     Exclusions,
     check_queries_lead_reference,
-    sorted_candidates,
 )
 from .result import EvaluationResult
 
@@ -41,6 +40,12 @@ def evaluate(
     ci: float | None = None,
     n_boot: int = 1000,
     seed: int = 0,
+    index: str | None = None,
+    index_params: dict[str, Any] | None = None,
+    exact_sample: int = 10_000,
+    shards: Any = None,
+    backend: str = "local",
+    client: Any = None,
     block_size: int | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress: bool | None = None,
@@ -82,6 +87,19 @@ def evaluate(
     ci : float, optional
         Adds percentile bootstrap confidence intervals at this level (``result.ci``), resampling
         queries (micro) or classes (macro), ``n_boot`` resamples, seeded by ``seed``.
+    index : str, optional
+        A faiss index factory string (``"HNSW32"``, ``"IVF4096,Flat"``, ...) for approximate
+        search; the result then reports, on ``exact_sample`` random queries evaluated both ways,
+        the kNN recall and every metric exactly and approximately (``result.approximation``).
+    index_params : dict, optional
+        Search-time parameters such as ``{"nprobe": 64}`` or ``{"efSearch": 128}``.
+    exact_sample : int
+        Queries evaluated exactly as well when ``index`` is given.
+    shards : optional
+        Split the reference set into shards (an int count, or a list of arrays / ``.npy`` paths)
+        merged exactly: the numbers are identical to the unsharded engine.
+    backend : {"local", "dask"}
+        ``"dask"`` ships query blocks to the workers of ``client`` (a ``dask.distributed.Client``).
     block_size : int, optional
         Queries per block; default from ``memory_budget`` (bytes of working memory).
     progress : bool, optional
@@ -109,6 +127,7 @@ def evaluate(
     """
     # ---- arguments
     infos = parse_metrics(metrics)
+    backend = check_choice(backend, "backend", ("local", "dask"))
     distance = check_choice(distance, "distance", DISTANCES)
     average = check_choice(average, "average", ("micro", "macro"))
     if isinstance(k, str):
@@ -201,29 +220,39 @@ def evaluate(
     knn_infos = [m for m in infos if m.kind == "knn"]
     n_lone = int((relevant == 0).sum())
 
-    per_query = {m.name: np.full(n_query, np.nan) for m in knn_infos}
-    tie_flags = {m.name: np.zeros(n_query, dtype=bool) for m in knn_infos}
-    if knn_infos and n_lone < n_query:
-        depth, threshold = needed_depth(knn_infos, relevant, k_used)
-        positive = None if threshold is None else (threshold, q_codes, r_codes)
-        for rows, packed in sorted_candidates(
-            xq,
-            xb,
-            distance=distance,
-            depth=depth,
-            exclusions=exclusions,
-            n_valid=n_valid,
-            positive_threshold=positive,
+    task = RetrievalTask(
+        query=xq,
+        reference=xb,
+        query_codes=q_codes,
+        reference_codes=r_codes,
+        relevant=relevant,
+        n_valid=n_valid,
+        exclusions=exclusions,
+        metrics=tuple(knn_infos),
+        k=k_used,
+        distance=distance,
+    )
+    approximation: dict[str, Any] = {}
+    if index is None and shards is None and backend == "local":
+        per_query, tie_flags = run_local(
+            task, block_size=block_size, memory_budget=memory_budget, progress=progress
+        )
+    else:
+        from ._scale import run_scaled
+
+        per_query, tie_flags, approximation = run_scaled(
+            task,
+            index=index,
+            index_params=index_params,
+            exact_sample=exact_sample,
+            shards=shards,
+            backend=backend,
+            client=client,
+            seed=seed,
             block_size=block_size,
             memory_budget=memory_budget,
             progress=progress,
-        ):
-            values, ties = chunk_metrics(
-                packed, q_codes[rows], r_codes, relevant[rows], n_valid[rows], knn_infos, k_used
-            )
-            for name in values:
-                per_query[name][rows] = values[name]
-                tie_flags[name][rows] = ties[name]
+        )
 
     # ---- aggregate
     summary: dict[str, float] = {}
@@ -264,6 +293,7 @@ def evaluate(
         n_lone=n_lone,
         n_ties={name: int(flags.sum()) for name, flags in tie_flags.items()},
         settings=settings,
+        approximation=approximation,
     )
     if conf is not None and per_query:
         from .confidence import confidence_summary

@@ -43,6 +43,9 @@ class EvaluationResult:
         Confidence/uncertainty metrics, when ``confidences=`` was given.
     ci : dict of str to (float, float)
         Bootstrap confidence intervals, when ``ci=`` was given.
+    approximation : dict
+        With an approximate ``index=``: the kNN recall against exact search and every metric
+        both ways on a random sample of queries (see :func:`embedeval.evaluate`).
 
     Examples
     --------
@@ -62,6 +65,7 @@ class EvaluationResult:
     settings: dict[str, Any]
     confidence: dict[str, float] = field(default_factory=dict)
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
+    approximation: dict[str, Any] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> float:
         from ._registry import PML_ALIASES
@@ -90,6 +94,7 @@ class EvaluationResult:
             "n_lone": int(self.n_lone),
             "n_ties": {k: int(v) for k, v in self.n_ties.items()},
             "settings": _jsonable(self.settings),
+            "approximation": _jsonable(self.approximation),
             "per_class": {
                 m: [[_scalar(lab), _num(v)] for lab, v in table.items()]
                 for m, table in self.per_class.items()
@@ -131,6 +136,7 @@ class EvaluationResult:
             settings=dict(data["settings"]),
             confidence={k: _float(v) for k, v in data.get("confidence", {}).items()},
             ci={k: (_float(lo), _float(hi)) for k, (lo, hi) in data.get("ci", {}).items()},
+            approximation=dict(data.get("approximation", {})),
         )
 
     @classmethod
