@@ -14,7 +14,7 @@ import numpy as np
 
 from ._kernels import chunk_metrics, needed_depth
 from ._registry import MetricInfo
-from .knn import DEFAULT_MEMORY_BUDGET, Exclusions, sorted_candidates
+from .knn import DEFAULT_MEMORY_BUDGET, Candidates, Exclusions, sorted_candidates
 
 __all__ = ["RetrievalTask", "run_local"]
 
@@ -53,12 +53,11 @@ class RetrievalTask:
         ties = {m.name: np.zeros(n, dtype=bool) for m in self.metrics}
         return values, ties
 
-    def score_chunk(
-        self, rows: np.ndarray, packed: np.ndarray
-    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Per-query values and tie flags of ``rows`` from their packed, sorted candidates."""
+    def score_block(self, block: Candidates) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Per-query values and tie flags of ``block.queries`` from their sorted candidates."""
+        rows = block.queries
         return chunk_metrics(
-            packed,
+            block,
             self.query_codes[rows],
             self.reference_codes,
             self.relevant[rows],
@@ -81,7 +80,7 @@ def run_local(
         return values, ties
     depth, threshold = task.depth()
     positive = None if threshold is None else (threshold, task.query_codes, task.reference_codes)
-    for rows, packed in sorted_candidates(
+    for block in sorted_candidates(
         task.query,
         task.reference,
         distance=task.distance,
@@ -93,7 +92,8 @@ def run_local(
         memory_budget=memory_budget,
         progress=progress,
     ):
-        chunk_values, chunk_ties = task.score_chunk(rows, packed)
+        chunk_values, chunk_ties = task.score_block(block)
+        rows = block.queries
         for name in chunk_values:
             values[name][rows] = chunk_values[name]
             ties[name][rows] = chunk_ties[name]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._registry import MetricInfo
-from .knn import unpack
+from .knn import Candidates
 
 __all__ = ["chunk_metrics", "needed_depth"]
 
@@ -55,7 +55,7 @@ def needed_depth(
 
 
 def chunk_metrics(
-    packed: np.ndarray,
+    block: Candidates,
     query_codes: np.ndarray,
     reference_codes: np.ndarray,
     relevant: np.ndarray,
@@ -63,99 +63,131 @@ def chunk_metrics(
     metrics: list[MetricInfo],
     k: int | None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Per-query values and tie flags for one chunk of sorted candidate rows."""
-    index, bits, pad = unpack(packed)
-    g, length = packed.shape
-    rows = np.arange(g)
-    rel = (reference_codes[index] == query_codes[:, None]) & ~pad
-    hits = np.cumsum(rel, axis=1, dtype=np.int64)
+    """Per-query values and tie flags for one block of sorted candidates (CSR form).
+
+    Only two passes touch every candidate (label lookup and comparison); everything else works
+    on the relevant candidates alone: for each one, its row, its 0-based position ``pos`` in the
+    ranking and ``found`` = relevant items up to and including it, so that P@(pos+1) =
+    found / (pos + 1).
+    """
+    counts = block.counts
+    lims = block.lims
+    b = counts.size
+    rel = reference_codes[block.index] == np.repeat(query_codes, counts)
+    # Relevant candidates, in row order and ranking order within a row (``hit`` is increasing).
+    hit = np.flatnonzero(rel)
+    row_start = np.searchsorted(hit, lims[:-1])
+    n_hits = np.diff(np.append(row_start, hit.size))
+    hit_pos = hit - np.repeat(lims[:-1], n_hits)
+    found = np.arange(1, hit.size + 1) - np.repeat(row_start, n_hits)
     lone = relevant == 0
     safe_r = np.maximum(relevant, 1)
     depth_cap = n_valid if k is None else np.minimum(n_valid, k)
-    mixed, ties_possible = _mixed_tie_blocks(bits, pad, rel, hits)
-    mixed_before = np.cumsum(mixed, axis=1) if ties_possible else None
-    precision_weighted = None
+    ties = _TieFinder(block, rel)
+    weights = None
+
+    def hits_within(window: np.ndarray) -> np.ndarray:
+        # Hits of a row are contiguous and increasing, so those inside a window are a prefix.
+        return np.searchsorted(hit, lims[:-1] + np.minimum(window, counts)) - row_start
+
+    def weighted_within(window: np.ndarray) -> np.ndarray:
+        nonlocal weights
+        if weights is None:  # P@i at each relevant position i, summed in order per row
+            weights = np.append(found / (hit_pos + 1.0), 0.0)
+        end = row_start + hits_within(window)
+        bounds = np.empty(2 * b, dtype=np.int64)
+        bounds[0::2], bounds[1::2] = row_start, end
+        sums = np.add.reduceat(weights, bounds)[0::2]
+        return np.where(end > row_start, sums, 0.0)
+
     values: dict[str, np.ndarray] = {}
-    ties: dict[str, np.ndarray] = {}
-
-    def hits_at(window: np.ndarray) -> np.ndarray:
-        return hits[rows, np.clip(window, 1, length) - 1]
-
-    def straddles(window: np.ndarray) -> np.ndarray:
-        if not ties_possible:
-            return np.zeros(g, dtype=bool)
-        w = np.clip(window, 1, length)
-        nxt = np.minimum(w, length - 1)
-        same = (bits[rows, w - 1] == bits[rows, nxt]) & (w < length) & ~pad[rows, nxt]
-        return same & mixed[rows, w - 1]
-
-    def mixed_within(window: np.ndarray) -> np.ndarray:
-        if not ties_possible:
-            return np.zeros(g, dtype=bool)
-        return mixed_before[rows, np.clip(window, 1, length) - 1] > 0
-
+    flags: dict[str, np.ndarray] = {}
     for m in metrics:
         if m.kind != "knn":
             continue
         if m.depth in ("one", "fixed"):
             window = np.minimum(m.cutoff, n_valid)
-            found = hits_at(window)
+            n_found = hits_within(window)
             if m.name.startswith("recall"):
-                value = (found > 0).astype(np.float64)
+                value = (n_found > 0).astype(np.float64)
             else:
-                value = found / m.cutoff
-            tie = straddles(window)
+                value = n_found / m.cutoff
+            tie = ties.straddle(window)
         elif m.name == "r_precision":
             window = relevant if k is None else np.minimum(relevant, k)
-            value = hits_at(window) / np.maximum(window, 1)
-            tie = straddles(window)
-        elif m.name in ("map_at_r", "map"):
-            if precision_weighted is None:
-                precision = hits / np.arange(1, length + 1, dtype=np.float64)
-                precision_weighted = np.cumsum(np.where(rel, precision, 0.0), axis=1)
-            if m.name == "map_at_r":
-                window = relevant if k is None else np.minimum(relevant, k)
-            elif k is None:
-                # Every relevant reference is among the candidates: read through the last one.
-                window = length - np.argmax(rel[:, ::-1], axis=1)
+            value = hits_within(window) / np.maximum(window, 1)
+            tie = ties.straddle(window)
+        elif m.name == "map_at_r":
+            window = relevant if k is None else np.minimum(relevant, k)
+            value = weighted_within(window) / safe_r
+            tie = ties.within(window)
+        elif m.name == "map":
+            if k is None:
+                # Every relevant reference is among the candidates: the window ends at the last.
+                window = np.zeros(b, dtype=np.int64)
+                has = n_hits > 0
+                window[has] = hit_pos[row_start[has] + n_hits[has] - 1] + 1
             else:
                 window = depth_cap
-            value = precision_weighted[rows, np.clip(window, 1, length) - 1] / safe_r
-            tie = mixed_within(window)
+            value = weighted_within(window) / safe_r
+            tie = ties.within(window)
         elif m.name == "mrr":
-            first = np.argmax(rel, axis=1)
-            found = rel[rows, first] & (first < depth_cap)
-            value = np.where(found, 1.0 / (first + 1.0), 0.0)
-            window = np.where(found, first + 1, depth_cap)
-            tie = mixed_within(window)
+            first = np.full(b, np.iinfo(np.int64).max)
+            has = n_hits > 0
+            first[has] = hit_pos[row_start[has]]
+            in_reach = first < depth_cap
+            value = np.where(in_reach, 1.0 / (np.minimum(first, depth_cap) + 1.0), 0.0)
+            tie = ties.within(np.where(in_reach, first + 1, depth_cap))
         else:  # pragma: no cover - the registry only produces the names above
             raise AssertionError(m.name)
         value = np.asarray(value, dtype=np.float64)
         value[lone] = np.nan
         values[m.name] = value
-        ties[m.name] = tie & ~lone
-    return values, ties
+        flags[m.name] = tie & ~lone
+    return values, flags
 
 
-def _mixed_tie_blocks(
-    bits: np.ndarray, pad: np.ndarray, rel: np.ndarray, hits: np.ndarray
-) -> tuple[np.ndarray, bool]:
-    """Mark positions inside a block of equal keys holding both relevant and non-relevant items."""
-    equal_next = (bits[:, 1:] == bits[:, :-1]) & ~pad[:, 1:]
-    if not equal_next.any():
-        return np.zeros(bits.shape, dtype=bool), False
-    length = bits.shape[1]
-    positions = np.arange(length)
-    starts = np.ones(bits.shape, dtype=bool)
-    starts[:, 1:] = ~equal_next
-    ends = np.ones(bits.shape, dtype=bool)
-    ends[:, :-1] = ~equal_next
-    first = np.maximum.accumulate(np.where(starts, positions, 0), axis=1)
-    last = np.minimum.accumulate(np.where(ends, positions, length - 1)[:, ::-1], axis=1)[:, ::-1]
-    relevant_in_block = (
-        np.take_along_axis(hits, last, axis=1)
-        - np.take_along_axis(hits, first, axis=1)
-        + np.take_along_axis(rel, first, axis=1)
-    )
-    mixed = (relevant_in_block > 0) & (relevant_in_block < last - first + 1)
-    return mixed, True
+class _TieFinder:
+    """Finds blocks of equal keys that mix relevant and non-relevant references.
+
+    ``straddle(w)``: such a block holds positions w-1 and w (it is cut by a window of w items),
+    so a count over the first w items depends on the tie order.  ``within(w)``: such a block
+    intersects the first w items, so a rank-weighted value (AP, RR) depends on the tie order.
+    """
+
+    def __init__(self, block: Candidates, rel: np.ndarray) -> None:
+        self.block = block
+        b = block.counts.size
+        equal = block.bits[1:] == block.bits[:-1]
+        boundaries = block.lims[1:-1] - 1
+        equal[boundaries[(boundaries >= 0) & (boundaries < equal.size)]] = False
+        # Pairs (i, i+1) of equal keys are rare: work on their sparse positions.  A run of
+        # consecutive pair positions is one tie block.
+        self.pairs = np.flatnonzero(equal)
+        self.any = self.pairs.size > 0
+        if not self.any:
+            return
+        self.run = np.concatenate(([0], np.cumsum(np.diff(self.pairs) != 1)))
+        mixed = rel[self.pairs] != rel[self.pairs + 1]
+        self.mixed_runs = np.unique(self.run[mixed])
+        mixed_pairs = self.pairs[mixed]
+        pair_row = np.searchsorted(block.lims, mixed_pairs, side="right") - 1
+        self.first_mixed = np.full(b, np.iinfo(np.int64).max)
+        np.minimum.at(self.first_mixed, pair_row, mixed_pairs - block.lims[pair_row])
+
+    def straddle(self, window: np.ndarray) -> np.ndarray:
+        counts = self.block.counts
+        out = np.zeros(counts.size, dtype=bool)
+        if not self.any:
+            return out
+        rows = np.flatnonzero((window >= 1) & (window < counts))
+        at = self.block.lims[rows] + window[rows] - 1
+        where = np.minimum(np.searchsorted(self.pairs, at), self.pairs.size - 1)
+        tied = self.pairs[where] == at
+        out[rows[tied]] = np.isin(self.run[where[tied]], self.mixed_runs)
+        return out
+
+    def within(self, window: np.ndarray) -> np.ndarray:
+        if not self.any:
+            return np.zeros(self.block.counts.size, dtype=bool)
+        return (self.first_mixed + 1 < window) | self.straddle(window)

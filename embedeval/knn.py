@@ -24,7 +24,7 @@ block and dropped; only per-query values are kept.
 
 from __future__ import annotations
 
-import math
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,20 +39,27 @@ __all__ = ["DISTANCES", "neighbors"]
 
 DISTANCES = ("euclidean", "cosine", "inner_product")
 
-_PAD = np.uint64(np.iinfo(np.uint64).max)
 _LOW32 = np.uint64(0xFFFFFFFF)
 _FMAX = np.float32(np.finfo(np.float32).max)
 _SUBSAMPLE = 1024
+_TILE = 2048
+_MAX_BLOCK = 512
+_BYTES_PER_CANDIDATE = 72
+_SORT_RUN = 1 << 16
 #: Default working-memory budget of the engine, in bytes.  Peak memory is about this plus the
 #: embeddings themselves and O(n_query) per-query results.
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 
 
 def sortable_bits(values: np.ndarray) -> np.ndarray:
-    """Map float32 values to uint32 so that unsigned order equals float order (no NaN)."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    negative = (bits >> np.uint32(31)).astype(bool)
-    return np.where(negative, ~bits, bits | np.uint32(0x80000000))
+    """Map float32 values to uint32 so that unsigned order equals float order (no NaN).
+
+    -0.0 is mapped like +0.0, so values that compare equal get equal bits.
+    """
+    bits = (np.asarray(values, dtype=np.float32) + np.float32(0.0)).view(np.uint32)
+    negative = bits >> np.uint32(31)
+    flip = (np.uint32(0) - negative) | np.uint32(0x80000000)
+    return bits ^ flip
 
 
 def from_sortable_bits(bits: np.ndarray) -> np.ndarray:
@@ -68,102 +75,121 @@ class Exclusions:
 
     ``self_index``: query i excludes reference i (leave-one-out, or PML's ``ref_includes_query``).
     ``query_groups`` / ``reference_groups``: integer group codes; a query excludes every
-    reference of its own group.  ``group_members`` / ``group_starts`` hold the references sorted
-    by group (CSR), so excluding costs O(excluded) and not O(n_reference) per query.
+    reference of its own group.
     """
 
     self_index: bool = False
     query_groups: np.ndarray | None = None
     reference_groups: np.ndarray | None = None
 
-    def group_csr(self) -> tuple[np.ndarray, np.ndarray] | None:
-        if self.reference_groups is None:
-            return None
-        order = np.argsort(self.reference_groups, kind="stable")
-        n_groups = (
-            int(max(self.reference_groups.max(initial=-1), self.query_groups.max(initial=-1))) + 1
-        )
-        counts = np.bincount(self.reference_groups, minlength=n_groups)
-        starts = np.concatenate(([0], np.cumsum(counts)))
-        return order, starts
+    def excluded(self, query_rows: np.ndarray, reference_cols: np.ndarray) -> np.ndarray | None:
+        """Boolean mask of excluded (query, reference) pairs given as aligned index arrays."""
+        out = None
+        if self.self_index:
+            out = reference_cols == query_rows
+        if self.reference_groups is not None:
+            same = self.reference_groups[reference_cols] == self.query_groups[query_rows]
+            out = same if out is None else out | same
+        return out
 
 
-def prepare_reference(xb: np.ndarray, distance: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """Return the reference matrix to multiply with, and its squared norms (Euclidean only)."""
-    if distance == "cosine":
-        xb = _normalize(xb)
-    norms = None
-    if distance == "euclidean":
-        norms = np.einsum("ij,ij->i", xb, xb, dtype=np.float32)
-    return xb, norms
+@dataclass(frozen=True)
+class PreparedSearch:
+    """Query and reference matrices arranged so that one product gives the ranking keys.
+
+    Euclidean: queries ``[-2 q, 1]`` and references ``[r, ||r||^2]``, so the product is
+    ``||r||^2 - 2 q.r`` (the squared distance minus the query's own norm, which does not change
+    its ranking).  Cosine / inner product: ``-q`` against ``r`` (cosine normalises both first).
+    Scaling by -2 or -1 is exact in floating point, so no pass over the product is needed.
+    """
+
+    queries: np.ndarray
+    reference_t: np.ndarray
+    query_sq_norms: np.ndarray | None
+
+    @classmethod
+    def build(cls, xq: np.ndarray, xb: np.ndarray, distance: str) -> PreparedSearch:
+        if distance == "cosine":
+            xq, xb = _normalize(xq, "query"), _normalize(xb, "reference")
+        if distance == "euclidean":
+            sq_ref = np.einsum("ij,ij->i", xb, xb, dtype=np.float32)
+            ref = np.empty((xb.shape[0], xb.shape[1] + 1), dtype=np.float32)
+            ref[:, :-1] = xb
+            ref[:, -1] = sq_ref
+            q = np.empty((xq.shape[0], xq.shape[1] + 1), dtype=np.float32)
+            np.multiply(xq, np.float32(-2.0), out=q[:, :-1])
+            q[:, -1] = 1.0
+            sq_query = np.einsum("ij,ij->i", xq, xq, dtype=np.float32)
+            return cls(q, ref.T, sq_query)
+        return cls(np.negative(np.asarray(xq, dtype=np.float32)), np.asarray(xb).T, None)
+
+    @property
+    def n_reference(self) -> int:
+        return int(self.reference_t.shape[1])
+
+    def keys(self, rows: slice | np.ndarray, cols: slice = slice(None), out=None) -> np.ndarray:
+        """Ranking keys (smaller = nearer) of query ``rows`` against reference ``cols``."""
+        return np.matmul(self.queries[rows], self.reference_t[:, cols], out=out)
+
+    def to_distance(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Turn keys back into what users expect: Euclidean distance or similarity."""
+        if self.query_sq_norms is None:
+            return -keys
+        return np.sqrt(np.maximum(keys + self.query_sq_norms[rows, None], 0))
 
 
-def prepare_queries(xq: np.ndarray, distance: str) -> np.ndarray:
-    return _normalize(xq) if distance == "cosine" else xq
-
-
-def _normalize(x: np.ndarray) -> np.ndarray:
+def _normalize(x: np.ndarray, name: str) -> np.ndarray:
     norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(np.float32)
     if (norms == 0).any():
         raise InputError(
-            f"distance='cosine' needs non-zero vectors; {int((norms == 0).sum())} row(s) are all "
-            f"zero (first at row {int(np.flatnonzero(norms == 0)[0])}). Drop them or use "
-            "distance='euclidean'."
+            f"distance='cosine' needs non-zero vectors; {int((norms == 0).sum())} row(s) of "
+            f"{name} are all zero (first at row {int(np.flatnonzero(norms == 0)[0])}). Drop "
+            "them or use distance='euclidean'."
         )
     return np.asarray(x, dtype=np.float32) / norms[:, None]
 
 
-def ranking_keys(xq_block: np.ndarray, xb: np.ndarray, norms: np.ndarray | None) -> np.ndarray:
-    """Float32 ranking keys, smaller = nearer: ``||r||^2 - 2 q.r`` or ``-q.r``."""
-    keys = np.asarray(xq_block, dtype=np.float32) @ xb.T
-    if norms is not None:
-        keys *= np.float32(-2.0)
-        keys += norms
-    else:
-        np.negative(keys, out=keys)
-    keys += np.float32(0.0)  # -0.0 -> +0.0, so equal keys have equal bits
-    return keys
-
-
-def _exclude(keys: np.ndarray, start: int, ex: Exclusions, csr: Any) -> None:
-    b = keys.shape[0]
-    if ex.self_index:
-        rows = np.arange(b)
-        keys[rows, start + rows] = np.inf
-    if csr is not None:
-        order, starts = csr
-        g = ex.query_groups[start : start + b]
-        lo, hi = starts[g], starts[g + 1]
-        sizes = hi - lo
-        rows = np.repeat(np.arange(b), sizes)
-        offsets = np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        keys[rows, order[np.repeat(lo, sizes) + offsets]] = np.inf
-
-
 def _depth_thresholds(
-    keys: np.ndarray, depth: np.ndarray, subsample: np.ndarray | None
+    search: PreparedSearch,
+    start: int,
+    stop: int,
+    need: np.ndarray,
+    subsample: np.ndarray | None,
+    exclusions: Exclusions,
 ) -> np.ndarray:
-    """Per-row threshold tau with (very likely) at least ``depth`` keys <= tau.
+    """Per-query threshold tau with (very likely) at least ``need`` valid keys <= tau.
 
-    An order statistic of a random column subsample, with a margin of four standard deviations
-    of the binomial count plus two, rounded up on a geometric grid so that one partition call
-    serves the whole block.
+    The threshold is an order statistic of a fixed random column subsample of size m: with
+    s = m / n_reference, it is the j-th smallest valid subsample key with
+    j = s * need + 4 * sqrt(s * need) + 2, a margin of four binomial standard deviations.  The
+    caller verifies the count and redoes the rare query whose candidate set came out short.
     """
-    n_ref = keys.shape[1]
-    tau = np.full(keys.shape[0], _FMAX, dtype=np.float32)
+    tau = np.full(stop - start, _FMAX, dtype=np.float32)
     if subsample is None:
         return tau
     m = subsample.size
-    expected = depth * (m / n_ref)
-    j = np.ceil(expected + 4.0 * np.sqrt(expected) + 2.0)
-    j = np.ceil(1.25 ** np.ceil(np.log(np.maximum(j, 1.0)) / math.log(1.25))).astype(np.int64)
+    expected = need * (m / search.n_reference)
+    j = np.ceil(expected + 4.0 * np.sqrt(expected) + 2.0).astype(np.int64)
     usable = j < m
-    if usable.any():
-        sample = keys[:, subsample]
-        kth = np.unique(j[usable])
+    if not usable.any():
+        return tau
+    sample = search.keys(slice(start, stop), subsample)
+    rows = np.arange(start, stop)
+    excluded = exclusions.excluded(rows[:, None], subsample[None, :])
+    if excluded is not None:
+        sample[excluded] = np.inf
+    kth = np.unique(j[usable])
+    if kth[-1] <= 32:
+        # Shallow needs: one partition at the largest order statistic, then a small sort of the
+        # head, is cheaper than a partition with several kth.
+        sample.partition(kth[-1], axis=1)
+        sample[:, : kth[-1]].sort(axis=1)
+    elif kth.size <= 4:
         sample.partition(kth, axis=1)
-        rows = np.flatnonzero(usable)
-        tau[rows] = sample[rows, j[rows]]
+    else:
+        sample.sort(axis=1)
+    picked = np.flatnonzero(usable)
+    tau[picked] = sample[picked, j[picked]]
     return tau
 
 
@@ -179,51 +205,122 @@ def sorted_candidates(
     block_size: int | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress: bool | None = None,
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Yield ``(query_rows, P)`` with each query's nearest references sorted.
+) -> Iterator[Candidates]:
+    """Yield, block by block, each query's nearest references in ranking order (CSR form).
 
-    ``P`` is ``uint64`` of shape ``(len(query_rows), L)``: row r holds, in ranking order, at least
-    ``min(depth[q], n_valid[q])`` candidates (more when ties or the threshold margin add some),
-    each ``sortable_bits(key) << 32 | reference_index``, padded at the end with ``2**64 - 1``.
-    Ties in the key are ordered by ascending reference index.
+    Each :class:`Candidates` holds, for every query of the block, at least
+    ``min(depth[q], n_valid[q])`` references (more when ties or the threshold margin add some),
+    sorted by key and then by ascending reference index (the tie rule of faiss's flat index).
 
     ``positive_threshold = ("max" | "min", query_codes, reference_codes)`` additionally keeps every
     reference up to the farthest ("max", for full-depth AP) or nearest ("min", for MRR) reference
     sharing the query's label.  Queries with ``depth == 0`` get no candidates.
     """
     n_query, n_ref = xq.shape[0], xb.shape[0]
-    xq = prepare_queries(xq, distance)
-    xb, norms = prepare_reference(xb, distance)
+    search = PreparedSearch.build(xq, xb, distance)
     if n_valid is None:
         n_valid = np.full(n_query, n_ref - int(exclusions.self_index), dtype=np.int64)
     need = np.minimum(depth, n_valid)
-    csr = exclusions.group_csr()
-    bytes_per_row = n_ref * (4 + 1 + (5 if positive_threshold else 0)) + 64
+    col_bits = max(1, int(n_ref - 1).bit_length())
+    if positive_threshold is None:
+        # Tiles of references small enough for the product, the comparison and the index
+        # extraction to run in cache instead of streaming a block x n_reference matrix.
+        tile = n_ref if n_ref <= 16 * _TILE else _TILE
+        expected = min(n_ref, int(need.max(initial=0) * 1.5) + 256)
+        per_row = tile * 5 + expected * _BYTES_PER_CANDIDATE
+    else:
+        # The label threshold needs every key of a row before any comparison: whole rows.
+        tile = n_ref
+        per_row = n_ref * (11 + _BYTES_PER_CANDIDATE)
     if block_size is None:
-        block_size = max(16, min(4096, memory_budget // bytes_per_row))
+        block_size = int(max(1, min(_MAX_BLOCK, memory_budget // per_row)))
+    # The packed sort key is (row in block, key bits, reference index) in 64 bits.
+    block_size = max(1, min(block_size, 2 ** (32 - col_bits)))
     rng = np.random.default_rng(0)
-    subsample = (
-        np.sort(rng.choice(n_ref, _SUBSAMPLE, replace=False)) if n_ref > 2 * _SUBSAMPLE else None
-    )
-    chunk_elements = max(memory_budget // 48, 1)
+    # A larger subsample when queries need deep rankings: the threshold margin (relative to the
+    # depth) shrinks with the subsample, and every extra candidate must be sorted.
+    m = _SUBSAMPLE if need.max(initial=0) * _SUBSAMPLE < 64 * n_ref else 4 * _SUBSAMPLE
+    subsample = np.sort(rng.choice(n_ref, m, replace=False)) if n_ref > 2 * m else None
+    keys_buffer = np.empty(min(block_size, n_query) * tile, dtype=np.float32)
+    mask_buffer = np.empty(keys_buffer.size, dtype=bool)
     with progress_bar(n_query, "queries", enabled=progress) as bar:
         for start in range(0, n_query, block_size):
             stop = min(start + block_size, n_query)
-            keys = ranking_keys(xq[start:stop], xb, norms)
-            _exclude(keys, start, exclusions, csr)
             block_need = need[start:stop]
-            tau = _depth_thresholds(keys, block_need, subsample)
+            tau = _depth_thresholds(search, start, stop, block_need, subsample, exclusions)
             tau[block_need <= 0] = -np.inf
-            if positive_threshold is not None:
-                tau = np.maximum(tau, _positive_tau(keys, positive_threshold, start, stop))
-            mask = keys <= tau[:, None]
-            counts = np.count_nonzero(mask, axis=1)
+            codes, counts = _collect(
+                search,
+                start,
+                stop,
+                tau,
+                tile,
+                keys_buffer,
+                mask_buffer,
+                exclusions,
+                positive_threshold,
+                col_bits,
+            )
             short = np.flatnonzero(counts < block_need)
             if short.size:  # the subsample margin failed (rare): take every valid reference
-                mask[short] = keys[short] <= _FMAX
-                counts[short] = np.count_nonzero(mask[short], axis=1)
-            yield from _sort_rows(keys, mask, counts, start, chunk_elements)
+                codes, counts = _redo_rows(
+                    search, start, short, codes, counts, exclusions, memory_budget, col_bits
+                )
+            yield _sort_block(codes, counts, start, col_bits, tile == n_ref and not short.size)
             bar.update(stop - start)
+
+
+def _collect(
+    search: PreparedSearch,
+    start: int,
+    stop: int,
+    tau: np.ndarray,
+    tile: int,
+    keys_buffer: np.ndarray,
+    mask_buffer: np.ndarray,
+    exclusions: Exclusions,
+    positive_threshold: tuple[str, np.ndarray, np.ndarray] | None,
+    col_bits: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Packed codes of every valid (row, reference) of the block with key <= tau[row], and the
+    count per row.  Code = row << (32 + col_bits) | sortable key bits << col_bits | reference."""
+    b = stop - start
+    n_ref = search.n_reference
+    row_codes = np.arange(b, dtype=np.uint64) << np.uint64(32 + col_bits)
+    counts = np.zeros(b, dtype=np.int64)
+    codes = []
+    own = np.arange(start, stop)
+    for t0 in range(0, n_ref, tile):
+        t1 = min(t0 + tile, n_ref)
+        width = t1 - t0
+        keys = search.keys(
+            slice(start, stop), slice(t0, t1), out=keys_buffer[: b * width].reshape(b, width)
+        )
+        if exclusions.self_index:
+            inside = np.flatnonzero((own >= t0) & (own < t1))
+            keys[inside, own[inside] - t0] = np.inf
+        if positive_threshold is not None:
+            if exclusions.reference_groups is not None:
+                same = exclusions.reference_groups[None, :] == exclusions.query_groups[own, None]
+                keys[same] = np.inf
+            tau = np.maximum(tau, _positive_tau(keys, positive_threshold, start, stop))
+        mask = np.less_equal(keys, tau[:, None], out=mask_buffer[: b * width].reshape(b, width))
+        flat = np.flatnonzero(mask)
+        # Row of each hit from the row boundaries (cheaper than a 64-bit division per hit).
+        per_row = np.diff(np.searchsorted(flat, np.arange(0, (b + 1) * width, width)))
+        values = keys.ravel()[flat]
+        flat -= np.repeat(np.arange(0, b * width, width) - t0, per_row)  # now the reference
+        if exclusions.reference_groups is not None and positive_threshold is None:
+            row = np.repeat(own, per_row)
+            keep = exclusions.reference_groups[flat] != exclusions.query_groups[row]
+            flat, values = flat[keep], values[keep]
+            per_row = np.bincount(row[keep] - start, minlength=b)
+        code = sortable_bits(values).astype(np.uint64) << np.uint64(col_bits)
+        code |= np.repeat(row_codes, per_row)
+        code |= flat.view(np.uint64)
+        codes.append(code)
+        counts += per_row
+    return (codes[0] if len(codes) == 1 else np.concatenate(codes)), counts
 
 
 def _positive_tau(
@@ -239,42 +336,81 @@ def _positive_tau(
     return out.astype(np.float32)
 
 
-def _sort_rows(
-    keys: np.ndarray, mask: np.ndarray, counts: np.ndarray, start: int, chunk_elements: int
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    # Rows are sorted by candidate count and packed into chunks whose padded size is bounded,
-    # so one query that needs every reference does not inflate the padding of all the others.
-    order = np.argsort(counts, kind="stable")
-    sorted_counts = counts[order]
-    b = order.size
-    i = 0
-    while i < b:
-        width = np.arange(1, b - i + 1) * np.maximum(sorted_counts[i:], 1)
-        j = i + max(1, int(np.searchsorted(width, chunk_elements, side="right")))
-        rows = order[i:j]
-        c = sorted_counts[i:j]
-        length = int(c[-1])
-        packed = np.full((rows.size, max(length, 1)), _PAD, dtype=np.uint64)
-        if length:
-            r, col = np.nonzero(mask[rows])
-            values = keys[rows[r], col]
-            code = (sortable_bits(values).astype(np.uint64) << np.uint64(32)) | col.astype(
-                np.uint64
-            )
-            pos = np.arange(r.size) - np.repeat(np.cumsum(c) - c, c)
-            packed[r, pos] = code
-            packed.sort(axis=1)
-        yield start + rows, packed
-        i = j
+def _redo_rows(
+    search: PreparedSearch,
+    start: int,
+    short: np.ndarray,
+    codes: np.ndarray,
+    counts: np.ndarray,
+    exclusions: Exclusions,
+    memory_budget: int,
+    col_bits: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Replace the candidates of rows ``short`` (block-relative) by all their valid references."""
+    row_shift = np.uint64(32 + col_bits)
+    parts = [codes[~np.isin(codes >> row_shift, short.astype(np.uint64))]]
+    counts = counts.copy()
+    n_ref = search.n_reference
+    step = max(1, memory_budget // (n_ref * 24))
+    cols = np.arange(n_ref, dtype=np.uint64)
+    for s in range(0, short.size, step):
+        redo = short[s : s + step]
+        keys = search.keys(start + redo)
+        r = np.repeat(redo, n_ref)
+        c = np.tile(cols, redo.size)
+        v = keys.ravel()
+        excluded = exclusions.excluded(r + start, c.astype(np.int64))
+        if excluded is not None:
+            r, c, v = r[~excluded], c[~excluded], v[~excluded]
+        code = sortable_bits(v).astype(np.uint64) << np.uint64(col_bits)
+        code |= r.astype(np.uint64) << row_shift
+        code |= c
+        parts.append(code)
+        counts[redo] = np.bincount(r, minlength=counts.size)[redo]
+    return np.concatenate(parts), counts
 
 
-def unpack(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Split packed candidates into (reference index, key bits, padding mask)."""
-    pad = packed == _PAD
-    index = (packed & _LOW32).astype(np.int64)
-    index[pad] = 0
-    bits = (packed >> np.uint64(32)).astype(np.uint32)
-    return index, bits, pad
+@dataclass(frozen=True)
+class Candidates:
+    """One block of queries with their nearest references, sorted, in CSR form.
+
+    ``queries[i]`` (a global query index) owns ``index[lims[i]:lims[i+1]]`` (reference indices,
+    nearest first) with ranking keys ``bits`` (:func:`sortable_bits` of the float32 key, so equal
+    bits mean an exact tie).  This is faiss's ``(lims, D, I)`` layout for variable-depth results.
+    """
+
+    queries: np.ndarray
+    lims: np.ndarray
+    index: np.ndarray
+    bits: np.ndarray
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.diff(self.lims)
+
+    def keys(self) -> np.ndarray:
+        """The float32 ranking keys (smaller = nearer)."""
+        return from_sortable_bits(self.bits)
+
+
+def _sort_block(
+    codes: np.ndarray, counts: np.ndarray, start: int, col_bits: int, rows_grouped: bool
+) -> Candidates:
+    # Sorting (row, key bits, reference index) packed in a uint64 orders every row by key and
+    # breaks ties by ascending reference index, with no per-row padding.  When the codes are
+    # already grouped by row, cache-sized runs of whole rows are sorted separately (faster).
+    lims = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=lims[1:])
+    if rows_grouped and codes.size > _SORT_RUN:
+        cuts = np.unique(np.searchsorted(lims, np.arange(0, codes.size, _SORT_RUN)))
+        edges = np.append(lims[np.minimum(cuts, counts.size)], codes.size)
+        for a, b in itertools.pairwise(edges):
+            codes[a:b].sort()
+    else:
+        codes.sort()
+    index = (codes & np.uint64((1 << col_bits) - 1)).astype(np.int32 if col_bits < 31 else np.int64)
+    bits = ((codes >> np.uint64(col_bits)) & _LOW32).astype(np.uint32)
+    return Candidates(np.arange(start, start + counts.size), lims, index, bits)
 
 
 def neighbors(
@@ -355,7 +491,7 @@ def neighbors(
     if k_eff == 0:
         return dist, idx
     q_norms = np.einsum("ij,ij->i", xq, xq, dtype=np.float32) if distance == "euclidean" else None
-    for rows, packed in sorted_candidates(
+    for block in sorted_candidates(
         xq,
         xb,
         distance=distance,
@@ -364,13 +500,14 @@ def neighbors(
         block_size=block_size,
         progress=progress,
     ):
-        index, bits, _ = unpack(packed[:, :k_eff])
-        key = from_sortable_bits(bits)
+        take = (block.lims[:-1, None] + np.arange(k_eff)).ravel()
+        rows = block.queries
+        key = from_sortable_bits(block.bits[take]).reshape(rows.size, k_eff)
         if distance == "euclidean":
             dist[rows] = np.sqrt(np.maximum(key + q_norms[rows, None], 0))
         else:
             dist[rows] = -key
-        idx[rows] = index
+        idx[rows] = block.index[take].reshape(rows.size, k_eff)
     return dist, idx
 
 

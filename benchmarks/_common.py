@@ -1,0 +1,85 @@
+"""Shared helpers of the benchmark scripts: seeded data and a child-process runner.
+
+Every measurement runs in a fresh Python process so that its peak resident memory (``ru_maxrss``)
+is its own; the parent prints wall time, peak memory and ratios.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def make_data(case: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded float32, d=128, L2-normalised embeddings with class structure."""
+    rng = np.random.default_rng(seed)
+    d = 128
+    if case == "sop":  # 60,000 vectors in ~11,000 classes of 2..8 (mean ~5.5), like SOP's test set
+        sizes = []
+        while sum(sizes) < 60_000:
+            sizes.append(int(rng.integers(2, 10)))
+        sizes[-1] -= sum(sizes) - 60_000
+        sizes = [s for s in sizes if s > 0]
+        spread = 4.0
+    elif case == "large":  # 20,000 vectors in 5 classes of 4,000
+        sizes = [4_000] * 5
+        spread = 9.0
+    elif case == "map":  # 10,000 vectors in 100 classes of 100
+        sizes = [100] * 100
+        spread = 6.0
+    else:
+        raise ValueError(case)
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    centers = rng.standard_normal((len(sizes), d)).astype(np.float32)
+    x = centers[labels] + spread * rng.standard_normal((labels.size, d)).astype(np.float32) / 3
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    perm = rng.permutation(labels.size)
+    return np.ascontiguousarray(x[perm]), labels[perm].astype(np.int64)
+
+
+def peak_rss_mb() -> float:
+    import resource
+
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb / 1024
+
+
+def run_child(module: str, *args: str) -> dict:
+    """Run ``python -m module args`` and parse the JSON line it prints last."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=env, cwd=root
+    )
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+class Timer:
+    def __enter__(self) -> Timer:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.start
