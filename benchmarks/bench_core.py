@@ -1,0 +1,61 @@
+"""Core benchmark: embedeval vs faiss flat search alone vs raw BLAS vs PML 2.9, in one run.
+
+Cases (float32, d=128, L2-normalised, seeded; see ``benchmarks/_common.py``):
+
+* ``sop``   — 60,000 vectors in ~11,000 classes (SOP-like), P@1 + R-Precision + MAP@R
+* ``large`` — 20,000 vectors in 5 classes of 4,000, P@1 + R-Precision + MAP@R
+* ``map``   — 10,000 vectors in 100 classes, full-depth MAP (``k=None``)
+
+Each measurement runs in its own process (peak memory = that process's ``ru_maxrss``).  faiss is
+``IndexFlatL2`` + ``search`` with k = max R + 1 (the depth MAP@R needs); for ``map`` faiss would
+need k = n, so it is run at k = 2048 as a lower bound.  Run::
+
+    python -m benchmarks.bench_core            # all cases, PML included when installed
+    python -m benchmarks.bench_core sop large  # some cases
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from benchmarks._common import machine, run_child
+
+TARGETS = {
+    "sop": "wall <= faiss; <= 0.4 x PML wall; peak memory <= 0.1 x PML",
+    "large": "<= 0.35 x faiss (k = max R + 1); <= 0.12 x PML time and memory",
+    "map": "<= 0.1 x PML time; <= 0.05 x PML memory",
+}
+
+
+def main(cases: list[str]) -> None:
+    have_pml = importlib.util.find_spec("pytorch_metric_learning") is not None
+    print(f"machine: {machine()}")
+    for case in cases:
+        rows = {}
+        for method in ("embedeval", "faiss", "blas", *(["pml"] if have_pml else [])):
+            rows[method] = run_child("benchmarks._core_child", method, case)
+        print(f"\n## {case}  (target: {TARGETS[case]})")
+        print(f"{'method':<10} {'wall s':>8} {'peak MB':>9}  values")
+        for method, r in rows.items():
+            if "error" in r:
+                print(f"{method:<10} failed: {r['error']}")
+                continue
+            vals = ", ".join(f"{k}={v:.6f}" for k, v in r["values"].items())
+            print(f"{method:<10} {r['seconds']:8.2f} {r['peak_mb']:9.0f}  {vals}")
+        ours = rows["embedeval"]
+        for other in ("faiss", "blas", "pml"):
+            r = rows.get(other)
+            if r and "error" not in r and "error" not in ours:
+                print(
+                    f"embedeval / {other}: time x{ours['seconds'] / r['seconds']:.3f}, "
+                    f"peak memory x{ours['peak_mb'] / r['peak_mb']:.3f}"
+                )
+        pml = rows.get("pml")
+        if pml and "error" not in pml and "error" not in ours:
+            diff = max(abs(ours["values"][k] - pml["values"][k]) for k in pml["values"])
+            print(f"max |embedeval - PML| over metrics: {diff:.2e}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["sop", "large", "map"])
