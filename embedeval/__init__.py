@@ -14,8 +14,9 @@ from typing import Any
 
 from ._errors import EmbedevalError, EmbedevalWarning, FileFormatError, InputError, InputTypeError
 
-# Imported eagerly (numpy only) because the function shares its module's name: a lazy import of
-# the submodule would leave ``embedeval.evaluate`` bound to the module instead of the function.
+# Imported eagerly (numpy only) because these functions share their module's name: a lazy import
+# of the submodule would leave ``embedeval.evaluate`` / ``embedeval.compare`` bound to the module.
+from .compare import bootstrap_ci, compare
 from .evaluate import evaluate
 
 __version__ = "0.1.0"
@@ -32,8 +33,6 @@ _LAZY_SUBMODULES = (
 _LAZY_ATTRIBUTES = {
     "EvaluationResult": ("result", "EvaluationResult"),
     "neighbors": ("knn", "neighbors"),
-    "compare": ("compare", "compare"),
-    "bootstrap_ci": ("compare", "bootstrap_ci"),
     "METRICS": ("_registry", "METRICS"),
 }
 

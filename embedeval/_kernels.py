@@ -172,7 +172,7 @@ class _TieFinder:
         self.mixed_runs = np.unique(self.run[mixed])
         mixed_pairs = self.pairs[mixed]
         pair_row = np.searchsorted(block.lims, mixed_pairs, side="right") - 1
-        self.first_mixed = np.full(b, np.iinfo(np.int64).max)
+        self.first_mixed = np.full(b, np.iinfo(np.int64).max // 2)
         np.minimum.at(self.first_mixed, pair_row, mixed_pairs - block.lims[pair_row])
 
     def straddle(self, window: np.ndarray) -> np.ndarray:

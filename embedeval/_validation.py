@@ -124,9 +124,7 @@ def as_embeddings(
             if arr.ndim > 2
             else ""
         )
-        raise InputError(
-            f"{name} must be 2-D (n_items, dim); got shape {arr.shape}.{hint}"
-        )
+        raise InputError(f"{name} must be 2-D (n_items, dim); got shape {arr.shape}.{hint}")
     if (arr.shape[0] == 0 and not allow_empty) or arr.shape[1] == 0:
         raise InputError(f"{name} is empty (shape {arr.shape}); pass at least one vector.")
     if arr.dtype != dtype:
@@ -185,8 +183,9 @@ def as_vector(
     return arr
 
 
-def as_labels(y: Any, name: str = "labels", *, length: int | None = None,
-              length_of: str | None = None) -> np.ndarray:
+def as_labels(
+    y: Any, name: str = "labels", *, length: int | None = None, length_of: str | None = None
+) -> np.ndarray:
     """Return labels as a 1-D array, never cast to float.
 
     Integers keep their dtype (2**24 and 2**24 + 1 stay distinct), strings stay strings, other
@@ -215,6 +214,13 @@ def as_labels(y: Any, name: str = "labels", *, length: int | None = None,
             raise InputError(
                 f"{name} has {rows.size} NaN or infinite label(s), first at index {int(rows[0])}."
             )
+        fractional = np.flatnonzero(arr != np.round(arr))
+        if fractional.size:
+            i = int(fractional[0])
+            raise InputError(
+                f"{name} has {fractional.size} non-integer float label(s), first at index {i} "
+                f"({arr[i]!r}); labels are class ids: pass integers or strings."
+            )
     elif arr.dtype == object:
         try:
             [hash(v) for v in arr[:1]]
@@ -238,8 +244,9 @@ def factorize(*label_arrays: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
     joined = np.concatenate(label_arrays)
     if joined.dtype == object:
         table: dict[Any, int] = {}
-        codes = np.fromiter((table.setdefault(v, len(table)) for v in joined),
-                            dtype=np.int64, count=joined.size)
+        codes = np.fromiter(
+            (table.setdefault(v, len(table)) for v in joined), dtype=np.int64, count=joined.size
+        )
         uniques = np.empty(len(table), dtype=object)
         uniques[:] = list(table)
         # Order classes by first appearance is fine for hashables that do not sort.
@@ -257,4 +264,3 @@ def check_same_length(name_a: str, a: Sized, name_b: str, b: Sized) -> None:
             f"{name_a} has {len(a)} items but {name_b} has {len(b)}; they must be aligned "
             "one to one."
         )
-

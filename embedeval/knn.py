@@ -521,7 +521,8 @@ def check_queries_lead_reference(xq: np.ndarray, xb: np.ndarray) -> None:
         )
     step = 65536
     for s in range(0, n, step):
-        a, b = np.asarray(xq[s : s + step]), np.asarray(xb[s : s + step])
+        e = min(s + step, n)
+        a, b = np.asarray(xq[s:e]), np.asarray(xb[s:e])
         differ = np.flatnonzero((a != b).any(axis=1))
         if differ.size:
             raise InputError(

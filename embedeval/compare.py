@@ -1,0 +1,459 @@
+"""Bootstrap confidence intervals and paired comparison of checkpoints.
+
+``bootstrap_ci`` gives percentile intervals for every metric of one result: queries are resampled
+with replacement for ``average="micro"``; whole classes are resampled for ``"macro"`` (the
+statistic is a mean over classes, so classes are the sampling unit).  ``compare`` puts several
+results on the same queries side by side, with the difference to a baseline, a paired bootstrap
+interval of that difference (the same resampled queries for both runs) and a two-sided p-value
+from a paired bootstrap or a sign-flip permutation test.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._errors import InputError, InputTypeError
+from ._validation import check_choice, check_int, factorize, suggest
+
+__all__ = ["Comparison", "bootstrap_ci", "compare"]
+
+_CHUNK = 1 << 22  # resample-matrix elements per chunk: bounded memory for any n_boot
+
+
+def _check_level(ci: Any) -> float:
+    if isinstance(ci, bool) or not isinstance(ci, (int, float)) or not 0 < ci < 1:
+        raise InputError(f"ci must be a confidence level strictly between 0 and 1; got {ci!r}.")
+    return float(ci)
+
+
+def _resampled_means(
+    values: np.ndarray, groups: np.ndarray | None, n_boot: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Bootstrap replicates of the mean (micro) or of the mean of group means (macro).
+
+    ``values`` is (n_items, n_series): several aligned series (metrics, or paired runs) share
+    the same resamples.  Resampling is done by drawing counts (how often each unit is picked),
+    so a replicate is a weighted mean — one matrix product per chunk, no loop over items.
+    """
+    if groups is None:
+        n = values.shape[0]
+        out = []
+        step = max(1, _CHUNK // max(n, 1))
+        for start in range(0, n_boot, step):
+            m = min(step, n_boot - start)
+            counts = rng.multinomial(n, np.full(n, 1.0 / n), size=m).astype(np.float64)
+            out.append(counts @ values / n)
+        return np.concatenate(out)
+    n_groups = int(groups.max()) + 1
+    sums = np.zeros((n_groups, values.shape[1]))
+    np.add.at(sums, groups, values)
+    group_means = sums / np.bincount(groups, minlength=n_groups)[:, None]
+    return _resampled_means(group_means, None, n_boot, rng)
+
+
+def bootstrap_ci(
+    per_query: Mapping[str, Any] | Any,
+    *,
+    labels: Any = None,
+    average: str = "micro",
+    ci: float = 0.95,
+    n_boot: int = 1000,
+    seed: int = 0,
+    metrics: Sequence[str] | None = None,
+) -> dict[str, tuple[float, float]]:
+    """Percentile bootstrap confidence intervals of per-query metric means.
+
+    Parameters
+    ----------
+    per_query : dict of str to array, or EvaluationResult
+        Per-query values (NaN = lone query, left out).  An ``EvaluationResult`` brings its own
+        labels and averaging.
+    labels : array-like, optional
+        Query labels; required for ``average="macro"``.
+    average : {"micro", "macro"}
+        Resample queries (micro) or classes (macro: the statistic is the mean of class means).
+    ci : float
+        Confidence level, e.g. 0.95 -> the 2.5th and 97.5th percentiles of the replicates.
+    n_boot : int
+        Number of bootstrap resamples.
+    seed : int
+        Seed of ``numpy.random.default_rng``; results are reproducible.
+
+    Returns
+    -------
+    dict of str to (low, high)
+
+    Notes
+    -----
+    All metrics share the same resamples, so their intervals are jointly consistent.  A metric
+    whose every query is lone gets ``(nan, nan)``.
+
+    Examples
+    --------
+    >>> lo, hi = bootstrap_ci({"precision_at_1": [1, 1, 1, 1]})["precision_at_1"]
+    >>> (lo, hi)
+    (1.0, 1.0)
+    """
+    from .result import EvaluationResult
+
+    if isinstance(per_query, EvaluationResult):
+        labels = per_query.query_labels if labels is None else labels
+        average = per_query.settings.get("average", average)
+        per_query = per_query.per_query
+    if not isinstance(per_query, Mapping):
+        raise InputTypeError(
+            "per_query must be a dict of metric -> per-query values or an EvaluationResult; "
+            f"got {type(per_query).__name__}."
+        )
+    ci = _check_level(ci)
+    n_boot = check_int(n_boot, "n_boot")
+    seed = check_int(seed, "seed", minimum=0)
+    average = check_choice(average, "average", ("micro", "macro"))
+    names = list(per_query) if metrics is None else list(metrics)
+    if average == "macro" and labels is None:
+        raise InputError("average='macro' resamples classes, so labels are required.")
+    codes = None
+    if labels is not None:
+        (codes,), _ = factorize(np.asarray(labels))
+    tail = (1 - ci) / 2
+    out: dict[str, tuple[float, float]] = {}
+    for name in names:
+        values = np.asarray(per_query[name], dtype=np.float64)
+        if codes is not None and codes.size != values.size:
+            raise InputError(
+                f"labels has {codes.size} values but per_query[{name!r}] has {values.size}."
+            )
+        ok = ~np.isnan(values)
+        if not ok.any():
+            out[name] = (math.nan, math.nan)
+            continue
+        rng = np.random.default_rng(seed)
+        groups = None
+        if average == "macro":
+            (groups,), _ = factorize(codes[ok])
+        reps = _resampled_means(values[ok, None], groups, n_boot, rng)[:, 0]
+        lo, hi = np.quantile(reps, [tail, 1 - tail])
+        out[name] = (float(lo), float(hi))
+    return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Checkpoints side by side against a baseline (see :func:`compare`).
+
+    ``rows`` holds one dict per (checkpoint, metric) with the stable keys ``checkpoint``,
+    ``metric``, ``value``, ``ci_low``, ``ci_high``, ``diff``, ``diff_ci_low``, ``diff_ci_high``,
+    ``p_value`` (the baseline's own diff is 0 and its p-value 1) and ``n_shared``.
+    """
+
+    rows: list[dict[str, Any]]
+    baseline: str
+    names: list[str]
+    metrics: list[str]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": "embedeval.Comparison/1",
+            "baseline": self.baseline,
+            "checkpoints": self.names,
+            "metrics": self.metrics,
+            "settings": self.settings,
+            "rows": [{k: _json_num(v) for k, v in row.items()} for row in self.rows],
+        }
+
+    def to_json(self, path: str | os.PathLike | None = None, *, indent: int = 2) -> str:
+        text = json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        if path is not None:
+            from .result import _write_atomic
+
+            _write_atomic(_as_path(path), text)
+        return text
+
+    def _cells(self) -> tuple[list[str], list[list[str]]]:
+        level = round(100 * self.settings.get("ci", 0.95))
+        head = [
+            "checkpoint",
+            "metric",
+            "value",
+            f"{level}% CI",
+            "diff vs " + self.baseline,
+            "diff CI",
+            "p",
+        ]
+        body = []
+        for r in self.rows:
+            body.append(
+                [
+                    r["checkpoint"],
+                    r["metric"],
+                    _fmt(r["value"]),
+                    f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]",
+                    "—" if r["checkpoint"] == self.baseline else f"{r['diff']:+.4f}",
+                    ""
+                    if r["checkpoint"] == self.baseline
+                    else f"[{r['diff_ci_low']:+.4f}, {r['diff_ci_high']:+.4f}]",
+                    "" if r["checkpoint"] == self.baseline else f"{r['p_value']:.4f}",
+                ]
+            )
+        return head, body
+
+    def to_markdown(self) -> str:
+        head, body = self._cells()
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(row) + " |" for row in body]
+        return "\n".join(lines) + "\n"
+
+    def to_csv(self) -> str:
+        buf = io.StringIO()
+        keys = list(self.rows[0]) if self.rows else []
+        writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self.rows)
+        return buf.getvalue()
+
+    def __repr__(self) -> str:
+        head, body = self._cells()
+        widths = [max(len(c) for c in col) for col in zip(head, *body, strict=True)]
+        lines = [
+            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in [head, *body]
+        ]
+        lines.insert(1, "-" * len(lines[0]))
+        return "\n".join(lines)
+
+    def plot(self, ax: Any = None, metrics: Sequence[str] | None = None) -> Any:
+        """Metric value across checkpoints with CI bands; returns the matplotlib Figure."""
+        from .plots import plot_checkpoints
+
+        metrics = list(metrics or self.metrics)
+        values, lows, highs = {}, {}, {}
+        for m in metrics:
+            rows = [r for r in self.rows if r["metric"] == m]
+            values[m] = np.array([r["value"] for r in rows])
+            lows[m] = np.array([r["ci_low"] for r in rows])
+            highs[m] = np.array([r["ci_high"] for r in rows])
+        return plot_checkpoints(
+            self.names,
+            values,
+            lows,
+            highs,
+            ax=ax,
+            title=f"Checkpoints vs {self.baseline} "
+            f"({round(100 * self.settings.get('ci', 0.95))}% CI)",
+        )
+
+
+def compare(
+    results: Sequence[Any] | Mapping[str, Any],
+    *,
+    names: Sequence[str] | None = None,
+    baseline: int | str = 0,
+    metrics: Sequence[str] | None = None,
+    ci: float = 0.95,
+    n_boot: int = 1000,
+    seed: int = 0,
+    test: str = "bootstrap",
+) -> Comparison:
+    """Compare evaluation results on the same queries, with CIs and paired tests.
+
+    Parameters
+    ----------
+    results : sequence or dict of EvaluationResult
+        One result per checkpoint, all on the same queries (same count and labels).
+    names : sequence of str, optional
+        Checkpoint names (default: the dict keys, or ``run0``, ``run1``, ...).
+    baseline : int or str
+        The checkpoint the others are compared with.
+    metrics : sequence of str, optional
+        Default: the per-query metrics all results share.
+    ci, n_boot, seed
+        Bootstrap settings (see :func:`bootstrap_ci`).
+    test : {"bootstrap", "permutation"}
+        Paired bootstrap: p = 2 x min(share of resampled mean differences <= 0, >= 0), capped at
+        1.  Permutation: random sign flips of the per-query differences (exact enumeration for at
+        most 12 queries), p = share of |mean| >= the observed |mean|.
+
+    Notes
+    -----
+    Queries lone in any run are dropped from every paired statistic (``n_shared`` counts the
+    rest).  With ``average="macro"`` results, classes are resampled / flipped as units.
+
+    Examples
+    --------
+    >>> import embedeval as ee
+    >>> x = [[0.0], [0.2], [1.0], [1.2], [2.0], [2.2]]
+    >>> y = [0, 0, 1, 1, 2, 2]
+    >>> a = ee.evaluate(x, y)
+    >>> b = ee.evaluate([[0.0], [1.0], [0.2], [2.0], [1.2], [2.2]], y)  # a worse checkpoint
+    >>> cmp = compare({"good": a, "worse": b}, metrics=["precision_at_1"], n_boot=200)
+    >>> [round(r["value"], 3) for r in cmp.rows]
+    [1.0, 0.0]
+    """
+    from .result import EvaluationResult
+
+    if isinstance(results, Mapping):
+        names = list(results) if names is None else list(names)
+        runs = list(results.values())
+    else:
+        runs = list(results)
+        names = [f"run{i}" for i in range(len(runs))] if names is None else list(names)
+    if not runs:
+        raise InputError("results is empty; pass at least one EvaluationResult.")
+    for i, r in enumerate(runs):
+        if not isinstance(r, EvaluationResult):
+            raise InputTypeError(
+                f"results[{i}] is a {type(r).__name__}, not an EvaluationResult; evaluate each "
+                "checkpoint with embedeval.evaluate first."
+            )
+    if len(names) != len(runs):
+        raise InputError(f"names has {len(names)} entries but there are {len(runs)} results.")
+    test = check_choice(test, "test", ("bootstrap", "permutation"))
+    ci = _check_level(ci)
+    n_boot = check_int(n_boot, "n_boot")
+    seed = check_int(seed, "seed", minimum=0)
+    if isinstance(baseline, str):
+        if baseline not in names:
+            raise InputError(
+                f"baseline={baseline!r} is not one of the checkpoints "
+                f"({', '.join(names)}).{suggest(baseline, names)}"
+            )
+        base = names.index(baseline)
+    else:
+        base = check_int(baseline, "baseline", minimum=0)
+        if base >= len(runs):
+            raise InputError(f"baseline={base} but there are only {len(runs)} results.")
+    first = runs[0]
+    for name, r in zip(names, runs, strict=True):
+        if r.n_queries != first.n_queries or not np.array_equal(
+            np.asarray(r.query_labels, dtype=object), np.asarray(first.query_labels, dtype=object)
+        ):
+            raise InputError(
+                f"checkpoint {name!r} was evaluated on different queries ({r.n_queries} queries) "
+                f"than {names[0]!r} ({first.n_queries}); paired comparison needs the same "
+                "queries in the same order."
+            )
+    shared = [m for m in first.per_query if all(m in r.per_query for r in runs)]
+    metrics = shared if metrics is None else list(metrics)
+    for m in metrics:
+        if m not in shared:
+            raise InputError(
+                f"metric {m!r} is not in every result; shared: {', '.join(shared)}."
+                f"{suggest(m, shared)}"
+            )
+    average = first.settings.get("average", "micro")
+    (codes,), _ = factorize(np.asarray(first.query_labels))
+    tail = (1 - ci) / 2
+    rows = []
+    for m in metrics:
+        stack = np.stack([r.per_query[m] for r in runs], axis=1)
+        ok = ~np.isnan(stack).any(axis=1)
+        groups = None
+        if average == "macro":
+            (groups,), _ = factorize(codes[ok])
+        vals = stack[ok]
+        rng = np.random.default_rng(seed)
+        reps = _resampled_means(vals, groups, n_boot, rng) if vals.size else None
+        for i, name in enumerate(names):
+            own = bootstrap_ci(
+                {m: runs[i].per_query[m]},
+                labels=first.query_labels,
+                average=average,
+                ci=ci,
+                n_boot=n_boot,
+                seed=seed,
+            )[m]
+            row = {
+                "checkpoint": name,
+                "metric": m,
+                "value": float(runs[i].metrics.get(m, math.nan)),
+                "ci_low": own[0],
+                "ci_high": own[1],
+                "diff": 0.0,
+                "diff_ci_low": 0.0,
+                "diff_ci_high": 0.0,
+                "p_value": 1.0,
+                "n_shared": int(ok.sum()),
+            }
+            if i != base and reps is not None:
+                diff_reps = reps[:, i] - reps[:, base]
+                observed = _point(vals[:, i] - vals[:, base], groups)
+                lo, hi = np.quantile(diff_reps, [tail, 1 - tail])
+                if test == "bootstrap":
+                    p = _bootstrap_p(diff_reps)
+                else:
+                    p = _permutation_p(vals[:, i] - vals[:, base], groups, n_boot, seed)
+                row.update(
+                    diff=float(observed),
+                    diff_ci_low=float(lo),
+                    diff_ci_high=float(hi),
+                    p_value=float(p),
+                )
+            rows.append(row)
+    settings = {"ci": ci, "n_boot": n_boot, "seed": seed, "test": test, "average": average}
+    return Comparison(rows, names[base], names, metrics, settings)
+
+
+def _point(diff: np.ndarray, groups: np.ndarray | None) -> float:
+    if groups is None:
+        return float(diff.mean())
+    n = int(groups.max()) + 1
+    return float((np.bincount(groups, weights=diff, minlength=n) / np.bincount(groups)).mean())
+
+
+def _bootstrap_p(diff_reps: np.ndarray) -> float:
+    if np.all(diff_reps == 0):
+        return 1.0
+    below = np.mean(diff_reps <= 0)
+    above = np.mean(diff_reps >= 0)
+    return float(min(1.0, 2 * min(below, above)))
+
+
+def _permutation_p(diff: np.ndarray, groups: np.ndarray | None, n_perm: int, seed: int) -> float:
+    """Paired sign-flip test of mean(diff) = 0 (units: queries, or classes for macro)."""
+    if groups is not None:
+        n = int(groups.max()) + 1
+        diff = np.bincount(groups, weights=diff, minlength=n) / np.bincount(groups)
+    n = diff.size
+    observed = abs(diff.mean())
+    if np.all(diff == 0):
+        return 1.0
+    if n <= 12:  # exact: every one of the 2^n sign patterns
+        signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
+        stats = np.abs(signs @ diff / n)
+        return float(np.mean(stats >= observed - 1e-12))
+    rng = np.random.default_rng(seed)
+    hits = 0
+    step = max(1, _CHUNK // n)
+    for start in range(0, n_perm, step):
+        m = min(step, n_perm - start)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(m, n))
+        hits += int(np.sum(np.abs(signs @ diff / n) >= observed - 1e-12))
+    return (hits + 1) / (n_perm + 1)
+
+
+def _fmt(v: float) -> str:
+    return "nan" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
+
+
+def _json_num(v: Any) -> Any:
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _as_path(path: str | os.PathLike):
+    from pathlib import Path
+
+    return Path(path)
