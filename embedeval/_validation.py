@@ -172,7 +172,7 @@ def as_vector(
         raise InputError(f"{name} has {arr.shape[0]} values but {length} are needed{other}.")
     arr = arr.astype(dtype, copy=False)
     if arr.dtype.kind == "f":
-        bad = np.isnan(arr) if allow_nan else ~np.isfinite(arr)
+        bad = np.isinf(arr) if allow_nan else ~np.isfinite(arr)
         if bad.any():
             what = "infinite" if allow_nan else "NaN or infinite"
             rows = np.flatnonzero(bad)

@@ -37,6 +37,8 @@ def evaluate(
     reference_groups: Any = None,
     confidences: Any = None,
     higher_is_confident: bool = True,
+    reject_from: str = "queries",
+    rejection_fractions: Any = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
     ci: float | None = None,
     n_boot: int = 1000,
     seed: int = 0,
@@ -84,6 +86,11 @@ def evaluate(
         Per-query confidence (higher = more certain unless ``higher_is_confident=False``, e.g.
         for sigmas); fills ``result.confidence`` with AUERC and R-AUROC (see
         :mod:`embedeval.confidence`).
+    reject_from : {"queries", "both"}
+        ``"queries"``: the error-reject curve rejects queries and keeps the gallery whole.
+        ``"both"`` (leave-one-out only) also recomputes every metric after removing each
+        fraction in ``rejection_fractions`` of the least confident items from queries and
+        gallery alike (the face-recognition protocol): keys ``both_<metric>@<fraction>``.
     ci : float, optional
         Adds percentile bootstrap confidence intervals at this level (``result.ci``), resampling
         queries (micro) or classes (macro), ``n_boot`` resamples, seeded by ``seed``.
@@ -128,6 +135,12 @@ def evaluate(
     # ---- arguments
     infos = parse_metrics(metrics)
     backend = check_choice(backend, "backend", ("local", "dask"))
+    reject_from = check_choice(reject_from, "reject_from", ("queries", "both"))
+    if reject_from == "both" and (confidences is None or reference is not None):
+        raise InputError(
+            "reject_from='both' removes rejected items from queries and gallery alike, so it "
+            "needs confidences= and leave-one-out evaluation (reference=None)."
+        )
     distance = check_choice(distance, "distance", DISTANCES)
     average = check_choice(average, "average", ("micro", "macro"))
     if isinstance(k, str):
@@ -302,6 +315,28 @@ def evaluate(
             per_query, conf, higher_is_confident=higher_is_confident
         )
         settings["higher_is_confident"] = bool(higher_is_confident)
+        settings["reject_from"] = reject_from
+        if reject_from == "both":
+            from .confidence import reject_both_curve
+
+            curve = reject_both_curve(
+                xq,
+                yq,
+                conf,
+                fractions=rejection_fractions,
+                metrics=[m.name for m in knn_infos],
+                higher_is_confident=higher_is_confident,
+                k=k,
+                distance=distance,
+                average=average,
+                query_groups=query_groups,
+                block_size=block_size,
+                memory_budget=memory_budget,
+                progress=False,
+            )
+            for name, values in curve.metrics.items():
+                for f, v in zip(curve.fractions, values, strict=True):
+                    result.confidence[f"both_{name}@{f:.2f}"] = float(v)
     if ci is not None and per_query:
         from .compare import bootstrap_ci
 

@@ -1,0 +1,634 @@
+"""Confidence and uncertainty evaluation: does a model's confidence rank its own errors?
+
+Conventions used throughout:
+
+* A **confidence** c_i is larger when the model is more certain (a vMF kappa, a softmax max).  A
+  **sigma** is an uncertainty (larger = less certain): pass ``higher_is_confident=False`` (or,
+  for rank correlation, ``higher_is_uncertain=True``) and nothing else changes.
+* Scores m_i are per-query metric values in [0, 1] (``result.per_query["precision_at_1"]`` or
+  ``["map_at_r"]``); the error is e_i = 1 - m_i.  NaN scores (lone queries) are dropped and
+  counted.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._errors import EmbedevalWarning, InputError
+from ._validation import as_vector, check_choice, check_int, check_probability
+
+__all__ = [
+    "CalibrationCurve",
+    "CoverageCurve",
+    "ErrorRejectCurve",
+    "RankCorrelation",
+    "RejectBothCurve",
+    "best_threshold_accuracy",
+    "confidence_auroc",
+    "confidence_recall_curve",
+    "confidence_summary",
+    "credible_coverage",
+    "error_reject_curve",
+    "expected_calibration_error",
+    "gaussian_credible_radius",
+    "hpd_interval",
+    "maximum_calibration_error",
+    "rank_correlation",
+    "reject_both_curve",
+    "vmf_credible_cap",
+]
+
+
+def _scores_and_confidence(
+    scores: Any, confidence: Any, higher_is_confident: bool, name: str = "scores"
+) -> tuple[np.ndarray, np.ndarray, int]:
+    s = as_vector(scores, name, allow_nan=True)
+    c = as_vector(confidence, "confidence", length=s.size, length_of=name)
+    if np.any((s < 0) | (s > 1)):
+        bad = np.flatnonzero((s < 0) | (s > 1))
+        raise InputError(
+            f"{name} must lie in [0, 1] (per-query metric values); {bad.size} value(s) do not, "
+            f"first at index {int(bad[0])} ({s[bad[0]]})."
+        )
+    keep = ~np.isnan(s)
+    if not keep.any():
+        raise InputError(f"{name} has no finite value (every query lone?); nothing to evaluate.")
+    c = c[keep] if higher_is_confident else -c[keep]
+    return s[keep], c, int((~keep).sum())
+
+
+@dataclass(frozen=True)
+class ErrorRejectCurve:
+    """The error-versus-reject curve of one metric, and its areas.
+
+    ``rejected[j]`` = j / n and ``error[j]`` = mean error of the n - j most confident queries
+    (j = 0 .. n-1).  ``auerc`` = (1/n) Σ_{k=1..n} E_k (lower is better); ``oracle_auerc`` orders by
+    the error itself, ``random_auerc`` is the mean error, ``excess_auerc`` = auerc - oracle.
+    """
+
+    rejected: np.ndarray
+    error: np.ndarray
+    oracle_error: np.ndarray
+    auerc: float
+    oracle_auerc: float
+    random_auerc: float
+    excess_auerc: float
+    n: int
+    n_dropped: int
+
+    def plot(self, ax: Any = None, label: str | None = None) -> Any:
+        """Draw the curve with its oracle and random references (see embedeval.plots)."""
+        from .plots import plot_error_reject_curve
+
+        return plot_error_reject_curve(self, ax=ax, label=label)
+
+
+def _kept_error_sums(error: np.ndarray, confidence: np.ndarray) -> np.ndarray:
+    """Sum of the errors of the k most confident queries, k = 1..n, tied blocks averaged.
+
+    For k inside a block of equal confidence the kept part of the block contributes its share of
+    the block's mean error: the expectation over every order of the tied queries.
+    """
+    order = np.argsort(-confidence, kind="stable")
+    c, e = confidence[order], error[order]
+    n = e.size
+    starts = np.flatnonzero(np.concatenate(([True], c[1:] != c[:-1])))
+    ends = np.append(starts[1:], n)
+    block_sum = np.add.reduceat(e, starts)
+    block_mean = block_sum / (ends - starts)
+    before = np.concatenate(([0.0], np.cumsum(block_sum)))[:-1]
+    k = np.arange(1, n + 1)
+    block = np.searchsorted(starts, k - 1, side="right") - 1  # block holding the k-th item
+    return before[block] + (k - starts[block]) * block_mean[block]
+
+
+def error_reject_curve(
+    scores: Any, confidence: Any, *, higher_is_confident: bool = True
+) -> ErrorRejectCurve:
+    """Error-versus-reject curve (ERC) and its area (AUERC).
+
+    Sort the queries by confidence, most confident first.  Keeping the k most confident
+    (k = n .. 1) rejects the fraction ρ_k = 1 - k/n and leaves the error
+    E_k = (1/k) Σ_{kept} (1 - score).  AUERC = (1/n) Σ_{k=1..n} E_k.
+
+    Parameters
+    ----------
+    scores : array-like of float in [0, 1]
+        Per-query metric values; NaN (lone queries) are dropped and counted in ``n_dropped``.
+    confidence : array-like of float
+        Per-query confidence, same length.
+    higher_is_confident : bool
+        False for uncertainties (sigmas).
+
+    Returns
+    -------
+    ErrorRejectCurve
+
+    Notes
+    -----
+    *Why a mean over k = 1..n.*  It weighs every operating point (every number of kept queries)
+    equally, so the area is the average error over a uniformly random rejection budget; it is
+    the Riemann sum of the curve over ρ on the grid 0, 1/n, ..., (n-1)/n.
+    *Ties.*  Queries with equal confidence form one block; when k cuts a block, the kept part
+    contributes the block's mean error (the expectation over every order of the block), so the
+    result never depends on input order.  The oracle sorts by the error itself (ties there do not
+    matter), the random baseline is the mean error (the expected E_k of a random order, for every
+    k).  AUERC is invariant to any strictly increasing transform of the confidence.
+
+    Examples
+    --------
+    >>> erc = error_reject_curve([1, 0, 1, 0], [0.9, 0.1, 0.8, 0.2])
+    >>> erc.error.tolist()                 # keep 4, 3, 2, 1 queries
+    [0.5, 0.3333333333333333, 0.0, 0.0]
+    >>> round(erc.auerc, 4)                # (0 + 0 + 1/3 + 1/2) / 4
+    0.2083
+    >>> erc.oracle_auerc == erc.auerc, erc.random_auerc
+    (True, 0.5)
+    """
+    s, c, dropped = _scores_and_confidence(scores, confidence, higher_is_confident)
+    e = 1.0 - s
+    n = e.size
+    k = np.arange(1, n + 1)
+    kept_mean = _kept_error_sums(e, c) / k
+    oracle_mean = np.cumsum(np.sort(e)) / k
+    auerc = float(kept_mean.mean())
+    oracle = float(oracle_mean.mean())
+    return ErrorRejectCurve(
+        rejected=1.0 - k[::-1] / n,
+        error=kept_mean[::-1].copy(),
+        oracle_error=oracle_mean[::-1].copy(),
+        auerc=auerc,
+        oracle_auerc=oracle,
+        random_auerc=float(e.mean()),
+        excess_auerc=auerc - oracle,
+        n=n,
+        n_dropped=dropped,
+    )
+
+
+@dataclass(frozen=True)
+class CalibrationCurve:
+    """Per-bin mean confidence, mean metric and count (empty bins have NaN means)."""
+
+    edges: np.ndarray
+    mean_confidence: np.ndarray
+    mean_metric: np.ndarray
+    count: np.ndarray
+
+
+def _bin_index(c: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    # Right-closed bins (a, b]; the first bin also holds its left edge.
+    idx = np.searchsorted(edges, c, side="left") - 1
+    return np.clip(idx, 0, edges.size - 2)
+
+
+def confidence_recall_curve(
+    correct_or_scores: Any,
+    confidence: Any,
+    *,
+    bins: int = 10,
+    strategy: str = "uniform",
+    higher_is_confident: bool = True,
+) -> CalibrationCurve:
+    """Metric (e.g. Recall@1) of the queries binned by confidence.
+
+    ``strategy="uniform"``: equal-width bins between the smallest and largest confidence;
+    ``"quantile"``: equal-mass bins.  Bins are right-closed (a, b], the first bin closed.
+
+    Examples
+    --------
+    >>> cur = confidence_recall_curve([0, 1, 1, 1], [0.1, 0.4, 0.6, 0.9], bins=2)
+    >>> cur.mean_metric.tolist(), cur.count.tolist()
+    ([0.5, 1.0], [2, 2])
+    """
+    s, c, _ = _scores_and_confidence(
+        correct_or_scores, confidence, higher_is_confident, "correct_or_scores"
+    )
+    bins = check_int(bins, "bins")
+    strategy = check_choice(strategy, "strategy", ("uniform", "quantile"))
+    if strategy == "uniform":
+        edges = np.linspace(c.min(), c.max(), bins + 1)
+    else:
+        edges = np.unique(np.quantile(c, np.linspace(0, 1, bins + 1)))
+    idx = _bin_index(c, edges)
+    nb = edges.size - 1
+    count = np.bincount(idx, minlength=nb)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_c = np.bincount(idx, weights=c, minlength=nb) / count
+        mean_m = np.bincount(idx, weights=s, minlength=nb) / count
+    return CalibrationCurve(edges, mean_c, mean_m, count)
+
+
+def _calibration_gaps(correct: Any, confidence: Any, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    s, c, _ = _scores_and_confidence(correct, confidence, True, "correct")
+    if c.min() < 0 or c.max() > 1:
+        raise InputError(
+            "confidence must lie in [0, 1] for calibration errors; rescale it (or use "
+            "confidence_recall_curve, which bins any range)."
+        )
+    bins = check_int(bins, "bins")
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    idx = _bin_index(c, edges)
+    count = np.bincount(idx, minlength=bins)
+    filled = count > 0
+    acc = np.bincount(idx, weights=s, minlength=bins)[filled] / count[filled]
+    conf = np.bincount(idx, weights=c, minlength=bins)[filled] / count[filled]
+    return np.abs(acc - conf), count[filled] / s.size
+
+
+def expected_calibration_error(correct: Any, confidence: Any, *, bins: int = 10) -> float:
+    """ECE = Σ_b (n_b / n) |acc_b - conf_b| over equal-width bins of [0, 1].
+
+    Bins are right-closed (a, b] with the first bin [0, 1/bins] closed; empty bins are skipped.
+
+    Examples
+    --------
+    >>> expected_calibration_error([1, 0, 1, 1], [0.95, 0.95, 0.3, 0.3], bins=2)
+    0.575
+    """
+    gaps, weights = _calibration_gaps(correct, confidence, bins)
+    return float(np.sum(gaps * weights))
+
+
+def maximum_calibration_error(correct: Any, confidence: Any, *, bins: int = 10) -> float:
+    """MCE = max over non-empty bins of |acc_b - conf_b| (bins as in ECE).
+
+    Examples
+    --------
+    >>> maximum_calibration_error([1, 0, 1, 1], [0.95, 0.95, 0.3, 0.3], bins=2)
+    0.7
+    """
+    gaps, _ = _calibration_gaps(correct, confidence, bins)
+    return float(gaps.max())
+
+
+def confidence_auroc(correct: Any, confidence: Any, *, higher_is_confident: bool = True) -> float:
+    """R-AUROC: AUROC of "the query is correct" (e.g. R@1) against its confidence.
+
+    The probability that a correct query is more confident than an incorrect one, ties counted
+    half (Mann-Whitney).  NaN with a warning when all queries are correct or all wrong.
+
+    Examples
+    --------
+    >>> confidence_auroc([1, 1, 0, 0], [0.9, 0.5, 0.5, 0.1])
+    0.875
+    """
+    from scipy.stats import rankdata
+
+    s, c, _ = _scores_and_confidence(correct, confidence, higher_is_confident, "correct")
+    positive = s > 0.5
+    n1, n0 = int(positive.sum()), int((~positive).sum())
+    if n1 == 0 or n0 == 0:
+        warnings.warn(
+            "confidence_auroc needs both correct and incorrect queries; NaN.",
+            EmbedevalWarning,
+            stacklevel=2,
+        )
+        return math.nan
+    ranks = rankdata(c)
+    return float((ranks[positive].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+def best_threshold_accuracy(
+    correct: Any, confidence: Any, *, higher_is_confident: bool = True
+) -> float:
+    """Best accuracy of predicting correctness as ``confidence >= t``, over every threshold t.
+
+    Thresholds run over every distinct confidence plus +inf (predict "wrong" for all).
+
+    Examples
+    --------
+    >>> best_threshold_accuracy([1, 1, 0, 0], [0.9, 0.5, 0.5, 0.1])
+    0.75
+    """
+    s, c, _ = _scores_and_confidence(correct, confidence, higher_is_confident, "correct")
+    positive = s > 0.5
+    order = np.argsort(-c, kind="stable")
+    c_sorted, p_sorted = c[order], positive[order]
+    last_of_block = np.append(c_sorted[1:] != c_sorted[:-1], True)
+    tp = np.cumsum(p_sorted)[last_of_block]  # predicted correct: everything at or above c
+    fp = np.cumsum(~p_sorted)[last_of_block]
+    tn = (~positive).sum() - fp
+    accuracy = np.append((tp + tn) / s.size, (~positive).sum() / s.size)
+    return float(accuracy.max())
+
+
+@dataclass(frozen=True)
+class RankCorrelation:
+    """Rank correlation statistic and its two-sided p-value."""
+
+    statistic: float
+    pvalue: float
+    method: str
+    n: int
+
+
+def rank_correlation(
+    predicted: Any,
+    truth: Any,
+    *,
+    method: str = "spearman",
+    nan_policy: str = "raise",
+    higher_is_uncertain: bool = True,
+) -> RankCorrelation:
+    """Spearman's ρ or Kendall's τ-b between predicted and ground-truth uncertainties.
+
+    ``truth`` is an uncertainty (a ground-truth sigma).  With ``higher_is_uncertain=True`` the
+    prediction is a sigma too; with ``False`` it is a confidence (kappa) and is negated, so a
+    good predictor scores close to +1 either way.  Average ranks for ties (Spearman), τ-b
+    (Kendall).  Invariant to strictly increasing transforms of either input.
+
+    Parameters
+    ----------
+    nan_policy : {"raise", "omit", "propagate"}
+        As in scipy: error on NaN, drop pairs with a NaN, or return NaN.
+
+    Examples
+    --------
+    >>> iq = [106, 86, 100, 101, 99, 103, 97, 113, 112, 110]
+    >>> tv = [7, 0, 27, 50, 28, 29, 20, 12, 6, 17]
+    >>> round(rank_correlation(iq, tv).statistic, 6)   # -29/165
+    -0.175758
+    """
+    from scipy import stats
+
+    method = check_choice(method, "method", ("spearman", "kendall"))
+    nan_policy = check_choice(nan_policy, "nan_policy", ("raise", "omit", "propagate"))
+    p = as_vector(predicted, "predicted", allow_nan=True)
+    t = as_vector(truth, "truth", length=p.size, length_of="predicted", allow_nan=True)
+    bad = np.isnan(p) | np.isnan(t)
+    if bad.any():
+        if nan_policy == "raise":
+            raise InputError(
+                f"predicted/truth have {int(bad.sum())} NaN pair(s), first at index "
+                f"{int(np.flatnonzero(bad)[0])}; pass nan_policy='omit' to drop them."
+            )
+        if nan_policy == "propagate":
+            return RankCorrelation(math.nan, math.nan, method, p.size)
+        p, t = p[~bad], t[~bad]
+    if not higher_is_uncertain:
+        p = -p
+    if p.size < 2 or np.all(p == p[0]) or np.all(t == t[0]):
+        warnings.warn(
+            "rank_correlation: an input is constant (or has fewer than 2 values), so the "
+            "correlation is undefined; returning NaN.",
+            EmbedevalWarning,
+            stacklevel=2,
+        )
+        return RankCorrelation(math.nan, math.nan, method, p.size)
+    if method == "spearman":
+        res = stats.spearmanr(p, t)
+    else:
+        res = stats.kendalltau(p, t, variant="b")
+    return RankCorrelation(float(res.statistic), float(res.pvalue), method, p.size)
+
+
+def hpd_interval(
+    samples: Any, prob: float = 0.95, *, axis: int = -1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Highest-density interval from posterior draws, vectorised over all other axes.
+
+    The shortest interval holding m = ⌊p·n⌋ + 1 sorted draws (capped at n): among the windows
+    [x_(i), x_(i+m-1)] the narrowest one (the first if several tie).
+
+    Examples
+    --------
+    >>> lo, hi = hpd_interval([0.0, 1.0, 1.1, 1.2, 5.0], prob=0.5)
+    >>> float(lo), float(hi)
+    (1.0, 1.2)
+    """
+    prob = check_probability(prob, "prob")
+    x = np.sort(np.asarray(samples, dtype=np.float64), axis=axis)
+    x = np.moveaxis(x, axis, -1)
+    n = x.shape[-1]
+    if n == 0:
+        raise InputError("samples is empty along the given axis.")
+    if np.isnan(x).any():
+        raise InputError("samples has NaN values; drop them first.")
+    m = min(n, math.floor(prob * n) + 1)
+    widths = x[..., m - 1 :] - x[..., : n - m + 1]
+    start = np.argmin(widths, axis=-1)[..., None]
+    low = np.take_along_axis(x, start, axis=-1)[..., 0]
+    high = np.take_along_axis(x, start + m - 1, axis=-1)[..., 0]
+    return low, high
+
+
+def gaussian_credible_radius(sigma: Any, dim: int, prob: float = 0.95) -> np.ndarray:
+    """Radius of the HPD ball of an isotropic Gaussian N(μ, σ² I_dim): σ·sqrt(χ²_dim(p)).
+
+    Examples
+    --------
+    >>> round(float(gaussian_credible_radius(1.0, 1, 0.95)), 4)   # the familiar 1.96
+    1.96
+    """
+    from scipy.stats import chi2
+
+    dim = check_int(dim, "dim")
+    prob = check_probability(prob, "prob")
+    sigma = np.asarray(sigma, dtype=np.float64)
+    if np.any(~np.isfinite(sigma)) or np.any(sigma < 0):
+        raise InputError("sigma must be finite and >= 0.")
+    return sigma * math.sqrt(chi2.ppf(prob, dim))
+
+
+def vmf_credible_cap(kappa: Any, dim: int, prob: float = 0.95) -> np.ndarray:
+    """Cosine threshold t of the HPD cap {x : μ·x >= t} of a von Mises-Fisher on S^(dim-1).
+
+    The density of w = μ·x is ∝ exp(κ w) (1 - w²)^((dim-3)/2) on [-1, 1]; t solves
+    P(w >= t) = prob (numerical quadrature and root finding, per κ).
+
+    Examples
+    --------
+    >>> round(float(vmf_credible_cap(0.0, 3, 0.5)), 6)   # uniform on the sphere: half above 0
+    0.0
+    """
+    from scipy import integrate, optimize
+
+    dim = check_int(dim, "dim", minimum=2)
+    prob = check_probability(prob, "prob")
+    kappa = np.asarray(kappa, dtype=np.float64)
+    if np.any(~np.isfinite(kappa)) or np.any(kappa < 0):
+        raise InputError("kappa must be finite and >= 0.")
+    power = (dim - 3) / 2
+
+    def upper_mass(t: float, k: float) -> float:
+        def f(w: float) -> float:
+            return math.exp(k * (w - 1)) * (1 - w * w) ** power if abs(w) < 1 else 0.0
+
+        num = integrate.quad(f, t, 1, limit=200)[0]
+        den = integrate.quad(f, -1, 1, limit=200, points=[1 - min(1, 10 / max(k, 1e-9))])[0]
+        return num / den
+
+    def solve(k: float) -> float:
+        if prob >= 1:
+            return -1.0
+        return optimize.brentq(lambda t: upper_mass(t, k) - prob, -1 + 1e-12, 1 - 1e-12, xtol=1e-10)
+
+    return np.vectorize(solve, otypes=[float])(kappa)
+
+
+@dataclass(frozen=True)
+class CoverageCurve:
+    """Empirical coverage of credible regions at each nominal level."""
+
+    nominal: np.ndarray
+    empirical: np.ndarray
+    n_queries: int
+
+
+def credible_coverage(
+    embeddings: Any,
+    labels: Any,
+    uncertainty: Any,
+    *,
+    model: str = "gaussian",
+    levels: Any = (0.5, 0.8, 0.9, 0.95, 0.99),
+) -> CoverageCurve:
+    """Fraction of same-class references inside each query's credible region, per level.
+
+    ``model="gaussian"``: ``uncertainty`` is σ and the region is the ball of radius
+    :func:`gaussian_credible_radius` around the query (Euclidean).  ``model="vmf"``:
+    ``uncertainty`` is κ and the region is the cap :func:`vmf_credible_cap` around the
+    normalised query (cosine).  Leave-one-out: a query's own row is not counted; lone queries
+    are skipped.  Well-calibrated uncertainties put the curve on the diagonal.
+
+    Examples
+    --------
+    >>> cov = credible_coverage([[0.0], [0.5], [3.0]], [0, 0, 0], [1.0, 1.0, 1.0], levels=[0.5])
+    >>> cov.empirical.tolist()   # radius 0.674: only the pair 0 / 0.5 is inside
+    [0.3333333333333333]
+    """
+    from ._validation import as_embeddings, as_labels, factorize
+
+    model = check_choice(model, "model", ("gaussian", "vmf"))
+    x = as_embeddings(embeddings, "embeddings").astype(np.float64)
+    y = as_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
+    u = as_vector(uncertainty, "uncertainty", length=x.shape[0], length_of="embeddings")
+    levels = np.asarray([check_probability(p, "levels") for p in np.atleast_1d(levels)])
+    (codes,), _ = factorize(y)
+    if model == "vmf":
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+        thresholds = np.stack([vmf_credible_cap(u, x.shape[1], p) for p in levels], axis=1)
+    else:
+        thresholds = np.stack([gaussian_credible_radius(u, x.shape[1], p) for p in levels], axis=1)
+    fractions = []
+    for c in np.unique(codes):  # one class at a time: only same-class pairs are needed
+        members = np.flatnonzero(codes == c)
+        if members.size < 2:
+            continue
+        xc = x[members]
+        if model == "vmf":
+            closeness = xc @ xc.T
+            inside = closeness[:, :, None] >= thresholds[members][:, None, :]
+        else:
+            sq = np.maximum(((xc[:, None, :] - xc[None, :, :]) ** 2).sum(-1), 0)
+            inside = np.sqrt(sq)[:, :, None] <= thresholds[members][:, None, :]
+        np.einsum("iij->ij", inside)[:] = False  # not the query itself
+        fractions.append(inside.sum(axis=1) / (members.size - 1))
+    if not fractions:
+        raise InputError("every query is lone (no other member of its class); no coverage.")
+    per_query = np.concatenate(fractions)
+    return CoverageCurve(levels, per_query.mean(axis=0), per_query.shape[0])
+
+
+def confidence_summary(
+    per_query: dict[str, np.ndarray],
+    confidence: Any,
+    *,
+    higher_is_confident: bool = True,
+) -> dict[str, float]:
+    """Confidence metrics for every per-query metric (what ``evaluate(confidences=...)`` adds).
+
+    For each metric m: ``auerc_m``, ``oracle_auerc_m``, ``random_auerc_m``, ``excess_auerc_m``;
+    and from ``precision_at_1`` (else ``recall_at_1``): ``r_auroc`` and
+    ``best_threshold_accuracy``.
+    """
+    out: dict[str, float] = {}
+    for name, values in per_query.items():
+        values = np.asarray(values, dtype=np.float64)
+        if np.all(np.isnan(values)):
+            continue
+        erc = error_reject_curve(values, confidence, higher_is_confident=higher_is_confident)
+        out[f"auerc_{name}"] = erc.auerc
+        out[f"oracle_auerc_{name}"] = erc.oracle_auerc
+        out[f"random_auerc_{name}"] = erc.random_auerc
+        out[f"excess_auerc_{name}"] = erc.excess_auerc
+    key = next((k for k in ("precision_at_1", "recall_at_1") if k in per_query), None)
+    if key is not None and not np.all(np.isnan(per_query[key])):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", EmbedevalWarning)
+            out["r_auroc"] = confidence_auroc(
+                per_query[key], confidence, higher_is_confident=higher_is_confident
+            )
+        out["best_threshold_accuracy"] = best_threshold_accuracy(
+            per_query[key], confidence, higher_is_confident=higher_is_confident
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class RejectBothCurve:
+    """Metrics after removing the least confident items from queries *and* gallery."""
+
+    fractions: np.ndarray
+    metrics: dict[str, np.ndarray]
+    n_kept: np.ndarray
+
+
+def reject_both_curve(
+    embeddings: Any,
+    labels: Any,
+    confidences: Any,
+    *,
+    fractions: Any = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
+    metrics: Any = None,
+    higher_is_confident: bool = True,
+    **evaluate_kwargs: Any,
+) -> RejectBothCurve:
+    """The face-recognition protocol: reject the ⌈f·n⌉ least confident items entirely.
+
+    For each fraction f the rejected items leave both the query set and the gallery
+    (leave-one-out over one set), and the metrics are recomputed on what remains; so, unlike
+    the error-reject curve, a rejected item can no longer be anyone's neighbour.  Ties in
+    confidence are broken by position (earlier rows are kept first), so the result is
+    deterministic.
+
+    Examples
+    --------
+    >>> x = [[0.0], [0.1], [1.0], [1.1], [0.5]]
+    >>> cur = reject_both_curve(x, [0, 0, 1, 1, 1], [0.9, 0.9, 0.9, 0.9, 0.1],
+    ...                         fractions=[0.0, 0.2], metrics=["precision_at_1"])
+    >>> cur.metrics["precision_at_1"].tolist()   # the confusing point 0.5 is rejected
+    [0.8, 1.0]
+    """
+    from ._validation import as_embeddings, as_labels
+    from .evaluate import evaluate
+
+    x = as_embeddings(embeddings, "embeddings")
+    y = as_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
+    c = as_vector(confidences, "confidences", length=x.shape[0], length_of="embeddings")
+    if not higher_is_confident:
+        c = -c
+    fr = np.asarray(
+        [check_probability(f, "fractions", open_left=False) for f in np.atleast_1d(fractions)]
+    )
+    if np.any(fr >= 1):
+        raise InputError("fractions must be < 1 (something must remain to evaluate).")
+    order = np.argsort(-c, kind="stable")  # most confident first, ties by position
+    results: dict[str, list[float]] = {}
+    kept = []
+    for f in fr:
+        n_keep = x.shape[0] - math.ceil(f * x.shape[0] - 1e-12)
+        keep = np.sort(order[:n_keep])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", EmbedevalWarning)
+            res = evaluate(x[keep], y[keep], metrics=metrics, **evaluate_kwargs)
+        for name, value in res.metrics.items():
+            results.setdefault(name, []).append(value)
+        kept.append(n_keep)
+    return RejectBothCurve(fr, {k: np.asarray(v) for k, v in results.items()}, np.asarray(kept))
