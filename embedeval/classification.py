@@ -1,0 +1,293 @@
+"""Confusion-matrix metrics, ROC and PR curves, and threshold selection.
+
+Orientation: ``confusion_matrix(y_true, y_pred)[i, j]`` counts items of actual class i predicted
+as class j — rows are the truth, columns the prediction (scikit-learn's convention).  Per-class
+rates are one-vs-rest: for class c, positives are the items of class c.
+
+Zero division (a class never predicted, never present) follows ``zero_division``: ``"warn"``
+(0.0 and an :class:`~embedeval.EmbedevalWarning`) or a number returned silently.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ._errors import EmbedevalWarning, InputError
+from ._validation import as_labels, as_vector, check_choice, check_int, factorize
+
+__all__ = [
+    "confusion_matrix",
+    "pr_curve",
+    "rates",
+    "roc_auc",
+    "roc_curve",
+    "select_threshold",
+    "top_k_accuracy",
+]
+
+
+def confusion_matrix(y_true: Any, y_pred: Any, *, labels: Any = None) -> np.ndarray:
+    """Counts C[i, j] of items with actual class labels[i] predicted as labels[j].
+
+    ``labels`` fixes the order (default: the sorted union of both inputs).
+
+    Examples
+    --------
+    >>> confusion_matrix([0, 0, 1, 1], [0, 1, 1, 1]).tolist()
+    [[1, 1], [0, 2]]
+    """
+    t = as_labels(y_true, "y_true")
+    p = as_labels(y_pred, "y_pred", length=t.size, length_of="y_true")
+    if labels is None:
+        (ct, cp), uniques = factorize(t, p)
+    else:
+        lab = as_labels(labels, "labels")
+        (cl, ct, cp), uniques = factorize(lab, t, p)
+        if len(set(cl.tolist())) != cl.size:
+            raise InputError("labels has repeated values.")
+        missing = np.setdiff1d(np.concatenate([ct, cp]), cl)
+        if missing.size:
+            raise InputError(
+                f"y_true/y_pred hold {missing.size} class(es) not in labels, e.g. "
+                f"{uniques[missing[0]]!r}; add them to labels."
+            )
+        remap = np.full(uniques.size, -1)
+        remap[cl] = np.arange(cl.size)
+        ct, cp = remap[ct], remap[cp]
+        uniques = lab
+    n = len(uniques)
+    return np.bincount(ct * n + cp, minlength=n * n).reshape(n, n)
+
+
+def _safe_div(num: np.ndarray, den: np.ndarray, zero_division: Any, what: str) -> np.ndarray:
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    zero = den == 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = num / np.where(zero, 1, den)
+    if zero.any():
+        if zero_division == "warn":
+            warnings.warn(
+                f"{what} is undefined for {int(zero.sum())} class(es); set to 0.0.",
+                EmbedevalWarning,
+                stacklevel=3,
+            )
+            out[zero] = 0.0
+        elif isinstance(zero_division, (int, float)) and not isinstance(zero_division, bool):
+            out[zero] = float(zero_division)
+        else:
+            raise InputError(f"zero_division must be 'warn' or a number; got {zero_division!r}.")
+    return out
+
+
+def rates(
+    y_true: Any,
+    y_pred: Any,
+    *,
+    labels: Any = None,
+    average: str | None = None,
+    beta: float = 1.0,
+    zero_division: Any = "warn",
+) -> dict[str, Any]:
+    """Every confusion-matrix rate, per class (one-vs-rest) or averaged.
+
+    Keys: ``tp, fp, fn, tn, support`` (counts) and ``tpr`` (= ``recall`` = ``sensitivity``),
+    ``tnr`` (= ``specificity``), ``ppv`` (= ``precision``), ``npv``, ``fpr`` (= ``fallout``),
+    ``fnr``, ``fdr``, ``for``, ``prevalence``, ``f1``, ``f_beta``, plus the overall ``accuracy``
+    and ``error_rate``.
+
+    ``average=None``: arrays in ``labels`` order; ``"macro"``: unweighted mean over classes;
+    ``"weighted"``: weighted by support; ``"micro"``: rates of the pooled counts (for
+    single-label multi-class, micro precision = recall = F1 = accuracy).
+
+    Examples
+    --------
+    >>> r = rates([1, 1, 0, 0], [1, 0, 0, 0], labels=[0, 1])
+    >>> r["recall"].tolist(), r["precision"].tolist(), r["accuracy"]
+    ([1.0, 0.5], [0.6666666666666666, 1.0], 0.75)
+    """
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0:
+        raise InputError(f"beta must be a positive number; got {beta!r}.")
+    cm = confusion_matrix(y_true, y_pred, labels=labels)
+    total = cm.sum()
+    tp = np.diag(cm).astype(np.float64)
+    fp = cm.sum(0) - tp
+    fn = cm.sum(1) - tp
+    tn = total - tp - fp - fn
+    if average is not None:
+        average = check_choice(average, "average", ("micro", "macro", "weighted"))
+    if average == "micro":
+        tp, fp, fn, tn = (np.array([v.sum()]) for v in (tp, fp, fn, tn))
+    b2 = beta * beta
+    out: dict[str, Any] = {
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+        "tn": tn,
+        "support": tp + fn,
+        "tpr": _safe_div(tp, tp + fn, zero_division, "recall"),
+        "tnr": _safe_div(tn, tn + fp, zero_division, "specificity"),
+        "ppv": _safe_div(tp, tp + fp, zero_division, "precision"),
+        "npv": _safe_div(tn, tn + fn, zero_division, "NPV"),
+        "prevalence": (tp + fn) / max(total, 1),
+        "f1": _safe_div(2 * tp, 2 * tp + fn + fp, zero_division, "F1"),
+        "f_beta": _safe_div((1 + b2) * tp, (1 + b2) * tp + b2 * fn + fp, zero_division, "F-beta"),
+    }
+    out["fpr"] = 1 - out["tnr"] if not (tn + fp == 0).any() else _safe_div(fp, fp + tn, 0.0, "")
+    out["fnr"] = _safe_div(fn, tp + fn, zero_division, "FNR")
+    out["fdr"] = _safe_div(fp, tp + fp, zero_division, "FDR")
+    out["for"] = _safe_div(fn, fn + tn, zero_division, "FOR")
+    if average in ("macro", "weighted"):
+        weights = None if average == "macro" else out["support"]
+        for key in (
+            "tpr",
+            "tnr",
+            "ppv",
+            "npv",
+            "fpr",
+            "fnr",
+            "fdr",
+            "for",
+            "prevalence",
+            "f1",
+            "f_beta",
+        ):
+            out[key] = float(np.average(out[key], weights=weights))
+    elif average == "micro":
+        for key in list(out):
+            out[key] = float(out[key][0])
+    out["recall"] = out["sensitivity"] = out["tpr"]
+    out["specificity"] = out["tnr"]
+    out["precision"] = out["ppv"]
+    out["fallout"] = out["fpr"]
+    out["accuracy"] = float(np.trace(cm) / total) if total else float("nan")
+    out["error_rate"] = 1 - out["accuracy"]
+    return out
+
+
+def _binary(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray]:
+    t = as_vector(y_true, "y_true")
+    s = as_vector(y_score, "y_score", length=t.size, length_of="y_true")
+    if not np.isin(t, (0, 1)).all():
+        raise InputError("y_true must be binary 0/1 for curves; one-vs-rest a class first.")
+    return t, s
+
+
+def _curve_counts(t: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    order = np.argsort(-s, kind="stable")
+    s_sorted, t_sorted = s[order], t[order]
+    ends = np.flatnonzero(np.append(s_sorted[1:] != s_sorted[:-1], True))
+    tps = np.cumsum(t_sorted)[ends]
+    fps = (ends + 1) - tps
+    return tps, fps, s_sorted[ends]
+
+
+def roc_curve(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ROC curve: (fpr, tpr, thresholds), one point per distinct score plus the origin.
+
+    Predict positive when score >= threshold; the first threshold is +inf (nothing positive).
+    Unlike scikit-learn's default, collinear points are kept.
+
+    Examples
+    --------
+    >>> fpr, tpr, th = roc_curve([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])
+    >>> fpr.tolist(), tpr.tolist()
+    ([0.0, 0.0, 0.5, 0.5, 1.0], [0.0, 0.5, 0.5, 1.0, 1.0])
+    """
+    t, s = _binary(y_true, y_score)
+    tps, fps, th = _curve_counts(t, s)
+    p, n = t.sum(), t.size - t.sum()
+    if p == 0 or n == 0:
+        raise InputError("roc_curve needs both classes in y_true.")
+    return (
+        np.concatenate([[0.0], fps / n]),
+        np.concatenate([[0.0], tps / p]),
+        np.concatenate([[np.inf], th]),
+    )
+
+
+def roc_auc(y_true: Any, y_score: Any) -> float:
+    """Area under the ROC curve (trapezoids; ties count half, as in Mann-Whitney).
+
+    Examples
+    --------
+    >>> roc_auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])
+    0.75
+    """
+    fpr, tpr, _ = roc_curve(y_true, y_score)
+    return float(np.trapezoid(tpr, fpr))
+
+
+def pr_curve(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Precision-recall points (precision, recall, thresholds) by decreasing threshold.
+
+    Examples
+    --------
+    >>> p, r, th = pr_curve([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])
+    >>> p.tolist(), r.tolist()
+    ([1.0, 0.5, 0.6666666666666666, 0.5], [0.5, 0.5, 1.0, 1.0])
+    """
+    t, s = _binary(y_true, y_score)
+    tps, fps, th = _curve_counts(t, s)
+    if t.sum() == 0:
+        raise InputError("pr_curve needs at least one positive in y_true.")
+    return tps / (tps + fps), tps / t.sum(), th
+
+
+def select_threshold(y_true: Any, y_score: Any, *, method: str = "youden") -> tuple[float, float]:
+    """Choose a decision threshold on the ROC curve: returns (threshold, criterion value).
+
+    ``"accuracy"``: the largest accuracy; ``"closest_to_01"``: the ROC point nearest (0, 1)
+    (criterion = that distance); ``"youden"``: the largest J = TPR - FPR.  The first threshold
+    wins ties.
+
+    Examples
+    --------
+    >>> select_threshold([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])
+    (0.8, 0.5)
+    """
+    method = check_choice(method, "method", ("accuracy", "closest_to_01", "youden"))
+    t, _ = _binary(y_true, y_score)
+    fpr, tpr, th = roc_curve(y_true, y_score)
+    if method == "youden":
+        crit = tpr - fpr
+        i = int(np.argmax(crit))
+    elif method == "closest_to_01":
+        crit = np.hypot(fpr, 1 - tpr)
+        i = int(np.argmin(crit))
+    else:
+        p, n = t.sum(), t.size - t.sum()
+        crit = (tpr * p + (1 - fpr) * n) / t.size
+        i = int(np.argmax(crit))
+    return float(th[i]), float(crit[i])
+
+
+def top_k_accuracy(y_true: Any, y_score: Any, *, k: int = 1, labels: Any = None) -> float:
+    """Share of items whose true class is among the k highest-scored classes.
+
+    ``y_score`` has one column per class, in ``labels`` order (default 0..n_classes-1).  Ties at
+    the k-th score count as hits (scikit-learn's rule).
+
+    Examples
+    --------
+    >>> top_k_accuracy([0, 1, 2], [[0.5, 0.3, 0.2], [0.5, 0.3, 0.2], [0.5, 0.3, 0.2]], k=2)
+    0.6666666666666666
+    """
+    k = check_int(k, "k")
+    s = np.asarray(y_score, dtype=np.float64)
+    t = as_labels(y_true, "y_true", length=s.shape[0] if s.ndim == 2 else None)
+    if s.ndim != 2:
+        raise InputError(f"y_score must be 2-D (items x classes); got shape {s.shape}.")
+    lab = np.arange(s.shape[1]) if labels is None else as_labels(labels, "labels")
+    if len(lab) != s.shape[1]:
+        raise InputError(f"labels has {len(lab)} classes but y_score has {s.shape[1]} columns.")
+    (cl, ct), _ = factorize(np.asarray(lab), t)
+    col = np.full(int(cl.max()) + 1 if cl.size else 0, -1)
+    col[cl] = np.arange(cl.size)
+    if (ct > col.size - 1).any() or (col[ct] < 0).any():
+        raise InputError("y_true holds a class that is not in labels.")
+    true_score = s[np.arange(s.shape[0]), col[ct]]
+    higher = (s > true_score[:, None]).sum(1)
+    return float(np.mean(higher < k))

@@ -1,0 +1,792 @@
+"""Ranking and IR metrics, vectorised over queries, with explicit tie and zero-division rules.
+
+Every ranked metric takes scikit-learn's ``(y_true, y_score)``: a 1-D pair is one query and gives
+a Python float; 2-D arrays hold one query per row and give a float64 array of per-query values.
+``y_true`` is the relevance (0/1, or graded for DCG), ``y_score`` is higher-is-better.  When the
+list is truncated (you pass the top 100 of a larger collection), ``n_relevant=`` gives the number
+of relevant items in the whole collection, used by recall, AP and R-precision.
+
+Ties in ``y_score`` (``ties=``):
+
+* ``"expected"`` (default): the mean over every ordering of tied items, by closed forms
+  (McSherry & Najork, ECIR 2008): a position inside a tie block of size g holding r relevant
+  items is relevant with probability r/g, and two positions both with probability
+  r(r-1)/(g(g-1)).
+* ``"pessimistic"`` / ``"optimistic"``: relevant items last / first within a tie.
+* ``"threshold"``: scikit-learn's rule — a tie block is one threshold, precision is read at the
+  block's end (for ``average_precision`` and the curves, where it gives exact parity with
+  ``sklearn.metrics.average_precision_score``).
+
+Zero division (no relevant item, no retrieved item, an ideal DCG of 0) follows ``zero_division``:
+``"warn"`` (default: 0.0 and an :class:`~embedeval.EmbedevalWarning`), or a number (0.0, 1.0,
+``nan``) returned silently.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ._errors import EmbedevalWarning, InputError
+from ._validation import check_choice, check_int
+
+__all__ = [
+    "average_precision",
+    "cumulative_gain",
+    "dcg",
+    "f_beta",
+    "fallout",
+    "from_neighbors",
+    "hit_rate_at_k",
+    "interpolated_average_precision",
+    "mean_average_precision",
+    "mean_reciprocal_rank",
+    "ndcg",
+    "precision",
+    "precision_at_k",
+    "precision_recall_curve",
+    "r_precision",
+    "recall",
+    "recall_at_k",
+    "reciprocal_rank",
+    "system_efficiency",
+]
+
+_TIES = ("expected", "pessimistic", "optimistic", "threshold")
+
+
+# --------------------------------------------------------------------------- input handling
+def _as_2d(
+    y_true: Any, y_score: Any, *, graded: bool = False
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    t = np.asarray(y_true)
+    s = np.asarray(y_score)
+    if t.dtype == object or s.dtype == object:
+        raise InputError("y_true and y_score must be numeric arrays, not object arrays.")
+    single = t.ndim == 1
+    if t.ndim not in (1, 2) or t.shape != s.shape:
+        raise InputError(
+            f"y_true and y_score must have the same 1-D or 2-D shape; got {t.shape} and {s.shape}."
+        )
+    if t.size == 0:
+        raise InputError("y_true is empty; pass at least one ranked item.")
+    t = np.atleast_2d(t).astype(np.float64)
+    s = np.atleast_2d(s).astype(np.float64)
+    if not np.isfinite(s).all():
+        bad = np.argwhere(~np.isfinite(s))[0]
+        raise InputError(f"y_score has NaN or infinite values (first at {tuple(bad.tolist())}).")
+    if not np.isfinite(t).all() or (t < 0).any():
+        raise InputError("y_true must be finite and >= 0 (relevance grades).")
+    if not graded and not np.isin(t, (0, 1)).all():
+        raise InputError(
+            "y_true must be binary (0/1) for this metric; graded relevance is for "
+            "dcg / ndcg / cumulative_gain."
+        )
+    return t, s, single
+
+
+def _n_relevant(n_relevant: Any, t: np.ndarray) -> np.ndarray:
+    found = (t > 0).sum(axis=1).astype(np.float64)
+    if n_relevant is None:
+        return found
+    n = np.broadcast_to(np.asarray(n_relevant, dtype=np.float64), (t.shape[0],)).copy()
+    if (n < found).any():
+        i = int(np.flatnonzero(n < found)[0])
+        raise InputError(
+            f"n_relevant[{i}] = {n[i]:g} is smaller than the {found[i]:g} relevant items "
+            "already in the list; it counts relevant items in the whole collection."
+        )
+    return n
+
+
+def _k(k: Any, n_items: int) -> int:
+    if k is None:
+        return n_items
+    return check_int(k, "k")
+
+
+def _out(values: np.ndarray, single: bool) -> float | np.ndarray:
+    return float(values[0]) if single else values
+
+
+def _divide(num: np.ndarray, den: np.ndarray, zero_division: Any, what: str) -> np.ndarray:
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    zero = den == 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = num / np.where(zero, 1, den)
+    if zero.any():
+        if zero_division == "warn":
+            warnings.warn(
+                f"{int(zero.sum())} quer(ies) have {what}; their value is set to 0.0 "
+                "(zero_division='warn'; pass zero_division=0.0, 1.0 or nan to choose).",
+                EmbedevalWarning,
+                stacklevel=3,
+            )
+            fill = 0.0
+        elif isinstance(zero_division, (int, float)) and not isinstance(zero_division, bool):
+            fill = float(zero_division)
+        else:
+            raise InputError(
+                f"zero_division must be 'warn' or a number (0.0, 1.0, nan); got {zero_division!r}."
+            )
+        out[zero] = fill
+    return out
+
+
+class _Ranked:
+    """Rows sorted by score (descending) with the tie blocks of each position."""
+
+    def __init__(self, t: np.ndarray, s: np.ndarray, ties: str) -> None:
+        ties = check_choice(ties, "ties", _TIES)
+        if ties == "pessimistic":
+            order = np.lexsort((t, -s), axis=1)
+        elif ties == "optimistic":
+            order = np.lexsort((-t, -s), axis=1)
+        else:
+            order = np.argsort(-s, axis=1, kind="stable")
+        self.rel = np.take_along_axis(t, order, axis=1)
+        self.score = np.take_along_axis(s, order, axis=1)
+        self.ties = ties
+        n = self.rel.shape[1]
+        pos = np.arange(n)
+        equal_prev = np.zeros(self.rel.shape, dtype=bool)
+        equal_prev[:, 1:] = self.score[:, 1:] == self.score[:, :-1]
+        self.any_ties = bool(equal_prev.any())
+        if self.any_ties and equal_prev.mean() > 0.5:
+            warnings.warn(
+                f"{equal_prev.mean():.0%} of the ranked items tie with their predecessor "
+                "(quantised scores?); tie handling decides these values.",
+                EmbedevalWarning,
+                stacklevel=3,
+            )
+        self.start = np.maximum.accumulate(np.where(~equal_prev, pos, 0), axis=1)
+        equal_next = np.zeros(self.rel.shape, dtype=bool)
+        equal_next[:, :-1] = equal_prev[:, 1:]
+        self.end = np.minimum.accumulate(np.where(~equal_next, pos, n - 1)[:, ::-1], axis=1)[
+            :, ::-1
+        ]
+        self.size = self.end - self.start + 1
+
+    def block_mean(self, values: np.ndarray) -> np.ndarray:
+        """Replace every position's value by its tie block's mean (the expected value)."""
+        c = np.concatenate([np.zeros((values.shape[0], 1)), np.cumsum(values, axis=1)], axis=1)
+        total = np.take_along_axis(c, self.end + 1, axis=1) - np.take_along_axis(
+            c, self.start, axis=1
+        )
+        return total / self.size
+
+    def gains(self, values: np.ndarray | None = None) -> np.ndarray:
+        """Per-position relevance under the tie rule (expected: block means)."""
+        v = self.rel if values is None else values
+        if self.ties == "expected" and self.any_ties:
+            return self.block_mean(v)
+        return v
+
+
+# --------------------------------------------------------------------------- set retrieval
+def _set_counts(
+    y_true: Any, y_pred: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+    t, p, single = _as_2d(y_true, y_pred)
+    if not np.isin(p, (0, 1)).all():
+        raise InputError("y_pred must be binary retrieved (1) / not retrieved (0) flags.")
+    tp = (t * p).sum(1)
+    fp = ((1 - t) * p).sum(1)
+    fn = (t * (1 - p)).sum(1)
+    tn = ((1 - t) * (1 - p)).sum(1)
+    return tp, fp, fn, tn, single
+
+
+def _set_metric(num, den, average, single, zero_division, what):
+    average = check_choice(average, "average", ("macro", "micro", "none"))
+    if average == "micro":
+        return float(
+            _divide(num.sum(keepdims=True), den.sum(keepdims=True), zero_division, what)[0]
+        )
+    values = _divide(num, den, zero_division, what)
+    if average == "macro" and not single:
+        return float(values.mean())
+    return _out(values, single)
+
+
+def precision(
+    y_true: Any, y_pred: Any, *, average: str = "macro", zero_division: Any = "warn"
+) -> float | np.ndarray:
+    """Set precision TP / (TP + FP) of retrieved flags ``y_pred`` (rows = queries).
+
+    ``average="macro"``: mean of per-query precisions; ``"micro"``: pooled counts;
+    ``"none"``: the per-query values.
+
+    Examples
+    --------
+    >>> precision([[1, 0, 1, 0], [0, 0, 1, 1]], [[1, 1, 0, 0], [0, 0, 1, 1]])
+    0.75
+    >>> precision([[1, 0, 1, 0], [0, 0, 1, 1]], [[1, 1, 0, 0], [0, 0, 1, 1]], average="micro")
+    0.75
+    """
+    tp, fp, _, _, single = _set_counts(y_true, y_pred)
+    return _set_metric(tp, tp + fp, average, single, zero_division, "nothing retrieved")
+
+
+def recall(
+    y_true: Any, y_pred: Any, *, average: str = "macro", zero_division: Any = "warn"
+) -> float | np.ndarray:
+    """Set recall TP / (TP + FN).
+
+    Examples
+    --------
+    >>> recall([[1, 0, 1, 0]], [[1, 1, 0, 0]], average="none").tolist()
+    [0.5]
+    """
+    tp, _, fn, _, single = _set_counts(y_true, y_pred)
+    return _set_metric(tp, tp + fn, average, single, zero_division, "no relevant item")
+
+
+def fallout(
+    y_true: Any, y_pred: Any, *, average: str = "macro", zero_division: Any = "warn"
+) -> float | np.ndarray:
+    """Fall-out FP / (FP + TN): the share of non-relevant items retrieved.
+
+    Examples
+    --------
+    >>> fallout([1, 0, 1, 0], [1, 1, 0, 0])
+    0.5
+    """
+    _, fp, _, tn, single = _set_counts(y_true, y_pred)
+    return _set_metric(fp, fp + tn, average, single, zero_division, "no non-relevant item")
+
+
+def f_beta(
+    y_true: Any,
+    y_pred: Any,
+    *,
+    beta: float = 1.0,
+    average: str = "macro",
+    zero_division: Any = "warn",
+) -> float | np.ndarray:
+    """F_β = (1 + β²) P R / (β² P + R), with the true β.
+
+    trec_eval's ``set_F.x`` takes x = β² (so its ``set_F.0.5`` is F_{√0.5}); pass
+    ``beta=math.sqrt(x)`` to match it.  Computed from counts as
+    (1 + β²) TP / ((1 + β²) TP + β² FN + FP), so P or R being undefined is not an issue.
+
+    Examples
+    --------
+    >>> f_beta([1, 0, 1, 0], [1, 1, 0, 0])
+    0.5
+    """
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0:
+        raise InputError(f"beta must be a positive number; got {beta!r}.")
+    tp, fp, fn, _, single = _set_counts(y_true, y_pred)
+    b2 = beta * beta
+    return _set_metric(
+        (1 + b2) * tp,
+        (1 + b2) * tp + b2 * fn + fp,
+        average,
+        single,
+        zero_division,
+        "no relevant and no retrieved item",
+    )
+
+
+# --------------------------------------------------------------------------- ranked metrics
+def precision_at_k(
+    y_true: Any, y_score: Any, *, k: int, ties: str = "expected"
+) -> float | np.ndarray:
+    """P@k = (relevant among the top k) / k — divides by k even when fewer than k items exist.
+
+    Examples
+    --------
+    >>> precision_at_k([1, 0, 1, 1], [0.9, 0.8, 0.7, 0.1], k=2)
+    0.5
+    >>> precision_at_k([1, 0], [0.5, 0.5], k=1)     # expected value over the tie
+    0.5
+    """
+    t, s, single = _as_2d(y_true, y_score)
+    k = _k(k, t.shape[1])
+    r = _Ranked(t, s, _no_threshold(ties))
+    return _out(r.gains()[:, :k].sum(1) / k, single)
+
+
+def _no_threshold(ties: str) -> str:
+    if ties == "threshold":
+        raise InputError(
+            "ties='threshold' (scikit-learn's grouping) applies to average_precision and the "
+            "curves; use 'expected', 'pessimistic' or 'optimistic' here."
+        )
+    return ties
+
+
+def recall_at_k(
+    y_true: Any,
+    y_score: Any,
+    *,
+    k: int,
+    n_relevant: Any = None,
+    ties: str = "expected",
+    zero_division: Any = "warn",
+) -> float | np.ndarray:
+    """IR recall@k = (relevant among the top k) / (relevant in the collection).
+
+    Not the metric-learning "Recall@k" (a hit rate): see :func:`hit_rate_at_k`.
+
+    Examples
+    --------
+    >>> recall_at_k([1, 0, 1, 1], [0.9, 0.8, 0.7, 0.1], k=2, n_relevant=4)
+    0.25
+    """
+    t, s, single = _as_2d(y_true, y_score)
+    k = _k(k, t.shape[1])
+    r = _Ranked(t, s, _no_threshold(ties))
+    return _out(
+        _divide(
+            r.gains()[:, :k].sum(1), _n_relevant(n_relevant, t), zero_division, "no relevant item"
+        ),
+        single,
+    )
+
+
+def hit_rate_at_k(
+    y_true: Any, y_score: Any, *, k: int, ties: str = "expected"
+) -> float | np.ndarray:
+    """1 if any of the top k is relevant (metric-learning "Recall@k"); expected over ties.
+
+    For a tie block cut by k, taking c of its g items of which r are relevant misses them all
+    with probability C(g-r, c) / C(g, c).
+
+    Examples
+    --------
+    >>> hit_rate_at_k([0, 1, 0], [0.5, 0.5, 0.1], k=1)
+    0.5
+    """
+    t, s, single = _as_2d(y_true, y_score)
+    k = min(_k(k, t.shape[1]), t.shape[1])
+    r = _Ranked(t, s, _no_threshold(ties))
+    rel = r.rel > 0
+    if ties != "expected" or not r.any_ties:
+        return _out(rel[:, :k].any(1).astype(np.float64), single)
+    # Relevant strictly before the block holding position k-1, or a hit inside that block.
+    start = r.start[:, k - 1]
+    end = r.end[:, k - 1]
+    cum = np.concatenate([np.zeros((rel.shape[0], 1)), np.cumsum(rel, axis=1)], axis=1)
+    rows = np.arange(rel.shape[0])
+    before = cum[rows, start] > 0
+    g = end - start + 1
+    rb = cum[rows, end + 1] - cum[rows, start]
+    c = k - start
+    miss = np.exp(_log_comb(g - rb, c) - _log_comb(g, c))
+    return _out(np.where(before, 1.0, 1.0 - miss), single)
+
+
+def _log_comb(n: np.ndarray, c: np.ndarray) -> np.ndarray:
+    from scipy.special import gammaln
+
+    n = np.asarray(n, dtype=np.float64)
+    c = np.asarray(c, dtype=np.float64)
+    out = gammaln(n + 1) - gammaln(c + 1) - gammaln(np.maximum(n - c, 0) + 1)
+    return np.where(c > n, -np.inf, out)
+
+
+def r_precision(
+    y_true: Any,
+    y_score: Any,
+    *,
+    n_relevant: Any = None,
+    ties: str = "expected",
+    zero_division: Any = "warn",
+) -> float | np.ndarray:
+    """R-precision: precision at R = number of relevant items in the collection.
+
+    Examples
+    --------
+    >>> r_precision([1, 0, 1, 0], [0.9, 0.8, 0.7, 0.1])
+    0.5
+    """
+    t, s, single = _as_2d(y_true, y_score)
+    n_rel = _n_relevant(n_relevant, t)
+    g = _Ranked(t, s, _no_threshold(ties)).gains()
+    cum = np.concatenate([np.zeros((t.shape[0], 1)), np.cumsum(g, axis=1)], axis=1)
+    window = np.minimum(n_rel, t.shape[1]).astype(np.int64)
+    hits = cum[np.arange(t.shape[0]), window]
+    return _out(_divide(hits, n_rel, zero_division, "no relevant item"), single)
+
+
+def average_precision(
+    y_true: Any,
+    y_score: Any,
+    *,
+    k: int | None = None,
+    n_relevant: Any = None,
+    normalization: str = "relevant",
+    ties: str = "expected",
+    zero_division: Any = "warn",
+) -> float | np.ndarray:
+    """Average precision by the step rule: AP = (1/N) Σ_i rel_i · P@i over the (top-k) ranking.
+
+    Parameters
+    ----------
+    k : int, optional
+        AP@k: only the first k positions contribute.
+    n_relevant : array-like, optional
+        Relevant items in the whole collection (default: those in the list).
+    normalization : {"relevant", "min_k_relevant", "hits"}
+        The divisor N: all relevant items (trec_eval, ranx; default), min(k, relevant)
+        (common in recommender papers), or the relevant items retrieved in the top k.
+    ties : {"expected", "pessimistic", "optimistic", "threshold"}
+        ``"expected"``: position p (1-based) inside a tie block of g items with r relevant, with
+        R_b relevant items before the block and j its index in the block, contributes
+        [(r/g)(R_b + 1) + (j-1) r(r-1)/(g(g-1))] / p.  ``"threshold"`` reads precision at the end
+        of each tie block (scikit-learn's ``average_precision_score``).
+
+    Examples
+    --------
+    >>> round(average_precision([1, 0, 0, 1, 0, 0, 1, 1],
+    ...                         [0.8, 0.6, 0.3, 0.2, 0.9, 0.75, 0.81, 0.92]), 4)
+    0.7292
+    """
+    t, s, single = _as_2d(y_true, y_score)
+    normalization = check_choice(
+        normalization, "normalization", ("relevant", "min_k_relevant", "hits")
+    )
+    n = t.shape[1]
+    k = min(_k(k, n), n)
+    r = _Ranked(t, s, ties)
+    rel = (r.rel > 0).astype(np.float64)
+    pos = np.arange(1, n + 1, dtype=np.float64)
+    cum = np.cumsum(rel, axis=1)
+    if ties == "threshold" and r.any_ties:
+        # One threshold per tie block: precision at the block's end, weighted by its hits.
+        end_hits = np.take_along_axis(cum, r.end, axis=1)
+        block_precision = end_hits / (r.end + 1)
+        contrib = rel * block_precision
+    elif ties == "expected" and r.any_ties:
+        zeros = np.zeros((t.shape[0], 1))
+        c0 = np.concatenate([zeros, cum], axis=1)
+        before = np.take_along_axis(c0, r.start, axis=1)
+        g = r.size.astype(np.float64)
+        rb = np.take_along_axis(c0, r.end + 1, axis=1) - before
+        j = pos[None, :] - r.start  # 1-based index inside the block
+        pair = np.where(g > 1, rb * (rb - 1) / np.maximum(g * (g - 1), 1), 0.0)
+        contrib = ((rb / g) * (before + 1) + (j - 1) * pair) / pos
+    else:
+        contrib = rel * cum / pos
+    total = contrib[:, :k].sum(1)
+    if normalization == "relevant":
+        den = _n_relevant(n_relevant, t)
+    elif normalization == "min_k_relevant":
+        den = np.minimum(_n_relevant(n_relevant, t), k)
+    else:
+        den = r.gains(rel)[:, :k].sum(1)
+    return _out(_divide(total, den, zero_division, "no relevant item"), single)
+
+
+def mean_average_precision(y_true: Any, y_score: Any, **kwargs: Any) -> float:
+    """MAP: the mean of :func:`average_precision` over queries (rows).
+
+    Examples
+    --------
+    >>> mean_average_precision([[1, 0], [0, 1]], [[0.9, 0.1], [0.9, 0.1]])
+    0.75
+    """
+    return float(
+        np.mean(average_precision(np.atleast_2d(y_true), np.atleast_2d(y_score), **kwargs))
+    )
+
+
+def interpolated_average_precision(
+    y_true: Any,
+    y_score: Any,
+    *,
+    points: int | str = 11,
+    n_relevant: Any = None,
+    ties: str = "threshold",
+    zero_division: Any = "warn",
+) -> float | np.ndarray:
+    """Interpolated AP: mean interpolated precision at recall levels.
+
+    Interpolated precision at recall r is the largest precision at any recall >= r (0 if no such
+    point).  ``points=11`` averages it at r = 0, 0.1, ..., 1 (the textbook rule; trec_eval's
+    ``11pt_avg`` uses the same levels but its own cut-offs at ties); ``points="all"`` gives the
+    area under the interpolated curve at every recall step.  The PR points are read at the end of
+    each tie block (``ties="threshold"``) or at every position (``"pessimistic"`` /
+    ``"optimistic"``).
+
+    Examples
+    --------
+    >>> round(interpolated_average_precision([1, 0, 1], [0.9, 0.8, 0.7]), 4)
+    0.8485
+    """
+    t, s, single = _as_2d(y_true, y_score)
+    if ties == "expected":
+        raise InputError(
+            "interpolated AP takes a maximum, which has no closed-form expectation "
+            "over ties; use ties='threshold', 'pessimistic' or 'optimistic'."
+        )
+    r = _Ranked(t, s, ties)
+    rel = (r.rel > 0).astype(np.float64)
+    n_rel = _n_relevant(n_relevant, t)
+    cum = np.cumsum(rel, axis=1)
+    if ties == "threshold":
+        cum = np.take_along_axis(cum, r.end, axis=1)
+        pos = (r.end + 1).astype(np.float64)
+    else:
+        pos = np.arange(1, t.shape[1] + 1, dtype=np.float64)[None, :].repeat(t.shape[0], 0)
+    prec = cum / pos
+    rec = _divide(cum, np.repeat(n_rel[:, None], t.shape[1], 1), zero_division, "no relevant item")
+    # interpolated precision at position i: max precision at positions >= i
+    interp = np.maximum.accumulate(prec[:, ::-1], axis=1)[:, ::-1]
+    if points == "all":
+        step = np.diff(np.concatenate([np.zeros((t.shape[0], 1)), rec], axis=1), axis=1)
+        return _out((step * interp).sum(1), single)
+    points = check_int(points, "points", minimum=2)
+    levels = np.linspace(0, 1, points)
+    # for each level, the first position whose recall reaches it
+    reach = rec[:, :, None] >= levels[None, None, :] - 1e-12
+    has = reach.any(1)
+    first = np.argmax(reach, axis=1)
+    vals = np.where(has, np.take_along_axis(interp, first, axis=1), 0.0)
+    return _out(vals.mean(1), single)
+
+
+def reciprocal_rank(
+    y_true: Any, y_score: Any, *, k: int | None = None, ties: str = "expected"
+) -> float | np.ndarray:
+    """1 / rank of the first relevant item (0 if none in the top k): RR or RR@k.
+
+    With ``ties="expected"`` and the first relevant item in a tie block starting at position
+    s+1 with g items of which r are relevant, E[1/rank] = Σ_j P(first = s + j) / (s + j) with
+    P(first = s + j) = C(g-j, r-1) / C(g, r).
+
+    Examples
+    --------
+    >>> reciprocal_rank([0, 1, 1], [0.9, 0.8, 0.1])
+    0.5
+    >>> reciprocal_rank([0, 1], [0.5, 0.5])      # rank 1 or 2 with equal chance
+    0.75
+    """
+    t, s, single = _as_2d(y_true, y_score)
+    n = t.shape[1]
+    k = min(_k(k, n), n)
+    r = _Ranked(t, s, _no_threshold(ties))
+    rel = r.rel > 0
+    has = rel.any(1)
+    first = np.argmax(rel, axis=1)
+    rows = np.arange(t.shape[0])
+    if ties != "expected" or not r.any_ties:
+        return _out(np.where(has & (first < k), 1.0 / (first + 1.0), 0.0), single)
+    start = r.start[rows, first]
+    g = r.size[rows, first]
+    cum = np.concatenate([np.zeros((t.shape[0], 1)), np.cumsum(rel, axis=1)], axis=1)
+    rb = cum[rows, start + g] - cum[rows, start]
+    jmax = int(g.max())
+    j = np.arange(1, jmax + 1)[None, :]
+    logp = _log_comb(g[:, None] - j, rb[:, None] - 1) - _log_comb(g, rb)[:, None]
+    p = np.where(j <= g[:, None], np.exp(logp), 0.0)
+    rank = start[:, None] + j
+    value = (p / rank * (rank <= k)).sum(1)
+    return _out(np.where(has, value, 0.0), single)
+
+
+def mean_reciprocal_rank(y_true: Any, y_score: Any, **kwargs: Any) -> float:
+    """MRR: mean of :func:`reciprocal_rank` over queries.
+
+    Examples
+    --------
+    >>> mean_reciprocal_rank([[0, 1], [1, 0]], [[0.9, 0.1], [0.9, 0.1]])
+    0.75
+    """
+    return float(np.mean(reciprocal_rank(np.atleast_2d(y_true), np.atleast_2d(y_score), **kwargs)))
+
+
+def _gain(rel: np.ndarray, gain: str) -> np.ndarray:
+    gain = check_choice(gain, "gain", ("linear", "exponential"))
+    return rel if gain == "linear" else np.power(2.0, rel) - 1.0
+
+
+def cumulative_gain(
+    y_true: Any, y_score: Any, *, k: int | None = None, ties: str = "expected"
+) -> float | np.ndarray:
+    """CG@k: the sum of relevance grades in the top k.
+
+    Examples
+    --------
+    >>> cumulative_gain([3, 2, 0, 1], [0.9, 0.8, 0.7, 0.1], k=3)
+    5.0
+    """
+    t, s, single = _as_2d(y_true, y_score, graded=True)
+    k = _k(k, t.shape[1])
+    return _out(_Ranked(t, s, _no_threshold(ties)).gains()[:, :k].sum(1), single)
+
+
+def _discounts(n: int) -> np.ndarray:
+    return 1.0 / np.log2(np.arange(2, n + 2, dtype=np.float64))
+
+
+def dcg(
+    y_true: Any, y_score: Any, *, k: int | None = None, gain: str = "linear", ties: str = "expected"
+) -> float | np.ndarray:
+    """DCG@k = Σ_{i <= k} g(rel_i) / log2(i + 1), g = rel ("linear") or 2^rel - 1.
+
+    With ``ties="expected"`` every position in a tie block gets the block's mean gain (the
+    exact expectation over orderings); scikit-learn's ``dcg_score`` does the same.
+
+    Examples
+    --------
+    >>> round(dcg([3, 2, 3, 0, 1, 2], [6, 5, 4, 3, 2, 1]), 4)
+    6.8611
+    """
+    t, s, single = _as_2d(y_true, y_score, graded=True)
+    k = min(_k(k, t.shape[1]), t.shape[1])
+    g = _Ranked(t, s, _no_threshold(ties)).gains(_sorted_gain(t, s, gain, ties))
+    return _out((g[:, :k] * _discounts(k)).sum(1), single)
+
+
+def _sorted_gain(t: np.ndarray, s: np.ndarray, gain: str, ties: str) -> np.ndarray:
+    # the gain of each item, in the same ranking order _Ranked uses
+    r = _Ranked(t, s, _no_threshold(ties))
+    return _gain(r.rel, gain)
+
+
+def ndcg(
+    y_true: Any,
+    y_score: Any,
+    *,
+    k: int | None = None,
+    gain: str = "linear",
+    ideal: Any = None,
+    ties: str = "expected",
+    zero_division: Any = "warn",
+) -> float | np.ndarray:
+    """nDCG@k = DCG@k / IDCG@k, with the ideal ranking taken from the collection.
+
+    Parameters
+    ----------
+    ideal : array-like, optional
+        The relevance grades of every judged item in the collection (1-D for one query, or one
+        row / list per query).  Default: the grades in ``y_true``, i.e. the retrieved list
+        itself — which overrates a system that retrieves few of the relevant items.
+
+    Examples
+    --------
+    >>> grades = [0, 2, 1, 3, 0, 2, 0, 3, 1, 3]           # ranks 1..10
+    >>> collection = [3] * 5 + [2] * 10                    # judged items with grade > 0
+    >>> round(ndcg(grades, list(range(10, 0, -1)), k=10, ideal=collection), 2)
+    0.49
+    """
+    t, s, single = _as_2d(y_true, y_score, graded=True)
+    n = t.shape[1]
+    k = min(_k(k, n), n) if ideal is None else _k(k, n)
+    actual = np.atleast_1d(dcg(t, s, k=min(k, n), gain=gain, ties=ties))
+    if ideal is None:
+        rows = [np.sort(row)[::-1] for row in t]
+    else:
+        rows = (
+            [np.asarray(ideal, dtype=np.float64)]
+            if single
+            else [np.asarray(row, dtype=np.float64) for row in ideal]
+        )
+        if len(rows) != t.shape[0]:
+            raise InputError(f"ideal has {len(rows)} rows but there are {t.shape[0]} queries.")
+    width = max(min(k, len(r)) for r in rows)
+    best = np.zeros((t.shape[0], max(width, 1)))
+    for i, row in enumerate(rows):  # one short sort per query: the ideal ranking
+        top = np.sort(row)[::-1][:width]
+        best[i, : top.size] = _gain(top, gain)
+    idcg = (best * _discounts(best.shape[1])).sum(1)
+    return _out(_divide(actual, idcg, zero_division, "an ideal DCG of 0"), single)
+
+
+def precision_recall_curve(
+    y_true: Any, y_score: Any, *, n_relevant: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Precision and recall at every distinct score threshold (one query).
+
+    Returns ``precision, recall, thresholds`` ordered by decreasing threshold; a tie block is one
+    threshold (as in scikit-learn, which orders them the other way and appends (1, 0)).
+
+    Examples
+    --------
+    >>> p, r, th = precision_recall_curve([1, 0, 1], [0.9, 0.5, 0.5])
+    >>> p.tolist(), r.tolist(), th.tolist()
+    ([1.0, 0.6666666666666666], [0.5, 1.0], [0.9, 0.5])
+    """
+    t, s, single = _as_2d(y_true, y_score)
+    if not single:
+        raise InputError("precision_recall_curve takes one query (1-D arrays).")
+    r = _Ranked(t, s, "threshold")
+    rel = r.rel[0] > 0
+    ends = np.flatnonzero(np.append(r.score[0, 1:] != r.score[0, :-1], True))
+    hits = np.cumsum(rel)[ends]
+    n_rel = _n_relevant(n_relevant, t)[0]
+    prec = hits / (ends + 1)
+    rec = _divide(hits, np.full(hits.shape, n_rel), "warn", "no relevant item")
+    return prec, rec, r.score[0, ends]
+
+
+def system_efficiency(
+    y_true: Any = None, y_score: Any = None, *, precision: Any = None, recall: Any = None
+) -> float:
+    """E = 1 - d / √2, d = the smallest distance of the precision-recall curve to (1, 1).
+
+    Pass a ranking (``y_true``, ``y_score``) or precision/recall arrays.  E = 1 for a perfect
+    system, 0 when the best point is (0, 0).
+
+    Examples
+    --------
+    >>> system_efficiency(precision=[1.0, 0.5], recall=[0.5, 1.0])
+    0.6464466094067263
+    """
+    if precision is None or recall is None:
+        if y_true is None or y_score is None:
+            raise InputError("pass y_true and y_score, or precision and recall.")
+        precision, recall, _ = precision_recall_curve(y_true, y_score)
+    p = np.asarray(precision, dtype=np.float64)
+    r = np.asarray(recall, dtype=np.float64)
+    if p.shape != r.shape or p.size == 0:
+        raise InputError("precision and recall must be non-empty arrays of the same shape.")
+    d = np.sqrt((1 - p) ** 2 + (1 - r) ** 2).min()
+    return float(1 - d / math.sqrt(2))
+
+
+def from_neighbors(
+    distances: Any,
+    indices: Any,
+    query_labels: Any,
+    reference_labels: Any,
+    *,
+    higher_is_better: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Turn a kNN result ``(D, I)`` into ``(y_true, y_score)`` for the ranking metrics.
+
+    ``y_true[q, j]`` = 1 when neighbour j has the query's label; ``y_score`` is ``-D`` for
+    distances (``higher_is_better=False``) or ``D`` for similarities.  faiss pads missing
+    neighbours with index -1: those become non-relevant with the lowest score.
+
+    Examples
+    --------
+    >>> y, s = from_neighbors([[0.1, 0.4]], [[2, 0]], [5], [5, 7, 5])
+    >>> y.tolist(), s.tolist()
+    ([[1.0, 1.0]], [[-0.1, -0.4]])
+    """
+    d = np.asarray(distances, dtype=np.float64)
+    idx = np.asarray(indices)
+    if d.shape != idx.shape or d.ndim != 2:
+        raise InputError(
+            f"distances and indices must be 2-D of one shape; got {d.shape}, {idx.shape}."
+        )
+    ql = np.asarray(query_labels)
+    rl = np.asarray(reference_labels)
+    if ql.shape[0] != d.shape[0]:
+        raise InputError(
+            f"query_labels has {ql.shape[0]} labels but there are {d.shape[0]} rows of neighbours."
+        )
+    pad = idx < 0
+    y = (rl[np.where(pad, 0, idx)] == ql[:, None]) & ~pad
+    score = d if higher_is_better else -d
+    score = np.where(pad, -np.inf, score)
+    if pad.any():
+        score = np.where(pad, np.nanmin(np.where(pad, np.inf, score)) - 1.0, score)
+    return y.astype(np.float64), score

@@ -1,0 +1,114 @@
+"""embedeval.classification against scikit-learn on random data with ties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+from embedeval import classification as cl
+
+RNG = np.random.default_rng(0)
+
+
+def test_confusion_matrix_matches_sklearn_and_orientation():
+    from sklearn.metrics import confusion_matrix
+
+    t = RNG.integers(0, 4, 200)
+    p = RNG.integers(0, 4, 200)
+    np.testing.assert_array_equal(cl.confusion_matrix(t, p), confusion_matrix(t, p))
+    np.testing.assert_array_equal(
+        cl.confusion_matrix(t, p, labels=[3, 1, 0, 2]), confusion_matrix(t, p, labels=[3, 1, 0, 2])
+    )
+    # rows = actual: one actual-0 item predicted as 1 sits in row 0, column 1
+    assert cl.confusion_matrix(["a", "b"], ["b", "b"]).tolist() == [[0, 1], [0, 1]]
+
+
+@pytest.mark.parametrize("average", [None, "macro", "weighted", "micro"])
+def test_rates_match_sklearn(average):
+    from sklearn.metrics import accuracy_score, precision_recall_fscore_support
+
+    t = RNG.integers(0, 5, 300)
+    p = RNG.integers(0, 5, 300)
+    r = cl.rates(t, p, average=average, beta=2.0)
+    sp, sr, sf, _ = precision_recall_fscore_support(t, p, average=average, zero_division=0)
+    sf2 = precision_recall_fscore_support(t, p, average=average, beta=2.0, zero_division=0)[2]
+    np.testing.assert_allclose(r["precision"], sp)
+    np.testing.assert_allclose(r["recall"], sr)
+    np.testing.assert_allclose(r["f1"], sf)
+    np.testing.assert_allclose(r["f_beta"], sf2)
+    assert r["accuracy"] == pytest.approx(accuracy_score(t, p))
+
+
+def test_rates_by_hand_binary():
+    r = cl.rates([1, 1, 1, 0, 0], [1, 1, 0, 1, 0], labels=[0, 1])
+    # class 1: tp 2, fn 1, fp 1, tn 1
+    assert r["tpr"][1] == pytest.approx(2 / 3)
+    assert r["tnr"][1] == pytest.approx(1 / 2)
+    assert r["npv"][1] == pytest.approx(1 / 2)
+    assert r["fdr"][1] == pytest.approx(1 / 3)
+    assert r["for"][1] == pytest.approx(1 / 2)
+    assert r["prevalence"][1] == pytest.approx(3 / 5)
+    assert r["error_rate"] == pytest.approx(2 / 5)
+
+
+def test_zero_division_policy():
+    with pytest.warns(ee.EmbedevalWarning, match="precision is undefined"):
+        r = cl.rates([0, 0], [0, 0], labels=[0, 1])
+    assert r["precision"][1] == 0.0
+    r = cl.rates([0, 0], [0, 0], labels=[0, 1], zero_division=1.0)
+    assert r["precision"][1] == 1.0
+
+
+def test_curves_match_sklearn_with_ties():
+    from sklearn.metrics import precision_recall_curve, roc_auc_score, roc_curve
+
+    for _ in range(10):
+        t = RNG.integers(0, 2, 80)
+        s = RNG.integers(0, 7, 80).astype(float)
+        fpr, tpr, th = cl.roc_curve(t, s)
+        sf, st, sth = roc_curve(t, s, drop_intermediate=False)
+        np.testing.assert_allclose(fpr, sf)
+        np.testing.assert_allclose(tpr, st)
+        np.testing.assert_allclose(th[1:], sth[1:])
+        assert cl.roc_auc(t, s) == pytest.approx(roc_auc_score(t, s))
+        p, r, th2 = cl.pr_curve(t, s)
+        sp, sr, sth2 = precision_recall_curve(t, s)
+        # scikit-learn lists increasing thresholds and appends (1, 0)
+        np.testing.assert_allclose(p, sp[:-1][::-1])
+        np.testing.assert_allclose(r, sr[:-1][::-1])
+        np.testing.assert_allclose(th2, sth2[::-1])
+
+
+def test_threshold_selection_brute_force():
+    t = RNG.integers(0, 2, 60)
+    s = RNG.integers(0, 10, 60).astype(float)
+    th, j = cl.select_threshold(t, s, method="youden")
+    best = max(np.mean(s[t == 1] >= c) - np.mean(s[t == 0] >= c) for c in np.unique(s))
+    assert j == pytest.approx(best)
+    th, acc = cl.select_threshold(t, s, method="accuracy")
+    best_acc = max(np.mean((s >= c) == (t == 1)) for c in [*np.unique(s), np.inf])
+    assert acc == pytest.approx(best_acc)
+    assert acc == pytest.approx(np.mean((s >= th) == (t == 1)))
+
+
+def test_top_k_accuracy_matches_sklearn():
+    from sklearn.metrics import top_k_accuracy_score
+
+    t = RNG.integers(0, 6, 100)
+    s = RNG.random((100, 6))
+    for k in (1, 2, 4):
+        assert cl.top_k_accuracy(t, s, k=k) == pytest.approx(top_k_accuracy_score(t, s, k=k))
+
+
+def test_bad_input():
+    with pytest.raises(ee.InputError, match="y_pred has 1 labels but there are 2"):
+        cl.confusion_matrix([0, 1], [0])
+    with pytest.raises(ee.InputError, match="not in labels"):
+        cl.confusion_matrix([0, 5], [0, 1], labels=[0, 1])
+    with pytest.raises(ee.InputError, match="both classes"):
+        cl.roc_curve([1, 1], [0.1, 0.2])
+    with pytest.raises(ee.InputError, match="binary"):
+        cl.roc_curve([0, 2], [0.1, 0.2])
+    with pytest.raises(ee.InputError, match="method="):
+        cl.select_threshold([0, 1], [0.1, 0.2], method="f1")

@@ -1,0 +1,210 @@
+"""embedeval.ranking against hand values, scikit-learn, ranx and enumeration of tie orders."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import embedeval as ee
+from embedeval import ranking as rk
+
+
+def test_hand_examples_from_the_issue():
+    scores = [0.8, 0.6, 0.3, 0.2, 0.9, 0.75, 0.81, 0.92]
+    rel = [1, 0, 0, 1, 0, 0, 1, 1]
+    assert rk.average_precision(rel, scores) == pytest.approx((1 + 2 / 3 + 3 / 4 + 4 / 8) / 4)
+    grades = [0, 2, 1, 3, 0, 2, 0, 3, 1, 3]
+    collection = [3] * 5 + [2] * 10
+    dcg = sum(g / math.log2(i + 2) for i, g in enumerate(grades))
+    ideal = sum(g / math.log2(i + 2) for i, g in enumerate([3] * 5 + [2] * 5))
+    value = rk.ndcg(grades, list(range(10, 0, -1)), k=10, ideal=collection)
+    assert value == pytest.approx(dcg / ideal) and round(value, 2) == 0.49
+
+
+def test_ap_at_k_normalisations_by_hand():
+    rel, sc = [1, 0, 1, 0, 1], [5, 4, 3, 2, 1]
+    # top 3: hits at 1 and 3 -> sum of precisions 1 + 2/3
+    assert rk.average_precision(rel, sc, k=3, n_relevant=4) == pytest.approx((1 + 2 / 3) / 4)
+    assert rk.average_precision(rel, sc, k=3, n_relevant=4, normalization="min_k_relevant") == (
+        pytest.approx((1 + 2 / 3) / 3)
+    )
+    assert rk.average_precision(rel, sc, k=3, normalization="hits") == pytest.approx(
+        (1 + 2 / 3) / 2
+    )
+
+
+def test_ap_threshold_ties_match_sklearn():
+    from sklearn.metrics import average_precision_score
+
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        y = rng.integers(0, 2, 40)
+        if y.sum() == 0:
+            continue
+        s = rng.integers(0, 6, 40).astype(float)
+        assert rk.average_precision(y, s, ties="threshold") == pytest.approx(
+            average_precision_score(y, s)
+        )
+
+
+def test_ndcg_and_dcg_expected_ties_match_sklearn():
+    from sklearn.metrics import dcg_score, ndcg_score
+
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 4, (50, 12)).astype(float)
+    s = rng.integers(0, 4, (50, 12)).astype(float)
+    np.testing.assert_allclose(
+        rk.dcg(y, s, k=5), [dcg_score([a], [b], k=5) for a, b in zip(y, s, strict=True)]
+    )
+    ok = y.sum(1) > 0
+    np.testing.assert_allclose(
+        rk.ndcg(y[ok], s[ok], k=5),
+        [ndcg_score([a], [b], k=5) for a, b in zip(y[ok], s[ok], strict=True)],
+    )
+
+
+def test_set_metrics_match_sklearn():
+    from sklearn.metrics import precision_recall_fscore_support
+
+    rng = np.random.default_rng(2)
+    y = rng.integers(0, 2, (20, 30))
+    p = rng.integers(0, 2, (20, 30))
+    for i in range(20):
+        sp, sr, sf, _ = precision_recall_fscore_support(
+            y[i], p[i], average="binary", zero_division=0
+        )
+        assert rk.precision(y[i], p[i]) == pytest.approx(sp)
+        assert rk.recall(y[i], p[i]) == pytest.approx(sr)
+        assert rk.f_beta(y[i], p[i]) == pytest.approx(sf)
+        f2 = precision_recall_fscore_support(y[i], p[i], beta=2, average="binary", zero_division=0)[
+            2
+        ]
+        assert rk.f_beta(y[i], p[i], beta=2) == pytest.approx(f2)
+    # micro pools the counts; macro averages per-query values
+    assert rk.precision(y, p, average="micro") == pytest.approx((y * p).sum() / p.sum())
+    per = [rk.precision(y[i], p[i]) for i in range(20)]
+    assert rk.precision(y, p, average="macro") == pytest.approx(np.mean(per))
+
+
+def test_against_ranx_without_ties():
+    ranx = pytest.importorskip("ranx", reason="ranx is a test dependency")
+    rng = np.random.default_rng(3)
+    n_q, n = 40, 25
+    y = (rng.random((n_q, n)) < 0.3).astype(int)
+    y[:, 0] = np.maximum(y[:, 0], (y.sum(1) == 0))
+    s = rng.permutation(n * n_q).reshape(n_q, n).astype(float)  # distinct scores
+    n_rel = y.sum(1) + rng.integers(0, 3, n_q)  # relevant items outside the list
+    qrels, run = {}, {}
+    for q in range(n_q):
+        rels = {f"d{j}": 1 for j in range(n) if y[q, j]}
+        rels.update({f"x{j}": 1 for j in range(n_rel[q] - y[q].sum())})
+        qrels[f"q{q:03d}"] = rels
+        run[f"q{q:03d}"] = {f"d{j}": float(s[q, j]) for j in range(n)}
+    got = ranx.evaluate(
+        ranx.Qrels(qrels),
+        ranx.Run(run),
+        ["map", "precision@5", "r-precision", "mrr", "ndcg@10"],
+        return_mean=False,
+    )
+    np.testing.assert_allclose(rk.average_precision(y, s, n_relevant=n_rel), got["map"])
+    np.testing.assert_allclose(rk.precision_at_k(y, s, k=5), got["precision@5"])
+    np.testing.assert_allclose(rk.r_precision(y, s, n_relevant=n_rel), got["r-precision"])
+    np.testing.assert_allclose(rk.reciprocal_rank(y, s), got["mrr"])
+    ideal = [[1] * int(r) for r in n_rel]
+    np.testing.assert_allclose(rk.ndcg(y, s, k=10, ideal=ideal), got["ndcg@10"])
+
+
+def _expected_by_enumeration(fn, y, s):
+    """Mean of fn over every order of tied items (scores made distinct per permutation)."""
+    n = len(y)
+    vals = []
+    for perm in itertools.permutations(range(n)):
+        # break ties by the permutation: a tiny offset that keeps the block order
+        s2 = np.array(s, dtype=float) + np.array([1e-6 * (n - perm.index(i)) for i in range(n)])
+        vals.append(fn(np.array(y), s2))
+    return float(np.mean(vals))
+
+
+@pytest.mark.filterwarnings("ignore::embedeval.EmbedevalWarning")
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 2)), min_size=1, max_size=5))
+def test_expected_ties_equal_enumeration(pairs):
+    y, s = map(np.array, zip(*pairs, strict=True))
+    if y.sum() == 0:
+        return
+    for name, fn in [
+        ("ap", lambda a, b: rk.average_precision(a, b, ties="pessimistic")),
+        ("p@2", lambda a, b: rk.precision_at_k(a, b, k=2, ties="pessimistic")),
+        ("rr", lambda a, b: rk.reciprocal_rank(a, b, ties="pessimistic")),
+        ("hit@2", lambda a, b: rk.hit_rate_at_k(a, b, k=2, ties="pessimistic")),
+        ("rprec", lambda a, b: rk.r_precision(a, b, ties="pessimistic")),
+        ("dcg", lambda a, b: rk.dcg(a, b, ties="pessimistic")),
+    ]:
+        expected = _expected_by_enumeration(fn, y, s)
+        ours = {
+            "ap": rk.average_precision(y, s),
+            "p@2": rk.precision_at_k(y, s, k=2),
+            "rr": rk.reciprocal_rank(y, s),
+            "hit@2": rk.hit_rate_at_k(y, s, k=2),
+            "rprec": rk.r_precision(y, s),
+            "dcg": rk.dcg(y, s),
+        }[name]
+        assert ours == pytest.approx(expected), name
+
+
+def test_pessimistic_and_optimistic_bound_expected():
+    y, s = [1, 0, 0, 1], [1, 1, 1, 0]
+    lo = rk.average_precision(y, s, ties="pessimistic")
+    hi = rk.average_precision(y, s, ties="optimistic")
+    mid = rk.average_precision(y, s)
+    assert lo < mid < hi
+
+
+def test_zero_division_policy():
+    with pytest.warns(ee.EmbedevalWarning, match="no relevant item"):
+        assert rk.average_precision([0, 0], [1, 0]) == 0.0
+    assert math.isnan(rk.average_precision([0, 0], [1, 0], zero_division=math.nan))
+    assert rk.recall_at_k([0, 0], [1, 0], k=1, zero_division=1.0) == 1.0
+    with pytest.raises(ee.InputError, match="zero_division"):
+        rk.average_precision([0, 0], [1, 0], zero_division="skip")
+
+
+def test_bad_input():
+    with pytest.raises(ee.InputError, match="same 1-D or 2-D shape"):
+        rk.average_precision([1, 0], [1, 0, 0])
+    with pytest.raises(ee.InputError, match="NaN"):
+        rk.precision_at_k([1, 0], [np.nan, 1], k=1)
+    with pytest.raises(ee.InputError, match="binary"):
+        rk.average_precision([2, 0], [1, 0])
+    with pytest.raises(ee.InputError, match="k must be >= 1"):
+        rk.precision_at_k([1, 0], [1, 0], k=0)
+    with pytest.raises(ee.InputError, match="n_relevant"):
+        rk.average_precision([1, 1], [1, 0], n_relevant=1)
+    with pytest.raises(ee.InputError, match="ties="):
+        rk.average_precision([1, 0], [1, 0], ties="random")
+    with pytest.raises(ee.InputError, match="threshold"):
+        rk.precision_at_k([1, 0], [1, 0], k=1, ties="threshold")
+
+
+def test_quantised_scores_warn():
+    with pytest.warns(ee.EmbedevalWarning, match="tie"):
+        rk.average_precision([1, 0, 1, 0], [1, 1, 1, 1])
+
+
+def test_from_neighbors_and_curves():
+    y, s = rk.from_neighbors([[0.1, 0.2, 0.3]], [[1, -1, 0]], [3], [3, 3])
+    assert y.tolist() == [[1, 0, 1]]
+    assert s[0, 1] < s[0, 2] < s[0, 0]
+    p, r, _ = rk.precision_recall_curve([1, 0, 1, 0], [0.9, 0.8, 0.7, 0.1])
+    assert p.tolist() == [1, 0.5, 2 / 3, 0.5] and r.tolist() == [0.5, 0.5, 1, 1]
+    assert rk.system_efficiency([1, 0, 1, 0], [0.9, 0.8, 0.7, 0.1]) == pytest.approx(
+        1 - math.hypot(1 / 3, 0) / math.sqrt(2)
+    )
+    assert rk.interpolated_average_precision([1, 0, 1], [3, 2, 1], points="all") == pytest.approx(
+        0.5 * 1 + 0.5 * 2 / 3
+    )
