@@ -137,38 +137,82 @@ def _divide(num: np.ndarray, den: np.ndarray, zero_division: Any, what: str) -> 
 
 
 class _Ranked:
-    """Rows sorted by score (descending) with the tie blocks of each position."""
+    """Rows sorted by score (descending) with the tie blocks of each position.
 
-    def __init__(self, t: np.ndarray, s: np.ndarray, ties: str) -> None:
+    With ``k`` (a cut-off below the row length) only the top k + 1 items are selected
+    (``argpartition``) and sorted — unless a tie straddles the cut in some row, in which case
+    the whole rows are sorted, so the result never depends on the shortcut.
+    """
+
+    def __init__(self, t: np.ndarray, s: np.ndarray, ties: str, k: int | None = None) -> None:
         ties = check_choice(ties, "ties", _TIES)
-        if ties == "pessimistic":
-            order = np.lexsort((t, -s), axis=1)
-        elif ties == "optimistic":
-            order = np.lexsort((-t, -s), axis=1)
-        else:
-            order = np.argsort(-s, axis=1, kind="stable")
-        self.rel = np.take_along_axis(t, order, axis=1)
-        self.score = np.take_along_axis(s, order, axis=1)
         self.ties = ties
-        n = self.rel.shape[1]
-        pos = np.arange(n)
-        equal_prev = np.zeros(self.rel.shape, dtype=bool)
-        equal_prev[:, 1:] = self.score[:, 1:] == self.score[:, :-1]
-        self.any_ties = bool(equal_prev.any())
-        if self.any_ties and equal_prev.mean() > 0.5:
+        n = t.shape[1]
+        if k is not None and k + 1 < n:
+            part = np.argpartition(-s, k, axis=1)[:, : k + 1]
+            sub_s = np.take_along_axis(s, part, axis=1)
+            sub_t = np.take_along_axis(t, part, axis=1)
+            order = self._order(sub_t, sub_s, tiebreak=part)
+            score = np.take_along_axis(sub_s, order, axis=1)
+            if not (score[:, k - 1] == score[:, k]).any():
+                self._finish(np.take_along_axis(sub_t, order, axis=1), score)
+                return
+        order = self._order(t, s)
+        self._finish(np.take_along_axis(t, order, axis=1), np.take_along_axis(s, order, axis=1))
+
+    def _order(self, t: np.ndarray, s: np.ndarray, tiebreak: np.ndarray | None = None):
+        keys = [] if tiebreak is None else [tiebreak]  # equal scores keep the input order
+        if self.ties == "pessimistic":
+            keys.append(t)
+        elif self.ties == "optimistic":
+            keys.append(-t)
+        if not keys:
+            return np.argsort(-s, axis=1, kind="stable")
+        return np.lexsort((*keys, -s), axis=1)
+
+    def _finish(self, rel: np.ndarray, score: np.ndarray) -> None:
+        self.rel, self.score = rel, score
+        self._equal_prev = np.zeros(rel.shape, dtype=bool)
+        self._equal_prev[:, 1:] = score[:, 1:] == score[:, :-1]
+        self.any_ties = bool(self._equal_prev.any())
+        if self.any_ties and self._equal_prev.mean() > 0.5:
             warnings.warn(
-                f"{equal_prev.mean():.0%} of the ranked items tie with their predecessor "
+                f"{self._equal_prev.mean():.0%} of the ranked items tie with their predecessor "
                 "(quantised scores?); tie handling decides these values.",
                 EmbedevalWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
-        self.start = np.maximum.accumulate(np.where(~equal_prev, pos, 0), axis=1)
-        equal_next = np.zeros(self.rel.shape, dtype=bool)
-        equal_next[:, :-1] = equal_prev[:, 1:]
-        self.end = np.minimum.accumulate(np.where(~equal_next, pos, n - 1)[:, ::-1], axis=1)[
-            :, ::-1
-        ]
-        self.size = self.end - self.start + 1
+        self._blocks: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _block_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._blocks is None:
+            n = self.rel.shape[1]
+            pos = np.broadcast_to(np.arange(n), self.rel.shape)
+            if not self.any_ties:
+                self._blocks = (pos, pos)
+            else:
+                eq = self._equal_prev
+                start = np.maximum.accumulate(np.where(~eq, pos, 0), axis=1)
+                equal_next = np.zeros(eq.shape, dtype=bool)
+                equal_next[:, :-1] = eq[:, 1:]
+                end = np.minimum.accumulate(np.where(~equal_next, pos, n - 1)[:, ::-1], axis=1)[
+                    :, ::-1
+                ]
+                self._blocks = (start, end)
+        return self._blocks
+
+    @property
+    def start(self) -> np.ndarray:
+        return self._block_bounds()[0]
+
+    @property
+    def end(self) -> np.ndarray:
+        return self._block_bounds()[1]
+
+    @property
+    def size(self) -> np.ndarray:
+        start, end = self._block_bounds()
+        return end - start + 1
 
     def block_mean(self, values: np.ndarray) -> np.ndarray:
         """Replace every position's value by its tie block's mean (the expected value)."""
@@ -307,7 +351,7 @@ def precision_at_k(
     """
     t, s, single = _as_2d(y_true, y_score)
     k = _k(k, t.shape[1])
-    r = _Ranked(t, s, _no_threshold(ties))
+    r = _Ranked(t, s, _no_threshold(ties), k=k)
     return _out(r.gains()[:, :k].sum(1) / k, single)
 
 
@@ -364,7 +408,7 @@ def hit_rate_at_k(
     """
     t, s, single = _as_2d(y_true, y_score)
     k = min(_k(k, t.shape[1]), t.shape[1])
-    r = _Ranked(t, s, _no_threshold(ties))
+    r = _Ranked(t, s, _no_threshold(ties), k=k)
     rel = r.rel > 0
     if ties != "expected" or not r.any_ties:
         return _out(rel[:, :k].any(1).astype(np.float64), single)
@@ -453,8 +497,9 @@ def average_precision(
     )
     n = t.shape[1]
     k = min(_k(k, n), n)
-    r = _Ranked(t, s, ties)
+    r = _Ranked(t, s, ties, k=k)
     rel = (r.rel > 0).astype(np.float64)
+    n = rel.shape[1]
     pos = np.arange(1, n + 1, dtype=np.float64)
     cum = np.cumsum(rel, axis=1)
     if ties == "threshold" and r.any_ties:
@@ -570,7 +615,7 @@ def reciprocal_rank(
     t, s, single = _as_2d(y_true, y_score)
     n = t.shape[1]
     k = min(_k(k, n), n)
-    r = _Ranked(t, s, _no_threshold(ties))
+    r = _Ranked(t, s, _no_threshold(ties), k=k)
     rel = r.rel > 0
     has = rel.any(1)
     first = np.argmax(rel, axis=1)
@@ -618,7 +663,7 @@ def cumulative_gain(
     """
     t, s, single = _as_2d(y_true, y_score, graded=True)
     k = _k(k, t.shape[1])
-    return _out(_Ranked(t, s, _no_threshold(ties)).gains()[:, :k].sum(1), single)
+    return _out(_Ranked(t, s, _no_threshold(ties), k=k).gains()[:, :k].sum(1), single)
 
 
 def _discounts(n: int) -> np.ndarray:
@@ -640,14 +685,9 @@ def dcg(
     """
     t, s, single = _as_2d(y_true, y_score, graded=True)
     k = min(_k(k, t.shape[1]), t.shape[1])
-    g = _Ranked(t, s, _no_threshold(ties)).gains(_sorted_gain(t, s, gain, ties))
+    r = _Ranked(t, s, _no_threshold(ties), k=k)
+    g = r.gains(_gain(r.rel, gain))
     return _out((g[:, :k] * _discounts(k)).sum(1), single)
-
-
-def _sorted_gain(t: np.ndarray, s: np.ndarray, gain: str, ties: str) -> np.ndarray:
-    # the gain of each item, in the same ranking order _Ranked uses
-    r = _Ranked(t, s, _no_threshold(ties))
-    return _gain(r.rel, gain)
 
 
 def ndcg(
@@ -681,7 +721,16 @@ def ndcg(
     k = min(_k(k, n), n) if ideal is None else _k(k, n)
     actual = np.atleast_1d(dcg(t, s, k=min(k, n), gain=gain, ties=ties))
     if ideal is None:
-        rows = [np.sort(row)[::-1] for row in t]
+        best = _gain(-np.sort(-t, axis=1)[:, :k], gain)
+        rows = None
+    elif (grades := _rectangular(ideal)) is not None and (grades.ndim == 2 or single):
+        grades = np.atleast_2d(grades)
+        if grades.shape[0] != t.shape[0]:
+            raise InputError(
+                f"ideal has {grades.shape[0]} rows but there are {t.shape[0]} queries."
+            )
+        best = _gain(-np.sort(-grades, axis=1)[:, :k], gain)
+        rows = None
     else:
         rows = (
             [np.asarray(ideal, dtype=np.float64)]
@@ -690,13 +739,21 @@ def ndcg(
         )
         if len(rows) != t.shape[0]:
             raise InputError(f"ideal has {len(rows)} rows but there are {t.shape[0]} queries.")
-    width = max(min(k, len(r)) for r in rows)
-    best = np.zeros((t.shape[0], max(width, 1)))
-    for i, row in enumerate(rows):  # one short sort per query: the ideal ranking
-        top = np.sort(row)[::-1][:width]
-        best[i, : top.size] = _gain(top, gain)
+    if rows is not None:  # ragged lists of grades: one short sort per query
+        width = max(min(k, len(r)) for r in rows)
+        best = np.zeros((t.shape[0], max(width, 1)))
+        for i, row in enumerate(rows):
+            top = np.sort(row)[::-1][:width]
+            best[i, : top.size] = _gain(top, gain)
     idcg = (best * _discounts(best.shape[1])).sum(1)
     return _out(_divide(actual, idcg, zero_division, "an ideal DCG of 0"), single)
+
+
+def _rectangular(ideal: Any) -> np.ndarray | None:
+    try:
+        return np.asarray(ideal, dtype=np.float64)
+    except ValueError:  # ragged: one list of grades per query, of different lengths
+        return None
 
 
 def precision_recall_curve(
