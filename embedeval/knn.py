@@ -293,8 +293,8 @@ def _collect(
     for t0 in range(0, n_ref, tile):
         t1 = min(t0 + tile, n_ref)
         width = t1 - t0
-        keys = search.keys(
-            slice(start, stop), slice(t0, t1), out=keys_buffer[: b * width].reshape(b, width)
+        keys = grid_keys(
+            search, slice(start, stop), t0, t1, keys_buffer[: b * width].reshape(b, width)
         )
         if exclusions.self_index:
             inside = np.flatnonzero((own >= t0) & (own < t1))
@@ -321,6 +321,31 @@ def _collect(
         codes.append(code)
         counts += per_row
     return (codes[0] if len(codes) == 1 else np.concatenate(codes)), counts
+
+
+def grid_keys(
+    search: PreparedSearch,
+    rows: slice | np.ndarray,
+    t0: int,
+    t1: int,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Keys of ``rows`` against reference columns ``[t0, t1)``, multiplied in ``_TILE``-column
+    products on the global column grid when the reference is larger than 16 tiles.
+
+    BLAS rounds the same dot product differently in products of different shapes, so computing
+    every key in the same product shapes (whatever the caller's row and column ranges) is what
+    lets sharded and distributed backends reproduce these float32 keys bit for bit.
+    """
+    if search.n_reference <= 16 * _TILE or t1 - t0 <= _TILE:
+        return search.keys(rows, slice(t0, t1), out=out)
+    n_rows = (rows.stop - rows.start) if isinstance(rows, slice) else len(rows)
+    if out is None:
+        out = np.empty((n_rows, t1 - t0), dtype=np.float32)
+    for c0 in range(t0 - t0 % _TILE, t1, _TILE):
+        a, b = max(c0, t0), min(c0 + _TILE, t1)
+        out[:, a - t0 : b - t0] = search.keys(rows, slice(c0, c0 + _TILE))[:, a - c0 : b - c0]
+    return out
 
 
 def _positive_tau(
@@ -355,7 +380,7 @@ def _redo_rows(
     cols = np.arange(n_ref, dtype=np.uint64)
     for s in range(0, short.size, step):
         redo = short[s : s + step]
-        keys = search.keys(start + redo)
+        keys = grid_keys(search, start + redo, 0, n_ref)
         r = np.repeat(redo, n_ref)
         c = np.tile(cols, redo.size)
         v = keys.ravel()
