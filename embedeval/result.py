@@ -212,14 +212,6 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    import tempfile
+    from ._files import write_text
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, text)

@@ -1,0 +1,285 @@
+"""Toy embedding spaces and simulation helpers for figures, notebooks, tests and benchmarks.
+
+Everything is seeded through arguments (``numpy.random.default_rng(seed)``); nothing touches
+global random state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._errors import InputError
+from ._validation import as_embeddings, as_labels, check_choice, check_int, check_probability
+
+__all__ = [
+    "REALITY_CHECK_BANDS",
+    "confidence_sweep",
+    "corrupt_labels",
+    "gaussian_clusters",
+    "move_points",
+    "positive_negative_distances",
+    "reality_check_example",
+    "sigma_rank_correlation_sweep",
+    "simulate_confidences",
+]
+
+#: x-bands of the three 2-D toy spaces of the reality-check figures (label 1 where x > 0).
+REALITY_CHECK_BANDS = {
+    1: [(-1.0, -2 / 3), (-1 / 3, 0.0), (0.0, 1 / 3), (2 / 3, 1.0)],
+    2: [(-1.0, 0.0), (0.0, 1.0)],
+    3: [(-1.0, -1 / 3), (1 / 3, 1.0)],
+}
+
+
+def reality_check_example(
+    n: int = 400, which: int = 1, *, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Points of one of the three reality-check toy spaces and their labels.
+
+    x is uniform over the union of the example's bands (equal density everywhere in them), y is
+    uniform in [0, 1]; the label is 1 where x > 0, else 0.
+
+    Examples
+    --------
+    >>> x, y = reality_check_example(6, 3, seed=0)
+    >>> bool(np.all((np.abs(x[:, 0]) >= 1 / 3) & (np.abs(x[:, 0]) <= 1))), y.tolist()
+    (True, [1, 0, 0, 0, 1, 1])
+    """
+    n = check_int(n, "n")
+    if which not in REALITY_CHECK_BANDS:
+        raise InputError(f"which must be 1, 2 or 3; got {which!r}.")
+    rng = np.random.default_rng(seed)
+    bands = np.asarray(REALITY_CHECK_BANDS[which])
+    widths = bands[:, 1] - bands[:, 0]
+    band = rng.choice(len(bands), size=n, p=widths / widths.sum())
+    x = bands[band, 0] + rng.random(n) * widths[band]
+    y = rng.random(n)
+    points = np.column_stack([x, y])
+    return points, (x > 0).astype(np.int64)
+
+
+def gaussian_clusters(
+    n: int,
+    n_classes: int,
+    dim: int,
+    *,
+    spread: float = 1.0,
+    seed: int = 0,
+    normalize: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded class clusters: unit-variance centres plus ``spread / sqrt(dim)`` noise per axis.
+
+    Returns float32 embeddings (L2-normalised when ``normalize``) and int64 labels (classes
+    as equal as possible, in random order).
+
+    Examples
+    --------
+    >>> x, y = gaussian_clusters(10, 2, 4, seed=1)
+    >>> x.shape, x.dtype.name, sorted(np.bincount(y).tolist())
+    ((10, 4), 'float32', [5, 5])
+    """
+    n, n_classes, dim = check_int(n, "n"), check_int(n_classes, "n_classes"), check_int(dim, "dim")
+    rng = np.random.default_rng(seed)
+    labels = rng.permutation(np.arange(n) % n_classes)
+    centers = rng.standard_normal((n_classes, dim)).astype(np.float32)
+    noise = rng.standard_normal((n, dim)).astype(np.float32) * np.float32(spread / np.sqrt(dim))
+    x = centers[labels] + noise
+    if normalize:
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x, labels.astype(np.int64)
+
+
+def _pick(n: int, fraction: float | None, indices: Any, seed: int) -> np.ndarray:
+    mask = np.zeros(n, dtype=bool)
+    if indices is not None:
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            raise InputError(f"indices must lie in [0, {n}); got values up to {idx.max()}.")
+        mask[idx] = True
+    elif fraction is not None:
+        fraction = check_probability(fraction, "fraction", open_left=False)
+        rng = np.random.default_rng(seed)
+        mask[rng.choice(n, round(fraction * n), replace=False)] = True
+    else:
+        raise InputError("pass fraction= or indices= to choose the corrupted subset.")
+    return mask
+
+
+def corrupt_labels(
+    labels: Any, *, fraction: float | None = None, indices: Any = None, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Flip the labels of a chosen subset to another class (uniform among the others).
+
+    Returns ``(new_labels, corrupted_mask)``.
+
+    Examples
+    --------
+    >>> y, mask = corrupt_labels([0, 0, 1, 1], indices=[1])
+    >>> y.tolist(), mask.tolist()
+    ([0, 1, 1, 1], [False, True, False, False])
+    """
+    y = as_labels(labels, "labels")
+    mask = _pick(y.size, fraction, indices, seed)
+    classes = np.unique(y)
+    if classes.size < 2:
+        raise InputError("corrupt_labels needs at least two classes.")
+    rng = np.random.default_rng(seed + 1)
+    out = y.copy()
+    pos = np.searchsorted(classes, y[mask])
+    shift = rng.integers(1, classes.size, mask.sum())
+    out[mask] = classes[(pos + shift) % classes.size]
+    return out, mask
+
+
+def move_points(
+    points: Any, *, scale: float, fraction: float | None = None, indices: Any = None, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Add isotropic Gaussian noise of standard deviation ``scale`` to a chosen subset.
+
+    Returns ``(moved_points, moved_mask)``.
+
+    Examples
+    --------
+    >>> p, mask = move_points([[0.0, 0.0], [1.0, 1.0]], scale=0.0, indices=[0])
+    >>> p.tolist(), mask.tolist()
+    ([[0.0, 0.0], [1.0, 1.0]], [True, False])
+    """
+    x = as_embeddings(points, "points", dtype=np.float64)
+    mask = _pick(x.shape[0], fraction, indices, seed)
+    rng = np.random.default_rng(seed + 2)
+    out = x.copy()
+    out[mask] += rng.standard_normal((mask.sum(), x.shape[1])) * scale
+    return out, mask
+
+
+def simulate_confidences(
+    corrupted: Any,
+    *,
+    corrupted_level: float,
+    clean_level: float = 0.9,
+    noise: float = 0.05,
+    seed: int = 0,
+) -> np.ndarray:
+    """Confidences in [0, 1]: ``clean_level`` for clean items and ``corrupted_level`` for the
+    corrupted ones, each plus Gaussian noise of standard deviation ``noise`` (clipped).
+
+    Examples
+    --------
+    >>> simulate_confidences([False, True], corrupted_level=0.2, noise=0.0).tolist()
+    [0.9, 0.2]
+    """
+    mask = np.asarray(corrupted, dtype=bool)
+    rng = np.random.default_rng(seed)
+    base = np.where(mask, corrupted_level, clean_level)
+    return np.clip(base + rng.standard_normal(mask.size) * noise, 0.0, 1.0)
+
+
+def confidence_sweep(
+    points: Any,
+    labels: Any,
+    *,
+    fraction: float = 0.15,
+    levels: Any = None,
+    clean_level: float = 0.7,
+    noise: float = 0.05,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """The experiment behind ``confidence_recall_metrics.png``.
+
+    Flip the labels of ``fraction`` of the points, give the flipped points confidence ``level``
+    and the others ``clean_level`` (plus noise), and measure, for each level, AUERC via R@1 and
+    via MAP@R and R-AUROC.  When the corrupted points are the least confident (low level) the
+    confidence ranks the errors and the AUERCs are low; as their confidence grows past the clean
+    level, the confidence ranks errors backwards.
+    """
+    from .confidence import confidence_summary
+    from .evaluate import evaluate
+
+    levels = np.linspace(0.0, 1.0, 11) if levels is None else np.asarray(levels, dtype=float)
+    y, mask = corrupt_labels(labels, fraction=fraction, seed=seed)
+    res = evaluate(points, y, metrics=["precision_at_1", "map_at_r"], progress=False)
+    out: dict[str, list[float]] = {"auerc_recall_at_1": [], "auerc_map_at_r": [], "r_auroc": []}
+    for i, level in enumerate(levels):
+        conf = simulate_confidences(
+            mask, corrupted_level=level, clean_level=clean_level, noise=noise, seed=seed + i
+        )
+        summary = confidence_summary(res.per_query, conf)
+        out["auerc_recall_at_1"].append(summary["auerc_precision_at_1"])
+        out["auerc_map_at_r"].append(summary["auerc_map_at_r"])
+        out["r_auroc"].append(summary["r_auroc"])
+    return {"levels": levels, **{k: np.asarray(v) for k, v in out.items()}}
+
+
+def sigma_rank_correlation_sweep(
+    n_items: int = 500,
+    *,
+    fraction: float = 0.2,
+    injected: Any = None,
+    clean_sigma: float = 0.1,
+    true_corrupted_sigma: float = 0.5,
+    noise: float = 0.02,
+    method: str = "spearman",
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """The experiment behind ``rank_corr_over_simulated_sigmas.png``.
+
+    Ground truth: a ``fraction`` of the items is corrupted with true sigma
+    ``true_corrupted_sigma``, the rest has ``clean_sigma`` (plus a little noise, so the truth has
+    no ties).  A model predicts ``clean_sigma`` (+ noise) for clean items and the *injected*
+    sigma for corrupted ones; the rank correlation between prediction and truth is measured as
+    the injected sigma sweeps: negative while the corrupted items are predicted more certain
+    than the clean ones, positive once they are predicted less certain.
+    """
+    from .confidence import rank_correlation
+
+    method = check_choice(method, "method", ("spearman", "kendall"))
+    injected = np.linspace(0.0, 0.5, 11) if injected is None else np.asarray(injected, float)
+    rng = np.random.default_rng(seed)
+    mask = _pick(check_int(n_items, "n_items"), fraction, None, seed)
+    truth = np.where(mask, true_corrupted_sigma, clean_sigma) + rng.random(mask.size) * noise
+    stats, pvalues = [], []
+    for s in injected:
+        predicted = np.where(mask, s, clean_sigma) + rng.random(mask.size) * noise
+        res = rank_correlation(predicted, truth, method=method)
+        stats.append(res.statistic)
+        pvalues.append(res.pvalue)
+    return {"injected": injected, "statistic": np.asarray(stats), "pvalue": np.asarray(pvalues)}
+
+
+def positive_negative_distances(
+    embeddings: Any,
+    labels: Any,
+    *,
+    max_pairs: int = 100_000,
+    distance: str = "euclidean",
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Distances of random same-class (positive) and different-class (negative) pairs.
+
+    Samples up to ``max_pairs`` of each kind (i != j), so memory stays bounded for any size.
+    Cosine "distance" is 1 - cosine similarity.
+
+    Examples
+    --------
+    >>> pos, neg = positive_negative_distances([[0.0], [1.0], [5.0]], [0, 0, 1], max_pairs=50)
+    >>> sorted(set(pos.tolist())), sorted(set(neg.tolist()))
+    ([1.0], [4.0, 5.0])
+    """
+    x = as_embeddings(embeddings, "embeddings", dtype=np.float64)
+    y = as_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
+    distance = check_choice(distance, "distance", ("euclidean", "cosine"))
+    rng = np.random.default_rng(seed)
+    draws = 4 * check_int(max_pairs, "max_pairs")
+    i = rng.integers(0, x.shape[0], draws)
+    j = rng.integers(0, x.shape[0], draws)
+    keep = i != j
+    i, j = i[keep], j[keep]
+    if distance == "euclidean":
+        d = np.linalg.norm(x[i] - x[j], axis=1)
+    else:
+        xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+        d = 1.0 - np.einsum("ij,ij->i", xn[i], xn[j])
+    same = y[i] == y[j]
+    return d[same][:max_pairs], d[~same][:max_pairs]

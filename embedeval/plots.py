@@ -1,0 +1,322 @@
+"""Matplotlib figures.  Each function draws the arrays it is given, takes an optional ``ax`` and
+returns the Figure; matplotlib is imported on first use.  Styles pair colour with markers,
+line styles and hatches so every figure reads in greyscale.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "plot_checkpoints",
+    "plot_confidence_metrics",
+    "plot_distance_histograms",
+    "plot_embedding_2d",
+    "plot_error_reject_curve",
+    "plot_k_sweep",
+    "plot_per_class",
+    "plot_rank_correlation",
+    "save_figure",
+]
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_LINES = ("-", "--", "-.", ":")
+_COLORS = ("#1b4f9c", "#d1495b", "#2e933c", "#edae49", "#6c4f9c", "#00798c", "#555555")
+
+
+def _axes(ax: Any, figsize: tuple[float, float] = (6.0, 4.2)) -> tuple[Any, Any]:
+    # A bare Figure (no pyplot): no GUI backend, no global figure registry to leak into.
+    if ax is None:
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=figsize, layout="constrained")
+        return fig, fig.add_subplot()
+    return ax.figure, ax
+
+
+def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> Path:
+    """Save atomically (temp file in the same folder, then rename); format from the suffix.
+
+    PNG metadata carries no software version, so regenerated figures are byte-stable.
+    """
+    from ._files import atomic_path
+
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(
+            tmp,
+            dpi=dpi,
+            format=path.suffix.lstrip(".") or "png",
+            metadata={"Software": None} if path.suffix == ".png" else None,
+        )
+    return path
+
+
+def plot_embedding_2d(
+    points: Any,
+    labels: Any,
+    *,
+    alpha: Any = None,
+    marked: Any = None,
+    title: str | None = None,
+    ax: Any = None,
+) -> Any:
+    """Scatter a 2-D embedding coloured (and marker-coded) by class.
+
+    ``alpha`` gives a per-point opacity (e.g. a confidence); ``marked`` flags points to ring in
+    black (e.g. injected errors).
+    """
+    fig, ax = _axes(ax, (5.2, 4.2))
+    x = np.asarray(points, dtype=float)
+    y = np.asarray(labels)
+    alphas = np.ones(len(x)) if alpha is None else np.clip(np.asarray(alpha, float), 0.05, 1)
+    for i, c in enumerate(np.unique(y)):
+        sel = y == c
+        colors = np.zeros((sel.sum(), 4))
+        colors[:, :3] = _rgb(_COLORS[i % len(_COLORS)])
+        colors[:, 3] = alphas[sel]
+        ax.scatter(
+            x[sel, 0],
+            x[sel, 1],
+            c=colors,
+            marker=_MARKERS[i % len(_MARKERS)],
+            s=16,
+            linewidths=0,
+            label=f"class {c}",
+        )
+    if marked is not None:
+        m = np.asarray(marked, dtype=bool)
+        ax.scatter(
+            x[m, 0],
+            x[m, 1],
+            facecolors="none",
+            edgecolors="black",
+            s=60,
+            linewidths=1.0,
+            label="injected error",
+        )
+    ax.set_xlabel("embedding dimension 1")
+    ax.set_ylabel("embedding dimension 2")
+    ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+    if title:
+        ax.set_title(title, fontsize=9)
+    return fig
+
+
+def _rgb(hex_color: str) -> tuple[float, float, float]:
+    h = hex_color.lstrip("#")
+    return tuple(int(h[i : i + 2], 16) / 255 for i in (0, 2, 4))
+
+
+def plot_error_reject_curve(curve: Any, *, ax: Any = None, label: str | None = None) -> Any:
+    """ERC with the oracle (sorted by the error itself) and random (mean error) references.
+
+    ``curve`` is an :class:`embedeval.confidence.ErrorRejectCurve`.
+    """
+    fig, ax = _axes(ax)
+    ax.plot(
+        curve.rejected,
+        curve.error,
+        "-",
+        color=_COLORS[0],
+        lw=2,
+        label=f"{label or 'model'} (AUERC {curve.auerc:.3f})",
+    )
+    ax.plot(
+        curve.rejected,
+        curve.oracle_error,
+        "--",
+        color=_COLORS[2],
+        lw=1.5,
+        label=f"oracle (AUERC {curve.oracle_auerc:.3f})",
+    )
+    ax.axhline(
+        curve.random_auerc,
+        ls=":",
+        color="0.3",
+        lw=1.5,
+        label=f"random (AUERC {curve.random_auerc:.3f})",
+    )
+    ax.set_xlabel("fraction of queries rejected (least confident first)")
+    ax.set_ylabel("mean error of kept queries")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(bottom=0)
+    ax.set_title("Error versus reject curve")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_confidence_metrics(
+    levels: Any,
+    metrics: Mapping[str, Any],
+    *,
+    ax: Any = None,
+    xlabel: str = "confidence given to the injected errors",
+) -> Any:
+    """Confidence metrics (AUERC, R-AUROC, ...) as a function of a swept setting."""
+    fig, ax = _axes(ax)
+    for i, (name, values) in enumerate(metrics.items()):
+        ax.plot(
+            levels,
+            values,
+            _LINES[i % len(_LINES)],
+            marker=_MARKERS[i % len(_MARKERS)],
+            color=_COLORS[i % len(_COLORS)],
+            label=name,
+        )
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("metric value")
+    ax.set_title("Confidence metrics as the errors grow more confident")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_rank_correlation(
+    injected: Any,
+    correlation: Any,
+    *,
+    ax: Any = None,
+    method: str = "Spearman",
+    clean_sigma: float | None = None,
+) -> Any:
+    """Rank correlation of predicted against true sigmas over the injected sigma."""
+    fig, ax = _axes(ax)
+    ax.plot(injected, correlation, "-", marker="o", color=_COLORS[0], label=f"{method} ρ")
+    ax.axhline(0, color="0.4", lw=1, ls=":", label="no correlation")
+    if clean_sigma is not None:
+        ax.axvline(
+            clean_sigma,
+            color=_COLORS[1],
+            ls="--",
+            lw=1,
+            label=f"sigma predicted for clean items ({clean_sigma:g})",
+        )
+    ax.set_xlabel("sigma predicted for the corrupted subset")
+    ax.set_ylabel("rank correlation with the true sigma")
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_title("Rank correlation over simulated sigmas")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_checkpoints(
+    names: Sequence[str],
+    values: Mapping[str, Any],
+    lows: Mapping[str, Any] | None = None,
+    highs: Mapping[str, Any] | None = None,
+    *,
+    ax: Any = None,
+    title: str | None = None,
+) -> Any:
+    """Metric value per checkpoint with confidence-interval bands."""
+    fig, ax = _axes(ax, (6.4, 4.2))
+    x = np.arange(len(names))
+    for i, (metric, v) in enumerate(values.items()):
+        color = _COLORS[i % len(_COLORS)]
+        ax.plot(
+            x,
+            v,
+            _LINES[i % len(_LINES)],
+            marker=_MARKERS[i % len(_MARKERS)],
+            color=color,
+            label=metric,
+        )
+        if lows is not None and highs is not None:
+            ax.fill_between(
+                x,
+                lows[metric],
+                highs[metric],
+                color=color,
+                alpha=0.18,
+                hatch="//" if i % 2 else None,
+                linewidth=0,
+            )
+    ax.set_xticks(x, list(names), rotation=20 if len(names) > 4 else 0)
+    ax.set_xlabel("checkpoint")
+    ax.set_ylabel("metric value (band: confidence interval)")
+    ax.set_title(title or "Metrics across checkpoints")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_k_sweep(
+    ks: Any, values: Mapping[str, Any], *, ax: Any = None, title: str | None = None
+) -> Any:
+    """Metrics as the cut-off k grows (e.g. Recall@k, P@k)."""
+    fig, ax = _axes(ax)
+    for i, (name, v) in enumerate(values.items()):
+        ax.plot(
+            ks,
+            v,
+            _LINES[i % len(_LINES)],
+            marker=_MARKERS[i % len(_MARKERS)],
+            color=_COLORS[i % len(_COLORS)],
+            label=name,
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("k (neighbours considered)")
+    ax.set_ylabel("metric value")
+    ax.set_title(title or "Metrics over k")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_per_class(
+    labels: Sequence[Any],
+    values: Any,
+    *,
+    top: int | None = None,
+    ax: Any = None,
+    metric: str = "metric",
+) -> Any:
+    """Horizontal bars of a per-class metric, worst classes at the top."""
+    vals = np.asarray(values, dtype=float)
+    order = np.argsort(vals)
+    if top is not None:
+        order = order[:top]
+    fig, ax = _axes(ax, (6.0, max(2.5, 0.28 * len(order) + 1.2)))
+    ax.barh(np.arange(len(order)), vals[order], color=_COLORS[0], hatch="//", edgecolor="white")
+    ax.set_yticks(np.arange(len(order)), [str(labels[i]) for i in order], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"{metric} (per class)")
+    ax.set_ylabel("class")
+    ax.set_title(f"Per-class {metric}" + (f" (worst {top})" if top else ""))
+    return fig
+
+
+def plot_distance_histograms(
+    pos: Any, neg: Any, *, bins: int = 60, ax: Any = None, unit: str = "Euclidean distance"
+) -> Any:
+    """Histograms of same-class and different-class pair distances."""
+    fig, ax = _axes(ax)
+    pos, neg = np.asarray(pos, float), np.asarray(neg, float)
+    edges = np.histogram_bin_edges(np.concatenate([pos, neg]), bins=bins)
+    ax.hist(
+        neg,
+        edges,
+        density=True,
+        histtype="stepfilled",
+        alpha=0.35,
+        color=_COLORS[1],
+        hatch="\\\\",
+        label=f"negative pairs (n={neg.size})",
+    )
+    ax.hist(
+        pos,
+        edges,
+        density=True,
+        histtype="step",
+        lw=2,
+        color=_COLORS[0],
+        label=f"positive pairs (n={pos.size})",
+    )
+    ax.set_xlabel(unit)
+    ax.set_ylabel("density")
+    ax.set_title("Positive and negative pair distances")
+    ax.legend(fontsize=8)
+    return fig
