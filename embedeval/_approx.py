@@ -1,0 +1,381 @@
+"""Approximate search with a faiss index, and a measurement of how approximate it was.
+
+Every query is searched in the index; the returned ``(D, I)`` lists are cleaned (padding ids -1,
+the query itself and same-group references dropped), packed like the exact engine's candidates
+(ranking key, then ascending reference index for ties) and scored by the same kernels.  Then a
+seeded random sample of ``exact_sample`` non-lone queries is also evaluated exactly, and the
+report says, on that sample: the kNN recall of the approximate lists, every metric both ways,
+their difference and a paired bootstrap confidence interval of the difference.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from ._engine import RetrievalTask
+from ._errors import InputError, InputTypeError
+from ._progress import progress_bar
+from ._scale import group_exclusions, subset_task
+from ._validation import check_choice, check_int
+from .knn import DEFAULT_MEMORY_BUDGET, _sort_block, sortable_bits, sorted_candidates
+
+__all__ = ["run_approximate", "train_index"]
+
+#: Rows used to train an index: faiss's k-means uses at most 256 points per centroid anyway.
+_POINTS_PER_CENTROID = 256
+#: Training rows for indexes without an inverted list (PQ codebooks, OPQ, ...).
+_DEFAULT_TRAINING_ROWS = 65_536
+_ADD_BLOCK = 65_536
+_N_BOOT = 1000
+_CI = 0.95
+
+
+def train_index(
+    reference: Any,
+    index: Any,
+    *,
+    distance: str = "euclidean",
+    seed: int = 0,
+) -> Any:
+    """Build and train a faiss index on a seeded subsample of ``reference``; return it empty.
+
+    Save it with ``faiss.write_index(trained, path)`` and pass the path (or the object) as
+    ``evaluate(..., index=path)``: the training (coarse centroids, codebooks) is reused and only
+    the references are added, so several checkpoints of the same size are searched with the same
+    index structure and one training.
+
+    Parameters
+    ----------
+    reference : array-like, shape (n_reference, dim)
+        Vectors to train on (memory-mapped arrays are read only at the sampled rows).
+    index : str or faiss.Index
+        A faiss factory string (``"IVF4096,Flat"``, ``"HNSW32"``, ``"IVF256,PQ32"``, ...), a
+        path written by ``faiss.write_index``, or an index object (cloned, never modified).
+    distance : {"euclidean", "cosine", "inner_product"}
+        Euclidean uses ``METRIC_L2``; cosine L2-normalises and uses ``METRIC_INNER_PRODUCT``.
+    seed : int
+        Seed of the training subsample.
+
+    Returns
+    -------
+    faiss.Index
+        A trained index holding no vectors.
+
+    Notes
+    -----
+    Training subsample: ``min(n_reference, 256 * nlist)`` rows for an inverted-file index (faiss
+    k-means would subsample to 256 points per centroid itself), ``min(n_reference, 65,536)``
+    otherwise, drawn without replacement by ``numpy.random.default_rng(seed)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.random.default_rng(0).standard_normal((2000, 8)).astype("float32")
+    >>> trained = train_index(x, "IVF16,Flat")
+    >>> trained.is_trained, trained.ntotal, trained.nlist
+    (True, 0, 16)
+    """
+    from ._validation import as_embeddings
+
+    distance = check_choice(distance, "distance", ("euclidean", "cosine", "inner_product"))
+    seed = check_int(seed, "seed", minimum=0)
+    xb = as_embeddings(reference, "reference")
+    idx, _ = _open_index(index, xb.shape[1], distance)
+    _train(idx, xb, distance, seed)
+    return idx
+
+
+def _open_index(index: Any, dim: int, distance: str) -> tuple[Any, str]:
+    import faiss
+
+    metric = faiss.METRIC_L2 if distance == "euclidean" else faiss.METRIC_INNER_PRODUCT
+    if isinstance(index, faiss.Index):
+        idx, desc = faiss.clone_index(index), f"<{type(index).__name__}>"
+    elif isinstance(index, (str, os.PathLike)):
+        text = os.fspath(index)
+        if os.path.isfile(text):
+            try:
+                idx = faiss.read_index(text)
+            except RuntimeError as exc:
+                raise InputError(
+                    f"index={text!r} is a file but not one written by faiss.write_index ({exc})."
+                ) from exc
+            desc = f"file:{os.path.basename(text)}"
+        else:
+            try:
+                idx = faiss.index_factory(dim, text, metric)
+            except RuntimeError as exc:
+                first = str(exc).strip().splitlines()[-1][:200]
+                raise InputError(
+                    f"index={text!r} is neither an existing file nor a faiss index factory string "
+                    f"faiss accepts ({first}). Examples: 'HNSW32', 'IVF1024,Flat', 'IVF256,PQ32'."
+                ) from exc
+            desc = text
+    else:
+        raise InputTypeError(
+            "index must be a faiss factory string, a path written by faiss.write_index or a "
+            f"faiss.Index; got {type(index).__name__}."
+        )
+    if idx.d != dim:
+        raise InputError(
+            f"index has dimension {idx.d} but the embeddings have {dim}; train the index on "
+            "embeddings of the same model."
+        )
+    if idx.metric_type != metric:
+        want = "METRIC_L2" if metric == faiss.METRIC_L2 else "METRIC_INNER_PRODUCT"
+        raise InputError(
+            f"distance={distance!r} needs a faiss index built with {want}; the given index uses "
+            f"metric {idx.metric_type}. Build it with train_index(..., distance={distance!r})."
+        )
+    return idx, desc
+
+
+def _prepare(x: np.ndarray, distance: str) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if distance == "cosine":
+        norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(np.float32)
+        if (norms == 0).any():
+            raise InputError(
+                "distance='cosine' needs non-zero vectors; a row is all zero "
+                f"(first at row {int(np.flatnonzero(norms == 0)[0])} of its block)."
+            )
+        x = x / norms[:, None]
+    return x
+
+
+def _train(idx: Any, xb: np.ndarray, distance: str, seed: int) -> int:
+    """Train ``idx`` (when it needs it) on a seeded subsample; return the rows used."""
+    import faiss
+
+    if idx.is_trained:
+        return 0
+    n_ref = xb.shape[0]
+    ivf = faiss.try_extract_index_ivf(idx)
+    if ivf is not None:
+        if ivf.nlist > n_ref:
+            raise InputError(
+                f"the index has nlist={ivf.nlist} inverted lists but there are only {n_ref} "
+                "references; use a smaller nlist (about sqrt(n_reference) to 16 * sqrt)."
+            )
+        n_train = min(n_ref, _POINTS_PER_CENTROID * ivf.nlist)
+    else:
+        n_train = min(n_ref, _DEFAULT_TRAINING_ROWS)
+    rows = np.arange(n_ref)
+    if n_train < n_ref:
+        rows = np.sort(np.random.default_rng(seed).choice(n_ref, n_train, replace=False))
+    try:
+        idx.train(_prepare(xb[rows], distance))
+    except RuntimeError as exc:
+        raise InputError(f"faiss could not train the index on {n_train} rows: {exc}") from exc
+    return int(n_train)
+
+
+def _set_params(idx: Any, params: dict[str, Any]) -> None:
+    import faiss
+
+    space = faiss.ParameterSpace()
+    for name, value in params.items():
+        if not isinstance(name, str):
+            raise InputTypeError(f"index_params keys must be strings; got {name!r}.")
+        try:
+            space.set_index_parameter(idx, name, value)
+        except (RuntimeError, TypeError) as exc:
+            raise InputError(
+                f"index_params[{name!r}]={value!r} cannot be set on this index ({exc}). Use "
+                "'nprobe' for IVF indexes and 'efSearch' for HNSW."
+            ) from exc
+
+
+def run_approximate(
+    task: RetrievalTask,
+    index: Any,
+    *,
+    index_params: dict[str, Any] | None = None,
+    exact_sample: int = 10_000,
+    seed: int = 0,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    progress: bool | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
+    """Approximate per-query values and tie flags, plus the report of their error."""
+    exact_sample = check_int(exact_sample, "exact_sample", minimum=0)
+    seed = check_int(seed, "seed", minimum=0)
+    if index_params is None:
+        index_params = {}
+    if not isinstance(index_params, dict):
+        raise InputTypeError(
+            f"index_params must be a dict such as {{'nprobe': 64}}; got "
+            f"{type(index_params).__name__}."
+        )
+    depth, threshold = task.depth()
+    if threshold is not None:
+        raise InputError(
+            "map and mrr with k=None read each query's ranking down to its farthest (or nearest) "
+            "same-label reference, which an approximate index cannot promise to return. Pass an "
+            "int k (e.g. k=1000) to evaluate them at a fixed depth, or drop index= for exact "
+            "search."
+        )
+    _n_query, n_ref = task.n_query, int(task.reference.shape[0])
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    idx, desc = _open_index(index, int(task.reference.shape[1]), task.distance)
+    n_train = _train(idx, task.reference, task.distance, seed)
+    timings["train_s"] = time.perf_counter() - t0
+    _set_params(idx, index_params)
+    t0 = time.perf_counter()
+    if idx.ntotal:
+        idx.reset()  # keep the training, replace the vectors by this reference set
+    for a in range(0, n_ref, _ADD_BLOCK):
+        idx.add(_prepare(task.reference[a : a + _ADD_BLOCK], task.distance))
+    timings["add_s"] = time.perf_counter() - t0
+
+    values, ties = task.empty_outputs()
+    candidates = np.flatnonzero(task.relevant > 0)
+    n_sample = min(exact_sample, candidates.size)
+    sample = np.sort(np.random.default_rng(seed).choice(candidates, n_sample, replace=False))
+    ranked = np.minimum(np.maximum(depth - 1, 0), task.n_valid)  # positions the metrics read
+    approx_lists: dict[int, np.ndarray] = {}
+    t0 = time.perf_counter()
+    search_k = _search_all(idx, task, depth, values, ties, sample, ranked, approx_lists,
+                           memory_budget, progress)  # fmt: skip
+    timings["search_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    report = _exact_sample(task, sample, ranked, values, approx_lists, seed, memory_budget)
+    timings["exact_sample_s"] = time.perf_counter() - t0
+    approximation = {
+        "index": desc,
+        "index_params": {str(k): _jsonable(v) for k, v in index_params.items()},
+        "training_rows": n_train,
+        "seed": seed,
+        "search_k": int(search_k),
+        **report,
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+    }
+    return values, ties, approximation
+
+
+def _jsonable(v: Any) -> Any:
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _search_all(
+    idx: Any,
+    task: RetrievalTask,
+    depth: np.ndarray,
+    values: dict[str, np.ndarray],
+    ties: dict[str, np.ndarray],
+    sample: np.ndarray,
+    ranked: np.ndarray,
+    approx_lists: dict[int, np.ndarray],
+    memory_budget: int,
+    progress: bool | None,
+) -> int:
+    """Search every non-lone query, score its cleaned list, keep the sample's lists."""
+    n_query, n_ref = task.n_query, int(task.reference.shape[0])
+    col_bits = max(1, int(n_ref - 1).bit_length())
+    # Excluded references (self, same group) take slots in faiss's list: ask for that many more.
+    k_query = np.where(depth > 0, np.minimum(n_ref, depth + (n_ref - task.n_valid)), 0)
+    k_max = int(k_query.max(initial=0))
+    groups = group_exclusions(task)
+    if k_max == 0:
+        return 0
+    block = max(1, min(4096, memory_budget // (k_max * 40), 2 ** (32 - col_bits)))
+    in_sample = np.zeros(n_query, dtype=bool)
+    in_sample[sample] = True
+    with progress_bar(n_query, "queries", enabled=progress) as bar:
+        for start in range(0, n_query, block):
+            stop = min(start + block, n_query)
+            kb = int(k_query[start:stop].max(initial=0))
+            if kb == 0:
+                bar.update(stop - start)
+                continue
+            dist, ids = idx.search(_prepare(task.query[start:stop], task.distance), kb)
+            keys = dist if task.distance == "euclidean" else -dist
+            valid = ids >= 0
+            if groups is not None:
+                safe = np.where(valid, ids, 0)
+                valid &= groups[1][safe] != groups[0][start:stop, None]
+            valid &= np.arange(kb)[None, :] < k_query[start:stop, None]
+            counts = valid.sum(axis=1)
+            rows = np.nonzero(valid)[0].astype(np.uint64)
+            code = rows << np.uint64(32 + col_bits)
+            code |= sortable_bits(keys[valid]).astype(np.uint64) << np.uint64(col_bits)
+            code |= ids[valid].astype(np.uint64)
+            cands = _sort_block(code, counts, start, col_bits, False)
+            chunk_values, chunk_ties = task.score_block(cands)
+            for name in chunk_values:
+                values[name][start:stop] = chunk_values[name]
+                ties[name][start:stop] = chunk_ties[name]
+            for q in np.flatnonzero(in_sample[start:stop]):
+                lo = cands.lims[q]
+                approx_lists[start + int(q)] = cands.index[lo : lo + ranked[start + q]].copy()
+            bar.update(stop - start)
+    return k_max
+
+
+def _exact_sample(
+    task: RetrievalTask,
+    sample: np.ndarray,
+    ranked: np.ndarray,
+    approx_values: dict[str, np.ndarray],
+    approx_lists: dict[int, np.ndarray],
+    seed: int,
+    memory_budget: int,
+) -> dict[str, Any]:
+    """Exact values and neighbour lists of the sample queries, and the error report."""
+    out: dict[str, Any] = {"n_sample": int(sample.size), "ci": _CI, "n_boot": _N_BOOT}
+    if sample.size == 0:
+        out.update(knn_recall=None, metrics={})
+        return out
+    sub = subset_task(task, sample)
+    sub_depth, _ = sub.depth()
+    exact = {m.name: np.full(sample.size, np.nan) for m in task.metrics}
+    recall = np.full(sample.size, np.nan)
+    for block in sorted_candidates(
+        sub.query,
+        sub.reference,
+        distance=sub.distance,
+        depth=sub_depth,
+        exclusions=sub.exclusions,
+        n_valid=sub.n_valid,
+        memory_budget=memory_budget,
+        progress=False,
+    ):
+        chunk_values, _ = sub.score_block(block)
+        for name, v in chunk_values.items():
+            exact[name][block.queries] = v
+        for i, q in enumerate(block.queries):
+            d = int(ranked[sample[q]])
+            if d == 0:
+                continue
+            truth = block.index[block.lims[i] : block.lims[i] + d]
+            found = approx_lists.get(int(sample[q]), np.empty(0, dtype=truth.dtype))
+            recall[q] = np.intersect1d(truth, found).size / d
+    out["knn_recall"] = float(np.nanmean(recall)) if np.isfinite(recall).any() else None
+    rng = np.random.default_rng(seed)
+    metrics = {}
+    for name, e in exact.items():
+        a = approx_values[name][sample]
+        ok = ~(np.isnan(a) | np.isnan(e))
+        diff = a[ok] - e[ok]
+        entry = {
+            "exact": float(e[ok].mean()) if ok.any() else None,
+            "approximate": float(a[ok].mean()) if ok.any() else None,
+            "difference": float(diff.mean()) if ok.any() else None,
+            "difference_ci": None,
+        }
+        if diff.size > 1:
+            boots = np.empty(_N_BOOT)
+            step = max(1, 2_000_000 // diff.size)
+            for b0 in range(0, _N_BOOT, step):
+                b1 = min(b0 + step, _N_BOOT)
+                picks = rng.integers(0, diff.size, size=(b1 - b0, diff.size))
+                boots[b0:b1] = diff[picks].mean(axis=1)
+            lo, hi = np.quantile(boots, [(1 - _CI) / 2, (1 + _CI) / 2])
+            entry["difference_ci"] = [float(lo), float(hi)]
+        metrics[name] = entry
+    out["metrics"] = metrics
+    return out
