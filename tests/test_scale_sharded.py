@@ -1,0 +1,231 @@
+"""Sharded exact search (``evaluate(..., shards=...)``): bit-identical to the local engine.
+
+Two kinds of data: Gaussian floats, where BLAS rounding depends on product shapes (so a shard
+split that multiplied differently shaped products would show up as different bits), and
+small-integer grids, where every key is an exact integer, exact ties are everywhere, and a naive
+float64 brute-force loop written below is an exact oracle.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from embedeval import evaluate
+from embedeval._errors import FileFormatError, InputError, InputTypeError
+from embedeval.knn import PreparedSearch, grid_keys
+
+N_REF = 40_000  # above 16 tiles of 2048 columns: the engine multiplies in tiles, shards apply
+
+
+def _same(a, b):
+    assert a.per_query.keys() == b.per_query.keys()
+    for name in a.per_query:
+        np.testing.assert_array_equal(a.per_query[name], b.per_query[name], err_msg=name)
+    assert a.n_ties == b.n_ties
+    assert a.metrics == b.metrics or all(
+        (np.isnan(a.metrics[m]) and np.isnan(b.metrics[m])) or a.metrics[m] == b.metrics[m]
+        for m in a.metrics
+    )
+
+
+@pytest.fixture(scope="module")
+def gauss():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((N_REF, 8)).astype(np.float32)
+    x[300:400] = x[:100]  # exact duplicates: tied keys
+    y = rng.integers(0, 300, N_REF)
+    g = rng.integers(0, 40, N_REF)
+    return x, y, g
+
+
+@pytest.fixture(scope="module")
+def grid():
+    rng = np.random.default_rng(3)
+    x = rng.integers(-2, 3, size=(N_REF, 4)).astype(np.float32)  # 625 distinct points: ties
+    y = rng.integers(0, 50, N_REF)
+    return x, y
+
+
+def test_blas_products_differ_by_shape_but_grid_keys_do_not(gauss):
+    # The reason for the tile grid: the same dot products in differently shaped products are
+    # not guaranteed to round alike; grid_keys makes a shard's keys equal the whole's.
+    x, _, _ = gauss
+    whole = PreparedSearch.build(x[:600], x, "euclidean")
+    a, b = 2048 * 7, 2048 * 13
+    shard = PreparedSearch.build(x[:600], x[a:b], "euclidean")
+    for rows in (slice(0, 512), slice(512, 600)):
+        full = grid_keys(whole, rows, 0, N_REF)
+        part = np.concatenate(
+            [shard.keys(rows, slice(c, c + 2048)) for c in range(0, b - a, 2048)], axis=1
+        )
+        assert np.array_equal(full[:, a:b], part)
+
+
+@pytest.mark.parametrize("shards", [2, 3, 7])
+def test_int_shards_equal_local_bit_for_bit(gauss, shards):
+    x, y, _ = gauss
+    kw = dict(
+        metrics=["precision_at_1", "r_precision", "map_at_r", "recall_at_5", "precision_at_3"]
+    )
+    local = evaluate(x[:1500], y[:1500], x, y, ref_includes_query=True, **kw)
+    sharded = evaluate(x[:1500], y[:1500], x, y, ref_includes_query=True, shards=shards, **kw)
+    _same(local, sharded)
+    assert local.n_ties["map_at_r"] > 0  # the duplicates do create ties
+
+
+def test_leave_one_out_with_groups_equals_local(gauss):
+    x, y, g = gauss
+    q = x[:20000]
+    local = evaluate(q, y[:20000], query_groups=g[:20000], metrics=["precision_at_1", "map_at_r"])
+    sharded = evaluate(
+        q, y[:20000], query_groups=g[:20000], metrics=["precision_at_1", "map_at_r"], shards=2
+    )
+    _same(local, sharded)
+
+
+@pytest.mark.parametrize("distance", ["cosine", "inner_product"])
+def test_full_depth_map_and_mrr_equal_local(gauss, distance):
+    # k=None for map/mrr: the global farthest / nearest same-label key sets the threshold.
+    x, y, _ = gauss
+    kw = dict(metrics=["map", "mrr"], distance=distance)
+    local = evaluate(x[:250], y[:250], x, y, **kw)
+    sharded = evaluate(x[:250], y[:250], x, y, shards=4, **kw)
+    _same(local, sharded)
+
+
+def test_int_k_and_groups_against_reference_equal_local(gauss):
+    x, y, g = gauss
+    kw = dict(k=20, metrics=["map_at_r", "r_precision", "map", "mrr", "recall_at_10"])
+    args = (x[:800], y[:800], x, y)
+    with pytest.warns(UserWarning):
+        local = evaluate(*args, query_groups=g[:800], reference_groups=g, **kw)
+    with pytest.warns(UserWarning):
+        sharded = evaluate(*args, query_groups=g[:800], reference_groups=g, shards=5, **kw)
+    _same(local, sharded)
+
+
+def test_list_of_arrays_and_memmapped_files_equal_local(gauss, tmp_path):
+    x, y, _ = gauss
+    cuts = [0, 5000, 23000, 31000, N_REF]  # not on the 2048 grid: re-cut internally
+    paths = []
+    for i, (a, b) in enumerate(itertools.pairwise(cuts)):
+        p = tmp_path / f"shard{i}.npy"
+        np.save(p, x[a:b])
+        paths.append(str(p))
+    local = evaluate(x[:700], y[:700], x, y)
+    from_files = evaluate(x[:700], y[:700], x, y, shards=paths)
+    arrays = [np.load(p, mmap_mode="r") for p in paths]
+    from_arrays = evaluate(x[:700], y[:700], x, y, shards=arrays)
+    _same(local, from_files)
+    _same(local, from_arrays)
+
+
+def test_small_reference_is_one_shard(gauss):
+    x, y, _ = gauss
+    local = evaluate(x[:3000], y[:3000])
+    _same(local, evaluate(x[:3000], y[:3000], shards=3))
+    _same(local, evaluate(x[:3000], y[:3000], shards=[x[:1000], x[1000:3000]]))
+
+
+# ---- an independent oracle on exact-integer data
+
+
+def _oracle(q, ql, r, rl, self_exclude):
+    """Plain loop: float64 distances, stable sort by (distance, index), metrics by definition."""
+    out = {"precision_at_1": [], "map_at_r": [], "r_precision": [], "map": [], "mrr": []}
+    for i in range(len(q)):
+        d = ((r.astype(np.float64) - q[i]) ** 2).sum(axis=1)
+        idx = np.arange(len(r))
+        keep = idx != i if self_exclude else np.ones(len(r), bool)
+        order = idx[keep][np.lexsort((idx[keep], d[keep]))]
+        rel = (rl[order] == ql[i]).astype(float)
+        big_r = int(rel.sum())
+        if big_r == 0:
+            for v in out.values():
+                v.append(np.nan)
+            continue
+        prec = np.cumsum(rel) / np.arange(1, len(rel) + 1)
+        out["precision_at_1"].append(rel[0])
+        out["r_precision"].append(rel[:big_r].sum() / big_r)
+        out["map_at_r"].append((prec[:big_r] * rel[:big_r]).sum() / big_r)
+        out["map"].append((prec * rel).sum() / big_r)
+        out["mrr"].append(1.0 / (np.flatnonzero(rel)[0] + 1))
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def test_oracle_on_hand_case():
+    q = np.array([[0.0], [1.0], [3.0]])
+    got = _oracle(q, np.array([0, 1, 0]), q, np.array([0, 1, 0]), True)
+    # query 0: ranking 1 (b), 3 (a) -> P@1 0, MAP@R = 0, AP = (1/2)/1, RR = 1/2
+    assert got["precision_at_1"][0] == 0 and got["map"][0] == 0.5 and got["mrr"][0] == 0.5
+    assert np.isnan(got["map"][1])  # the only "1" is lone
+
+
+def test_ties_on_integer_grid_match_oracle(grid):
+    x, y = grid
+    metrics = ["precision_at_1", "r_precision", "map_at_r", "map", "mrr"]
+    res = evaluate(x[:40], y[:40], x, y, ref_includes_query=True, metrics=metrics, shards=3)
+    want = _oracle(x[:40], y[:40], x, y, True)
+    for name in metrics:
+        np.testing.assert_allclose(res.per_query[name], want[name], rtol=1e-12, err_msg=name)
+    assert res.n_ties["precision_at_1"] > 0
+
+
+def test_progress_bar_counts_shards(gauss, capsys):
+    x, y, _ = gauss
+    evaluate(x[:50], y[:50], x, y, shards=2, progress=True, metrics=["precision_at_1"])
+    assert "shards" in capsys.readouterr().err
+
+
+# ---- bad input
+
+
+def test_bad_shards_values(gauss, tmp_path):
+    x, y, _ = gauss
+    args = (x[:10], y[:10], x, y)
+    with pytest.raises(InputError, match="shards must be >= 1"):
+        evaluate(*args, shards=0)
+    with pytest.raises(InputError, match="shards must be an integer"):
+        evaluate(*args, shards=2.0)
+    with pytest.raises(InputError, match="empty list"):
+        evaluate(*args, shards=[])
+    with pytest.raises(InputError, match="rows in total"):
+        evaluate(*args, shards=[x[:100], x[100:200]])
+    with pytest.raises(InputError, match=r"shape \(n_rows > 0, 8\)"):
+        evaluate(*args, shards=[x[:, :4]])
+    with pytest.raises(InputTypeError, match="numpy array or a .npy path"):
+        evaluate(*args, shards=[x.tolist()])
+    with pytest.raises(InputTypeError, match="numeric"):
+        evaluate(*args, shards=[x.astype(object)])
+    with pytest.raises(FileFormatError, match="not a .npy file"):
+        evaluate(*args, shards=[str(tmp_path / "a.txt")])
+    with pytest.raises(FileFormatError, match="no such file"):
+        evaluate(*args, shards=[str(tmp_path / "missing.npy")])
+    pickled = tmp_path / "obj.npy"
+    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(FileFormatError, match="unpickling"):
+        evaluate(*args, shards=[str(pickled)])
+    bad = x.copy()
+    bad[N_REF - 5, 2] = np.nan
+    with pytest.raises(InputError, match=f"first at reference row {N_REF - 5}"):
+        evaluate(*args, shards=[bad])
+
+
+def test_bad_combinations(gauss):
+    x, y, _ = gauss
+    args = (x[:10], y[:10], x, y)
+    with pytest.raises(InputError, match="index_params was given without index"):
+        evaluate(*args, shards=2, index_params={"nprobe": 2})
+    with pytest.raises(InputError, match="cannot be combined"):
+        evaluate(*args, shards=2, index="Flat")
+    with pytest.raises(InputError, match="client= is only used"):
+        evaluate(*args, shards=2, client=object())
+    with pytest.raises(InputError, match="block_size must be >= 1"):
+        evaluate(*args, shards=2, block_size=0)
+    gq = np.arange(10)
+    gr = np.arange(N_REF) + 1  # the own row sits in another group than its query
+    with pytest.raises(InputError, match="only supported by the local exact backend"):
+        evaluate(*args, ref_includes_query=True, query_groups=gq, reference_groups=gr, shards=2)
