@@ -202,7 +202,7 @@ class Comparison:
                     ""
                     if r["checkpoint"] == self.baseline
                     else f"[{r['diff_ci_low']:+.4f}, {r['diff_ci_high']:+.4f}]",
-                    "" if r["checkpoint"] == self.baseline else f"{r['p_value']:.4f}",
+                    "" if r["checkpoint"] == self.baseline else _fmt_p(r["p_value"], self.settings),
                 ]
             )
         return head, body
@@ -439,6 +439,12 @@ def _permutation_p(diff: np.ndarray, groups: np.ndarray | None, n_perm: int, see
         signs = rng.choice(np.array([-1.0, 1.0]), size=(m, n))
         hits += int(np.sum(np.abs(signs @ diff / n) >= observed - 1e-12))
     return (hits + 1) / (n_perm + 1)
+
+
+def _fmt_p(p: float, settings: dict[str, Any]) -> str:
+    # A resampling p-value cannot resolve below 1 / n_boot: say "<" rather than print 0.
+    floor = 1.0 / settings.get("n_boot", 1000)
+    return f"<{floor:.0e}" if p < floor else f"{p:.4f}"
 
 
 def _fmt(v: float) -> str:

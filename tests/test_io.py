@@ -1,0 +1,84 @@
+"""embedeval.io: every format round-trips, large .npy stays memory-mapped, nothing unpickles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+from embedeval.io import load_array, load_embeddings
+
+X = np.arange(24, dtype=np.float32).reshape(6, 4)
+Y = np.array([0, 0, 1, 1, 2, 2])
+
+
+def test_npy_is_memory_mapped(tmp_path):
+    np.save(tmp_path / "x.npy", X)
+    f = load_embeddings(tmp_path / "x.npy")
+    assert isinstance(f.embeddings, np.memmap)
+    assert f.labels is None and f.name == "x"
+
+
+def test_npz_with_optional_keys(tmp_path):
+    np.savez(
+        tmp_path / "x.npz",
+        embeddings=X,
+        labels=np.array(list("aabbcc")),
+        confidences=np.linspace(0, 1, 6),
+        sigmas=np.ones(6),
+        groups=[1, 2, 1, 2, 1, 2],
+    )
+    f = load_embeddings(tmp_path / "x.npz")
+    assert f.labels.tolist() == list("aabbcc")
+    assert f.confidences.tolist() == np.linspace(0, 1, 6).tolist()
+    assert f.groups.tolist() == [1, 2, 1, 2, 1, 2]
+
+
+def test_safetensors_round_trip(tmp_path):
+    st = pytest.importorskip("safetensors.numpy", reason="optional extra [safetensors]")
+    st.save_file({"embeddings": X, "labels": Y}, str(tmp_path / "x.safetensors"))
+    f = load_embeddings(tmp_path / "x.safetensors")
+    np.testing.assert_array_equal(f.embeddings, X)
+    assert f.labels.tolist() == Y.tolist()
+
+
+def test_parquet_round_trip(tmp_path):
+    pa = pytest.importorskip("pyarrow", reason="optional extra [parquet]")
+    import pyarrow.parquet as pq
+
+    table = pa.table({"embedding": [row.tolist() for row in X], "label": list("aabbcc")})
+    pq.write_table(table, tmp_path / "x.parquet")
+    f = load_embeddings(tmp_path / "x.parquet")
+    np.testing.assert_array_equal(f.embeddings, X)
+    assert f.labels.tolist() == list("aabbcc")
+
+
+def test_label_files(tmp_path):
+    (tmp_path / "l.txt").write_text("a\nb\n")
+    assert load_array(tmp_path / "l.txt").tolist() == ["a", "b"]
+    np.save(tmp_path / "l.npy", Y)
+    assert load_array(tmp_path / "l.npy").tolist() == Y.tolist()
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ee.FileFormatError, match="no such file"):
+        load_embeddings(tmp_path / "missing.npy")
+    (tmp_path / "x.csv").write_text("1,2\n")
+    with pytest.raises(ee.FileFormatError, match="unknown file type '.csv'"):
+        load_embeddings(tmp_path / "x.csv")
+    np.savez(tmp_path / "k.npz", vectors=X)
+    with pytest.raises(ee.FileFormatError, match="no 'embeddings' array .*vectors"):
+        load_embeddings(tmp_path / "k.npz")
+    np.save(tmp_path / "p.npy", np.array([{"a": 1}] * 3, dtype=object), allow_pickle=True)
+    with pytest.raises(ee.FileFormatError, match="never unpickles"):
+        load_embeddings(tmp_path / "p.npy")
+    bad = X.copy()
+    bad[[2, 4], 1] = np.nan
+    np.savez(tmp_path / "nan.npz", embeddings=bad, labels=Y)
+    with pytest.raises(
+        ee.InputError, match=r"NaN or infinite values in 2 row\(s\), first at row 2"
+    ):
+        load_embeddings(tmp_path / "nan.npz")
+    np.savez(tmp_path / "len.npz", embeddings=X, labels=Y[:4])
+    with pytest.raises(ee.InputError, match="has 4 labels but there are 6"):
+        load_embeddings(tmp_path / "len.npz")
