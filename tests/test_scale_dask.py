@@ -1,0 +1,117 @@
+"""Dask backend (``evaluate(..., backend="dask", client=...)``): equal to the local engine bit for
+bit on a two-process LocalCluster, cancellation on Ctrl-C, bad input."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip(
+    "distributed", reason="the Dask backend needs dask.distributed (pip install embedeval[dask])"
+)
+
+from embedeval import evaluate  # noqa: E402
+from embedeval._errors import InputError, InputTypeError  # noqa: E402
+
+N_REF = 40_000  # above 16 tiles: the engine multiplies in 2048-column tiles
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
+    c = distributed.Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((N_REF, 8)).astype(np.float32)
+    x[500:600] = x[:100]  # exact duplicates: tied keys
+    y = rng.integers(0, 300, N_REF)
+    g = rng.integers(0, 30, N_REF)
+    return x, y, g
+
+
+def _same(a, b):
+    for name in a.per_query:
+        np.testing.assert_array_equal(a.per_query[name], b.per_query[name], err_msg=name)
+    assert a.n_ties == b.n_ties
+
+
+def test_gallery_with_self_rows_equals_local(client, data):
+    x, y, _ = data
+    args = (x[:3000], y[:3000], x, y)
+    local = evaluate(*args, ref_includes_query=True)
+    remote = evaluate(*args, ref_includes_query=True, backend="dask", client=client)
+    _same(local, remote)
+    assert local.n_ties["map_at_r"] > 0
+
+
+def test_leave_one_out_with_groups_equals_local(client, data):
+    x, y, g = data
+    kw = dict(query_groups=g[:8000], metrics=["precision_at_1", "map_at_r", "r_precision"])
+    local = evaluate(x[:8000], y[:8000], **kw)
+    remote = evaluate(x[:8000], y[:8000], backend="dask", client=client, **kw)
+    _same(local, remote)
+
+
+def test_full_depth_map_mrr_equal_local(client, data):
+    x, y, _ = data
+    kw = dict(metrics=["map", "mrr"], distance="cosine")
+    local = evaluate(x[:300], y[:300], x, y, **kw)
+    remote = evaluate(x[:300], y[:300], x, y, backend="dask", client=client, **kw)
+    _same(local, remote)
+
+
+def test_small_blocks_are_cut_where_the_engine_cuts(client, data):
+    # An explicit small block size: tasks must start on block boundaries to reproduce keys.
+    x, y, _ = data
+    local = evaluate(x[:1000], y[:1000], x, y, block_size=37)
+    remote = evaluate(x[:1000], y[:1000], x, y, block_size=37, backend="dask", client=client)
+    _same(local, remote)
+
+
+def test_keyboard_interrupt_cancels_futures(client, data, monkeypatch):
+    import embedeval._dask as dask_backend
+
+    class _Bar:
+        def update(self, n):
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def interrupting_bar(*args, **kwargs):
+        yield _Bar()
+
+    cancelled = []
+    real_cancel = client.cancel
+
+    def spy(futures, *args, **kwargs):
+        cancelled.extend(futures)
+        return real_cancel(futures, *args, **kwargs)
+
+    monkeypatch.setattr(dask_backend, "progress_bar", interrupting_bar)
+    monkeypatch.setattr(client, "cancel", spy)
+    x, y, _ = data
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(x[:4000], y[:4000], x, y, backend="dask", client=client)
+    assert len(cancelled) >= 2  # every submitted task was cancelled, not only the finished one
+
+
+def test_bad_client_and_combinations(client, data):
+    x, y, _ = data
+    args = (x[:10], y[:10], x[:100], y[:100])
+    with pytest.raises(InputError, match="needs client="):
+        evaluate(*args, backend="dask")
+    with pytest.raises(InputTypeError, match="dask.distributed.Client"):
+        evaluate(*args, backend="dask", client="tcp://localhost:8786")
+    with pytest.raises(InputError, match="shards= is for the local backend"):
+        evaluate(*args, backend="dask", client=client, shards=2)
+    with pytest.raises(InputError, match="backend='dask' is not valid|is not valid"):
+        evaluate(*args, backend="dusk", client=client)
