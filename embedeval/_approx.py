@@ -285,25 +285,13 @@ def _search_all(
     block = max(1, min(4096, memory_budget // (k_max * 40), 2 ** (32 - col_bits)))
     in_sample = np.zeros(n_query, dtype=bool)
     in_sample[sample] = True
+    need = np.minimum(depth, task.n_valid)
     with progress_bar(n_query, "queries", enabled=progress) as bar:
         for start in range(0, n_query, block):
             stop = min(start + block, n_query)
-            kb = int(k_query[start:stop].max(initial=0))
-            if kb == 0:
-                bar.update(stop - start)
-                continue
-            dist, ids = idx.search(_prepare(task.query[start:stop], task.distance), kb)
-            keys = dist if task.distance == "euclidean" else -dist
-            valid = ids >= 0
-            if groups is not None:
-                safe = np.where(valid, ids, 0)
-                valid &= groups[1][safe] != groups[0][start:stop, None]
-            valid &= np.arange(kb)[None, :] < k_query[start:stop, None]
-            counts = valid.sum(axis=1)
-            rows = np.nonzero(valid)[0].astype(np.uint64)
-            code = rows << np.uint64(32 + col_bits)
-            code |= sortable_bits(keys[valid]).astype(np.uint64) << np.uint64(col_bits)
-            code |= ids[valid].astype(np.uint64)
+            code, counts = _block_lists(
+                idx, task, groups, start, stop, k_query[start:stop], need[start:stop], col_bits
+            )
             cands = _sort_block(code, counts, start, col_bits, False)
             chunk_values, chunk_ties = task.score_block(cands)
             for name in chunk_values:
@@ -314,6 +302,59 @@ def _search_all(
                 approx_lists[start + int(q)] = cands.index[lo : lo + ranked[start + q]].copy()
             bar.update(stop - start)
     return k_max
+
+
+def _block_lists(
+    idx: Any,
+    task: RetrievalTask,
+    groups: tuple[np.ndarray, np.ndarray] | None,
+    start: int,
+    stop: int,
+    k_query: np.ndarray,
+    need: np.ndarray,
+    col_bits: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Packed (row, key bits, reference) codes of each query's cleaned faiss list.
+
+    Each query is searched with k = the next power of two >= its own k (so its list does not
+    depend on which queries share its block).  faiss cuts a block of equal distances at k in
+    an arbitrary order, so a full list drops its last tie block, and a query left with fewer
+    than ``need`` valid references is searched again with twice the k.
+    """
+    n_ref = int(task.reference.shape[0])
+    kq = np.where(k_query > 0, 2 ** np.ceil(np.log2(np.maximum(k_query, 1))), 0)
+    kq = np.minimum(kq, n_ref).astype(np.int64)
+    pending = np.flatnonzero(kq > 0)
+    parts, counts = [], np.zeros(stop - start, dtype=np.int64)
+    xq = _prepare(task.query[start:stop], task.distance)
+    while pending.size:
+        retry = []
+        for k in np.unique(kq[pending]):
+            rows = pending[kq[pending] == k]
+            dist, ids = idx.search(xq[rows], int(k))
+            keys = dist if task.distance == "euclidean" else -dist
+            got = ids >= 0
+            complete = ~got[:, -1] | (k >= n_ref)  # fewer than k came back: nothing was cut
+            last = np.where(got, keys, -np.inf).max(axis=1)
+            keep = got & (complete[:, None] | (keys < last[:, None]))
+            if groups is not None:
+                safe = np.where(keep, ids, 0)
+                keep &= groups[1][safe] != groups[0][start + rows, None]
+            n_keep = keep.sum(axis=1)
+            short = ~complete & (n_keep < need[rows])
+            if short.any():
+                retry.append(rows[short])
+                keep[short] = False
+            r, c = np.nonzero(keep)
+            code = rows[r].astype(np.uint64) << np.uint64(32 + col_bits)
+            code |= sortable_bits(keys[r, c]).astype(np.uint64) << np.uint64(col_bits)
+            code |= ids[r, c].astype(np.uint64)
+            parts.append(code)
+            counts[rows] += np.where(short, 0, n_keep)
+        pending = np.concatenate(retry) if retry else np.empty(0, dtype=np.int64)
+        kq[pending] = np.minimum(2 * kq[pending], n_ref)
+    code = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
+    return code, counts
 
 
 def _exact_sample(

@@ -1,0 +1,199 @@
+"""Approximate search (``evaluate(..., index=...)``) and its error report.
+
+Exact-equivalent configurations ("Flat", IVF with nprobe = nlist) must reproduce exact results.
+On small-integer data every squared distance is an exact integer for faiss and for the engine
+alike, so equal distances are exact ties, both sides break them by reference index, and the
+comparison can be bit for bit; a plain float64 loop written below is the independent oracle.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+faiss = pytest.importorskip("faiss", reason="approximate search needs faiss")
+
+from embedeval import evaluate  # noqa: E402
+from embedeval._approx import train_index  # noqa: E402
+from embedeval._errors import InputError, InputTypeError  # noqa: E402
+
+METRICS = ["precision_at_1", "r_precision", "map_at_r", "recall_at_5", "precision_at_3"]
+
+
+@pytest.fixture(scope="module")
+def grid():
+    rng = np.random.default_rng(5)
+    x = rng.integers(-3, 4, size=(4000, 6)).astype(np.float32)
+    x[200:300] = x[:100]
+    y = rng.integers(0, 40, 4000)
+    g = rng.integers(0, 25, 4000)
+    return x, y, g
+
+
+@pytest.fixture(scope="module")
+def clusters():
+    # 20,000 vectors in 400 noisy clusters: an approximate index makes real mistakes.
+    rng = np.random.default_rng(9)
+    centers = rng.standard_normal((400, 32)).astype(np.float32)
+    y = rng.integers(0, 400, 20_000)
+    x = centers[y] + 0.9 * rng.standard_normal((20_000, 32)).astype(np.float32)
+    return x.astype(np.float32), y
+
+
+def _oracle_p1_mapr(x, y, rows):
+    """Plain loop over a few queries (leave-one-out): float64 distances, ties by index."""
+    p1, mapr = [], []
+    idx = np.arange(len(x))
+    for i in rows:
+        d = ((x.astype(np.float64) - x[i]) ** 2).sum(axis=1)
+        keep = idx != i
+        order = idx[keep][np.lexsort((idx[keep], d[keep]))]
+        rel = (y[order] == y[i]).astype(float)
+        r = int(rel.sum())
+        prec = np.cumsum(rel[:r]) / np.arange(1, r + 1)
+        p1.append(rel[0])
+        mapr.append((prec * rel[:r]).sum() / r)
+    return np.array(p1), np.array(mapr)
+
+
+def test_oracle_hand_case():
+    x = np.array([[0.0], [1.0], [3.0], [4.0]], dtype=np.float32)
+    y = np.array([0, 1, 0, 1])
+    p1, mapr = _oracle_p1_mapr(x, y, [0, 3])
+    # query 0 ranks 1 (b), 3 (a): P@1 0, MAP@R 0; query 3 ranks 3 (a), 1 (b): P@1 0, MAP@R 0
+    assert p1.tolist() == [0.0, 0.0] and mapr.tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(("index", "params"), [("Flat", None), ("IVF16,Flat", {"nprobe": 16})])
+def test_exact_equivalent_index_reproduces_exact(grid, index, params):
+    x, y, _ = grid
+    exact = evaluate(x, y, metrics=METRICS)
+    approx = evaluate(x, y, metrics=METRICS, index=index, index_params=params, exact_sample=500)
+    for name in METRICS:
+        np.testing.assert_array_equal(approx.per_query[name], exact.per_query[name], name)
+    assert approx.n_ties == exact.n_ties
+    report = approx.approximation
+    assert report["knn_recall"] == 1.0
+    assert report["n_sample"] == 500
+    for name in METRICS:
+        assert report["metrics"][name]["difference"] == 0.0
+        assert report["metrics"][name]["difference_ci"] == [0.0, 0.0]
+    p1, mapr = _oracle_p1_mapr(x, y, range(0, 4000, 200))
+    np.testing.assert_allclose(approx.per_query["precision_at_1"][::200], p1)
+    np.testing.assert_allclose(approx.per_query["map_at_r"][::200], mapr, rtol=1e-12)
+
+
+def test_groups_and_inner_product_with_flat_equal_exact(grid):
+    x, y, g = grid
+    kw = dict(metrics=METRICS, query_groups=g[:1000], reference_groups=g)
+    exact = evaluate(x[:1000], y[:1000], x, y, distance="inner_product", **kw)
+    approx = evaluate(
+        x[:1000], y[:1000], x, y, distance="inner_product", index="Flat", exact_sample=0, **kw
+    )
+    for name in METRICS:
+        np.testing.assert_array_equal(approx.per_query[name], exact.per_query[name], name)
+    assert approx.approximation["n_sample"] == 0 and approx.approximation["metrics"] == {}
+
+
+def test_reported_error_matches_a_full_exact_run(clusters):
+    x, y = clusters
+    metrics = ["precision_at_1", "map_at_r"]
+    exact = evaluate(x, y, metrics=metrics)
+    approx = evaluate(
+        x, y, metrics=metrics, index="IVF64,Flat", index_params={"nprobe": 2}, exact_sample=3000
+    )
+    report = approx.approximation
+    assert 0.5 < report["knn_recall"] < 0.99  # a real approximation, measured
+    full_diff = approx["map_at_r"] - exact["map_at_r"]
+    lo, hi = report["metrics"]["map_at_r"]["difference_ci"]
+    assert lo < hi
+    # The sample's confidence interval covers the difference over all 20,000 queries, and the
+    # sample's exact value estimates the full exact value.
+    assert lo - 1e-3 <= full_diff <= hi + 1e-3
+    assert abs(report["metrics"]["map_at_r"]["exact"] - exact["map_at_r"]) < 0.01
+    assert json.loads(json.dumps(report)) == report
+
+
+def test_whole_population_sample_gives_the_full_numbers(clusters):
+    x, y = clusters
+    q, yq = x[:3000], y[:3000]
+    exact = evaluate(q, yq, x, y, metrics=["map_at_r"])
+    approx = evaluate(q, yq, x, y, metrics=["map_at_r"], index="HNSW32", exact_sample=10_000)
+    m = approx.approximation["metrics"]["map_at_r"]
+    assert approx.approximation["n_sample"] == 3000 - exact.n_lone
+    assert m["exact"] == pytest.approx(exact["map_at_r"], abs=1e-12)
+    assert m["approximate"] == pytest.approx(approx["map_at_r"], abs=1e-12)
+
+
+def test_trained_index_is_saved_and_reused(grid, tmp_path):
+    x, y = grid[0][:2000], grid[1][:2000]
+    trained = train_index(x, "IVF16,Flat", seed=3)
+    assert trained.is_trained and trained.ntotal == 0
+    path = tmp_path / "ivf16.faiss"
+    faiss.write_index(trained, str(path))
+    exact = evaluate(x, y, metrics=METRICS)
+    for given in (trained, str(path)):
+        res = evaluate(x, y, metrics=METRICS, index=given, index_params={"nprobe": 16})
+        np.testing.assert_array_equal(res.per_query["map_at_r"], exact.per_query["map_at_r"])
+        assert res.approximation["training_rows"] == 0  # reused, not retrained
+    assert trained.ntotal == 0  # the caller's object is cloned, never filled
+    # Another "checkpoint" of the same size through the same trained index.
+    x2 = x[::-1].copy()
+    y2 = y[::-1].copy()
+    res2 = evaluate(x2, y2, metrics=METRICS, index=str(path), index_params={"nprobe": 16})
+    exact2 = evaluate(x2, y2, metrics=METRICS)
+    np.testing.assert_array_equal(res2.per_query["r_precision"], exact2.per_query["r_precision"])
+
+
+def test_int_k_makes_map_and_mrr_possible(grid):
+    x, y, _ = grid
+    exact = evaluate(x, y, metrics=["map", "mrr"], k=30)
+    approx = evaluate(x, y, metrics=["map", "mrr"], k=30, index="Flat", exact_sample=100)
+    np.testing.assert_array_equal(approx.per_query["map"], exact.per_query["map"])
+    np.testing.assert_array_equal(approx.per_query["mrr"], exact.per_query["mrr"])
+
+
+# ---- bad input
+
+
+def test_full_depth_map_needs_an_int_k(grid):
+    x, y, _ = grid
+    for metric in ("map", "mrr"):
+        with pytest.raises(InputError, match="Pass an int k"):
+            evaluate(x, y, metrics=[metric], index="Flat")
+
+
+def test_bad_index_arguments(grid, tmp_path):
+    x, y, _ = grid
+    with pytest.raises(InputError, match="neither an existing file nor a faiss index factory"):
+        evaluate(x, y, index="IVF16,Flaat")
+    with pytest.raises(InputTypeError, match="index must be a faiss factory string"):
+        evaluate(x, y, index=16)
+    with pytest.raises(InputError, match="dimension 4 but the embeddings have 6"):
+        evaluate(x, y, index=faiss.IndexFlatL2(4))
+    with pytest.raises(InputError, match="METRIC_INNER_PRODUCT"):
+        evaluate(x, y, index=faiss.IndexFlatL2(6), distance="cosine")
+    not_faiss = tmp_path / "notes.faiss"
+    not_faiss.write_text("hello")
+    with pytest.raises(InputError, match="not one written by faiss.write_index"):
+        evaluate(x, y, index=str(not_faiss))
+    with pytest.raises(InputError, match="nlist=8192 inverted lists but there are only 4000"):
+        evaluate(x, y, index="IVF8192,Flat")
+    with pytest.raises(InputTypeError, match="index_params must be a dict"):
+        evaluate(x, y, index="Flat", index_params=[("nprobe", 2)])
+    with pytest.raises(InputError, match="index_params\\['nprobbe'\\]"):
+        evaluate(x, y, index="IVF16,Flat", index_params={"nprobbe": 2})
+    with pytest.raises(InputError, match="exact_sample must be >= 0"):
+        evaluate(x, y, index="Flat", exact_sample=-1)
+    with pytest.raises(InputError, match="exact_sample must be an integer"):
+        evaluate(x, y, index="Flat", exact_sample=0.5)
+    with pytest.raises(InputError, match="seed must be >= 0"):
+        evaluate(x, y, index="Flat", seed=-3)
+    with pytest.raises(InputError, match="cannot be combined"):
+        evaluate(x, y, index="Flat", backend="dask")
+    with pytest.raises(InputError, match="non-zero vectors"):
+        z = x.copy()
+        z[7] = 0
+        evaluate(z, y, index="Flat", distance="cosine")
