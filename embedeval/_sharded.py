@@ -266,14 +266,12 @@ def _thresholds(task: RetrievalTask, read: Any, layout: Any, memory_budget: int)
     return tau
 
 
-def _gather_rows(read: Any, rows: np.ndarray, step: int = 65536) -> np.ndarray:
-    out = []
-    for lo in range(0, int(rows[-1]) + 1, step):
-        inside = rows[(rows >= lo) & (rows < lo + step)]
-        if inside.size:
-            window = read(lo, min(lo + step, int(rows[-1]) + 1))
-            out.append(window[inside - lo])
-    return np.concatenate(out)
+def _gather_rows(read: Any, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` (sorted) of the reference, reading runs of adjacent rows only."""
+    cuts = np.flatnonzero(np.diff(rows) > 1) + 1
+    return np.concatenate(
+        [read(int(run[0]), int(run[-1]) + 1) for run in np.split(rows, cuts)], axis=0
+    )
 
 
 def _label_thresholds(

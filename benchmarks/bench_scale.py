@@ -1,0 +1,181 @@
+"""Benchmarks of the scaled backends (issue 6): approximate index, its reported error, Dask.
+
+Cases (run one at a time; each prints a JSON line and a short table):
+
+* ``approx``  — N vectors (default 1,000,000), d=128, 10,000 classes, seeded synthetic clusters
+  (L2-normalised float32, generated in blocks into a memory-mapped file under /tmp, never
+  committed), evaluated end to end with an IVF index; reports wall time, the index's timings and
+  the exact-sample error (|MAP@R(approx) - MAP@R(exact)| on 10,000 queries).
+* ``medium``  — the same generator at 100,000 vectors: a full exact run beside the approximate
+  one, to check the error the 10,000-query sample reports against the error over all queries.
+* ``dask``    — 200,000 reference vectors, a query subset: local engine vs the Dask backend on
+  a LocalCluster with one and with two single-threaded worker processes (the client is limited
+  to one BLAS thread so that workers reproduce its keys); checks the numbers are identical.
+
+Usage::
+
+    python -m benchmarks.bench_scale medium
+    python -m benchmarks.bench_scale dask --queries 40000
+    python -m benchmarks.bench_scale approx --n 1000000 --index IVF1024,Flat --nprobe 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+D = 128
+N_CLASSES = 10_000
+
+
+def make_clusters(
+    n: int, *, n_classes: int = N_CLASSES, seed: int = 0, spread: float = 0.12
+) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded clusters: class centres on the unit sphere plus Gaussian noise (``spread`` per
+    dimension), L2-normalised; written in blocks to a memory-mapped file in /tmp."""
+    path = f"/tmp/embedeval_bench_scale_{n}_{n_classes}_{seed}_{spread}.f32"
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((n_classes, D)).astype(np.float32)
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    labels = rng.integers(0, n_classes, n)
+    if os.path.exists(path) and os.path.getsize(path) == n * D * 4:
+        return np.memmap(path, dtype=np.float32, mode="r", shape=(n, D)), labels
+    tmp = path + ".part"
+    x = np.memmap(tmp, dtype=np.float32, mode="w+", shape=(n, D))
+    step = 100_000
+    for b, start in enumerate(range(0, n, step)):
+        stop = min(start + step, n)
+        block_rng = np.random.default_rng([seed, b])
+        v = centers[labels[start:stop]] + spread * block_rng.standard_normal(
+            (stop - start, D), dtype=np.float32
+        )
+        x[start:stop] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    x.flush()
+    del x
+    os.replace(tmp, path)  # atomic: a killed run never leaves a half-written data file
+    return np.memmap(path, dtype=np.float32, mode="r", shape=(n, D)), labels
+
+
+def case_approx(args: argparse.Namespace) -> dict:
+    from embedeval import evaluate
+
+    t0 = time.perf_counter()
+    x, y = make_clusters(args.n)
+    t_data = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    res = evaluate(
+        x,
+        y,
+        index=args.index,
+        index_params={"nprobe": args.nprobe} if "IVF" in args.index else None,
+        exact_sample=args.exact_sample,
+        progress=False,
+    )
+    wall = time.perf_counter() - t0
+    report = res.approximation
+    m = report["metrics"]["map_at_r"]
+    return {
+        "case": "approx",
+        "n": args.n,
+        "index": args.index,
+        "nprobe": args.nprobe,
+        "data_s": round(t_data, 1),
+        "evaluate_s": round(wall, 1),
+        "metrics": res.metrics,
+        "knn_recall": report["knn_recall"],
+        "map_at_r_sample_exact": m["exact"],
+        "map_at_r_sample_approx": m["approximate"],
+        "map_at_r_abs_diff": abs(m["difference"]),
+        "map_at_r_diff_ci": m["difference_ci"],
+        "timings": report["timings"],
+        "n_sample": report["n_sample"],
+    }
+
+
+def case_medium(args: argparse.Namespace) -> dict:
+    from embedeval import evaluate
+
+    n = args.n if args.n != 1_000_000 else 100_000
+    x, y = make_clusters(n, n_classes=n // 100)
+    x = np.asarray(x)
+    t0 = time.perf_counter()
+    exact = evaluate(x, y, progress=False)
+    t_exact = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    approx = evaluate(
+        x,
+        y,
+        index=args.index,
+        index_params={"nprobe": args.nprobe} if "IVF" in args.index else None,
+        exact_sample=args.exact_sample,
+        progress=False,
+    )
+    t_approx = time.perf_counter() - t0
+    out = {"case": "medium", "n": n, "index": args.index, "nprobe": args.nprobe}
+    out.update(exact_s=round(t_exact, 1), approx_s=round(t_approx, 1))
+    out["knn_recall_sample"] = approx.approximation["knn_recall"]
+    for name, m in approx.approximation["metrics"].items():
+        out[name] = {
+            "full_diff": approx[name] - exact[name],
+            "sample_diff": m["difference"],
+            "sample_ci": m["difference_ci"],
+        }
+    return out
+
+
+def case_dask(args: argparse.Namespace) -> dict:
+    from distributed import Client, LocalCluster
+    from threadpoolctl import threadpool_limits
+
+    from embedeval import evaluate
+
+    n = 200_000
+    x, y = make_clusters(n, n_classes=n // 100)
+    x = np.asarray(x)
+    q, yq = x[: args.queries], y[: args.queries]
+    out: dict = {"case": "dask", "n_reference": n, "n_query": args.queries}
+    with threadpool_limits(1, user_api="blas"):
+        t0 = time.perf_counter()
+        local = evaluate(q, yq, x, y, ref_includes_query=True, progress=False)
+        out["local_1thread_s"] = round(time.perf_counter() - t0, 2)
+        for workers in (1, 2):
+            with (
+                LocalCluster(
+                    n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+                ) as cluster,
+                Client(cluster) as client,
+            ):
+                t0 = time.perf_counter()
+                res = evaluate(
+                    q, yq, x, y, ref_includes_query=True, backend="dask", client=client,
+                    progress=False,
+                )  # fmt: skip
+                out[f"dask_{workers}w_s"] = round(time.perf_counter() - t0, 2)
+                out[f"dask_{workers}w_identical"] = all(
+                    np.array_equal(res.per_query[k], local.per_query[k], equal_nan=True)
+                    for k in local.per_query
+                )
+    out["speedup_1_to_2_workers"] = round(out["dask_1w_s"] / out["dask_2w_s"], 2)
+    out["overhead_1w_vs_local"] = round(out["dask_1w_s"] / out["local_1thread_s"] - 1, 3)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case", choices=["approx", "medium", "dask"])
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--index", default="IVF1024,Flat")
+    parser.add_argument("--nprobe", type=int, default=16)
+    parser.add_argument("--exact-sample", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=40_000)
+    args = parser.parse_args()
+    out = {"approx": case_approx, "medium": case_medium, "dask": case_dask}[args.case](args)
+    print(json.dumps(out, default=float))
+
+
+if __name__ == "__main__":
+    main()
