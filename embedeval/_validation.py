@@ -24,6 +24,7 @@ __all__ = [
     "check_int",
     "check_probability",
     "check_same_length",
+    "divide",
     "factorize",
     "suggest",
 ]
@@ -264,3 +265,35 @@ def check_same_length(name_a: str, a: Sized, name_b: str, b: Sized) -> None:
             f"{name_a} has {len(a)} items but {name_b} has {len(b)}; they must be aligned "
             "one to one."
         )
+
+
+def divide(num: Any, den: Any, zero_division: Any, message: str) -> np.ndarray:
+    """``num / den`` elementwise, where a zero denominator follows the ``zero_division`` policy:
+    ``"warn"`` (0.0 and an :class:`EmbedevalWarning` saying ``message``) or a number (0.0, 1.0,
+    nan) used silently."""
+    import warnings
+
+    from ._errors import EmbedevalWarning
+
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    zero = den == 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = num / np.where(zero, 1, den)
+    if isinstance(zero_division, str) and zero_division == "warn":
+        fill = 0.0
+    elif isinstance(zero_division, (int, float)) and not isinstance(zero_division, bool):
+        fill = float(zero_division)
+    else:
+        raise InputError(
+            f"zero_division must be 'warn' or a number (0.0, 1.0, nan); got {zero_division!r}."
+        )
+    if zero.any():
+        if zero_division == "warn":
+            warnings.warn(
+                f"{message.format(n=int(zero.sum()))}; set to 0.0 (zero_division='warn'; pass "
+                "zero_division=0.0, 1.0 or nan to choose).",
+                EmbedevalWarning,
+                stacklevel=4,
+            )
+        out[zero] = fill
+    return out

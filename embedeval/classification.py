@@ -10,13 +10,12 @@ Zero division (a class never predicted, never present) follows ``zero_division``
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 
-from ._errors import EmbedevalWarning, InputError
-from ._validation import as_labels, as_vector, check_choice, check_int, factorize
+from ._errors import InputError
+from ._validation import as_labels, as_vector, check_choice, check_int, divide, factorize
 
 __all__ = [
     "confusion_matrix",
@@ -62,24 +61,8 @@ def confusion_matrix(y_true: Any, y_pred: Any, *, labels: Any = None) -> np.ndar
     return np.bincount(ct * n + cp, minlength=n * n).reshape(n, n)
 
 
-def _safe_div(num: np.ndarray, den: np.ndarray, zero_division: Any, what: str) -> np.ndarray:
-    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
-    zero = den == 0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = num / np.where(zero, 1, den)
-    if zero.any():
-        if zero_division == "warn":
-            warnings.warn(
-                f"{what} is undefined for {int(zero.sum())} class(es); set to 0.0.",
-                EmbedevalWarning,
-                stacklevel=3,
-            )
-            out[zero] = 0.0
-        elif isinstance(zero_division, (int, float)) and not isinstance(zero_division, bool):
-            out[zero] = float(zero_division)
-        else:
-            raise InputError(f"zero_division must be 'warn' or a number; got {zero_division!r}.")
-    return out
+def _safe_div(num: Any, den: Any, zero_division: Any, what: str) -> np.ndarray:
+    return divide(num, den, zero_division, what + " is undefined for {n} class(es)")
 
 
 def rates(

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import EmbedevalWarning, InputError
-from ._validation import check_choice, check_int
+from ._validation import check_choice, check_int, divide
 
 __all__ = [
     "average_precision",
@@ -112,28 +112,8 @@ def _out(values: np.ndarray, single: bool) -> float | np.ndarray:
     return float(values[0]) if single else values
 
 
-def _divide(num: np.ndarray, den: np.ndarray, zero_division: Any, what: str) -> np.ndarray:
-    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
-    zero = den == 0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = num / np.where(zero, 1, den)
-    if zero.any():
-        if zero_division == "warn":
-            warnings.warn(
-                f"{int(zero.sum())} quer(ies) have {what}; their value is set to 0.0 "
-                "(zero_division='warn'; pass zero_division=0.0, 1.0 or nan to choose).",
-                EmbedevalWarning,
-                stacklevel=3,
-            )
-            fill = 0.0
-        elif isinstance(zero_division, (int, float)) and not isinstance(zero_division, bool):
-            fill = float(zero_division)
-        else:
-            raise InputError(
-                f"zero_division must be 'warn' or a number (0.0, 1.0, nan); got {zero_division!r}."
-            )
-        out[zero] = fill
-    return out
+def _divide(num: Any, den: Any, zero_division: Any, what: str) -> np.ndarray:
+    return divide(num, den, zero_division, "{n} quer(ies) have " + what)
 
 
 class _Ranked:
