@@ -67,7 +67,8 @@ def evaluate(
     metrics : list of str, optional
         Keys among ``precision_at_1``, ``r_precision``, ``map_at_r``, ``map``, ``mrr``,
         ``recall_at_{k}``, ``precision_at_{k}``, ``nmi``, ``ami`` (PML spellings accepted).
-        Default: P@1, R-Precision, MAP@R, Recall@1, Recall@10.
+        Default: P@1, R-Precision, MAP@R, Recall@1, Recall@10 (Recall@k instead of Recall@10
+        when an int ``k`` below 10 caps the ranking).
     k : None, int or "max_bin_count"
         ``None`` (default): exact, every metric reads the depth it needs.  An int caps every
         ranking at depth k with PML's semantics (relevance window min(R_q, k); ``r_precision``
@@ -133,6 +134,10 @@ def evaluate(
     [0.0, 0.0, 0.0, 0.5, 0.5]
     """
     # ---- arguments
+    if metrics is None and isinstance(k, int) and not isinstance(k, bool) and 1 <= k < 10:
+        # The default set reads 10 neighbours for Recall@10; with a smaller cap, report
+        # Recall@k instead of failing on a default the caller did not choose.
+        metrics = ["precision_at_1", "r_precision", "map_at_r", "recall_at_1", f"recall_at_{k}"]
     infos = parse_metrics(metrics)
     backend = check_choice(backend, "backend", ("local", "dask"))
     reject_from = check_choice(reject_from, "reject_from", ("queries", "both"))

@@ -317,3 +317,17 @@ def test_nmi_ami_follow_the_documented_recipe():
     assert res["ami"] == adjusted_mutual_info_score(y, clusters)
     assert 0.5 < res["nmi"] <= 1
     assert "nmi" not in res.per_query
+
+
+def test_default_metrics_follow_a_small_k():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = ee.evaluate(X1, Y1, k=2)
+    assert "recall_at_2" in res.metrics and "recall_at_10" not in res.metrics
+    assert list(ee.evaluate(X1, Y1).metrics) == [
+        "precision_at_1",
+        "r_precision",
+        "map_at_r",
+        "recall_at_1",
+        "recall_at_10",
+    ]
