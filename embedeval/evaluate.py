@@ -152,6 +152,15 @@ def evaluate(
         check_choice(k, "k", ("max_bin_count",))
     else:
         k = check_int(k, "k", allow_none=True)
+    # Validate everything before any work, so a bad ci= does not fail after an hour of search.
+    block_size = check_int(block_size, "block_size", allow_none=True)
+    memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
+    if ci is not None:
+        from .compare import _check_level
+
+        ci = _check_level(ci)
+        n_boot = check_int(n_boot, "n_boot")
+        seed = check_int(seed, "seed", minimum=0)
     if not isinstance(ref_includes_query, (bool, np.bool_)):
         raise InputTypeError(
             f"ref_includes_query must be True or False; got {ref_includes_query!r}."

@@ -45,6 +45,10 @@ Y = [0, 0, 1, 1, 2, 2]
         ({"reference_labels": Y}, ee.InputError, "reference_labels was given without reference"),
         ({"query_labels": [[0, 1]] * 6}, ee.InputError, "1-D"),
         ({"query_labels": [0.5] * 6}, ee.InputError, "non-integer float label"),
+        ({"ci": 95}, ee.InputError, "strictly between 0 and 1"),
+        ({"ci": 0.95, "n_boot": 0}, ee.InputError, "n_boot must be >= 1"),
+        ({"block_size": 0}, ee.InputError, "block_size must be >= 1"),
+        ({"backend": "ray"}, ee.InputError, "backend="),
     ],
 )
 def test_evaluate_rejects_bad_input(kwargs, error, match):
