@@ -87,7 +87,11 @@ def run_dask(
         "memory_budget": memory_budget,
         "blas_threads": _blas_threads(),
     }
-    n_workers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
+    try:
+        info = client.scheduler_info(n_workers=-1)
+    except TypeError:  # distributed < 2025: every worker is listed by default
+        info = client.scheduler_info()
+    n_workers = max(1, len(info.get("workers", {})))
     per_task = -(-n_query // (_TASKS_PER_WORKER * n_workers))
     per_task = max(1, -(-per_task // layout.block_size)) * layout.block_size
     futures = []
