@@ -229,3 +229,21 @@ def test_bad_combinations(gauss):
     gr = np.arange(N_REF) + 1  # the own row sits in another group than its query
     with pytest.raises(InputError, match="only supported by the local exact backend"):
         evaluate(*args, ref_includes_query=True, query_groups=gq, reference_groups=gr, shards=2)
+
+
+def test_rows_whose_threshold_falls_short_are_redone_exactly(gauss, monkeypatch):
+    # Force the rare case where the subsample threshold keeps too few candidates: every query
+    # is then searched again over every valid reference of every shard.
+    import embedeval._sharded as sharded
+
+    x, y, g = gauss
+    kw = dict(metrics=["precision_at_1", "map_at_r", "recall_at_10"])
+    args = (x[:60], y[:60], x, y)
+    local = evaluate(*args, query_groups=g[:60], reference_groups=g, **kw)
+
+    def too_low(task, read, layout, memory_budget):
+        return np.full(task.n_query, -np.finfo(np.float32).max, dtype=np.float32)
+
+    monkeypatch.setattr(sharded, "_thresholds", too_low)
+    redone = evaluate(*args, query_groups=g[:60], reference_groups=g, shards=3, **kw)
+    _same(local, redone)
