@@ -172,53 +172,68 @@ def run_sharded(
     groups = group_exclusions(task)
     need = layout.need
     n_query, bsz, col_bits = task.n_query, layout.block_size, layout.col_bits
-    starts = range(0, n_query, bsz)
+    counts = np.zeros(n_query, dtype=np.int64)
     tau = _thresholds(task, read, layout, memory_budget)
     if layout.threshold is not None:
         floor = _label_thresholds(task, read, bounds, groups, layout, memory_budget)
         tau = np.maximum(tau, floor)
     tau[need <= 0] = -np.inf
-    parts: list[list[np.ndarray]] = [[] for _ in starts]
-    counts = np.zeros(n_query, dtype=np.int64)
     tile = _TILE if n_ref > 16 * _TILE else n_ref
-    with progress_bar(len(bounds), "shards", enabled=progress) as bar:
-        for a, b in bounds:
-            search, ex = _shard_search(task, read(a, b), groups, a, b)
-            width = min(tile, b - a)
-            keys_buffer = np.empty(min(bsz, n_query) * width, dtype=np.float32)
-            mask_buffer = np.empty(keys_buffer.size, dtype=bool)
-            for i, start in enumerate(starts):
-                stop = min(start + bsz, n_query)
-                codes, c = _collect(
-                    search,
-                    start,
-                    stop,
-                    tau[start:stop],
-                    width,
-                    keys_buffer,
-                    mask_buffer,
-                    ex,
-                    None,
-                    col_bits,
+    # Candidates of every query wait for the last shard, so queries go in super-blocks (whole
+    # engine blocks) whose candidates fit the budget: full-depth AP keeps most of each ranking.
+    per_query = 8 * (n_ref if layout.threshold == "max" else 2 * int(need.mean()) + 64)
+    supers = _super_blocks(n_query, bsz, per_query, memory_budget)
+    with progress_bar(len(bounds) * len(supers), "shard passes", enabled=progress) as bar:
+        for q0, q1 in supers:
+            starts = range(q0, q1, bsz)
+            parts: list[list[np.ndarray]] = [[] for _ in starts]
+            for a, b in bounds:
+                search, ex = _shard_search(task, read(a, b), groups, a, b)
+                width = min(tile, b - a)
+                keys_buffer = np.empty(min(bsz, q1 - q0) * width, dtype=np.float32)
+                mask_buffer = np.empty(keys_buffer.size, dtype=bool)
+                for i, start in enumerate(starts):
+                    stop = min(start + bsz, q1)
+                    codes, c = _collect(
+                        search,
+                        start,
+                        stop,
+                        tau[start:stop],
+                        width,
+                        keys_buffer,
+                        mask_buffer,
+                        ex,
+                        None,
+                        col_bits,
+                    )
+                    codes += np.uint64(a)  # global reference index (a + col < 2**col_bits)
+                    parts[i].append(codes)
+                    counts[start:stop] += c
+                del search
+                bar.update(1)
+            short = np.flatnonzero(counts[q0:q1] < need[q0:q1]) + q0
+            if short.size:
+                _redo_short(
+                    task, read, bounds, groups, short, parts, counts, layout, memory_budget, q0
                 )
-                codes += np.uint64(a)  # global reference index (no carry: a + col < 2**col_bits)
-                parts[i].append(codes)
-                counts[start:stop] += c
-            del search
-            bar.update(1)
-    short = np.flatnonzero(counts < need)
-    if short.size:
-        _redo_short(task, read, bounds, groups, short, parts, counts, layout, memory_budget)
-    for i, start in enumerate(starts):
-        stop = min(start + bsz, n_query)
-        codes = np.concatenate(parts[i])
-        parts[i] = []
-        block = _sort_block(codes, counts[start:stop], start, col_bits, False)
-        chunk_values, chunk_ties = task.score_block(block)
-        for name in chunk_values:
-            values[name][start:stop] = chunk_values[name]
-            ties[name][start:stop] = chunk_ties[name]
+            for i, start in enumerate(starts):
+                stop = min(start + bsz, q1)
+                codes = np.concatenate(parts[i])
+                parts[i] = []
+                block = _sort_block(codes, counts[start:stop], start, col_bits, False)
+                chunk_values, chunk_ties = task.score_block(block)
+                for name in chunk_values:
+                    values[name][start:stop] = chunk_values[name]
+                    ties[name][start:stop] = chunk_ties[name]
     return values, ties
+
+
+def _super_blocks(
+    n_query: int, block_size: int, per_query: int, memory_budget: int
+) -> list[tuple[int, int]]:
+    """Query ranges of whole engine blocks whose candidates take about 4 x the budget."""
+    step = max(1, (4 * memory_budget) // max(1, block_size * per_query)) * block_size
+    return [(s, min(s + step, n_query)) for s in range(0, n_query, step)]
 
 
 def _shard_search(
@@ -317,15 +332,17 @@ def _redo_short(
     counts: np.ndarray,
     layout: Any,
     memory_budget: int,
+    q0: int = 0,
 ) -> None:
-    """Replace the candidates of ``short`` queries by every valid reference of every shard."""
+    """Replace the candidates of ``short`` queries by every valid reference of every shard
+    (``parts[i]`` holds the block starting at query ``q0 + i * block_size``)."""
     bsz, col_bits = layout.block_size, layout.col_bits
     row_shift = np.uint64(32 + col_bits)
     by_block: dict[int, np.ndarray] = {}
     for q in short:
-        by_block.setdefault(int(q) // bsz, [])
+        by_block.setdefault((int(q) - q0) // bsz, [])
     for i in by_block:
-        start = i * bsz
+        start = q0 + i * bsz
         rows = short[(short >= start) & (short < start + bsz)] - start
         by_block[i] = rows
         codes = np.concatenate(parts[i])
@@ -334,7 +351,7 @@ def _redo_short(
     for a, b in bounds:
         search, ex = _shard_search(task, read(a, b), groups, a, b)
         for i, rows in by_block.items():
-            start = i * bsz
+            start = q0 + i * bsz
             codes, c = _all_valid(search, start, rows, ex, col_bits)
             codes += np.uint64(a)
             parts[i].append(codes)

@@ -177,7 +177,7 @@ def test_ties_on_integer_grid_match_oracle(grid):
 def test_progress_bar_counts_shards(gauss, capsys):
     x, y, _ = gauss
     evaluate(x[:50], y[:50], x, y, shards=2, progress=True, metrics=["precision_at_1"])
-    assert "shards" in capsys.readouterr().err
+    assert "2/2 shard passes" in capsys.readouterr().err
 
 
 # ---- bad input
@@ -239,11 +239,25 @@ def test_rows_whose_threshold_falls_short_are_redone_exactly(gauss, monkeypatch)
     x, y, g = gauss
     kw = dict(metrics=["precision_at_1", "map_at_r", "recall_at_10"])
     args = (x[:60], y[:60], x, y)
-    local = evaluate(*args, query_groups=g[:60], reference_groups=g, **kw)
+    local = evaluate(*args, query_groups=g[:60], reference_groups=g, memory_budget=2**20, **kw)
 
     def too_low(task, read, layout, memory_budget):
         return np.full(task.n_query, -np.finfo(np.float32).max, dtype=np.float32)
 
     monkeypatch.setattr(sharded, "_thresholds", too_low)
-    redone = evaluate(*args, query_groups=g[:60], reference_groups=g, shards=3, **kw)
+    small = sharded._super_blocks
+    monkeypatch.setattr(sharded, "_super_blocks", lambda n, b, p, m: small(n, b, p, 2**12))
+    redone = evaluate(
+        *args, query_groups=g[:60], reference_groups=g, shards=3, memory_budget=2**20, **kw
+    )
     _same(local, redone)
+
+
+def test_query_super_blocks_under_a_small_budget_equal_local(gauss, monkeypatch):
+    # Full-depth AP keeps most of each ranking until the last shard: a small budget splits the
+    # queries into several super-blocks, each reading every shard.
+    x, y, _ = gauss
+    kw = dict(metrics=["map", "precision_at_1"], memory_budget=2**22)
+    local = evaluate(x[:120], y[:120], x, y, **kw)
+    sharded = evaluate(x[:120], y[:120], x, y, shards=2, progress=True, **kw)
+    _same(local, sharded)
