@@ -14,6 +14,9 @@ Algorithm (one read of each shard):
    redone with every valid reference of every shard.
 4. The merged, sorted rows are scored by the same kernels.
 
+Candidates wait for the last shard, so queries go in super-blocks (whole engine blocks) sized
+by the memory budget; each super-block reads every shard once.
+
 For ``map`` / ``mrr`` with ``k=None`` every reference up to the farthest (nearest) same-label
 reference is needed: a first pass over the shards finds that global per-query key, and the
 collection threshold is raised to it.
