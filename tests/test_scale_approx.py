@@ -197,3 +197,21 @@ def test_bad_index_arguments(grid, tmp_path):
         z = x.copy()
         z[7] = 0
         evaluate(z, y, index="Flat", distance="cosine")
+
+
+def test_bad_train_index_arguments(grid):
+    x, _, _ = grid
+    with pytest.raises(InputError, match="training_rows must be >= 1"):
+        train_index(x, "IVF16,Flat", training_rows=0)
+    with pytest.raises(InputError, match="distance='manhattan' is not valid"):
+        train_index(x, "IVF16,Flat", distance="manhattan")
+    with pytest.raises(InputError, match="seed must be an integer"):
+        train_index(x, "IVF16,Flat", seed=1.5)
+    with pytest.raises(InputError, match="must be 2-D"):
+        train_index(x[0], "IVF16,Flat")
+
+
+def test_too_few_training_rows_is_a_clear_error(grid):
+    x, _, _ = grid
+    with pytest.raises(InputError, match="could not train the index on 10 rows"):
+        train_index(x, "IVF16,Flat", training_rows=10)
