@@ -92,6 +92,8 @@ def bootstrap_ci(
         Number of bootstrap resamples.
     seed : int
         Seed of ``numpy.random.default_rng``; results are reproducible.
+    metrics : str or sequence of str, optional
+        Which metrics (default: every key of ``per_query``).
 
     Returns
     -------
@@ -99,14 +101,29 @@ def bootstrap_ci(
 
     Notes
     -----
-    All metrics share the same resamples, so their intervals are jointly consistent.  A metric
-    whose every query is lone gets ``(nan, nan)``.
+    Micro: with the n non-lone values v_1..v_n, replicate b draws n indices uniformly with
+    replacement and computes theta*_b = (1/n) sum_i c_bi v_i (c_bi = times query i was drawn).
+    Macro: with the C class means m_c (over each class's non-lone queries), replicate b draws C
+    classes with replacement and computes theta*_b = (1/C) sum_c c_bc m_c.  The interval is
+    (q_{(1-ci)/2}, q_{(1+ci)/2}) of the B replicates, ``numpy.quantile``'s default linear
+    interpolation between order statistics (the tie rule: equal replicates are one atom).
+
+    Metrics with the same lone queries share the same resamples, so their intervals are jointly
+    consistent.  Zero division: a metric whose every query is lone gets ``(nan, nan)``.  One
+    query (or class) gives a zero-width interval at its value.
+
+    Differences from ``scipy.stats.bootstrap``: its default is BCa; this is the percentile
+    method (``method="percentile"`` there), and the macro statistic resamples classes, which
+    scipy cannot express for a mean of group means.  PML's AccuracyCalculator has no intervals.
 
     Examples
     --------
     >>> lo, hi = bootstrap_ci({"precision_at_1": [1, 1, 1, 1]})["precision_at_1"]
     >>> (lo, hi)
     (1.0, 1.0)
+    >>> # two values: replicate means 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4
+    >>> bootstrap_ci({"m": [0.0, 1.0]}, ci=0.4, n_boot=2000)["m"]
+    (0.5, 0.5)
     """
     from .result import EvaluationResult
 
@@ -193,6 +210,7 @@ class Comparison:
     settings: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict (NaN becomes None) with a ``format`` tag and the settings."""
         return {
             "format": "embedeval.Comparison/1",
             "baseline": self.baseline,
@@ -203,6 +221,7 @@ class Comparison:
         }
 
     def to_json(self, path: str | os.PathLike | None = None, *, indent: int = 2) -> str:
+        """JSON text of :meth:`to_dict`; also written atomically to ``path`` when given."""
         text = json.dumps(self.to_dict(), indent=indent, allow_nan=False)
         if path is not None:
             from .result import _write_atomic
@@ -239,12 +258,14 @@ class Comparison:
         return head, body
 
     def to_markdown(self) -> str:
+        """The table of ``repr`` as a Markdown table (4 decimals; p below 1/n_boot as '<')."""
         head, body = self._cells()
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
         return "\n".join(lines) + "\n"
 
     def to_csv(self) -> str:
+        """``rows`` as CSV text, full precision, header = the stable row keys."""
         buf = io.StringIO()
         keys = list(self.rows[0]) if self.rows else []
         writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
@@ -266,7 +287,7 @@ class Comparison:
         """Metric value across checkpoints with CI bands; returns the matplotlib Figure."""
         from .plots import plot_checkpoints
 
-        metrics = list(metrics or self.metrics)
+        metrics = _metric_list(metrics, self.metrics, "this comparison")
         values, lows, highs = {}, {}, {}
         for m in metrics:
             rows = [r for r in self.rows if r["metric"] == m]
@@ -314,10 +335,30 @@ def compare(
         1.  Permutation: random sign flips of the per-query differences (exact enumeration for at
         most 12 queries), p = share of |mean| >= the observed |mean|.
 
+    Returns
+    -------
+    Comparison
+        One row per (metric, checkpoint), metric-major: the checkpoint's value and its own
+        bootstrap CI, the difference to the baseline, its paired CI and p-value, ``n_shared``.
+
     Notes
     -----
     Queries lone in any run are dropped from every paired statistic (``n_shared`` counts the
-    rest).  With ``average="macro"`` results, classes are resampled / flipped as units.
+    rest), so ``diff`` can differ from the difference of the two ``value`` columns when runs
+    have different lone queries.  If no query is shared, diff, its CI and p are NaN.  With
+    ``average="macro"`` results, classes are resampled / flipped as units (the difference is
+    the mean over classes of the class-mean differences).  Every checkpoint must use the same
+    ``average``.
+
+    The paired bootstrap resamples the same queries for every run, so the replicate of the
+    difference is d*_b = theta*_b(run) - theta*_b(baseline), and its percentile interval is
+    the CI of the difference.  Both tests assume the queries (or classes) are independent
+    units; the sign-flip test also assumes that, under the null, each per-query difference is
+    symmetric around 0 (exchangeable labels "run" / "baseline").  It matches
+    ``scipy.stats.permutation_test(..., permutation_type="samples")`` on the differences,
+    except that the Monte Carlo p-value here is (hits + 1) / (n_boot + 1) and two-sided by
+    |mean| (scipy doubles the smaller tail; for the symmetric sign-flip distribution these
+    agree).  A bootstrap p of 0 means no replicate crossed 0: read it as p < 1 / n_boot.
 
     Examples
     --------
@@ -407,6 +448,11 @@ def compare(
                 f"average={average!r}; evaluate every checkpoint with the same average."
             )
     shared = [m for m in first.per_query if all(m in r.per_query for r in runs)]
+    if not shared:
+        raise InputError(
+            "no metric has per-query values in every result (nmi/ami have none); evaluate the "
+            "checkpoints with a kNN metric such as 'map_at_r'."
+        )
     metrics = _metric_list(metrics, shared, "every result")
     (codes,), _ = factorize(np.asarray(first.query_labels))
     tail = (1 - ci) / 2

@@ -538,3 +538,11 @@ def test_compare_metric_without_per_query_values():
     res = ee.evaluate(x, y, metrics=["nmi", "precision_at_1"])
     with pytest.raises(ee.InputError, match="nmi/ami have none"):
         ee.compare([res, res], metrics=["nmi"])
+    only = ee.evaluate(x, y, metrics=["nmi"])
+    with pytest.raises(ee.InputError, match="no metric has per-query values"):
+        ee.compare([only, only])
+
+
+def test_plot_unknown_metric():
+    with pytest.raises(ee.InputError, match="Did you mean 'm'"):
+        _small_comparison().plot(metrics=["mm"])
