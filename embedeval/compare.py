@@ -456,6 +456,18 @@ def compare(
     metrics = _metric_list(metrics, shared, "every result")
     (codes,), _ = factorize(np.asarray(first.query_labels))
     tail = (1 - ci) / 2
+    # Each run's own intervals: one call per run, so its metrics share one set of resamples.
+    own_ci = [
+        bootstrap_ci(
+            {m: r.per_query[m] for m in metrics},
+            labels=first.query_labels,
+            average=average,
+            ci=ci,
+            n_boot=n_boot,
+            seed=seed,
+        )
+        for r in runs
+    ]
     rows = []
     for m in metrics:
         stack = np.stack([r.per_query[m] for r in runs], axis=1)
@@ -467,14 +479,7 @@ def compare(
         rng = np.random.default_rng(seed)
         reps = _resampled_means(vals, groups, n_boot, rng) if vals.size else None
         for i, name in enumerate(names):
-            own = bootstrap_ci(
-                {m: runs[i].per_query[m]},
-                labels=first.query_labels,
-                average=average,
-                ci=ci,
-                n_boot=n_boot,
-                seed=seed,
-            )[m]
+            own = own_ci[i][m]
             row = {
                 "checkpoint": name,
                 "metric": m,
@@ -540,11 +545,14 @@ def _permutation_p(diff: np.ndarray, groups: np.ndarray | None, n_perm: int, see
         return float(np.mean(stats >= observed - 1e-12))
     rng = np.random.default_rng(seed)
     hits = 0
+    total = diff.sum()
     step = max(1, _CHUNK // n)
     for start in range(0, n_perm, step):
         m = min(step, n_perm - start)
-        signs = rng.choice(np.array([-1.0, 1.0]), size=(m, n))
-        hits += int(np.sum(np.abs(signs @ diff / n) >= observed - 1e-12))
+        # sign s = 1 - 2 * flip, so sum(s * diff) = sum(diff) - 2 * flip @ diff (int8 draws are
+        # ~3x cheaper than choosing from [-1.0, 1.0])
+        flips = rng.integers(0, 2, size=(m, n), dtype=np.int8).astype(np.float64)
+        hits += int(np.sum(np.abs((total - 2 * (flips @ diff)) / n) >= observed - 1e-12))
     return (hits + 1) / (n_perm + 1)
 
 
