@@ -290,6 +290,16 @@ def test_permutation_small_n_is_the_exact_enumeration():
     assert _row(cmp, "run1", "m")["p_value"] == 0.25
 
 
+def test_tiny_samples_bootstrap_p_is_anti_conservative_but_permutation_is_exact():
+    # one shared query with difference 0.5: every bootstrap replicate is 0.5 -> p = 0; the two
+    # sign patterns (+0.5, -0.5) both reach |0.5| -> exact permutation p = 2/2 = 1
+    runs = [_result({"m": [0.2, np.nan]}, [0, 1]), _result({"m": [0.7, 0.1]}, [0, 1])]
+    assert _row(ee.compare(runs, n_boot=100), "run1", "m")["p_value"] == 0.0
+    perm = ee.compare(runs, n_boot=100, test="permutation")
+    assert _row(perm, "run1", "m")["p_value"] == 1.0
+    assert _row(perm, "run1", "m")["n_shared"] == 1
+
+
 def test_permutation_large_n_matches_scipy():
     from scipy import stats
 
