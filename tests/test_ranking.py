@@ -208,3 +208,100 @@ def test_from_neighbors_and_curves():
     assert rk.interpolated_average_precision([1, 0, 1], [3, 2, 1], points="all") == pytest.approx(
         0.5 * 1 + 0.5 * 2 / 3
     )
+
+
+def test_curves_and_interpolation_against_sklearn_and_hand():
+    from sklearn.metrics import precision_recall_curve as sk_prc
+
+    rng = np.random.default_rng(5)
+    for _ in range(10):
+        y = rng.integers(0, 2, 30)
+        y[0] = 1
+        s = rng.integers(0, 8, 30).astype(float)
+        p, r, th = rk.precision_recall_curve(y, s)
+        sp, sr, sth = sk_prc(y, s)
+        # scikit-learn: increasing thresholds plus a final (1, 0) point
+        np.testing.assert_allclose(p, sp[:-1][::-1])
+        np.testing.assert_allclose(r, sr[:-1][::-1])
+        np.testing.assert_allclose(th, sth[::-1])
+    # 11-point by hand: hits at ranks 1 and 3 of 2 relevant -> P_interp = 1 for r <= 0.5,
+    # 2/3 for r in (0.5, 1]: (6 * 1 + 5 * 2/3) / 11
+    assert rk.interpolated_average_precision([1, 0, 1], [3, 2, 1]) == pytest.approx(
+        (6 + 5 * 2 / 3) / 11
+    )
+    # a relevant item missing from the list: recall never reaches 1 -> 0 at r = 1
+    assert rk.interpolated_average_precision([1, 0], [2, 1], n_relevant=2) == pytest.approx(6 / 11)
+
+
+def test_ndcg_ragged_ideal_and_exponential_gain_by_hand():
+    y = [[2, 0], [0, 1]]
+    s = [[2, 1], [2, 1]]
+    ideal = [[2, 2, 1], [1]]
+    exp = [
+        3 / (3 + 3 / math.log2(3)),  # (2^2 - 1) at rank 1 over two grade-2 items
+        (1 / math.log2(3)) / 1.0,
+    ]
+    np.testing.assert_allclose(rk.ndcg(y, s, k=2, gain="exponential", ideal=ideal), exp)
+    # hit rate, recall@k by hand
+    assert rk.hit_rate_at_k([0, 0, 1], [3, 2, 1], k=2) == 0.0
+    assert rk.recall_at_k([1, 0, 1], [3, 2, 1], k=2) == 0.5
+    assert rk.mean_average_precision([[1, 0, 1]], [[3, 2, 1]]) == pytest.approx((1 + 2 / 3) / 2)
+
+
+def test_f_beta_trec_eval_beta_squared_convention():
+    # P = 1/2, R = 1/3: true F_2 = 5 * P R / (4 P + R); trec_eval's set_F.4 means beta = 2
+    y, p = [1, 1, 1, 0], [1, 0, 0, 1]
+    assert rk.f_beta(y, p, beta=2) == pytest.approx(5 * (1 / 6) / (2 + 1 / 3))
+    assert rk.f_beta(y, p, beta=math.sqrt(4)) == rk.f_beta(y, p, beta=2)
+
+
+def test_from_neighbors_matches_a_loop_and_feeds_metrics():
+    d = np.array([[0.1, 0.2, 0.3], [0.5, 0.6, 0.9]])
+    i = np.array([[0, 2, 1], [1, 2, 0]])
+    ql, rl = np.array([7, 8]), np.array([7, 8, 7])
+    y, s = rk.from_neighbors(d, i, ql, rl)
+    loop = [[float(rl[i[q, j]] == ql[q]) for j in range(3)] for q in range(2)]
+    assert y.tolist() == loop
+    np.testing.assert_allclose(rk.average_precision(y, s), [1.0, 1.0])
+    # similarities: higher is better, so the order flips
+    y2, s2 = rk.from_neighbors(d, i, ql, rl, higher_is_better=True)
+    np.testing.assert_allclose(rk.reciprocal_rank(y2, s2), [1 / 2, 1 / 3])
+
+
+def test_more_bad_input():
+    with pytest.raises(ee.InputError, match="object"):
+        rk.average_precision(np.array([1, 0], dtype=object), [1, 0])
+    with pytest.raises(ee.InputError, match="empty"):
+        rk.average_precision([], [])
+    with pytest.raises(ee.InputError, match="1-D or 2-D"):
+        rk.average_precision(np.ones((2, 2, 2)), np.ones((2, 2, 2)))
+    with pytest.raises(ee.InputError, match=">= 0"):
+        rk.dcg([-1, 0], [1, 0])
+    with pytest.raises(ee.InputError, match="k must"):
+        rk.ndcg([1, 0], [1, 0], k=1.5)
+    with pytest.raises(ee.InputError, match="normalization"):
+        rk.average_precision([1, 0], [1, 0], normalization="all")
+    with pytest.raises(ee.InputError, match="gain"):
+        rk.dcg([1, 0], [1, 0], gain="log")
+    with pytest.raises(ee.InputError, match="ideal has 1 rows"):
+        rk.ndcg([[1, 0], [0, 1]], [[1, 0], [1, 0]], ideal=[[1, 1, 1]])
+    with pytest.raises(ee.InputError, match="average"):
+        rk.precision([1, 0], [1, 0], average="weighted")
+    with pytest.raises(ee.InputError, match="beta"):
+        rk.f_beta([1, 0], [1, 0], beta=0)
+    with pytest.raises(ee.InputError, match="y_pred must be binary"):
+        rk.precision([1, 0], [2, 0])
+    with pytest.raises(ee.InputError, match="no closed-form"):
+        rk.interpolated_average_precision([1, 0], [1, 0], ties="expected")
+    with pytest.raises(ee.InputError, match="points"):
+        rk.interpolated_average_precision([1, 0], [1, 0], points=1)
+    with pytest.raises(ee.InputError, match="one query"):
+        rk.precision_recall_curve([[1, 0]], [[1, 0]])
+    with pytest.raises(ee.InputError, match="pass y_true and y_score"):
+        rk.system_efficiency()
+    with pytest.raises(ee.InputError, match="same shape"):
+        rk.system_efficiency(precision=[1.0], recall=[1.0, 0.5])
+    with pytest.raises(ee.InputError, match="2-D of one shape"):
+        rk.from_neighbors([[0.1]], [[0, 1]], [1], [1, 1])
+    with pytest.raises(ee.InputError, match="query_labels has 2"):
+        rk.from_neighbors([[0.1]], [[0]], [1, 2], [1, 1])
