@@ -118,7 +118,7 @@ def rates(
         "f1": _safe_div(2 * tp, 2 * tp + fn + fp, zero_division, "F1"),
         "f_beta": _safe_div((1 + b2) * tp, (1 + b2) * tp + b2 * fn + fp, zero_division, "F-beta"),
     }
-    out["fpr"] = 1 - out["tnr"] if not (tn + fp == 0).any() else _safe_div(fp, fp + tn, 0.0, "")
+    out["fpr"] = _safe_div(fp, fp + tn, zero_division, "fall-out")
     out["fnr"] = _safe_div(fn, tp + fn, zero_division, "FNR")
     out["fdr"] = _safe_div(fp, tp + fp, zero_division, "FDR")
     out["for"] = _safe_div(fn, fn + tn, zero_division, "FOR")
@@ -251,7 +251,9 @@ def top_k_accuracy(y_true: Any, y_score: Any, *, k: int = 1, labels: Any = None)
     """Share of items whose true class is among the k highest-scored classes.
 
     ``y_score`` has one column per class, in ``labels`` order (default 0..n_classes-1).  Ties at
-    the k-th score count as hits (scikit-learn's rule).
+    the k-th score count as hits (the optimistic rule); scikit-learn's ``top_k_accuracy_score``
+    instead breaks ties by column order (higher column index first), so the two differ only
+    when the true class ties with the k-th score.
 
     Examples
     --------

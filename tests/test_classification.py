@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -112,3 +114,26 @@ def test_bad_input():
         cl.roc_curve([0, 2], [0.1, 0.2])
     with pytest.raises(ee.InputError, match="method="):
         cl.select_threshold([0, 1], [0.1, 0.2], method="f1")
+
+
+def test_top_k_ties_count_as_hits_unlike_sklearn():
+    # the true class ties with the only other class at k=1: a hit here; scikit-learn ranks
+    # column 1 first and misses
+    assert cl.top_k_accuracy([0], [[0.5, 0.5]], k=1) == 1.0
+    assert cl.top_k_accuracy([0, 1], [[0.2, 0.5, 0.5], [0.1, 0.7, 0.9]], k=1) == 0.0
+    assert cl.top_k_accuracy([0, 1], [[0.2, 0.5, 0.5], [0.1, 0.7, 0.9]], k=2) == 0.5
+
+
+def test_fallout_zero_division_follows_the_policy():
+    # no actual negatives for class 0 (every item is class 0) -> fall-out of class 0 undefined
+    r = cl.rates([0, 0], [0, 0], labels=[0, 1], zero_division=math.nan)
+    assert math.isnan(r["fpr"][0]) and r["fpr"][1] == 0.0
+    with pytest.warns(ee.EmbedevalWarning, match="fall-out"):
+        cl.rates([0, 0], [0, 0], labels=[0, 1])
+
+
+def test_closest_to_01_threshold_by_hand():
+    # ROC points (0,0), (0,.5), (.5,.5), (.5,1), (1,1): nearest to (0, 1) is (0, .5) or (.5, 1)
+    # at distance 0.5; the first (higher) threshold wins
+    th, d = cl.select_threshold([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8], method="closest_to_01")
+    assert (th, d) == (0.8, 0.5)
