@@ -463,7 +463,10 @@ def average_precision(
         ``"expected"``: position p (1-based) inside a tie block of g items with r relevant, with
         R_b relevant items before the block and j its index in the block, contributes
         [(r/g)(R_b + 1) + (j-1) r(r-1)/(g(g-1))] / p.  ``"threshold"`` reads precision at the end
-        of each tie block (scikit-learn's ``average_precision_score``).
+        of each tie block (scikit-learn's ``average_precision_score``).  With
+        ``normalization="hits"`` the divisor varies with the order when a tie block is cut by k;
+        the expected value is then E[Σ / hits] over the hypergeometric hit count of that block
+        (an ordering with no hit counts as ``zero_division``).
 
     Examples
     --------
@@ -505,7 +508,53 @@ def average_precision(
         den = np.minimum(_n_relevant(n_relevant, t), k)
     else:
         den = r.gains(rel)[:, :k].sum(1)
+        if ties == "expected" and r.any_ties and k < n:
+            return _out(_hits_expected(r, rel, contrib, k, zero_division), single)
     return _out(_divide(total, den, zero_division, "no relevant item"), single)
+
+
+def _hits_expected(
+    r: _Ranked, rel: np.ndarray, contrib: np.ndarray, k: int, zero_division: Any
+) -> np.ndarray:
+    """E[Σ/hits] for AP@k with normalization="hits" under expected ties.
+
+    The hit count varies only through the tie block cut by k: taking c of its g items (r
+    relevant) gives X ~ hypergeometric hits.  Given X = x, each taken position is relevant with
+    probability x/c and two of them with x(x-1)/(c(c-1)), so E[Σ | x] is closed-form; the value is
+    Σ_x P(x) E[Σ | x] / (R_b + x), with R_b the hits before the block.
+    """
+    rows = np.arange(rel.shape[0])
+    s0 = r.start[:, k - 1]
+    g = r.size[:, k - 1].astype(np.float64)
+    cum = np.concatenate([np.zeros((rel.shape[0], 1)), np.cumsum(rel, axis=1)], axis=1)
+    before = cum[rows, s0]
+    rb = cum[rows, s0 + g.astype(np.int64)] - before
+    c = (k - s0).astype(np.float64)
+    ccon = np.concatenate([np.zeros((rel.shape[0], 1)), np.cumsum(contrib, axis=1)], axis=1)
+    s_before = ccon[rows, s0]
+    inv = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, k + 1))])
+    a = inv[k] - inv[s0]  # Σ 1/p over the taken positions p = s0+1 .. k
+    b = c - (s0 + 1) * a  # Σ (p - s0 - 1) / p
+    xmax = int(c.max())
+    x = np.arange(xmax + 1, dtype=np.float64)[None, :]
+    logp = (
+        _log_comb(rb[:, None], x)
+        + _log_comb((g - rb)[:, None], c[:, None] - x)
+        - _log_comb(g, c)[:, None]
+    )
+    prob = np.where(x <= c[:, None], np.exp(logp), 0.0)
+    pair = np.where(c > 1, b / np.maximum(c * (c - 1), 1), 0.0)
+    num = s_before[:, None] + (x / c[:, None]) * (before[:, None] + 1) * a[:, None]
+    num = num + x * (x - 1) * pair[:, None]
+    hits = before[:, None] + x
+    possible = prob > 0
+    ratio = _divide(
+        np.where(possible, num, 0.0),
+        np.where(possible, hits, 1.0),
+        zero_division,
+        "no hit in the top k",
+    )
+    return (np.where(possible, prob * ratio, 0.0)).sum(1)
 
 
 def mean_average_precision(y_true: Any, y_score: Any, **kwargs: Any) -> float:
