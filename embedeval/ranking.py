@@ -92,7 +92,20 @@ def _n_relevant(n_relevant: Any, t: np.ndarray) -> np.ndarray:
     found = (t > 0).sum(axis=1).astype(np.float64)
     if n_relevant is None:
         return found
-    n = np.broadcast_to(np.asarray(n_relevant, dtype=np.float64), (t.shape[0],)).copy()
+    try:
+        raw = np.asarray(n_relevant, dtype=np.float64)
+        n = np.broadcast_to(raw, (t.shape[0],)).copy()
+    except (TypeError, ValueError):
+        raise InputError(
+            f"n_relevant must be a whole number or one per query ({t.shape[0]} queries); got "
+            f"{n_relevant!r:.80}."
+        ) from None
+    if not (np.isfinite(n) & (n == np.round(n))).all():
+        i = int(np.flatnonzero(~(np.isfinite(n) & (n == np.round(n))))[0])
+        raise InputError(
+            f"n_relevant[{i}] = {n[i]!r} is not a whole number; it counts relevant items in "
+            "the whole collection."
+        )
     if (n < found).any():
         i = int(np.flatnonzero(n < found)[0])
         raise InputError(

@@ -305,3 +305,17 @@ def test_more_bad_input():
         rk.from_neighbors([[0.1]], [[0, 1]], [1], [1, 1])
     with pytest.raises(ee.InputError, match="query_labels has 2"):
         rk.from_neighbors([[0.1]], [[0]], [1, 2], [1, 1])
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        (math.nan, "not a whole number"),
+        (2.5, "not a whole number"),
+        ([1, 2, 3], "one per query"),
+        ("a", "one per query"),
+    ],
+)
+def test_bad_n_relevant(value, match):
+    with pytest.raises(ee.InputError, match=match):
+        rk.average_precision([[1, 0], [1, 0]], [[1, 0], [1, 0]], n_relevant=value)
