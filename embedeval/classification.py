@@ -261,7 +261,19 @@ def top_k_accuracy(y_true: Any, y_score: Any, *, k: int = 1, labels: Any = None)
     0.6666666666666666
     """
     k = check_int(k, "k")
-    s = np.asarray(y_score, dtype=np.float64)
+    try:
+        s = np.asarray(y_score, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(
+            "y_score must be a numeric 2-D array (items x classes); got values that are not "
+            "numbers."
+        ) from None
+    if s.ndim == 2 and not np.isfinite(s).all():
+        first = tuple(np.argwhere(~np.isfinite(s))[0].tolist())
+        raise InputError(
+            f"y_score has {int((~np.isfinite(s)).sum())} NaN or infinite value(s), first at "
+            f"{first}; drop or repair them."
+        )
     t = as_labels(y_true, "y_true", length=s.shape[0] if s.ndim == 2 else None)
     if s.ndim != 2:
         raise InputError(f"y_score must be 2-D (items x classes); got shape {s.shape}.")

@@ -781,6 +781,8 @@ def ndcg(
         )
         if len(rows) != t.shape[0]:
             raise InputError(f"ideal has {len(rows)} rows but there are {t.shape[0]} queries.")
+    for i, row in enumerate([grades] if rows is None and ideal is not None else rows or []):
+        _check_ideal(row, i if rows is not None else None)
     if rows is not None:  # ragged lists of grades: one short sort per query
         width = max(min(k, len(r)) for r in rows)
         best = np.zeros((t.shape[0], max(width, 1)))
@@ -789,6 +791,17 @@ def ndcg(
             best[i, : top.size] = _gain(top, gain)
     idcg = (best * _discounts(best.shape[1])).sum(1)
     return _out(_divide(actual, idcg, zero_division, "an ideal DCG of 0"), single)
+
+
+def _check_ideal(grades: np.ndarray, row: int | None) -> None:
+    bad = ~(np.isfinite(grades) & (grades >= 0))
+    if bad.any():
+        where = f" (row {row})" if row is not None else ""
+        first = tuple(np.argwhere(bad)[0].tolist())
+        raise InputError(
+            f"ideal{where} has {int(bad.sum())} grade(s) that are NaN, infinite or negative, "
+            f"first at {first}; pass the collection's relevance grades (finite, >= 0)."
+        )
 
 
 def _rectangular(ideal: Any) -> np.ndarray | None:

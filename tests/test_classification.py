@@ -137,3 +137,14 @@ def test_closest_to_01_threshold_by_hand():
     # at distance 0.5; the first (higher) threshold wins
     th, d = cl.select_threshold([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8], method="closest_to_01")
     assert (th, d) == (0.8, 0.5)
+
+
+def test_top_k_bad_scores():
+    with pytest.raises(ee.InputError, match="NaN or infinite value"):
+        cl.top_k_accuracy([0, 1], [[0.1, np.nan], [0.2, 0.3]], k=1)
+    with pytest.raises(ee.InputError, match="numeric 2-D"):
+        cl.top_k_accuracy([0, 1], np.array([["a", "b"], ["c", "d"]], dtype=object), k=1)
+    with pytest.raises(ee.InputError, match="must be 2-D"):
+        cl.top_k_accuracy([0, 1], [0.1, 0.2], k=1)
+    with pytest.raises(ee.InputError, match="k must be >= 1"):
+        cl.top_k_accuracy([0, 1], [[0.1, 0.2], [0.2, 0.3]], k=0)

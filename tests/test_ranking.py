@@ -319,3 +319,22 @@ def test_more_bad_input():
 def test_bad_n_relevant(value, match):
     with pytest.raises(ee.InputError, match=match):
         rk.average_precision([[1, 0], [1, 0]], [[1, 0], [1, 0]], n_relevant=value)
+
+
+@pytest.mark.parametrize(
+    ("ideal", "match"),
+    [
+        ([math.nan, 1], r"ideal has 1 grade"),
+        ([-1, 1], r"negative"),
+    ],
+)
+def test_bad_ideal_grades_single(ideal, match):
+    with pytest.raises(ee.InputError, match=match):
+        rk.ndcg([1, 0], [1, 0], ideal=ideal)
+
+
+def test_bad_ideal_grades_ragged_and_rectangular():
+    with pytest.raises(ee.InputError, match=r"ideal \(row 1\)"):
+        rk.ndcg([[1, 0], [0, 1]], [[1, 0], [1, 0]], ideal=[[1], [1, math.nan]])
+    with pytest.raises(ee.InputError, match="first at \\(1, 0\\)"):
+        rk.ndcg([[1, 0], [0, 1]], [[1, 0], [1, 0]], ideal=[[1, 1], [-2, 1]])
