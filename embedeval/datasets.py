@@ -81,6 +81,11 @@ def gaussian_clusters(
     ((10, 4), 'float32', [5, 5])
     """
     n, n_classes, dim = check_int(n, "n"), check_int(n_classes, "n_classes"), check_int(dim, "dim")
+    spread = _nonneg(spread, "spread")
+    if n_classes > n:
+        raise InputError(
+            f"n_classes ({n_classes}) must not exceed n ({n}); every class needs a point."
+        )
     rng = np.random.default_rng(seed)
     labels = rng.permutation(np.arange(n) % n_classes)
     centers = rng.standard_normal((n_classes, dim)).astype(np.float32)
@@ -91,12 +96,34 @@ def gaussian_clusters(
     return x, labels.astype(np.int64)
 
 
+def _nonneg(value: Any, name: str) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise InputError(f"{name} must be a real number >= 0; got {value!r}.")
+    value = float(value)
+    if not (np.isfinite(value) and value >= 0):
+        raise InputError(f"{name} must be a finite number >= 0; got {value}.")
+    return value
+
+
 def _pick(n: int, fraction: float | None, indices: Any, seed: int) -> np.ndarray:
     mask = np.zeros(n, dtype=bool)
+    if indices is not None and fraction is not None:
+        raise InputError(
+            f"pass only one of fraction= ({fraction!r}) and indices=; they both choose the subset."
+        )
     if indices is not None:
-        idx = np.asarray(indices, dtype=np.int64)
-        if idx.size and (idx.min() < -n or idx.max() >= n):
-            raise InputError(f"indices must lie in [0, {n}); got values up to {idx.max()}.")
+        raw = np.asarray(indices)
+        if raw.ndim != 1 or (raw.size and not np.issubdtype(raw.dtype, np.integer)):
+            raise InputError(
+                f"indices must be a 1-D array of integer positions; got shape {raw.shape}, "
+                f"dtype {raw.dtype}. Pass e.g. np.flatnonzero(mask)."
+            )
+        idx = raw.astype(np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            first = int(np.flatnonzero((idx < 0) | (idx >= n))[0])
+            raise InputError(f"indices must lie in [0, {n}); indices[{first}] = {idx[first]}.")
+        if np.unique(idx).size != idx.size:
+            raise InputError("indices must not repeat an item; drop the duplicates.")
         mask[idx] = True
     elif fraction is not None:
         fraction = check_probability(fraction, "fraction", open_left=False)
@@ -147,6 +174,7 @@ def move_points(
     ([[0.0, 0.0], [1.0, 1.0]], [True, False])
     """
     x = as_embeddings(points, "points", dtype=np.float64)
+    scale = _nonneg(scale, "scale")
     mask = _pick(x.shape[0], fraction, indices, seed)
     rng = np.random.default_rng(seed + 2)
     out = x.copy()
@@ -170,7 +198,16 @@ def simulate_confidences(
     >>> simulate_confidences([False, True], corrupted_level=0.2, noise=0.0).tolist()
     [0.9, 0.2]
     """
-    mask = np.asarray(corrupted, dtype=bool)
+    raw = np.asarray(corrupted)
+    if raw.ndim != 1 or raw.dtype != bool:
+        raise InputError(
+            f"corrupted must be a 1-D boolean mask; got shape {raw.shape}, dtype {raw.dtype}. "
+            "Use the mask returned by corrupt_labels / move_points."
+        )
+    corrupted_level = check_probability(corrupted_level, "corrupted_level", open_left=False)
+    clean_level = check_probability(clean_level, "clean_level", open_left=False)
+    noise = _nonneg(noise, "noise")
+    mask = raw
     rng = np.random.default_rng(seed)
     base = np.where(mask, corrupted_level, clean_level)
     return np.clip(base + rng.standard_normal(mask.size) * noise, 0.0, 1.0)

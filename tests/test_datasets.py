@@ -70,3 +70,74 @@ def test_gaussian_clusters_and_pair_distances():
     pos, neg = ds.positive_negative_distances(x, y, max_pairs=2000, seed=0)
     assert pos.mean() < neg.mean()
     assert pos.size <= 2000 and neg.size == 2000
+
+
+def test_seeds_are_arguments_not_global_state():
+    np.random.seed(0)  # noqa: NPY002 - global state must not matter
+    a = ds.gaussian_clusters(50, 5, 4, seed=7)[0]
+    np.random.seed(123)  # noqa: NPY002
+    b = ds.gaussian_clusters(50, 5, 4, seed=7)[0]
+    np.testing.assert_array_equal(a, b)
+    c = ds.gaussian_clusters(50, 5, 4, seed=8)[0]
+    assert not np.array_equal(a, c)
+    # classes as equal as possible: 50 points over 5 classes -> 10 each (hand count)
+    assert np.bincount(ds.gaussian_clusters(50, 5, 4, seed=7)[1]).tolist() == [10] * 5
+
+
+def test_corrupt_by_indices_and_move_by_fraction():
+    y = np.array([0, 1, 2, 0, 1, 2])
+    y2, mask = ds.corrupt_labels(y, indices=[0, 4], seed=3)
+    assert mask.tolist() == [True, False, False, False, True, False]
+    assert y2[0] in (1, 2) and y2[4] in (0, 2)
+    np.testing.assert_array_equal(y2[~mask], y[~mask])
+    moved, m = ds.move_points(np.zeros((20, 2)), scale=2.0, fraction=0.5, seed=0)
+    assert m.sum() == 10  # round(0.5 * 20)
+    assert (np.abs(moved[m]).sum(axis=1) > 0).all() and (moved[~m] == 0).all()
+
+
+def test_sigma_sweep_sign_against_scipy_on_a_hand_case():
+    stats = pytest.importorskip("scipy.stats")
+    corr = ds.sigma_rank_correlation_sweep(200, injected=[0.05, 0.45], noise=0.0, seed=1)
+    # with no noise the truth is two-valued; the prediction tracks it exactly at 0.45
+    assert corr["statistic"][1] == pytest.approx(1.0)
+    truth = np.r_[np.full(40, 0.5), np.full(160, 0.1)]
+    pred = np.r_[np.full(40, 0.05), np.full(160, 0.1)]
+    assert corr["statistic"][0] == pytest.approx(stats.spearmanr(pred, truth).statistic)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: ds.reality_check_example(10, 4), "which must be 1, 2 or 3"),
+        (lambda: ds.reality_check_example(0, 1), "n"),
+        (lambda: ds.reality_check_example(2.5, 1), "n"),
+        (lambda: ds.gaussian_clusters(3, 5, 2), "n_classes"),
+        (lambda: ds.gaussian_clusters(10, 2, 0), "dim"),
+        (lambda: ds.gaussian_clusters(10, 2, 3, spread=-1.0), "spread"),
+        (lambda: ds.gaussian_clusters(10, 2, 3, spread=float("nan")), "spread"),
+        (lambda: ds.corrupt_labels([0, 1, 0], fraction=1.5), "fraction"),
+        (lambda: ds.corrupt_labels([0, 1, 0], fraction=0.5, indices=[0]), "only one of"),
+        (lambda: ds.corrupt_labels([0, 1, 0], indices=[3]), r"indices\[0\] = 3"),
+        (lambda: ds.corrupt_labels([0, 1, 0], indices=[0, -1]), r"indices\[1\] = -1"),
+        (lambda: ds.corrupt_labels([0, 1, 0], indices=[1, 1]), "repeat"),
+        (lambda: ds.corrupt_labels([0, 1, 0], indices=[0.5]), "integer positions"),
+        (lambda: ds.corrupt_labels([0, 0, 0], indices=[1]), "two classes"),
+        (lambda: ds.move_points(np.zeros((3, 2)), scale=-1.0, indices=[0]), "scale"),
+        (lambda: ds.move_points(np.zeros((3, 2)), scale="big", indices=[0]), "scale"),
+        (lambda: ds.move_points(np.zeros(3), scale=1.0, indices=[0]), "points"),
+        (lambda: ds.simulate_confidences([0, 1], corrupted_level=0.1), "boolean mask"),
+        (lambda: ds.simulate_confidences([True], corrupted_level=1.1), "corrupted_level"),
+        (lambda: ds.simulate_confidences([True], corrupted_level=0.1, clean_level=-0.1), "clean"),
+        (lambda: ds.simulate_confidences([True], corrupted_level=0.1, noise=-1), "noise"),
+        (lambda: ds.sigma_rank_correlation_sweep(50, method="pearson"), "method"),
+        (lambda: ds.positive_negative_distances(np.zeros((3, 2)), [0, 1]), "labels"),
+        (
+            lambda: ds.positive_negative_distances(np.eye(3), [0, 1, 1], distance="l1"),
+            "distance",
+        ),
+        (lambda: ds.positive_negative_distances(np.eye(3), [0, 1, 1], max_pairs=0), "max_pairs"),
+    ],
+)
+def test_bad_inputs_raise_input_error(call, match):
+    with pytest.raises(ee.InputError, match=match):
+        call()
