@@ -160,7 +160,9 @@ class _Ranked:
         elif self.ties == "optimistic":
             keys.append(-t)
         if not keys:
-            return np.argsort(-s, axis=1, kind="stable")
+            # "expected" and "threshold" only read tie-block statistics, so the order inside a
+            # block is irrelevant and the (3-4x faster, SIMD) unstable sort is safe.
+            return np.argsort(-s, axis=1)
         return np.lexsort((*keys, -s), axis=1)
 
     def _finish(self, rel: np.ndarray, score: np.ndarray) -> None:
