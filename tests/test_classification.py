@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import embedeval as ee
 from embedeval import classification as cl
@@ -148,3 +150,16 @@ def test_top_k_bad_scores():
         cl.top_k_accuracy([0, 1], [0.1, 0.2], k=1)
     with pytest.raises(ee.InputError, match="k must be >= 1"):
         cl.top_k_accuracy([0, 1], [[0.1, 0.2], [0.2, 0.3]], k=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(-3, 3)), min_size=2, max_size=12))
+def test_roc_auc_is_the_pair_count_and_transform_invariant(pairs):
+    t, s = (np.array(v) for v in zip(*pairs, strict=True))
+    if t.min() == t.max():
+        return
+    # Mann-Whitney by a plain double loop: P(score_pos > score_neg) + 1/2 P(tie)
+    pos, neg = s[t == 1], s[t == 0]
+    wins = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg)
+    assert cl.roc_auc(t, s) == pytest.approx(wins / (pos.size * neg.size))
+    assert cl.roc_auc(t, np.exp(s.astype(float)) + 5) == pytest.approx(cl.roc_auc(t, s))
