@@ -1,0 +1,133 @@
+"""Independent brute-force oracle for ``embedeval.evaluate`` (written without reading the engine).
+
+Per query: full float64 distances, a full stable sort by (distance, reference index), excluded
+references removed (self by identity, the first n_query reference rows when
+``ref_includes_query``, same-group references), then every metric straight from SPEC §2.1/§2.2.
+Slow and obvious on purpose: a Python loop per query.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def pairwise(q, r, distance):
+    """float64 'smaller is nearer' scores: L2 distance, or minus cosine / inner product."""
+    q = np.asarray(q, dtype=np.float64)
+    r = np.asarray(r, dtype=np.float64)
+    if distance == "euclidean":
+        out = np.empty((len(q), len(r)))
+        for i in range(len(q)):
+            out[i] = np.sqrt(((r - q[i]) ** 2).sum(axis=1))
+        return out
+    if distance == "cosine":
+        q = q / np.linalg.norm(q, axis=1, keepdims=True)
+        r = r / np.linalg.norm(r, axis=1, keepdims=True)
+    elif distance != "inner_product":
+        raise ValueError(distance)
+    return -(q @ r.T)
+
+
+def rankings(
+    q, ql, r=None, rl=None, *, distance="euclidean", ref_includes_query=False, qg=None, rg=None
+):
+    """List of (relevance list in rank order, sorted distances list) per query."""
+    loo = r is None
+    if loo:
+        r, rl, rg = q, ql, qg
+    d = pairwise(q, r, distance)
+    out = []
+    for i in range(len(q)):
+        keep = []
+        for j in range(len(r)):
+            if (loo or ref_includes_query) and j == i:
+                continue
+            if qg is not None and rg[j] == qg[i]:
+                continue
+            keep.append(j)
+        keep.sort(key=lambda j: (d[i, j], j))
+        out.append(([1 if rl[j] == ql[i] else 0 for j in keep], [d[i, j] for j in keep]))
+    return out
+
+
+def metric_value(name, rel, k):
+    """Per-query value of one metric (NaN for a lone query). ``k`` is None or an int."""
+    R = sum(rel)
+    if R == 0:
+        return math.nan
+    depth = len(rel) if k is None else min(k, len(rel))
+    if name == "precision_at_1":
+        return float(rel[0])
+    if name == "r_precision":
+        w = R if k is None else min(R, k)
+        return sum(rel[:w]) / w
+    if name in ("map_at_r", "map"):
+        w = R if name == "map_at_r" else len(rel)
+        w = w if k is None else min(w, k)
+        hits, s = 0, 0.0
+        for i in range(w):
+            if rel[i]:
+                hits += 1
+                s += hits / (i + 1)
+        return s / R
+    if name == "mrr":
+        for i in range(depth):
+            if rel[i]:
+                return 1.0 / (i + 1)
+        return 0.0
+    if name.startswith("recall_at_"):
+        j = int(name[len("recall_at_") :])
+        return 1.0 if any(rel[:j]) else 0.0
+    if name.startswith("precision_at_"):
+        j = int(name[len("precision_at_") :])
+        return sum(rel[:j]) / j
+    raise ValueError(name)
+
+
+def evaluate(
+    q,
+    ql,
+    r=None,
+    rl=None,
+    *,
+    metrics,
+    k=None,
+    distance="euclidean",
+    ref_includes_query=False,
+    average="micro",
+    qg=None,
+    rg=None,
+):
+    """Return (metrics dict, per_query dict of lists, per_class dict) from the definitions."""
+    ranks = rankings(
+        q, ql, r, rl, distance=distance, ref_includes_query=ref_includes_query, qg=qg, rg=rg
+    )
+    if k == "max_bin_count":
+        k = max(sum(rel) for rel, _ in ranks)
+    per_query = {m: [metric_value(m, rel, k) for rel, _ in ranks] for m in metrics}
+    out, per_class = {}, {}
+    for m, vals in per_query.items():
+        live = [(ql[i], v) for i, v in enumerate(vals) if not math.isnan(v)]
+        classes = {}
+        for lab, v in live:
+            classes.setdefault(lab, []).append(v)
+        per_class[m] = {lab: sum(v) / len(v) for lab, v in classes.items()}
+        if not live:
+            out[m] = math.nan
+        elif average == "micro":
+            out[m] = sum(v for _, v in live) / len(live)
+        else:
+            out[m] = sum(per_class[m].values()) / len(per_class[m])
+    return out, per_query, per_class
+
+
+def tie_straddles(rel, dist, cut):
+    """True when equal-distance references of mixed relevance straddle rank ``cut``."""
+    if cut <= 0 or cut >= len(rel):
+        return False
+    v = dist[cut - 1]
+    block = [rel[i] for i in range(len(rel)) if dist[i] == v]
+    inside = [i for i in range(len(rel)) if dist[i] == v]
+    return inside[0] < cut <= inside[-1] and 0 < sum(block) < len(block)
