@@ -39,6 +39,31 @@ def _axes(ax: Any, figsize: tuple[float, float] = (6.0, 4.2)) -> tuple[Any, Any]
     return ax.figure, ax
 
 
+def _series(
+    x: Any, x_name: str, series: Mapping[str, Any], series_name: str
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    # Matplotlib would draw a silently truncated or broadcast line (or raise a bare shape error)
+    # for a series of the wrong length, so check every curve against the x values first.
+    from ._errors import InputError, InputTypeError
+    from ._validation import as_vector
+
+    xs = as_vector(x, x_name)
+    if not isinstance(series, Mapping):
+        raise InputTypeError(
+            f"{series_name} must be a mapping name -> values; got {type(series).__name__}. "
+            "Pass e.g. {'MAP@R': values}."
+        )
+    if not series:
+        raise InputError(f"{series_name} is empty; pass at least one named series.")
+    out = {
+        str(k): as_vector(
+            v, f"{series_name}[{k!r}]", length=xs.size, length_of=x_name, allow_nan=True
+        )
+        for k, v in series.items()
+    }
+    return xs, out
+
+
 def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> Path:
     """Save atomically (temp file in the same folder, then rename); format from the suffix.
 
@@ -71,10 +96,33 @@ def plot_embedding_2d(
     ``alpha`` gives a per-point opacity (e.g. a confidence); ``marked`` flags points to ring in
     black (e.g. injected errors).
     """
+    from ._errors import InputError
+    from ._validation import as_embeddings, as_labels, as_vector
+
+    x = as_embeddings(points, "points", dtype=np.float64)
+    if x.shape[1] != 2:
+        raise InputError(
+            f"points must have 2 columns to draw; got shape {x.shape}. Project first "
+            "(e.g. PCA or UMAP)."
+        )
+    y = as_labels(labels, "labels", length=len(x), length_of="points")
+    if alpha is None:
+        alphas = np.ones(len(x))
+    else:
+        alphas = as_vector(alpha, "alpha", length=len(x), length_of="points")
+        if ((alphas < 0) | (alphas > 1)).any():
+            first = int(np.flatnonzero((alphas < 0) | (alphas > 1))[0])
+            raise InputError(f"alpha must lie in [0, 1]; alpha[{first}] = {alphas[first]}.")
+        # fully transparent points would vanish; keep a faint trace of them
+        alphas = np.clip(alphas, 0.05, 1)
+    if marked is not None:
+        raw = np.asarray(marked)
+        if raw.dtype != bool or raw.shape != (len(x),):
+            raise InputError(
+                f"marked must be a boolean mask of length {len(x)}; got shape {raw.shape}, "
+                f"dtype {raw.dtype}."
+            )
     fig, ax = _axes(ax, (5.2, 4.2))
-    x = np.asarray(points, dtype=float)
-    y = np.asarray(labels)
-    alphas = np.ones(len(x)) if alpha is None else np.clip(np.asarray(alpha, float), 0.05, 1)
     for i, c in enumerate(np.unique(y)):
         sel = y == c
         colors = np.zeros((sel.sum(), 4))
@@ -118,6 +166,15 @@ def plot_error_reject_curve(curve: Any, *, ax: Any = None, label: str | None = N
 
     ``curve`` is an :class:`embedeval.confidence.ErrorRejectCurve`.
     """
+    from ._errors import InputTypeError
+
+    need = ("rejected", "error", "oracle_error", "auerc", "oracle_auerc", "random_auerc")
+    missing = [a for a in need if not hasattr(curve, a)]
+    if missing:
+        raise InputTypeError(
+            f"curve must be an ErrorRejectCurve (from embedeval.confidence.error_reject_curve); "
+            f"got {type(curve).__name__} without {missing}."
+        )
     fig, ax = _axes(ax)
     ax.plot(
         curve.rejected,
@@ -159,6 +216,7 @@ def plot_confidence_metrics(
     xlabel: str = "confidence given to the injected errors",
 ) -> Any:
     """Confidence metrics (AUERC, R-AUROC, ...) as a function of a swept setting."""
+    levels, metrics = _series(levels, "levels", metrics, "metrics")
     fig, ax = _axes(ax)
     for i, (name, values) in enumerate(metrics.items()):
         ax.plot(
@@ -185,6 +243,8 @@ def plot_rank_correlation(
     clean_sigma: float | None = None,
 ) -> Any:
     """Rank correlation of predicted against true sigmas over the injected sigma."""
+    injected, corr = _series(injected, "injected", {"correlation": correlation}, "correlation")
+    correlation = corr["correlation"]
     fig, ax = _axes(ax)
     ax.plot(injected, correlation, "-", marker="o", color=_COLORS[0], label=f"{method} ρ")
     ax.axhline(0, color="0.4", lw=1, ls=":", label="no correlation")
@@ -214,6 +274,20 @@ def plot_checkpoints(
     title: str | None = None,
 ) -> Any:
     """Metric value per checkpoint with confidence-interval bands."""
+    from ._errors import InputError
+
+    names = [str(n) for n in names]
+    if not names:
+        raise InputError("names is empty; pass one name per checkpoint.")
+    _, values = _series(np.arange(len(names)), "names", values, "values")
+    if (lows is None) != (highs is None):
+        raise InputError("pass both lows= and highs= (the band edges) or neither.")
+    if lows is not None:
+        _, lows = _series(np.arange(len(names)), "names", lows, "lows")
+        _, highs = _series(np.arange(len(names)), "names", highs, "highs")
+        missing = sorted(set(values) - set(lows)) + sorted(set(values) - set(highs))
+        if missing:
+            raise InputError(f"lows/highs have no band for metric(s) {missing}.")
     fig, ax = _axes(ax, (6.4, 4.2))
     x = np.arange(len(names))
     for i, (metric, v) in enumerate(values.items()):
@@ -248,6 +322,11 @@ def plot_k_sweep(
     ks: Any, values: Mapping[str, Any], *, ax: Any = None, title: str | None = None
 ) -> Any:
     """Metrics as the cut-off k grows (e.g. Recall@k, P@k)."""
+    from ._errors import InputError
+
+    ks, values = _series(ks, "ks", values, "values")
+    if (ks <= 0).any():
+        raise InputError(f"ks must be positive (log axis); ks[{int(np.argmax(ks <= 0))}] <= 0.")
     fig, ax = _axes(ax)
     for i, (name, v) in enumerate(values.items()):
         ax.plot(
@@ -275,8 +354,12 @@ def plot_per_class(
     metric: str = "metric",
 ) -> Any:
     """Horizontal bars of a per-class metric, worst classes at the top."""
-    vals = np.asarray(values, dtype=float)
-    order = np.argsort(vals)
+    from ._validation import as_vector, check_int
+
+    labels = list(labels)
+    vals = as_vector(values, "values", length=len(labels), length_of="labels", allow_nan=True)
+    top = check_int(top, "top", allow_none=True)
+    order = np.argsort(vals, kind="stable")
     if top is not None:
         order = order[:top]
     fig, ax = _axes(ax, (6.0, max(2.5, 0.28 * len(order) + 1.2)))
@@ -293,8 +376,11 @@ def plot_distance_histograms(
     pos: Any, neg: Any, *, bins: int = 60, ax: Any = None, unit: str = "Euclidean distance"
 ) -> Any:
     """Histograms of same-class and different-class pair distances."""
+    from ._validation import as_vector, check_int
+
+    pos, neg = as_vector(pos, "pos"), as_vector(neg, "neg")
+    bins = check_int(bins, "bins")
     fig, ax = _axes(ax)
-    pos, neg = np.asarray(pos, float), np.asarray(neg, float)
     edges = np.histogram_bin_edges(np.concatenate([pos, neg]), bins=bins)
     ax.hist(
         neg,

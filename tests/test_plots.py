@@ -1,4 +1,4 @@
-"""Figures render, are non-blank and deterministic; generate_figures writes every §7 figure."""
+"""Plot functions render non-blank figures of the arrays they are given and refuse bad input."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ matplotlib.use("Agg")
 
 from matplotlib.image import imread  # noqa: E402
 
-from embedeval import plots  # noqa: E402
-from embedeval._figures import FIGURES, generate_figures  # noqa: E402
+from embedeval import InputError, InputTypeError, plots  # noqa: E402
 from embedeval.confidence import error_reject_curve  # noqa: E402
 
 
@@ -51,11 +50,88 @@ def test_every_plot_function_renders(tmp_path):
         _check_png(path, 300, 150)
 
 
-def test_generate_figures_is_complete_and_deterministic(tmp_path):
-    paths = generate_figures(tmp_path / "a")
-    assert sorted(p.name for p in paths) == sorted(FIGURES)
-    for p in paths:
-        _check_png(p)
-    again = generate_figures(tmp_path / "b")
-    for p, q in zip(sorted(paths), sorted(again), strict=True):
-        assert p.read_bytes() == q.read_bytes(), p.name
+def test_plots_draw_exactly_the_given_arrays():
+    fig = plots.plot_k_sweep([1, 5, 10], {"R@k": [0.2, 0.5, 0.7], "P@k": [0.2, 0.1, 0.05]})
+    lines = fig.axes[0].get_lines()
+    assert [ln.get_label() for ln in lines] == ["R@k", "P@k"]
+    np.testing.assert_array_equal(lines[0].get_xydata(), [[1, 0.2], [5, 0.5], [10, 0.7]])
+    # greyscale: the two series differ in marker and line style, not colour alone
+    assert lines[0].get_marker() != lines[1].get_marker()
+    assert lines[0].get_linestyle() != lines[1].get_linestyle()
+
+
+def test_per_class_shows_the_worst_classes_first():
+    fig = plots.plot_per_class(["a", "b", "c", "d"], [0.9, 0.1, 0.5, 0.3], top=2)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["b", "d"]
+    assert sorted(p.get_width() for p in ax.patches) == [0.1, 0.3]
+
+
+def test_error_reject_curve_reference_lines():
+    y = np.array([1.0, 0.0, 1.0, 0.0])
+    erc = error_reject_curve(y, np.array([0.1, 0.9, 0.2, 0.8]))
+    ax = plots.plot_error_reject_curve(erc, label="m").axes[0]
+    labels = [ln.get_label() for ln in ax.get_lines()]
+    assert labels[0].startswith("m (AUERC") and labels[1].startswith("oracle")
+    assert labels[2].startswith("random")
+    # the random reference is the mean error, 2/4 (hand value), whatever the confidences
+    assert ax.get_lines()[2].get_ydata()[0] == pytest.approx(0.5)
+
+
+def test_plots_draw_into_a_given_axes():
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    ax1, ax2 = fig.subplots(1, 2)
+    out = plots.plot_distance_histograms([0.1, 0.2], [0.9, 1.0], ax=ax2, bins=5)
+    assert out is fig and ax2.get_title() and not ax1.get_title()
+
+
+def test_save_figure_is_atomic_and_leaves_no_temp_files(tmp_path):
+    fig = plots.plot_k_sweep([1, 2], {"a": [0.1, 0.2]})
+    path = plots.save_figure(fig, tmp_path / "k.png", dpi=50)
+    assert [p.name for p in tmp_path.iterdir()] == ["k.png"]
+    assert imread(path).shape[:2] == (round(4.2 * 50), round(6.0 * 50))
+
+
+_E = np.zeros((3, 2))
+
+
+@pytest.mark.parametrize(
+    ("call", "err", "match"),
+    [
+        (lambda: plots.plot_embedding_2d(np.zeros((3, 3)), [0, 1, 0]), InputError, "2 columns"),
+        (lambda: plots.plot_embedding_2d(_E, [0, 1]), InputError, "labels"),
+        (lambda: plots.plot_embedding_2d(_E, [0, 1, 0], alpha=[0.5]), InputError, "alpha"),
+        (lambda: plots.plot_embedding_2d(_E, [0, 1, 0], alpha=[0, 2, 0]), InputError, r"\[1\]"),
+        (lambda: plots.plot_embedding_2d(_E, [0, 1, 0], marked=[1, 0, 0]), InputError, "marked"),
+        (lambda: plots.plot_embedding_2d([[0, np.nan]], [0]), InputError, "NaN"),
+        (lambda: plots.plot_error_reject_curve((1, 2)), InputTypeError, "ErrorRejectCurve"),
+        (lambda: plots.plot_confidence_metrics([0, 1], {"a": [1]}), InputError, "a"),
+        (lambda: plots.plot_confidence_metrics([0, 1], [0.1, 0.2]), InputTypeError, "mapping"),
+        (lambda: plots.plot_confidence_metrics([0, 1], {}), InputError, "empty"),
+        (lambda: plots.plot_rank_correlation([0, 1], [0.1]), InputError, "correlation"),
+        (lambda: plots.plot_checkpoints([], {"m": []}), InputError, "names"),
+        (lambda: plots.plot_checkpoints(["a", "b"], {"m": [1]}), InputError, "values"),
+        (
+            lambda: plots.plot_checkpoints(["a"], {"m": [1]}, lows={"m": [0]}),
+            InputError,
+            "both",
+        ),
+        (
+            lambda: plots.plot_checkpoints(["a"], {"m": [1]}, {"x": [0]}, {"x": [2]}),
+            InputError,
+            "no band",
+        ),
+        (lambda: plots.plot_k_sweep([0, 1], {"a": [1, 2]}), InputError, "positive"),
+        (lambda: plots.plot_k_sweep([1, 2], {"a": ["x", "y"]}), InputTypeError, "numeric"),
+        (lambda: plots.plot_per_class(["a"], [0.1, 0.2]), InputError, "values"),
+        (lambda: plots.plot_per_class(["a"], [0.1], top=0), InputError, "top"),
+        (lambda: plots.plot_distance_histograms([], [1.0]), InputError, "pos"),
+        (lambda: plots.plot_distance_histograms([1.0], [np.inf]), InputError, "neg"),
+        (lambda: plots.plot_distance_histograms([1.0], [2.0], bins=0), InputError, "bins"),
+    ],
+)
+def test_bad_inputs(call, err, match):
+    with pytest.raises(err, match=match):
+        call()
