@@ -194,3 +194,59 @@ def test_exact_ties_follow_ascending_index_and_are_counted(seed, mode, distance,
             n += len(vals) > 1
         assert a.n_ties[m] == n, (m, a.n_ties[m], n)
         assert b.n_ties[m] == n, m
+
+
+INV_METRICS = ["precision_at_1", "r_precision", "map_at_r", "map", "mrr", "recall_at_2"]
+
+
+def _run(q, ql, r, rl, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ee.evaluate(q, ql, r, rl, metrics=INV_METRICS, progress=False, **kw)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.integers(0, 2**31 - 1),
+    st.sampled_from(["euclidean", "cosine", "inner_product"]),
+    st.sampled_from(["micro", "macro"]),
+)
+def test_permuting_references_and_relabelling_change_nothing(seed, distance, average):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(9, 3))
+    r = rng.normal(size=(13, 3))
+    ql, rl = rng.integers(0, 3, 9), rng.integers(0, 3, 13)
+    ranks = oracle.rankings(q, ql, r, rl, distance=distance)
+    assume(_well_separated(ranks) and max(sum(x) for x, _ in ranks) > 0)
+    base = _run(q, ql, r, rl, distance=distance, average=average)
+    perm = rng.permutation(13)
+    moved = _run(q, ql, r[perm], rl[perm], distance=distance, average=average)
+    # bijections onto strings and onto huge ints that differ by 1 (float32 would merge them)
+    for mapping in (
+        {0: "cat", 1: "dog", 2: "ému"},
+        {0: 2**24 + 1, 1: 2**24, 2: 2**40 + 7},
+        {0: -5, 1: 2**53, 2: 2**53 - 1},
+    ):
+        mql = np.array([mapping[v] for v in ql])
+        mrl = np.array([mapping[v] for v in rl])
+        relab = _run(q, mql, r, mrl, distance=distance, average=average)
+        for m in INV_METRICS:
+            np.testing.assert_allclose(relab.per_query[m], base.per_query[m], atol=1e-12)
+            assert relab[m] == pytest.approx(base[m], abs=1e-12, nan_ok=True)
+            assert {mapping[int(c)]: v for c, v in base.per_class[m].items()} == pytest.approx(
+                relab.per_class[m], abs=1e-12
+            )
+    for m in INV_METRICS:
+        np.testing.assert_allclose(moved.per_query[m], base.per_query[m], atol=1e-12)
+        assert moved[m] == pytest.approx(base[m], abs=1e-12, nan_ok=True)
+    if distance == "cosine":
+        scaled = _run(
+            q * rng.uniform(0.01, 100, (9, 1)),
+            ql,
+            r * rng.uniform(0.01, 100, (13, 1)),
+            rl,
+            distance=distance,
+            average=average,
+        )
+        for m in INV_METRICS:
+            np.testing.assert_allclose(scaled.per_query[m], base.per_query[m], atol=1e-12)
