@@ -93,8 +93,15 @@ def plot_embedding_2d(
 ) -> Any:
     """Scatter a 2-D embedding coloured (and marker-coded) by class.
 
-    ``alpha`` gives a per-point opacity (e.g. a confidence); ``marked`` flags points to ring in
-    black (e.g. injected errors).
+    ``alpha`` gives a per-point opacity (e.g. a confidence, values in [0, 1], drawn no fainter
+    than 0.05 so no point vanishes); ``marked`` flags points to ring in black (e.g. injected
+    errors). Classes are drawn in sorted label order, each with its own colour and marker.
+
+    Examples
+    --------
+    >>> fig = plot_embedding_2d([[0, 0], [1, 1]], [0, 1], marked=np.array([False, True]))
+    >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    ['class 0', 'class 1', 'injected error']
     """
     from ._errors import InputError
     from ._validation import as_embeddings, as_labels, as_vector
@@ -164,7 +171,15 @@ def _rgb(hex_color: str) -> tuple[float, float, float]:
 def plot_error_reject_curve(curve: Any, *, ax: Any = None, label: str | None = None) -> Any:
     """ERC with the oracle (sorted by the error itself) and random (mean error) references.
 
-    ``curve`` is an :class:`embedeval.confidence.ErrorRejectCurve`.
+    ``curve`` is an :class:`embedeval.confidence.ErrorRejectCurve`; the random reference is the
+    horizontal line at its ``random_auerc`` (the mean error: rejecting at random keeps it).
+
+    Examples
+    --------
+    >>> from embedeval.confidence import error_reject_curve
+    >>> fig = plot_error_reject_curve(error_reject_curve([1.0, 0.0], [0.9, 0.1]))
+    >>> float(fig.axes[0].get_lines()[2].get_ydata()[0])
+    0.5
     """
     from ._errors import InputTypeError
 
@@ -215,7 +230,14 @@ def plot_confidence_metrics(
     ax: Any = None,
     xlabel: str = "confidence given to the injected errors",
 ) -> Any:
-    """Confidence metrics (AUERC, R-AUROC, ...) as a function of a swept setting."""
+    """Confidence metrics (AUERC, R-AUROC, ...) as a function of a swept setting.
+
+    Examples
+    --------
+    >>> fig = plot_confidence_metrics([0.0, 1.0], {"R-AUROC": [0.9, 0.2]})
+    >>> fig.axes[0].get_lines()[0].get_ydata().tolist()
+    [0.9, 0.2]
+    """
     levels, metrics = _series(levels, "levels", metrics, "metrics")
     fig, ax = _axes(ax)
     for i, (name, values) in enumerate(metrics.items()):
@@ -242,7 +264,14 @@ def plot_rank_correlation(
     method: str = "Spearman",
     clean_sigma: float | None = None,
 ) -> Any:
-    """Rank correlation of predicted against true sigmas over the injected sigma."""
+    """Rank correlation of predicted against true sigmas over the injected sigma.
+
+    Examples
+    --------
+    >>> fig = plot_rank_correlation([0.0, 0.5], [-0.4, 0.9], clean_sigma=0.1)
+    >>> [float(v) for v in fig.axes[0].get_ylim()]
+    [-1.05, 1.05]
+    """
     injected, corr = _series(injected, "injected", {"correlation": correlation}, "correlation")
     correlation = corr["correlation"]
     fig, ax = _axes(ax)
@@ -273,7 +302,17 @@ def plot_checkpoints(
     ax: Any = None,
     title: str | None = None,
 ) -> Any:
-    """Metric value per checkpoint with confidence-interval bands."""
+    """Metric value per checkpoint with confidence-interval bands (``lows``/``highs``).
+
+    NaN values leave a gap in the line instead of being dropped silently.
+
+    Examples
+    --------
+    >>> fig = plot_checkpoints(["e1", "e2"], {"MAP@R": [0.4, 0.6]}, {"MAP@R": [0.3, 0.5]},
+    ...                        {"MAP@R": [0.5, 0.7]})
+    >>> [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    ['e1', 'e2']
+    """
     from ._errors import InputError
 
     names = [str(n) for n in names]
@@ -321,7 +360,14 @@ def plot_checkpoints(
 def plot_k_sweep(
     ks: Any, values: Mapping[str, Any], *, ax: Any = None, title: str | None = None
 ) -> Any:
-    """Metrics as the cut-off k grows (e.g. Recall@k, P@k)."""
+    """Metrics as the cut-off k grows (e.g. Recall@k, P@k), on a log k axis (k > 0).
+
+    Examples
+    --------
+    >>> fig = plot_k_sweep([1, 10], {"R@k": [0.5, 0.9]})
+    >>> fig.axes[0].get_xscale()
+    'log'
+    """
     from ._errors import InputError
 
     ks, values = _series(ks, "ks", values, "values")
@@ -353,7 +399,16 @@ def plot_per_class(
     ax: Any = None,
     metric: str = "metric",
 ) -> Any:
-    """Horizontal bars of a per-class metric, worst classes at the top."""
+    """Horizontal bars of a per-class metric, worst classes at the top.
+
+    Ties keep the order of ``labels`` (stable sort); NaN values sort last.
+
+    Examples
+    --------
+    >>> fig = plot_per_class(["a", "b", "c"], [0.9, 0.1, 0.5], top=2)
+    >>> [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    ['b', 'c']
+    """
     from ._validation import as_vector, check_int
 
     labels = list(labels)
@@ -375,7 +430,14 @@ def plot_per_class(
 def plot_distance_histograms(
     pos: Any, neg: Any, *, bins: int = 60, ax: Any = None, unit: str = "Euclidean distance"
 ) -> Any:
-    """Histograms of same-class and different-class pair distances."""
+    """Density histograms of same-class and different-class pair distances on shared bins.
+
+    Examples
+    --------
+    >>> fig = plot_distance_histograms([0.1, 0.2], [0.8, 0.9], bins=4)
+    >>> fig.axes[0].get_ylabel()
+    'density'
+    """
     from ._validation import as_vector, check_int
 
     pos, neg = as_vector(pos, "pos"), as_vector(neg, "neg")

@@ -17,7 +17,7 @@ def test_notebook_runs(path):
     nb = nbformat.read(path, as_version=4)
     nbclient.NotebookClient(
         nb,
-        timeout=180,
+        timeout=120,
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent.parent)}},
     ).execute()
