@@ -11,7 +11,14 @@ from typing import Any
 import numpy as np
 
 from ._errors import InputError
-from ._validation import as_embeddings, as_labels, check_choice, check_int, check_probability
+from ._validation import (
+    as_embeddings,
+    as_labels,
+    as_vector,
+    check_choice,
+    check_int,
+    check_probability,
+)
 
 __all__ = [
     "REALITY_CHECK_BANDS",
@@ -230,11 +237,27 @@ def confidence_sweep(
     via MAP@R and R-AUROC.  When the corrupted points are the least confident (low level) the
     confidence ranks the errors and the AUERCs are low; as their confidence grows past the clean
     level, the confidence ranks errors backwards.
+
+    Returns ``{"levels", "auerc_recall_at_1", "auerc_map_at_r", "r_auroc"}``, one value per level.
+
+    Examples
+    --------
+    >>> x, y = reality_check_example(200, 2, seed=0)
+    >>> s = confidence_sweep(x, y, levels=[0.0, 1.0], seed=0)
+    >>> bool(s["r_auroc"][0] > 0.5 > s["r_auroc"][1])
+    True
     """
     from .confidence import confidence_summary
     from .evaluate import evaluate
 
-    levels = np.linspace(0.0, 1.0, 11) if levels is None else np.asarray(levels, dtype=float)
+    if levels is None:
+        levels = np.linspace(0.0, 1.0, 11)
+    else:
+        levels = as_vector(levels, "levels")
+        if ((levels < 0) | (levels > 1)).any():
+            first = int(np.flatnonzero((levels < 0) | (levels > 1))[0])
+            raise InputError(f"levels must lie in [0, 1]; levels[{first}] = {levels[first]}.")
+    check_probability(clean_level, "clean_level", open_left=False)
     y, mask = corrupt_labels(labels, fraction=fraction, seed=seed)
     res = evaluate(points, y, metrics=["precision_at_1", "map_at_r"], progress=False)
     out: dict[str, list[float]] = {"auerc_recall_at_1": [], "auerc_map_at_r": [], "r_auroc": []}
@@ -268,11 +291,22 @@ def sigma_rank_correlation_sweep(
     sigma for corrupted ones; the rank correlation between prediction and truth is measured as
     the injected sigma sweeps: negative while the corrupted items are predicted more certain
     than the clean ones, positive once they are predicted less certain.
+
+    Returns ``{"injected", "statistic", "pvalue"}`` (scipy's statistic and p-value per sigma).
+
+    Examples
+    --------
+    >>> r = sigma_rank_correlation_sweep(100, injected=[0.0, 0.5], seed=0)
+    >>> bool(r["statistic"][0] < 0 < r["statistic"][1])
+    True
     """
     from .confidence import rank_correlation
 
     method = check_choice(method, "method", ("spearman", "kendall"))
-    injected = np.linspace(0.0, 0.5, 11) if injected is None else np.asarray(injected, float)
+    injected = np.linspace(0.0, 0.5, 11) if injected is None else as_vector(injected, "injected")
+    clean_sigma = _nonneg(clean_sigma, "clean_sigma")
+    true_corrupted_sigma = _nonneg(true_corrupted_sigma, "true_corrupted_sigma")
+    noise = _nonneg(noise, "noise")
     rng = np.random.default_rng(seed)
     mask = _pick(check_int(n_items, "n_items"), fraction, None, seed)
     truth = np.where(mask, true_corrupted_sigma, clean_sigma) + rng.random(mask.size) * noise

@@ -8,11 +8,18 @@ import pytest
 import embedeval as ee
 from embedeval import datasets as ds
 
+# The bands as written in SPEC §7.1 (copied by hand, not read from the module).
+SPEC_BANDS = {
+    1: [(-1, -2 / 3), (-1 / 3, 0), (0, 1 / 3), (2 / 3, 1)],
+    2: [(-1, 0), (0, 1)],
+    3: [(-1, -1 / 3), (1 / 3, 1)],
+}
+
 
 @pytest.mark.parametrize("which", [1, 2, 3])
 def test_reality_check_spaces_follow_their_bands(which):
     x, y = ds.reality_check_example(2000, which, seed=3)
-    bands = ds.REALITY_CHECK_BANDS[which]
+    bands = SPEC_BANDS[which]
     inside = np.zeros(len(x), dtype=bool)
     for lo, hi in bands:
         inside |= (x[:, 0] >= lo) & (x[:, 0] <= hi)
@@ -25,6 +32,24 @@ def test_reality_check_spaces_follow_their_bands(which):
     np.testing.assert_allclose(shares, widths / widths.sum(), atol=0.04)
     x2, _ = ds.reality_check_example(2000, which, seed=3)
     np.testing.assert_array_equal(x, x2)
+    assert x.shape == (2000, 2) and x.dtype == np.float64
+
+
+@pytest.mark.parametrize("which", [1, 2, 3])
+def test_reality_check_x_is_uniform_within_the_bands(which):
+    stats = pytest.importorskip("scipy.stats")
+    x, _ = ds.reality_check_example(3000, which, seed=5)
+    # map x through the CDF of the uniform law on the union of bands: must be U(0, 1)
+    bands = SPEC_BANDS[which]
+    total = sum(hi - lo for lo, hi in bands)
+    cdf = np.zeros(len(x))
+    below = 0.0
+    for lo, hi in bands:
+        inside = (x[:, 0] >= lo) & (x[:, 0] <= hi)
+        cdf[inside] = (below + x[inside, 0] - lo) / total
+        below += hi - lo
+    assert stats.kstest(cdf, "uniform").pvalue > 0.001
+    assert stats.kstest(x[:, 1], "uniform").pvalue > 0.001
 
 
 def test_reality_check_metrics_rank_the_spaces():
@@ -105,6 +130,9 @@ def test_sigma_sweep_sign_against_scipy_on_a_hand_case():
     assert corr["statistic"][0] == pytest.approx(stats.spearmanr(pred, truth).statistic)
 
 
+_X, _Y = np.r_[np.eye(3), -np.eye(3)], np.array([0, 1, 0, 1, 0, 1])
+
+
 @pytest.mark.parametrize(
     ("call", "match"),
     [
@@ -130,6 +158,14 @@ def test_sigma_sweep_sign_against_scipy_on_a_hand_case():
         (lambda: ds.simulate_confidences([True], corrupted_level=0.1, clean_level=-0.1), "clean"),
         (lambda: ds.simulate_confidences([True], corrupted_level=0.1, noise=-1), "noise"),
         (lambda: ds.sigma_rank_correlation_sweep(50, method="pearson"), "method"),
+        (lambda: ds.sigma_rank_correlation_sweep(50, injected=[np.nan]), "injected"),
+        (lambda: ds.sigma_rank_correlation_sweep(50, clean_sigma=-0.1), "clean_sigma"),
+        (lambda: ds.sigma_rank_correlation_sweep(50, noise=-1.0), "noise"),
+        (lambda: ds.sigma_rank_correlation_sweep(50, fraction=1.5), "fraction"),
+        (lambda: ds.confidence_sweep(_X, _Y, levels=[0.5, 1.5]), r"levels\[1\] = 1.5"),
+        (lambda: ds.confidence_sweep(_X, _Y, levels=[]), "levels"),
+        (lambda: ds.confidence_sweep(_X, _Y, clean_level=2.0), "clean_level"),
+        (lambda: ds.confidence_sweep(_X, _Y, fraction=-0.1), "fraction"),
         (lambda: ds.positive_negative_distances(np.zeros((3, 2)), [0, 1]), "labels"),
         (
             lambda: ds.positive_negative_distances(np.eye(3), [0, 1, 1], distance="l1"),
@@ -141,3 +177,21 @@ def test_sigma_sweep_sign_against_scipy_on_a_hand_case():
 def test_bad_inputs_raise_input_error(call, match):
     with pytest.raises(ee.InputError, match=match):
         call()
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+def test_pair_distances_are_real_pairs_of_the_right_kind(distance):
+    sk = pytest.importorskip("sklearn.metrics")
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((12, 3))
+    y = np.array([0, 1, 2] * 4)
+    pos, neg = ds.positive_negative_distances(x, y, max_pairs=500, distance=distance, seed=0)
+    d = sk.pairwise_distances(x, metric=distance)
+    same = y[:, None] == y[None, :]
+    off = ~np.eye(12, dtype=bool)
+    pos_set, neg_set = d[same & off], d[~same]
+    # each sampled distance is one of the brute-force pair distances of its kind
+    assert np.abs(pos[:, None] - pos_set[None, :]).min(axis=1).max() < 1e-9
+    assert np.abs(neg[:, None] - neg_set[None, :]).min(axis=1).max() < 1e-9
+    # and i == j is never sampled (no zero self-distance among the positives)
+    assert pos.min() > 0
