@@ -27,7 +27,21 @@ FIGURES = (
 
 
 def generate_figures(out_dir: str | os.PathLike = "figures", *, seed: int = 0) -> list[Path]:
-    """Write the figures of SPEC §7 to ``out_dir`` and return their paths (fixed seeds)."""
+    """Write the figures of SPEC §7 to ``out_dir`` and return their paths.
+
+    Parameters
+    ----------
+    out_dir : str or path-like
+        Folder to write into (created if missing); files are replaced atomically.
+    seed : int
+        Seed of every random draw (toy spaces, corruption, simulated confidences, bootstrap);
+        the same seed gives the same pixels.
+
+    Returns
+    -------
+    list of pathlib.Path
+        One path per name in :data:`FIGURES`.
+    """
     from .compare import compare
     from .confidence import error_reject_curve
     from .evaluate import evaluate
