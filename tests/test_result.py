@@ -1,0 +1,127 @@
+"""EvaluationResult: access types, to_dict/to_json/from_dict/from_json round trips, repr."""
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+
+X = np.array([[0.0], [1.0], [3.0], [6.0], [6.5]])
+METRICS = ["precision_at_1", "map_at_r", "map", "mrr", "recall_at_2"]
+
+
+def ev(labels, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ee.evaluate(X, labels, metrics=METRICS, progress=False, **kw)
+
+
+def _strict_loads(text):
+    def refuse(token):
+        raise ValueError(f"non-standard JSON token {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _same(a, b):
+    assert a.metrics.keys() == b.metrics.keys()
+    for m in a.metrics:
+        assert (math.isnan(a[m]) and math.isnan(b[m])) or a[m] == b[m]
+        np.testing.assert_array_equal(a.per_query[m], b.per_query[m])  # NaN == NaN here
+        assert a.per_class[m] == b.per_class[m]
+        assert [type(c) for c in a.per_class[m]] == [type(c) for c in b.per_class[m]]
+    assert a.n_queries == b.n_queries and a.n_lone == b.n_lone and a.n_ties == b.n_ties
+    assert list(a.query_labels) == list(b.query_labels)
+    assert a.settings == b.settings
+
+
+# labels: a lone class (NaN per_query), huge ints differing by 1, negative ints, strings
+@pytest.mark.parametrize(
+    "labels",
+    [
+        ["a", "a", "b", "c", "c"],
+        [2**24, 2**24, 2**24 + 1, 7, 7],
+        np.array([2**53, 2**53, -1, 3, 3], dtype=np.int64),
+        np.array(["é", "é", "x", "y", "y"]),
+    ],
+)
+def test_round_trip_dict_and_json(labels, tmp_path):
+    res = ev(labels, ci=0.9, n_boot=50, confidences=[0.1, 0.9, 0.5, 0.3, 0.7])
+    assert res.n_lone == 1 and np.isnan(res.per_query["map"][2])
+    d = res.to_dict()
+    back = ee.EvaluationResult.from_dict(d)
+    _same(res, back)
+    text = res.to_json()
+    _strict_loads(text)  # NaN must not leak out as a bare NaN token
+    _same(res, ee.EvaluationResult.from_json(text))
+    path = tmp_path / "res.json"
+    res.to_json(path)
+    _same(res, ee.EvaluationResult.from_json(path))
+    _same(res, ee.EvaluationResult.from_json(str(path)))
+    assert back.ci.keys() == res.ci.keys()
+    for m, (lo, hi) in res.ci.items():
+        assert tuple(back.ci[m]) == pytest.approx((lo, hi), nan_ok=True)
+    assert back.confidence.keys() == res.confidence.keys()
+    # the JSON is plain: a stranger can read the per-query values with the json module
+    plain = _strict_loads(path.read_text())
+    assert plain["per_query"]["map"][2] is None
+    assert plain["metrics"]["map"] == pytest.approx(res["map"])
+
+
+def test_per_class_keys_are_the_callers_labels_as_python_scalars():
+    res = ev(np.array([5, 5, 9, 2**24 + 1, 2**24 + 1], dtype=np.int64))
+    assert set(res.per_class["map"]) == {5, 2**24 + 1}
+    assert all(type(c) is int for c in res.per_class["map"])
+    res = ev(np.array(["u", "u", "v", "w", "w"]))
+    assert all(type(c) is str for c in res.per_class["map"])
+
+
+def test_item_access_gives_python_floats_and_per_query_float64():
+    res = ev(["a", "a", "b", "c", "c"])
+    for m in METRICS:
+        assert type(res[m]) is float
+        assert type(res.metrics[m]) is float
+        assert res.per_query[m].dtype == np.float64 and res.per_query[m].shape == (5,)
+    assert type(res.n_queries) is int and type(res.n_lone) is int
+    # 0,1 -> each other (hit); 3 lone; 6, 6.5 -> each other
+    assert res["map"] == 1.0
+    with pytest.raises(KeyError):
+        res["not_a_metric"]
+
+
+def test_repr_is_a_readable_table():
+    res = ev(["a", "a", "b", "c", "c"])
+    text = repr(res)
+    lines = text.splitlines()
+    assert len(lines) >= len(METRICS) + 1
+    for m in METRICS:
+        row = next(line for line in lines if line.split() and line.split()[0] == m)
+        assert f"{res[m]:.4f}" in row
+    assert "5 queries" in text and "1 lone" in text
+
+
+def test_from_dict_rejects_something_that_is_not_a_result():
+    for bad in ({"hello": 1}, {"format": "other/9", "metrics": {}}):
+        with pytest.raises(ee.InputError, match="not an embedeval result"):
+            ee.EvaluationResult.from_dict(bad)
+    with pytest.raises(ee.InputError, match="not an embedeval result"):
+        ee.EvaluationResult.from_json('{"hello": 1}')
+    with pytest.raises(FileNotFoundError):
+        ee.EvaluationResult.from_json("no/such/result.json")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="truncated JSON gives a bare JSONDecodeError and a "
+    "result dict missing keys a bare KeyError (docs/CORE_BUGS.md)",
+)
+@pytest.mark.parametrize("bad", ['{"format": ', {"format": "embedeval.EvaluationResult/1"}])
+def test_truncated_or_incomplete_results_raise_input_error(bad):
+    with pytest.raises(ee.InputError):
+        if isinstance(bad, dict):
+            ee.EvaluationResult.from_dict(bad)
+        else:
+            ee.EvaluationResult.from_json(bad)
