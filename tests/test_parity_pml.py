@@ -135,3 +135,82 @@ def test_mrr_in_float64_where_pml_uses_float32():
     assert expected["mean_reciprocal_rank"] == float(np.float32(1 / 3)) != 1 / 3
     res = ee.evaluate(x[:1], y[:1], x[1:], y[1:], metrics=["mrr"])
     assert res["mrr"] == 1 / 3  # exactly the float64 value
+
+
+# --- added by the core-test helper: other distances, int-k per class, the oracle vs PML ---
+
+
+def _pml_knn(include, k, avg, q, ql, r, rl, knn_func, per_class=False):
+    calc = AccuracyCalculator(
+        include=tuple(include),
+        k=k,
+        avg_of_avgs=avg == "macro",
+        return_per_class=per_class,
+        device=torch.device("cpu"),
+        knn_func=knn_func,
+    )
+    t = torch.from_numpy
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if r is None:
+            return calc.get_accuracy(t(q), t(ql))
+        return calc.get_accuracy(t(q), t(ql), t(r), t(rl), False)
+
+
+@pytest.mark.parametrize(
+    ("distance", "split"),
+    [("cosine", False), ("cosine", True), ("inner_product", False), ("inner_product", True)],
+)
+@pytest.mark.parametrize("k", [None, 4])
+def test_parity_with_pml_for_similarity_distances(distance, k, split):
+    from pytorch_metric_learning.distances import CosineSimilarity, DotProductSimilarity
+    from pytorch_metric_learning.utils.inference import CustomKNN
+
+    # PML's distances L2-normalise by default, which would make its dot product a cosine
+    sim = (
+        CosineSimilarity()
+        if distance == "cosine"
+        else DotProductSimilarity(normalize_embeddings=False)
+    )
+    knn = CustomKNN(sim)
+    q, ql = _data(11, 300, 10)
+    r, rl = _data(12, 400, 10) if split else (None, None)
+    names = {n: v for n, v in NAMES.items() if n != "mean_reciprocal_rank"}
+    names["mean_reciprocal_rank"] = "mrr"
+    expected = _pml_knn(names, k, "micro", q, ql, r, rl, knn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        args = (q, ql) if r is None else (q, ql, r, rl)
+        res = ee.evaluate(*args, metrics=list(names), k=k, distance=distance, progress=False)
+    for pml_name, key in names.items():
+        assert res[key] == pytest.approx(expected[pml_name], abs=1e-6), key
+
+
+def test_per_class_values_match_pml_on_a_split_with_int_k():
+    q, ql = _data(13, 300, 8)
+    r, rl = _data(14, 500, 8)
+    inc = ["precision_at_1", "r_precision", "mean_average_precision_at_r"]
+    expected = _pml(inc, 6, "micro", q, ql, r, rl, per_class=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = ee.evaluate(q, ql, r, rl, metrics=inc, k=6, progress=False)
+    for pml_name in inc:
+        key = NAMES[pml_name]
+        classes = sorted(res.per_class[key])
+        got = [res.per_class[key][c] for c in classes]
+        np.testing.assert_allclose(got, expected[pml_name], atol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("k", [None, 3])
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("average", ["micro", "macro"])
+def test_the_independent_oracle_agrees_with_pml(k, split, average):
+    # checks tests/oracle.py itself against an outside implementation (no embedeval involved)
+    from tests import oracle
+
+    q, ql = _data(21, 60, 5, d=4)
+    r, rl = _data(22, 70, 5, d=4) if split else (None, None)
+    expected = _pml(NAMES, k, average, q, ql, r, rl)
+    want, _, _ = oracle.evaluate(q, ql, r, rl, metrics=list(NAMES.values()), k=k, average=average)
+    for pml_name, key in NAMES.items():
+        assert want[key] == pytest.approx(expected[pml_name], abs=1e-6), key
