@@ -200,3 +200,29 @@ def test_pml_spellings_are_reported_under_short_keys():
     )
     assert set(res.metrics) == {"map_at_r", "map", "mrr"}
     close(res["map_at_r"], F(5, 12))
+
+
+@pytest.mark.parametrize("labels_kind", ["int", "str"])
+def test_nmi_ami_follow_the_recipe_exactly(labels_kind):
+    faiss = pytest.importorskip("faiss")
+    from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
+
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 5, 400)
+    x = (rng.normal(size=(5, 6))[y] * 2 + rng.normal(size=(400, 6))).astype(np.float32)
+    labels = y if labels_kind == "int" else np.array([f"c{v}" for v in y])
+    # the recipe of SPEC §2.1: faiss k-means, n_clusters = distinct query labels, 20 iterations,
+    # seed 1234, on the query embeddings (float32), then sklearn's arithmetic-mean NMI / AMI
+    km = faiss.Kmeans(6, 5, niter=20, seed=1234)
+    km.train(x)
+    _, assign = km.index.search(x, 1)
+    nmi = normalized_mutual_info_score(y, assign[:, 0])
+    ami = adjusted_mutual_info_score(y, assign[:, 0])
+    # a split reference set must not change the clustering (it is on the queries only)
+    ref = rng.normal(size=(50, 6))
+    for res in (
+        ev(x, labels, metrics=["nmi", "ami"]),
+        ev(x, labels, ref, labels[:50], metrics=["nmi", "ami"]),
+    ):
+        assert res["nmi"] == nmi and res["ami"] == ami
+        assert "nmi" not in res.per_query
