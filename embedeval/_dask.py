@@ -7,10 +7,10 @@ thresholds from the same column subsample, same tile products), so the float32 k
 candidates and therefore every value and tie flag equal the local engine's bit for bit.  The
 client only gathers per-query values and tie flags.
 
-Install with ``pip install "embedeval[dask]"``.  Workers run their products with the client's
-number of BLAS threads (OpenBLAS splits a product among threads and the split changes the
-rounding), which is what makes the numbers identical to a local run; limit the client's BLAS
-threads (``threadpoolctl.threadpool_limits``) to what each worker can use.  See docs/scale.md.
+Install with ``pip install "embedeval[dask]"``.  Workers, like the local engine, multiply with one
+BLAS thread per product (OpenBLAS splits a product among threads and the split changes the
+rounding), which is what makes the numbers identical to a local run whatever the client's or the
+workers' thread settings.  See docs/scale.md.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .knn import (
     _depth_thresholds,
     _redo_rows,
     _sort_block,
+    single_threaded_blas,
 )
 
 __all__ = ["run_dask"]
@@ -85,7 +86,6 @@ def run_dask(
         "metrics": task.metrics,
         "k": task.k,
         "memory_budget": memory_budget,
-        "blas_threads": _blas_threads(),
     }
     try:
         info = client.scheduler_info(n_workers=-1)
@@ -131,27 +131,12 @@ def _subsample(need: np.ndarray, n_ref: int) -> np.ndarray | None:
     return np.sort(np.random.default_rng(0).choice(n_ref, m, replace=False))
 
 
-def _blas_threads() -> int | None:
-    """BLAS threads of this process: OpenBLAS splits a product among its threads, and the split
-    changes the rounding, so workers use the client's count to reproduce its keys bit for bit."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-        return None
-    counts = [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"]
-    return max(counts) if counts else None
-
-
 def _search_part(
     shared: dict[str, Any], part: dict[str, Any], settings: dict[str, Any]
 ) -> tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Worker side: run :func:`_search_blocks` with the client's number of BLAS threads."""
-    threads = settings["blas_threads"]
-    if threads is None:
-        return _search_blocks(shared, part, settings)
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=threads, user_api="blas"):
+    """Worker side: run :func:`_search_blocks` with one BLAS thread per product, as the local
+    engine does."""
+    with single_threaded_blas():
         return _search_blocks(shared, part, settings)
 
 

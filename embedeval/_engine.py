@@ -73,14 +73,19 @@ def run_local(
     block_size: int | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress: bool | None = None,
+    n_threads: int | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Exact, streaming, single-process backend: per-query values (NaN for lone) and tie flags."""
+    """Exact, streaming, single-process backend: per-query values (NaN for lone) and tie flags.
+
+    Query blocks are searched and scored by ``n_threads`` threads (default: the usable cores);
+    the values do not depend on the number of threads.
+    """
     values, ties = task.empty_outputs()
     if not task.metrics or not (task.relevant > 0).any():
         return values, ties
     depth, threshold = task.depth()
     positive = None if threshold is None else (threshold, task.query_codes, task.reference_codes)
-    for block in sorted_candidates(
+    for rows, (chunk_values, chunk_ties) in sorted_candidates(
         task.query,
         task.reference,
         distance=task.distance,
@@ -91,9 +96,9 @@ def run_local(
         block_size=block_size,
         memory_budget=memory_budget,
         progress=progress,
+        n_threads=n_threads,
+        finish=lambda block: (block.queries, task.score_block(block)),
     ):
-        chunk_values, chunk_ties = task.score_block(block)
-        rows = block.queries
         for name in chunk_values:
             values[name][rows] = chunk_values[name]
             ties[name][rows] = chunk_ties[name]

@@ -44,6 +44,7 @@ from .knn import (
     _collect,
     _depth_thresholds,
     _sort_block,
+    single_threaded_blas,
     sortable_bits,
 )
 
@@ -148,6 +149,21 @@ def run_sharded(
     progress: bool | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Exact per-query values and tie flags, reading the reference one shard at a time."""
+    # The engine multiplies with one BLAS thread per product; so must the shards, to get its keys.
+    with single_threaded_blas():
+        return _run_sharded(
+            task, shards, block_size=block_size, memory_budget=memory_budget, progress=progress
+        )
+
+
+def _run_sharded(
+    task: RetrievalTask,
+    shards: Any,
+    *,
+    block_size: int | None,
+    memory_budget: int,
+    progress: bool | None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     n_ref, dim = int(task.reference.shape[0]), int(task.reference.shape[1])
     source = None
     if isinstance(shards, (list, tuple)):

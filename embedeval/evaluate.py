@@ -51,6 +51,7 @@ def evaluate(
     block_size: int | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress: bool | None = None,
+    n_threads: int | None = None,
 ) -> EvaluationResult:
     """Evaluate embeddings by exact kNN retrieval: P@1, R-Precision, MAP@R, MAP, MRR, Recall@k.
 
@@ -109,9 +110,13 @@ def evaluate(
     backend : {"local", "dask"}
         ``"dask"`` ships query blocks to the workers of ``client`` (a ``dask.distributed.Client``).
     block_size : int, optional
-        Queries per block; default from ``memory_budget`` (bytes of working memory).
+        Queries per block; default from ``memory_budget`` (bytes of working memory per thread).
     progress : bool, optional
         Progress bar on stderr; ``None`` shows it only on a terminal.
+    n_threads : int, optional
+        Threads of the exact local engine, each searching and scoring its own query block with
+        single-threaded BLAS (default: the usable cores, at most 8).  Results do not depend on
+        it; peak working memory is about ``n_threads * memory_budget``.
 
     Returns
     -------
@@ -155,6 +160,7 @@ def evaluate(
     # Validate everything before any work, so a bad ci= does not fail after an hour of search.
     block_size = check_int(block_size, "block_size", allow_none=True)
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
+    n_threads = check_int(n_threads, "n_threads", allow_none=True)
     if ci is not None:
         from .compare import _check_level
 
@@ -262,7 +268,11 @@ def evaluate(
     approximation: dict[str, Any] = {}
     if index is None and shards is None and backend == "local":
         per_query, tie_flags = run_local(
-            task, block_size=block_size, memory_budget=memory_budget, progress=progress
+            task,
+            block_size=block_size,
+            memory_budget=memory_budget,
+            progress=progress,
+            n_threads=n_threads,
         )
     else:
         from ._scale import run_scaled

@@ -24,8 +24,13 @@ block and dropped; only per-query values are kept.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
+import contextlib
 import itertools
-from collections.abc import Iterator
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +40,7 @@ from ._errors import InputError
 from ._progress import progress_bar
 from ._validation import as_embeddings, check_choice, check_int
 
-__all__ = ["DISTANCES", "neighbors"]
+__all__ = ["DISTANCES", "default_threads", "neighbors"]
 
 DISTANCES = ("euclidean", "cosine", "inner_product")
 
@@ -46,6 +51,7 @@ _TILE = 2048
 _MAX_BLOCK = 512
 _BYTES_PER_CANDIDATE = 72
 _SORT_RUN = 1 << 16
+_MAX_THREADS = 8
 #: Default working-memory budget of the engine, in bytes.  Peak memory is about this plus the
 #: embeddings themselves and O(n_query) per-query results.
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
@@ -205,7 +211,9 @@ def sorted_candidates(
     block_size: int | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress: bool | None = None,
-) -> Iterator[Candidates]:
+    n_threads: int | None = None,
+    finish: Callable[[Candidates], Any] | None = None,
+) -> Iterator[Any]:
     """Yield, block by block, each query's nearest references in ranking order (CSR form).
 
     Each :class:`Candidates` holds, for every query of the block, at least
@@ -215,6 +223,11 @@ def sorted_candidates(
     ``positive_threshold = ("max" | "min", query_codes, reference_codes)`` additionally keeps every
     reference up to the farthest ("max", for full-depth AP) or nearest ("min", for MRR) reference
     sharing the query's label.  Queries with ``depth == 0`` get no candidates.
+
+    Blocks are computed by ``n_threads`` threads (default: :func:`default_threads`), each with
+    its own working memory of about ``memory_budget`` bytes, and yielded in order.  ``finish``,
+    when given, is applied to each block in its thread (e.g. the metric kernels), and its result
+    is yielded instead of the :class:`Candidates`.
     """
     n_query, n_ref = xq.shape[0], xb.shape[0]
     search = PreparedSearch.build(xq, xb, distance)
@@ -241,33 +254,100 @@ def sorted_candidates(
     # depth) shrinks with the subsample, and every extra candidate must be sorted.
     m = _SUBSAMPLE if need.max(initial=0) * _SUBSAMPLE < 64 * n_ref else 4 * _SUBSAMPLE
     subsample = np.sort(rng.choice(n_ref, m, replace=False)) if n_ref > 2 * m else None
-    keys_buffer = np.empty(min(block_size, n_query) * tile, dtype=np.float32)
-    mask_buffer = np.empty(keys_buffer.size, dtype=bool)
-    with progress_bar(n_query, "queries", enabled=progress) as bar:
-        for start in range(0, n_query, block_size):
-            stop = min(start + block_size, n_query)
-            block_need = need[start:stop]
-            tau = _depth_thresholds(search, start, stop, block_need, subsample, exclusions)
-            tau[block_need <= 0] = -np.inf
-            codes, counts = _collect(
-                search,
-                start,
-                stop,
-                tau,
-                tile,
-                keys_buffer,
-                mask_buffer,
-                exclusions,
-                positive_threshold,
-                col_bits,
+    buffers = threading.local()  # each thread reuses its own key and mask buffers
+
+    def one_block(start: int) -> Any:
+        stop = min(start + block_size, n_query)
+        if getattr(buffers, "keys", None) is None:
+            buffers.keys = np.empty(min(block_size, n_query) * tile, dtype=np.float32)
+            buffers.mask = np.empty(buffers.keys.size, dtype=bool)
+        block_need = need[start:stop]
+        tau = _depth_thresholds(search, start, stop, block_need, subsample, exclusions)
+        tau[block_need <= 0] = -np.inf
+        codes, counts = _collect(
+            search,
+            start,
+            stop,
+            tau,
+            tile,
+            buffers.keys,
+            buffers.mask,
+            exclusions,
+            positive_threshold,
+            col_bits,
+        )
+        short = np.flatnonzero(counts < block_need)
+        if short.size:  # the subsample margin failed (rare): take every valid reference
+            codes, counts = _redo_rows(
+                search, start, short, codes, counts, exclusions, memory_budget, col_bits
             )
-            short = np.flatnonzero(counts < block_need)
-            if short.size:  # the subsample margin failed (rare): take every valid reference
-                codes, counts = _redo_rows(
-                    search, start, short, codes, counts, exclusions, memory_budget, col_bits
-                )
-            yield _sort_block(codes, counts, start, col_bits, tile == n_ref and not short.size)
-            bar.update(stop - start)
+        block = _sort_block(codes, counts, start, col_bits, tile == n_ref and not short.size)
+        return block if finish is None else finish(block)
+
+    starts = range(0, n_query, block_size)
+    with progress_bar(n_query, "queries", enabled=progress) as bar, single_threaded_blas():
+        for start, result in in_order(one_block, starts, n_threads):
+            yield result
+            bar.update(min(start + block_size, n_query) - start)
+
+
+def default_threads() -> int:
+    """Worker threads the engine uses by default: the cores this process may run on (at most
+    8: each thread holds its own block of working memory)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, _MAX_THREADS))
+
+
+_BLAS_CONTROLLER: list[Any] = []
+
+
+@contextlib.contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """Limit BLAS to one thread per call while the engine runs.
+
+    The engine parallelises over query blocks instead (every numpy pass then runs on all cores,
+    not only the product), and a product's float32 rounding depends on how BLAS splits it among
+    threads: with one thread per product, keys — hence ties and values — do not depend on the
+    machine's core count or on ``n_threads``, and distributed workers reproduce them.
+    """
+    if not _BLAS_CONTROLLER:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS_CONTROLLER.append(ThreadpoolController())
+    with _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas"):
+        yield
+
+
+def in_order(
+    fn: Callable[[int], Any], items: Iterable[int], n_threads: int | None
+) -> Iterator[tuple[int, Any]]:
+    """``(item, fn(item))`` in the order of ``items``, computed by ``n_threads`` threads with at
+    most ``n_threads`` results waiting, so memory stays that of a few blocks."""
+    n_threads = default_threads() if n_threads is None else n_threads
+    items = list(items)
+    if n_threads <= 1 or len(items) <= 1:
+        for item in items:
+            yield item, fn(item)
+        return
+    waiting: collections.deque = collections.deque()
+    feed = iter(items)
+    with concurrent.futures.ThreadPoolExecutor(n_threads, "embedeval-engine") as pool:
+        try:
+            for item in itertools.islice(feed, n_threads):
+                waiting.append((item, pool.submit(fn, item)))
+            while waiting:
+                item, future = waiting.popleft()
+                result = future.result()
+                for nxt in itertools.islice(feed, 1):
+                    waiting.append((nxt, pool.submit(fn, nxt)))
+                yield item, result
+        finally:
+            # An error, Ctrl-C or an abandoned generator: start no further block.
+            for _, future in waiting:
+                future.cancel()
 
 
 def _collect(
@@ -447,6 +527,7 @@ def neighbors(
     exclude_self: bool | None = None,
     block_size: int | None = None,
     progress: bool | None = False,
+    n_threads: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest neighbours, streamed in query blocks.
 
@@ -468,6 +549,9 @@ def neighbors(
         Queries per block (default: from a 256 MB working budget).
     progress : bool, optional
         Show a progress bar (``None``: only on a terminal).
+    n_threads : int, optional
+        Threads searching query blocks (default: the usable cores, at most 8); the result does
+        not depend on it.
 
     Returns
     -------
@@ -494,6 +578,7 @@ def neighbors(
     """
     distance = check_choice(distance, "distance", DISTANCES)
     k = check_int(k, "k")
+    n_threads = check_int(n_threads, "n_threads", allow_none=True)
     xq = as_embeddings(query, "query")
     if reference is None:
         xb = xq
@@ -524,6 +609,7 @@ def neighbors(
         exclusions=Exclusions(self_index=exclude_self),
         block_size=block_size,
         progress=progress,
+        n_threads=n_threads,
     ):
         take = (block.lims[:-1, None] + np.arange(k_eff)).ravel()
         rows = block.queries
