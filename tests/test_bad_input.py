@@ -3,6 +3,8 @@ with a message that names the argument and echoes what was wrong.  Complements
 tests/test_core_bad_input.py (query-side cases) with reference-side, group, label and
 neighbors cases."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -163,11 +165,23 @@ def test_neighbors_bad_input(kwargs, error, match):
         ee.neighbors(**args)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="neighbors' message names evaluate's ref_includes_query, "
-    "not its own exclude_self argument (docs/CORE_BUGS.md)",
+@pytest.mark.parametrize(
+    ("reference", "what"),
+    [(X + 1, r"query row 0 differs from reference row 0"), (X[:2], r"only 2 rows")],
 )
-def test_neighbors_exclude_self_message_names_its_own_argument():
-    with pytest.raises(ee.InputError, match="exclude_self"):
-        ee.neighbors(X, 2, X + 1, exclude_self=True, progress=False)
+def test_neighbors_exclude_self_message_names_its_own_argument(reference, what):
+    with pytest.raises(ee.InputError, match=r"exclude_self=True needs") as info:
+        ee.neighbors(X, 2, reference, exclude_self=True, progress=False)
+    message = str(info.value)
+    assert re.search(what, message)
+    assert "ref_includes_query" not in message  # evaluate's argument, not neighbors'
+    assert "exclude_self=False" in message and "reference=None" in message  # the fixes
+
+
+def test_evaluate_queries_not_leading_reference_names_ref_includes_query():
+    with pytest.raises(ee.InputError, match=r"ref_includes_query=True needs") as info:
+        ee.evaluate(X, Y, X + 1, Y, ref_includes_query=True, progress=False)
+    message = str(info.value)
+    assert "query row 0 differs from reference row 0" in message
+    assert "exclude_self" not in message
+    assert "ref_includes_query=False" in message and "reference=None" in message
