@@ -86,6 +86,26 @@ EVALUATE_CASES = [
         r"query_labels has 1 NaN or infinite label\(s\), first at index 2",
     ),
     (
+        {"query_labels": [0, None, 1, None, 1, 2]},
+        ee.InputError,
+        r"query_labels has 2 missing label\(s\) \(None or NaN\), first at index 1 \(None\)",
+    ),
+    (
+        {"reference_labels": ["a", "b", "a", "b", "a", "b", "a", None, "a", "b"]},
+        ee.InputError,
+        r"reference_labels has 1 missing label\(s\) .*first at index 7",
+    ),
+    (  # pandas stores a missing string label as a float NaN in an object column
+        {"query_labels": np.array(["a", "a", "b", np.nan, "c", "c"], dtype=object)},
+        ee.InputError,
+        r"query_labels has 1 missing label\(s\) \(None or NaN\), first at index 3 \(nan\)",
+    ),
+    (
+        {"query_groups": [1, 1, None, 2, 2, 2], "reference_groups": [1] * 10},
+        ee.InputError,
+        r"query_groups has 1 missing label\(s\).*first at index 2",
+    ),
+    (
         {"confidences": [1, 2, 3, np.inf, 5, 6]},
         ee.InputError,
         r"confidences has 1 NaN or infinite value\(s\), first at index 3",
