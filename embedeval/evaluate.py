@@ -171,6 +171,12 @@ def evaluate(
     n_query = xq.shape[0]
     yq = as_labels(query_labels, "query_labels", length=n_query, length_of="query")
     leave_one_out = reference is None
+    if leave_one_out and ref_includes_query:
+        raise InputError(
+            "ref_includes_query=True was given with reference=None, which already means "
+            "leave-one-out over the queries (each query's own row excluded). Drop "
+            "ref_includes_query, or pass as reference the gallery whose first rows are the queries."
+        )
     if leave_one_out:
         if reference_labels is not None:
             raise InputError(

@@ -106,6 +106,12 @@ EVALUATE_CASES = [
         r"query_groups has 1 missing label\(s\).*first at index 2",
     ),
     (
+        {"reference": None, "reference_labels": None, "ref_includes_query": True},
+        ee.InputError,
+        r"ref_includes_query=True was given with reference=None, which already means "
+        r"leave-one-out",
+    ),
+    (
         {"confidences": [1, 2, 3, np.inf, 5, 6]},
         ee.InputError,
         r"confidences has 1 NaN or infinite value\(s\), first at index 3",
