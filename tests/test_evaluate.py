@@ -256,6 +256,29 @@ def test_pml_spellings_are_reported_under_short_keys():
     close(res["map_at_r"], F(5, 12))
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_nmi_ami_on_few_points_print_nothing_and_keep_the_recipe_values(capfd, seed):
+    faiss = pytest.importorskip("faiss")
+    from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
+
+    # 24 points in 4 classes: 6 per cluster, below faiss's min_points_per_centroid (39), where
+    # faiss's own k-means prints "WARNING clustering 24 points to 4 centroids" to stderr.
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(4), 6)
+    x = (rng.normal(size=(4, 3))[y] + rng.normal(size=(24, 3))).astype(np.float32)
+    capfd.readouterr()
+    res = ev(x, y, metrics=["nmi", "ami"])
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    # The recipe with faiss's defaults (it warns; the clustering must be the same).
+    km = faiss.Kmeans(3, 4, niter=20, seed=1234)
+    km.train(x)
+    _, assign = km.index.search(x, 1)
+    assert "WARNING clustering 24 points to 4 centroids" in capfd.readouterr().err
+    assert res["nmi"] == normalized_mutual_info_score(y, assign[:, 0])
+    assert res["ami"] == adjusted_mutual_info_score(y, assign[:, 0])
+
+
 @pytest.mark.parametrize("labels_kind", ["int", "str"])
 def test_nmi_ami_follow_the_recipe_exactly(labels_kind):
     faiss = pytest.importorskip("faiss")
