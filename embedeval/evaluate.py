@@ -77,7 +77,8 @@ def evaluate(
     distance : {"euclidean", "cosine", "inner_product"}
     ref_includes_query : bool
         PML's convention: the queries are the first rows of ``reference`` and each is excluded
-        from its own ranking (checked).
+        from its own ranking (checked).  An error with ``reference=None``, which is already
+        leave-one-out.
     average : {"micro", "macro"}
         Mean over non-lone queries, or mean per class then over classes (PML ``avg_of_avgs``).
     query_groups, reference_groups : array-like, optional
