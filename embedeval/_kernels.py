@@ -13,8 +13,10 @@ Conventions (PML 2.9's ``AccuracyCalculator`` where it is right):
   ``mrr`` is 0 when no relevant reference is within the first k.
 * A tie is reported for a query when a block of equally distant references that mixes relevant
   and non-relevant items could change the value under another ordering: for count metrics
-  (P@1, R-precision, Recall@k, P@k) a block straddling the cut-off; for rank-weighted metrics
-  (MAP@R, MAP, MRR) any such block inside the window.
+  (P@1, R-precision, P@k) a block straddling the cut-off; for Recall@k (a hit rate) such a block
+  only when no relevant item precedes it and it holds enough non-relevant items to fill its
+  part of the top k; for rank-weighted metrics (MAP@R, MAP, MRR) any such block inside the
+  window.
 """
 
 from __future__ import annotations
@@ -110,9 +112,10 @@ def chunk_metrics(
             n_found = hits_within(window)
             if m.name.startswith("recall"):
                 value = (n_found > 0).astype(np.float64)
+                tie = ties.hit_rate_changes(window, hit, row_start)
             else:
                 value = n_found / m.cutoff
-            tie = ties.straddle(window)
+                tie = ties.straddle(window)
         elif m.name == "r_precision":
             window = relevant if k is None else np.minimum(relevant, k)
             value = hits_within(window) / np.maximum(window, 1)
@@ -151,8 +154,17 @@ class _TieFinder:
     """Finds blocks of equal keys that mix relevant and non-relevant references.
 
     ``straddle(w)``: such a block holds positions w-1 and w (it is cut by a window of w items),
-    so a count over the first w items depends on the tie order.  ``within(w)``: such a block
-    intersects the first w items, so a rank-weighted value (AP, RR) depends on the tie order.
+    so a count over the first w items depends on the tie order: with r relevant and n
+    non-relevant items in the block (both >= 1) and c = w - a of its items inside the window
+    (1 <= c < r + n), some order puts min(c, r) relevant items inside and another only
+    max(0, c - n), and min(c, r) > max(0, c - n) always.  ``hit_rate_changes(w)``: the hit rate
+    over the first w items (Recall@w) depends on the order only when, besides, no relevant item
+    precedes the block and the block holds at least c non-relevant items (enough to fill its
+    part of the window).  ``within(w)``: such a block intersects the first w items, so a
+    rank-weighted value (AP, RR) depends on the tie order.
+
+    Every backend hands over whole tie blocks (an exact tie at the last kept key is kept in
+    full, approximate lists drop a block faiss may have cut), so a block's counts are exact.
     """
 
     def __init__(self, block: Candidates, rel: np.ndarray) -> None:
@@ -167,7 +179,11 @@ class _TieFinder:
         self.any = self.pairs.size > 0
         if not self.any:
             return
-        self.run = np.concatenate(([0], np.cumsum(np.diff(self.pairs) != 1)))
+        new_run = np.diff(self.pairs) != 1
+        self.run = np.concatenate(([0], np.cumsum(new_run)))
+        # Flat position of each block's first and last item, indexed by run id.
+        self.run_first = self.pairs[np.concatenate(([True], new_run))]
+        self.run_last = self.pairs[np.concatenate((new_run, [True]))] + 1
         mixed = rel[self.pairs] != rel[self.pairs + 1]
         self.mixed_runs = np.unique(self.run[mixed])
         mixed_pairs = self.pairs[mixed]
@@ -175,16 +191,38 @@ class _TieFinder:
         self.first_mixed = np.full(b, np.iinfo(np.int64).max // 2)
         np.minimum.at(self.first_mixed, pair_row, mixed_pairs - block.lims[pair_row])
 
-    def straddle(self, window: np.ndarray) -> np.ndarray:
+    def _cut(self, window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows whose first ``window`` items end inside a mixed tie block, and that block's run."""
         counts = self.block.counts
-        out = np.zeros(counts.size, dtype=bool)
-        if not self.any:
-            return out
         rows = np.flatnonzero((window >= 1) & (window < counts))
         at = self.block.lims[rows] + window[rows] - 1
         where = np.minimum(np.searchsorted(self.pairs, at), self.pairs.size - 1)
         tied = self.pairs[where] == at
-        out[rows[tied]] = np.isin(self.run[where[tied]], self.mixed_runs)
+        rows, runs = rows[tied], self.run[where[tied]]
+        mixed = np.isin(runs, self.mixed_runs)
+        return rows[mixed], runs[mixed]
+
+    def straddle(self, window: np.ndarray) -> np.ndarray:
+        out = np.zeros(self.block.counts.size, dtype=bool)
+        if self.any:
+            out[self._cut(window)[0]] = True
+        return out
+
+    def hit_rate_changes(
+        self, window: np.ndarray, hit: np.ndarray, row_start: np.ndarray
+    ) -> np.ndarray:
+        """``hit``: flat positions of the relevant candidates (increasing); ``row_start``: index
+        in ``hit`` of each row's first one."""
+        out = np.zeros(self.block.counts.size, dtype=bool)
+        if not self.any:
+            return out
+        rows, runs = self._cut(window)
+        first, last = self.run_first[runs], self.run_last[runs]
+        hits_before_block = np.searchsorted(hit, first) - row_start[rows]
+        relevant_in_block = np.searchsorted(hit, last, side="right") - np.searchsorted(hit, first)
+        non_relevant = last - first + 1 - relevant_in_block
+        inside = self.block.lims[rows] + window[rows] - first  # block items within the window
+        out[rows] = (hits_before_block == 0) & (non_relevant >= inside)
         return out
 
     def within(self, window: np.ndarray) -> np.ndarray:

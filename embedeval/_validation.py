@@ -227,7 +227,22 @@ def as_labels(
             [hash(v) for v in arr[:1]]
         except TypeError as exc:
             raise InputTypeError(f"{name} must hold hashable values: {exc}") from exc
+        # None (and a float NaN, as pandas stores a missing string) is a missing label, not a
+        # class of its own: every None would silently become relevant to every other None.
+        missing = np.fromiter((_is_missing(v) for v in arr), dtype=bool, count=arr.size)
+        if missing.any():
+            rows = np.flatnonzero(missing)
+            i = int(rows[0])
+            raise InputError(
+                f"{name} has {rows.size} missing label(s) (None or NaN), first at index {i} "
+                f"({arr[i]!r}); every item needs a class label: drop those rows (with their "
+                "embeddings) or give them a label."
+            )
     return arr
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, (float, np.floating)) and value != value)
 
 
 def factorize(*label_arrays: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:

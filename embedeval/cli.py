@@ -161,6 +161,12 @@ def _evaluate_file(args: argparse.Namespace, path: str) -> Any:
             f"{data.embeddings.shape[0]} rows; pass one label per embedding row."
         )
     kwargs: dict[str, Any] = {}
+    if args.ref_includes_query and not args.reference:
+        raise InputError(
+            "--ref-includes-query needs --reference: without a gallery the run is already "
+            "leave-one-out over the queries (each query's own row excluded). Drop "
+            "--ref-includes-query, or pass the gallery whose first rows are the queries."
+        )
     if args.reference:
         ref = load_embeddings(args.reference)
         ref_labels = load_array(args.reference_labels) if args.reference_labels else ref.labels

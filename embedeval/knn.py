@@ -592,7 +592,7 @@ def neighbors(
                 "come from the same embedding model."
             )
         if exclude_self:
-            check_queries_lead_reference(xq, xb)
+            check_queries_lead_reference(xq, xb, "exclude_self")
     available = xb.shape[0] - int(exclude_self)
     k_eff = min(k, available)
     n_query = xq.shape[0]
@@ -622,13 +622,27 @@ def neighbors(
     return dist, idx
 
 
-def check_queries_lead_reference(xq: np.ndarray, xb: np.ndarray) -> None:
-    """Check PML's ``ref_includes_query`` convention: the queries are the first reference rows."""
+def check_queries_lead_reference(
+    xq: np.ndarray, xb: np.ndarray, argument: str = "ref_includes_query"
+) -> None:
+    """Check PML's ``ref_includes_query`` convention: the queries are the first reference rows.
+
+    ``argument`` is the caller's name for the option that asked for it (``evaluate``'s
+    ``ref_includes_query``, ``neighbors``' ``exclude_self``); the message names it and gives
+    that caller's fix.
+    """
+    fix = (
+        "Pass reference=None to search the query set itself (each query's own row excluded), "
+        "or exclude_self=False for a reference set that does not contain the queries."
+        if argument == "exclude_self"
+        else "Pass reference=None for leave-one-out, or ref_includes_query=False for a disjoint "
+        "gallery."
+    )
     n = xq.shape[0]
     if xb.shape[0] < n:
         raise InputError(
-            f"ref_includes_query=True needs the {n} queries to be the first rows of reference, "
-            f"but reference has only {xb.shape[0]} rows."
+            f"{argument}=True needs the {n} queries to be the first rows of reference, "
+            f"but reference has only {xb.shape[0]} rows. {fix}"
         )
     step = 65536
     for s in range(0, n, step):
@@ -636,9 +650,9 @@ def check_queries_lead_reference(xq: np.ndarray, xb: np.ndarray) -> None:
         a, b = np.asarray(xq[s:e]), np.asarray(xb[s:e])
         differ = np.flatnonzero((a != b).any(axis=1))
         if differ.size:
+            row = s + int(differ[0])
             raise InputError(
-                "ref_includes_query=True needs the queries to be the first rows of reference "
-                f"(PML's convention), but query row {s + int(differ[0])} differs from reference "
-                f"row {s + int(differ[0])}. Pass reference=None for leave-one-out, or "
-                "ref_includes_query=False for a disjoint gallery."
+                f"{argument}=True needs the queries to be the first rows of reference "
+                f"(query i is reference i, PML's convention), but query row {row} differs "
+                f"from reference row {row}. {fix}"
             )

@@ -112,40 +112,62 @@ class EvaluationResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EvaluationResult:
-        """Rebuild a result written by :meth:`to_dict`."""
-        if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            raise InputError(
-                "data is not an embedeval result (missing or wrong 'format' key); pass what "
-                "EvaluationResult.to_dict() or to_json() produced."
-            )
+        """Rebuild a result written by :meth:`to_dict`.
+
+        Raises :class:`~embedeval._errors.InputError` when ``data`` is not such a dict: a wrong
+        or missing ``format`` tag, missing keys, values of the wrong type, or per-query lists
+        that are not aligned with ``query_labels``.
+        """
+        _check_result_dict(data)
         labels = data["query_labels"]
-        return cls(
-            metrics={k: _float(v) for k, v in data["metrics"].items()},
-            per_query={
-                m: np.array([_float(v) for v in a], dtype=np.float64)
-                for m, a in data["per_query"].items()
-            },
-            per_class={
-                m: {_key(lab): _float(v) for lab, v in rows}
-                for m, rows in data["per_class"].items()
-            },
-            query_labels=np.array(labels, dtype=object if _mixed(labels) else None),
-            n_queries=int(data["n_queries"]),
-            n_lone=int(data["n_lone"]),
-            n_ties={k: int(v) for k, v in data["n_ties"].items()},
-            settings=dict(data["settings"]),
-            confidence={k: _float(v) for k, v in data.get("confidence", {}).items()},
-            ci={k: (_float(lo), _float(hi)) for k, (lo, hi) in data.get("ci", {}).items()},
-            approximation=dict(data.get("approximation", {})),
-        )
+        try:
+            return cls(
+                metrics={k: _float(v) for k, v in data["metrics"].items()},
+                per_query={
+                    m: np.array([_float(v) for v in a], dtype=np.float64)
+                    for m, a in data["per_query"].items()
+                },
+                per_class={
+                    m: {_key(lab): _float(v) for lab, v in rows}
+                    for m, rows in data["per_class"].items()
+                },
+                query_labels=np.array(labels, dtype=object if _mixed(labels) else None),
+                n_queries=int(data["n_queries"]),
+                n_lone=int(data["n_lone"]),
+                n_ties={k: int(v) for k, v in data["n_ties"].items()},
+                settings=dict(data["settings"]),
+                confidence={k: _float(v) for k, v in data.get("confidence", {}).items()},
+                ci={k: (_float(lo), _float(hi)) for k, (lo, hi) in data.get("ci", {}).items()},
+                approximation=dict(data.get("approximation", {})),
+            )
+        except (TypeError, ValueError) as exc:  # a value of the wrong kind deeper down
+            raise InputError(
+                f"data is not a valid embedeval result: a value has the wrong type ({exc}). "
+                "Pass what EvaluationResult.to_dict() or to_json() produced, unedited."
+            ) from exc
 
     @classmethod
     def from_json(cls, source: str | os.PathLike) -> EvaluationResult:
-        """Rebuild a result from JSON text or from a path to a JSON file."""
+        """Rebuild a result from JSON text or from a path to a JSON file.
+
+        Raises :class:`~embedeval._errors.InputError` when the text is not valid JSON (a
+        truncated file, say) or not a result (see :meth:`from_dict`), and ``FileNotFoundError``
+        for a path that does not exist.
+        """
         text = str(source)
+        where = "source"
         if isinstance(source, os.PathLike) or not text.lstrip().startswith("{"):
+            where = f"source file {str(source)!r}"
             text = Path(source).read_text()
-        return cls.from_dict(json.loads(text))
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                f"{where} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}, "
+                f"{len(text)} characters in all); EvaluationResult.to_json() writes complete "
+                "JSON, so this text was truncated or edited: write it again with to_json()."
+            ) from exc
+        return cls.from_dict(data)
 
     # ------------------------------------------------------------------ display
     def table(self) -> str:
@@ -176,6 +198,63 @@ class EvaluationResult:
             f"k={s.get('k')!r}, average={s.get('average')!r})"
         )
         return head + "\n" + self.table()
+
+
+#: Keys every result dict has, with the JSON type of their value.
+_REQUIRED = {
+    "metrics": dict,
+    "per_query": dict,
+    "per_class": dict,
+    "query_labels": list,
+    "n_queries": int,
+    "n_lone": int,
+    "n_ties": dict,
+    "settings": dict,
+}
+_OPTIONAL = {"ci": dict, "confidence": dict, "approximation": dict}
+_KIND = {dict: "a dict (JSON object)", list: "a list (JSON array)", int: "an integer"}
+
+
+def _check_result_dict(data: Any) -> None:
+    """Raise InputError unless ``data`` has the shape :meth:`EvaluationResult.to_dict` gives."""
+    fix = "Pass what EvaluationResult.to_dict() or to_json() produced."
+    if not isinstance(data, dict):
+        raise InputError(
+            f"data is not an embedeval result: expected a dict, got {type(data).__name__}. {fix}"
+        )
+    if data.get("format") != _FORMAT:
+        found = f"'format' is {data['format']!r}" if "format" in data else "no 'format' key"
+        raise InputError(
+            f"data is not an embedeval result (missing or wrong 'format' key: {found}, expected "
+            f"{_FORMAT!r}). {fix}"
+        )
+    missing = [key for key in _REQUIRED if key not in data]
+    if missing:
+        raise InputError(
+            f"data is an incomplete embedeval result: missing key(s) {', '.join(missing)}. {fix}"
+        )
+    for key, kind in [*_REQUIRED.items(), *_OPTIONAL.items()]:
+        value = data.get(key, kind())
+        # bool is an int subclass in Python, never a count here.
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise InputError(
+                f"data[{key!r}] must be {_KIND[kind]}; got {type(value).__name__} "
+                f"({_short(value)}). {fix}"
+            )
+    n = len(data["query_labels"])
+    for name, values in data["per_query"].items():
+        if not isinstance(values, list) or len(values) != n:
+            got = f"{len(values)} values" if isinstance(values, list) else type(values).__name__
+            raise InputError(
+                f"data['per_query'][{name!r}] must be a list aligned with query_labels "
+                f"({n} labels); got {got}. The result was edited or assembled from different "
+                f"runs. {fix}"
+            )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _num(v: Any) -> float | None:

@@ -3,6 +3,8 @@ with a message that names the argument and echoes what was wrong.  Complements
 tests/test_core_bad_input.py (query-side cases) with reference-side, group, label and
 neighbors cases."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -84,6 +86,32 @@ EVALUATE_CASES = [
         r"query_labels has 1 NaN or infinite label\(s\), first at index 2",
     ),
     (
+        {"query_labels": [0, None, 1, None, 1, 2]},
+        ee.InputError,
+        r"query_labels has 2 missing label\(s\) \(None or NaN\), first at index 1 \(None\)",
+    ),
+    (
+        {"reference_labels": ["a", "b", "a", "b", "a", "b", "a", None, "a", "b"]},
+        ee.InputError,
+        r"reference_labels has 1 missing label\(s\) .*first at index 7",
+    ),
+    (  # pandas stores a missing string label as a float NaN in an object column
+        {"query_labels": np.array(["a", "a", "b", np.nan, "c", "c"], dtype=object)},
+        ee.InputError,
+        r"query_labels has 1 missing label\(s\) \(None or NaN\), first at index 3 \(nan\)",
+    ),
+    (
+        {"query_groups": [1, 1, None, 2, 2, 2], "reference_groups": [1] * 10},
+        ee.InputError,
+        r"query_groups has 1 missing label\(s\).*first at index 2",
+    ),
+    (
+        {"reference": None, "reference_labels": None, "ref_includes_query": True},
+        ee.InputError,
+        r"ref_includes_query=True was given with reference=None, which already means "
+        r"leave-one-out",
+    ),
+    (
         {"confidences": [1, 2, 3, np.inf, 5, 6]},
         ee.InputError,
         r"confidences has 1 NaN or infinite value\(s\), first at index 3",
@@ -163,11 +191,23 @@ def test_neighbors_bad_input(kwargs, error, match):
         ee.neighbors(**args)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="neighbors' message names evaluate's ref_includes_query, "
-    "not its own exclude_self argument (docs/CORE_BUGS.md)",
+@pytest.mark.parametrize(
+    ("reference", "what"),
+    [(X + 1, r"query row 0 differs from reference row 0"), (X[:2], r"only 2 rows")],
 )
-def test_neighbors_exclude_self_message_names_its_own_argument():
-    with pytest.raises(ee.InputError, match="exclude_self"):
-        ee.neighbors(X, 2, X + 1, exclude_self=True, progress=False)
+def test_neighbors_exclude_self_message_names_its_own_argument(reference, what):
+    with pytest.raises(ee.InputError, match=r"exclude_self=True needs") as info:
+        ee.neighbors(X, 2, reference, exclude_self=True, progress=False)
+    message = str(info.value)
+    assert re.search(what, message)
+    assert "ref_includes_query" not in message  # evaluate's argument, not neighbors'
+    assert "exclude_self=False" in message and "reference=None" in message  # the fixes
+
+
+def test_evaluate_queries_not_leading_reference_names_ref_includes_query():
+    with pytest.raises(ee.InputError, match=r"ref_includes_query=True needs") as info:
+        ee.evaluate(X, Y, X + 1, Y, ref_includes_query=True, progress=False)
+    message = str(info.value)
+    assert "query row 0 differs from reference row 0" in message
+    assert "exclude_self" not in message
+    assert "ref_includes_query=False" in message and "reference=None" in message

@@ -154,6 +154,11 @@ def test_version_and_help():
         (None, ["evaluate", "ckpt.npz", "--metrics", "map_at_k"], ["Did you mean 'map_at_r'"]),
         (None, ["evaluate", "ckpt.npz", "--k", "five"], ["--k"]),
         (None, ["evaluate", "q.npy"], ["no labels"]),
+        (
+            None,
+            ["evaluate", "ckpt.npz", "--ref-includes-query"],
+            ["--ref-includes-query needs --reference", "leave-one-out"],
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(files, make, args, needles):

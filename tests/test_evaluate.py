@@ -117,6 +117,60 @@ def test_ties_break_by_ascending_reference_index_and_are_counted():
     close(res["map"], (1 + F(2, 3)) / 2)
 
 
+# Query 0.0 with label 1.  References at +1, -1, +1 (all at distance 1: ranks 1-3 tie, ordered
+# by reference index), then 5.0 (rank 4).  ``tied`` gives the relevance of ranks 1-3.
+@pytest.mark.parametrize(
+    ("tied", "j", "recall", "recall_tie", "precision", "precision_tie"),
+    [
+        # 1 0 1, j=2: every order of {1, 0, 1} has a hit in the first two -> recall fixed at 1;
+        # P@2 is 1/2 here but 1 for the order 1 1 0 -> counted.
+        ((1, 0, 1), 2, 1, False, F(1, 2), True),
+        # 0 1 0, j=2: hit rate 1 here, 0 for the order 0 0 1 -> counted.
+        ((0, 1, 0), 2, 1, True, F(1, 2), True),
+        # 0 1 1, j=2: one non-relevant cannot fill two slots -> recall fixed; P@2 1/2 vs 1.
+        ((0, 1, 1), 2, 1, False, F(1, 2), True),
+        # 0 0 1, j=2: hit rate 0 here, 1 for the order 1 0 0 -> counted.
+        ((0, 0, 1), 2, 0, True, 0, True),
+        # 0 0 1, j=1: hit rate 0 here, 1 for 1 0 0 -> counted (recall@1 = P@1).
+        ((0, 0, 1), 1, 0, True, 0, True),
+        # 1 1 1 (not mixed) and j=3 (the block ends at the cut-off): nothing can change.
+        ((1, 1, 1), 2, 1, False, 1, False),
+        ((0, 1, 0), 3, 1, False, F(1, 3), False),
+    ],
+)
+def test_recall_ties_count_only_queries_whose_hit_rate_can_change(
+    tied, j, recall, recall_tie, precision, precision_tie
+):
+    res = ev(
+        [[0.0]],
+        [1],
+        [[1.0], [-1.0], [1.0], [5.0]],
+        [*tied, 1],
+        metrics=[f"recall_at_{j}", f"precision_at_{j}"],
+    )
+    close(res[f"recall_at_{j}"], recall)
+    close(res[f"precision_at_{j}"], precision)
+    assert res.n_ties[f"recall_at_{j}"] == int(recall_tie)
+    assert res.n_ties[f"precision_at_{j}"] == int(precision_tie)
+
+
+def test_recall_tie_after_an_earlier_hit_is_not_counted():
+    # Query 0.0 (label 1): reference 0.5 (label 1) at rank 1, then ranks 2-4 tie at distance 1
+    # with relevance 0 1 0.  Recall@3 is 1 in every order (rank 1 is a hit); P@3 is 2/3 here and
+    # 1/3 for the order 0 0 1 -> counted.
+    res = ev(
+        [[0.0]],
+        [1],
+        [[0.5], [1.0], [-1.0], [1.0]],
+        [1, 0, 1, 0],
+        metrics=["recall_at_3", "precision_at_3"],
+    )
+    close(res["recall_at_3"], 1)
+    close(res["precision_at_3"], F(2, 3))
+    assert res.n_ties["recall_at_3"] == 0
+    assert res.n_ties["precision_at_3"] == 1
+
+
 def test_groups_exclude_same_group_references_and_make_lone_queries():
     ref = [[1.0], [2.0], [3.0]]
     rl, rg = ["a", "b", "a"], ["g1", "g2", "g2"]
@@ -200,6 +254,29 @@ def test_pml_spellings_are_reported_under_short_keys():
     )
     assert set(res.metrics) == {"map_at_r", "map", "mrr"}
     close(res["map_at_r"], F(5, 12))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_nmi_ami_on_few_points_print_nothing_and_keep_the_recipe_values(capfd, seed):
+    faiss = pytest.importorskip("faiss")
+    from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
+
+    # 24 points in 4 classes: 6 per cluster, below faiss's min_points_per_centroid (39), where
+    # faiss's own k-means prints "WARNING clustering 24 points to 4 centroids" to stderr.
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(4), 6)
+    x = (rng.normal(size=(4, 3))[y] + rng.normal(size=(24, 3))).astype(np.float32)
+    capfd.readouterr()
+    res = ev(x, y, metrics=["nmi", "ami"])
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    # The recipe with faiss's defaults (it warns; the clustering must be the same).
+    km = faiss.Kmeans(3, 4, niter=20, seed=1234)
+    km.train(x)
+    _, assign = km.index.search(x, 1)
+    assert "WARNING clustering 24 points to 4 centroids" in capfd.readouterr().err
+    assert res["nmi"] == normalized_mutual_info_score(y, assign[:, 0])
+    assert res["ami"] == adjusted_mutual_info_score(y, assign[:, 0])
 
 
 @pytest.mark.parametrize("labels_kind", ["int", "str"])

@@ -113,15 +113,113 @@ def test_from_dict_rejects_something_that_is_not_a_result():
         ee.EvaluationResult.from_json("no/such/result.json")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="truncated JSON gives a bare JSONDecodeError and a "
-    "result dict missing keys a bare KeyError (docs/CORE_BUGS.md)",
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ('{"format": ', r"source is not valid JSON \(Expecting value at line 1 column 12"),
+        ("{", r"source is not valid JSON .*truncated or edited"),
+        ('{"format": "embedeval.EvaluationResult/1", "metrics": {}', r"not valid JSON"),
+    ],
 )
-@pytest.mark.parametrize("bad", ['{"format": ', {"format": "embedeval.EvaluationResult/1"}])
-def test_truncated_or_incomplete_results_raise_input_error(bad):
-    with pytest.raises(ee.InputError):
-        if isinstance(bad, dict):
-            ee.EvaluationResult.from_dict(bad)
-        else:
-            ee.EvaluationResult.from_json(bad)
+def test_truncated_json_text_raises_input_error(text, match):
+    with pytest.raises(ee.InputError, match=match):
+        ee.EvaluationResult.from_json(text)
+
+
+def test_truncated_json_file_raises_input_error_naming_the_file(tmp_path):
+    full = ev(["a", "a", "b", "c", "c"]).to_json()
+    path = tmp_path / "cut.json"
+    path.write_text(full[: len(full) // 2])
+    for source in (path, str(path)):
+        with pytest.raises(ee.InputError, match=r"source file '.*cut\.json' is not valid JSON"):
+            ee.EvaluationResult.from_json(source)
+
+
+def _good_dict():
+    return ev(["a", "a", "b", "c", "c"]).to_dict()
+
+
+def test_incomplete_result_dict_lists_the_missing_keys():
+    with pytest.raises(ee.InputError, match="data is an incomplete") as info:
+        ee.EvaluationResult.from_dict({"format": "embedeval.EvaluationResult/1"})
+    message = str(info.value)
+    for key in (
+        "metrics",
+        "per_query",
+        "per_class",
+        "query_labels",
+        "n_queries",
+        "n_lone",
+        "n_ties",
+        "settings",
+    ):
+        assert key in message
+    d = _good_dict()
+    del d["n_ties"], d["query_labels"]
+    with pytest.raises(ee.InputError, match=r"missing key\(s\) query_labels, n_ties\. Pass"):
+        ee.EvaluationResult.from_dict(d)
+
+
+@pytest.mark.parametrize("bad", [[1, 2], "a string", None, 3.5])
+def test_result_that_is_not_a_dict(bad):
+    with pytest.raises(ee.InputError, match=f"expected a dict, got {type(bad).__name__}"):
+        ee.EvaluationResult.from_dict(bad)
+
+
+def test_json_file_holding_a_list_is_not_a_result(tmp_path):
+    path = tmp_path / "list.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(ee.InputError, match="expected a dict, got list"):
+        ee.EvaluationResult.from_json(path)
+
+
+def test_wrong_format_string_is_echoed():
+    d = _good_dict()
+    d["format"] = "embedeval.EvaluationResult/2"
+    with pytest.raises(ee.InputError, match=r"'format' is 'embedeval\.EvaluationResult/2'"):
+        ee.EvaluationResult.from_dict(d)
+
+
+def test_per_query_not_aligned_with_query_labels():
+    d = _good_dict()
+    d["per_query"]["map"] = d["per_query"]["map"][:-1]  # 4 values, 5 labels
+    with pytest.raises(
+        ee.InputError, match=r"data\['per_query'\]\['map'\].*\(5 labels\); got 4 values"
+    ):
+        ee.EvaluationResult.from_dict(d)
+    d = _good_dict()
+    d["per_query"]["mrr"] = 0.5
+    with pytest.raises(ee.InputError, match=r"\['mrr'\].*got float"):
+        ee.EvaluationResult.from_dict(d)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("metrics", [0.5], r"data\['metrics'\] must be a dict \(JSON object\); got list"),
+        ("n_queries", "5", r"data\['n_queries'\] must be an integer; got str \('5'\)"),
+        ("n_lone", True, r"data\['n_lone'\] must be an integer; got bool"),
+        (
+            "query_labels",
+            "aabcc",
+            r"data\['query_labels'\] must be a list \(JSON array\); got str",
+        ),
+        ("ci", None, r"data\['ci'\] must be a dict \(JSON object\); got NoneType"),
+    ],
+)
+def test_result_values_of_the_wrong_type(key, value, match):
+    d = _good_dict()
+    d[key] = value
+    with pytest.raises(ee.InputError, match=match):
+        ee.EvaluationResult.from_dict(d)
+
+
+def test_wrong_values_deeper_down_raise_input_error():
+    d = _good_dict()
+    d["metrics"]["map"] = "high"
+    with pytest.raises(ee.InputError, match="value has the wrong type"):
+        ee.EvaluationResult.from_dict(d)
+    d = _good_dict()
+    d["per_class"]["map"] = [["a"]]  # a row without its value
+    with pytest.raises(ee.InputError, match="value has the wrong type"):
+        ee.EvaluationResult.from_dict(d)
