@@ -27,11 +27,14 @@ def main(method: str, case: str) -> None:
     x, y = make_data(case)
     base = peak_rss_mb()
     values: dict[str, float] = {}
-    if method == "embedeval":
+    if method in ("embedeval", "embedeval_1t"):
         import embedeval as ee
 
+        threads = 1 if method == "embedeval_1t" else None  # None: every usable core
         with Timer() as t:
-            res = ee.evaluate(x, y, metrics=METRICS[case], k=None, progress=False)
+            res = ee.evaluate(
+                x, y, metrics=METRICS[case], k=None, progress=False, n_threads=threads
+            )
         values = dict(res.metrics)
     elif method == "faiss":
         import faiss

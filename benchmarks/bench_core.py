@@ -6,7 +6,10 @@ Cases (float32, d=128, L2-normalised, seeded; see ``benchmarks/_common.py``):
 * ``large`` — 20,000 vectors in 5 classes of 4,000, P@1 + R-Precision + MAP@R
 * ``map``   — 10,000 vectors in 100 classes, full-depth MAP (``k=None``)
 
-Each measurement runs in its own process (peak memory = that process's ``ru_maxrss``).  faiss is
+``embedeval`` runs with its default worker threads (every usable core), ``embedeval_1t`` with
+``n_threads=1`` (one core for everything but nothing else changed), so the gain from the threads
+is visible in the same run.  Each measurement runs in its own process (peak memory = that
+process's ``ru_maxrss``).  faiss is
 ``IndexFlatL2`` + ``search`` with k = max R + 1 (the depth MAP@R needs); for ``map`` faiss would
 need k = n, so it is run at k = 2048 as a lower bound.  Run::
 
@@ -33,18 +36,19 @@ def main(cases: list[str]) -> None:
     print(f"machine: {machine()}")
     for case in cases:
         rows = {}
-        for method in ("embedeval", "faiss", "blas", *(["pml"] if have_pml else [])):
+        methods = ("embedeval", "embedeval_1t", "faiss", "blas", *(["pml"] if have_pml else []))
+        for method in methods:
             rows[method] = run_child("benchmarks._core_child", method, case)
         print(f"\n## {case}  (target: {TARGETS[case]})")
-        print(f"{'method':<10} {'wall s':>8} {'peak MB':>9}  values")
+        print(f"{'method':<12} {'wall s':>8} {'peak MB':>9}  values")
         for method, r in rows.items():
             if "error" in r:
-                print(f"{method:<10} failed: {r['error']}")
+                print(f"{method:<12} failed: {r['error']}")
                 continue
             vals = ", ".join(f"{k}={v:.6f}" for k, v in r["values"].items())
-            print(f"{method:<10} {r['seconds']:8.2f} {r['peak_mb']:9.0f}  {vals}")
+            print(f"{method:<12} {r['seconds']:8.2f} {r['peak_mb']:9.0f}  {vals}")
         ours = rows["embedeval"]
-        for other in ("faiss", "blas", "pml"):
+        for other in ("embedeval_1t", "faiss", "blas", "pml"):
             r = rows.get(other)
             if r and "error" not in r and "error" not in ours:
                 print(
