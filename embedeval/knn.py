@@ -63,9 +63,12 @@ def sortable_bits(values: np.ndarray) -> np.ndarray:
     -0.0 is mapped like +0.0, so values that compare equal get equal bits.
     """
     bits = (np.asarray(values, dtype=np.float32) + np.float32(0.0)).view(np.uint32)
-    negative = bits >> np.uint32(31)
-    flip = (np.uint32(0) - negative) | np.uint32(0x80000000)
-    return bits ^ flip
+    # Negative values: flip every bit; others: set the sign bit.  The arithmetic shift of the
+    # int32 view gives all ones exactly for the negatives.
+    flip = (bits.view(np.int32) >> np.int32(31)).view(np.uint32)
+    flip |= np.uint32(0x80000000)
+    flip ^= bits
+    return flip
 
 
 def from_sortable_bits(bits: np.ndarray) -> np.ndarray:
@@ -301,7 +304,8 @@ def default_threads() -> int:
     return max(1, min(cores, _MAX_THREADS))
 
 
-_BLAS_CONTROLLER: list[Any] = []
+_BLAS_LOCK = threading.Lock()
+_BLAS_STATE: dict[str, Any] = {"users": 0, "controller": None, "limiter": None}
 
 
 @contextlib.contextmanager
@@ -311,14 +315,27 @@ def single_threaded_blas() -> Iterator[None]:
     The engine parallelises over query blocks instead (every numpy pass then runs on all cores,
     not only the product), and a product's float32 rounding depends on how BLAS splits it among
     threads: with one thread per product, keys — hence ties and values — do not depend on the
-    machine's core count or on ``n_threads``, and distributed workers reproduce them.
+    machine's core count or on ``n_threads``, and distributed workers reproduce them.  The limit
+    is process-wide (that is how BLAS libraries work), so it is reference-counted: concurrent
+    runs in one process (user threads, a Dask worker's threads) keep it until the last one ends,
+    and the caller's setting comes back then.
     """
-    if not _BLAS_CONTROLLER:
-        from threadpoolctl import ThreadpoolController
+    with _BLAS_LOCK:
+        if _BLAS_STATE["users"] == 0:
+            if _BLAS_STATE["controller"] is None:
+                from threadpoolctl import ThreadpoolController
 
-        _BLAS_CONTROLLER.append(ThreadpoolController())
-    with _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas"):
+                _BLAS_STATE["controller"] = ThreadpoolController()
+            _BLAS_STATE["limiter"] = _BLAS_STATE["controller"].limit(limits=1, user_api="blas")
+        _BLAS_STATE["users"] += 1
+    try:
         yield
+    finally:
+        with _BLAS_LOCK:
+            _BLAS_STATE["users"] -= 1
+            if _BLAS_STATE["users"] == 0:
+                _BLAS_STATE["limiter"].restore_original_limits()
+                _BLAS_STATE["limiter"] = None
 
 
 def in_order(

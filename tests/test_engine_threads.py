@@ -143,3 +143,34 @@ def test_bad_n_threads(data, bad):
         ee.evaluate(x[:50], y[:50], n_threads=bad)
     with pytest.raises(InputError, match="n_threads"):
         ee.neighbors(x[:50], 3, n_threads=bad)
+
+
+def test_concurrent_runs_in_one_process_equal_sequential_runs(data):
+    import concurrent.futures
+
+    from threadpoolctl import threadpool_info
+
+    x, y, g = data
+    jobs = [dict(metrics=METRICS, block_size=bs, progress=False) for bs in (8, 33, None, 64)]
+    alone = [ee.evaluate(x, y, query_groups=g, **kw) for kw in jobs]
+    with threadpool_limits(limits=2, user_api="blas"):
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(lambda kw: ee.evaluate(x, y, query_groups=g, **kw), jobs))
+        # The reference-counted limit gives the caller's setting back after the last run.
+        assert {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == {2}
+    for a, b in zip(alone, together, strict=True):
+        _identical(a, b)
+
+
+def test_sortable_bits_orders_like_the_floats():
+    v = np.array(
+        [-np.inf, -3.5, -1e-30, -0.0, 0.0, 1e-38, 2.0, np.finfo(np.float32).max, np.inf],
+        dtype=np.float32,
+    )
+    bits = knn.sortable_bits(v)
+    assert np.all(np.diff(bits.astype(np.int64)) >= 0)
+    assert bits[3] == bits[4]  # -0.0 == 0.0, so equal keys
+    assert np.all(np.diff(bits.astype(np.int64))[[0, 1, 2, 4, 5, 6, 7]] > 0)
+    np.testing.assert_array_equal(
+        knn.from_sortable_bits(bits)[[0, 1, 2, 4, 5, 6, 7, 8]], v[[0, 1, 2, 4, 5, 6, 7, 8]]
+    )
