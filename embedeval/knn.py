@@ -29,6 +29,7 @@ import concurrent.futures
 import contextlib
 import itertools
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -44,7 +45,6 @@ __all__ = ["DISTANCES", "default_threads", "neighbors"]
 
 DISTANCES = ("euclidean", "cosine", "inner_product")
 
-_LOW32 = np.uint64(0xFFFFFFFF)
 _FMAX = np.float32(np.finfo(np.float32).max)
 _SUBSAMPLE = 1024
 _TILE = 2048
@@ -530,8 +530,12 @@ def _sort_block(
             codes[a:b].sort()
     else:
         codes.sort()
-    index = (codes & np.uint64((1 << col_bits) - 1)).astype(np.int32 if col_bits < 31 else np.int64)
-    bits = ((codes >> np.uint64(col_bits)) & _LOW32).astype(np.uint32)
+    if col_bits < 31 and sys.byteorder == "little":
+        # The reference index sits in the low word: mask it there (half the memory traffic).
+        index = (codes.view(np.uint32)[0::2] & np.uint32((1 << col_bits) - 1)).view(np.int32)
+    else:
+        index = (codes & np.uint64((1 << col_bits) - 1)).astype(np.int64)
+    bits = (codes >> np.uint64(col_bits)).astype(np.uint32)  # the cast keeps the low 32 bits
     return Candidates(np.arange(start, start + counts.size), lims, index, bits)
 
 
