@@ -218,6 +218,9 @@ def evaluate(
         r_codes = q_codes
     else:
         (q_codes, r_codes), uniques = factorize(yq, yb)
+    if uniques.size < 2**31:  # the kernels gather a label code per candidate: half the bytes
+        q_codes = q_codes.astype(np.int32)
+        r_codes = q_codes if leave_one_out else r_codes.astype(np.int32)
     if self_index and not leave_one_out:
         differ = np.flatnonzero(q_codes != r_codes[:n_query])
         if differ.size:
