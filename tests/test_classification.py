@@ -163,3 +163,19 @@ def test_roc_auc_is_the_pair_count_and_transform_invariant(pairs):
     wins = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg)
     assert cl.roc_auc(t, s) == pytest.approx(wins / (pos.size * neg.size))
     assert cl.roc_auc(t, np.exp(s.astype(float)) + 5) == pytest.approx(cl.roc_auc(t, s))
+
+
+def test_average_precision_matches_sklearn_with_ties_and_by_hand():
+    from sklearn.metrics import average_precision_score
+
+    # by hand: thresholds 0.8 (1 of 1 right), 0.4, 0.35 (2 of 3): 1/2 * 1 + 1/2 * 2/3
+    assert cl.average_precision([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == pytest.approx(5 / 6)
+    # a tie block enters together: both items at 0.5, one positive -> precision 1/2 there
+    assert cl.average_precision([1, 0], [0.5, 0.5]) == pytest.approx(0.5)
+    for _ in range(20):
+        t = RNG.integers(0, 2, 60)
+        t[0] = 1
+        s = RNG.integers(0, 5, 60).astype(float)
+        assert cl.average_precision(t, s) == pytest.approx(average_precision_score(t, s))
+    with pytest.raises(ee.InputError, match="at least one positive"):
+        cl.average_precision([0, 0], [0.1, 0.2])
