@@ -146,6 +146,10 @@ def evaluate(
             "reject_from='both' removes rejected items from queries and gallery alike, so it "
             "needs confidences= and leave-one-out evaluation (reference=None)."
         )
+    if reject_from == "both":
+        from .confidence import _check_rejection_fractions
+
+        rejection_fractions = _check_rejection_fractions(rejection_fractions)
     distance = check_choice(distance, "distance", DISTANCES)
     average = check_choice(average, "average", ("micro", "macro"))
     if isinstance(k, str):
