@@ -604,6 +604,12 @@ class CoverageCurve:
     empirical: np.ndarray
     n_queries: int
 
+    def plot(self, ax: Any = None, label: str | None = None) -> Any:
+        """Draw coverage against the nominal level with the diagonal (see embedeval.plots)."""
+        from .plots import plot_coverage
+
+        return plot_coverage(self, ax=ax, label=label)
+
 
 def credible_coverage(
     embeddings: Any,
@@ -649,14 +655,22 @@ def credible_coverage(
         if members.size < 2:
             continue
         xc = x[members]
-        if model == "vmf":
-            closeness = xc @ xc.T
-            inside = closeness[:, :, None] >= thresholds[members][:, None, :]
-        else:
-            sq = np.maximum(((xc[:, None, :] - xc[None, :, :]) ** 2).sum(-1), 0)
-            inside = np.sqrt(sq)[:, :, None] <= thresholds[members][:, None, :]
-        np.einsum("iij->ij", inside)[:] = False  # not the query itself
-        fractions.append(inside.sum(axis=1) / (members.size - 1))
+        sq_norms = (xc * xc).sum(1)
+        counts = np.empty((members.size, levels.size))
+        # Row blocks keep memory at block x class size (a large class would not fit at once).
+        step = max(1, 2**22 // max(members.size * levels.size, 1))
+        for lo in range(0, members.size, step):
+            rows = slice(lo, lo + step)
+            gram = xc[rows] @ xc.T
+            if model == "vmf":
+                inside = gram[:, :, None] >= thresholds[members[rows]][:, None, :]
+            else:
+                sq = np.maximum(sq_norms[rows, None] + sq_norms[None, :] - 2 * gram, 0)
+                inside = np.sqrt(sq)[:, :, None] <= thresholds[members[rows]][:, None, :]
+            own = np.arange(inside.shape[0])
+            inside[own, own + lo] = False  # not the query itself
+            counts[rows] = inside.sum(axis=1)
+        fractions.append(counts / (members.size - 1))
     if not fractions:
         raise InputError("every query is lone (no other member of its class); no coverage.")
     per_query = np.concatenate(fractions)

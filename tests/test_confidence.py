@@ -551,3 +551,33 @@ def test_rejection_fractions_are_checked_before_any_work(fractions, match):
             reject_from="both",
             rejection_fractions=fractions,
         )
+
+
+def test_credible_coverage_large_class_in_row_blocks_matches_cdist():
+    from scipy.spatial.distance import cdist
+    from scipy.stats import chi2
+
+    rng = np.random.default_rng(12)
+    n, dim = 1500, 3  # one class of 1500 > the 559-row block used for 5 levels
+    x = rng.standard_normal((n, dim))
+    sigma = rng.uniform(0.3, 1.5, n)
+    levels = [0.5, 0.8, 0.9, 0.95, 0.99]
+    cov = cf.credible_coverage(x, np.zeros(n, int), sigma, levels=levels)
+    d = cdist(x, x)
+    np.fill_diagonal(d, np.inf)
+    want = [
+        np.mean((d <= (sigma * np.sqrt(chi2.ppf(p, dim)))[:, None]).sum(1) / (n - 1))
+        for p in levels
+    ]
+    np.testing.assert_allclose(cov.empirical, want, rtol=1e-12)
+
+
+def test_coverage_curve_plot_draws_the_curve_and_the_diagonal():
+    pytest.importorskip("matplotlib")
+    cov = cf.CoverageCurve(np.array([0.5, 0.9]), np.array([0.3, 0.7]), 12)
+    fig = cov.plot(label="sigma head")
+    lines = fig.axes[0].get_lines()
+    assert lines[0].get_xydata().tolist() == [[0, 0], [1, 1]]
+    assert lines[1].get_xydata().tolist() == [[0.5, 0.3], [0.9, 0.7]]
+    with pytest.raises(ee.InputTypeError, match="CoverageCurve"):
+        ee.plots.plot_coverage(object())
