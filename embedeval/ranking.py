@@ -930,10 +930,20 @@ def system_efficiency(
         if y_true is None or y_score is None:
             raise InputError("pass y_true and y_score, or precision and recall.")
         precision, recall, _ = precision_recall_curve(y_true, y_score)
-    p = np.asarray(precision, dtype=np.float64)
-    r = np.asarray(recall, dtype=np.float64)
+    try:
+        p = np.asarray(precision, dtype=np.float64)
+        r = np.asarray(recall, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError("precision and recall must be arrays of numbers in [0, 1].") from None
     if p.shape != r.shape or p.size == 0:
         raise InputError("precision and recall must be non-empty arrays of the same shape.")
+    bad = ~((p >= 0) & (p <= 1) & (r >= 0) & (r <= 1))  # also catches NaN
+    if bad.any():
+        i = int(np.flatnonzero(bad.ravel())[0])
+        raise InputError(
+            f"precision and recall must lie in [0, 1]; {int(bad.sum())} point(s) do not, first "
+            f"at index {i} (precision {p.ravel()[i]}, recall {r.ravel()[i]})."
+        )
     d = np.sqrt((1 - p) ** 2 + (1 - r) ** 2).min()
     return float(1 - d / math.sqrt(2))
 

@@ -179,3 +179,26 @@ def test_average_precision_matches_sklearn_with_ties_and_by_hand():
         assert cl.average_precision(t, s) == pytest.approx(average_precision_score(t, s))
     with pytest.raises(ee.InputError, match="at least one positive"):
         cl.average_precision([0, 0], [0.1, 0.2])
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: cl.rates([0, 1], [0, 1], average="macr"), "Did you mean 'macro'"),
+        (lambda: cl.rates([0, 1], [0, 1], beta=-1.0), "beta must be a positive number"),
+        (lambda: cl.rates([0, 1], [0, 1], zero_division="skip"), "zero_division must be"),
+        (lambda: cl.select_threshold([0, 1], [0.1, 0.2], method="youdn"), "Did you mean 'youden'"),
+        (lambda: cl.confusion_matrix([0, 1], [0, 1], labels=[0, 1, 1]), "repeated"),
+        (lambda: cl.confusion_matrix([], []), "empty"),
+        (lambda: cl.confusion_matrix([0, np.nan], [0, 1]), "1 NaN or infinite label"),
+        (lambda: cl.confusion_matrix([[0, 1], [1, 0]], [0, 1]), "must be 1-D"),
+        (lambda: cl.roc_auc([0, 1], [np.nan, 0.2]), "y_score has 1 NaN"),
+        (lambda: cl.roc_auc([0, 1, 1], [0.1, 0.2]), "y_score has 2 values but 3"),
+        (lambda: cl.pr_curve([0, 1], ["a", "b"]), "y_score must be numeric"),
+        (lambda: cl.top_k_accuracy([0, 1], [[0.1, 0.2], [0.2, 0.3]], labels=[0]), "1 classes"),
+        (lambda: cl.top_k_accuracy([0, 7], [[0.1, 0.2], [0.2, 0.3]]), "not in labels"),
+    ],
+)
+def test_more_bad_input(call, match):
+    with pytest.raises((ee.InputError, ee.InputTypeError), match=match):
+        call()

@@ -581,3 +581,17 @@ def test_coverage_curve_plot_draws_the_curve_and_the_diagonal():
     assert lines[1].get_xydata().tolist() == [[0.5, 0.3], [0.9, 0.7]]
     with pytest.raises(ee.InputTypeError, match="CoverageCurve"):
         ee.plots.plot_coverage(object())
+
+
+def test_random_auerc_is_the_mean_auerc_over_every_confidence_order():
+    # the random baseline must be what a random ranking gives on average: enumerate all 5!
+    # orders of distinct confidences with a plain loop, and average their AUERCs
+    scores = np.array([1.0, 0.25, 0.0, 2 / 3, 1.0])
+    e = 1 - scores
+    aucs = []
+    for perm in itertools.permutations(range(5)):
+        kept = e[list(perm)]
+        aucs.append(np.mean([kept[:k].mean() for k in range(1, 6)]))
+    erc = cf.error_reject_curve(scores, [5, 4, 3, 2, 1])
+    assert erc.random_auerc == pytest.approx(np.mean(aucs))
+    assert erc.oracle_auerc == pytest.approx(min(aucs))

@@ -553,3 +553,16 @@ def test_ndcg_with_collection_ideal_expected_ties_by_enumeration():
     assert rk.ndcg(y, s, k=3, ideal=ideal) == pytest.approx(np.mean(vals))
     assert rk.ndcg(y, s, k=3, ideal=ideal, ties="pessimistic") == pytest.approx(min(vals))
     assert rk.ndcg(y, s, k=3, ideal=ideal, ties="optimistic") == pytest.approx(max(vals))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"precision": [np.nan, 1.0], "recall": [1.0, 0.5]}, r"first at index 0 \(precision nan"),
+        ({"precision": [1.0, 1.5], "recall": [0.5, 1.0]}, r"\[0, 1\]; 1 point\(s\)"),
+        ({"precision": ["a"], "recall": [1.0]}, "arrays of numbers"),
+    ],
+)
+def test_system_efficiency_rejects_points_outside_the_unit_square(kwargs, match):
+    with pytest.raises(ee.InputError, match=match):
+        rk.system_efficiency(**kwargs)
