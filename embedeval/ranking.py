@@ -844,8 +844,15 @@ def ndcg(
         )
         if len(rows) != t.shape[0]:
             raise InputError(f"ideal has {len(rows)} rows but there are {t.shape[0]} queries.")
+        if any(r.ndim != 1 for r in rows):
+            raise InputError(
+                "ideal must be one 1-D list of grades per query (ragged lists allowed); got "
+                "a scalar or nested row."
+            )
     for i, row in enumerate([grades] if rows is None and ideal is not None else rows or []):
         _check_ideal(row, i if rows is not None else None)
+    if ideal is not None:
+        _check_ideal_holds_the_list(t, [grades] if rows is None else rows, rows is None)
     if rows is not None:  # ragged lists of grades: one short sort per query
         width = max(min(k, len(r)) for r in rows)
         best = np.zeros((t.shape[0], max(width, 1)))
@@ -854,6 +861,41 @@ def ndcg(
             best[i, : top.size] = _gain(top, gain)
     idcg = (best * _discounts(best.shape[1])).sum(1)
     return _out(_divide(actual, idcg, zero_division, "an ideal DCG of 0"), single)
+
+
+def _check_ideal_holds_the_list(t: np.ndarray, ideal: list, rectangular: bool) -> None:
+    """The retrieved grades must be a sub-multiset of the collection's (else nDCG can pass 1).
+
+    Equivalent test: the i-th largest retrieved grade <= the i-th largest ideal grade, for all i.
+    """
+    listed = -np.sort(-t, axis=1)
+    if rectangular:
+        best = -np.sort(-np.atleast_2d(ideal[0]), axis=1)
+        width = max(listed.shape[1], best.shape[1])
+        lp = np.zeros((t.shape[0], width))
+        bp = np.zeros((t.shape[0], width))
+        lp[:, : listed.shape[1]] = listed
+        bp[:, : best.shape[1]] = best
+        bad_rows = np.flatnonzero((lp > bp).any(1))
+        rows = [(int(i), lp[i], bp[i]) for i in bad_rows[:1]]
+    else:
+        rows = []
+        for i, row in enumerate(ideal):
+            best = np.sort(row)[::-1]
+            width = max(listed.shape[1], best.size)
+            lp, bp = np.zeros(width), np.zeros(width)
+            lp[: listed.shape[1]], bp[: best.size] = listed[i], best
+            if (lp > bp).any():
+                rows = [(i, lp, bp)]
+                break
+    for i, lp, bp in rows:
+        j = int(np.flatnonzero(lp > bp)[0])
+        raise InputError(
+            f"ideal (row {i}) does not hold the retrieved grades: sorted best first, position "
+            f"{j + 1} of the list has grade {lp[j]:g} but ideal has {bp[j]:g}.  ideal must give "
+            "the grades of every judged item in the collection, the retrieved ones included "
+            "(else nDCG can exceed 1)."
+        )
 
 
 def _check_ideal(grades: np.ndarray, row: int | None) -> None:

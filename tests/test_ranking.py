@@ -566,3 +566,19 @@ def test_ndcg_with_collection_ideal_expected_ties_by_enumeration():
 def test_system_efficiency_rejects_points_outside_the_unit_square(kwargs, match):
     with pytest.raises(ee.InputError, match=match):
         rk.system_efficiency(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("y", "ideal", "match"),
+    [
+        ([3, 0, 1], [1, 1, 1], r"row 0\).*position 1 of the list has grade 3 but ideal has 1"),
+        ([[3, 0, 1], [1, 0, 0]], [[3, 1], [0]], r"row 1\).*position 1 of the list has grade 1"),
+        ([[3, 0, 1], [1, 0, 0]], [[3, 1, 0], [0, 0, 0]], r"row 1\)"),
+        ([[3, 0, 1], [1, 0, 0]], [1, 2], "one 1-D list of grades per query"),
+    ],
+)
+def test_ndcg_ideal_must_hold_the_retrieved_grades(y, ideal, match):
+    # an ideal that misses a retrieved grade would give nDCG > 1: an error, not a silent number
+    s = np.tile([3.0, 2.0, 1.0], (np.atleast_2d(y).shape[0], 1))
+    with pytest.raises(ee.InputError, match=match):
+        rk.ndcg(y, s if np.ndim(y) == 2 else s[0], ideal=ideal)
