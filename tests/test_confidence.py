@@ -595,3 +595,27 @@ def test_random_auerc_is_the_mean_auerc_over_every_confidence_order():
     erc = cf.error_reject_curve(scores, [5, 4, 3, 2, 1])
     assert erc.random_auerc == pytest.approx(np.mean(aucs))
     assert erc.oracle_auerc == pytest.approx(min(aucs))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"reject_from": "bot"}, "reject_from='bot' is not valid.*Did you mean 'both'"),
+        ({"confidences": [1.0, 2.0]}, "confidences has 2 values but 4"),
+        ({"confidences": [[1.0], [2.0], [3.0], [4.0]]}, "confidences must be 1-D"),
+        ({"confidences": [1.0, np.nan, 3.0, 4.0]}, r"confidences has 1 NaN.*first at index 1"),
+        (
+            {"confidences": [1.0, 2.0, 3.0, 4.0], "reject_from": "both", "reference": np.eye(4)},
+            "leave-one-out",
+        ),
+    ],
+)
+def test_evaluate_confidence_arguments_bad_input(kwargs, match):
+    kwargs = {"reference_labels": [0, 0, 1, 1], **kwargs} if "reference" in kwargs else kwargs
+    with pytest.raises(ee.InputError, match=match):
+        ee.evaluate(np.eye(4, dtype=np.float32), [0, 0, 1, 1], **kwargs)
+
+
+def test_rank_correlation_nan_policy_suggestion():
+    with pytest.raises(ee.InputError, match="Did you mean 'omit'"):
+        cf.rank_correlation([1, 2, 3], [1, 2, 3], nan_policy="omitt")

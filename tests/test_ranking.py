@@ -582,3 +582,21 @@ def test_ndcg_ideal_must_hold_the_retrieved_grades(y, ideal, match):
     s = np.tile([3.0, 2.0, 1.0], (np.atleast_2d(y).shape[0], 1))
     with pytest.raises(ee.InputError, match=match):
         rk.ndcg(y, s if np.ndim(y) == 2 else s[0], ideal=ideal)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: rk.average_precision([1, 0], [1, 0], ties="expectd"), "Did you mean 'expected'"),
+        (
+            lambda: rk.average_precision([1, 0], [1, 0], normalization="hit"),
+            "Did you mean 'hits'",
+        ),
+        (lambda: rk.dcg([1, 0], [1, 0], gain="exponentail"), "Did you mean 'exponential'"),
+        (lambda: rk.precision([1, 0], [1, 0], average="mcro"), "Did you mean 'micro'"),
+        (lambda: rk.recall_at_k([1, 0], [1, 0], k=1, zero_division="nan"), "zero_division must"),
+    ],
+)
+def test_unknown_option_names_suggest_the_nearest(call, match):
+    with pytest.raises(ee.InputError, match=match):
+        call()
