@@ -1045,9 +1045,14 @@ def from_neighbors(
         )
     y = (rl[np.where(pad, 0, idx)] == ql[:, None]) & ~pad
     score = d if higher_is_better else -d
-    score = np.where(pad, -np.inf, score)
     if pad.any():
-        score = np.where(pad, np.nanmin(np.where(pad, np.inf, score)) - 1.0, score)
+        # Below every real score and distinct (no artificial tie block, no tie warning), and
+        # finite even for a row with no real neighbour.
+        real = score[~pad]
+        floor = float(real.min()) if real.size else 0.0
+        step = 1.0 + abs(floor)
+        below = floor - step * (1.0 + np.arange(d.shape[1], dtype=np.float64))
+        score = np.where(pad, below[None, :], score)
     return y.astype(np.float64), score
 
 

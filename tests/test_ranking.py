@@ -600,3 +600,18 @@ def test_ndcg_ideal_must_hold_the_retrieved_grades(y, ideal, match):
 def test_unknown_option_names_suggest_the_nearest(call, match):
     with pytest.raises(ee.InputError, match=match):
         call()
+
+
+def test_from_neighbors_padding_is_distinct_finite_and_last():
+    import warnings
+
+    d = [[0.1, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    i = [[0, -1, -1, -1], [-1, -1, -1, -1]]  # faiss found 1 and 0 neighbours
+    y, s = rk.from_neighbors(d, i, [1, 1], [1])
+    assert y.tolist() == [[1, 0, 0, 0], [0, 0, 0, 0]]
+    assert np.isfinite(s).all()
+    assert (np.diff(s, axis=1) < 0).all()  # strictly decreasing: no tie among the padding
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "quantised scores" tie warning from padding
+        np.testing.assert_allclose(rk.average_precision(y[:1], s[:1]), [1.0])
+        assert rk.reciprocal_rank(y[1], s[1]) == 0.0
