@@ -44,9 +44,16 @@ __all__ = [
 ]
 
 
+def _check_bool(value: Any, name: str) -> None:
+    # A string such as "False" is truthy: it would silently flip the sign convention.
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{name} must be True or False; got {value!r}.")
+
+
 def _scores_and_confidence(
     scores: Any, confidence: Any, higher_is_confident: bool, name: str = "scores"
 ) -> tuple[np.ndarray, np.ndarray, int]:
+    _check_bool(higher_is_confident, "higher_is_confident")
     s = as_vector(scores, name, allow_nan=True)
     c = as_vector(confidence, "confidence", length=s.size, length_of=name)
     if np.any((s < 0) | (s > 1)):
@@ -206,8 +213,8 @@ def confidence_recall_curve(
     Ties: equal confidences always share a bin; quantile edges are de-duplicated, so heavily
     tied confidences give fewer (never empty-by-construction) bins.  Zero division: an empty bin
     has count 0 and NaN means (it is not dropped, so bins stay aligned with ``edges``).
-    ``higher_is_confident=False`` only affects NaN handling here: bins and means are reported in
-    the units given (a sigma stays a sigma).
+    ``higher_is_confident`` does not change the bins: they and their means are reported in the
+    units given (a sigma stays a sigma); it is accepted for symmetry with the other functions.
 
     Examples
     --------
@@ -396,6 +403,7 @@ def rank_correlation(
 
     method = check_choice(method, "method", ("spearman", "kendall"))
     nan_policy = check_choice(nan_policy, "nan_policy", ("raise", "omit", "propagate"))
+    _check_bool(higher_is_uncertain, "higher_is_uncertain")
     p = as_vector(predicted, "predicted", allow_nan=True)
     t = as_vector(truth, "truth", length=p.size, length_of="predicted", allow_nan=True)
     bad = np.isnan(p) | np.isnan(t)
@@ -776,6 +784,7 @@ def reject_both_curve(
     x = as_embeddings(embeddings, "embeddings")
     y = as_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
     c = as_vector(confidences, "confidences", length=x.shape[0], length_of="embeddings")
+    _check_bool(higher_is_confident, "higher_is_confident")
     if not higher_is_confident:
         c = -c
     fr = _check_rejection_fractions(fractions, "fractions")

@@ -619,3 +619,20 @@ def test_evaluate_confidence_arguments_bad_input(kwargs, match):
 def test_rank_correlation_nan_policy_suggestion():
     with pytest.raises(ee.InputError, match="Did you mean 'omit'"):
         cf.rank_correlation([1, 2, 3], [1, 2, 3], nan_policy="omitt")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: cf.error_reject_curve([1, 0], [1, 2], higher_is_confident="False"),
+        lambda: cf.confidence_auroc([1, 0], [1, 2], higher_is_confident=0),
+        lambda: cf.rank_correlation([1, 2], [1, 2], higher_is_uncertain="yes"),
+        lambda: ee.evaluate(
+            np.eye(4), [0, 0, 1, 1], confidences=[1, 2, 3, 4], higher_is_confident="no"
+        ),
+    ],
+)
+def test_sign_switches_must_be_booleans(call):
+    # a truthy string would silently flip the sign convention
+    with pytest.raises(ee.InputError, match="must be True or False"):
+        call()
