@@ -123,7 +123,8 @@ def rates(
         "tnr": _safe_div(tn, tn + fp, zero_division, "specificity"),
         "ppv": _safe_div(tp, tp + fp, zero_division, "precision"),
         "npv": _safe_div(tn, tn + fn, zero_division, "NPV"),
-        "prevalence": (tp + fn) / max(total, 1),
+        # = (TP + FN) / n per class; with micro's pooled counts it is 1 / n_classes
+        "prevalence": (tp + fn) / np.maximum(tp + fn + fp + tn, 1),
         "f1": _safe_div(2 * tp, 2 * tp + fn + fp, zero_division, "F1"),
         "f_beta": _safe_div((1 + b2) * tp, (1 + b2) * tp + b2 * fn + fp, zero_division, "F-beta"),
     }

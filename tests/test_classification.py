@@ -202,3 +202,51 @@ def test_average_precision_matches_sklearn_with_ties_and_by_hand():
 def test_more_bad_input(call, match):
     with pytest.raises((ee.InputError, ee.InputTypeError), match=match):
         call()
+
+
+@pytest.mark.parametrize("average", [None, "macro", "weighted", "micro"])
+def test_every_rate_from_sklearn_one_vs_rest_counts(average):
+    from sklearn.metrics import multilabel_confusion_matrix
+
+    rng = np.random.default_rng(40)
+    t = rng.integers(0, 4, 250)
+    p = rng.integers(0, 4, 250)
+    mcm = multilabel_confusion_matrix(t, p, labels=[0, 1, 2, 3])  # [[tn, fp], [fn, tp]] per class
+    tn, fp, fn, tp = (mcm[:, i, j].astype(float) for i, j in ((0, 0), (0, 1), (1, 0), (1, 1)))
+    if average == "micro":
+        tn, fp, fn, tp = (np.array([v.sum()]) for v in (tn, fp, fn, tp))
+    want = {
+        "tpr": tp / (tp + fn),
+        "tnr": tn / (tn + fp),
+        "ppv": tp / (tp + fp),
+        "npv": tn / (tn + fn),
+        "fpr": fp / (fp + tn),
+        "fnr": fn / (fn + tp),
+        "fdr": fp / (fp + tp),
+        "for": fn / (fn + tn),
+        "prevalence": (tp + fn) / (tp + fn + fp + tn),
+    }
+    r = cl.rates(t, p, average=average)
+    support = (mcm[:, 1, 0] + mcm[:, 1, 1]).astype(float)
+    for key, value in want.items():
+        if average in ("macro", "weighted"):
+            value = np.average(value, weights=None if average == "macro" else support)
+        np.testing.assert_allclose(r[key], value, err_msg=key)
+    assert r["error_rate"] == pytest.approx(np.mean(t != p))
+
+
+def test_closest_to_01_threshold_brute_force():
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        t = rng.integers(0, 2, 50)
+        t[:2] = [0, 1]
+        s = rng.integers(0, 8, 50).astype(float)
+        th, d = cl.select_threshold(t, s, method="closest_to_01")
+        dists = [
+            math.hypot(np.mean(s[t == 0] >= c), 1 - np.mean(s[t == 1] >= c))
+            for c in [np.inf, *np.unique(s)]
+        ]
+        assert d == pytest.approx(min(dists))
+        assert math.hypot(np.mean(s[t == 0] >= th), 1 - np.mean(s[t == 1] >= th)) == pytest.approx(
+            d
+        )

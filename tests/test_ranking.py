@@ -615,3 +615,71 @@ def test_from_neighbors_padding_is_distinct_finite_and_last():
         warnings.simplefilter("error")  # no "quantised scores" tie warning from padding
         np.testing.assert_allclose(rk.average_precision(y[:1], s[:1]), [1.0])
         assert rk.reciprocal_rank(y[1], s[1]) == 0.0
+
+
+def _naive_interpolated(rel, score, n_rel, points, ties):
+    """Plain loops: PR points at every position (or at each tie block's end for 'threshold')."""
+    order = sorted(
+        range(len(rel)), key=lambda i: (-score[i], rel[i] if ties == "pessimistic" else -rel[i])
+    )
+    ranked = [rel[i] for i in order]
+    s_sorted = [score[i] for i in order]
+    pts = []
+    hits = 0
+    for i, x in enumerate(ranked):
+        hits += x
+        last_of_block = i == len(ranked) - 1 or s_sorted[i + 1] != s_sorted[i]
+        if ties != "threshold" or last_of_block:
+            pts.append((hits / (i + 1), hits / n_rel))
+
+    def interp(r):
+        cands = [p for p, rc in pts if rc >= r - 1e-12]
+        return max(cands) if cands else 0.0
+
+    if points == "all":
+        total, prev = 0.0, 0.0
+        for _, rc in pts:
+            total += (rc - prev) * interp(rc)
+            prev = rc
+        return total
+    return sum(interp(j / (points - 1)) for j in range(points)) / points
+
+
+@pytest.mark.parametrize("ties", ["threshold", "pessimistic", "optimistic"])
+@pytest.mark.parametrize("points", [11, 5, "all"])
+def test_interpolated_ap_against_plain_loops(ties, points):
+    rng = np.random.default_rng(31)
+    for _ in range(25):
+        n = int(rng.integers(2, 15))
+        rel = rng.integers(0, 2, n)
+        if rel.sum() == 0:
+            rel[0] = 1
+        score = rng.integers(0, 4, n).astype(float)
+        n_rel = int(rel.sum() + rng.integers(0, 3))
+        want = _naive_interpolated(rel.tolist(), score.tolist(), n_rel, points, ties)
+        got = rk.interpolated_average_precision(
+            rel, score, points=points, ties=ties, n_relevant=n_rel
+        )
+        assert got == pytest.approx(want)
+
+
+def test_micro_set_metrics_equal_sklearn_on_the_pooled_flags():
+    from sklearn.metrics import precision_recall_fscore_support
+
+    rng = np.random.default_rng(32)
+    y = rng.integers(0, 2, (15, 20))
+    p = rng.integers(0, 2, (15, 20))
+    sp, sr, sf, _ = precision_recall_fscore_support(
+        y.ravel(), p.ravel(), average="binary", beta=0.5
+    )
+    assert rk.precision(y, p, average="micro") == pytest.approx(sp)
+    assert rk.recall(y, p, average="micro") == pytest.approx(sr)
+    assert rk.f_beta(y, p, beta=0.5, average="micro") == pytest.approx(sf)
+    # fall-out by a plain loop over queries (macro) and pooled (micro)
+    per = [
+        sum(1 for a, b in zip(yy, pp, strict=True) if b and not a) / sum(1 for a in yy if not a)
+        for yy, pp in zip(y, p, strict=True)
+    ]
+    np.testing.assert_allclose(rk.fallout(y, p, average="none"), per)
+    assert rk.fallout(y, p) == pytest.approx(np.mean(per))
+    assert rk.fallout(y, p, average="micro") == pytest.approx(((1 - y) * p).sum() / (1 - y).sum())
