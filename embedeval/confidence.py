@@ -601,7 +601,9 @@ def vmf_credible_cap(kappa: Any, dim: int, prob: float = 0.95) -> np.ndarray:
     dim = check_int(dim, "dim", minimum=2)
     prob = check_probability(prob, "prob")
     kappa = _real_array(kappa, "kappa")
-    return np.vectorize(lambda k: _vmf_cap_one(float(k), dim, prob), otypes=[float])(kappa)
+    unique, inverse = np.unique(kappa, return_inverse=True)  # one root solve per distinct κ
+    caps = np.array([_vmf_cap_one(float(k), dim, prob) for k in unique])
+    return caps[inverse].reshape(kappa.shape)
 
 
 @dataclass(frozen=True)
