@@ -250,3 +250,20 @@ def test_closest_to_01_threshold_brute_force():
         assert math.hypot(np.mean(s[t == 0] >= th), 1 - np.mean(s[t == 1] >= th)) == pytest.approx(
             d
         )
+
+
+def test_top_k_accuracy_with_tied_scores_matches_sklearn_where_the_tie_rule_is_moot():
+    from sklearn.metrics import top_k_accuracy_score
+
+    rng = np.random.default_rng(11)
+    t = rng.integers(0, 5, 400)
+    s = rng.integers(0, 4, (400, 5)).astype(float)  # many ties
+    true_score = s[np.arange(400), t]
+    # rows where no other class ties the true class: both tie rules agree there
+    moot = (s == true_score[:, None]).sum(1) == 1
+    for k in (1, 2, 3):
+        ours = ee.classification.top_k_accuracy(t[moot], s[moot], k=k)
+        assert ours == pytest.approx(top_k_accuracy_score(t[moot], s[moot], k=k, labels=range(5)))
+        # and on every row, a plain loop: hit when fewer than k classes score strictly higher
+        loop = np.mean([sum(v > row[c] for v in row) < k for row, c in zip(s, t, strict=True)])
+        assert ee.classification.top_k_accuracy(t, s, k=k) == pytest.approx(loop)
