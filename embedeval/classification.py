@@ -18,6 +18,7 @@ from ._errors import InputError
 from ._validation import as_labels, as_vector, check_choice, check_int, divide, factorize
 
 __all__ = [
+    "average_precision",
     "confusion_matrix",
     "pr_curve",
     "rates",
@@ -85,6 +86,14 @@ def rates(
     ``"weighted"``: weighted by support; ``"micro"``: rates of the pooled counts (for
     single-label multi-class, micro precision = recall = F1 = accuracy).
 
+    Formulas from the one-vs-rest counts: TPR = TP/(TP+FN), TNR = TN/(TN+FP),
+    PPV = TP/(TP+FP), NPV = TN/(TN+FN), FPR = FP/(FP+TN), FNR = FN/(TP+FN), FDR = FP/(TP+FP),
+    FOR = FN/(FN+TN), prevalence = (TP+FN)/n, F_β = (1+β²)TP/((1+β²)TP + β²FN + FP) (the true β),
+    accuracy = trace/n.  Ties: none (hard predictions).  Zero division: a rate whose denominator
+    is 0 (a class never predicted, never present, or present everywhere) gets ``zero_division``
+    (``"warn"``: 0.0 and a warning naming the rate and the count), as scikit-learn's
+    ``zero_division``; averages are taken over those filled values.
+
     Examples
     --------
     >>> r = rates([1, 1, 0, 0], [1, 0, 0, 0], labels=[0, 1])
@@ -114,7 +123,8 @@ def rates(
         "tnr": _safe_div(tn, tn + fp, zero_division, "specificity"),
         "ppv": _safe_div(tp, tp + fp, zero_division, "precision"),
         "npv": _safe_div(tn, tn + fn, zero_division, "NPV"),
-        "prevalence": (tp + fn) / max(total, 1),
+        # = (TP + FN) / n per class; with micro's pooled counts it is 1 / n_classes
+        "prevalence": (tp + fn) / np.maximum(tp + fn + fp + tn, 1),
         "f1": _safe_div(2 * tp, 2 * tp + fn + fp, zero_division, "F1"),
         "f_beta": _safe_div((1 + b2) * tp, (1 + b2) * tp + b2 * fn + fp, zero_division, "F-beta"),
     }
@@ -173,6 +183,10 @@ def roc_curve(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray, np.nda
     Predict positive when score >= threshold; the first threshold is +inf (nothing positive).
     Unlike scikit-learn's default, collinear points are kept.
 
+    Ties: a block of equal scores crosses the threshold together, so it is one point (a
+    diagonal segment, which is what makes AUC count ties half).  Zero division: a missing class
+    makes TPR or FPR undefined, so it is an error (scikit-learn warns and returns NaN).
+
     Examples
     --------
     >>> fpr, tpr, th = roc_curve([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])
@@ -194,6 +208,9 @@ def roc_curve(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray, np.nda
 def roc_auc(y_true: Any, y_score: Any) -> float:
     """Area under the ROC curve (trapezoids; ties count half, as in Mann-Whitney).
 
+    Equals the Mann-Whitney probability P(s+ > s−) + ½ P(s+ = s−) and scikit-learn's
+    ``roc_auc_score``.  Zero division: a missing class is an error (see :func:`roc_curve`).
+
     Examples
     --------
     >>> roc_auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])
@@ -205,6 +222,12 @@ def roc_auc(y_true: Any, y_score: Any) -> float:
 
 def pr_curve(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Precision-recall points (precision, recall, thresholds) by decreasing threshold.
+
+    precision = TP/(TP+FP) and recall = TP/P at each threshold (score >= t).  Ties: one point
+    per distinct score (a tie block enters together), as scikit-learn's
+    ``precision_recall_curve`` (which lists thresholds increasing and appends (1, 0)).  Zero
+    division: precision is never 0/0 (every threshold keeps at least one item); no positive
+    (recall 0/0) is an error.
 
     Examples
     --------
@@ -219,12 +242,34 @@ def pr_curve(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray, np.ndar
     return tps / (tps + fps), tps / t.sum(), th
 
 
+def average_precision(y_true: Any, y_score: Any) -> float:
+    """Area under the PR curve by the step rule: AP = Σ_n (R_n − R_{n−1}) P_n.
+
+    The sum runs over the distinct thresholds of :func:`pr_curve` (a tie block is one threshold:
+    its items enter together), which is scikit-learn's ``average_precision_score`` exactly, and
+    :func:`embedeval.ranking.average_precision` with ``ties="threshold"``.  No trapezoids (they
+    overrate a classifier); no positive in ``y_true`` is an error (recall is undefined).
+
+    Zero division: needs a positive (an error otherwise, see :func:`pr_curve`).
+
+    Examples
+    --------
+    >>> average_precision([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])    # (1/2)·1 + (1/2)·(2/3)
+    0.8333333333333333
+    """
+    precision, recall, _ = pr_curve(y_true, y_score)
+    return float(np.sum(np.diff(recall, prepend=0.0) * precision))
+
+
 def select_threshold(y_true: Any, y_score: Any, *, method: str = "youden") -> tuple[float, float]:
     """Choose a decision threshold on the ROC curve: returns (threshold, criterion value).
 
     ``"accuracy"``: the largest accuracy; ``"closest_to_01"``: the ROC point nearest (0, 1)
     (criterion = that distance); ``"youden"``: the largest J = TPR - FPR.  The first threshold
     wins ties.
+
+    Ties: tied scores share a threshold (points of :func:`roc_curve`).  Zero division: both
+    classes are required (an error otherwise).
 
     Examples
     --------
@@ -254,6 +299,8 @@ def top_k_accuracy(y_true: Any, y_score: Any, *, k: int = 1, labels: Any = None)
     the k-th score count as hits (the optimistic rule); scikit-learn's ``top_k_accuracy_score``
     instead breaks ties by column order (higher column index first), so the two differ only
     when the true class ties with the k-th score.
+
+    Zero division: never (n >= 1 items).
 
     Examples
     --------

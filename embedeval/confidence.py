@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import EmbedevalWarning, InputError
+from ._errors import EmbedevalWarning, InputError, InputTypeError
 from ._validation import as_vector, check_choice, check_int, check_probability
 
 __all__ = [
@@ -44,9 +44,16 @@ __all__ = [
 ]
 
 
+def _check_bool(value: Any, name: str) -> None:
+    # A string such as "False" is truthy: it would silently flip the sign convention.
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{name} must be True or False; got {value!r}.")
+
+
 def _scores_and_confidence(
     scores: Any, confidence: Any, higher_is_confident: bool, name: str = "scores"
 ) -> tuple[np.ndarray, np.ndarray, int]:
+    _check_bool(higher_is_confident, "higher_is_confident")
     s = as_vector(scores, name, allow_nan=True)
     c = as_vector(confidence, "confidence", length=s.size, length_of=name)
     if np.any((s < 0) | (s > 1)):
@@ -140,6 +147,9 @@ def error_reject_curve(
     matter), the random baseline is the mean error (the expected E_k of a random order, for every
     k).  AUERC is invariant to any strictly increasing transform of the confidence.
 
+    Zero division: never — lone/NaN queries are removed first (counted in ``n_dropped``) and
+    k >= 1; all-NaN scores are an error.
+
     Examples
     --------
     >>> erc = error_reject_curve([1, 0, 1, 0], [0.9, 0.1, 0.8, 0.2])
@@ -200,6 +210,12 @@ def confidence_recall_curve(
     ``strategy="uniform"``: equal-width bins between the smallest and largest confidence;
     ``"quantile"``: equal-mass bins.  Bins are right-closed (a, b], the first bin closed.
 
+    Ties: equal confidences always share a bin; quantile edges are de-duplicated, so heavily
+    tied confidences give fewer (never empty-by-construction) bins.  Zero division: an empty bin
+    has count 0 and NaN means (it is not dropped, so bins stay aligned with ``edges``).
+    ``higher_is_confident`` does not change the bins: they and their means are reported in the
+    units given (a sigma stays a sigma); it is accepted for symmetry with the other functions.
+
     Examples
     --------
     >>> cur = confidence_recall_curve([0, 1, 1, 1], [0.1, 0.4, 0.6, 0.9], bins=2)
@@ -209,6 +225,8 @@ def confidence_recall_curve(
     s, c, _ = _scores_and_confidence(
         correct_or_scores, confidence, higher_is_confident, "correct_or_scores"
     )
+    if not higher_is_confident:
+        c = -c  # bin and report the values as given (a sigma stays a sigma)
     bins = check_int(bins, "bins")
     strategy = check_choice(strategy, "strategy", ("uniform", "quantile"))
     if strategy == "uniform":
@@ -246,6 +264,9 @@ def expected_calibration_error(correct: Any, confidence: Any, *, bins: int = 10)
 
     Bins are right-closed (a, b] with the first bin [0, 1/bins] closed; empty bins are skipped.
 
+    ``correct`` is 0/1 (or a per-query score in [0, 1], giving the bin's mean score).  Ties:
+    equal confidences share a bin.  Zero division: empty bins are skipped (weight 0).
+
     Examples
     --------
     >>> expected_calibration_error([1, 0, 1, 1], [0.95, 0.95, 0.3, 0.3], bins=2)
@@ -258,6 +279,8 @@ def expected_calibration_error(correct: Any, confidence: Any, *, bins: int = 10)
 def maximum_calibration_error(correct: Any, confidence: Any, *, bins: int = 10) -> float:
     """MCE = max over non-empty bins of |acc_b - conf_b| (bins as in ECE).
 
+    Ties: as ECE.  Zero division: empty bins are skipped.
+
     Examples
     --------
     >>> maximum_calibration_error([1, 0, 1, 1], [0.95, 0.95, 0.3, 0.3], bins=2)
@@ -267,11 +290,26 @@ def maximum_calibration_error(correct: Any, confidence: Any, *, bins: int = 10) 
     return float(gaps.max())
 
 
+def _binary_correct(s: np.ndarray) -> np.ndarray:
+    if not np.isin(s, (0.0, 1.0)).all():
+        i = int(np.flatnonzero(~np.isin(s, (0.0, 1.0)))[0])
+        raise InputError(
+            f"correct must be 0/1 (is the query right, e.g. per_query['precision_at_1']); "
+            f"correct[{i}] = {s[i]}. Threshold a graded metric first, e.g. map_at_r >= 0.5."
+        )
+    return s == 1.0
+
+
 def confidence_auroc(correct: Any, confidence: Any, *, higher_is_confident: bool = True) -> float:
     """R-AUROC: AUROC of "the query is correct" (e.g. R@1) against its confidence.
 
     The probability that a correct query is more confident than an incorrect one, ties counted
     half (Mann-Whitney).  NaN with a warning when all queries are correct or all wrong.
+
+    ``correct`` must be 0/1 (a graded metric such as MAP@R must be thresholded first).
+    R-AUROC = (Σ ranks of the correct − n₁(n₁+1)/2) / (n₁ n₀) with average ranks for ties, which
+    is scikit-learn's ``roc_auc_score(correct, confidence)``.  Zero division: all correct or all
+    wrong gives NaN and a warning.
 
     Examples
     --------
@@ -281,7 +319,7 @@ def confidence_auroc(correct: Any, confidence: Any, *, higher_is_confident: bool
     from scipy.stats import rankdata
 
     s, c, _ = _scores_and_confidence(correct, confidence, higher_is_confident, "correct")
-    positive = s > 0.5
+    positive = _binary_correct(s)
     n1, n0 = int(positive.sum()), int((~positive).sum())
     if n1 == 0 or n0 == 0:
         warnings.warn(
@@ -301,13 +339,16 @@ def best_threshold_accuracy(
 
     Thresholds run over every distinct confidence plus +inf (predict "wrong" for all).
 
+    ``correct`` must be 0/1.  Accuracy(t) = (#correct with c >= t + #wrong with c < t) / n.
+    Ties: a block of equal confidences is on one side of every threshold.  Zero division: never.
+
     Examples
     --------
     >>> best_threshold_accuracy([1, 1, 0, 0], [0.9, 0.5, 0.5, 0.1])
     0.75
     """
     s, c, _ = _scores_and_confidence(correct, confidence, higher_is_confident, "correct")
-    positive = s > 0.5
+    positive = _binary_correct(s)
     order = np.argsort(-c, kind="stable")
     c_sorted, p_sorted = c[order], positive[order]
     last_of_block = np.append(c_sorted[1:] != c_sorted[:-1], True)
@@ -348,6 +389,9 @@ def rank_correlation(
     nan_policy : {"raise", "omit", "propagate"}
         As in scipy: error on NaN, drop pairs with a NaN, or return NaN.
 
+    Zero division: constant input (or fewer than 2 pairs) has an undefined correlation: NaN
+    and an :class:`~embedeval.EmbedevalWarning`, never an exception.
+
     Examples
     --------
     >>> iq = [106, 86, 100, 101, 99, 103, 97, 113, 112, 110]
@@ -359,6 +403,7 @@ def rank_correlation(
 
     method = check_choice(method, "method", ("spearman", "kendall"))
     nan_policy = check_choice(nan_policy, "nan_policy", ("raise", "omit", "propagate"))
+    _check_bool(higher_is_uncertain, "higher_is_uncertain")
     p = as_vector(predicted, "predicted", allow_nan=True)
     t = as_vector(truth, "truth", length=p.size, length_of="predicted", allow_nan=True)
     bad = np.isnan(p) | np.isnan(t)
@@ -396,6 +441,9 @@ def hpd_interval(
     The shortest interval holding m = ⌊p·n⌋ + 1 sorted draws (capped at n): among the windows
     [x_(i), x_(i+m-1)] the narrowest one (the first if several tie).
 
+    Ties: equal widths keep the leftmost window.  Zero division: never (m >= 1 draw).  NaN or
+    infinite draws are an error.
+
     Examples
     --------
     >>> lo, hi = hpd_interval([0.0, 1.0, 1.1, 1.2, 5.0], prob=0.5)
@@ -403,13 +451,24 @@ def hpd_interval(
     (1.0, 1.2)
     """
     prob = check_probability(prob, "prob")
-    x = np.sort(np.asarray(samples, dtype=np.float64), axis=axis)
-    x = np.moveaxis(x, axis, -1)
+    raw = np.asarray(samples)
+    if raw.dtype == object or raw.dtype.kind not in "fiub":
+        raise InputTypeError(f"samples must be numeric draws; got dtype {raw.dtype}.")
+    if raw.ndim == 0:
+        raise InputError("samples must be an array of draws (at least 1-D); got a scalar.")
+    if not isinstance(axis, (int, np.integer)) or not -raw.ndim <= axis < raw.ndim:
+        raise InputError(
+            f"axis={axis!r} is out of range for samples of shape {raw.shape}; pass the axis "
+            "that holds the draws (default -1)."
+        )
+    x = np.moveaxis(np.sort(raw.astype(np.float64), axis=axis), axis, -1)
     n = x.shape[-1]
     if n == 0:
         raise InputError("samples is empty along the given axis.")
-    if np.isnan(x).any():
-        raise InputError("samples has NaN values; drop them first.")
+    if not np.isfinite(x).all():
+        raise InputError(
+            f"samples has {int((~np.isfinite(x)).sum())} NaN or infinite draw(s); drop them first."
+        )
     m = min(n, math.floor(prob * n) + 1)
     widths = x[..., m - 1 :] - x[..., : n - m + 1]
     start = np.argmin(widths, axis=-1)[..., None]
@@ -418,8 +477,29 @@ def hpd_interval(
     return low, high
 
 
+def _real_array(value: Any, name: str) -> np.ndarray:
+    """A float64 array of finite numbers >= 0 (a sigma or a kappa), or a clear error."""
+    raw = np.asarray(value)
+    if raw.dtype == object or raw.dtype.kind not in "fiub":
+        raise InputTypeError(f"{name} must be numeric; got dtype {raw.dtype}.")
+    arr = raw.astype(np.float64)
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        if arr.ndim == 0:
+            raise InputError(f"{name} must be finite and >= 0; got {float(arr)}.")
+        first = tuple(np.argwhere(bad)[0].tolist())
+        raise InputError(
+            f"{name} must be finite and >= 0; {int(bad.sum())} value(s) are not, first at "
+            f"{first if len(first) > 1 else first[0]} ({arr[first]})."
+        )
+    return arr
+
+
 def gaussian_credible_radius(sigma: Any, dim: int, prob: float = 0.95) -> np.ndarray:
-    """Radius of the HPD ball of an isotropic Gaussian N(μ, σ² I_dim): σ·sqrt(χ²_dim(p)).
+    """Radius of the HPD ball of an isotropic Gaussian N(μ, σ² I_dim): r = σ·sqrt(χ²_dim(p)).
+
+    ‖x − μ‖²/σ² follows χ² with ``dim`` degrees of freedom, so the ball of radius r holds
+    probability p.  ``sigma`` may be an array (one radius per item); ``prob=1`` gives ``inf``.
 
     Examples
     --------
@@ -430,46 +510,100 @@ def gaussian_credible_radius(sigma: Any, dim: int, prob: float = 0.95) -> np.nda
 
     dim = check_int(dim, "dim")
     prob = check_probability(prob, "prob")
-    sigma = np.asarray(sigma, dtype=np.float64)
-    if np.any(~np.isfinite(sigma)) or np.any(sigma < 0):
-        raise InputError("sigma must be finite and >= 0.")
+    sigma = _real_array(sigma, "sigma")
     return sigma * math.sqrt(chi2.ppf(prob, dim))
+
+
+def _vmf_cap_one(kappa: float, dim: int, prob: float) -> float:
+    """Cosine threshold t with P(μ·x >= t) = prob under vMF(κ) on S^(dim-1).
+
+    With u = (1 - w)/2 ∈ [0, 1] the density of w = μ·x becomes ∝ exp(-2κu) u^a (1-u)^a,
+    a = (dim-3)/2.  The mass is integrated in log space, scaled by its maximum and over a window
+    holding all but ~e^-40 of it, so any κ (0 to 1e7) and any dim work; for dim = 2 (a = -1/2,
+    integrable endpoint singularities) an algebraic quadrature weight takes the singular factor.
+    """
+    from scipy import integrate, optimize
+
+    if prob >= 1:
+        return -1.0
+    a = (dim - 3) / 2
+    k2 = 2.0 * kappa
+    if a < 0:
+        upper = 1.0 if k2 <= 50 else 60.0 / k2
+
+        def head(x: float) -> float:  # ∫_0^x exp(-2κu) u^a (1-u)^a du, singular weight u^a
+            return integrate.quad(
+                lambda u: math.exp(-k2 * u) * (1 - u) ** a, 0, x, weight="alg", wvar=(a, 0)
+            )[0]
+
+        if upper < 1.0:
+            total = head(upper)
+            mass = head
+        else:
+            total = integrate.quad(lambda u: math.exp(-k2 * u), 0, 1, weight="alg", wvar=(a, a))[0]
+
+            def mass(x: float) -> float:
+                if x <= 0.5:
+                    return head(x)
+                tail = integrate.quad(
+                    lambda u: math.exp(-k2 * u) * u**a, x, 1, weight="alg", wvar=(0, a)
+                )[0]
+                return total - tail
+
+        lo = 0.0
+    else:
+        if a == 0:
+            mode, sd = 0.0, 1.0 / k2 if k2 > 0 else 1.0
+        else:
+            b = k2 + 2 * a
+            mode = 0.5 if k2 == 0 else (b - math.sqrt(b * b - 4 * k2 * a)) / (2 * k2)
+            sd = 1.0 / math.sqrt(a / mode**2 + a / (1 - mode) ** 2)
+        lo = max(0.0, mode - 40 * sd)
+        upper = min(1.0, mode + 40 * sd + 40 / max(k2, 1e-300))
+
+        def log_density(u: float) -> float:
+            return -k2 * u + (a * (math.log(u) + math.log1p(-u)) if a else 0.0)
+
+        peak = log_density(mode) if a == 0 or 0 < mode < 1 else 0.0
+
+        def f(u: float) -> float:
+            if a and not 0 < u < 1:
+                return 0.0
+            return math.exp(log_density(u) - peak)
+
+        def mass(x: float) -> float:
+            if x <= lo:
+                return 0.0
+            points = [mode] if lo < mode < x else None
+            return integrate.quad(f, lo, x, points=points, limit=200, epsabs=0, epsrel=1e-11)[0]
+
+        total = mass(upper)
+    x = optimize.brentq(lambda x: mass(x) / total - prob, lo, upper, xtol=1e-15, rtol=1e-13)
+    return 1.0 - 2.0 * x
 
 
 def vmf_credible_cap(kappa: Any, dim: int, prob: float = 0.95) -> np.ndarray:
     """Cosine threshold t of the HPD cap {x : μ·x >= t} of a von Mises-Fisher on S^(dim-1).
 
-    The density of w = μ·x is ∝ exp(κ w) (1 - w²)^((dim-3)/2) on [-1, 1]; t solves
-    P(w >= t) = prob (numerical quadrature and root finding, per κ).
+    The density of w = μ·x is ∝ exp(κ w) (1 - w²)^((dim-3)/2) on [-1, 1] and increases with w,
+    so the highest-density region is a cap; t solves P(w >= t) = prob (adaptive quadrature in
+    log space and root finding, per κ; accurate to ~1e-12 for κ from 0 to 1e7).  dim = 3 has
+    the closed form t = 1 + log(1 - p(1 - e^(-2κ)))/κ; dim = 2 is the von Mises law on the
+    circle.  ``prob=1`` gives -1 (the whole sphere).
 
     Examples
     --------
     >>> round(float(vmf_credible_cap(0.0, 3, 0.5)), 6)   # uniform on the sphere: half above 0
     0.0
+    >>> round(float(vmf_credible_cap(1000.0, 3, 0.9)), 6)   # 1 + log(1 - 0.9)/1000
+    0.997697
     """
-    from scipy import integrate, optimize
-
     dim = check_int(dim, "dim", minimum=2)
     prob = check_probability(prob, "prob")
-    kappa = np.asarray(kappa, dtype=np.float64)
-    if np.any(~np.isfinite(kappa)) or np.any(kappa < 0):
-        raise InputError("kappa must be finite and >= 0.")
-    power = (dim - 3) / 2
-
-    def upper_mass(t: float, k: float) -> float:
-        def f(w: float) -> float:
-            return math.exp(k * (w - 1)) * (1 - w * w) ** power if abs(w) < 1 else 0.0
-
-        num = integrate.quad(f, t, 1, limit=200)[0]
-        den = integrate.quad(f, -1, 1, limit=200, points=[1 - min(1, 10 / max(k, 1e-9))])[0]
-        return num / den
-
-    def solve(k: float) -> float:
-        if prob >= 1:
-            return -1.0
-        return optimize.brentq(lambda t: upper_mass(t, k) - prob, -1 + 1e-12, 1 - 1e-12, xtol=1e-10)
-
-    return np.vectorize(solve, otypes=[float])(kappa)
+    kappa = _real_array(kappa, "kappa")
+    unique, inverse = np.unique(kappa, return_inverse=True)  # one root solve per distinct κ
+    caps = np.array([_vmf_cap_one(float(k), dim, prob) for k in unique])
+    return caps[inverse].reshape(kappa.shape)
 
 
 @dataclass(frozen=True)
@@ -479,6 +613,12 @@ class CoverageCurve:
     nominal: np.ndarray
     empirical: np.ndarray
     n_queries: int
+
+    def plot(self, ax: Any = None, label: str | None = None) -> Any:
+        """Draw coverage against the nominal level with the diagonal (see embedeval.plots)."""
+        from .plots import plot_coverage
+
+        return plot_coverage(self, ax=ax, label=label)
 
 
 def credible_coverage(
@@ -496,6 +636,9 @@ def credible_coverage(
     ``uncertainty`` is κ and the region is the cap :func:`vmf_credible_cap` around the
     normalised query (cosine).  Leave-one-out: a query's own row is not counted; lone queries
     are skipped.  Well-calibrated uncertainties put the curve on the diagonal.
+
+    Ties: a reference exactly on the region's boundary counts as inside.  Zero division: lone
+    queries (no other member of the class) are skipped; all lone is an error.
 
     Examples
     --------
@@ -522,14 +665,22 @@ def credible_coverage(
         if members.size < 2:
             continue
         xc = x[members]
-        if model == "vmf":
-            closeness = xc @ xc.T
-            inside = closeness[:, :, None] >= thresholds[members][:, None, :]
-        else:
-            sq = np.maximum(((xc[:, None, :] - xc[None, :, :]) ** 2).sum(-1), 0)
-            inside = np.sqrt(sq)[:, :, None] <= thresholds[members][:, None, :]
-        np.einsum("iij->ij", inside)[:] = False  # not the query itself
-        fractions.append(inside.sum(axis=1) / (members.size - 1))
+        sq_norms = (xc * xc).sum(1)
+        counts = np.empty((members.size, levels.size))
+        # Row blocks keep memory at block x class size (a large class would not fit at once).
+        step = max(1, 2**22 // max(members.size * levels.size, 1))
+        for lo in range(0, members.size, step):
+            rows = slice(lo, lo + step)
+            gram = xc[rows] @ xc.T
+            if model == "vmf":
+                inside = gram[:, :, None] >= thresholds[members[rows]][:, None, :]
+            else:
+                sq = np.maximum(sq_norms[rows, None] + sq_norms[None, :] - 2 * gram, 0)
+                inside = np.sqrt(sq)[:, :, None] <= thresholds[members[rows]][:, None, :]
+            own = np.arange(inside.shape[0])
+            inside[own, own + lo] = False  # not the query itself
+            counts[rows] = inside.sum(axis=1)
+        fractions.append(counts / (members.size - 1))
     if not fractions:
         raise InputError("every query is lone (no other member of its class); no coverage.")
     per_query = np.concatenate(fractions)
@@ -546,7 +697,17 @@ def confidence_summary(
 
     For each metric m: ``auerc_m``, ``oracle_auerc_m``, ``random_auerc_m``, ``excess_auerc_m``;
     and from ``precision_at_1`` (else ``recall_at_1``): ``r_auroc`` and
-    ``best_threshold_accuracy``.
+    ``best_threshold_accuracy``.  NaN entries (lone queries) are dropped per metric, as in
+    :func:`error_reject_curve`; ``evaluate`` reports how many in ``result.n_lone``.  Ties and
+    zero division follow the functions above (``r_auroc`` is NaN when every query is right or
+    every query is wrong).
+
+    Examples
+    --------
+    >>> out = confidence_summary({"precision_at_1": [1.0, 0.0, 1.0, float("nan")]},
+    ...                          [0.9, 0.1, 0.8, 0.5])
+    >>> round(out["auerc_precision_at_1"], 4), out["r_auroc"]   # (0 + 0 + 1/3) / 3
+    (0.1111, 1.0)
     """
     out: dict[str, float] = {}
     for name, values in per_query.items():
@@ -569,6 +730,16 @@ def confidence_summary(
             per_query[key], confidence, higher_is_confident=higher_is_confident
         )
     return out
+
+
+def _check_rejection_fractions(fractions: Any, name: str = "rejection_fractions") -> np.ndarray:
+    """Rejection fractions as a 1-D float array of numbers in [0, 1), or a clear error."""
+    fr = np.asarray([check_probability(f, name, open_left=False) for f in np.atleast_1d(fractions)])
+    if fr.size == 0:
+        raise InputError(f"{name} is empty; pass fractions such as (0.0, 0.1, 0.2).")
+    if np.any(fr >= 1):
+        raise InputError(f"{name} must be < 1 (something must remain to evaluate); got {fr}.")
+    return fr
 
 
 @dataclass(frozen=True)
@@ -598,6 +769,9 @@ def reject_both_curve(
     confidence are broken by position (earlier rows are kept first), so the result is
     deterministic.
 
+    Zero division: queries that become lone after the rejection are left out of the averages
+    as in :func:`embedeval.evaluate`; ``fractions`` must stay below 1.
+
     Examples
     --------
     >>> x = [[0.0], [0.1], [1.0], [1.1], [0.5]]
@@ -612,13 +786,13 @@ def reject_both_curve(
     x = as_embeddings(embeddings, "embeddings")
     y = as_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
     c = as_vector(confidences, "confidences", length=x.shape[0], length_of="embeddings")
+    _check_bool(higher_is_confident, "higher_is_confident")
     if not higher_is_confident:
         c = -c
-    fr = np.asarray(
-        [check_probability(f, "fractions", open_left=False) for f in np.atleast_1d(fractions)]
-    )
-    if np.any(fr >= 1):
-        raise InputError("fractions must be < 1 (something must remain to evaluate).")
+    fr = _check_rejection_fractions(fractions, "fractions")
+    groups = evaluate_kwargs.pop("query_groups", None)
+    if groups is not None:  # group ids travel with their items
+        groups = as_labels(groups, "query_groups", length=x.shape[0], length_of="embeddings")
     order = np.argsort(-c, kind="stable")  # most confident first, ties by position
     results: dict[str, list[float]] = {}
     kept = []
@@ -627,7 +801,13 @@ def reject_both_curve(
         keep = np.sort(order[:n_keep])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", EmbedevalWarning)
-            res = evaluate(x[keep], y[keep], metrics=metrics, **evaluate_kwargs)
+            res = evaluate(
+                x[keep],
+                y[keep],
+                metrics=metrics,
+                query_groups=None if groups is None else groups[keep],
+                **evaluate_kwargs,
+            )
         for name, value in res.metrics.items():
             results.setdefault(name, []).append(value)
         kept.append(n_keep)

@@ -228,11 +228,15 @@ def confidence_sweep(
     levels: Any = None,
     clean_level: float = 0.7,
     noise: float = 0.05,
+    corruption: str = "flip",
+    scale: float = 0.5,
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
     """The experiment behind ``confidence_recall_metrics.png``.
 
-    Flip the labels of ``fraction`` of the points, give the flipped points confidence ``level``
+    Corrupt ``fraction`` of the points — ``corruption="flip"`` (default) flips their labels
+    (:func:`corrupt_labels`), ``"move"`` adds Gaussian noise of standard deviation ``scale`` to
+    their coordinates (:func:`move_points`) — give the corrupted points confidence ``level``
     and the others ``clean_level`` (plus noise), and measure, for each level, AUERC via R@1 and
     via MAP@R and R-AUROC.  When the corrupted points are the least confident (low level) the
     confidence ranks the errors and the AUERCs are low; as their confidence grows past the clean
@@ -258,7 +262,12 @@ def confidence_sweep(
             first = int(np.flatnonzero((levels < 0) | (levels > 1))[0])
             raise InputError(f"levels must lie in [0, 1]; levels[{first}] = {levels[first]}.")
     check_probability(clean_level, "clean_level", open_left=False)
-    y, mask = corrupt_labels(labels, fraction=fraction, seed=seed)
+    corruption = check_choice(corruption, "corruption", ("flip", "move"))
+    if corruption == "flip":
+        y, mask = corrupt_labels(labels, fraction=fraction, seed=seed)
+    else:
+        y = as_labels(labels, "labels")
+        points, mask = move_points(points, scale=scale, fraction=fraction, seed=seed)
     res = evaluate(points, y, metrics=["precision_at_1", "map_at_r"], progress=False)
     out: dict[str, list[float]] = {"auerc_recall_at_1": [], "auerc_map_at_r": [], "r_auroc": []}
     for i, level in enumerate(levels):

@@ -152,6 +152,12 @@ def evaluate(
             "reject_from='both' removes rejected items from queries and gallery alike, so it "
             "needs confidences= and leave-one-out evaluation (reference=None)."
         )
+    if confidences is not None:
+        from .confidence import _check_bool, _check_rejection_fractions
+
+        _check_bool(higher_is_confident, "higher_is_confident")
+        if reject_from == "both":
+            rejection_fractions = _check_rejection_fractions(rejection_fractions)
     distance = check_choice(distance, "distance", DISTANCES)
     average = check_choice(average, "average", ("micro", "macro"))
     if isinstance(k, str):

@@ -15,6 +15,7 @@ import numpy as np
 __all__ = [
     "plot_checkpoints",
     "plot_confidence_metrics",
+    "plot_coverage",
     "plot_distance_histograms",
     "plot_embedding_2d",
     "plot_error_reject_curve",
@@ -466,5 +467,47 @@ def plot_distance_histograms(
     ax.set_xlabel(unit)
     ax.set_ylabel("density")
     ax.set_title("Positive and negative pair distances")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_coverage(curve: Any, *, ax: Any = None, label: str | None = None) -> Any:
+    """Empirical coverage of credible regions against their nominal level, with the diagonal.
+
+    ``curve`` is an :class:`embedeval.confidence.CoverageCurve`.  Points on the diagonal mean
+    calibrated uncertainties; below it the regions are too small (over-confident), above it
+    too large (under-confident).
+
+    Examples
+    --------
+    >>> from embedeval.confidence import CoverageCurve
+    >>> fig = plot_coverage(CoverageCurve(np.array([0.5, 0.9]), np.array([0.4, 0.85]), 10))
+    >>> fig.axes[0].get_lines()[1].get_ydata().tolist()
+    [0.4, 0.85]
+    """
+    from ._errors import InputTypeError
+
+    missing = [a for a in ("nominal", "empirical") if not hasattr(curve, a)]
+    if missing:
+        raise InputTypeError(
+            f"curve must be a CoverageCurve (from embedeval.confidence.credible_coverage); "
+            f"got {type(curve).__name__} without {missing}."
+        )
+    fig, ax = _axes(ax)
+    ax.plot([0, 1], [0, 1], ":", color="0.3", lw=1.5, label="calibrated (diagonal)")
+    ax.plot(
+        curve.nominal,
+        curve.empirical,
+        "-",
+        marker=_MARKERS[0],
+        color=_COLORS[0],
+        lw=2,
+        label=label or "empirical coverage",
+    )
+    ax.set_xlabel("nominal level p of the credible region")
+    ax.set_ylabel("fraction of same-class references inside")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_title("Coverage of credible regions versus nominal level")
     ax.legend(fontsize=8)
     return fig

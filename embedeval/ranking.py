@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,6 +34,8 @@ from ._errors import EmbedevalWarning, InputError
 from ._validation import check_choice, check_int, divide
 
 __all__ = [
+    "AlignedRuns",
+    "align_by_id",
     "average_precision",
     "cumulative_gain",
     "dcg",
@@ -66,6 +68,12 @@ def _as_2d(
     s = np.asarray(y_score)
     if t.dtype == object or s.dtype == object:
         raise InputError("y_true and y_score must be numeric arrays, not object arrays.")
+    for name, arr in (("y_true", t), ("y_score", s)):
+        if arr.dtype.kind not in "fiub":
+            raise InputError(
+                f"{name} must be numeric (relevance / scores); got dtype {arr.dtype}. Map labels "
+                "to relevance first, e.g. with from_neighbors or align_by_id."
+            )
     single = t.ndim == 1
     if t.ndim not in (1, 2) or t.shape != s.shape:
         raise InputError(
@@ -259,6 +267,10 @@ def precision(
     ``average="macro"``: mean of per-query precisions; ``"micro"``: pooled counts;
     ``"none"``: the per-query values.
 
+    Ties: none (``y_pred`` are flags, not scores).  Zero division: a query that retrieves
+    nothing has 0/0 and gets ``zero_division`` (``"micro"``: only when nothing at all is
+    retrieved).
+
     Examples
     --------
     >>> precision([[1, 0, 1, 0], [0, 0, 1, 1]], [[1, 1, 0, 0], [0, 0, 1, 1]])
@@ -275,6 +287,8 @@ def recall(
 ) -> float | np.ndarray:
     """Set recall TP / (TP + FN).
 
+    Ties: none.  Zero division: a query with no relevant item gets ``zero_division``.
+
     Examples
     --------
     >>> recall([[1, 0, 1, 0]], [[1, 1, 0, 0]], average="none").tolist()
@@ -288,6 +302,8 @@ def fallout(
     y_true: Any, y_pred: Any, *, average: str = "macro", zero_division: Any = "warn"
 ) -> float | np.ndarray:
     """Fall-out FP / (FP + TN): the share of non-relevant items retrieved.
+
+    Ties: none.  Zero division: a query whose every item is relevant gets ``zero_division``.
 
     Examples
     --------
@@ -311,6 +327,9 @@ def f_beta(
     trec_eval's ``set_F.x`` takes x = β² (so its ``set_F.0.5`` is F_{√0.5}); pass
     ``beta=math.sqrt(x)`` to match it.  Computed from counts as
     (1 + β²) TP / ((1 + β²) TP + β² FN + FP), so P or R being undefined is not an issue.
+
+    Ties: none.  Zero division: only a query with no relevant and no retrieved item (0/0) gets
+    ``zero_division``; scikit-learn's ``fbeta_score`` agrees.
 
     Examples
     --------
@@ -336,6 +355,11 @@ def precision_at_k(
     y_true: Any, y_score: Any, *, k: int, ties: str = "expected"
 ) -> float | np.ndarray:
     """P@k = (relevant among the top k) / k — divides by k even when fewer than k items exist.
+
+    Ties: ``"expected"`` replaces each position's relevance by its tie block's mean (the
+    probability that position is relevant), so a block cut by k contributes its expected hits;
+    ``"pessimistic"`` / ``"optimistic"`` put relevant items last / first.  Zero division: never
+    (k >= 1).  Same as trec_eval's ``P_k`` and ranx's ``precision@k`` on untied scores.
 
     Examples
     --------
@@ -372,6 +396,9 @@ def recall_at_k(
 
     Not the metric-learning "Recall@k" (a hit rate): see :func:`hit_rate_at_k`.
 
+    Ties: as :func:`precision_at_k` (expected hits in the top k).  Zero division:
+    ``n_relevant = 0`` gets ``zero_division``.
+
     Examples
     --------
     >>> recall_at_k([1, 0, 1, 1], [0.9, 0.8, 0.7, 0.1], k=2, n_relevant=4)
@@ -395,6 +422,8 @@ def hit_rate_at_k(
 
     For a tie block cut by k, taking c of its g items of which r are relevant misses them all
     with probability C(g-r, c) / C(g, c).
+
+    Zero division: never; a query with no relevant item scores 0.
 
     Examples
     --------
@@ -438,6 +467,10 @@ def r_precision(
     zero_division: Any = "warn",
 ) -> float | np.ndarray:
     """R-precision: precision at R = number of relevant items in the collection.
+
+    R-Prec = (relevant among the top R) / R with R = ``n_relevant`` (a list shorter than R
+    counts its end as misses).  Ties: expected hits in the top R (block means), or pessimistic /
+    optimistic.  Zero division: R = 0 gets ``zero_division``.  Same as trec_eval's ``Rprec``.
 
     Examples
     --------
@@ -494,7 +527,8 @@ def average_precision(
         normalization, "normalization", ("relevant", "min_k_relevant", "hits")
     )
     n = t.shape[1]
-    k = min(_k(k, n), n)
+    k_asked = _k(k, n)
+    k = min(k_asked, n)
     r = _Ranked(t, s, ties, k=k)
     rel = (r.rel > 0).astype(np.float64)
     n = rel.shape[1]
@@ -520,7 +554,7 @@ def average_precision(
     if normalization == "relevant":
         den = _n_relevant(n_relevant, t)
     elif normalization == "min_k_relevant":
-        den = np.minimum(_n_relevant(n_relevant, t), k)
+        den = np.minimum(_n_relevant(n_relevant, t), k_asked)  # the k asked, not the list
     else:
         den = r.gains(rel)[:, :k].sum(1)
         if ties == "expected" and r.any_ties and k < n:
@@ -575,6 +609,11 @@ def _hits_expected(
 def mean_average_precision(y_true: Any, y_score: Any, **kwargs: Any) -> float:
     """MAP: the mean of :func:`average_precision` over queries (rows).
 
+    Takes the keyword arguments of :func:`average_precision` (``k``, ``n_relevant``,
+    ``normalization``, ``ties``, ``zero_division``), with its tie rule; a query with no relevant
+    item contributes its ``zero_division`` value (so ``zero_division=nan`` makes MAP NaN, like
+    a NaN in any mean).  trec_eval's ``map`` and ranx's ``map`` on untied scores.
+
     Examples
     --------
     >>> mean_average_precision([[1, 0], [0, 1]], [[0.9, 0.1], [0.9, 0.1]])
@@ -603,6 +642,8 @@ def interpolated_average_precision(
     each tie block (``ties="threshold"``) or at every position (``"pessimistic"`` /
     ``"optimistic"``).
 
+    Zero division: a query with no relevant item (recall undefined) gets ``zero_division``.
+
     Examples
     --------
     >>> round(interpolated_average_precision([1, 0, 1], [0.9, 0.8, 0.7]), 4)
@@ -624,12 +665,17 @@ def interpolated_average_precision(
     else:
         pos = np.arange(1, t.shape[1] + 1, dtype=np.float64)[None, :].repeat(t.shape[0], 0)
     prec = cum / pos
-    rec = _divide(cum, np.repeat(n_rel[:, None], t.shape[1], 1), zero_division, "no relevant item")
+    # No relevant item: recall stays 0 here and the policy decides the value at the end.
+    rec = cum / np.maximum(n_rel, 1)[:, None]
+    defined = np.where(n_rel > 0, 1.0, 0.0)
     # interpolated precision at position i: max precision at positions >= i
     interp = np.maximum.accumulate(prec[:, ::-1], axis=1)[:, ::-1]
+    if isinstance(points, str):
+        points = check_choice(points, "points", ("all",))
     if points == "all":
         step = np.diff(np.concatenate([np.zeros((t.shape[0], 1)), rec], axis=1), axis=1)
-        return _out((step * interp).sum(1), single)
+        area = (step * interp).sum(1)
+        return _out(_divide(area, defined, zero_division, "no relevant item"), single)
     points = check_int(points, "points", minimum=2)
     levels = np.linspace(0, 1, points)
     # for each level, the first position whose recall reaches it
@@ -637,7 +683,7 @@ def interpolated_average_precision(
     has = reach.any(1)
     first = np.argmax(reach, axis=1)
     vals = np.where(has, np.take_along_axis(interp, first, axis=1), 0.0)
-    return _out(vals.mean(1), single)
+    return _out(_divide(vals.mean(1), defined, zero_division, "no relevant item"), single)
 
 
 def reciprocal_rank(
@@ -648,6 +694,8 @@ def reciprocal_rank(
     With ``ties="expected"`` and the first relevant item in a tie block starting at position
     s+1 with g items of which r are relevant, E[1/rank] = Σ_j P(first = s + j) / (s + j) with
     P(first = s + j) = C(g-j, r-1) / C(g, r).
+
+    Zero division: never; no relevant item in the top k gives 0 (trec_eval's ``recip_rank``).
 
     Examples
     --------
@@ -682,6 +730,9 @@ def reciprocal_rank(
 def mean_reciprocal_rank(y_true: Any, y_score: Any, **kwargs: Any) -> float:
     """MRR: mean of :func:`reciprocal_rank` over queries.
 
+    Takes the keyword arguments of :func:`reciprocal_rank` (``k``, ``ties``) and its tie rule;
+    a query without a relevant item contributes 0 (no zero division).
+
     Examples
     --------
     >>> mean_reciprocal_rank([[0, 1], [1, 0]], [[0.9, 0.1], [0.9, 0.1]])
@@ -699,6 +750,9 @@ def cumulative_gain(
     y_true: Any, y_score: Any, *, k: int | None = None, ties: str = "expected"
 ) -> float | np.ndarray:
     """CG@k: the sum of relevance grades in the top k.
+
+    Ties: ``"expected"`` gives each position of a tie block the block's mean grade (exact
+    expectation); pessimistic / optimistic put low / high grades first.  Zero division: never.
 
     Examples
     --------
@@ -721,6 +775,8 @@ def dcg(
 
     With ``ties="expected"`` every position in a tie block gets the block's mean gain (the
     exact expectation over orderings); scikit-learn's ``dcg_score`` does the same.
+
+    Zero division: never (a sum).
 
     Examples
     --------
@@ -753,6 +809,11 @@ def ndcg(
         row / list per query).  Default: the grades in ``y_true``, i.e. the retrieved list
         itself — which overrates a system that retrieves few of the relevant items.
 
+    Ties: the DCG part follows ``ties`` (see :func:`dcg`); the ideal ranking sorts grades, where
+    ties do not matter.  Zero division: an ideal DCG of 0 (no graded item) gets
+    ``zero_division``.  scikit-learn's ``ndcg_score`` = ``ideal=None``; trec_eval/ranx
+    ``ndcg_cut`` = ``ideal=`` the qrels grades.
+
     Examples
     --------
     >>> grades = [0, 2, 1, 3, 0, 2, 0, 3, 1, 3]           # ranks 1..10
@@ -783,8 +844,15 @@ def ndcg(
         )
         if len(rows) != t.shape[0]:
             raise InputError(f"ideal has {len(rows)} rows but there are {t.shape[0]} queries.")
+        if any(r.ndim != 1 for r in rows):
+            raise InputError(
+                "ideal must be one 1-D list of grades per query (ragged lists allowed); got "
+                "a scalar or nested row."
+            )
     for i, row in enumerate([grades] if rows is None and ideal is not None else rows or []):
         _check_ideal(row, i if rows is not None else None)
+    if ideal is not None:
+        _check_ideal_holds_the_list(t, [grades] if rows is None else rows, rows is None)
     if rows is not None:  # ragged lists of grades: one short sort per query
         width = max(min(k, len(r)) for r in rows)
         best = np.zeros((t.shape[0], max(width, 1)))
@@ -793,6 +861,41 @@ def ndcg(
             best[i, : top.size] = _gain(top, gain)
     idcg = (best * _discounts(best.shape[1])).sum(1)
     return _out(_divide(actual, idcg, zero_division, "an ideal DCG of 0"), single)
+
+
+def _check_ideal_holds_the_list(t: np.ndarray, ideal: list, rectangular: bool) -> None:
+    """The retrieved grades must be a sub-multiset of the collection's (else nDCG can pass 1).
+
+    Equivalent test: the i-th largest retrieved grade <= the i-th largest ideal grade, for all i.
+    """
+    listed = -np.sort(-t, axis=1)
+    if rectangular:
+        best = -np.sort(-np.atleast_2d(ideal[0]), axis=1)
+        width = max(listed.shape[1], best.shape[1])
+        lp = np.zeros((t.shape[0], width))
+        bp = np.zeros((t.shape[0], width))
+        lp[:, : listed.shape[1]] = listed
+        bp[:, : best.shape[1]] = best
+        bad_rows = np.flatnonzero((lp > bp).any(1))
+        rows = [(int(i), lp[i], bp[i]) for i in bad_rows[:1]]
+    else:
+        rows = []
+        for i, row in enumerate(ideal):
+            best = np.sort(row)[::-1]
+            width = max(listed.shape[1], best.size)
+            lp, bp = np.zeros(width), np.zeros(width)
+            lp[: listed.shape[1]], bp[: best.size] = listed[i], best
+            if (lp > bp).any():
+                rows = [(i, lp, bp)]
+                break
+    for i, lp, bp in rows:
+        j = int(np.flatnonzero(lp > bp)[0])
+        raise InputError(
+            f"ideal (row {i}) does not hold the retrieved grades: sorted best first, position "
+            f"{j + 1} of the list has grade {lp[j]:g} but ideal has {bp[j]:g}.  ideal must give "
+            "the grades of every judged item in the collection, the retrieved ones included "
+            "(else nDCG can exceed 1)."
+        )
 
 
 def _check_ideal(grades: np.ndarray, row: int | None) -> None:
@@ -814,12 +917,15 @@ def _rectangular(ideal: Any) -> np.ndarray | None:
 
 
 def precision_recall_curve(
-    y_true: Any, y_score: Any, *, n_relevant: int | None = None
+    y_true: Any, y_score: Any, *, n_relevant: int | None = None, zero_division: Any = "warn"
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Precision and recall at every distinct score threshold (one query).
 
     Returns ``precision, recall, thresholds`` ordered by decreasing threshold; a tie block is one
-    threshold (as in scikit-learn, which orders them the other way and appends (1, 0)).
+    threshold (as in scikit-learn, which orders them the other way and appends (1, 0)).  At the
+    threshold t, precision = hits(score >= t) / count(score >= t) (never 0/0: the highest
+    threshold retrieves at least one item) and recall = hits / ``n_relevant``; with no relevant
+    item recall follows ``zero_division``.
 
     Examples
     --------
@@ -836,7 +942,12 @@ def precision_recall_curve(
     hits = np.cumsum(rel)[ends]
     n_rel = _n_relevant(n_relevant, t)[0]
     prec = hits / (ends + 1)
-    rec = _divide(hits, np.full(hits.shape, n_rel), "warn", "no relevant item")
+    rec = divide(
+        hits,
+        np.full(hits.shape, n_rel),
+        zero_division,
+        "the query has no relevant item, so recall is undefined at its {n} threshold(s)",
+    )
     return prec, rec, r.score[0, ends]
 
 
@@ -848,6 +959,10 @@ def system_efficiency(
     Pass a ranking (``y_true``, ``y_score``) or precision/recall arrays.  E = 1 for a perfect
     system, 0 when the best point is (0, 0).
 
+    Ties: the PR points are read at the end of each tie block (one threshold per block, as
+    :func:`precision_recall_curve`).  Zero division: with no relevant item recall is 0 (with a
+    warning), see :func:`precision_recall_curve`.
+
     Examples
     --------
     >>> system_efficiency(precision=[1.0, 0.5], recall=[0.5, 1.0])
@@ -857,10 +972,20 @@ def system_efficiency(
         if y_true is None or y_score is None:
             raise InputError("pass y_true and y_score, or precision and recall.")
         precision, recall, _ = precision_recall_curve(y_true, y_score)
-    p = np.asarray(precision, dtype=np.float64)
-    r = np.asarray(recall, dtype=np.float64)
+    try:
+        p = np.asarray(precision, dtype=np.float64)
+        r = np.asarray(recall, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError("precision and recall must be arrays of numbers in [0, 1].") from None
     if p.shape != r.shape or p.size == 0:
         raise InputError("precision and recall must be non-empty arrays of the same shape.")
+    bad = ~((p >= 0) & (p <= 1) & (r >= 0) & (r <= 1))  # also catches NaN
+    if bad.any():
+        i = int(np.flatnonzero(bad.ravel())[0])
+        raise InputError(
+            f"precision and recall must lie in [0, 1]; {int(bad.sum())} point(s) do not, first "
+            f"at index {i} (precision {p.ravel()[i]}, recall {r.ravel()[i]})."
+        )
     d = np.sqrt((1 - p) ** 2 + (1 - r) ** 2).min()
     return float(1 - d / math.sqrt(2))
 
@@ -885,22 +1010,139 @@ def from_neighbors(
     >>> y.tolist(), s.tolist()
     ([[1.0, 1.0]], [[-0.1, -0.4]])
     """
-    d = np.asarray(distances, dtype=np.float64)
+    from ._validation import as_labels
+
+    d = np.asarray(distances)
     idx = np.asarray(indices)
+    if d.dtype.kind not in "fiu" or idx.dtype.kind not in "iu":
+        raise InputError(
+            f"distances must be numeric and indices integer (faiss's D, I); got dtypes {d.dtype} "
+            f"and {idx.dtype}."
+        )
+    d = d.astype(np.float64)
     if d.shape != idx.shape or d.ndim != 2:
         raise InputError(
             f"distances and indices must be 2-D of one shape; got {d.shape}, {idx.shape}."
         )
-    ql = np.asarray(query_labels)
-    rl = np.asarray(reference_labels)
+    pad = idx < 0
+    if not np.isfinite(d[~pad]).all():
+        first = tuple(np.argwhere(~np.isfinite(d) & ~pad)[0].tolist())
+        raise InputError(
+            f"distances has NaN or infinite values at real neighbours (first at {first}); "
+            "repair the search result (faiss pads missing neighbours with index -1)."
+        )
+    ql = as_labels(query_labels, "query_labels")
+    rl = as_labels(reference_labels, "reference_labels")
     if ql.shape[0] != d.shape[0]:
         raise InputError(
             f"query_labels has {ql.shape[0]} labels but there are {d.shape[0]} rows of neighbours."
         )
-    pad = idx < 0
+    if (idx >= rl.shape[0]).any():
+        first = tuple(np.argwhere(idx >= rl.shape[0])[0].tolist())
+        raise InputError(
+            f"indices{list(first)} = {idx[first]} is out of range for {rl.shape[0]} "
+            "reference_labels; pass the labels of the searched reference set."
+        )
     y = (rl[np.where(pad, 0, idx)] == ql[:, None]) & ~pad
     score = d if higher_is_better else -d
-    score = np.where(pad, -np.inf, score)
     if pad.any():
-        score = np.where(pad, np.nanmin(np.where(pad, np.inf, score)) - 1.0, score)
+        # Below every real score and distinct (no artificial tie block, no tie warning), and
+        # finite even for a row with no real neighbour.
+        real = score[~pad]
+        floor = float(real.min()) if real.size else 0.0
+        step = 1.0 + abs(floor)
+        below = floor - step * (1.0 + np.arange(d.shape[1], dtype=np.float64))
+        score = np.where(pad, below[None, :], score)
     return y.astype(np.float64), score
+
+
+class AlignedRuns(NamedTuple):
+    """Judgements and a run aligned query by query (see :func:`align_by_id`)."""
+
+    query_ids: list
+    y_true: np.ndarray
+    y_score: np.ndarray
+    n_relevant: np.ndarray
+    ideal: list
+
+
+def _numbers(mapping: Any, what: str, qid: Any) -> tuple[list, np.ndarray]:
+    if not isinstance(mapping, dict):
+        raise InputError(
+            f"{what}[{qid!r}] must be a dict of document id -> number; got "
+            f"{type(mapping).__name__}."
+        )
+    try:
+        values = np.fromiter((float(v) for v in mapping.values()), np.float64, len(mapping))
+    except (TypeError, ValueError):
+        raise InputError(f"{what}[{qid!r}] holds a value that is not a number.") from None
+    return list(mapping), values
+
+
+def align_by_id(qrels: Any, run: Any) -> AlignedRuns:
+    """Align judgements and a run by query id (and document id), for the ranking metrics.
+
+    ``qrels`` maps query id -> {document id: relevance grade >= 0} (the judged collection);
+    ``run`` maps query id -> {document id: score, higher is better} (the retrieved list), the
+    layout of ranx and trec_eval.  Queries are matched **by id**, never by position: a query id
+    present on one side only is an error (an empty run ``{qid: {}}`` scores a query 0 on
+    purpose).  Row i of the result is ``query_ids[i]`` (the order of ``qrels``); documents of the
+    run missing from the qrels are non-relevant (grade 0); shorter runs are padded with
+    non-relevant items scored below every retrieved one (distinct scores, so padding creates no
+    ties and changes no metric: P@k still divides by k, as trec_eval does).
+
+    Returns
+    -------
+    AlignedRuns
+        ``query_ids``; ``y_true`` (grades, float64, n_queries x longest run: pass ``y_true > 0``
+        to the binary metrics); ``y_score``; ``n_relevant`` (judged items with grade > 0 per
+        query, for recall, AP and R-precision); ``ideal`` (the judged grades per query, for
+        :func:`ndcg`).
+
+    Examples
+    --------
+    >>> a = align_by_id({"q1": {"d1": 1, "d2": 1}, "q2": {"d3": 2}},
+    ...                 {"q2": {"d3": 0.2, "d9": 0.9}, "q1": {"d2": 0.5}})
+    >>> a.query_ids, a.y_true.tolist(), a.n_relevant.tolist()
+    (['q1', 'q2'], [[1.0, 0.0], [2.0, 0.0]], [2.0, 1.0])
+    >>> average_precision(a.y_true > 0, a.y_score, n_relevant=a.n_relevant).tolist()
+    [0.5, 0.5]
+    """
+    for name, value in (("qrels", qrels), ("run", run)):
+        if not isinstance(value, dict) or not value:
+            raise InputError(
+                f"{name} must be a non-empty dict of query id -> {{document id: number}}; got "
+                f"{type(value).__name__}{' (empty)' if isinstance(value, dict) else ''}."
+            )
+    only_q = [q for q in qrels if q not in run]
+    only_r = [q for q in run if q not in qrels]
+    if only_q or only_r:
+        raise InputError(
+            f"qrels and run must hold the same query ids; {len(only_q)} only in qrels (e.g. "
+            f"{only_q[:3]}), {len(only_r)} only in run (e.g. {only_r[:3]}). Drop the extra run "
+            "queries, or give an unanswered query an empty run {qid: {}} to score it 0."
+        )
+    ids = list(qrels)
+    rows = []
+    for q in ids:
+        docs, scores = _numbers(run[q], "run", q)
+        judged, grades = _numbers(qrels[q], "qrels", q)
+        if not np.isfinite(scores).all():
+            raise InputError(f"run[{q!r}] has a NaN or infinite score; repair or drop it.")
+        if not (np.isfinite(grades) & (grades >= 0)).all():
+            raise InputError(f"qrels[{q!r}] has a grade that is NaN, infinite or negative.")
+        grade_of = dict(zip(judged, grades.tolist(), strict=True))
+        rows.append((np.array([grade_of.get(d, 0.0) for d in docs]), scores, grades))
+    width = max(r[1].size for r in rows)
+    if width == 0:
+        raise InputError("every run is empty; nothing was retrieved.")
+    y_true = np.zeros((len(ids), width))
+    y_score = np.empty((len(ids), width))
+    for i, (rel, scores, _) in enumerate(rows):
+        y_true[i, : rel.size] = rel
+        y_score[i, : scores.size] = scores
+        floor = scores.min() if scores.size else 0.0
+        step = 1.0 + abs(floor)  # strictly below, and distinct even for huge scores
+        y_score[i, scores.size :] = floor - step * (1.0 + np.arange(width - scores.size))
+    n_relevant = np.array([float((g > 0).sum()) for _, _, g in rows])
+    return AlignedRuns(ids, y_true, y_score, n_relevant, [g for _, _, g in rows])

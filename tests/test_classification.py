@@ -163,3 +163,107 @@ def test_roc_auc_is_the_pair_count_and_transform_invariant(pairs):
     wins = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg)
     assert cl.roc_auc(t, s) == pytest.approx(wins / (pos.size * neg.size))
     assert cl.roc_auc(t, np.exp(s.astype(float)) + 5) == pytest.approx(cl.roc_auc(t, s))
+
+
+def test_average_precision_matches_sklearn_with_ties_and_by_hand():
+    from sklearn.metrics import average_precision_score
+
+    # by hand: thresholds 0.8 (1 of 1 right), 0.4, 0.35 (2 of 3): 1/2 * 1 + 1/2 * 2/3
+    assert cl.average_precision([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == pytest.approx(5 / 6)
+    # a tie block enters together: both items at 0.5, one positive -> precision 1/2 there
+    assert cl.average_precision([1, 0], [0.5, 0.5]) == pytest.approx(0.5)
+    for _ in range(20):
+        t = RNG.integers(0, 2, 60)
+        t[0] = 1
+        s = RNG.integers(0, 5, 60).astype(float)
+        assert cl.average_precision(t, s) == pytest.approx(average_precision_score(t, s))
+    with pytest.raises(ee.InputError, match="at least one positive"):
+        cl.average_precision([0, 0], [0.1, 0.2])
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: cl.rates([0, 1], [0, 1], average="macr"), "Did you mean 'macro'"),
+        (lambda: cl.rates([0, 1], [0, 1], beta=-1.0), "beta must be a positive number"),
+        (lambda: cl.rates([0, 1], [0, 1], zero_division="skip"), "zero_division must be"),
+        (lambda: cl.select_threshold([0, 1], [0.1, 0.2], method="youdn"), "Did you mean 'youden'"),
+        (lambda: cl.confusion_matrix([0, 1], [0, 1], labels=[0, 1, 1]), "repeated"),
+        (lambda: cl.confusion_matrix([], []), "empty"),
+        (lambda: cl.confusion_matrix([0, np.nan], [0, 1]), "1 NaN or infinite label"),
+        (lambda: cl.confusion_matrix([[0, 1], [1, 0]], [0, 1]), "must be 1-D"),
+        (lambda: cl.roc_auc([0, 1], [np.nan, 0.2]), "y_score has 1 NaN"),
+        (lambda: cl.roc_auc([0, 1, 1], [0.1, 0.2]), "y_score has 2 values but 3"),
+        (lambda: cl.pr_curve([0, 1], ["a", "b"]), "y_score must be numeric"),
+        (lambda: cl.top_k_accuracy([0, 1], [[0.1, 0.2], [0.2, 0.3]], labels=[0]), "1 classes"),
+        (lambda: cl.top_k_accuracy([0, 7], [[0.1, 0.2], [0.2, 0.3]]), "not in labels"),
+    ],
+)
+def test_more_bad_input(call, match):
+    with pytest.raises((ee.InputError, ee.InputTypeError), match=match):
+        call()
+
+
+@pytest.mark.parametrize("average", [None, "macro", "weighted", "micro"])
+def test_every_rate_from_sklearn_one_vs_rest_counts(average):
+    from sklearn.metrics import multilabel_confusion_matrix
+
+    rng = np.random.default_rng(40)
+    t = rng.integers(0, 4, 250)
+    p = rng.integers(0, 4, 250)
+    mcm = multilabel_confusion_matrix(t, p, labels=[0, 1, 2, 3])  # [[tn, fp], [fn, tp]] per class
+    tn, fp, fn, tp = (mcm[:, i, j].astype(float) for i, j in ((0, 0), (0, 1), (1, 0), (1, 1)))
+    if average == "micro":
+        tn, fp, fn, tp = (np.array([v.sum()]) for v in (tn, fp, fn, tp))
+    want = {
+        "tpr": tp / (tp + fn),
+        "tnr": tn / (tn + fp),
+        "ppv": tp / (tp + fp),
+        "npv": tn / (tn + fn),
+        "fpr": fp / (fp + tn),
+        "fnr": fn / (fn + tp),
+        "fdr": fp / (fp + tp),
+        "for": fn / (fn + tn),
+        "prevalence": (tp + fn) / (tp + fn + fp + tn),
+    }
+    r = cl.rates(t, p, average=average)
+    support = (mcm[:, 1, 0] + mcm[:, 1, 1]).astype(float)
+    for key, value in want.items():
+        if average in ("macro", "weighted"):
+            value = np.average(value, weights=None if average == "macro" else support)
+        np.testing.assert_allclose(r[key], value, err_msg=key)
+    assert r["error_rate"] == pytest.approx(np.mean(t != p))
+
+
+def test_closest_to_01_threshold_brute_force():
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        t = rng.integers(0, 2, 50)
+        t[:2] = [0, 1]
+        s = rng.integers(0, 8, 50).astype(float)
+        th, d = cl.select_threshold(t, s, method="closest_to_01")
+        dists = [
+            math.hypot(np.mean(s[t == 0] >= c), 1 - np.mean(s[t == 1] >= c))
+            for c in [np.inf, *np.unique(s)]
+        ]
+        assert d == pytest.approx(min(dists))
+        assert math.hypot(np.mean(s[t == 0] >= th), 1 - np.mean(s[t == 1] >= th)) == pytest.approx(
+            d
+        )
+
+
+def test_top_k_accuracy_with_tied_scores_matches_sklearn_where_the_tie_rule_is_moot():
+    from sklearn.metrics import top_k_accuracy_score
+
+    rng = np.random.default_rng(11)
+    t = rng.integers(0, 5, 400)
+    s = rng.integers(0, 4, (400, 5)).astype(float)  # many ties
+    true_score = s[np.arange(400), t]
+    # rows where no other class ties the true class: both tie rules agree there
+    moot = (s == true_score[:, None]).sum(1) == 1
+    for k in (1, 2, 3):
+        ours = ee.classification.top_k_accuracy(t[moot], s[moot], k=k)
+        assert ours == pytest.approx(top_k_accuracy_score(t[moot], s[moot], k=k, labels=range(5)))
+        # and on every row, a plain loop: hit when fewer than k classes score strictly higher
+        loop = np.mean([sum(v > row[c] for v in row) < k for row, c in zip(s, t, strict=True)])
+        assert ee.classification.top_k_accuracy(t, s, k=k) == pytest.approx(loop)

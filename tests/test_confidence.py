@@ -260,3 +260,379 @@ def test_reject_from_both_matches_brute_force():
         assert res[f"both_precision_at_1@{f:.2f}"] == pytest.approx(summary["precision_at_1"])
     with pytest.raises(ee.InputError, match="needs confidences"):
         ee.evaluate(x, y, reject_from="both")
+
+
+# ----------------------------------------------------------------- audit of issue 4 (additions)
+def test_erc_hand_values_map_at_r_valued_errors_with_a_tied_block():
+    # MAP@R-like scores 1, 1/2, 5/6, 0, 1/3 -> errors 0, 1/2, 1/6, 1, 2/3; confidences 5, 3, 3,
+    # 1, 4.  Most confident first: e=0 (c 5), e=2/3 (c 4), the tied pair {1/2, 1/6} (c 3, mean
+    # 1/3), e=1 (c 1).  Kept error sums k=1..5: 0, 2/3, 1, 4/3, 7/3 -> E_k = 0, 1/3, 1/3, 1/3,
+    # 7/15; AUERC = 22/75.  Oracle (errors sorted): sums 0, 1/6, 2/3, 4/3, 7/3 -> E_k = 0, 1/12,
+    # 2/9, 1/3, 7/15 -> 199/900.  Random = 7/15.
+    erc = cf.error_reject_curve([1, 1 / 2, 5 / 6, 0, 1 / 3], [5, 3, 3, 1, 4])
+    np.testing.assert_allclose(erc.error[::-1], [0, 1 / 3, 1 / 3, 1 / 3, 7 / 15])
+    assert erc.auerc == pytest.approx(22 / 75)
+    assert erc.oracle_auerc == pytest.approx(199 / 900)
+    assert erc.random_auerc == pytest.approx(7 / 15)
+    assert erc.excess_auerc == pytest.approx(22 / 75 - 199 / 900)
+    np.testing.assert_allclose(erc.rejected, [0, 0.2, 0.4, 0.6, 0.8])
+    # the tied pair swapped in the input: same curve
+    swapped = cf.error_reject_curve([1, 5 / 6, 1 / 2, 0, 1 / 3], [5, 3, 3, 1, 4])
+    np.testing.assert_array_equal(swapped.error, erc.error)
+
+
+def test_auerc_of_map_at_r_end_to_end_by_hand_with_a_lone_query():
+    # 1-D points, leave-one-out.  a: 0, 1, 3; b: 1.5, 4; c: 100 (lone).
+    #   q=0 (a, R=2): 1(a), 1.5(b) -> MAP@R = (1/1)/2 = 1/2
+    #   q=1 (a, R=2): 1.5(b), 0(a) -> (1/2)/2 = 1/4
+    #   q=3 (a, R=2): 4(b), 1.5(b) -> 0
+    #   q=1.5 (b, R=1): 1(a) -> 0;  q=4 (b, R=1): 3(a) -> 0;  q=100: lone (NaN, dropped)
+    x = np.array([[0.0], [1.0], [3.0], [1.5], [4.0], [100.0]])
+    y = ["a", "a", "a", "b", "b", "c"]
+    conf = [3, 2, 2, 1, 4, 0.5]
+    res = ee.evaluate(x, y, metrics=["precision_at_1", "map_at_r"], confidences=conf)
+    np.testing.assert_allclose(res.per_query["map_at_r"][:5], [1 / 2, 1 / 4, 0, 0, 0])
+    assert res.n_lone == 1 and math.isnan(res.per_query["map_at_r"][5])
+    # errors 1/2, 3/4, 1, 1, 1 at confidences 3, 2, 2, 1, 4: order e=1 (c 4), 1/2 (c 3), the
+    # tied pair {3/4, 1} (c 2, mean 7/8), 1 (c 1): E_k = 1, 3/4, 19/24, 13/16, 17/20
+    expected = (1 + 3 / 4 + 19 / 24 + 13 / 16 + 17 / 20) / 5  # = 1009/1200
+    assert res.confidence["auerc_map_at_r"] == pytest.approx(expected)
+    assert res.confidence["random_auerc_map_at_r"] == pytest.approx(17 / 20)
+    erc = cf.error_reject_curve(res.per_query["map_at_r"], conf)
+    assert erc.n == 5 and erc.n_dropped == 1 and erc.auerc == pytest.approx(1009 / 1200)
+
+
+def _naive_ece(correct, conf, bins):
+    """Right-closed bins (a, b] on a grid of exact fractions, [0, 1/bins] closed."""
+    from fractions import Fraction
+
+    groups = {}
+    for m, c in zip(correct, conf, strict=True):
+        fc = Fraction(c).limit_denominator(10_000)
+        b = 0
+        while not fc <= Fraction(b + 1, bins):
+            b += 1
+        groups.setdefault(b, []).append((m, c))
+    gaps = [
+        (len(g), abs(np.mean([m for m, _ in g]) - np.mean([c for _, c in g])))
+        for g in groups.values()
+    ]
+    n = len(correct)
+    return sum(w * gap for w, gap in gaps) / n, max(gap for _, gap in gaps)
+
+
+@pytest.mark.parametrize("bins", [4, 5, 10, 20])
+def test_ece_mce_bin_edges_against_an_exact_fraction_loop(bins):
+    rng = np.random.default_rng(bins)
+    # confidences on the bin edges (0, 0.05, ..., 1) and in between: edges go to the lower bin
+    conf = rng.integers(0, 21, 300) / 20
+    correct = rng.integers(0, 2, 300)
+    ece, mce = _naive_ece(correct, conf, bins)
+    assert cf.expected_calibration_error(correct, conf, bins=bins) == pytest.approx(ece)
+    assert cf.maximum_calibration_error(correct, conf, bins=bins) == pytest.approx(mce)
+
+
+def test_calibration_first_bin_is_closed_and_edges_go_left_by_hand():
+    # bins=10: 0.0 and 0.1 share the first bin [0, 0.1]; 0.3 goes to (0.2, 0.3], not (0.3, 0.4]
+    correct, conf = [1, 0, 1], [0.0, 0.1, 0.3]
+    # bin [0, .1]: acc 1/2, conf .05 -> gap .45, weight 2/3; bin (.2, .3]: gap .7, weight 1/3
+    assert cf.expected_calibration_error(correct, conf) == pytest.approx(0.45 * 2 / 3 + 0.7 / 3)
+    assert cf.maximum_calibration_error(correct, conf) == pytest.approx(0.7)
+
+
+def test_confidence_recall_curve_uniform_bins_by_hand_and_sigma_units():
+    # range [0, 1] in 4 bins: [0, .25], (.25, .5], (.5, .75], (.75, 1]
+    cur = cf.confidence_recall_curve([0, 1, 1, 0, 1], [0.0, 0.25, 0.5, 0.6, 1.0], bins=4)
+    np.testing.assert_allclose(cur.edges, [0, 0.25, 0.5, 0.75, 1])
+    assert cur.count.tolist() == [2, 1, 1, 1]
+    np.testing.assert_allclose(cur.mean_metric, [0.5, 1, 0, 1])
+    np.testing.assert_allclose(cur.mean_confidence, [0.125, 0.5, 0.6, 1.0])
+    # sigmas are reported as sigmas (the switch does not negate the bins)
+    sig = cf.confidence_recall_curve(
+        [0, 1, 1, 0, 1], [0.0, 0.25, 0.5, 0.6, 1.0], bins=4, higher_is_confident=False
+    )
+    np.testing.assert_allclose(sig.edges, cur.edges)
+    np.testing.assert_allclose(sig.mean_confidence, cur.mean_confidence)
+    # an empty bin keeps its place with count 0 and NaN means
+    gap = cf.confidence_recall_curve([1, 0], [0.0, 1.0], bins=3)
+    assert gap.count.tolist() == [1, 0, 1] and math.isnan(gap.mean_metric[1])
+
+
+def test_r_auroc_and_best_threshold_need_binary_correctness():
+    for fn in (cf.confidence_auroc, cf.best_threshold_accuracy):
+        with pytest.raises(ee.InputError, match=r"correct must be 0/1.*correct\[1\] = 0.5"):
+            fn([1, 0.5, 0], [0.1, 0.2, 0.3])
+
+
+def test_spearman_with_ties_and_kendall_pvalue_match_scipy():
+    from scipy import stats
+
+    rng = np.random.default_rng(7)
+    a, b = rng.integers(0, 4, 60), rng.integers(0, 4, 60)
+    s = cf.rank_correlation(a, b)
+    ref = stats.spearmanr(a, b)
+    assert (s.statistic, s.pvalue) == (pytest.approx(ref.statistic), pytest.approx(ref.pvalue))
+    k = cf.rank_correlation(a, b, method="kendall")
+    ref = stats.kendalltau(a, b, variant="b")
+    assert (k.statistic, k.pvalue) == (pytest.approx(ref.statistic), pytest.approx(ref.pvalue))
+    assert k.n == 60
+
+
+@pytest.mark.parametrize("kappa", [0.0, 1e-3, 0.5, 5.0, 1e3, 1e5, 1e7])
+def test_vmf_cap_dim3_closed_form(kappa):
+    # on S^2, P(mu.x >= t) = (1 - exp(-kappa (1 - t))) / (1 - exp(-2 kappa)) (uniform for 0)
+    p = 0.9
+    t = 1 - 2 * p if kappa == 0 else 1 + math.log1p(-p * -math.expm1(-2 * kappa)) / kappa
+    assert float(cf.vmf_credible_cap(kappa, 3, p)) == pytest.approx(t, abs=1e-9)
+
+
+@pytest.mark.parametrize("kappa", [0.0, 1.0, 30.0, 1e4])
+def test_vmf_cap_dim2_is_the_von_mises_law(kappa):
+    from scipy.stats import vonmises
+
+    for p in (0.1, 0.5, 0.95):
+        # a symmetric arc |theta| <= theta0 of mass p: theta0 = the (1 + p)/2 quantile
+        t = math.cos(math.pi * p) if kappa == 0 else math.cos(vonmises.ppf(0.5 + p / 2, kappa))
+        assert float(cf.vmf_credible_cap(kappa, 2, p)) == pytest.approx(t, abs=1e-8)
+
+
+@pytest.mark.parametrize("dim", [4, 16, 128])
+def test_vmf_cap_uniform_sphere_is_a_beta_quantile(dim):
+    from scipy.stats import beta
+
+    # kappa = 0: (1 + w)/2 ~ Beta((d-1)/2, (d-1)/2); P(w >= t) = 0.8 -> t = 2 q_0.2 - 1
+    t = 2 * beta.ppf(0.2, (dim - 1) / 2, (dim - 1) / 2) - 1
+    assert float(cf.vmf_credible_cap(0.0, dim, 0.8)) == pytest.approx(t, abs=1e-9)
+
+
+def test_vmf_cap_high_kappa_high_dim_by_monte_carlo():
+    rng = np.random.default_rng(5)
+    kappa, dim = 500.0, 128  # the regime of real vMF embedding heads (the old solver failed)
+    t = float(cf.vmf_credible_cap(kappa, dim, 0.95))
+    w = _sample_vmf(kappa, dim, 200_000, rng)
+    assert np.mean(w >= t) == pytest.approx(0.95, abs=0.003)
+
+
+def _vmf_points(mu, kappa, n, rng):
+    """Points on the sphere whose cosine to mu follows vMF(kappa) (Wood's w + a tangent)."""
+    dim = mu.size
+    w = _sample_vmf(kappa, dim, n, rng)
+    v = rng.standard_normal((n, dim))
+    v -= (v @ mu)[:, None] * mu
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return w[:, None] * mu + np.sqrt(1 - w**2)[:, None] * v
+
+
+def test_credible_coverage_vmf_is_calibrated_for_true_vmf_pairs():
+    # each class: its mean direction and one vMF draw around it.  Both members see the other at
+    # the same cosine w ~ vMF, so the cap at level p holds the other with probability p.
+    rng = np.random.default_rng(8)
+    dim, kappa, n = 5, 20.0, 600
+    x, y = [], []
+    for c in range(n):
+        mu = rng.standard_normal(dim)
+        mu /= np.linalg.norm(mu)
+        x += [mu, _vmf_points(mu, kappa, 1, rng)[0]]
+        y += [c, c]
+    cov = cf.credible_coverage(
+        np.array(x), y, np.full(2 * n, kappa), model="vmf", levels=[0.5, 0.9]
+    )
+    np.testing.assert_allclose(cov.empirical, [0.5, 0.9], atol=0.04)
+    assert cov.n_queries == 2 * n
+
+
+def test_credible_coverage_hand_case_and_lone_queries():
+    # sigma 1 in 1-D: radius at p = 0.5 is 0.674.  Class 0: 0, 0.5, 3 -> inside pairs only
+    # 0 <-> 0.5: fractions 1/2, 1/2, 0.  Class 1 has one member (lone, skipped).
+    cov = cf.credible_coverage(
+        [[0.0], [0.5], [3.0], [9.0]], [0, 0, 0, 1], [1.0] * 4, levels=[0.5, 0.999]
+    )
+    # at p = 0.999 the radius is 3.29: every pair inside
+    np.testing.assert_allclose(cov.empirical, [1 / 3, 1.0])
+    assert cov.n_queries == 3
+    with pytest.raises(ee.InputError, match="every query is lone"):
+        cf.credible_coverage([[0.0], [1.0]], [0, 1], [1.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: cf.hpd_interval(np.array(["a", "b"], dtype=object)), ee.InputTypeError, "numeric"),
+        (lambda: cf.hpd_interval(3.0), ee.InputError, "got a scalar"),
+        (lambda: cf.hpd_interval([1.0, 2.0], axis=3), ee.InputError, r"axis=3 is out of range"),
+        (lambda: cf.hpd_interval([1.0, np.inf], 0.5), ee.InputError, "1 NaN or infinite draw"),
+        (lambda: cf.hpd_interval([1.0, np.nan], 0.5), ee.InputError, "NaN or infinite draw"),
+        (lambda: cf.hpd_interval(np.ones((2, 0))), ee.InputError, "empty"),
+        (lambda: cf.hpd_interval([1.0, 2.0], 0.0), ee.InputError, r"prob must be in \(0, 1\]"),
+        (lambda: cf.gaussian_credible_radius("a", 2), ee.InputTypeError, "sigma must be numeric"),
+        (lambda: cf.gaussian_credible_radius([1, -1], 2), ee.InputError, r"first at 1 \(-1.0\)"),
+        (lambda: cf.gaussian_credible_radius(1.0, 0), ee.InputError, "dim must be >= 1"),
+        (lambda: cf.vmf_credible_cap(math.nan, 3), ee.InputError, "kappa must be finite"),
+        (lambda: cf.vmf_credible_cap(1.0, 1), ee.InputError, "dim must be >= 2"),
+        (lambda: cf.vmf_credible_cap(1.0, 3, 1.5), ee.InputError, "prob"),
+        (
+            lambda: cf.credible_coverage([[0.0], [1.0]], [0, 0], [1, 1], model="vfm"),
+            ee.InputError,
+            "Did you mean 'vmf'",
+        ),
+        (
+            lambda: cf.confidence_recall_curve([1, 0], [0.1, 0.2], strategy="quantle"),
+            ee.InputError,
+            "Did you mean 'quantile'",
+        ),
+        (
+            lambda: cf.rank_correlation([1, 2], [1, 2], method="spearmn"),
+            ee.InputError,
+            "Did you mean 'spearman'",
+        ),
+        (lambda: cf.error_reject_curve([], []), ee.InputError, "scores is empty"),
+        (
+            lambda: cf.error_reject_curve(np.array([1, "a"], dtype=object), [1, 2]),
+            ee.InputTypeError,
+            "object array",
+        ),
+        (lambda: cf.error_reject_curve([[1, 0]], [[1, 2]]), ee.InputError, "must be 1-D"),
+        (lambda: cf.error_reject_curve([np.nan], [1.0]), ee.InputError, "no finite value"),
+    ],
+)
+def test_confidence_bad_input(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_hpd_interval_prob_one_and_ties():
+    lo, hi = cf.hpd_interval([3.0, 1.0, 2.0], 1.0)
+    assert (float(lo), float(hi)) == (1.0, 3.0)
+    # two windows of equal width 1: the leftmost wins
+    lo, hi = cf.hpd_interval([0.0, 1.0, 2.0], 0.5)
+    assert (float(lo), float(hi)) == (0.0, 1.0)
+
+
+def test_reject_both_with_query_groups_and_tied_confidences_matches_brute_force():
+    rng = np.random.default_rng(9)
+    x = rng.integers(-3, 4, (30, 2)).astype(np.float32)
+    y = rng.integers(0, 3, 30)
+    g = rng.integers(0, 4, 30)
+    conf = rng.integers(0, 4, 30).astype(float)  # ties: broken by position (earlier kept)
+    fractions = [0.0, 0.1, 0.35]
+    res = ee.evaluate(
+        x,
+        y,
+        metrics=["precision_at_1", "map_at_r"],
+        confidences=conf,
+        query_groups=g,
+        reject_from="both",
+        rejection_fractions=fractions,
+    )
+    for f in fractions:
+        n_keep = 30 - math.ceil(f * 30)
+        order = sorted(range(30), key=lambda i: (-conf[i], i))
+        keep = np.sort(order[:n_keep])
+        summary, _ = oracle(x[keep], y[keep], metrics=["precision_at_1", "map_at_r"], qg=g[keep])
+        for m in ("precision_at_1", "map_at_r"):
+            assert res[f"both_{m}@{f:.2f}"] == pytest.approx(summary[m]), (m, f)
+
+
+@pytest.mark.parametrize(
+    ("fractions", "match"),
+    [
+        ([1.0], "rejection_fractions must be < 1"),
+        ([0.1, -0.2], "rejection_fractions must be in"),
+        ([], "rejection_fractions is empty"),
+    ],
+)
+def test_rejection_fractions_are_checked_before_any_work(fractions, match):
+    x = np.eye(4, dtype=np.float32)
+    with pytest.raises(ee.InputError, match=match):
+        ee.evaluate(
+            x,
+            [0, 0, 1, 1],
+            confidences=[1, 2, 3, 4],
+            reject_from="both",
+            rejection_fractions=fractions,
+        )
+
+
+def test_credible_coverage_large_class_in_row_blocks_matches_cdist():
+    from scipy.spatial.distance import cdist
+    from scipy.stats import chi2
+
+    rng = np.random.default_rng(12)
+    n, dim = 1500, 3  # one class of 1500 > the 559-row block used for 5 levels
+    x = rng.standard_normal((n, dim))
+    sigma = rng.uniform(0.3, 1.5, n)
+    levels = [0.5, 0.8, 0.9, 0.95, 0.99]
+    cov = cf.credible_coverage(x, np.zeros(n, int), sigma, levels=levels)
+    d = cdist(x, x)
+    np.fill_diagonal(d, np.inf)
+    want = [
+        np.mean((d <= (sigma * np.sqrt(chi2.ppf(p, dim)))[:, None]).sum(1) / (n - 1))
+        for p in levels
+    ]
+    np.testing.assert_allclose(cov.empirical, want, rtol=1e-12)
+
+
+def test_coverage_curve_plot_draws_the_curve_and_the_diagonal():
+    pytest.importorskip("matplotlib")
+    cov = cf.CoverageCurve(np.array([0.5, 0.9]), np.array([0.3, 0.7]), 12)
+    fig = cov.plot(label="sigma head")
+    lines = fig.axes[0].get_lines()
+    assert lines[0].get_xydata().tolist() == [[0, 0], [1, 1]]
+    assert lines[1].get_xydata().tolist() == [[0.5, 0.3], [0.9, 0.7]]
+    with pytest.raises(ee.InputTypeError, match="CoverageCurve"):
+        ee.plots.plot_coverage(object())
+
+
+def test_random_auerc_is_the_mean_auerc_over_every_confidence_order():
+    # the random baseline must be what a random ranking gives on average: enumerate all 5!
+    # orders of distinct confidences with a plain loop, and average their AUERCs
+    scores = np.array([1.0, 0.25, 0.0, 2 / 3, 1.0])
+    e = 1 - scores
+    aucs = []
+    for perm in itertools.permutations(range(5)):
+        kept = e[list(perm)]
+        aucs.append(np.mean([kept[:k].mean() for k in range(1, 6)]))
+    erc = cf.error_reject_curve(scores, [5, 4, 3, 2, 1])
+    assert erc.random_auerc == pytest.approx(np.mean(aucs))
+    assert erc.oracle_auerc == pytest.approx(min(aucs))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"reject_from": "bot"}, "reject_from='bot' is not valid.*Did you mean 'both'"),
+        ({"confidences": [1.0, 2.0]}, "confidences has 2 values but 4"),
+        ({"confidences": [[1.0], [2.0], [3.0], [4.0]]}, "confidences must be 1-D"),
+        ({"confidences": [1.0, np.nan, 3.0, 4.0]}, r"confidences has 1 NaN.*first at index 1"),
+        (
+            {"confidences": [1.0, 2.0, 3.0, 4.0], "reject_from": "both", "reference": np.eye(4)},
+            "leave-one-out",
+        ),
+    ],
+)
+def test_evaluate_confidence_arguments_bad_input(kwargs, match):
+    kwargs = {"reference_labels": [0, 0, 1, 1], **kwargs} if "reference" in kwargs else kwargs
+    with pytest.raises(ee.InputError, match=match):
+        ee.evaluate(np.eye(4, dtype=np.float32), [0, 0, 1, 1], **kwargs)
+
+
+def test_rank_correlation_nan_policy_suggestion():
+    with pytest.raises(ee.InputError, match="Did you mean 'omit'"):
+        cf.rank_correlation([1, 2, 3], [1, 2, 3], nan_policy="omitt")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: cf.error_reject_curve([1, 0], [1, 2], higher_is_confident="False"),
+        lambda: cf.confidence_auroc([1, 0], [1, 2], higher_is_confident=0),
+        lambda: cf.rank_correlation([1, 2], [1, 2], higher_is_uncertain="yes"),
+        lambda: ee.evaluate(
+            np.eye(4), [0, 0, 1, 1], confidences=[1, 2, 3, 4], higher_is_confident="no"
+        ),
+    ],
+)
+def test_sign_switches_must_be_booleans(call):
+    # a truthy string would silently flip the sign convention
+    with pytest.raises(ee.InputError, match="must be True or False"):
+        call()

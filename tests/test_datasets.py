@@ -195,3 +195,18 @@ def test_pair_distances_are_real_pairs_of_the_right_kind(distance):
     assert np.abs(neg[:, None] - neg_set[None, :]).min(axis=1).max() < 1e-9
     # and i == j is never sampled (no zero self-distance among the positives)
     assert pos.min() > 0
+
+
+def test_confidence_sweep_with_moved_points():
+    # moving a subset far off its band makes those queries wrong; giving them low confidence
+    # ranks the errors (R-AUROC > 1/2), high confidence ranks them backwards
+    x, y = ds.reality_check_example(300, 3, seed=1)
+    sweep = ds.confidence_sweep(
+        x, y, levels=[0.0, 1.0], clean_level=0.5, corruption="move", scale=3.0, seed=0
+    )
+    assert sweep["r_auroc"][0] > 0.5 > sweep["r_auroc"][1]
+    assert sweep["auerc_map_at_r"][0] < sweep["auerc_map_at_r"][1]
+    with pytest.raises(ee.InputError, match="Did you mean 'move'"):
+        ds.confidence_sweep(x, y, corruption="mov")
+    with pytest.raises(ee.InputError, match="scale"):
+        ds.confidence_sweep(x, y, corruption="move", scale=-1.0)

@@ -338,3 +338,331 @@ def test_bad_ideal_grades_ragged_and_rectangular():
         rk.ndcg([[1, 0], [0, 1]], [[1, 0], [1, 0]], ideal=[[1], [1, math.nan]])
     with pytest.raises(ee.InputError, match="first at \\(1, 0\\)"):
         rk.ndcg([[1, 0], [0, 1]], [[1, 0], [1, 0]], ideal=[[1, 1], [-2, 1]])
+
+
+# ----------------------------------------------------------------- audit of issue 3 (additions)
+def test_ap_at_k_min_k_relevant_divides_by_the_k_asked_even_past_the_list():
+    # 3 retrieved of a collection with 5 relevant, AP@10: hits at 1 and 3 -> 1 + 2/3 over
+    # min(k=10, R=5) = 5 (not min(3, 5) = 3: the list being short does not change k)
+    got = rk.average_precision(
+        [1, 0, 1], [3, 2, 1], k=10, n_relevant=5, normalization="min_k_relevant"
+    )
+    assert got == pytest.approx((1 + 2 / 3) / 5)
+
+
+def test_interpolated_ap_follows_the_zero_division_policy_in_both_modes():
+    for points in (11, "all"):
+        assert (
+            rk.interpolated_average_precision([0, 0], [2, 1], points=points, zero_division=1.0) == 1
+        )
+        assert math.isnan(
+            rk.interpolated_average_precision([0, 0], [2, 1], points=points, zero_division=math.nan)
+        )
+        with pytest.warns(ee.EmbedevalWarning, match="no relevant item"):
+            assert rk.interpolated_average_precision([0, 0], [2, 1], points=points) == 0.0
+    # a row without relevant items does not disturb its neighbour
+    got = rk.interpolated_average_precision(
+        [[1, 0, 1], [0, 0, 0]], [[3, 2, 1]] * 2, zero_division=1.0
+    )
+    np.testing.assert_allclose(got, [(6 + 5 * 2 / 3) / 11, 1.0])
+    with pytest.raises(ee.InputError, match="Did you mean 'all'"):
+        rk.interpolated_average_precision([1, 0], [1, 0], points="al")
+
+
+def test_precision_recall_curve_zero_division_argument():
+    p, r, _ = rk.precision_recall_curve([0, 0], [1, 0], zero_division=math.nan)
+    assert p.tolist() == [0, 0] and np.isnan(r).all()
+    with pytest.warns(ee.EmbedevalWarning, match="no relevant item"):
+        rk.precision_recall_curve([0, 0], [1, 0])
+
+
+@pytest.mark.parametrize(
+    ("y_true", "y_score", "match"),
+    [
+        (["a", "b"], [1, 0], "y_true must be numeric"),
+        ([1, 0], ["x", "y"], "y_score must be numeric"),
+    ],
+)
+def test_non_numeric_relevance_or_scores(y_true, y_score, match):
+    with pytest.raises(ee.InputError, match=match):
+        rk.average_precision(y_true, y_score)
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (([[np.nan, 0.2]], [[0, 1]], [1], [1, 1]), r"distances has NaN.*first at \(0, 0\)"),
+        (([[0.1, 0.2]], [[0, 5]], [1], [1, 1]), r"indices\[0, 1\] = 5 is out of range for 2"),
+        (([[0.1]], [[0.5]], [1], [1]), "indices integer"),
+        (([[0.1]], [[0]], [1], [[1, 2], [3, 4]]), "reference_labels must be 1-D"),
+    ],
+)
+def test_from_neighbors_bad_input(args, match):
+    with pytest.raises(ee.InputError, match=match):
+        rk.from_neighbors(*args)
+
+
+def test_from_neighbors_accepts_nan_only_at_faiss_padding():
+    y, s = rk.from_neighbors([[0.1, np.inf]], [[0, -1]], [1], [1])
+    assert y.tolist() == [[1, 0]] and s[0, 0] > s[0, 1]
+
+
+# ----------------------------------------------------------------- queries aligned by id
+def _random_qrels_run(rng, n_q=30):
+    qrels, run = {}, {}
+    for q in range(n_q):
+        docs = [f"d{j}" for j in range(40)]
+        judged = rng.choice(40, int(rng.integers(1, 12)), replace=False)
+        qrels[f"q{q}"] = {docs[j]: int(rng.integers(1, 4)) for j in judged}
+        if rng.random() < 0.5:  # judged non-relevant documents as well
+            qrels[f"q{q}"][f"n{q}"] = 0
+        retrieved = rng.choice(40, int(rng.integers(3, 25)), replace=False)  # ragged runs
+        run[f"q{q}"] = {docs[j]: float(rng.random()) for j in retrieved}
+    # dict order differs between the two: alignment must go by id
+    run = dict(reversed(list(run.items())))
+    return qrels, run
+
+
+def test_align_by_id_matches_ranx_on_ragged_graded_runs():
+    ranx = pytest.importorskip("ranx", reason="ranx is a test dependency")
+    rng = np.random.default_rng(21)
+    qrels, run = _random_qrels_run(rng)
+    a = rk.align_by_id(qrels, run)
+    assert a.query_ids == list(qrels)
+    got = ranx.evaluate(
+        ranx.Qrels(qrels),
+        ranx.Run(run),
+        [
+            "map",
+            "map@10",
+            "precision@5",
+            "r-precision",
+            "mrr",
+            "ndcg@10",
+            "ndcg_burges@10",
+            "recall@10",
+        ],
+        return_mean=False,
+    )
+    # ranx returns queries in its own (sorted) order: compare by id, never by position
+    order = sorted(range(len(a.query_ids)), key=lambda i: a.query_ids[i])
+    rel = a.y_true > 0
+    checks = {
+        "map": rk.average_precision(rel, a.y_score, n_relevant=a.n_relevant),
+        "map@10": rk.average_precision(rel, a.y_score, k=10, n_relevant=a.n_relevant),
+        "precision@5": rk.precision_at_k(rel, a.y_score, k=5),
+        "r-precision": rk.r_precision(rel, a.y_score, n_relevant=a.n_relevant),
+        "mrr": rk.reciprocal_rank(rel, a.y_score),
+        # ranx's ndcg is the linear gain (trec_eval's), ndcg_burges the exponential one
+        "ndcg@10": rk.ndcg(a.y_true, a.y_score, k=10, ideal=a.ideal),
+        "ndcg_burges@10": rk.ndcg(a.y_true, a.y_score, k=10, ideal=a.ideal, gain="exponential"),
+        "recall@10": rk.recall_at_k(rel, a.y_score, k=10, n_relevant=a.n_relevant),
+    }
+    for name, ours in checks.items():
+        np.testing.assert_allclose(ours[order], got[name], err_msg=name)
+
+
+def test_align_by_id_hand_case_and_padding():
+    a = rk.align_by_id(
+        {"q1": {"a": 1, "b": 2, "c": 0}, "q2": {"z": 1}},
+        {"q2": {"z": 5.0}, "q1": {"x": 0.9, "b": 0.5, "a": 0.7}},
+    )
+    assert a.query_ids == ["q1", "q2"]
+    assert a.y_true.tolist() == [[0, 2, 1], [1, 0, 0]]  # run order kept; unjudged x -> 0
+    assert a.n_relevant.tolist() == [2, 1]
+    assert sorted(a.ideal[0].tolist()) == [0, 1, 2]
+    # padding sits strictly below the retrieved item and creates no tie
+    assert a.y_score[1, 0] > a.y_score[1, 1] > a.y_score[1, 2]
+    # q1 ranked: x (0), a (1), b (1): AP = (1/2 + 2/3) / 2; q2: AP 1; P@3 divides by 3
+    np.testing.assert_allclose(
+        rk.average_precision(a.y_true > 0, a.y_score, n_relevant=a.n_relevant),
+        [(1 / 2 + 2 / 3) / 2, 1.0],
+    )
+    np.testing.assert_allclose(rk.precision_at_k(a.y_true > 0, a.y_score, k=3), [2 / 3, 1 / 3])
+    # an empty run scores the query 0 on purpose
+    e = rk.align_by_id({"q1": {"a": 1}, "q2": {"b": 1}}, {"q1": {"a": 1.0}, "q2": {}})
+    np.testing.assert_allclose(rk.reciprocal_rank(e.y_true > 0, e.y_score), [1.0, 0.0])
+    # huge scores: padding still strictly below and distinct
+    h = rk.align_by_id(
+        {"q": {"a": 1}, "r": {"b": 1}}, {"q": {"a": 1e20}, "r": {"b": 1, "c": 2, "d": 3}}
+    )
+    assert h.y_score[0, 0] > h.y_score[0, 1] > h.y_score[0, 2]
+
+
+@pytest.mark.parametrize(
+    ("qrels", "run", "match"),
+    [
+        (
+            {"q1": {"a": 1}, "q2": {"b": 1}},
+            {"q1": {"a": 1.0}},
+            r"1 only in qrels \(e.g. \['q2'\]\)",
+        ),
+        (
+            {"q1": {"a": 1}},
+            {"q1": {"a": 1.0}, "q9": {"a": 1.0}},
+            r"1 only in run \(e.g. \['q9'\]\)",
+        ),
+        ({}, {"q1": {"a": 1.0}}, "qrels must be a non-empty dict"),
+        ({"q1": {"a": 1}}, [("q1", "a", 1.0)], "run must be a non-empty dict"),
+        ({"q1": {"a": 1}}, {"q1": ["a"]}, r"run\['q1'\] must be a dict"),
+        (
+            {"q1": {"a": 1}},
+            {"q1": {"a": "high"}},
+            r"run\['q1'\] holds a value that is not a number",
+        ),
+        ({"q1": {"a": 1}}, {"q1": {"a": math.nan}}, r"run\['q1'\] has a NaN"),
+        ({"q1": {"a": -1}}, {"q1": {"a": 1.0}}, r"qrels\['q1'\] has a grade"),
+        ({"q1": {"a": 1}}, {"q1": {}}, "every run is empty"),
+    ],
+)
+def test_align_by_id_bad_input(qrels, run, match):
+    with pytest.raises(ee.InputError, match=match):
+        rk.align_by_id(qrels, run)
+
+
+def _naive_ndcg(grades, k, ideal):
+    dcg = sum(g / math.log2(i + 2) for i, g in enumerate(grades[:k]))
+    best = sorted(ideal, reverse=True)[:k]
+    return dcg / sum(g / math.log2(i + 2) for i, g in enumerate(best))
+
+
+def test_ndcg_with_collection_ideal_expected_ties_by_enumeration():
+    y, s = [2, 0, 3, 1, 0], [4, 4, 4, 2, 2]
+    ideal = [3, 3, 2, 2, 1]
+    vals = []
+    for perm in itertools.permutations(range(5)):
+        order = sorted(range(5), key=lambda i: (-s[i], perm.index(i)))
+        vals.append(_naive_ndcg([y[i] for i in order], 3, ideal))
+    assert rk.ndcg(y, s, k=3, ideal=ideal) == pytest.approx(np.mean(vals))
+    assert rk.ndcg(y, s, k=3, ideal=ideal, ties="pessimistic") == pytest.approx(min(vals))
+    assert rk.ndcg(y, s, k=3, ideal=ideal, ties="optimistic") == pytest.approx(max(vals))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"precision": [np.nan, 1.0], "recall": [1.0, 0.5]}, r"first at index 0 \(precision nan"),
+        ({"precision": [1.0, 1.5], "recall": [0.5, 1.0]}, r"\[0, 1\]; 1 point\(s\)"),
+        ({"precision": ["a"], "recall": [1.0]}, "arrays of numbers"),
+    ],
+)
+def test_system_efficiency_rejects_points_outside_the_unit_square(kwargs, match):
+    with pytest.raises(ee.InputError, match=match):
+        rk.system_efficiency(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("y", "ideal", "match"),
+    [
+        ([3, 0, 1], [1, 1, 1], r"row 0\).*position 1 of the list has grade 3 but ideal has 1"),
+        ([[3, 0, 1], [1, 0, 0]], [[3, 1], [0]], r"row 1\).*position 1 of the list has grade 1"),
+        ([[3, 0, 1], [1, 0, 0]], [[3, 1, 0], [0, 0, 0]], r"row 1\)"),
+        ([[3, 0, 1], [1, 0, 0]], [1, 2], "one 1-D list of grades per query"),
+    ],
+)
+def test_ndcg_ideal_must_hold_the_retrieved_grades(y, ideal, match):
+    # an ideal that misses a retrieved grade would give nDCG > 1: an error, not a silent number
+    s = np.tile([3.0, 2.0, 1.0], (np.atleast_2d(y).shape[0], 1))
+    with pytest.raises(ee.InputError, match=match):
+        rk.ndcg(y, s if np.ndim(y) == 2 else s[0], ideal=ideal)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: rk.average_precision([1, 0], [1, 0], ties="expectd"), "Did you mean 'expected'"),
+        (
+            lambda: rk.average_precision([1, 0], [1, 0], normalization="hit"),
+            "Did you mean 'hits'",
+        ),
+        (lambda: rk.dcg([1, 0], [1, 0], gain="exponentail"), "Did you mean 'exponential'"),
+        (lambda: rk.precision([1, 0], [1, 0], average="mcro"), "Did you mean 'micro'"),
+        (lambda: rk.recall_at_k([1, 0], [1, 0], k=1, zero_division="nan"), "zero_division must"),
+    ],
+)
+def test_unknown_option_names_suggest_the_nearest(call, match):
+    with pytest.raises(ee.InputError, match=match):
+        call()
+
+
+def test_from_neighbors_padding_is_distinct_finite_and_last():
+    import warnings
+
+    d = [[0.1, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    i = [[0, -1, -1, -1], [-1, -1, -1, -1]]  # faiss found 1 and 0 neighbours
+    y, s = rk.from_neighbors(d, i, [1, 1], [1])
+    assert y.tolist() == [[1, 0, 0, 0], [0, 0, 0, 0]]
+    assert np.isfinite(s).all()
+    assert (np.diff(s, axis=1) < 0).all()  # strictly decreasing: no tie among the padding
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "quantised scores" tie warning from padding
+        np.testing.assert_allclose(rk.average_precision(y[:1], s[:1]), [1.0])
+        assert rk.reciprocal_rank(y[1], s[1]) == 0.0
+
+
+def _naive_interpolated(rel, score, n_rel, points, ties):
+    """Plain loops: PR points at every position (or at each tie block's end for 'threshold')."""
+    order = sorted(
+        range(len(rel)), key=lambda i: (-score[i], rel[i] if ties == "pessimistic" else -rel[i])
+    )
+    ranked = [rel[i] for i in order]
+    s_sorted = [score[i] for i in order]
+    pts = []
+    hits = 0
+    for i, x in enumerate(ranked):
+        hits += x
+        last_of_block = i == len(ranked) - 1 or s_sorted[i + 1] != s_sorted[i]
+        if ties != "threshold" or last_of_block:
+            pts.append((hits / (i + 1), hits / n_rel))
+
+    def interp(r):
+        cands = [p for p, rc in pts if rc >= r - 1e-12]
+        return max(cands) if cands else 0.0
+
+    if points == "all":
+        total, prev = 0.0, 0.0
+        for _, rc in pts:
+            total += (rc - prev) * interp(rc)
+            prev = rc
+        return total
+    return sum(interp(j / (points - 1)) for j in range(points)) / points
+
+
+@pytest.mark.parametrize("ties", ["threshold", "pessimistic", "optimistic"])
+@pytest.mark.parametrize("points", [11, 5, "all"])
+def test_interpolated_ap_against_plain_loops(ties, points):
+    rng = np.random.default_rng(31)
+    for _ in range(25):
+        n = int(rng.integers(2, 15))
+        rel = rng.integers(0, 2, n)
+        if rel.sum() == 0:
+            rel[0] = 1
+        score = rng.integers(0, 4, n).astype(float)
+        n_rel = int(rel.sum() + rng.integers(0, 3))
+        want = _naive_interpolated(rel.tolist(), score.tolist(), n_rel, points, ties)
+        got = rk.interpolated_average_precision(
+            rel, score, points=points, ties=ties, n_relevant=n_rel
+        )
+        assert got == pytest.approx(want)
+
+
+def test_micro_set_metrics_equal_sklearn_on_the_pooled_flags():
+    from sklearn.metrics import precision_recall_fscore_support
+
+    rng = np.random.default_rng(32)
+    y = rng.integers(0, 2, (15, 20))
+    p = rng.integers(0, 2, (15, 20))
+    sp, sr, sf, _ = precision_recall_fscore_support(
+        y.ravel(), p.ravel(), average="binary", beta=0.5
+    )
+    assert rk.precision(y, p, average="micro") == pytest.approx(sp)
+    assert rk.recall(y, p, average="micro") == pytest.approx(sr)
+    assert rk.f_beta(y, p, beta=0.5, average="micro") == pytest.approx(sf)
+    # fall-out by a plain loop over queries (macro) and pooled (micro)
+    per = [
+        sum(1 for a, b in zip(yy, pp, strict=True) if b and not a) / sum(1 for a in yy if not a)
+        for yy, pp in zip(y, p, strict=True)
+    ]
+    np.testing.assert_allclose(rk.fallout(y, p, average="none"), per)
+    assert rk.fallout(y, p) == pytest.approx(np.mean(per))
+    assert rk.fallout(y, p, average="micro") == pytest.approx(((1 - y) * p).sum() / (1 - y).sum())
