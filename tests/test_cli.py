@@ -285,7 +285,19 @@ def test_compare_and_figures_and_demo(files):
     assert proc.returncode == 0, proc.stderr
     report = json.loads((files / "demo" / "report.json").read_text())
     assert set(report["results"]) == {"raw_pixels", "pca8", "nca16"}
-    assert (files / "demo" / "report.md").exists()
+    assert "## What it shows" in (files / "demo" / "report.md").read_text()
+    assert "What it shows" in proc.stdout
+    assert len(report["findings"]) == 4  # two checkpoints x (P@1, MAP@R) against raw pixels
+    # The raw-pixel numbers of the demo, recomputed by the brute-force oracle on the same split.
+    datasets = pytest.importorskip("sklearn.datasets")
+    model_selection = pytest.importorskip("sklearn.model_selection")
+    x, y = datasets.load_digits(return_X_y=True)
+    _, x_eval, _, y_eval = model_selection.train_test_split(
+        x, y, test_size=0.5, stratify=y, random_state=0
+    )
+    expected, _ = oracle(x_eval, y_eval, metrics=["precision_at_1", "map_at_r"])
+    for m, v in expected.items():
+        assert report["results"]["raw_pixels"]["metrics"][m] == pytest.approx(v, abs=1e-9), m
 
 
 # A fixed random set with 4 classes, 10 points each: every metric is checked against the
