@@ -463,3 +463,37 @@ def test_compare_keeps_one_row_per_file_even_for_the_same_file_twice(files):
     rows = _json(files / "c.json")["rows"]
     assert [r["checkpoint"] for r in rows] == ["ckpt.npz #1", "ckpt.npz #2"]
     assert rows[1]["diff"] == 0
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_progress_bar_only_on_a_terminal_and_not_with_quiet(files, quiet):
+    pty = pytest.importorskip("pty", reason="needs a POSIX pseudo-terminal")
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "embedeval", "evaluate", "ckpt.npz"]
+            + (["--quiet"] if quiet else []),
+            cwd=files,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            timeout=300,
+        )
+    finally:
+        os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO once the terminal has no writer left
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert proc.returncode == 0
+    # (on a pipe it never shows: test_nmi_leaves_stderr_clean checks an empty stderr)
+    if quiet:
+        assert seen == b""
+    else:
+        assert b"5/5 queries" in seen
