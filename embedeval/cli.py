@@ -169,8 +169,8 @@ def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="embedeval",
-        description="Evaluate metric-learning embeddings: exact kNN retrieval metrics (P@1, "
-        "R-Precision, MAP@R, MAP, MRR, Recall@k, NMI/AMI), confidence metrics, figures and "
+        description="Evaluate metric-learning embeddings: exact kNN retrieval metrics (P@1,\n"
+        "R-Precision, MAP@R, MAP, MRR, Recall@k, NMI/AMI), confidence metrics, figures and\n"
         "checkpoint comparison with confidence intervals.",
         epilog=EPILOG_MAIN,
         formatter_class=argparse.RawDescriptionHelpFormatter,

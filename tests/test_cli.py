@@ -110,9 +110,28 @@ def test_console_script_when_installed(files):
 
 
 def test_version_and_help():
-    assert run("--version").stdout.startswith("embedeval ")
+    import embedeval
+
+    assert run("--version").stdout == f"embedeval {embedeval.__version__}\n"
     out = run("evaluate", "--help").stdout
     assert "examples:" in out and "--reference" in out
+    top = run("--help").stdout
+    for command in ("evaluate", "compare", "figures", "demo", "examples:", "130"):
+        assert command in top, command
+
+
+def test_every_option_has_help_text():
+    import argparse
+
+    from embedeval.cli import build_parser
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in subparsers.choices.items():
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, (name, action.option_strings or action.dest)
 
 
 @pytest.mark.parametrize(
