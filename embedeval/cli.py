@@ -252,7 +252,7 @@ def _loaded(flag: str, path: str, n: int, of: str, what: str) -> np.ndarray:
     return arr
 
 
-def _evaluate_file(args: argparse.Namespace, path: str) -> Any:
+def _evaluate_file(args: argparse.Namespace, path: str, *, with_ci: bool = True) -> Any:
     from .evaluate import evaluate
     from .io import load_embeddings
 
@@ -322,7 +322,7 @@ def _evaluate_file(args: argparse.Namespace, path: str) -> Any:
         average=args.average,
         confidences=confidences,
         higher_is_confident=not lower,
-        ci=args.ci,
+        ci=args.ci if with_ci else None,
         n_boot=args.n_boot,
         seed=args.seed,
         progress=False if args.quiet else None,
@@ -446,7 +446,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for name, f in zip(names, args.files, strict=True):
         if show:
             print(f"evaluating {f} ...", file=sys.stderr)
-        results[name] = _evaluate_file(args, f)
+        # compare() draws its own (paired) resamples; a per-file bootstrap would be wasted work
+        results[name] = _evaluate_file(args, f, with_ci=False)
     cmp = compare(
         results,
         baseline=args.baseline if args.baseline is not None else 0,
