@@ -107,6 +107,10 @@ def test_console_script_when_installed(files):
         [exe, "evaluate", str(files / "ckpt.npz")], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run(
+        [exe, "evaluate", str(files / "missing.npz")], capture_output=True, text=True, timeout=300
+    )
+    _one_line_error(proc, "missing.npz", "no such file")
 
 
 def test_version_and_help():
