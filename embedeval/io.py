@@ -253,7 +253,8 @@ def load_array(path: str | os.PathLike, *, what: str = "labels") -> np.ndarray:
             key = what if what in keys else (keys[0] if len(keys) == 1 else None)
             if key is None:
                 raise FileFormatError(
-                    f"{path} has several arrays ({', '.join(keys)}) and none named {what!r}."
+                    f"{path} has several arrays ({', '.join(keys)}) and none named {what!r}; "
+                    f"name it {what!r} (np.savez(path, {what}=...)) or save it alone."
                 )
             arr = npz[key]
     elif suffix in (".txt", ".csv", ".tsv", ""):

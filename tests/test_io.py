@@ -106,3 +106,11 @@ def test_files_that_are_not_what_their_suffix_says(tmp_path):
         load_embeddings(tmp_path / "y.npy")
     with pytest.raises(ee.FileFormatError, match="y.npy is a .npz file named .npy"):
         load_array(tmp_path / "y.npy")
+
+
+def test_side_file_npz_with_several_arrays_names_the_key_to_use(tmp_path):
+    np.savez(tmp_path / "two.npz", a=Y, b=Y)
+    with pytest.raises(ee.FileFormatError, match=r"none named 'groups'; name it 'groups'"):
+        load_array(tmp_path / "two.npz", what="groups")
+    np.savez(tmp_path / "named.npz", other=Y[::-1], groups=Y)
+    assert load_array(tmp_path / "named.npz", what="groups").tolist() == Y.tolist()
