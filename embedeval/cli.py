@@ -11,6 +11,7 @@ import argparse
 import csv
 import io
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,10 +30,65 @@ EPILOG_EVALUATE = """examples:
   embedeval evaluate ckpt.npz --ci 0.95 --metrics map_at_r mrr recall_at_5 --average macro
 """
 
+EPILOG_MAIN = """examples:
+  embedeval demo --out report/            # scikit-learn digits, three embeddings, a report
+  embedeval evaluate ckpt.npz             # leave-one-out table on the terminal
+  embedeval compare runs/epoch_*.npz --ci 0.95 --plot curve.png
+  embedeval figures --out figures/        # regenerate every committed figure
+
+Run 'embedeval COMMAND --help' for a command's options. Errors are one line on stderr with
+exit status 2; an interrupted run (Ctrl-C) exits with status 130. Outputs are written
+atomically: a failed run leaves an existing output file as it was.
+"""
+
 EPILOG_COMPARE = """examples:
   embedeval compare runs/epoch_*.npz --ci 0.95 --plot curve.png
   embedeval compare a.npz b.npz --baseline b --test permutation --markdown table.md
 """
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the package's error format: one line on stderr, exit status 2."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        hint = f"see '{self.prog} --help'"
+        self.exit(2, f"embedeval: error: {_one_line(message)}; {hint}.\n")
+
+
+def _k_value(value: str) -> int | str:
+    if value == "max_bin_count":
+        return value
+    try:
+        k = int(value)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive integer or max_bin_count; got {value!r}"
+        )
+    return k
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer; got {value!r}")
+    return n
+
+
+def _level(value: str) -> float:
+    try:
+        level = float(value)
+    except ValueError:
+        level = math.nan
+    if not 0 < level < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a confidence level strictly between 0 and 1, e.g. 0.95; got {value!r}"
+        )
+    return level
 
 
 def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
@@ -57,12 +113,24 @@ def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
         "nmi ami (default: P@1, R-Prec, MAP@R, R@1, R@10)",
     )
     g.add_argument(
-        "--k", default=None, help="depth cap: an integer or max_bin_count (default: exact)"
+        "--k",
+        default=None,
+        type=_k_value,
+        help="depth cap: a positive integer (PML's truncation) or max_bin_count "
+        "(default: exact, no cap)",
     )
     g.add_argument(
-        "--distance", default="euclidean", choices=("euclidean", "cosine", "inner_product")
+        "--distance",
+        default="euclidean",
+        choices=("euclidean", "cosine", "inner_product"),
+        help="how references are ranked (default: euclidean)",
     )
-    g.add_argument("--average", default="micro", choices=("micro", "macro"))
+    g.add_argument(
+        "--average",
+        default="micro",
+        choices=("micro", "macro"),
+        help="micro: mean over queries; macro: mean per class, then over classes (default: micro)",
+    )
     g.add_argument(
         "--confidences",
         metavar="FILE",
@@ -75,22 +143,37 @@ def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--ci",
-        type=float,
+        type=_level,
         default=None,
         metavar="LEVEL",
-        help="bootstrap confidence intervals, e.g. 0.95",
+        help="bootstrap confidence intervals at this level, e.g. 0.95 (queries resampled for "
+        "micro, classes for macro)",
     )
-    g.add_argument("--n-boot", type=int, default=1000)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--quiet", action="store_true", help="no progress bar")
+    g.add_argument(
+        "--n-boot",
+        type=_positive_int,
+        default=1000,
+        metavar="N",
+        help="bootstrap resamples (default: 1000)",
+    )
+    g.add_argument(
+        "--seed", type=int, default=0, help="seed of the bootstrap resampling (default: 0)"
+    )
+    g.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (it is only shown when stderr is a terminal)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="embedeval",
-        description="Evaluate metric-learning embeddings: exact kNN retrieval metrics (P@1, "
-        "R-Precision, MAP@R, MAP, MRR, Recall@k, NMI/AMI), confidence metrics, figures and "
+        description="Evaluate metric-learning embeddings: exact kNN retrieval metrics (P@1,\n"
+        "R-Precision, MAP@R, MAP, MRR, Recall@k, NMI/AMI), confidence metrics, figures and\n"
         "checkpoint comparison with confidence intervals.",
+        epilog=EPILOG_MAIN,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"embedeval {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -122,44 +205,64 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="checkpoint name (file stem) to compare against (default: the first)",
     )
-    p.add_argument("--test", default="bootstrap", choices=("bootstrap", "permutation"))
+    p.add_argument(
+        "--test",
+        default="bootstrap",
+        choices=("bootstrap", "permutation"),
+        help="paired test against the baseline over the shared queries: paired bootstrap or "
+        "sign-flip permutation (default: bootstrap)",
+    )
     p.add_argument("--plot", metavar="OUT", help="metric-vs-checkpoint figure (.png/.svg/.pdf)")
-    p.add_argument("--json", metavar="OUT")
-    p.add_argument("--markdown", metavar="OUT")
+    p.add_argument("--json", metavar="OUT", help="write the comparison table as JSON")
+    p.add_argument("--markdown", metavar="OUT", help="write the comparison table as Markdown")
 
-    p = sub.add_parser("figures", help="regenerate every committed figure")
+    p = sub.add_parser(
+        "figures",
+        help="regenerate every committed figure",
+        description="Write the figures of the README (SPEC section 7) as PNGs, from fixed "
+        "seeds: the same command gives the same pixels.",
+    )
     p.add_argument("--out", default="figures", help="output folder (default: figures/)")
 
-    p = sub.add_parser("demo", help="evaluate scikit-learn's digits embedded three ways")
-    p.add_argument("--out", default="embedeval-demo", help="report folder")
-    p.add_argument("--quiet", action="store_true")
+    p = sub.add_parser(
+        "demo",
+        help="evaluate scikit-learn's digits embedded three ways",
+        description="Embed scikit-learn's handwritten digits as raw pixels, PCA-8 and NCA-16 (a "
+        "learned linear metric), evaluate each leave-one-out with 95% bootstrap intervals, "
+        "print the comparison and write report.json, report.md and figures to --out. Nothing "
+        "is downloaded.",
+    )
+    p.add_argument(
+        "--out", default="embedeval-demo", help="report folder (default: embedeval-demo/)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 
-def _parse_k(value: str | None) -> int | str | None:
-    if value is None or value == "max_bin_count":
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise InputError(f"--k must be an integer or max_bin_count; got {value!r}.") from None
+def _loaded(flag: str, path: str, n: int, of: str, what: str) -> np.ndarray:
+    # Checked here, not only in evaluate(), so the message names the flag and the file.
+    from .io import load_array
+
+    arr = load_array(path, what=what)
+    if len(arr) != n:
+        raise InputError(
+            f"{flag} {path} has {len(arr)} values but {of} has {n} rows; "
+            "pass one value per embedding row, in the same order."
+        )
+    return arr
 
 
-def _evaluate_file(args: argparse.Namespace, path: str) -> Any:
+def _evaluate_file(args: argparse.Namespace, path: str, *, with_ci: bool = True) -> Any:
     from .evaluate import evaluate
-    from .io import load_array, load_embeddings
+    from .io import load_embeddings
 
     data = load_embeddings(path)
+    n = data.embeddings.shape[0]
     labels = data.labels
     if args.labels:
-        labels = load_array(args.labels, what="labels")
+        labels = _loaded("--labels", args.labels, n, path, "labels")
     if labels is None:
         raise InputError(f"{path} has no labels; pass --labels FILE or store 'labels' in an .npz.")
-    if len(labels) != data.embeddings.shape[0]:
-        raise InputError(
-            f"--labels has {len(labels)} labels but {path} has "
-            f"{data.embeddings.shape[0]} rows; pass one label per embedding row."
-        )
     kwargs: dict[str, Any] = {}
     if args.ref_includes_query and not args.reference:
         raise InputError(
@@ -169,32 +272,43 @@ def _evaluate_file(args: argparse.Namespace, path: str) -> Any:
         )
     if args.reference:
         ref = load_embeddings(args.reference)
-        ref_labels = load_array(args.reference_labels) if args.reference_labels else ref.labels
-        if ref_labels is None:
-            raise InputError(f"{args.reference} has no labels; pass --reference-labels FILE.")
+        n_ref = ref.embeddings.shape[0]
         if ref.embeddings.shape[1] != data.embeddings.shape[1]:
             raise InputError(
-                f"{path} has dimension {data.embeddings.shape[1]} but {args.reference} has "
-                f"{ref.embeddings.shape[1]}; both must come from the same model."
+                f"{path} has dimension {data.embeddings.shape[1]} but --reference "
+                f"{args.reference} has {ref.embeddings.shape[1]}; both must come from the same "
+                "model."
             )
+        ref_labels = (
+            _loaded("--reference-labels", args.reference_labels, n_ref, args.reference, "labels")
+            if args.reference_labels
+            else ref.labels
+        )
+        if ref_labels is None:
+            raise InputError(f"{args.reference} has no labels; pass --reference-labels FILE.")
         kwargs.update(
             reference=ref.embeddings,
             reference_labels=ref_labels,
             ref_includes_query=args.ref_includes_query,
         )
         ref_groups = (
-            load_array(args.reference_groups, what="groups")
+            _loaded("--reference-groups", args.reference_groups, n_ref, args.reference, "groups")
             if args.reference_groups
             else ref.groups
         )
         if ref_groups is not None:
             kwargs["reference_groups"] = ref_groups
-    groups = load_array(args.groups, what="groups") if args.groups else data.groups
+    elif args.reference_labels or args.reference_groups:
+        raise InputError(
+            "--reference-labels and --reference-groups need --reference FILE (without it the "
+            "evaluation is leave-one-out over the queries)."
+        )
+    groups = _loaded("--groups", args.groups, n, path, "groups") if args.groups else data.groups
     if groups is not None:
         kwargs["query_groups"] = groups
     confidences, lower = None, args.lower_is_confident
     if args.confidences:
-        confidences = load_array(args.confidences, what="confidences")
+        confidences = _loaded("--confidences", args.confidences, n, path, "confidences")
     elif data.confidences is not None:
         confidences = data.confidences
     elif data.sigmas is not None:
@@ -203,12 +317,12 @@ def _evaluate_file(args: argparse.Namespace, path: str) -> Any:
         data.embeddings,
         labels,
         metrics=args.metrics,
-        k=_parse_k(args.k),
+        k=args.k,
         distance=args.distance,
         average=args.average,
         confidences=confidences,
         higher_is_confident=not lower,
-        ci=args.ci,
+        ci=args.ci if with_ci else None,
         n_boot=args.n_boot,
         seed=args.seed,
         progress=False if args.quiet else None,
@@ -218,7 +332,7 @@ def _evaluate_file(args: argparse.Namespace, path: str) -> Any:
 
 def _summary(res: Any) -> str:
     return (
-        f"{res.n_queries} queries ({res.n_lone} lone, left out), "
+        f"{res.n_queries} queries ({res.n_lone} lone: no same-class reference, left out), "
         f"{res.settings['n_reference']} references, distance={res.settings['distance']}, "
         f"k={res.settings['k']}, average={res.settings['average']}"
     )
@@ -265,11 +379,34 @@ def _per_query_table(res: Any) -> str:
     return buf.getvalue()
 
 
-def _check_output(path: str | None, suffixes: tuple[str, ...], flag: str) -> None:
+def _check_output(path: str | None, suffixes: tuple[str, ...] | None, flag: str) -> None:
+    """Refuse an output that cannot be written *before* any work (a folder when ``suffixes``
+    is None), so a long run never ends in a write error."""
     if path is None:
         return
-    if Path(path).suffix.lower() not in suffixes:
-        raise InputError(f"{flag} {path}: use a file ending in {' or '.join(suffixes)}.")
+    target = Path(path)
+    if suffixes is not None:
+        if target.suffix.lower() not in suffixes:
+            raise InputError(f"{flag} {path}: use a file ending in {' or '.join(suffixes)}.")
+        if target.is_dir():
+            raise InputError(f"{flag} {path} is a folder; name a file inside it.")
+        folder = target.parent
+    else:
+        folder = target
+    # The nearest existing ancestor must be a writable folder (missing folders are created).
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(
+            f"{flag} {path}: cannot write there, {existing} is a file, not a folder; "
+            "choose another path."
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(
+            f"{flag} {path}: cannot write there, folder {existing} is not writable; "
+            "choose a writable path."
+        )
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -294,14 +431,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _check_output(args.json, (".json",), "--json")
     _check_output(args.markdown, (".md",), "--markdown")
     _check_output(args.plot, (".png", ".svg", ".pdf"), "--plot")
+    show = not args.quiet and sys.stderr.isatty()
     names = [Path(f).stem for f in args.files]
     if len(set(names)) != len(names):
         names = [str(Path(f)) for f in args.files]
+    if len(set(names)) != len(names):  # the same file twice: keep both rows apart
+        names = [f"{n} #{i + 1}" for i, n in enumerate(names)]
+    if args.baseline is not None and args.baseline not in names:
+        raise InputError(
+            f"--baseline {args.baseline!r} is not one of the checkpoints "
+            f"({', '.join(names)}); pass one of those names (file stems)."
+        )
     results = {}
     for name, f in zip(names, args.files, strict=True):
-        if not args.quiet:
+        if show:
             print(f"evaluating {f} ...", file=sys.stderr)
-        results[name] = _evaluate_file(args, f)
+        # compare() draws its own (paired) resamples; a per-file bootstrap would be wasted work
+        results[name] = _evaluate_file(args, f, with_ci=False)
     cmp = compare(
         results,
         baseline=args.baseline if args.baseline is not None else 0,
@@ -325,6 +471,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_figures(args: argparse.Namespace) -> int:
     from ._figures import generate_figures
 
+    _check_output(args.out, None, "--out")
     for path in generate_figures(args.out):
         print(path)
     return 0
@@ -333,6 +480,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
+    _check_output(args.out, None, "--out")
     run_demo(args.out, progress=False if args.quiet else None)
     return 0
 
@@ -348,7 +496,10 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 bad input)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        return _interrupted()
     try:
         return COMMANDS[args.command](args)
     except (EmbedevalError, FileFormatError) as exc:
@@ -356,14 +507,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except OSError as exc:
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-        print(f"embedeval: error: {where}{exc.strerror or exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
         print(
-            "embedeval: interrupted; no output was written for the unfinished step.",
+            f"embedeval: error: {where}{exc.strerror or exc}; check the path, its permissions "
+            "and the free disk space.",
             file=sys.stderr,
         )
-        return 130
+        return 2
+    except KeyboardInterrupt:
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    # 130 = 128 + SIGINT, the shell convention for Ctrl-C; atomic writes mean nothing is half.
+    print(
+        "embedeval: interrupted (Ctrl-C); files already written are complete, the unfinished "
+        "one was not written.",
+        file=sys.stderr,
+    )
+    return 130
 
 
 def _one_line(exc: BaseException) -> str:

@@ -54,7 +54,31 @@ def _exists(path: Path) -> None:
         raise FileFormatError(f"{path} is a directory; pass an embedding file.")
 
 
+def _check_header(path: Path) -> None:
+    # np.load with allow_pickle=False calls every non-NumPy file "pickled data"; say what it is.
+    with open(path, "rb") as fh:
+        head = fh.read(6)
+    is_npy, is_zip = head == b"\x93NUMPY", head.startswith(b"PK\x03\x04")
+    want_zip = path.suffix.lower() == ".npz"
+    if (want_zip and is_zip) or (not want_zip and is_npy):
+        return
+    if is_npy or is_zip:
+        real, other = (".npy", ".npz") if is_npy else (".npz", ".npy")
+        raise FileFormatError(f"{path} is a {real} file named {other}; rename it to end in {real}.")
+    if head[:1] == b"\x80":
+        raise FileFormatError(
+            f"{path} is a Python pickle, not a NumPy file; embedeval never unpickles files, "
+            "because unpickling can run arbitrary code. Save the array with np.save or np.savez."
+        )
+    kind = "a .npz (zip) archive" if want_zip else "a .npy file"
+    raise FileFormatError(
+        f"{path} is not {kind} (no NumPy header; empty, truncated or another format); "
+        "save the array with np.save or np.savez."
+    )
+
+
 def _np_load(path: Path, mmap: bool) -> Any:
+    _check_header(path)
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except ValueError as exc:
@@ -229,7 +253,8 @@ def load_array(path: str | os.PathLike, *, what: str = "labels") -> np.ndarray:
             key = what if what in keys else (keys[0] if len(keys) == 1 else None)
             if key is None:
                 raise FileFormatError(
-                    f"{path} has several arrays ({', '.join(keys)}) and none named {what!r}."
+                    f"{path} has several arrays ({', '.join(keys)}) and none named {what!r}; "
+                    f"name it {what!r} (np.savez(path, {what}=...)) or save it alone."
                 )
             arr = npz[key]
     elif suffix in (".txt", ".csv", ".tsv", ""):

@@ -130,7 +130,7 @@ def plot_embedding_2d(
                 f"marked must be a boolean mask of length {len(x)}; got shape {raw.shape}, "
                 f"dtype {raw.dtype}."
             )
-    fig, ax = _axes(ax, (5.2, 4.2))
+    fig, ax = _axes(ax, (6.2, 4.2))
     for i, c in enumerate(np.unique(y)):
         sel = y == c
         colors = np.zeros((sel.sum(), 4))
@@ -158,10 +158,16 @@ def plot_embedding_2d(
         )
     ax.set_xlabel("embedding dimension 1")
     ax.set_ylabel("embedding dimension 2")
-    ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
-    if title:
-        ax.set_title(title, fontsize=9)
+    # Outside the axes: inside, the legend box hides the points of a dense corner.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
+    ax.set_title(title or "Embedding, coloured by class", fontsize=9)
     return fig
+
+
+def _null_locator() -> Any:
+    from matplotlib.ticker import NullLocator
+
+    return NullLocator()
 
 
 def _rgb(hex_color: str) -> tuple[float, float, float]:
@@ -385,6 +391,9 @@ def plot_k_sweep(
             label=name,
         )
     ax.set_xscale("log")
+    # Label the k values themselves (1, 2, 5, 10, ...) rather than powers of ten.
+    ax.set_xticks(ks, [f"{k:g}" for k in ks])
+    ax.xaxis.set_minor_locator(_null_locator())
     ax.set_xlabel("k (neighbours considered)")
     ax.set_ylabel("metric value")
     ax.set_title(title or "Metrics over k")
@@ -419,9 +428,26 @@ def plot_per_class(
     if top is not None:
         order = order[:top]
     fig, ax = _axes(ax, (6.0, max(2.5, 0.28 * len(order) + 1.2)))
-    ax.barh(np.arange(len(order)), vals[order], color=_COLORS[0], hatch="//", edgecolor="white")
+    ax.barh(
+        np.arange(len(order)),
+        vals[order],
+        color=_COLORS[0],
+        hatch="//",
+        edgecolor="white",
+        label=f"{metric} of the class",
+    )
+    if np.isfinite(vals).any():
+        mean = float(np.nanmean(vals))
+        ax.axvline(
+            mean,
+            color="black",
+            ls="--",
+            lw=1.2,
+            label=f"mean over all {int(np.isfinite(vals).sum())} classes ({mean:.3f})",
+        )
     ax.set_yticks(np.arange(len(order)), [str(labels[i]) for i in order], fontsize=8)
     ax.invert_yaxis()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8, frameon=False)
     ax.set_xlabel(f"{metric} (per class)")
     ax.set_ylabel("class")
     ax.set_title(f"Per-class {metric}" + (f" (worst {top})" if top else ""))

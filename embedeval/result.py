@@ -172,7 +172,8 @@ class EvaluationResult:
     # ------------------------------------------------------------------ display
     def table(self) -> str:
         """The summary as an aligned text table (metric, value, CI, ties)."""
-        rows = [("metric", "value", "95% CI" if self.ci else "", "ties")]
+        level = self.settings.get("ci") or 0.95
+        rows = [("metric", "value", f"{level * 100:g}% CI" if self.ci else "", "ties")]
         for name, value in self.metrics.items():
             lo_hi = self.ci.get(name)
             ci = f"[{lo_hi[0]:.4f}, {lo_hi[1]:.4f}]" if lo_hi else ""

@@ -82,3 +82,35 @@ def test_bad_files(tmp_path):
     np.savez(tmp_path / "len.npz", embeddings=X, labels=Y[:4])
     with pytest.raises(ee.InputError, match="has 4 labels but there are 6"):
         load_embeddings(tmp_path / "len.npz")
+
+
+def test_files_that_are_not_what_their_suffix_says(tmp_path):
+    (tmp_path / "junk.npy").write_bytes(b"hello world")
+    with pytest.raises(ee.FileFormatError, match=r"junk.npy is not a .npy file"):
+        load_embeddings(tmp_path / "junk.npy")
+    (tmp_path / "empty.npz").write_bytes(b"")
+    with pytest.raises(ee.FileFormatError, match=r"empty.npz is not a .npz \(zip\) archive"):
+        load_embeddings(tmp_path / "empty.npz")
+    import pickle
+
+    (tmp_path / "p.npy").write_bytes(pickle.dumps({"a": 1}, protocol=2))
+    with pytest.raises(ee.FileFormatError, match="is a Python pickle"):
+        load_embeddings(tmp_path / "p.npy")
+    np.save(tmp_path / "x.npy", X)
+    (tmp_path / "x.npz").write_bytes((tmp_path / "x.npy").read_bytes())
+    with pytest.raises(ee.FileFormatError, match="x.npz is a .npy file named .npz"):
+        load_embeddings(tmp_path / "x.npz")
+    np.savez(tmp_path / "y.npz", embeddings=X, labels=Y)
+    (tmp_path / "y.npy").write_bytes((tmp_path / "y.npz").read_bytes())
+    with pytest.raises(ee.FileFormatError, match="y.npy is a .npz file named .npy"):
+        load_embeddings(tmp_path / "y.npy")
+    with pytest.raises(ee.FileFormatError, match="y.npy is a .npz file named .npy"):
+        load_array(tmp_path / "y.npy")
+
+
+def test_side_file_npz_with_several_arrays_names_the_key_to_use(tmp_path):
+    np.savez(tmp_path / "two.npz", a=Y, b=Y)
+    with pytest.raises(ee.FileFormatError, match=r"none named 'groups'; name it 'groups'"):
+        load_array(tmp_path / "two.npz", what="groups")
+    np.savez(tmp_path / "named.npz", other=Y[::-1], groups=Y)
+    assert load_array(tmp_path / "named.npz", what="groups").tolist() == Y.tolist()

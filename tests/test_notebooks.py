@@ -29,6 +29,15 @@ def test_notebook_runs(path):
         if o.output_type == "error"
     ]
     assert not errors
+    # The figures must render as images for a reader, not as "<Figure size ...>" text.
+    images = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if "image/png" in o.get("data", {})
+    ]
+    assert images, f"{path.name} shows no figure"
 
 
 def test_there_are_at_least_two_notebooks():

@@ -44,10 +44,42 @@ def test_every_plot_function_renders(tmp_path):
     }
     for name, fig in figs.items():
         ax = fig.axes[0]
-        assert ax.get_title() or name == "embedding"
-        assert ax.get_xlabel() and ax.get_ylabel()
+        assert ax.get_title(), name
+        assert ax.get_xlabel() and ax.get_ylabel(), name
+        legend = ax.get_legend()
+        assert legend is not None and [t.get_text() for t in legend.get_texts()], name
         path = plots.save_figure(fig, tmp_path / f"{name}.png")
         _check_png(path, 300, 150)
+
+
+def test_embedding_legend_does_not_cover_points():
+    # A point in every corner: a legend inside the axes would hide one of them.
+    pts = [[0, 0], [0, 1], [1, 0], [1, 1], [0.5, 0.5]]
+    fig = plots.plot_embedding_2d(pts, [0, 0, 1, 1, 1], marked=np.array([1, 0, 0, 0, 0], bool))
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend_box = ax.get_legend().get_window_extent()
+    axes_box = ax.get_window_extent()
+    assert legend_box.x0 >= axes_box.x1 or legend_box.y1 <= axes_box.y0
+    for child in ax.collections:
+        for x, y in ax.transData.transform(child.get_offsets()):
+            assert not legend_box.contains(x, y)
+
+
+def test_k_sweep_ticks_are_the_k_values():
+    fig = plots.plot_k_sweep([1, 2, 5, 10, 20, 50], {"R@k": [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]})
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "5", "10", "20", "50"]
+
+
+def test_per_class_marks_the_mean_over_every_class():
+    fig = plots.plot_per_class(["a", "b", "c", "d"], [0.9, 0.1, 0.5, np.nan], top=2)
+    ax = fig.axes[0]
+    mean_line = ax.get_lines()[0]
+    assert mean_line.get_xdata()[0] == pytest.approx((0.9 + 0.1 + 0.5) / 3)
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert texts[0] == "mean over all 3 classes (0.500)"
 
 
 def test_plots_draw_exactly_the_given_arrays():

@@ -223,3 +223,11 @@ def test_wrong_values_deeper_down_raise_input_error():
     d["per_class"]["map"] = [["a"]]  # a row without its value
     with pytest.raises(ee.InputError, match="value has the wrong type"):
         ee.EvaluationResult.from_dict(d)
+
+
+def test_table_header_names_the_ci_level():
+    x = np.array([[0.0], [1.0], [2.0], [10.0], [11.0], [12.0]])
+    y = [0, 0, 0, 1, 1, 1]
+    for level, header in ((0.9, "90% CI"), (0.975, "97.5% CI")):
+        table = ee.evaluate(x, y, metrics=["map_at_r"], ci=level, n_boot=20).table()
+        assert header in table.splitlines()[0], table
