@@ -160,6 +160,14 @@ def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
         "--seed", type=int, default=0, help="seed of the bootstrap resampling (default: 0)"
     )
     g.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="worker threads of the exact search (default: every usable core, at most 8); "
+        "the numbers do not depend on it",
+    )
+    g.add_argument(
         "--quiet",
         action="store_true",
         help="no progress bar (it is only shown when stderr is a terminal)",
@@ -326,6 +334,7 @@ def _evaluate_file(args: argparse.Namespace, path: str, *, with_ci: bool = True)
         n_boot=args.n_boot,
         seed=args.seed,
         progress=False if args.quiet else None,
+        n_threads=args.threads,
         **kwargs,
     )
 

@@ -183,6 +183,7 @@ def test_every_option_has_help_text():
         (None, ["evaluate", "ckpt.npz", "--k", "2.5"], ["--k", "'2.5'"]),
         (None, ["evaluate", "ckpt.npz", "--ci", "1.5"], ["--ci", "between 0 and 1"]),
         (None, ["evaluate", "ckpt.npz", "--n-boot", "0"], ["--n-boot", "positive integer"]),
+        (None, ["evaluate", "ckpt.npz", "--threads", "0"], ["--threads", "positive integer"]),
         (None, ["evaluate", "ckpt.npz", "--distance", "l1"], ["--distance", "'l1'", "cosine"]),
         (None, ["evaluate", "ckpt.npz", "--bogus"], ["unrecognized arguments: --bogus"]),
         (None, ["evaluat", "ckpt.npz"], ["invalid choice: 'evaluat'", "--help"]),
@@ -520,3 +521,21 @@ def test_progress_bar_only_on_a_terminal_and_not_with_quiet(files, quiet):
         assert seen == b""
     else:
         assert b"5/5 queries" in seen
+
+
+def test_threads_option_gives_the_oracle_values_for_any_count(tmp_path):
+    rng = np.random.default_rng(4)
+    x = rng.integers(-3, 4, size=(120, 3)).astype(np.float32)  # exact keys, many ties
+    y = rng.integers(0, 6, 120)
+    np.savez(tmp_path / "e.npz", embeddings=x, labels=y)
+    metrics = ["map_at_r", "precision_at_1", "mrr"]
+    expected, _ = oracle(x, y, metrics=metrics)
+    for threads in ("1", "3"):
+        proc = run(
+            "evaluate", "e.npz", "--metrics", *metrics, "--threads", threads,
+            "--json", f"t{threads}.json", cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        got = _json(tmp_path / f"t{threads}.json")
+        for m in metrics:
+            assert got["metrics"][m] == pytest.approx(expected[m], abs=1e-12), (threads, m)
