@@ -406,15 +406,22 @@ def _collect(
         # Row of each hit from the row boundaries (cheaper than a 64-bit division per hit).
         per_row = np.diff(np.searchsorted(flat, np.arange(0, (b + 1) * width, width)))
         values = keys.ravel()[flat]
-        flat -= np.repeat(np.arange(0, b * width, width) - t0, per_row)  # now the reference
         if exclusions.reference_groups is not None and positive_threshold is None:
+            flat -= np.repeat(np.arange(0, b * width, width) - t0, per_row)  # the reference
             row = np.repeat(own, per_row)
             keep = exclusions.reference_groups[flat] != exclusions.query_groups[row]
             flat, values = flat[keep], values[keep]
             per_row = np.bincount(row[keep] - start, minlength=b)
+            rows_and_refs = flat.view(np.uint64)
+            rows_and_refs |= np.repeat(row_codes, per_row)
+        else:
+            # flat = row * width + (reference - t0), so adding row * (2**(32 + col_bits) - width)
+            # + t0 gives (row << (32 + col_bits)) | reference in one pass (uint64 wraps exactly).
+            shift = row_codes - np.arange(b, dtype=np.uint64) * np.uint64(width) + np.uint64(t0)
+            rows_and_refs = flat.view(np.uint64)
+            rows_and_refs += np.repeat(shift, per_row)
         code = sortable_bits(values).astype(np.uint64) << np.uint64(col_bits)
-        code |= np.repeat(row_codes, per_row)
-        code |= flat.view(np.uint64)
+        code |= rows_and_refs
         codes.append(code)
         counts += per_row
     return (codes[0] if len(codes) == 1 else np.concatenate(codes)), counts
