@@ -28,10 +28,7 @@ from .knn import (
     DEFAULT_MEMORY_BUDGET,
     Exclusions,
     PreparedSearch,
-    _collect,
-    _depth_thresholds,
-    _redo_rows,
-    _sort_block,
+    search_block,
     single_threaded_blas,
 )
 
@@ -165,35 +162,19 @@ def _search_blocks(
     need = part["need"]
     for start in range(0, n, bsz):
         stop = min(start + bsz, n)
-        tau = _depth_thresholds(
-            search, start, stop, need[start:stop], shared["subsample"], exclusions
-        )
-        tau[need[start:stop] <= 0] = -np.inf
-        codes, counts = _collect(
+        block = search_block(
             search,
             start,
             stop,
-            tau,
-            tile,
-            keys_buffer,
-            mask_buffer,
+            need,
+            shared["subsample"],
             exclusions,
             positive,
+            tile,
             col_bits,
+            (keys_buffer, mask_buffer),
+            settings["memory_budget"],
         )
-        short = np.flatnonzero(counts < need[start:stop])
-        if short.size:
-            codes, counts = _redo_rows(
-                search,
-                start,
-                short,
-                codes,
-                counts,
-                exclusions,
-                settings["memory_budget"],
-                col_bits,
-            )
-        block = _sort_block(codes, counts, start, col_bits, tile == reference.shape[0])
         chunk_values, chunk_ties = chunk_metrics(
             block,
             part["query_codes"][start:stop],

@@ -260,31 +260,22 @@ def sorted_candidates(
     buffers = threading.local()  # each thread reuses its own key and mask buffers
 
     def one_block(start: int) -> Any:
-        stop = min(start + block_size, n_query)
         if getattr(buffers, "keys", None) is None:
             buffers.keys = np.empty(min(block_size, n_query) * tile, dtype=np.float32)
             buffers.mask = np.empty(buffers.keys.size, dtype=bool)
-        block_need = need[start:stop]
-        tau = _depth_thresholds(search, start, stop, block_need, subsample, exclusions)
-        tau[block_need <= 0] = -np.inf
-        codes, counts = _collect(
+        block = search_block(
             search,
             start,
-            stop,
-            tau,
-            tile,
-            buffers.keys,
-            buffers.mask,
+            min(start + block_size, n_query),
+            need,
+            subsample,
             exclusions,
             positive_threshold,
+            tile,
             col_bits,
+            (buffers.keys, buffers.mask),
+            memory_budget,
         )
-        short = np.flatnonzero(counts < block_need)
-        if short.size:  # the subsample margin failed (rare): take every valid reference
-            codes, counts = _redo_rows(
-                search, start, short, codes, counts, exclusions, memory_budget, col_bits
-            )
-        block = _sort_block(codes, counts, start, col_bits, tile == n_ref and not short.size)
         return block if finish is None else finish(block)
 
     starts = range(0, n_query, block_size)
@@ -292,6 +283,39 @@ def sorted_candidates(
         for start, result in in_order(one_block, starts, n_threads):
             yield result
             bar.update(min(start + block_size, n_query) - start)
+
+
+def search_block(
+    search: PreparedSearch,
+    start: int,
+    stop: int,
+    need: np.ndarray,
+    subsample: np.ndarray | None,
+    exclusions: Exclusions,
+    positive_threshold: tuple[str, np.ndarray, np.ndarray] | None,
+    tile: int,
+    col_bits: int,
+    buffers: tuple[np.ndarray, np.ndarray],
+    memory_budget: int,
+) -> Candidates:
+    """The engine's work for query rows ``[start, stop)`` of ``search``: depth thresholds from
+    the column subsample, candidates at or below them, the rare short row redone against every
+    reference, and the sort.  ``buffers`` are the caller's (keys, mask) scratch arrays of at
+    least ``(stop - start) * tile`` items; the local engine and Dask workers share this code."""
+    block_need = need[start:stop]
+    tau = _depth_thresholds(search, start, stop, block_need, subsample, exclusions)
+    tau[block_need <= 0] = -np.inf
+    codes, counts = _collect(
+        search, start, stop, tau, tile, *buffers, exclusions, positive_threshold, col_bits
+    )
+    short = np.flatnonzero(counts < block_need)
+    if short.size:  # the subsample margin failed (rare): take every valid reference
+        codes, counts = _redo_rows(
+            search, start, short, codes, counts, exclusions, memory_budget, col_bits
+        )
+    # Whole-row tiles leave the codes grouped by row unless redone rows were appended.
+    grouped = tile == search.n_reference and not short.size
+    return _sort_block(codes, counts, start, col_bits, grouped)
 
 
 def default_threads() -> int:

@@ -174,3 +174,33 @@ def test_sortable_bits_orders_like_the_floats():
     np.testing.assert_array_equal(
         knn.from_sortable_bits(bits)[[0, 1, 2, 4, 5, 6, 7, 8]], v[[0, 1, 2, 4, 5, 6, 7, 8]]
     )
+
+
+def test_search_block_sorts_redone_rows_with_whole_row_tiles(monkeypatch):
+    # Redone rows are appended after the others, so the codes are no longer grouped by row:
+    # the block must be sorted as a whole even when its tiles are whole rows (this shared code
+    # is what Dask workers run; they used to sort such blocks run by run).
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3000, 5)).astype(np.float32)
+    n_rows, need = 64, 1500  # 64 x 1500 candidates: more than one in-cache sort run
+    search = knn.PreparedSearch.build(x[:n_rows], x, "euclidean")
+    real = knn._depth_thresholds
+
+    def short_for_odd_rows(search, start, stop, need, subsample, exclusions):
+        tau = real(search, start, stop, need, subsample, exclusions)
+        tau[1::2] = -1e30  # no candidate at all: these rows must be redone
+        return tau
+
+    monkeypatch.setattr(knn, "_depth_thresholds", short_for_odd_rows)
+    buffers = (np.empty(n_rows * 3000, np.float32), np.empty(n_rows * 3000, bool))
+    block = knn.search_block(
+        search, 0, n_rows, np.full(n_rows, need), None, knn.Exclusions(), None, 3000,
+        12, buffers, 1 << 28,
+    )  # fmt: skip
+    d64 = ((x[:n_rows, None, :].astype(np.float64) - x[None, :, :]) ** 2).sum(-1)
+    for row in range(n_rows):
+        got = block.index[block.lims[row] : block.lims[row] + need]
+        want = np.argsort(d64[row], kind="stable")[:need]
+        # float32 keys may swap neighbours closer than their rounding: compare distances.
+        np.testing.assert_allclose(d64[row, got], d64[row, want], rtol=1e-5, atol=1e-5)
+        assert np.all(np.diff(block.bits[block.lims[row] : block.lims[row + 1]]) >= 0)
