@@ -34,15 +34,32 @@ N_CLASSES = 10_000
 
 
 def make_clusters(
-    n: int, *, n_classes: int = N_CLASSES, seed: int = 0, spread: float = 0.12
+    n: int,
+    *,
+    n_classes: int = N_CLASSES,
+    seed: int = 0,
+    spread: float = 0.12,
+    intrinsic_dim: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded clusters: class centres on the unit sphere plus Gaussian noise (``spread`` per
-    dimension), L2-normalised; written in blocks to a memory-mapped file in /tmp."""
-    path = f"/tmp/embedeval_bench_scale_{n}_{n_classes}_{seed}_{spread}.f32"
+    """Seeded clusters, L2-normalised, written in blocks to a memory-mapped file in /tmp.
+
+    ``intrinsic_dim=None`` (the original, hard setting): class centres on the unit sphere of
+    R^128 plus isotropic Gaussian noise (``spread`` per dimension) in all 128 dimensions.
+    ``intrinsic_dim=r``: the same construction inside a random r-dimensional subspace (centres
+    on its unit sphere, noise ``spread`` per latent dimension), mapped into R^128 by a seeded
+    random orthonormal basis, so the data has intrinsic dimension r as real embedding spaces
+    have a low one.  The default setting's files and values are unchanged.
+    """
+    tag = "" if intrinsic_dim is None else f"_r{intrinsic_dim}"
+    path = f"/tmp/embedeval_bench_scale_{n}_{n_classes}_{seed}_{spread}{tag}.f32"
     rng = np.random.default_rng(seed)
-    centers = rng.standard_normal((n_classes, D)).astype(np.float32)
+    r = D if intrinsic_dim is None else int(intrinsic_dim)
+    centers = rng.standard_normal((n_classes, r)).astype(np.float32)
     centers /= np.linalg.norm(centers, axis=1, keepdims=True)
     labels = rng.integers(0, n_classes, n)
+    basis = None
+    if intrinsic_dim is not None:
+        basis = np.linalg.qr(rng.standard_normal((D, r)))[0].T.astype(np.float32)  # (r, D)
     if os.path.exists(path) and os.path.getsize(path) == n * D * 4:
         return np.memmap(path, dtype=np.float32, mode="r", shape=(n, D)), labels
     tmp = path + ".part"
@@ -52,8 +69,10 @@ def make_clusters(
         stop = min(start + step, n)
         block_rng = np.random.default_rng([seed, b])
         v = centers[labels[start:stop]] + spread * block_rng.standard_normal(
-            (stop - start, D), dtype=np.float32
+            (stop - start, r), dtype=np.float32
         )
+        if basis is not None:
+            v = v @ basis
         x[start:stop] = v / np.linalg.norm(v, axis=1, keepdims=True)
     x.flush()
     del x
