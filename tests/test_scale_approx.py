@@ -215,3 +215,56 @@ def test_too_few_training_rows_is_a_clear_error(grid):
     x, _, _ = grid
     with pytest.raises(InputError, match="could not train the index on 10 rows"):
         train_index(x, "IVF16,Flat", training_rows=10)
+
+
+# ---- two-level k-means for large nlist
+
+
+@pytest.mark.parametrize(
+    ("index", "distance"),
+    [("IVF64,Flat", "euclidean"), ("IVF64_HNSW16,Flat", "euclidean"), ("IVF64,Flat", "cosine")],
+)
+def test_two_level_index_with_all_lists_probed_reproduces_exact(grid, index, distance):
+    x, y, _ = grid
+    trained = train_index(x, index, clustering="two_level", distance=distance, seed=2)
+    ivf = faiss.extract_index_ivf(trained)
+    assert trained.is_trained and trained.ntotal == 0 and ivf.quantizer.ntotal == 64
+    params = {"nprobe": 64}
+    if "HNSW" in index:
+        params["quantizer_efSearch"] = 256  # the HNSW quantizer must rank all 64 lists
+    exact = evaluate(x, y, metrics=METRICS, distance=distance)
+    approx = evaluate(x, y, metrics=METRICS, distance=distance, index=trained, index_params=params)
+    if distance == "euclidean":  # integer data: exact ties, comparable bit for bit
+        for name in METRICS:
+            np.testing.assert_array_equal(approx.per_query[name], exact.per_query[name], name)
+        _, mapr = _oracle_p1_mapr(x, y, range(0, 4000, 400))
+        np.testing.assert_allclose(approx.per_query["map_at_r"][::400], mapr, rtol=1e-12)
+    # cosine: float rounding of the normalised vectors can swap (near-)tied neighbours
+    tolerance = 0.01 if distance == "cosine" else 0
+    assert approx.approximation["knn_recall"] == pytest.approx(1.0, abs=tolerance)
+
+
+def test_two_level_centroids_partition_the_data_like_kmeans(clusters):
+    # An independent check of the centroids: assigning every vector to its nearest centroid
+    # (plain numpy argmin) costs a k-means objective close to faiss's flat k-means.
+    x, _ = clusters
+    objective = {}
+    for clustering in ("kmeans", "two_level"):
+        trained = train_index(x, "IVF100,Flat", clustering=clustering, seed=0)
+        c = faiss.extract_index_ivf(trained).quantizer.reconstruct_n(0, 100).astype(np.float64)
+        d = (x.astype(np.float64) ** 2).sum(1)[:, None] - 2 * x @ c.T + (c**2).sum(1)[None]
+        objective[clustering] = d.min(axis=1).mean()
+        assert np.unique(d.argmin(axis=1)).size > 90  # (nearly) every list is used
+    assert objective["two_level"] < 1.1 * objective["kmeans"]
+
+
+def test_two_level_bad_input(grid):
+    x, _, _ = grid
+    with pytest.raises(InputError, match="clustering='kmenas' is not valid"):
+        train_index(x, "IVF16,Flat", clustering="kmenas")
+    with pytest.raises(InputError, match="inverted-file index without a pre-transform"):
+        train_index(x, "HNSW16", clustering="two_level")
+    with pytest.raises(InputError, match="inverted-file index without a pre-transform"):
+        train_index(x, "PCA4,IVF16,Flat", clustering="two_level")
+    with pytest.raises(InputError, match="could not train the index on 10 rows"):
+        train_index(x, "IVF16,Flat", clustering="two_level", training_rows=10)
