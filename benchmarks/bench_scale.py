@@ -9,6 +9,8 @@ Cases (run one at a time; each prints a JSON line and a short table):
   index's timings and the exact-sample error (|MAP@R(approx) - MAP@R(exact)| on 10,000 queries).
 * ``medium``  — the same generator at 100,000 vectors: a full exact run beside the approximate
   one, to check the error the 10,000-query sample reports against the error over all queries.
+* ``sweep``   — a cheap pilot of several index configurations at full size (all N vectors in
+  the index, only the 10,000-query sample searched, brute-force neighbours as the oracle).
 * ``dask``    — 200,000 reference vectors, a query subset: local engine vs the Dask backend on
   a LocalCluster with one and with two single-threaded worker processes (the client is limited
   to one BLAS thread so that workers reproduce its keys); checks the numbers are identical.
@@ -18,6 +20,8 @@ Usage::
     python -m benchmarks.bench_scale medium
     python -m benchmarks.bench_scale dask --queries 40000
     python -m benchmarks.bench_scale approx --n 1000000 --index IVF4096,Flat --nprobe 12
+    python -m benchmarks.bench_scale approx --n 1000000 --index HNSW32 --ef-search 128
+    python -m benchmarks.bench_scale sweep "IVF4096,Flat|nprobe=8,16" "HNSW32|efSearch=128"
 """
 
 from __future__ import annotations
@@ -84,20 +88,27 @@ def case_approx(args: argparse.Namespace) -> dict:
     from embedeval import evaluate
     from embedeval._approx import train_index
 
+    load_start = round(os.getloadavg()[0], 2)
     t_start = time.perf_counter()
-    x, y = make_clusters(args.n, spread=args.spread)
+    x, y = make_clusters(args.n, spread=args.spread, intrinsic_dim=args.intrinsic_dim)
     t_data = time.perf_counter() - t_start
     t0 = time.perf_counter()
-    nlist = int(args.index.split(",")[0][3:]) if args.index.startswith("IVF") else 0
+    coarse = args.index.split(",")[0]
+    nlist = int(coarse[3:].split("_")[0]) if coarse.startswith("IVF") else 0
     rows = args.training_rows or (64 * nlist if nlist else None)
-    trained = train_index(x, args.index, seed=0, training_rows=rows)
+    trained = train_index(x, args.index, seed=0, training_rows=rows, clustering=args.clustering)
     t_train = time.perf_counter() - t0
+    params: dict = {"nprobe": args.nprobe} if nlist else {}
+    if "_HNSW" in coarse:
+        params["quantizer_efSearch"] = max(args.quantizer_ef, args.nprobe)
+    if args.ef_search:
+        params["efSearch"] = args.ef_search
     t0 = time.perf_counter()
     res = evaluate(
         x,
         y,
         index=trained,
-        index_params={"nprobe": args.nprobe} if nlist else None,
+        index_params=params or None,
         exact_sample=args.exact_sample,
         progress=False,
     )
@@ -108,9 +119,12 @@ def case_approx(args: argparse.Namespace) -> dict:
         "case": "approx",
         "n": args.n,
         "spread": args.spread,
+        "intrinsic_dim": args.intrinsic_dim,
         "index": args.index,
-        "nprobe": args.nprobe,
+        "index_params": params,
+        "clustering": args.clustering,
         "training_rows": rows,
+        "load_avg_1min_start_end": [load_start, round(os.getloadavg()[0], 2)],
         "data_s": round(t_data, 1),
         "train_s": round(t_train, 1),
         "evaluate_s": round(t_eval, 1),
@@ -124,6 +138,92 @@ def case_approx(args: argparse.Namespace) -> dict:
         "timings": report["timings"],
         "n_sample": report["n_sample"],
     }
+
+
+def case_sweep(args: argparse.Namespace) -> list[dict]:
+    """A cheap pilot of index configurations at full size: each index is trained and filled
+    with all N vectors, but only a seeded sample of ``--exact-sample`` queries is searched
+    (faiss alone, k = --k) and compared with brute-force neighbours (``IndexFlatL2``, cached in
+    /tmp).  Full-search time is extrapolated as sample time x N / sample; the MAP@R here is a
+    plain re-implementation (leave-one-out, R = class size - 1), not embedeval's."""
+    import faiss
+
+    from embedeval._approx import train_index
+
+    x, y = make_clusters(args.n, spread=args.spread, intrinsic_dim=args.intrinsic_dim)
+    x = np.ascontiguousarray(x)
+    counts = np.bincount(y)
+    rng = np.random.default_rng(0)
+    sample = np.sort(rng.choice(np.flatnonzero(counts[y] > 1), args.exact_sample, replace=False))
+    r_q = counts[y[sample]] - 1
+    depth = 256
+    gt_path = (
+        f"/tmp/embedeval_bench_scale_gt_{args.n}_{args.spread}_{args.intrinsic_dim}_"
+        f"{args.exact_sample}.npy"
+    )
+    if os.path.exists(gt_path):
+        truth = np.load(gt_path)
+    else:
+        flat = faiss.IndexFlatL2(D)
+        flat.add(x)
+        truth = flat.search(x[sample], depth)[1]
+        np.save(gt_path, truth)
+        del flat
+
+    def lists(ids: np.ndarray, k: int) -> np.ndarray:
+        out = np.full((ids.shape[0], k), -1, dtype=np.int64)
+        for i in range(ids.shape[0]):  # drop the query itself and faiss's -1 padding
+            row = ids[i][(ids[i] != sample[i]) & (ids[i] >= 0)][:k]
+            out[i, : row.size] = row
+        return out
+
+    def map_at_r(ranked: np.ndarray) -> np.ndarray:
+        pos = np.arange(1, ranked.shape[1] + 1)
+        rel = (y[np.maximum(ranked, 0)] == y[sample][:, None]) & (ranked >= 0)
+        rel &= pos[None, :] <= r_q[:, None]
+        return (np.cumsum(rel, axis=1) / pos * rel).sum(axis=1) / r_q
+
+    exact_lists = lists(truth, depth - 1)
+    exact_map = map_at_r(exact_lists)
+    out = []
+    for spec in args.configs:
+        key, *opts = spec.split("|")  # "IVF4096,Flat|nprobe=8,16" or "HNSW32|efSearch=128"
+        param, values = opts[0].split("=") if opts else ("", "0")
+        t0 = time.perf_counter()
+        trained = train_index(
+            x, key, training_rows=args.training_rows, clustering=args.clustering
+        ) if key.startswith("IVF") else faiss.index_factory(D, key)  # fmt: skip
+        t_train = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for a in range(0, args.n, 65536):
+            trained.add(x[a : a + 65536])
+        t_add = time.perf_counter() - t0
+        for value in map(int, values.split(",")):
+            if param:
+                faiss.ParameterSpace().set_index_parameter(trained, param, value)
+            t0 = time.perf_counter()
+            ids = trained.search(x[sample], args.k)[1]
+            t_search = time.perf_counter() - t0
+            found = lists(ids, args.k - 1)
+            recall = np.mean([
+                np.intersect1d(found[i, : r_q[i]], exact_lists[i, : r_q[i]]).size / r_q[i]
+                for i in range(sample.size)
+            ])  # fmt: skip
+            diff = map_at_r(found) - exact_map
+            boots = [diff[rng.integers(0, diff.size, diff.size)].mean() for _ in range(1000)]
+            row = {
+                "index": key, param or "-": value, "k": args.k, "train_s": round(t_train, 1),
+                "add_s": round(t_add, 1), "search_sample_s": round(t_search, 2),
+                "search_all_estimate_s": round(t_search * args.n / sample.size, 1),
+                "knn_recall": round(float(recall), 4),
+                "map_at_r_exact": round(float(exact_map.mean()), 4),
+                "map_at_r_diff": round(float(diff.mean()), 5),
+                "diff_ci": [round(float(v), 5) for v in np.quantile(boots, [0.025, 0.975])],
+                "load_avg_1min": round(os.getloadavg()[0], 2),
+            }  # fmt: skip
+            print(json.dumps(row), flush=True)
+            out.append(row)
+    return out
 
 
 def case_medium(args: argparse.Namespace) -> dict:
@@ -202,7 +302,9 @@ def case_dask(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("case", choices=["approx", "medium", "dask"])
+    parser.add_argument("case", choices=["approx", "medium", "dask", "sweep"])
+    parser.add_argument("configs", nargs="*", help="sweep: 'IVF4096,Flat|nprobe=8,16' ...")
+    parser.add_argument("--k", type=int, default=128, help="sweep: search depth")
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--index", default="IVF1024,Flat")
     parser.add_argument("--nprobe", type=int, default=16)
@@ -211,8 +313,13 @@ def main() -> None:
     parser.add_argument("--spread", type=float, default=0.09)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--training-rows", type=int, default=None)
-    args = parser.parse_args()
-    out = {"approx": case_approx, "medium": case_medium, "dask": case_dask}[args.case](args)
+    parser.add_argument("--intrinsic-dim", type=int, default=None)
+    parser.add_argument("--clustering", choices=["kmeans", "two_level"], default="kmeans")
+    parser.add_argument("--quantizer-ef", type=int, default=64)
+    parser.add_argument("--ef-search", type=int, default=None)
+    args = parser.parse_intermixed_args()
+    cases = {"approx": case_approx, "medium": case_medium, "dask": case_dask, "sweep": case_sweep}
+    out = cases[args.case](args)
     print(json.dumps(out, default=float))
 
 
