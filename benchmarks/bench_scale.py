@@ -90,7 +90,9 @@ def case_approx(args: argparse.Namespace) -> dict:
 
     load_start = round(os.getloadavg()[0], 2)
     t_start = time.perf_counter()
-    x, y = make_clusters(args.n, spread=args.spread, intrinsic_dim=args.intrinsic_dim)
+    x, y = make_clusters(
+        args.n, n_classes=args.classes, spread=args.spread, intrinsic_dim=args.intrinsic_dim
+    )
     t_data = time.perf_counter() - t_start
     t0 = time.perf_counter()
     coarse = args.index.split(",")[0]
@@ -150,7 +152,9 @@ def case_sweep(args: argparse.Namespace) -> list[dict]:
 
     from embedeval._approx import train_index
 
-    x, y = make_clusters(args.n, spread=args.spread, intrinsic_dim=args.intrinsic_dim)
+    x, y = make_clusters(
+        args.n, n_classes=args.classes, spread=args.spread, intrinsic_dim=args.intrinsic_dim
+    )
     x = np.ascontiguousarray(x)
     counts = np.bincount(y)
     rng = np.random.default_rng(0)
@@ -158,7 +162,7 @@ def case_sweep(args: argparse.Namespace) -> list[dict]:
     r_q = counts[y[sample]] - 1
     depth = 256
     gt_path = (
-        f"/tmp/embedeval_bench_scale_gt_{args.n}_{args.spread}_{args.intrinsic_dim}_"
+        f"/tmp/embedeval_bench_scale_gt_{args.n}_{args.classes}_{args.spread}_{args.intrinsic_dim}_"
         f"{args.exact_sample}.npy"
     )
     if os.path.exists(gt_path):
@@ -314,6 +318,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--training-rows", type=int, default=None)
     parser.add_argument("--intrinsic-dim", type=int, default=None)
+    parser.add_argument("--classes", type=int, default=N_CLASSES, help="approx, sweep")
     parser.add_argument("--clustering", choices=["kmeans", "two_level"], default="kmeans")
     parser.add_argument("--quantizer-ef", type=int, default=64)
     parser.add_argument("--ef-search", type=int, default=None)
