@@ -12,8 +12,8 @@ Cases (run one at a time; each prints a JSON line and a short table):
 * ``sweep``   — a cheap pilot of several index configurations at full size (all N vectors in
   the index, only the 10,000-query sample searched, brute-force neighbours as the oracle).
 * ``dask``    — 200,000 reference vectors, a query subset: local engine vs the Dask backend on
-  a LocalCluster with one and with two single-threaded worker processes (the client is limited
-  to one BLAS thread so that workers reproduce its keys); checks the numbers are identical.
+  a LocalCluster with one and with two single-threaded worker processes, beside the local
+  engine on one thread (one worker's share) and on all; checks the numbers are identical.
 
 Usage::
 
