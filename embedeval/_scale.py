@@ -23,7 +23,7 @@ import numpy as np
 from ._engine import RetrievalTask
 from ._errors import InputError
 from ._validation import check_choice, check_int
-from .knn import _BYTES_PER_CANDIDATE, _MAX_BLOCK, _TILE, DEFAULT_MEMORY_BUDGET, Exclusions
+from .knn import DEFAULT_MEMORY_BUDGET, Exclusions, block_layout
 
 __all__ = ["run_scaled"]
 
@@ -108,22 +108,15 @@ class EngineLayout:
 def engine_layout(
     task: RetrievalTask, block_size: int | None, memory_budget: int = DEFAULT_MEMORY_BUDGET
 ) -> EngineLayout:
-    """The block size and tile width :func:`embedeval.knn.sorted_candidates` would use for
-    ``task`` (mirrors its formula; a backend that keeps them reproduces its float32 keys)."""
+    """The block size and tile width :func:`embedeval.knn.sorted_candidates` uses for ``task``
+    (the same :func:`embedeval.knn.block_layout`; a backend that keeps them reproduces its
+    float32 keys)."""
     depth, threshold = task.depth()
     n_ref = int(task.reference.shape[0])
     need = np.minimum(depth, task.n_valid)
-    col_bits = max(1, int(n_ref - 1).bit_length())
-    if threshold is None:
-        tile = n_ref if n_ref <= 16 * _TILE else _TILE
-        expected = min(n_ref, int(need.max(initial=0) * 1.5) + 256)
-        per_row = tile * 5 + expected * _BYTES_PER_CANDIDATE
-    else:
-        tile = n_ref
-        per_row = n_ref * (11 + _BYTES_PER_CANDIDATE)
-    if block_size is None:
-        block_size = int(max(1, min(_MAX_BLOCK, memory_budget // per_row)))
-    block_size = max(1, min(block_size, 2 ** (32 - col_bits)))
+    tile, block_size, col_bits = block_layout(
+        need, n_ref, threshold is not None, block_size, memory_budget
+    )
     return EngineLayout(block_size, tile, col_bits, need, threshold)
 
 
