@@ -2,8 +2,11 @@
 
 How it works (and why it is faster and lighter than a faiss ``search`` with a large k):
 
-1. Queries are processed in blocks whose size comes from a memory budget, so peak memory is
-   O(block x n_reference), never O(n_query x n_reference).
+1. Queries are processed in blocks whose size comes from a memory budget (and a cache-sized cap
+   on the block's candidates: :func:`block_layout`), so peak memory is O(block x n_reference),
+   never O(n_query x n_reference).  Blocks run in worker threads (:func:`in_order`), each
+   product on one BLAS thread (:func:`single_threaded_blas`), so that every pass uses every
+   core and the float32 keys do not depend on the number of threads.
 2. For a block, one BLAS product gives a *ranking key* per (query, reference) pair:
    ``||r||^2 - 2 q.r`` for the Euclidean distance (the query's own norm does not change its
    ranking) and ``-q.r`` for cosine / inner product.  Excluded references (the query itself,
@@ -53,8 +56,8 @@ _BYTES_PER_CANDIDATE = 72
 _SORT_RUN = 1 << 16
 _MAX_THREADS = 8
 _BLOCK_CODE_BYTES = 12 << 20
-#: Default working-memory budget of the engine, in bytes.  Peak memory is about this plus the
-#: embeddings themselves and O(n_query) per-query results.
+#: Default working-memory budget of one engine thread, in bytes.  Peak memory is about this times
+#: the number of threads, plus the embeddings themselves and O(n_query) per-query results.
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 
 
