@@ -251,7 +251,10 @@ def test_two_level_centroids_partition_the_data_like_kmeans(clusters):
     objective = {}
     for clustering in ("kmeans", "two_level"):
         trained = train_index(x, "IVF100,Flat", clustering=clustering, seed=0)
-        c = faiss.extract_index_ivf(trained).quantizer.reconstruct_n(0, 100).astype(np.float64)
+        # np.asarray: once PML has imported faiss.contrib.torch_utils (the parity suite does),
+        # faiss's reconstruct_n returns a torch tensor.
+        quantizer = faiss.extract_index_ivf(trained).quantizer
+        c = np.asarray(quantizer.reconstruct_n(0, 100), dtype=np.float64)
         d = (x.astype(np.float64) ** 2).sum(1)[:, None] - 2 * x @ c.T + (c**2).sum(1)[None]
         objective[clustering] = d.min(axis=1).mean()
         assert np.unique(d.argmin(axis=1)).size > 90  # (nearly) every list is used
