@@ -28,6 +28,7 @@ from .knn import (
     DEFAULT_MEMORY_BUDGET,
     Exclusions,
     PreparedSearch,
+    column_subsample,
     search_block,
     single_threaded_blas,
 )
@@ -73,7 +74,7 @@ def run_dask(
         "reference": np.ascontiguousarray(prepared.reference_t.T),
         "reference_codes": task.reference_codes,
         "reference_groups": None if groups is None else groups[1],
-        "subsample": _subsample(layout.need, n_ref),
+        "subsample": column_subsample(layout.need, n_ref),
     }
     settings = {
         "block_size": layout.block_size,
@@ -118,14 +119,6 @@ def run_dask(
         client.cancel(futures)
         raise
     return values, ties
-
-
-def _subsample(need: np.ndarray, n_ref: int) -> np.ndarray | None:
-    """The local engine's column subsample for the depth thresholds (seed 0, size 1024/4096)."""
-    m = 1024 if need.max(initial=0) * 1024 < 64 * n_ref else 4 * 1024
-    if n_ref <= 2 * m:
-        return None
-    return np.sort(np.random.default_rng(0).choice(n_ref, m, replace=False))
 
 
 def _search_part(

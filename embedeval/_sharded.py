@@ -44,6 +44,7 @@ from .knn import (
     _collect,
     _depth_thresholds,
     _sort_block,
+    column_subsample,
     single_threaded_blas,
     sortable_bits,
 )
@@ -284,12 +285,10 @@ def _thresholds(task: RetrievalTask, read: Any, layout: Any, memory_budget: int)
     """The local engine's per-query depth thresholds (same subsample, same product shapes)."""
     n_ref = int(task.reference.shape[0])
     need = layout.need
-    m = 1024 if need.max(initial=0) * 1024 < 64 * n_ref else 4 * 1024
     tau = np.full(task.n_query, _FMAX, dtype=np.float32)
-    if n_ref <= 2 * m:
+    subsample = column_subsample(need, n_ref)
+    if subsample is None:
         return tau
-    rng = np.random.default_rng(0)  # the engine's fixed subsample seed
-    subsample = np.sort(rng.choice(n_ref, m, replace=False))
     gathered = _gather_rows(read, subsample)
     search = _SubsampleSearch(PreparedSearch.build(task.query, gathered, task.distance), n_ref)
     for start in range(0, task.n_query, layout.block_size):

@@ -244,11 +244,7 @@ def sorted_candidates(
     tile, block_size, col_bits = block_layout(
         need, n_ref, positive_threshold is not None, block_size, memory_budget
     )
-    rng = np.random.default_rng(0)
-    # A larger subsample when queries need deep rankings: the threshold margin (relative to the
-    # depth) shrinks with the subsample, and every extra candidate must be sorted.
-    m = _SUBSAMPLE if need.max(initial=0) * _SUBSAMPLE < 64 * n_ref else 4 * _SUBSAMPLE
-    subsample = np.sort(rng.choice(n_ref, m, replace=False)) if n_ref > 2 * m else None
+    subsample = column_subsample(need, n_ref)
     buffers = threading.local()  # each thread reuses its own key and mask buffers
 
     def one_block(start: int) -> Any:
@@ -311,6 +307,18 @@ def block_layout(
     # The packed sort key is (row in block, key bits, reference index) in 64 bits.
     block_size = max(1, min(block_size, 2 ** (32 - col_bits)))
     return tile, block_size, col_bits
+
+
+def column_subsample(need: np.ndarray, n_ref: int) -> np.ndarray | None:
+    """The fixed, seeded reference columns the depth thresholds are read from (sorted), or None
+    when the reference is small enough to threshold on every column.  Every backend that must
+    reproduce the engine's candidates uses this one."""
+    # A larger subsample when queries need deep rankings: the threshold margin (relative to the
+    # depth) shrinks with the subsample, and every extra candidate must be sorted.
+    m = _SUBSAMPLE if need.max(initial=0) * _SUBSAMPLE < 64 * n_ref else 4 * _SUBSAMPLE
+    if n_ref <= 2 * m:
+        return None
+    return np.sort(np.random.default_rng(0).choice(n_ref, m, replace=False))
 
 
 def search_block(
