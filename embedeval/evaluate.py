@@ -115,9 +115,12 @@ def evaluate(
     progress : bool, optional
         Progress bar on stderr; ``None`` shows it only on a terminal.
     n_threads : int, optional
-        Threads of the exact local engine, each searching and scoring its own query block with
-        single-threaded BLAS (default: the usable cores, at most 8).  Results do not depend on
-        it; peak working memory is about ``n_threads * memory_budget``.
+        Threads of the exact local engine (``backend="local"`` without ``index``/``shards``, and
+        the ``reject_from="both"`` re-evaluations), each searching and scoring its own query
+        block with single-threaded BLAS (default: the usable cores, at most 8).  Results do not
+        depend on it; peak working memory is about ``n_threads * memory_budget``.  The sharded
+        backend runs one block at a time, faiss indexes use faiss's own threads, and Dask uses
+        its workers.
 
     Returns
     -------
@@ -373,6 +376,7 @@ def evaluate(
                 block_size=block_size,
                 memory_budget=memory_budget,
                 progress=False,
+                n_threads=n_threads,
             )
             for name, values in curve.metrics.items():
                 for f, v in zip(curve.fractions, values, strict=True):

@@ -204,3 +204,17 @@ def test_search_block_sorts_redone_rows_with_whole_row_tiles(monkeypatch):
         # float32 keys may swap neighbours closer than their rounding: compare distances.
         np.testing.assert_allclose(d64[row, got], d64[row, want], rtol=1e-5, atol=1e-5)
         assert np.all(np.diff(block.bits[block.lims[row] : block.lims[row + 1]]) >= 0)
+
+
+def test_reject_both_curve_takes_n_threads_and_does_not_depend_on_it(data):
+    x, y, _ = data
+    kappa = np.random.default_rng(3).random(len(x))
+    runs = [
+        ee.evaluate(
+            x[:600], y[:600], metrics=["map_at_r"], confidences=kappa[:600],
+            reject_from="both", n_threads=t, progress=False,
+        )
+        for t in (1, 3)
+    ]  # fmt: skip
+    both = {k: v for k, v in runs[0].confidence.items() if k.startswith("both_")}
+    assert both and both == {k: runs[1].confidence[k] for k in both}
