@@ -804,6 +804,10 @@ def ndcg(
 
     Parameters
     ----------
+    k : int, optional
+        Cut-off of both rankings.  ``None``: the whole retrieved list, and the whole ideal
+        ranking — with ``ideal=`` given, every judged item counts in the ideal DCG even when the
+        retrieved list is shorter (trec_eval's ``ndcg`` and ranx's ``ndcg`` without a cut-off).
     ideal : array-like, optional
         The relevance grades of every judged item in the collection (1-D for one query, or one
         row / list per query).  Default: the grades in ``y_true``, i.e. the retrieved list
@@ -812,7 +816,8 @@ def ndcg(
     Ties: the DCG part follows ``ties`` (see :func:`dcg`); the ideal ranking sorts grades, where
     ties do not matter.  Zero division: an ideal DCG of 0 (no graded item) gets
     ``zero_division``.  scikit-learn's ``ndcg_score`` = ``ideal=None``; trec_eval/ranx
-    ``ndcg_cut`` = ``ideal=`` the qrels grades.
+    ``ndcg_cut`` = ``ideal=`` the qrels grades.  A list of a single item is its own ideal
+    ranking: its nDCG is 1 when the item is graded (scikit-learn refuses one-item lists).
 
     Examples
     --------
@@ -820,10 +825,14 @@ def ndcg(
     >>> collection = [3] * 5 + [2] * 10                    # judged items with grade > 0
     >>> round(ndcg(grades, list(range(10, 0, -1)), k=10, ideal=collection), 2)
     0.49
+    >>> round(ndcg([1, 0], [2, 1], ideal=[1, 1, 1]), 4)  # IDCG = 1 + 1/log2(3) + 1/log2(4)
+    0.4693
     """
     t, s, single = _as_2d(y_true, y_score, graded=True)
     n = t.shape[1]
-    k = min(_k(k, n), n) if ideal is None else _k(k, n)
+    # k=None with a collection ideal: the ideal ranking is the whole judged list, not cut at n.
+    cut = None if ideal is not None and k is None else _k(k, n)
+    k = min(_k(k, n), n)
     actual = np.atleast_1d(dcg(t, s, k=min(k, n), gain=gain, ties=ties))
     if ideal is None:
         best = _gain(-np.sort(-t, axis=1)[:, :k], gain)
@@ -834,7 +843,7 @@ def ndcg(
             raise InputError(
                 f"ideal has {grades.shape[0]} rows but there are {t.shape[0]} queries."
             )
-        best = _gain(-np.sort(-grades, axis=1)[:, :k], gain)
+        best = _gain(-np.sort(-grades, axis=1)[:, :cut], gain)
         rows = None
     else:
         rows = (
@@ -854,7 +863,7 @@ def ndcg(
     if ideal is not None:
         _check_ideal_holds_the_list(t, [grades] if rows is None else rows, rows is None)
     if rows is not None:  # ragged lists of grades: one short sort per query
-        width = max(min(k, len(r)) for r in rows)
+        width = max(len(r) if cut is None else min(cut, len(r)) for r in rows)
         best = np.zeros((t.shape[0], max(width, 1)))
         for i, row in enumerate(rows):
             top = np.sort(row)[::-1][:width]

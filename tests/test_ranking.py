@@ -119,6 +119,49 @@ def test_against_ranx_without_ties():
     np.testing.assert_allclose(rk.ndcg(y, s, k=10, ideal=ideal), got["ndcg@10"])
 
 
+def test_ndcg_without_cutoff_uses_the_whole_collection_ideal():
+    # qrels a, b, c relevant; run a: 2, x: 1.  DCG = 1/log2(2); IDCG over the three judged
+    # items = 1 + 1/log2(3) + 1/log2(4), not cut at the list's length of 2.
+    by_hand = 1.0 / (1.0 + 1.0 / math.log2(3) + 0.5)
+    assert rk.ndcg([1, 0], [2, 1], ideal=[1, 1, 1]) == pytest.approx(by_hand)
+    assert by_hand == pytest.approx(0.4693, abs=5e-5)
+    # with a cut-off the ideal is cut there too: IDCG@2 = 1 + 1/log2(3)
+    assert rk.ndcg([1, 0], [2, 1], k=2, ideal=[1, 1, 1]) == pytest.approx(
+        1.0 / (1.0 + 1.0 / math.log2(3))
+    )
+    # ragged ideals: the second query's single judged item is at rank 2
+    np.testing.assert_allclose(
+        rk.ndcg([[1, 0], [0, 1]], [[2, 1], [2, 1]], ideal=[[1, 1, 1], [1]]),
+        [by_hand, 1.0 / math.log2(3)],
+    )
+
+
+def test_ndcg_without_cutoff_matches_ranx_on_short_runs():
+    ranx = pytest.importorskip("ranx", reason="ranx is a test dependency")
+    rng = np.random.default_rng(11)
+    n_q, n = 30, 6
+    y = (rng.random((n_q, n)) < 0.4).astype(int)
+    s = rng.permutation(n * n_q).reshape(n_q, n).astype(float)  # distinct scores
+    extra = rng.integers(1, 6, n_q)  # judged relevant items the run never retrieved
+    qrels = {
+        f"q{q:03d}": {
+            **{f"d{j}": 1 for j in range(n) if y[q, j]},
+            **{f"x{j}": 1 for j in range(extra[q])},
+        }
+        for q in range(n_q)
+    }
+    run = {f"q{q:03d}": {f"d{j}": float(s[q, j]) for j in range(n)} for q in range(n_q)}
+    got = ranx.evaluate(ranx.Qrels(qrels), ranx.Run(run), ["ndcg"], return_mean=False)
+    ideal = [[1] * int(y[q].sum() + extra[q]) for q in range(n_q)]
+    np.testing.assert_allclose(rk.ndcg(y, s, ideal=ideal), got)
+
+
+def test_ndcg_of_a_single_item_list_is_one_when_graded():
+    # scikit-learn refuses one-document lists; a single graded item is its own ideal ranking
+    assert rk.ndcg([[1]], [[1]]).tolist() == [1.0]
+    assert rk.ndcg([3], [0.2]) == 1.0
+
+
 def _expected_by_enumeration(fn, y, s):
     """Mean of fn over every order of tied items (scores made distinct per permutation)."""
     n = len(y)
