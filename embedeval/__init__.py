@@ -29,9 +29,11 @@ _LAZY_SUBMODULES = (
     "datasets",
     "io",
     "cli",
+    "compat",
 )
 _LAZY_ATTRIBUTES = {
     "EvaluationResult": ("result", "EvaluationResult"),
+    "Evaluator": ("evaluator", "Evaluator"),
     "neighbors": ("knn", "neighbors"),
     "METRICS": ("_registry", "METRICS"),
 }
@@ -41,6 +43,7 @@ __all__ = [
     "EmbedevalError",
     "EmbedevalWarning",
     "EvaluationResult",
+    "Evaluator",
     "FileFormatError",
     "InputError",
     "InputTypeError",

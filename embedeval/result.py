@@ -169,6 +169,26 @@ class EvaluationResult:
             ) from exc
         return cls.from_dict(data)
 
+    def to_log_dict(self, prefix: str = "") -> dict[str, float]:
+        """Flat ``{prefix + name: float}`` for TensorBoard, Weights & Biases or Lightning.
+
+        Holds every metric, every confidence metric and, when ``ci=`` was given, the interval
+        bounds as ``<name>_ci_low`` / ``<name>_ci_high``.  NaN stays NaN.
+
+        Examples
+        --------
+        >>> import embedeval as ee
+        >>> res = ee.evaluate([[0.0], [0.1], [1.0], [1.1]], [0, 0, 1, 1], metrics=["map_at_r"])
+        >>> res.to_log_dict(prefix="val/")
+        {'val/map_at_r': 1.0}
+        """
+        out = {f"{prefix}{name}": float(v) for name, v in self.metrics.items()}
+        out.update({f"{prefix}{name}": float(v) for name, v in self.confidence.items()})
+        for name, (lo, hi) in self.ci.items():
+            out[f"{prefix}{name}_ci_low"] = float(lo)
+            out[f"{prefix}{name}_ci_high"] = float(hi)
+        return out
+
     # ------------------------------------------------------------------ display
     def table(self) -> str:
         """The summary as an aligned text table (metric, value, CI, ties)."""

@@ -1,0 +1,1 @@
+"""Optional integrations with training frameworks (each imports its framework on first use)."""

@@ -1,0 +1,231 @@
+"""embedeval.Evaluator: batches (and processes) accumulate to exactly what evaluate() computes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+from embedeval.evaluator import _Growable
+
+from . import oracle
+
+METRICS = ["precision_at_1", "r_precision", "map_at_r", "map", "recall_at_5"]
+
+
+def _data(n=240, dim=6, n_classes=15, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-4, 5, size=(n, dim)).astype(np.float32)  # small ints: exact distances, ties
+    x[10] = x[3]  # exact duplicates are normal data
+    y = rng.integers(0, n_classes, n)
+    return x, y
+
+
+def _batches(n, sizes):
+    start = 0
+    for size in sizes:
+        yield slice(start, min(start + size, n))
+        start += size
+        if start >= n:
+            return
+
+
+def _assert_same(a, b):
+    assert a.metrics.keys() == b.metrics.keys()
+    for name in a.per_query:
+        np.testing.assert_array_equal(a.per_query[name], b.per_query[name])
+    assert a.n_ties == b.n_ties and a.n_lone == b.n_lone
+
+
+@pytest.mark.parametrize("sizes", [[240], [1] * 240, [7, 1, 100, 13, 200]])
+def test_batches_equal_evaluate_on_the_concatenation(sizes):
+    x, y = _data()
+    ev = ee.Evaluator(metrics=METRICS)
+    for sl in _batches(len(x), sizes):
+        ev.update(x[sl], y[sl])
+    got = ev.compute()
+    _assert_same(got, ee.evaluate(x, y, metrics=METRICS))
+    # and against the independent brute-force oracle
+    _, want, _ = oracle.evaluate(x, y.tolist(), metrics=METRICS)
+    for name in METRICS:
+        np.testing.assert_allclose(got.per_query[name], want[name], rtol=0, atol=1e-12)
+
+
+def test_query_reference_split_with_groups_and_confidences():
+    x, y = _data(seed=1)
+    rng = np.random.default_rng(5)
+    g = rng.integers(0, 4, len(x))
+    c = rng.random(len(x))
+    q, r = slice(0, 80), slice(80, None)
+    ev = ee.Evaluator(metrics=METRICS)
+    for sl in _batches(80, [30, 30, 30]):
+        ev.update(x[q][sl], y[q][sl], split="query", groups=g[q][sl], confidences=c[q][sl])
+    for sl in _batches(160, [50, 50, 60]):
+        ev.update(x[r][sl], y[r][sl], split="reference", groups=g[r][sl])
+    got = ev.compute()
+    want = ee.evaluate(
+        x[q],
+        y[q],
+        x[r],
+        y[r],
+        metrics=METRICS,
+        query_groups=g[q],
+        reference_groups=g[r],
+        confidences=c[q],
+    )
+    _assert_same(got, want)
+    assert got.confidence == want.confidence
+
+
+def test_indices_order_rows_and_drop_repeats():
+    x, y = _data(n=60, seed=2)
+    perm = np.random.default_rng(3).permutation(60)
+    ev = ee.Evaluator(metrics=METRICS)
+    ev.update(x[perm[:25]], y[perm[:25]], indices=perm[:25])
+    ev.update(x[perm[25:]], y[perm[25:]], indices=perm[25:])
+    ev.update(x[perm[:4]], y[perm[:4]], indices=perm[:4])  # padding repeats four rows
+    _assert_same(ev.compute(), ee.evaluate(x, y, metrics=METRICS))
+
+
+def test_torch_tensors_bf16_and_grad_are_accepted():
+    torch = pytest.importorskip("torch")
+    x, y = _data(n=50, seed=4)
+    t = torch.from_numpy(x).to(torch.bfloat16).requires_grad_(True)
+    ev = ee.Evaluator(metrics=["precision_at_1"])
+    ev.update(t, torch.from_numpy(y))
+    # small integers are exact in bfloat16, so the upcast values equal the originals
+    _assert_same(ev.compute(), ee.evaluate(x, y, metrics=["precision_at_1"]))
+
+
+def test_reset_and_primary_metric():
+    x, y = _data(n=40)
+    ev = ee.Evaluator(metrics=["precision_at_1", "map_at_r"], primary_metric="map_at_r")
+    assert ev.mode == "max" and ev.higher_is_better
+    ev.update(x, y)
+    assert ev.n_rows == 40
+    ev.reset()
+    assert ev.n_rows == 0
+    with pytest.raises(ee.InputError, match="before any update"):
+        ev.compute()
+    with pytest.raises(ee.InputError, match="primary_metric"):
+        ee.Evaluator(metrics=["precision_at_1"], primary_metric="map_at_r")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"query_labels": [1]}, "update"),
+        ({"distanse": "cosine"}, "distance"),
+        ({"metrics": ["map_at_rr"]}, "map_at_r"),
+        ({"average": "mean"}, "average"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, match):
+    with pytest.raises((ee.InputError, ee.InputTypeError), match=match):
+        ee.Evaluator(**kwargs)
+
+
+def test_bad_updates():
+    x, y = _data(n=20)
+    ev = ee.Evaluator()
+    ev.update(x[:10], y[:10])
+    with pytest.raises(ee.InputError, match="split"):
+        ev.update(x[10:], y[10:], split="query")
+    with pytest.raises(ee.InputError, match="indices"):
+        ev.update(x[10:], y[10:], indices=np.arange(10, 20))
+    with pytest.raises(ee.InputError, match="dimension"):
+        ev.update(x[10:, :3], y[10:])
+    with pytest.raises(ee.InputError, match="split="):
+        ev.update(x, y, split="querry")
+    split = ee.Evaluator()
+    split.update(x, y, split="query")
+    with pytest.raises(ee.InputError, match="reference"):
+        split.compute()
+    with pytest.raises(ee.InputError, match="confidences"):
+        split.update(x, y, split="reference", confidences=np.ones(20))
+
+
+def test_growable_amortises_and_keeps_exact_labels():
+    buf = _Growable()
+    for i in range(100):
+        buf.append(np.array([i, i + 1], dtype=np.int64))
+    assert buf.values().tolist() == [v for i in range(100) for v in (i, i + 1)]
+    assert buf._data.shape[0] < 2 * 200 + 16  # capacity stays within a factor two of the rows
+    labels = _Growable()
+    labels.append(np.array([2**62], dtype=np.int64))
+    labels.append(np.array([2**63 + 1], dtype=np.uint64))  # no exact common numeric type
+    assert labels.values().tolist() == [2**62, 2**63 + 1]
+
+
+# ---------------------------------------------------------------- two processes (gloo, CPU)
+
+_WORKER = textwrap.dedent(
+    """
+    import os, sys, json
+    import numpy as np, torch, torch.distributed as dist
+    import embedeval as ee
+
+    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    data = np.load(os.environ["EE_DATA"])
+    x, y, order = data["x"], data["y"], data["order"]
+    # DistributedSampler-like shards: unequal sizes, the last rank padded with repeats
+    mine = order[rank::world]
+    if rank == world - 1:
+        mine = np.concatenate([mine, order[:3]])
+    ev = ee.Evaluator(metrics=%(metrics)r)
+    for s in range(0, len(mine), 16):
+        part = mine[s : s + 16]
+        ev.update(torch.from_numpy(x[part]), torch.from_numpy(y[part]), indices=part)
+    res = ev.compute()
+    with open(out, "w") as f:
+        json.dump({k: v.tolist() for k, v in res.per_query.items()}, f)
+    dist.destroy_process_group()
+    """
+)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_gloo_processes_equal_one_process_on_the_union(tmp_path):
+    pytest.importorskip("torch")
+    x, y = _data(n=157, seed=6)
+    order = np.random.default_rng(7).permutation(157)
+    np.savez(tmp_path / "data.npz", x=x, y=y, order=order)
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER % {"metrics": METRICS})
+    port = str(_free_port())
+    env = {**os.environ, "EE_DATA": str(tmp_path / "data.npz"), "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), "2", port, str(tmp_path / f"out{r}.json")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for r in range(2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()[-2000:]
+    import json
+
+    want = ee.evaluate(x, y, metrics=METRICS)
+    for r in range(2):
+        got = json.loads((tmp_path / f"out{r}.json").read_text())
+        for name in METRICS:
+            np.testing.assert_array_equal(
+                np.array(got[name], dtype=float), want.per_query[name], err_msg=f"rank {r}"
+            )

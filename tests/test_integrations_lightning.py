@@ -1,0 +1,93 @@
+"""The Lightning callback logs what evaluate() computes on the validation embeddings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+
+torch = pytest.importorskip("torch", reason="the Lightning callback needs torch")
+L = pytest.importorskip("lightning", reason="the Lightning callback needs lightning")
+
+from embedeval.integrations.lightning import EmbeddingEvaluation  # noqa: E402
+
+METRICS = ["precision_at_1", "map_at_r"]
+
+
+class _Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Linear(5, 3)
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        return self(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx):
+        x, y, idx = batch
+        return {"embeddings": self(x), "labels": y, "indices": idx}
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _loader(x, y, batch_size):
+    ds = torch.utils.data.TensorDataset(
+        torch.from_numpy(x), torch.from_numpy(y), torch.arange(len(x))
+    )
+    return torch.utils.data.DataLoader(ds, batch_size=batch_size)
+
+
+def test_callback_logs_the_metrics_of_the_validation_set(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((90, 5)).astype(np.float32)
+    y = rng.integers(0, 6, 90)
+    model = _Model()
+    callback = EmbeddingEvaluation(metrics=METRICS, primary_metric="map_at_r")
+    trainer = L.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        num_sanity_val_steps=1,
+    )
+    trainer.fit(model, _loader(x, y, 32), _loader(x, y, 17))
+    with torch.no_grad():
+        emb = model(torch.from_numpy(x)).numpy()
+    want = ee.evaluate(emb, y, metrics=METRICS)
+    for name in METRICS:
+        assert trainer.callback_metrics[f"val/{name}"].item() == pytest.approx(want[name], abs=1e-6)
+    np.testing.assert_array_equal(callback.result.per_query["map_at_r"], want.per_query["map_at_r"])
+    assert callback.evaluator.mode == "max"
+
+
+def test_validation_step_must_return_embeddings_and_labels(tmp_path):
+    class Bad(_Model):
+        def validation_step(self, batch, batch_idx):
+            return self(batch[0])
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((20, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 20)
+    trainer = L.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        callbacks=[EmbeddingEvaluation()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        num_sanity_val_steps=0,
+    )
+    with pytest.raises(ee.InputError, match="embeddings"):
+        trainer.fit(Bad(), _loader(x, y, 10), _loader(x, y, 10))
