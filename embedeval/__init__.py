@@ -34,6 +34,7 @@ _LAZY_SUBMODULES = (
 _LAZY_ATTRIBUTES = {
     "EvaluationResult": ("result", "EvaluationResult"),
     "Evaluator": ("evaluator", "Evaluator"),
+    "RetrievalMetric": ("custom", "RetrievalMetric"),
     "neighbors": ("knn", "neighbors"),
     "METRICS": ("_registry", "METRICS"),
 }
@@ -47,6 +48,7 @@ __all__ = [
     "FileFormatError",
     "InputError",
     "InputTypeError",
+    "RetrievalMetric",
     "__version__",
     "bootstrap_ci",
     "compare",

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._registry import MetricInfo
+from .custom import call_metric, relevance_matrix
 from .knn import Candidates
 
 __all__ = ["chunk_metrics", "needed_depth"]
@@ -107,7 +108,15 @@ def chunk_metrics(
     for m in metrics:
         if m.kind != "knn":
             continue
-        if m.depth in ("one", "fixed"):
+        if m.function is not None:
+            window = _custom_window(m, relevant, n_valid, depth_cap, hit_pos, row_start, n_hits, k)
+            hit_row = np.repeat(np.arange(b), n_hits)
+            value = np.full(b, np.nan)
+            live = ~lone
+            matrix = relevance_matrix(hit_row, hit_pos, np.where(live, window, 0), b)
+            value[live] = call_metric(m.function, m.name, matrix[live], relevant[live])
+            tie = ties.within(window)
+        elif m.depth in ("one", "fixed"):
             window = np.minimum(m.cutoff, n_valid)
             n_found = hits_within(window)
             if m.name.startswith("recall"):
@@ -148,6 +157,31 @@ def chunk_metrics(
         values[m.name] = value
         flags[m.name] = tie & ~lone
     return values, flags
+
+
+def _custom_window(
+    m: MetricInfo,
+    relevant: np.ndarray,
+    n_valid: np.ndarray,
+    depth_cap: np.ndarray,
+    hit_pos: np.ndarray,
+    row_start: np.ndarray,
+    n_hits: np.ndarray,
+    k: int | None,
+) -> np.ndarray:
+    """How many ranked items a custom metric sees per query (its depth, capped by k)."""
+    if m.depth == "fixed":
+        return np.minimum(m.cutoff, n_valid)
+    if m.depth == "r":
+        return relevant if k is None else np.minimum(relevant, k)
+    if k is not None:
+        return depth_cap
+    # The whole ranking: every relevant reference is a candidate; after the last one only
+    # non-relevant items follow, so the window may end there without losing information.
+    window = np.zeros(relevant.shape, dtype=np.int64)
+    has = n_hits > 0
+    window[has] = hit_pos[row_start[has] + n_hits[has] - 1] + 1
+    return window
 
 
 class _TieFinder:

@@ -8,8 +8,11 @@ metric needs, and the tests iterate over it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from ._errors import InputError, InputTypeError
 from ._validation import suggest
@@ -37,6 +40,13 @@ class MetricInfo:
         The name pytorch-metric-learning's ``AccuracyCalculator`` uses.
     description : str
         One line, for tables and ``--help``.
+    higher_is_better : bool
+        Direction of improvement.
+    value_range : (float, float)
+        The values a query can take.
+    function : callable or None
+        A user's :class:`~embedeval.RetrievalMetric` function ``fn(relevant, n_relevant)``;
+        ``None`` for the built-in metrics, whose kernels live in :mod:`embedeval._kernels`.
     """
 
     name: str
@@ -47,6 +57,7 @@ class MetricInfo:
     description: str = ""
     higher_is_better: bool = True
     value_range: tuple[float, float] = (0.0, 1.0)
+    function: Callable[[np.ndarray, np.ndarray], Any] | None = None
 
 
 _FIXED = {

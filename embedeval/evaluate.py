@@ -9,8 +9,9 @@ import numpy as np
 
 from ._engine import RetrievalTask, run_local
 from ._errors import EmbedevalWarning, InputError, InputTypeError
-from ._registry import MetricInfo, parse_metrics
+from ._registry import MetricInfo
 from ._validation import as_embeddings, as_labels, as_vector, check_choice, check_int, factorize
+from .custom import metric_infos
 from .knn import (
     DEFAULT_MEMORY_BUDGET,
     DISTANCES,
@@ -29,6 +30,7 @@ def evaluate(
     reference_labels: Any = None,
     *,
     metrics: Any = None,
+    custom_metrics: Any = None,
     k: int | str | None = None,
     distance: str = "euclidean",
     ref_includes_query: bool = False,
@@ -70,6 +72,10 @@ def evaluate(
         ``recall_at_{k}``, ``precision_at_{k}``, ``nmi``, ``ami`` (PML spellings accepted).
         Default: P@1, R-Precision, MAP@R, Recall@1, Recall@10 (Recall@k instead of Recall@10
         when an int ``k`` below 10 caps the ranking).
+    custom_metrics : dict of str to RetrievalMetric, optional
+        Your own per-query metrics, ``{name: embedeval.RetrievalMetric(fn, depth=...)}``,
+        computed in the same streaming blocks from the same ranking and reported beside the
+        built-in ones (``metrics=[]`` computes only these).  See :class:`embedeval.RetrievalMetric`.
     k : None, int or "max_bin_count"
         ``None`` (default): exact, every metric reads the depth it needs.  An int caps every
         ranking at depth k with PML's semantics (relevance window min(R_q, k); ``r_precision``
@@ -147,7 +153,7 @@ def evaluate(
         # The default set reads 10 neighbours for Recall@10; with a smaller cap, report
         # Recall@k instead of failing on a default the caller did not choose.
         metrics = ["precision_at_1", "r_precision", "map_at_r", "recall_at_1", f"recall_at_{k}"]
-    infos = parse_metrics(metrics)
+    infos = metric_infos(metrics, custom_metrics)
     backend = check_choice(backend, "backend", ("local", "dask"))
     reject_from = check_choice(reject_from, "reject_from", ("queries", "both"))
     if reject_from == "both" and (confidences is None or reference is not None):
@@ -367,7 +373,8 @@ def evaluate(
                 yq,
                 conf,
                 fractions=rejection_fractions,
-                metrics=[m.name for m in knn_infos],
+                metrics=[m.name for m in knn_infos if m.function is None],
+                custom_metrics=custom_metrics,
                 higher_is_confident=higher_is_confident,
                 k=k,
                 distance=distance,

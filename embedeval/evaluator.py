@@ -24,8 +24,9 @@ import numpy as np
 
 from ._distributed import active_world, all_gather_arrays
 from ._errors import EmbedevalWarning, InputError, InputTypeError
-from ._registry import METRICS, parse_metrics
+from ._registry import PML_ALIASES
 from ._validation import as_embeddings, as_labels, as_vector, check_choice, suggest
+from .custom import metric_infos
 from .evaluate import evaluate
 from .result import EvaluationResult
 
@@ -177,7 +178,7 @@ class Evaluator:
         **options: Any,
     ) -> None:
         _check_options(options)
-        infos = parse_metrics(metrics)
+        infos = metric_infos(metrics, options.get("custom_metrics"))
         self._options = {
             "metrics": metrics,
             "k": k,
@@ -187,17 +188,19 @@ class Evaluator:
             "average": check_choice(average, "average", ("micro", "macro")),
             **options,
         }
-        names = [m.name for m in infos]
+        self._directions = {m.name: bool(m.higher_is_better) for m in infos}
+        names = list(self._directions)
         if primary_metric is None:
             primary_metric = names[0]
         else:
-            (info,) = parse_metrics([primary_metric])
-            if info.name not in names:
+            alias = PML_ALIASES.get(primary_metric, primary_metric)
+            if alias not in names:
                 raise InputError(
                     f"primary_metric={primary_metric!r} is not among the metrics computed "
                     f"({', '.join(names)}); add it to metrics= or pick one of those."
+                    + suggest(primary_metric, names)
                 )
-            primary_metric = info.name
+            primary_metric = alias
         self.primary_metric: str = primary_metric
         self.reset()
 
@@ -205,7 +208,7 @@ class Evaluator:
     @property
     def higher_is_better(self) -> bool:
         """Whether a larger :attr:`primary_metric` is better (True for every retrieval metric)."""
-        return bool(METRICS[self.primary_metric].higher_is_better)
+        return self._directions[self.primary_metric]
 
     @property
     def mode(self) -> str:
