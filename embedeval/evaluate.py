@@ -10,6 +10,14 @@ import numpy as np
 from ._engine import RetrievalTask, run_local
 from ._errors import EmbedevalWarning, InputError, InputTypeError
 from ._registry import MetricInfo
+from ._torch_backend import (
+    TorchOptions,
+    as_search_input,
+    check_lead_on_device,
+    is_device_tensor,
+    run_torch,
+    to_host,
+)
 from ._validation import as_embeddings, as_labels, as_vector, check_choice, check_int, factorize
 from .custom import metric_infos
 from .knn import (
@@ -54,6 +62,9 @@ def evaluate(
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress: bool | None = None,
     n_threads: int | None = None,
+    device: str | None = None,
+    device_memory: float | None = None,
+    tf32: bool = False,
 ) -> EvaluationResult:
     """Evaluate embeddings by exact kNN retrieval: P@1, R-Precision, MAP@R, MAP, MRR, Recall@k.
 
@@ -114,8 +125,11 @@ def evaluate(
     shards : optional
         Split the reference set into shards (an int count, or a list of arrays / ``.npy`` paths)
         merged exactly: the numbers are identical to the unsharded engine.
-    backend : {"local", "dask"}
+    backend : {"local", "dask", "torch"}
         ``"dask"`` ships query blocks to the workers of ``client`` (a ``dask.distributed.Client``).
+        ``"torch"`` runs the exact search and the metric kernels with PyTorch on ``device``
+        (needs ``pip install torch``); torch tensors on a GPU select it by themselves and are
+        evaluated where they are, without a copy to the host.
     block_size : int, optional
         Queries per block; default from ``memory_budget`` (bytes of working memory per thread).
     progress : bool, optional
@@ -127,6 +141,15 @@ def evaluate(
         depend on it; peak working memory is about ``n_threads * memory_budget``.  The sharded
         backend runs one block at a time, faiss indexes use faiss's own threads, and Dask uses
         its workers.
+    device : str, optional
+        ``backend="torch"`` only: ``"cuda"``, ``"cuda:1"``, ``"cpu"`` (default: the device of
+        GPU tensors, else ``"cuda"`` when available, else ``"cpu"``).
+    device_memory : float or int, optional
+        ``backend="torch"`` only: working memory of the query blocks, as a fraction of the
+        device's free memory or in bytes (default: half the free GPU memory).
+    tf32 : bool
+        ``backend="torch"`` only: allow TF32 products on the GPU (faster, about 3 decimal
+        digits per product: near neighbours may be ranked differently).  Off by default.
 
     Returns
     -------
@@ -154,7 +177,22 @@ def evaluate(
         # Recall@k instead of failing on a default the caller did not choose.
         metrics = ["precision_at_1", "r_precision", "map_at_r", "recall_at_1", f"recall_at_{k}"]
     infos = metric_infos(metrics, custom_metrics)
-    backend = check_choice(backend, "backend", ("local", "dask"))
+    backend = check_choice(backend, "backend", ("local", "dask", "torch"))
+    torch_options = None
+    if backend == "local" and index is None and shards is None and is_device_tensor(query):
+        backend = "torch"  # GPU tensors are evaluated on their GPU
+    if backend == "torch":
+        if index is not None or shards is not None or client is not None:
+            raise InputError(
+                "backend='torch' is an exact search on one device; index=, shards= and client= "
+                "belong to other backends. Drop them."
+            )
+        torch_options = TorchOptions.make(device, device_memory, tf32, block_size, like=query)
+    elif device is not None or device_memory is not None or tf32 is not False:
+        raise InputError(
+            "device=, device_memory= and tf32= are options of backend='torch'; pass "
+            "backend='torch' or drop them."
+        )
     reject_from = check_choice(reject_from, "reject_from", ("queries", "both"))
     if reject_from == "both" and (confidences is None or reference is not None):
         raise InputError(
@@ -189,7 +227,7 @@ def evaluate(
         )
 
     # ---- arrays
-    xq = as_embeddings(query, "query")
+    xq = as_search_input(query, "query") if torch_options else as_embeddings(query, "query")
     n_query = xq.shape[0]
     yq = as_labels(query_labels, "query_labels", length=n_query, length_of="query")
     leave_one_out = reference is None
@@ -213,7 +251,10 @@ def evaluate(
         xb, yb = xq, yq
         self_index = True
     else:
-        xb = as_embeddings(reference, "reference")
+        if torch_options:
+            xb = as_search_input(reference, "reference")
+        else:
+            xb = as_embeddings(reference, "reference")
         if reference_labels is None:
             raise InputError("reference_labels is required when reference is given.")
         yb = as_labels(
@@ -225,7 +266,9 @@ def evaluate(
                 "come from the same embedding model."
             )
         self_index = bool(ref_includes_query)
-        if self_index:
+        if self_index and (is_device_tensor(xq) or is_device_tensor(xb)):
+            check_lead_on_device(xq, xb)
+        elif self_index:
             check_queries_lead_reference(xq, xb)
     n_ref = xb.shape[0]
     if leave_one_out:
@@ -291,7 +334,9 @@ def evaluate(
         distance=distance,
     )
     approximation: dict[str, Any] = {}
-    if index is None and shards is None and backend == "local":
+    if torch_options is not None:
+        per_query, tie_flags = run_torch(task, torch_options)
+    elif index is None and shards is None and backend == "local":
         per_query, tie_flags = run_local(
             task,
             block_size=block_size,
@@ -325,7 +370,7 @@ def evaluate(
                 per_query[m.name], q_codes, uniques, average
             )
         else:
-            summary[m.name] = _cluster_metric(m.name, xq, q_codes)
+            summary[m.name] = _cluster_metric(m.name, to_host(xq), q_codes)
     if knn_infos and n_lone == n_query:
         warnings.warn(
             f"every one of the {n_query} queries is lone (no other member of its class among the "

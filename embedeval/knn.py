@@ -616,6 +616,10 @@ def neighbors(
     block_size: int | None = None,
     progress: bool | None = False,
     n_threads: int | None = None,
+    backend: str = "local",
+    device: str | None = None,
+    device_memory: float | None = None,
+    tf32: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest neighbours, streamed in query blocks.
 
@@ -640,6 +644,9 @@ def neighbors(
     n_threads : int, optional
         Threads searching query blocks (default: the usable cores, at most 8); the result does
         not depend on it.
+    backend, device, device_memory, tf32 :
+        ``backend="torch"`` searches with PyTorch on ``device`` (GPU tensors select it by
+        themselves); see :func:`embedeval.evaluate`.
 
     Returns
     -------
@@ -667,22 +674,41 @@ def neighbors(
     distance = check_choice(distance, "distance", DISTANCES)
     k = check_int(k, "k")
     n_threads = check_int(n_threads, "n_threads", allow_none=True)
-    xq = as_embeddings(query, "query")
+    from ._torch_backend import TorchOptions, as_search_input, is_device_tensor
+
+    backend = check_choice(backend, "backend", ("local", "torch"))
+    if backend == "local" and is_device_tensor(query):
+        backend = "torch"
+    options = None
+    if backend == "torch":
+        options = TorchOptions.make(device, device_memory, tf32, block_size, like=query)
+    elif device is not None or device_memory is not None or tf32 is not False:
+        raise InputError("device=, device_memory= and tf32= need backend='torch'.")
+    read = as_search_input if options else as_embeddings
+    xq = read(query, "query")
     if reference is None:
         xb = xq
         exclude_self = True if exclude_self is None else bool(exclude_self)
     else:
-        xb = as_embeddings(reference, "reference")
+        xb = read(reference, "reference")
         exclude_self = bool(exclude_self)
         if xb.shape[1] != xq.shape[1]:
             raise InputError(
                 f"query has dimension {xq.shape[1]} but reference has {xb.shape[1]}; both must "
                 "come from the same embedding model."
             )
-        if exclude_self:
+        if exclude_self and options:
+            from ._torch_backend import check_lead_on_device
+
+            check_lead_on_device(xq, xb)
+        elif exclude_self:
             check_queries_lead_reference(xq, xb, "exclude_self")
     available = xb.shape[0] - int(exclude_self)
     k_eff = min(k, available)
+    if options:
+        from ._torch_backend import torch_neighbors
+
+        return torch_neighbors(xq, xb, k_eff, distance, exclude_self, options)
     n_query = xq.shape[0]
     dist = np.empty((n_query, k_eff), dtype=np.float32)
     idx = np.empty((n_query, k_eff), dtype=np.int64)

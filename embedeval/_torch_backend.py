@@ -1,0 +1,709 @@
+"""The PyTorch backend: the exact engine's search and metric kernels on a GPU (or the CPU).
+
+:func:`run_torch` consumes the same :class:`~embedeval._engine.RetrievalTask` as the other
+backends and returns the same per-query values and tie flags.  Per block of queries, on the
+device:
+
+1. keys ``||r||^2 - 2 q.r`` (Euclidean) or ``-q.r`` (cosine, inner product) in float32, TF32 off
+   unless asked for; identical reference rows get their first member's key (so they tie and
+   rank by index); excluded references (self, same group) get ``+inf``;
+2. a per-query cut-off at that query's depth: an order statistic of a fixed column sample with a
+   safety margin (the exact order statistic of the whole row when the sample cannot tell, or
+   when the cut-off kept too few), raised to the farthest / nearest same-label reference for
+   full-depth MAP / MRR, and never above the largest finite key;
+3. every key at or below the cut-off is kept (ties at the cut are kept whole) and the kept
+   (row, key, reference) triples are sorted as packed int64 codes, i.e. by key and then by
+   ascending reference index;
+4. the metric kernels: a vectorised torch port of :mod:`embedeval._kernels` (searchsorted,
+   cumulative counts, segment sums), so only per-query values leave the device.  On the CPU the
+   numpy kernels score the sorted candidates instead, which makes the values bit-identical to
+   the local engine's whenever the keys are (float64 sums in the same order).
+
+Memory is bounded by query blocks sized from a budget (default half the free device memory);
+no buffer grows with n_query x depth.  torch is imported only when this backend is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._errors import InputError, InputTypeError
+from .knn import DEFAULT_MEMORY_BUDGET, Candidates
+
+__all__ = [
+    "TorchOptions",
+    "as_search_input",
+    "is_device_tensor",
+    "run_torch",
+    "torch_neighbors",
+]
+
+_FMAX = float(np.finfo(np.float32).max)
+_SAMPLE = 4096
+_MAX_BLOCK = 8192
+_BYTES_PER_KEY = 30  # keys, comparison masks, the flat indices of kept keys, exclusion masks
+_BYTES_PER_CANDIDATE = 80  # packed codes, their sort, decoded index / bits, kernel arrays
+_INSTALL = "pip install torch (or the package's 'torch' extra: pip install \"embedeval[torch]\")"
+
+
+def import_torch() -> Any:
+    """``torch``, or an :class:`InputError` saying how to install it."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise InputError(
+            f"backend='torch' needs PyTorch, which is not installed; {_INSTALL}. The default "
+            "backend='local' runs without it."
+        ) from exc
+    return torch
+
+
+def is_device_tensor(x: Any) -> bool:
+    """True for a torch tensor on an accelerator (checked without importing torch)."""
+    if not type(x).__module__.startswith("torch"):
+        return False
+    device = getattr(x, "device", None)
+    return getattr(device, "type", "cpu") != "cpu"
+
+
+@dataclass(frozen=True)
+class TorchOptions:
+    """How the torch backend runs.
+
+    ``device``: a torch device string (``"cuda"``, ``"cuda:1"``, ``"cpu"``).  ``memory``: the
+    working-memory budget in bytes, or a fraction of the device's free memory (``None``: half
+    the free memory on a GPU, 512 MiB on the CPU).  ``tf32``: allow TF32 products (faster on
+    Ampere and later, ~10-bit mantissa products: rankings of near neighbours may change).
+    ``block_size``: queries per block (default: from the budget).  ``kernels``: ``"auto"``
+    (numpy kernels on the CPU, torch kernels elsewhere), ``"torch"`` or ``"numpy"``.
+    """
+
+    device: str = "cpu"
+    memory: float | int | None = None
+    tf32: bool = False
+    block_size: int | None = None
+    kernels: str = "auto"
+
+    @classmethod
+    def make(
+        cls,
+        device: Any,
+        memory: Any = None,
+        tf32: Any = False,
+        block_size: int | None = None,
+        like: Any = None,
+    ) -> TorchOptions:
+        """Validated options; ``device=None`` takes the device of tensor ``like`` (or cuda when
+        available, else the CPU)."""
+        torch = import_torch()
+        if device is None:
+            if is_device_tensor(like):
+                device = str(like.device)
+            else:
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+        if not isinstance(device, (str, torch.device)):
+            raise InputTypeError(
+                f"device must be a string such as 'cuda', 'cuda:0' or 'cpu'; got {device!r}."
+            )
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, ValueError) as exc:
+            raise InputError(
+                f"device={device!r} is not a torch device; use 'cuda', 'cuda:0' or 'cpu'."
+            ) from exc
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise InputError(
+                f"device={device!r}, but PyTorch sees no CUDA GPU (torch.cuda.is_available() is "
+                "False: a CPU-only torch build or no driver). Use device='cpu' or the default "
+                "backend='local'."
+            )
+        if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InputError(
+                f"device={device!r}, but only {torch.cuda.device_count()} CUDA device(s) exist."
+            )
+        if memory is not None:
+            ok = isinstance(memory, numbers.Real) and not isinstance(memory, bool)
+            if not ok or not (0 < memory <= 1 or (memory >= 1 << 20 and float(memory) % 1 == 0)):
+                raise InputError(
+                    f"device_memory must be a fraction of the free device memory in (0, 1] or a "
+                    f"number of bytes >= 1 MiB; got {memory!r}."
+                )
+        if not isinstance(tf32, (bool, np.bool_)):
+            raise InputTypeError(f"tf32 must be True or False; got {tf32!r}.")
+        return cls(str(dev), memory, bool(tf32), block_size)
+
+
+def _budget(torch: Any, device: Any, memory: float | int | None) -> int:
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        if memory is None:
+            return int(free * 0.5)
+        return int(free * memory) if memory <= 1 else int(memory)
+    if memory is None:
+        return 2 * DEFAULT_MEMORY_BUDGET
+    return int(memory) if memory > 1 else int(memory * 4 * DEFAULT_MEMORY_BUDGET)
+
+
+@contextlib.contextmanager
+def _matmul_precision(torch: Any, tf32: bool) -> Iterator[None]:
+    """Set float32 product precision for this call only (restored afterwards)."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def as_search_input(x: Any, name: str) -> Any:
+    """A torch tensor on an accelerator stays there (checked: 2-D, floating point, finite; cast
+    to float32 on the device); anything else goes through the CPU engine's validation."""
+    if not is_device_tensor(x):
+        from ._validation import as_embeddings
+
+        return as_embeddings(x, name)
+    torch = import_torch()
+    if not x.is_floating_point():
+        raise InputTypeError(
+            f"{name} is a {x.dtype} tensor; embeddings must be floating point ({name}.float())."
+        )
+    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+        raise InputError(
+            f"{name} must be a non-empty 2-D tensor (n_items, dim); got {tuple(x.shape)}."
+        )
+    x = x.detach().to(torch.float32)
+    finite = torch.isfinite(x).all(dim=1)
+    if not bool(finite.all()):
+        bad = torch.nonzero(~finite).flatten()
+        raise InputError(
+            f"{name} has NaN or infinite values in {bad.numel()} row(s), first at row "
+            f"{int(bad[0])}; drop or repair those rows before evaluating."
+        )
+    return x
+
+
+def check_lead_on_device(xq: Any, xb: Any) -> None:
+    """``ref_includes_query`` for device tensors: the queries are the first reference rows."""
+    torch = import_torch()
+    device = xq.device if is_device_tensor(xq) else xb.device
+    n = xq.shape[0]
+    lead = torch.as_tensor(xb[:n], device=device) if xb.shape[0] >= n else None
+    if lead is None or not bool((lead == torch.as_tensor(xq, device=device)).all()):
+        raise InputError(
+            "ref_includes_query=True needs the queries to be the first rows of reference (query "
+            "i is reference i), but they are not. Pass reference=None for leave-one-out, or "
+            "ref_includes_query=False for a disjoint gallery."
+        )
+
+
+def to_host(x: Any) -> np.ndarray:
+    """A device tensor copied to a float32 numpy array (for NMI/AMI, which run on the CPU)."""
+    if is_device_tensor(x):
+        return x.detach().float().cpu().numpy()
+    return np.asarray(x)
+
+
+# ---------------------------------------------------------------------------------- search
+
+
+@dataclass
+class _Search:
+    """Device-side query and reference matrices, duplicate map and exclusion codes."""
+
+    torch: Any
+    queries: Any  # float32 (n_query, dim), normalised for cosine
+    reference: Any  # float32 (n_ref, dim)
+    sq_ref: Any | None  # ||r||^2 for the Euclidean key
+    dup_members: Any | None  # reference rows that have an identical earlier twin
+    dup_first: Any | None  # that twin (first member of the group), aligned with dup_members
+    self_index: bool
+    query_groups: Any | None
+    reference_groups: Any | None
+
+    @property
+    def n_reference(self) -> int:
+        return int(self.reference.shape[0])
+
+    def keys(self, start: int, stop: int) -> Any:
+        """Ranking keys of queries [start, stop) against every reference, exclusions at +inf."""
+        torch = self.torch
+        q = self.queries[start:stop]
+        if self.sq_ref is not None:
+            keys = torch.addmm(self.sq_ref[None, :], q, self.reference.T, beta=1.0, alpha=-2.0)
+        else:
+            keys = torch.mm(q, self.reference.T).neg_()
+        if self.dup_members is not None:
+            keys[:, self.dup_members] = keys[:, self.dup_first]
+        if self.self_index:
+            rows = torch.arange(start, min(stop, self.n_reference), device=keys.device)
+            keys[rows - start, rows] = math.inf
+        if self.reference_groups is not None:
+            same = self.query_groups[start:stop, None] == self.reference_groups[None, :]
+            keys.masked_fill_(same, math.inf)
+        return keys
+
+
+def _prepare(torch: Any, task: Any, device: Any) -> _Search:
+    def put(x: Any) -> Any:
+        if isinstance(x, np.ndarray):
+            x = torch.from_numpy(np.ascontiguousarray(x))
+        return x.to(device=device, dtype=torch.float32)
+
+    xq = put(task.query)
+    xb = xq if task.reference is task.query else put(task.reference)
+    sq_ref = None
+    if task.distance == "cosine":
+        xq = _normalize(torch, xq, "query")
+        xb = xq if task.reference is task.query else _normalize(torch, xb, "reference")
+    elif task.distance == "euclidean":
+        sq_ref = (xb * xb).sum(dim=1)
+    members, first = _duplicate_rows(torch, xb)
+    ex = task.exclusions
+
+    def codes(a: Any) -> Any:
+        return None if a is None else torch.as_tensor(np.asarray(a, dtype=np.int64), device=device)
+
+    return _Search(
+        torch, xq, xb, sq_ref, members, first, bool(ex.self_index),
+        codes(ex.query_groups), codes(ex.reference_groups),
+    )  # fmt: skip
+
+
+def _normalize(torch: Any, x: Any, name: str) -> Any:
+    # Norms in float64 then rounded to float32, as the CPU engine does.
+    norms = torch.sqrt((x.double() * x.double()).sum(dim=1)).float()
+    zero = torch.nonzero(norms == 0).flatten()
+    if zero.numel():
+        raise InputError(
+            f"distance='cosine' needs non-zero vectors; {zero.numel()} row(s) of {name} are all "
+            f"zero (first at row {int(zero[0])}). Drop them or use distance='euclidean'."
+        )
+    return x / norms[:, None]
+
+
+def _duplicate_rows(torch: Any, x: Any, chunk: int = 65536) -> tuple[Any, Any]:
+    """(members, first member of their group) for reference rows with an identical earlier row.
+
+    A random linear hash of each row's bits (int64 arithmetic wraps) finds candidate groups in
+    one pass; only rows whose hash repeats are compared exactly.
+    """
+    n, dim = x.shape
+    gen = np.random.default_rng(0).integers(1, 2**62, dim, dtype=np.int64) | 1
+    mult = torch.as_tensor(gen, device=x.device)
+    hashes = torch.empty(n, dtype=torch.int64, device=x.device)
+    for a in range(0, n, chunk):
+        bits = (x[a : a + chunk] + 0.0).view(torch.int32).to(torch.int64)
+        hashes[a : a + chunk] = (bits * mult).sum(dim=1)
+    sorted_h, order = torch.sort(hashes, stable=True)
+    same = sorted_h[1:] == sorted_h[:-1]
+    repeated = torch.zeros(n, dtype=torch.bool, device=x.device)
+    repeated[1:] |= same
+    repeated[:-1] |= same
+    candidates = torch.sort(order[repeated]).values
+    if candidates.numel() == 0:
+        return None, None
+    rows = x[candidates] + 0.0
+    _, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), n, dtype=torch.int64, device=x.device)
+    first.scatter_reduce_(0, inverse, candidates, reduce="amin")
+    first_of = first[inverse]
+    twin = first_of != candidates
+    if not bool(twin.any()):
+        return None, None
+    return candidates[twin], first_of[twin]
+
+
+def _sortable(torch: Any, keys: Any) -> Any:
+    """float32 keys as int64 in [0, 2**32) whose order is the float order (-0.0 as +0.0)."""
+    bits = (keys + 0.0).view(torch.int32).to(torch.int64)
+    low = bits & 0xFFFFFFFF
+    return torch.where(bits < 0, 0xFFFFFFFF - low, low | 0x80000000)
+
+
+def _block_size(need: np.ndarray, n_ref: int, label: bool, budget: int, given: int | None) -> int:
+    if given is not None:
+        return int(given)
+    expected = n_ref if label else min(n_ref, int(need.max(initial=0) * 1.5) + 256)
+    per_row = n_ref * _BYTES_PER_KEY + expected * _BYTES_PER_CANDIDATE
+    return int(max(1, min(_MAX_BLOCK, budget // per_row)))
+
+
+def _exact_tau(torch: Any, keys: Any, need: Any) -> Any:
+    """The need-th smallest key of each row (-inf for need 0), by a sort of those rows."""
+    ordered = torch.sort(keys, dim=1).values
+    at = (need - 1).clamp(min=0, max=keys.shape[1] - 1)
+    tau = ordered.gather(1, at[:, None])[:, 0]
+    return torch.where(need > 0, tau, torch.full_like(tau, -math.inf))
+
+
+def _thresholds(torch: Any, keys: Any, need: Any, sample: Any, label_tau: Any | None) -> Any:
+    """Per-row cut-offs keeping at least ``need`` keys (exact: short rows are redone)."""
+    b, n_ref = keys.shape
+    tau = torch.full((b,), math.inf, dtype=torch.float32, device=keys.device)
+    exact = need > 0
+    if sample is not None:
+        m = sample.numel()
+        expected = need.double() * (m / n_ref)
+        j = torch.ceil(expected + 4.0 * expected.sqrt() + 2.0).long()
+        usable = (j < m) & (need > 0)
+        if bool(usable.any()):
+            rows = torch.nonzero(usable).flatten()
+            part = torch.sort(keys[:, sample][rows], dim=1).values
+            tau[rows] = part.gather(1, j[rows, None])[:, 0]
+        exact = (need > 0) & ~usable
+    tau[need == 0] = -math.inf
+    for attempt in range(2):
+        rows = torch.nonzero(exact).flatten()
+        if rows.numel():
+            tau[rows] = _exact_tau(torch, keys[rows], need[rows])
+        if label_tau is not None:
+            tau = torch.maximum(tau, label_tau)
+        tau = tau.clamp(max=_FMAX)  # excluded references (+inf) are never candidates
+        if attempt == 1:
+            break
+        counts = (keys <= tau[:, None]).sum(dim=1)
+        exact = counts < need
+        if not bool(exact.any()):
+            break
+    return tau
+
+
+def _label_tau(torch: Any, keys: Any, how: str, q_codes: Any, r_codes: Any) -> Any:
+    """Key of the farthest ("max") or nearest ("min") visible same-label reference per row."""
+    positive = (q_codes[:, None] == r_codes[None, :]) & (keys <= _FMAX)
+    if how == "max":
+        return torch.where(positive, keys, -math.inf).amax(dim=1)
+    out = torch.where(positive, keys, math.inf).amin(dim=1)
+    return torch.where(torch.isfinite(out), out, torch.full_like(out, -math.inf))
+
+
+@dataclass
+class _DeviceCandidates:
+    """A block's sorted candidates on the device (CSR, like :class:`embedeval.knn.Candidates`)."""
+
+    start: int
+    lims: Any  # int64 (b + 1,)
+    index: Any  # int64 reference indices, nearest first, ties by ascending index
+    bits: Any  # int64 sortable key bits (equal = exact tie)
+
+    def to_host(self) -> Candidates:
+        b = self.lims.numel() - 1
+        return Candidates(
+            np.arange(self.start, self.start + b),
+            self.lims.cpu().numpy(),
+            self.index.cpu().numpy(),
+            self.bits.cpu().numpy().astype(np.uint32),
+        )
+
+
+def _collect(torch: Any, keys: Any, tau: Any, start: int) -> _DeviceCandidates:
+    """Every (row, reference) with key <= tau[row], sorted by (row, key, reference index)."""
+    b, n_ref = keys.shape
+    mask = keys <= tau[:, None]
+    counts = mask.sum(dim=1)
+    flat = torch.nonzero(mask.view(-1)).flatten()
+    del mask
+    lims = torch.zeros(b + 1, dtype=torch.int64, device=keys.device)
+    torch.cumsum(counts, 0, out=lims[1:])
+    col_bits = max(1, (n_ref - 1).bit_length())
+    if col_bits > 30:
+        raise InputError("the torch backend supports at most 2**30 reference vectors.")
+    # (row in chunk, key bits, reference) packed in 63 bits: one sort orders by key, then index.
+    rows_per_sort = 1 << (31 - col_bits)
+    low = (1 << col_bits) - 1
+    row = torch.div(flat, n_ref, rounding_mode="floor")
+    col = flat - row * n_ref
+    code = (_sortable(torch, keys.view(-1)[flat]) << col_bits) | col
+    del flat, col
+    lims_host = lims.cpu().numpy()
+    for r0 in range(0, b, rows_per_sort):
+        r1 = min(r0 + rows_per_sort, b)
+        a, e = int(lims_host[r0]), int(lims_host[r1])
+        if e > a:
+            seg = code[a:e] | ((row[a:e] - r0) << (32 + col_bits))
+            code[a:e] = torch.sort(seg).values
+    index = code & low
+    bits = (code >> col_bits) & 0xFFFFFFFF
+    return _DeviceCandidates(start, lims, index, bits)
+
+
+def _candidate_blocks(
+    torch: Any, search: _Search, task: Any, need: np.ndarray, label: Any, opts: TorchOptions
+) -> Iterator[_DeviceCandidates]:
+    """Sorted candidates of each query block (see the module for the steps)."""
+    device = search.queries.device
+    n_query, n_ref = int(search.queries.shape[0]), search.n_reference
+    budget = _budget(torch, device, opts.memory)
+    block = _block_size(need, n_ref, label is not None, budget, opts.block_size)
+    sample = None
+    if n_ref > 2 * _SAMPLE:
+        picked = np.sort(np.random.default_rng(0).choice(n_ref, _SAMPLE, replace=False))
+        sample = torch.as_tensor(picked, device=device)
+    need_t = torch.as_tensor(need, device=device)
+    codes = None
+    if label is not None:
+        codes = (torch.as_tensor(label[1], device=device), torch.as_tensor(label[2], device=device))
+    for start in range(0, n_query, block):
+        stop = min(start + block, n_query)
+        keys = search.keys(start, stop)
+        label_tau = None
+        if codes is not None:
+            label_tau = _label_tau(torch, keys, label[0], codes[0][start:stop], codes[1])
+        tau = _thresholds(torch, keys, need_t[start:stop], sample, label_tau)
+        yield _collect(torch, keys, tau, start)
+        del keys
+
+
+def _device(torch: Any, opts: TorchOptions) -> Any:
+    return torch.device(opts.device)
+
+
+def run_torch(
+    task: Any, options: TorchOptions
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per-query values (NaN for lone queries) and tie flags of ``task``, computed on
+    ``options.device``; the same contract as :func:`embedeval._engine.run_local`."""
+    torch = import_torch()
+    values, ties = task.empty_outputs()
+    if not task.metrics or not (task.relevant > 0).any():
+        return values, ties
+    device = _device(torch, options)
+    depth, threshold = task.depth()
+    need = np.minimum(depth, task.n_valid)
+    label = None if threshold is None else (threshold, task.query_codes, task.reference_codes)
+    host = options.kernels == "numpy" or (options.kernels == "auto" and device.type == "cpu")
+    host = host or any(m.function is not None for m in task.metrics)
+    with torch.no_grad(), _matmul_precision(torch, options.tf32):
+        search = _prepare(torch, task, device)
+        kernels = None if host else _DeviceKernels(torch, task, device)
+        for block in _candidate_blocks(torch, search, task, need, label, options):
+            b = block.lims.numel() - 1
+            rows = slice(block.start, block.start + b)
+            if host:
+                chunk_values, chunk_ties = task.score_block(block.to_host())
+            else:
+                chunk_values, chunk_ties = kernels.score(block)
+            for name in chunk_values:
+                values[name][rows] = chunk_values[name]
+                ties[name][rows] = chunk_ties[name]
+    return values, ties
+
+
+def torch_neighbors(
+    xq: Any, xb: Any, k: int, distance: str, exclude_self: bool, options: TorchOptions
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(distances, indices)`` of the k nearest references, as :func:`embedeval.neighbors`."""
+    from ._engine import RetrievalTask
+    from .knn import Exclusions
+
+    torch = import_torch()
+    n_query = int(xq.shape[0])
+    dist = np.empty((n_query, k), dtype=np.float32)
+    idx = np.empty((n_query, k), dtype=np.int64)
+    if k == 0:
+        return dist, idx
+    device = _device(torch, options)
+    zeros = np.zeros(n_query, dtype=np.int64)
+    task = RetrievalTask(
+        xq, xb, zeros, np.zeros(int(xb.shape[0]), dtype=np.int64), zeros, zeros,
+        Exclusions(self_index=exclude_self), (), None, distance,
+    )  # fmt: skip
+    need = np.full(n_query, k, dtype=np.int64)
+    with torch.no_grad(), _matmul_precision(torch, options.tf32):
+        search = _prepare(torch, task, device)
+        q_norms = (search.queries * search.queries).sum(dim=1)
+        for block in _candidate_blocks(torch, search, task, need, None, options):
+            b = block.lims.numel() - 1
+            take = (block.lims[:-1, None] + torch.arange(k, device=device)).flatten()
+            bits = block.bits[take].reshape(b, k)
+            key = _from_sortable(torch, bits)
+            rows = slice(block.start, block.start + b)
+            if distance == "euclidean":
+                key = torch.sqrt((key + q_norms[rows, None]).clamp(min=0))
+            else:
+                key = -key
+            dist[rows] = key.cpu().numpy()
+            idx[rows] = block.index[take].reshape(b, k).cpu().numpy()
+    return dist, idx
+
+
+def _from_sortable(torch: Any, bits: Any) -> Any:
+    raw = torch.where(bits >= 0x80000000, bits & 0x7FFFFFFF, 0xFFFFFFFF - bits)
+    raw = torch.where(raw >= 0x80000000, raw - (1 << 32), raw)  # back to a signed int32 value
+    return raw.to(torch.int32).view(torch.float32)
+
+
+# --------------------------------------------------------------------------------- kernels
+
+
+class _DeviceKernels:
+    """A torch port of :func:`embedeval._kernels.chunk_metrics` (same windows, same tie rules).
+
+    The float64 sums of MAP@R / MAP are segment sums whose order may differ from numpy's in
+    the last bit; counts, ranks and tie flags are exact.
+    """
+
+    def __init__(self, torch: Any, task: Any, device: Any) -> None:
+        self.torch = torch
+        self.task = task
+        self.device = device
+        self.q_codes = torch.as_tensor(np.asarray(task.query_codes, dtype=np.int64), device=device)
+        self.r_codes = torch.as_tensor(
+            np.asarray(task.reference_codes, dtype=np.int64), device=device
+        )
+        self.relevant = torch.as_tensor(task.relevant, device=device)
+        self.n_valid = torch.as_tensor(task.n_valid, device=device)
+
+    def score(self, block: _DeviceCandidates) -> tuple[dict, dict]:
+        torch, task = self.torch, self.task
+        lims = block.lims
+        b = lims.numel() - 1
+        rows = slice(block.start, block.start + b)
+        counts = lims[1:] - lims[:-1]
+        relevant, n_valid = self.relevant[rows], self.n_valid[rows]
+        arange = torch.arange(b, device=self.device)
+        rel = self.r_codes[block.index] == torch.repeat_interleave(self.q_codes[rows], counts)
+        hit = torch.nonzero(rel).flatten()
+        row_start = torch.searchsorted(hit, lims[:-1])
+        n_hits = torch.diff(torch.cat([row_start, row_start.new_tensor([hit.numel()])]))
+        hit_row = torch.repeat_interleave(arange, n_hits)
+        hit_pos = hit - lims[hit_row]
+        found = torch.arange(1, hit.numel() + 1, device=self.device) - row_start[hit_row]
+        lone = relevant == 0
+        safe_r = relevant.clamp(min=1).double()
+        k = task.k
+        depth_cap = n_valid if k is None else n_valid.clamp(max=k)
+        ties = _DeviceTies(torch, block, rel, counts)
+        weights = found.double() / (hit_pos + 1).double()
+
+        def hits_within(window: Any) -> Any:
+            return torch.searchsorted(hit, lims[:-1] + torch.minimum(window, counts)) - row_start
+
+        def weighted_within(window: Any) -> Any:
+            # A segment sum (deterministic on every device, unlike scattered atomic adds).
+            n_in = hits_within(window)
+            inside = (found - 1) < n_in[hit_row]
+            return torch.segment_reduce(weights[inside], "sum", lengths=n_in, unsafe=True)
+
+        def last_hit_window() -> Any:
+            window = torch.zeros(b, dtype=torch.int64, device=self.device)
+            has = n_hits > 0
+            window[has] = hit_pos[row_start[has] + n_hits[has] - 1] + 1
+            return window
+
+        out_values, out_ties = {}, {}
+        for m in task.metrics:
+            if m.depth in ("one", "fixed"):
+                window = n_valid.clamp(max=m.cutoff)
+                n_found = hits_within(window)
+                if m.name.startswith("recall"):
+                    value = (n_found > 0).double()
+                    tie = ties.hit_rate_changes(window, hit, row_start)
+                else:
+                    value = n_found.double() / m.cutoff
+                    tie = ties.straddle(window)
+            elif m.name in ("r_precision", "map_at_r"):
+                window = relevant if k is None else relevant.clamp(max=k)
+                if m.name == "r_precision":
+                    value = hits_within(window).double() / window.clamp(min=1).double()
+                    tie = ties.straddle(window)
+                else:
+                    value = weighted_within(window) / safe_r
+                    tie = ties.within(window)
+            elif m.name == "map":
+                window = last_hit_window() if k is None else depth_cap
+                value = weighted_within(window) / safe_r
+                tie = ties.within(window)
+            elif m.name == "mrr":
+                first = torch.full((b,), 2**62, dtype=torch.int64, device=self.device)
+                has = n_hits > 0
+                first[has] = hit_pos[row_start[has]]
+                in_reach = first < depth_cap
+                reach = torch.minimum(first, depth_cap).double() + 1.0
+                value = torch.where(in_reach, 1.0 / reach, torch.zeros_like(reach))
+                tie = ties.within(torch.where(in_reach, first + 1, depth_cap))
+            else:  # pragma: no cover - the registry only produces the names above
+                raise AssertionError(m.name)
+            value = torch.where(lone, torch.full_like(value, math.nan), value)
+            out_values[m.name] = value.cpu().numpy()
+            out_ties[m.name] = (tie & ~lone).cpu().numpy()
+        return out_values, out_ties
+
+
+class _DeviceTies:
+    """A torch port of :class:`embedeval._kernels._TieFinder` (see there for the rules)."""
+
+    def __init__(self, torch: Any, block: _DeviceCandidates, rel: Any, counts: Any) -> None:
+        self.torch = torch
+        self.lims, self.counts = block.lims, counts
+        b = counts.numel()
+        bits = block.bits
+        equal = bits[1:] == bits[:-1]
+        boundaries = block.lims[1:-1] - 1
+        boundaries = boundaries[(boundaries >= 0) & (boundaries < equal.numel())]
+        equal[boundaries] = False
+        self.pairs = torch.nonzero(equal).flatten()
+        self.any = self.pairs.numel() > 0
+        if not self.any:
+            return
+        new_run = torch.diff(self.pairs) != 1
+        one = torch.ones(1, dtype=torch.bool, device=bits.device)
+        self.run = torch.cat([torch.zeros(1, dtype=torch.int64, device=bits.device),
+                              torch.cumsum(new_run, 0)])  # fmt: skip
+        self.run_first = self.pairs[torch.cat([one, new_run])]
+        self.run_last = self.pairs[torch.cat([new_run, one])] + 1
+        mixed = rel[self.pairs] != rel[self.pairs + 1]
+        self.run_mixed = torch.zeros(int(self.run[-1]) + 1, dtype=torch.bool, device=bits.device)
+        self.run_mixed[self.run[mixed]] = True
+        mixed_pairs = self.pairs[mixed]
+        pair_row = torch.searchsorted(block.lims, mixed_pairs, right=True) - 1
+        self.first_mixed = torch.full((b,), 2**61, dtype=torch.int64, device=bits.device)
+        self.first_mixed.scatter_reduce_(
+            0, pair_row, mixed_pairs - block.lims[pair_row], reduce="amin"
+        )
+
+    def _false(self) -> Any:
+        return self.torch.zeros(self.counts.numel(), dtype=self.torch.bool,
+                                device=self.counts.device)  # fmt: skip
+
+    def _cut(self, window: Any) -> tuple[Any, Any]:
+        torch = self.torch
+        rows = torch.nonzero((window >= 1) & (window < self.counts)).flatten()
+        at = self.lims[rows] + window[rows] - 1
+        where = torch.searchsorted(self.pairs, at).clamp(max=self.pairs.numel() - 1)
+        tied = self.pairs[where] == at
+        rows, runs = rows[tied], self.run[where[tied]]
+        mixed = self.run_mixed[runs]
+        return rows[mixed], runs[mixed]
+
+    def straddle(self, window: Any) -> Any:
+        out = self._false()
+        if self.any:
+            out[self._cut(window)[0]] = True
+        return out
+
+    def hit_rate_changes(self, window: Any, hit: Any, row_start: Any) -> Any:
+        torch = self.torch
+        out = self._false()
+        if not self.any:
+            return out
+        rows, runs = self._cut(window)
+        first, last = self.run_first[runs], self.run_last[runs]
+        hits_before = torch.searchsorted(hit, first) - row_start[rows]
+        in_block = torch.searchsorted(hit, last, right=True) - torch.searchsorted(hit, first)
+        non_relevant = last - first + 1 - in_block
+        inside = self.lims[rows] + window[rows] - first
+        out[rows] = (hits_before == 0) & (non_relevant >= inside)
+        return out
+
+    def within(self, window: Any) -> Any:
+        if not self.any:
+            return self._false()
+        return (self.first_mixed + 1 < window) | self.straddle(window)
