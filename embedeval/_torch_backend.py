@@ -15,9 +15,8 @@ device:
    (row, key, reference) triples are sorted as packed int64 codes, i.e. by key and then by
    ascending reference index;
 4. the metric kernels: a vectorised torch port of :mod:`embedeval._kernels` (searchsorted,
-   cumulative counts, segment sums), so only per-query values leave the device.  On the CPU the
-   numpy kernels score the sorted candidates instead, which makes the values bit-identical to
-   the local engine's whenever the keys are (float64 sums in the same order).
+   cumulative counts, segment sums in numpy's summation order), so only per-query values leave
+   the device, and they are bit-identical to the local engine's whenever the keys are.
 
 Memory is bounded by query blocks sized from a budget (default half the free device memory);
 no buffer grows with n_query x depth.  torch is imported only when this backend is used.
@@ -81,15 +80,15 @@ class TorchOptions:
     working-memory budget in bytes, or a fraction of the device's free memory (``None``: half
     the free memory on a GPU, 512 MiB on the CPU).  ``tf32``: allow TF32 products (faster on
     Ampere and later, ~10-bit mantissa products: rankings of near neighbours may change).
-    ``block_size``: queries per block (default: from the budget).  ``kernels``: ``"auto"``
-    (numpy kernels on the CPU, torch kernels elsewhere), ``"torch"`` or ``"numpy"``.
+    ``block_size``: queries per block (default: from the budget).  ``kernels``: ``"torch"``
+    (on the device) or ``"numpy"`` (sorted candidates scored on the host).
     """
 
     device: str = "cpu"
     memory: float | int | None = None
     tf32: bool = False
     block_size: int | None = None
-    kernels: str = "auto"
+    kernels: str = "torch"
 
     @classmethod
     def make(
@@ -163,9 +162,10 @@ def _matmul_precision(torch: Any, tf32: bool) -> Iterator[None]:
 
 
 def as_search_input(x: Any, name: str) -> Any:
-    """A torch tensor on an accelerator stays there (checked: 2-D, floating point, finite; cast
-    to float32 on the device); anything else goes through the CPU engine's validation."""
-    if not is_device_tensor(x):
+    """A torch tensor stays a tensor on its device (checked: 2-D, floating point, finite; cast
+    to float32 there, so bfloat16 works too); anything else goes through the CPU engine's
+    validation."""
+    if not (type(x).__module__.startswith("torch") and hasattr(x, "is_floating_point")):
         from ._validation import as_embeddings
 
         return as_embeddings(x, name)
@@ -192,7 +192,7 @@ def as_search_input(x: Any, name: str) -> Any:
 def check_lead_on_device(xq: Any, xb: Any) -> None:
     """``ref_includes_query`` for device tensors: the queries are the first reference rows."""
     torch = import_torch()
-    device = xq.device if is_device_tensor(xq) else xb.device
+    device = next((a.device for a in (xq, xb) if hasattr(a, "device")), "cpu")
     n = xq.shape[0]
     lead = torch.as_tensor(xb[:n], device=device) if xb.shape[0] >= n else None
     if lead is None or not bool((lead == torch.as_tensor(xq, device=device)).all()):
@@ -205,7 +205,7 @@ def check_lead_on_device(xq: Any, xb: Any) -> None:
 
 def to_host(x: Any) -> np.ndarray:
     """A device tensor copied to a float32 numpy array (for NMI/AMI, which run on the CPU)."""
-    if is_device_tensor(x):
+    if type(x).__module__.startswith("torch"):
         return x.detach().float().cpu().numpy()
     return np.asarray(x)
 
@@ -478,8 +478,8 @@ def run_torch(
     depth, threshold = task.depth()
     need = np.minimum(depth, task.n_valid)
     label = None if threshold is None else (threshold, task.query_codes, task.reference_codes)
-    host = options.kernels == "numpy" or (options.kernels == "auto" and device.type == "cpu")
-    host = host or any(m.function is not None for m in task.metrics)
+    # Custom metrics are Python callables over host arrays: their blocks are scored on the host.
+    host = options.kernels == "numpy" or any(m.function is not None for m in task.metrics)
     with torch.no_grad(), _matmul_precision(torch, options.tf32):
         search = _prepare(torch, task, device)
         kernels = None if host else _DeviceKernels(torch, task, device)
@@ -546,8 +546,8 @@ def _from_sortable(torch: Any, bits: Any) -> Any:
 class _DeviceKernels:
     """A torch port of :func:`embedeval._kernels.chunk_metrics` (same windows, same tie rules).
 
-    The float64 sums of MAP@R / MAP are segment sums whose order may differ from numpy's in
-    the last bit; counts, ranks and tie flags are exact.
+    The float64 sums of MAP@R / MAP add in numpy's order (:func:`numpy_order_sums`), so given
+    the same ranking every value and tie flag equals the numpy kernels' bit for bit.
     """
 
     def __init__(self, torch: Any, task: Any, device: Any) -> None:
@@ -587,10 +587,9 @@ class _DeviceKernels:
             return torch.searchsorted(hit, lims[:-1] + torch.minimum(window, counts)) - row_start
 
         def weighted_within(window: Any) -> Any:
-            # A segment sum (deterministic on every device, unlike scattered atomic adds).
             n_in = hits_within(window)
             inside = (found - 1) < n_in[hit_row]
-            return torch.segment_reduce(weights[inside], "sum", lengths=n_in, unsafe=True)
+            return numpy_order_sums(torch, weights[inside], n_in)
 
         def last_hit_window() -> Any:
             window = torch.zeros(b, dtype=torch.int64, device=self.device)
@@ -707,3 +706,71 @@ class _DeviceTies:
         if not self.any:
             return self._false()
         return (self.first_mixed + 1 < window) | self.straddle(window)
+
+
+# ------------------------------------------------------------------------- ordered sums
+
+_PAIRWISE_BLOCK = 128
+
+
+def numpy_order_sums(torch: Any, data: Any, lengths: Any) -> Any:
+    """Per-segment float64 sums of ``data`` (consecutive segments of ``lengths``) rounded
+    exactly like numpy's ``np.add.reduceat``: the first item plus numpy's pairwise sum of the
+    rest (8 interleaved partial sums per block of up to 128 items, halved recursively above).
+
+    Vectorised over segments; deterministic on every device (no atomic adds).
+
+    >>> import torch
+    >>> w = torch.tensor([0.5, 1 / 3, 0.25, 1.0], dtype=torch.float64)
+    >>> numpy_order_sums(torch, w, torch.tensor([3, 0, 1])).tolist()
+    [1.0833333333333333, 0.0, 1.0]
+    """
+    starts = torch.cumsum(lengths, 0) - lengths
+    has = lengths > 0
+    out = torch.zeros(lengths.shape, dtype=torch.float64, device=data.device)
+    if bool(has.any()):
+        first = data[starts[has]]
+        out[has] = first + _pairwise(torch, data, starts[has] + 1, lengths[has] - 1)
+    return out
+
+
+def _pairwise(torch: Any, data: Any, offsets: Any, lengths: Any) -> Any:
+    big = lengths > _PAIRWISE_BLOCK
+    if not bool(big.any()):
+        return _pairwise_leaf(torch, data, offsets, lengths)
+    out = torch.empty(lengths.shape, dtype=torch.float64, device=data.device)
+    small = ~big
+    out[small] = _pairwise_leaf(torch, data, offsets[small], lengths[small])
+    length, offset = lengths[big], offsets[big]
+    half = length // 2
+    half = half - half % 8
+    both = _pairwise(
+        torch, data, torch.cat([offset, offset + half]), torch.cat([half, length - half])
+    )
+    n = length.numel()
+    out[big] = both[:n] + both[n:]
+    return out
+
+
+def _pairwise_leaf(torch: Any, data: Any, offsets: Any, lengths: Any) -> Any:
+    """numpy's pairwise sum of segments of at most 128 items."""
+    cols = torch.arange(_PAIRWISE_BLOCK, device=data.device)
+    at = (offsets[:, None] + cols).clamp(max=max(data.numel() - 1, 0))
+    vals = data[at] if data.numel() else torch.zeros(at.shape, dtype=torch.float64)
+    vals = torch.where(cols < lengths[:, None], vals, torch.zeros_like(vals))
+    sequential = torch.zeros(lengths.shape, dtype=torch.float64, device=data.device)
+    for i in range(8):  # below 8 items: a plain running sum (padding zeros add nothing)
+        sequential = sequential + vals[:, i]
+    whole = lengths - lengths % 8
+    acc = vals[:, :8].clone()
+    for i in range(8, _PAIRWISE_BLOCK, 8):
+        take = (i + 8 <= whole)[:, None]
+        acc = acc + torch.where(take, vals[:, i : i + 8], torch.zeros_like(acc))
+    res = ((acc[:, 0] + acc[:, 1]) + (acc[:, 2] + acc[:, 3])) + (
+        (acc[:, 4] + acc[:, 5]) + (acc[:, 6] + acc[:, 7])
+    )
+    for t in range(7):  # the items after the last multiple of 8, one by one
+        pos = (whole + t).clamp(max=_PAIRWISE_BLOCK - 1)
+        item = vals.gather(1, pos[:, None])[:, 0]
+        res = res + torch.where(t < lengths % 8, item, torch.zeros_like(item))
+    return torch.where(lengths < 8, sequential, res)

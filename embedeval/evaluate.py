@@ -266,7 +266,7 @@ def evaluate(
                 "come from the same embedding model."
             )
         self_index = bool(ref_includes_query)
-        if self_index and (is_device_tensor(xq) or is_device_tensor(xb)):
+        if self_index and torch_options is not None:
             check_lead_on_device(xq, xb)
         elif self_index:
             check_queries_lead_reference(xq, xb)

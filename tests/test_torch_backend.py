@@ -1,0 +1,322 @@
+"""The PyTorch backend (``backend="torch"``), run on the CPU: against the brute-force oracle and
+bit for bit against the local engine on small-integer data (exact float32 keys, many ties and
+duplicate vectors); GPU-only checks are skipped where no CUDA device is present."""
+
+import dataclasses
+import math
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+from embedeval._errors import InputError, InputTypeError
+
+from . import oracle
+
+torch = pytest.importorskip("torch")
+
+from embedeval import _torch_backend as tb  # noqa: E402
+
+METRICS = [
+    "precision_at_1",
+    "r_precision",
+    "map_at_r",
+    "map",
+    "mrr",
+    "recall_at_1",
+    "recall_at_3",
+    "precision_at_3",
+]
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (none is visible to torch)")
+EVALUATE = sys.modules["embedeval.evaluate"]
+
+
+def ev(*args, **kw):
+    kw.setdefault("progress", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ee.evaluate(*args, **kw)
+
+
+def int_data(seed, n, n_classes, dim=3, distance="euclidean"):
+    """Small-integer vectors (exact float32 keys), about a tenth of them exact copies.
+
+    For cosine every row has 1 or 4 non-zero entries of +-1, so the normalised entries are
+    +-1 or +-0.5 and every cosine is an exact multiple of 1/4.
+    """
+    rng = np.random.default_rng(seed)
+    if distance == "cosine":
+        x = np.zeros((n, dim + 3), dtype=np.float32)
+        for i in range(n):
+            nz = rng.choice(dim + 3, 4 if rng.random() < 0.6 else 1, replace=False)
+            x[i, nz] = rng.choice([-1.0, 1.0], nz.size)
+    else:
+        x = rng.integers(-2, 3, (n, dim)).astype(np.float32)
+    copies = rng.choice(n, n // 10, replace=False)
+    x[copies] = x[rng.choice(n, copies.size)]
+    return x, rng.integers(0, n_classes, n)
+
+
+def assert_same(a, b, names):
+    for m in names:
+        np.testing.assert_array_equal(a.per_query[m], b.per_query[m], err_msg=m)
+        assert a.n_ties[m] == b.n_ties[m], m
+        assert a[m] == b[m] or (math.isnan(a[m]) and math.isnan(b[m])), m
+
+
+SETUPS = {
+    "loo": lambda x, y, rng: dict(),
+    "split": lambda x, y, rng: dict(reference=x[40:], reference_labels=y[40:], q=slice(0, 40)),
+    "ref_includes_query": lambda x, y, rng: dict(
+        reference=x, reference_labels=y, ref_includes_query=True, q=slice(0, 50)
+    ),
+    "groups": lambda x, y, rng: dict(query_groups=rng.integers(0, 6, x.shape[0])),
+    "split_groups": lambda x, y, rng: dict(
+        reference=x[40:],
+        reference_labels=y[40:],
+        q=slice(0, 40),
+        query_groups=rng.integers(0, 4, 40),
+        reference_groups=rng.integers(0, 4, x.shape[0] - 40),
+    ),
+}
+
+
+def _call(x, y, setup, seed, **kw):
+    opts = SETUPS[setup](x, y, np.random.default_rng(seed + 1))
+    q = opts.pop("q", slice(None))
+    return x[q], y[q], opts, kw
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+@pytest.mark.parametrize("distance", ["euclidean", "cosine", "inner_product"])
+@pytest.mark.parametrize("k", [None, 4, "max_bin_count"])
+def test_matches_the_oracle(setup, distance, k):
+    x, y = int_data(3, 110, 9, distance=distance)
+    xq, yq, opts, _ = _call(x, y, setup, 3)
+    got = ev(xq, yq, metrics=METRICS, k=k, distance=distance, backend="torch", device="cpu", **opts)
+    groups = {"qg": opts.get("query_groups"), "rg": opts.get("reference_groups")}
+    _, expected, _ = oracle.evaluate(
+        xq,
+        yq,
+        opts.get("reference"),
+        opts.get("reference_labels"),
+        metrics=METRICS,
+        k=k,
+        distance=distance,
+        ref_includes_query=opts.get("ref_includes_query", False),
+        **groups,
+    )
+    for m, values in expected.items():
+        np.testing.assert_allclose(got.per_query[m], values, rtol=0, atol=1e-12, err_msg=m)
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+@pytest.mark.parametrize("distance", ["euclidean", "cosine", "inner_product"])
+@pytest.mark.parametrize("k", [None, 2, 7, "max_bin_count"])
+def test_bit_identical_to_the_local_engine(setup, distance, k):
+    average = "macro" if setup in ("split", "groups") else "micro"
+    x, y = int_data(5, 160, 12, distance=distance)
+    xq, yq, opts, _ = _call(x, y, setup, 5)
+    names = METRICS if k != 2 else ["precision_at_1", "r_precision", "map_at_r", "map", "mrr"]
+    kw = dict(metrics=names, k=k, distance=distance, average=average, **opts)
+    assert_same(ev(xq, yq, backend="torch", device="cpu", **kw), ev(xq, yq, **kw), names)
+
+
+def _force(monkeypatch, **changes):
+    run = EVALUATE.run_torch
+    monkeypatch.setattr(
+        EVALUATE, "run_torch", lambda task, o: run(task, dataclasses.replace(o, **changes))
+    )
+
+
+@pytest.mark.parametrize("setup", ["loo", "split_groups"])
+def test_column_sample_cut_offs_small_blocks_and_host_kernels(monkeypatch, setup):
+    """A 32-column sample (so most cut-offs come from it, some too short and redone), blocks of
+    7 queries, and the numpy kernels on the device's candidates: the same values."""
+    x, y = int_data(8, 400, 40, dim=4)
+    xq, yq, opts, _ = _call(x, y, setup, 8)
+    expected = ev(xq, yq, metrics=METRICS, **opts)
+    monkeypatch.setattr(tb, "_SAMPLE", 32)
+    got = ev(xq, yq, metrics=METRICS, backend="torch", device="cpu", block_size=7, **opts)
+    assert_same(got, expected, METRICS)
+    _force(monkeypatch, kernels="numpy")
+    assert_same(
+        ev(xq, yq, metrics=METRICS, backend="torch", device="cpu", **opts), expected, METRICS
+    )
+
+
+def test_tie_counts_match_the_oracle():
+    # 1-D points 0, -1, 1, 10, 11 labelled 0, 0, 1, 1, 5:
+    # q0 sees -1 (label 0) and 1 (label 1) both at distance 1: by index -1 first, P@1 = 1, and a
+    # mixed tie block straddles rank 1 (the one tie).  q1 -> 0 hit; q2 -> 0 miss; q3 -> 11
+    # miss; q4 is the only label 5: lone.
+    x = np.array([[0.0], [-1.0], [1.0], [10.0], [11.0]], dtype=np.float32)
+    y = [0, 0, 1, 1, 5]
+    res = ev(x, y, metrics=["precision_at_1"], backend="torch", device="cpu")
+    np.testing.assert_array_equal(res.per_query["precision_at_1"], [1.0, 1.0, 0.0, 0.0, np.nan])
+    assert res.n_ties["precision_at_1"] == 1
+    ranks = oracle.rankings(x, y)
+    assert sum(oracle.tie_straddles(rel, d, 1) for rel, d in ranks if sum(rel)) == 1
+
+
+def test_identical_real_valued_references_rank_by_index():
+    """Real-valued (not exactly representable) vectors, each stored twice: the two copies tie
+    and the lower index comes first, whatever position the product rounds them in."""
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((300, 24)).astype(np.float32)
+    ref = np.concatenate([base, base])[rng.permutation(600)]
+    queries = rng.standard_normal((50, 24)).astype(np.float32)
+    for distance in ("euclidean", "cosine", "inner_product"):
+        d, i = ee.neighbors(queries, 2, ref, distance=distance, backend="torch", device="cpu")
+        assert (ref[i[:, 0]] == ref[i[:, 1]]).all()
+        assert (i[:, 0] < i[:, 1]).all()
+        assert (d[:, 0] == d[:, 1]).all()
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine", "inner_product"])
+def test_neighbors_match_the_oracle_and_the_local_engine(distance):
+    x, _ = int_data(11, 90, 5, distance=distance)
+    d, i = ee.neighbors(x, 6, distance=distance, backend="torch", device="cpu")
+    d0, i0 = ee.neighbors(x, 6, distance=distance)
+    np.testing.assert_array_equal(i, i0)
+    np.testing.assert_array_equal(d, d0)
+    scores = oracle.pairwise(x, x, distance)
+    for q in range(x.shape[0]):
+        order = sorted((j for j in range(x.shape[0]) if j != q), key=lambda j: (scores[q, j], j))
+        assert i[q].tolist() == order[:6]
+        sign = 1 if distance == "euclidean" else -1
+        np.testing.assert_allclose(d[q], sign * scores[q, order[:6]], rtol=1e-6, atol=1e-6)
+
+
+def test_neighbors_on_a_gallery_with_exclude_self():
+    x, _ = int_data(12, 60, 3)
+    got = ee.neighbors(x[:20], 5, x, exclude_self=True, backend="torch", device="cpu")
+    want = ee.neighbors(x[:20], 5, x, exclude_self=True)
+    np.testing.assert_array_equal(got[1], want[1])
+    assert ee.neighbors(x[:3], 100, x[:5], backend="torch", device="cpu")[1].shape == (3, 5)
+
+
+def test_lone_queries_confidences_and_ci_follow_the_local_engine():
+    x, y = int_data(13, 120, 30)
+    y[:5] = 1000 + np.arange(5)  # five lone queries
+    conf = np.random.default_rng(0).random(120)
+    kw = dict(metrics=METRICS, confidences=conf, ci=0.9, n_boot=50)
+    got = ev(x, y, backend="torch", device="cpu", **kw)
+    want = ev(x, y, **kw)
+    assert_same(got, want, METRICS)
+    assert got.n_lone == want.n_lone >= 5
+    assert got.confidence == want.confidence
+    assert got.ci == want.ci
+
+
+def test_half_precision_and_tensor_inputs_are_upcast():
+    x, y = int_data(14, 100, 8)
+    want = ev(x, y, metrics=METRICS)
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        got = ev(torch.from_numpy(x).to(dtype), y, metrics=METRICS, backend="torch", device="cpu")
+        assert_same(got, want, METRICS)
+
+
+def test_a_tiny_memory_budget_gives_the_same_values():
+    x, y = int_data(15, 200, 10)
+    want = ev(x, y, metrics=METRICS)
+    got = ev(x, y, metrics=METRICS, backend="torch", device="cpu", device_memory=1 << 20)
+    assert_same(got, want, METRICS)
+
+
+def test_tf32_setting_is_restored():
+    x, y = int_data(16, 50, 5)
+    before = torch.get_float32_matmul_precision()
+    ev(x, y, backend="torch", device="cpu", tf32=True)
+    assert torch.get_float32_matmul_precision() == before
+
+
+def test_numpy_order_sums_equal_numpy_reduceat():
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 700, 120)
+    lengths[:40] = rng.integers(0, 17, 40)
+    data = rng.random(int(lengths.sum())) / rng.integers(1, 60, int(lengths.sum()))
+    starts = np.minimum(np.cumsum(lengths) - lengths, data.size)
+    want = np.where(lengths > 0, np.add.reduceat(np.append(data, 0.0), starts), 0.0)
+    got = tb.numpy_order_sums(torch, torch.from_numpy(data), torch.from_numpy(lengths))
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+def test_import_and_local_engine_never_import_torch():
+    code = (
+        "import sys, numpy as np, embedeval as ee; "
+        "ee.evaluate(np.eye(4, dtype='float32'), [0, 0, 1, 1], progress=False); "
+        "ee.neighbors(np.eye(4), 2); assert 'torch' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_missing_torch_names_the_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(InputError, match="pip install torch"):
+        ev(np.eye(3), [0, 0, 1], backend="torch", device="cpu")
+
+
+@pytest.mark.parametrize("device", ["gpu0", "cuda:x", "tpu"])
+def test_bad_device_string(device):
+    with pytest.raises(InputError, match="device"):
+        ev(np.eye(3), [0, 0, 1], backend="torch", device=device)
+
+
+@pytest.mark.skipif(CUDA, reason="checks the message when no CUDA GPU is present")
+def test_cuda_without_a_gpu_says_so():
+    with pytest.raises(InputError, match="no CUDA GPU"):
+        ev(np.eye(3), [0, 0, 1], backend="torch", device="cuda")
+
+
+def test_bad_options():
+    x, y = np.eye(3), [0, 0, 1]
+    with pytest.raises(InputTypeError, match="tf32"):
+        ev(x, y, backend="torch", device="cpu", tf32="yes")
+    with pytest.raises(InputError, match="device_memory"):
+        ev(x, y, backend="torch", device="cpu", device_memory=5)
+    with pytest.raises(InputError, match="backend='torch'"):
+        ev(x, y, device="cpu")
+    with pytest.raises(InputError, match="shards"):
+        ev(x, y, backend="torch", device="cpu", shards=2)
+    with pytest.raises(InputTypeError, match="query"):
+        ev(torch.ones(3, 2, dtype=torch.complex64), y, backend="torch", device="cpu")
+    with pytest.raises(InputError, match="backend"):
+        ee.neighbors(x, 1, backend="gpu")
+
+
+# ------------------------------------------------------------------------------ GPU only
+
+
+@needs_cuda
+def test_cuda_tensors_are_evaluated_on_their_gpu_without_a_backend():
+    x, y = int_data(20, 300, 20)
+    want = ev(x, y, metrics=METRICS)
+    got = ev(torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda(), metrics=METRICS)
+    assert_same(got, want, METRICS)
+    split = ev(
+        torch.from_numpy(x[:50]).cuda(), y[:50], x, y, metrics=METRICS, ref_includes_query=True
+    )
+    assert_same(split, ev(x[:50], y[:50], x, y, metrics=METRICS, ref_includes_query=True), METRICS)
+
+
+@needs_cuda
+def test_cuda_bit_identical_to_the_local_engine():
+    x, y = int_data(21, 2000, 50, dim=4)
+    groups = np.random.default_rng(0).integers(0, 7, 2000)
+    for kw in ({}, {"k": 5}, {"query_groups": groups}, {"distance": "inner_product"}):
+        want = ev(x, y, metrics=METRICS, **kw)
+        assert_same(ev(x, y, metrics=METRICS, backend="torch", device="cuda", **kw), want, METRICS)
+
+
+@needs_cuda
+def test_cuda_integer_tensors_are_refused():
+    with pytest.raises(InputTypeError, match="floating point"):
+        ev(torch.ones(4, 2, dtype=torch.int64, device="cuda"), [0, 0, 1, 1])
