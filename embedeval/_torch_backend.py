@@ -47,7 +47,7 @@ __all__ = [
 _FMAX = float(np.finfo(np.float32).max)
 _SAMPLE = 4096
 _MAX_BLOCK = 8192
-_BYTES_PER_KEY = 30  # keys, comparison masks, the flat indices of kept keys, exclusion masks
+_BYTES_PER_KEY = 12  # keys, the comparison mask, exclusion / label masks and their temporaries
 _BYTES_PER_CANDIDATE = 80  # packed codes, their sort, decoded index / bits, kernel arrays
 _INSTALL = "pip install torch (or the package's 'torch' extra: pip install \"embedeval[torch]\")"
 
@@ -335,16 +335,22 @@ def _block_size(need: np.ndarray, n_ref: int, label: bool, budget: int, given: i
     return int(max(1, min(_MAX_BLOCK, budget // per_row)))
 
 
-def _exact_tau(torch: Any, keys: Any, need: Any) -> Any:
-    """The need-th smallest key of each row (-inf for need 0), by a sort of those rows."""
-    ordered = torch.sort(keys, dim=1).values
-    at = (need - 1).clamp(min=0, max=keys.shape[1] - 1)
-    tau = ordered.gather(1, at[:, None])[:, 0]
-    return torch.where(need > 0, tau, torch.full_like(tau, -math.inf))
+def _exact_tau(torch: Any, keys: Any, rows: Any, need: Any, chunk: int) -> Any:
+    """The need-th smallest key of each of ``rows`` (-inf for need 0): a sort of ``chunk`` rows
+    at a time."""
+    out = torch.empty(rows.shape, dtype=torch.float32, device=keys.device)
+    for a in range(0, rows.numel(), chunk):
+        ordered = torch.sort(keys[rows[a : a + chunk]], dim=1).values
+        at = (need[a : a + chunk] - 1).clamp(min=0, max=keys.shape[1] - 1)
+        out[a : a + chunk] = ordered.gather(1, at[:, None])[:, 0]
+    return torch.where(need > 0, out, torch.full_like(out, -math.inf))
 
 
-def _thresholds(torch: Any, keys: Any, need: Any, sample: Any, label_tau: Any | None) -> Any:
-    """Per-row cut-offs keeping at least ``need`` keys (exact: short rows are redone)."""
+def _thresholds(torch: Any, keys: Any, need: Any, sample: Any, chunk: int) -> Any:
+    """Per-row cut-offs meant to keep at least ``need`` keys: the (j+1)-th smallest of the
+    column sample's m keys with j = s*need + 4*sqrt(s*need) + 2 and s = m / n_reference (four
+    binomial standard deviations of margin), or the exact order statistic when j >= m.  The
+    caller redoes the rare row that comes out short."""
     b, n_ref = keys.shape
     tau = torch.full((b,), math.inf, dtype=torch.float32, device=keys.device)
     exact = need > 0
@@ -359,20 +365,18 @@ def _thresholds(torch: Any, keys: Any, need: Any, sample: Any, label_tau: Any | 
             tau[rows] = part.gather(1, j[rows, None])[:, 0]
         exact = (need > 0) & ~usable
     tau[need == 0] = -math.inf
-    for attempt in range(2):
-        rows = torch.nonzero(exact).flatten()
-        if rows.numel():
-            tau[rows] = _exact_tau(torch, keys[rows], need[rows])
-        if label_tau is not None:
-            tau = torch.maximum(tau, label_tau)
-        tau = tau.clamp(max=_FMAX)  # excluded references (+inf) are never candidates
-        if attempt == 1:
-            break
-        counts = (keys <= tau[:, None]).sum(dim=1)
-        exact = counts < need
-        if not bool(exact.any()):
-            break
+    rows = torch.nonzero(exact).flatten()
+    if rows.numel():
+        tau[rows] = _exact_tau(torch, keys, rows, need[rows], chunk)
     return tau
+
+
+def _cap(torch: Any, tau: Any, label_tau: Any | None) -> Any:
+    """Raise cut-offs to the label threshold; never above the largest finite key, so that
+    excluded references (+inf) are never candidates."""
+    if label_tau is not None:
+        tau = torch.maximum(tau, label_tau)
+    return tau.clamp(max=_FMAX)
 
 
 def _label_tau(torch: Any, keys: Any, how: str, q_codes: Any, r_codes: Any) -> Any:
@@ -403,11 +407,21 @@ class _DeviceCandidates:
         )
 
 
-def _collect(torch: Any, keys: Any, tau: Any, start: int) -> _DeviceCandidates:
-    """Every (row, reference) with key <= tau[row], sorted by (row, key, reference index)."""
+def _collect(
+    torch: Any, keys: Any, tau: Any, need: Any, label_tau: Any | None, start: int, chunk: int
+) -> _DeviceCandidates:
+    """Every (row, reference) with key <= tau[row], sorted by (row, key, reference index); a
+    row whose sampled cut-off kept fewer than ``need`` keys gets the exact one first."""
     b, n_ref = keys.shape
+    tau = _cap(torch, tau, label_tau)
     mask = keys <= tau[:, None]
     counts = mask.sum(dim=1)
+    short = torch.nonzero(counts < need).flatten()
+    if short.numel():
+        redo = _exact_tau(torch, keys, short, need[short], chunk)
+        tau[short] = _cap(torch, redo, None if label_tau is None else label_tau[short])
+        mask[short] = keys[short] <= tau[short, None]
+        counts[short] = mask[short].sum(dim=1)
     flat = torch.nonzero(mask.view(-1)).flatten()
     del mask
     lims = torch.zeros(b + 1, dtype=torch.int64, device=keys.device)
@@ -442,6 +456,7 @@ def _candidate_blocks(
     n_query, n_ref = int(search.queries.shape[0]), search.n_reference
     budget = _budget(torch, device, opts.memory)
     block = _block_size(need, n_ref, label is not None, budget, opts.block_size)
+    sort_rows = max(1, budget // (4 * 16 * n_ref))  # rows per exact sort (values + indices)
     sample = None
     if n_ref > 2 * _SAMPLE:
         picked = np.sort(np.random.default_rng(0).choice(n_ref, _SAMPLE, replace=False))
@@ -456,8 +471,9 @@ def _candidate_blocks(
         label_tau = None
         if codes is not None:
             label_tau = _label_tau(torch, keys, label[0], codes[0][start:stop], codes[1])
-        tau = _thresholds(torch, keys, need_t[start:stop], sample, label_tau)
-        yield _collect(torch, keys, tau, start)
+        need_b = need_t[start:stop]
+        tau = _thresholds(torch, keys, need_b, sample, sort_rows)
+        yield _collect(torch, keys, tau, need_b, label_tau, start, sort_rows)
         del keys
 
 

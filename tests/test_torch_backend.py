@@ -149,6 +149,19 @@ def test_column_sample_cut_offs_small_blocks_and_host_kernels(monkeypatch, setup
     )
 
 
+def test_short_cut_offs_are_redone_exactly(monkeypatch):
+    """Cut-offs that keep nothing (as a sample might, very rarely): every row is redone with its
+    exact order statistic, one row per sort, and nothing changes."""
+    x, y = int_data(9, 150, 10)
+    expected = ev(x, y, metrics=METRICS)
+    monkeypatch.setattr(
+        tb, "_thresholds", lambda torch, keys, *a: torch.full((keys.shape[0],), -math.inf)
+    )
+    monkeypatch.setattr(tb, "_budget", lambda *a: 4 * 16 * 150)  # one row per exact sort
+    got = ev(x, y, metrics=METRICS, backend="torch", device="cpu", block_size=64)
+    assert_same(got, expected, METRICS)
+
+
 def test_tie_counts_match_the_oracle():
     # 1-D points 0, -1, 1, 10, 11 labelled 0, 0, 1, 1, 5:
     # q0 sees -1 (label 0) and 1 (label 1) both at distance 1: by index -1 first, P@1 = 1, and a
