@@ -1,0 +1,268 @@
+"""GPU benchmark: embedeval's PyTorch backend against PML 2.9 and a bare torch kNN, one run.
+
+For each case, on the same device and with the embeddings already there:
+
+* ``embedeval``       ``ee.evaluate(x, y, backend="torch", device=...)`` (float32, TF32 off)
+* ``embedeval_tf32``  the same with ``tf32=True`` (opt-in; the report counts changed queries)
+* ``pml``             PML 2.9 ``AccuracyCalculator(knn_func=CustomKNN(LpDistance()))``,
+                      ``k="max_bin_count"`` (``k=None`` for full-depth MAP), as PML is run
+* ``topk``            a bare ``addmm`` (||r||^2 - 2 q.r) + ``topk`` in 4,096-query blocks
+* ``products``        the ``addmm`` products alone (what any exact method must compute)
+* ``cpu_engine``      the local CPU engine on the host (every core), for the exactness count
+
+Cases: ``sop``, ``large``, ``map`` (the data of ``benchmarks/bench_core.py``) and ``1m``
+(1,000,000 x 128, 10,000 classes of 100, P@1 / R-Precision / MAP@R; the CPU engine is run on a
+seeded sample of ``--cpu-sample`` queries against the whole set, each query excluding only
+itself).  The report gives seconds, peak device memory, the ratios embedeval / other, the
+largest metric difference from PML, and how many queries' values differ from the CPU engine's
+(float32 products rounded differently on the GPU: queries whose neighbours are closer than
+float32 resolution may swap) and between TF32 and float32.
+
+Run on a CUDA machine (PyTorch with CUDA and ``pytorch-metric-learning==2.9.0``; faiss is not
+needed)::
+
+    python -m benchmarks.bench_gpu                      # every case, report on stdout
+    python -m benchmarks.bench_gpu --out results.md     # also write the Markdown report
+    python -m benchmarks.bench_gpu --small              # small sizes on the CPU: a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import machine, make_data
+
+METRICS = {
+    "sop": ["precision_at_1", "r_precision", "map_at_r"],
+    "large": ["precision_at_1", "r_precision", "map_at_r"],
+    "map": ["map"],
+    "1m": ["precision_at_1", "r_precision", "map_at_r"],
+}
+PML_NAMES = {
+    "precision_at_1": "precision_at_1",
+    "r_precision": "r_precision",
+    "map_at_r": "mean_average_precision_at_r",
+    "map": "mean_average_precision",
+}
+TARGETS = {
+    "sop": "embedeval <= 0.15 x PML",
+    "large": "embedeval <= 0.3 x PML",
+    "map": "-",
+    "1m": "embedeval <= 15 s and <= 1.6 x products",
+}
+BLOCK = 4096
+
+
+def clustered(sizes: list[int], spread: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """bench_core's recipe (Gaussian classes around random centres, L2-normalised, shuffled)
+    for other sizes."""
+    rng = np.random.default_rng(seed)
+    d = 128
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    centers = rng.standard_normal((len(sizes), d)).astype(np.float32)
+    x = rng.standard_normal((labels.size, d), dtype=np.float32)
+    x *= np.float32(spread / 3)
+    x += centers[labels]
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    perm = rng.permutation(labels.size)
+    return np.ascontiguousarray(x[perm]), labels[perm].astype(np.int64)
+
+
+def case_data(case: str, small: bool) -> tuple[np.ndarray, np.ndarray]:
+    if not small:
+        return clustered([100] * 10_000, 6.0, 0) if case == "1m" else make_data(case)
+    sizes = {
+        "sop": ([2, 3, 4, 5, 6, 7, 8, 9] * 140, 4.0),
+        "large": ([800] * 5, 9.0),
+        "map": ([100] * 20, 6.0),
+        "1m": ([100] * 500, 6.0),
+    }[case]
+    return clustered(*sizes, seed=0)
+
+
+class Clock:
+    """Wall time of a call, synchronising the device before and after."""
+
+    def __init__(self, torch: Any, device: Any) -> None:
+        self.torch, self.device = torch, device
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    def __call__(self, fn: Callable[[], Any], repeat: int = 1) -> tuple[float, float, Any]:
+        """(best seconds, peak device MiB, last result)."""
+        best, out = float("inf"), None
+        for _ in range(repeat):
+            out = None
+            if self.device.type == "cuda":
+                self.torch.cuda.empty_cache()
+                self.torch.cuda.reset_peak_memory_stats(self.device)
+            self.sync()
+            t0 = time.perf_counter()
+            out = fn()
+            self.sync()
+            best = min(best, time.perf_counter() - t0)
+        peak = 0.0
+        if self.device.type == "cuda":
+            peak = self.torch.cuda.max_memory_allocated(self.device) / 2**20
+        return best, peak, out
+
+
+def blocks_of_keys(torch: Any, x: Any, each: Callable[[Any], Any]) -> None:
+    """addmm of ||r||^2 - 2 q.r for 4,096-query blocks, each handed to ``each``."""
+    sq = (x * x).sum(dim=1)
+    for s in range(0, x.shape[0], BLOCK):
+        each(torch.addmm(sq[None, :], x[s : s + BLOCK], x.T, beta=1.0, alpha=-2.0))
+
+
+def run_pml(torch: Any, xt: Any, yt: Any, case: str, batch: bool) -> dict[str, float]:
+    from pytorch_metric_learning.distances import LpDistance
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+    from pytorch_metric_learning.utils.inference import CustomKNN
+
+    calc = AccuracyCalculator(
+        include=tuple(PML_NAMES[m] for m in METRICS[case]),
+        k=None if case == "map" else "max_bin_count",
+        device=xt.device,
+        knn_func=CustomKNN(LpDistance(), batch_size=BLOCK if batch else None),
+    )
+    out = calc.get_accuracy(xt, yt)
+    return {m: float(out[PML_NAMES[m]]) for m in METRICS[case]}
+
+
+def differing(a: dict[str, np.ndarray], b: dict[str, np.ndarray], rows: Any = None) -> int:
+    """Queries whose value of any metric differs (bit for bit; NaN equals NaN)."""
+    bad = None
+    for name, values in b.items():
+        mine = a[name] if rows is None else a[name][rows]
+        diff = ~((mine == values) | (np.isnan(mine) & np.isnan(values)))
+        bad = diff if bad is None else bad | diff
+    return int(bad.sum())
+
+
+def one_case(
+    torch: Any, device: Any, case: str, args: argparse.Namespace, out: list[str], quiet=False
+) -> None:
+    import embedeval as ee
+
+    clock = Clock(torch, device)
+    x, y = case_data(case, args.small)
+    n = x.shape[0]
+    metrics = METRICS[case]
+    xt = torch.from_numpy(x).to(device)
+    yt = torch.from_numpy(y).to(device)
+    repeat = 1 if case == "1m" else args.repeat
+    rows: dict[str, tuple[float, float]] = {}
+
+    def ours(tf32: bool) -> Any:
+        return ee.evaluate(
+            xt, yt, metrics=metrics, backend="torch", device=str(device), tf32=tf32, progress=False
+        )
+
+    t, peak, res = clock(lambda: ours(False), repeat)
+    rows["embedeval"] = (t, peak)
+    t, peak, res32 = clock(lambda: ours(True), repeat)
+    rows["embedeval_tf32"] = (t, peak)
+    changed_tf32 = differing(res32.per_query, res.per_query)
+
+    t, peak, _ = clock(lambda: blocks_of_keys(torch, xt, lambda keys: None), repeat)
+    rows["products"] = (t, peak)
+    depth = {"sop": 101, "large": int(np.bincount(y).max()) + 1, "map": n, "1m": 101}[case]
+    depth = min(depth, n)
+    t, peak, _ = clock(
+        lambda: blocks_of_keys(torch, xt, lambda keys: torch.topk(keys, depth, largest=False)),
+        repeat,
+    )
+    rows[f"topk (k={depth})"] = (t, peak)
+
+    pml_values = None
+    if not args.no_pml and (case != "1m" or args.pml_1m):
+        t, peak, pml_values = clock(lambda: run_pml(torch, xt, yt, case, case == "1m"), repeat)
+        rows["pml"] = (t, peak)
+
+    # The CPU engine on the host: every query, or a sample for the million.
+    if case == "1m":
+        sample = np.sort(np.random.default_rng(1).choice(n, min(args.cpu_sample, n), False))
+        t0 = time.perf_counter()
+        cpu = ee.evaluate(
+            x[sample], y[sample], x, y, metrics=metrics, query_groups=sample,
+            reference_groups=np.arange(n), progress=False,
+        )  # fmt: skip
+        cpu_seconds = time.perf_counter() - t0
+        checked, cpu_rows = sample.size, sample
+    else:
+        t0 = time.perf_counter()
+        cpu = ee.evaluate(x, y, metrics=metrics, progress=False)
+        cpu_seconds = time.perf_counter() - t0
+        checked, cpu_rows = n, None
+    differ = differing(res.per_query, cpu.per_query, cpu_rows)
+    differ_tf32 = differing(res32.per_query, cpu.per_query, cpu_rows)
+
+    out.append(f"\n### {case}: {n:,} x {x.shape[1]}, {np.unique(y).size:,} classes")
+    out.append(f"metrics {', '.join(metrics)}; target: {TARGETS[case]}\n")
+    out.append("| method | seconds | peak device MiB | embedeval / method |")
+    out.append("|---|---:|---:|---:|")
+    mine = rows["embedeval"][0]
+    for name, (t, peak) in rows.items():
+        out.append(f"| {name} | {t:.3f} | {peak:,.0f} | {mine / t:.3f} |")
+    out.append(f"| cpu_engine (host, {checked:,} queries) | {cpu_seconds:.3f} | - | - |")
+    vals = ", ".join(f"{m}={v:.6f}" for m, v in res.metrics.items())
+    out.append(f"\nembedeval values: {vals}")
+    if pml_values is not None:
+        gap = max(abs(res.metrics[m] - pml_values[m]) for m in metrics)
+        out.append(f"max |embedeval - PML| over metrics: {gap:.2e}")
+    out.append(
+        f"queries whose values differ from the CPU engine: {differ} of {checked:,} checked "
+        f"(TF32: {differ_tf32}); queries changed by TF32 vs float32 on the device: "
+        f"{changed_tf32} of {n:,}; ties reported (n_ties, float32): {res.n_ties}"
+    )
+    if not quiet:
+        print("\n".join(out[-(len(rows) + 9) :]), flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("cases", nargs="*", default=["sop", "large", "map", "1m"])
+    parser.add_argument("--small", action="store_true", help="small sizes (a CPU smoke run)")
+    parser.add_argument("--device", default=None, help="default: cuda if present (else cpu)")
+    parser.add_argument("--repeat", type=int, default=2, help="best of N (not for 1m)")
+    parser.add_argument("--cpu-sample", type=int, default=10_000, help="1m: CPU-checked queries")
+    parser.add_argument("--no-pml", action="store_true")
+    parser.add_argument("--pml-1m", action="store_true", help="also run PML at 1M (batched)")
+    parser.add_argument("--out", default=None, help="also write the Markdown report here")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+
+    import torch
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "none (CPU run)"
+    out = [
+        "## bench_gpu" + (" --small (CPU smoke run, not GPU figures)" if args.small else ""),
+        f"device: {device} / GPU: {gpu}; torch {torch.__version__}; "
+        f"Python {platform.python_version()}; host: {machine()}",
+    ]
+    print("\n".join(out), flush=True)
+    # Warm-up: CUDA context, cuBLAS handles and kernels of every method, untimed.
+    warm = argparse.Namespace(**{**vars(args), "small": True, "repeat": 1})
+    sink: list[str] = []
+    if device.type == "cuda":
+        one_case(torch, device, "map", warm, sink, quiet=True)
+    for case in args.cases:
+        one_case(torch, device, case, args, out)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write("\n".join(out) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
