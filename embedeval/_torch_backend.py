@@ -153,13 +153,23 @@ def _budget(torch: Any, device: Any, memory: float | int | None) -> int:
 
 @contextlib.contextmanager
 def _matmul_precision(torch: Any, tf32: bool) -> Iterator[None]:
-    """Set float32 product precision for this call only (restored afterwards)."""
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    """TF32 on or off for CUDA float32 products during this call only (restored afterwards).
+
+    PyTorch >= 2.9 keeps the setting in ``torch.backends.cuda.matmul.fp32_precision``; reading
+    the legacy ``get_float32_matmul_precision`` fails once a user has set the new one, so the
+    new flag is used where it exists and the legacy ``allow_tf32`` otherwise.
+    """
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        name, value = "fp32_precision", ("tf32" if tf32 else "ieee")
+    else:  # pragma: no cover - PyTorch < 2.9
+        name, value = "allow_tf32", tf32
+    before = getattr(matmul, name)
+    setattr(matmul, name, value)
     try:
         yield
     finally:
-        torch.set_float32_matmul_precision(before)
+        setattr(matmul, name, before)
 
 
 def as_search_input(x: Any, name: str) -> Any:

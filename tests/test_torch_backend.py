@@ -243,9 +243,24 @@ def test_a_tiny_memory_budget_gives_the_same_values():
 
 def test_tf32_setting_is_restored():
     x, y = int_data(16, 50, 5)
-    before = torch.get_float32_matmul_precision()
-    ev(x, y, backend="torch", device="cpu", tf32=True)
-    assert torch.get_float32_matmul_precision() == before
+    flag = (
+        "fp32_precision" if hasattr(torch.backends.cuda.matmul, "fp32_precision") else "allow_tf32"
+    )
+    before = getattr(torch.backends.cuda.matmul, flag)
+    seen = []
+    run = tb._DeviceKernels.score
+
+    def spy(self, block):
+        seen.append(getattr(torch.backends.cuda.matmul, flag))
+        return run(self, block)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tb._DeviceKernels, "score", spy)
+        ev(x, y, backend="torch", device="cpu", tf32=True)
+        assert seen[0] in ("tf32", True)  # on during the search
+        ev(x, y, backend="torch", device="cpu")
+        assert seen[-1] in ("ieee", False)  # off by default
+    assert getattr(torch.backends.cuda.matmul, flag) == before
 
 
 def test_numpy_order_sums_equal_numpy_reduceat():
