@@ -226,6 +226,18 @@ def test_lone_queries_confidences_and_ci_follow_the_local_engine():
     assert got.ci == want.ci
 
 
+def test_custom_metrics_are_scored_on_the_host_from_the_device_ranking():
+    def precision_at_4(relevant, n_relevant):  # relevant: (queries, 4) hits in rank order
+        return relevant.sum(axis=1) / 4.0
+
+    x, y = int_data(17, 150, 10)
+    custom = {"mine": ee.RetrievalMetric(precision_at_4, depth=4)}
+    kw = dict(metrics=["map_at_r", "precision_at_4"], custom_metrics=custom)
+    got = ev(x, y, backend="torch", device="cpu", **kw)
+    assert_same(got, ev(x, y, **kw), ["map_at_r", "precision_at_4", "mine"])
+    np.testing.assert_array_equal(got.per_query["mine"], got.per_query["precision_at_4"])
+
+
 def test_half_precision_and_tensor_inputs_are_upcast():
     x, y = int_data(14, 100, 8)
     want = ev(x, y, metrics=METRICS)
