@@ -237,6 +237,11 @@ def one_case(
         checked, cpu_rows = n, None
     differ_mask = differing(res.per_query, cpu.per_query, cpu_rows)
     differ = int(differ_mask.sum())
+    value_gap = max(
+        float(np.nanmax(np.abs(res.per_query[m][sample] - cpu.per_query[m]), initial=0.0))
+        for m in metrics
+        for sample in [slice(None) if cpu_rows is None else cpu_rows]
+    )
     differ_tf32 = int(differing(res32.per_query, cpu.per_query, cpu_rows).sum())
     changed_tf32 = int(changed_tf32.sum())
     sample_rows = np.arange(n) if cpu_rows is None else cpu_rows
@@ -258,9 +263,9 @@ def one_case(
         gap = max(abs(res.metrics[m] - pml_values[m]) for m in metrics)
         out.append(f"max |embedeval - PML| over metrics: {gap:.2e}")
     out.append(
-        f"queries whose values differ from the CPU engine: {differ} of {checked:,} checked "
-        f"(TF32: {differ_tf32}); queries changed by TF32 vs float32 on the device: "
-        f"{changed_tf32} of {n:,}; ties reported (n_ties, float32): {res.n_ties}"
+        f"queries whose values differ from the CPU engine: {differ} of {checked:,} checked, "
+        f"by at most {value_gap:.1e} (TF32: {differ_tf32}); queries changed by TF32 vs "
+        f"float32 on the device: {changed_tf32} of {n:,}; n_ties (float32): {res.n_ties}"
     )
     out.append(
         f"of {checked_rows.size} differing queries checked in float64, {explained} have two "
