@@ -339,11 +339,14 @@ def _sortable(torch: Any, keys: Any) -> Any:
 
 
 def _block_size(need: np.ndarray, n_ref: int, label: bool, budget: int, given: int | None) -> int:
+    # At most 2**31 keys per block: some CUDA kernels (nonzero among them in older PyTorch)
+    # index with 32-bit integers.
+    cap = max(1, (2**31 - 1) // n_ref)
     if given is not None:
-        return int(given)
+        return min(int(given), cap)
     expected = n_ref if label else min(n_ref, int(need.max(initial=0) * 1.5) + 256)
     per_row = n_ref * _BYTES_PER_KEY + expected * _BYTES_PER_CANDIDATE
-    return int(max(1, min(_MAX_BLOCK, budget // per_row)))
+    return int(max(1, min(_MAX_BLOCK, budget // per_row, cap)))
 
 
 def _exact_tau(torch: Any, keys: Any, rows: Any, need: Any, chunk: int) -> Any:
@@ -377,7 +380,12 @@ def _thresholds(torch: Any, keys: Any, need: Any, sample: Any, chunk: int) -> An
         usable = (j < m) & (need > 0)
         if bool(usable.any()):
             rows = torch.nonzero(usable).flatten()
-            part = torch.sort(keys[:, sample][rows], dim=1).values
+            part = keys[:, sample][rows]
+            deepest = int(j[rows].max()) + 1
+            if deepest <= _TOPK_MAX:  # a partial selection is much cheaper than a sort
+                part = torch.topk(part, deepest, dim=1, largest=False, sorted=True).values
+            else:
+                part = torch.sort(part, dim=1).values
             tau[rows] = part.gather(1, j[rows, None])[:, 0]
         exact = (need > 0) & ~usable
     tau[need == 0] = -math.inf
@@ -430,18 +438,16 @@ def _collect(
     row whose sampled cut-off kept fewer than ``need`` keys gets the exact one first."""
     b, n_ref = keys.shape
     tau = _cap(torch, tau, label_tau)
-    mask = keys <= tau[:, None]
-    counts = mask.sum(dim=1)
-    short = torch.nonzero(counts < need).flatten()
-    if short.numel():
+    # One pass over the keys (the comparison); row counts come from the few kept positions.
+    bounds = torch.arange(b + 1, device=keys.device) * n_ref
+    flat = torch.nonzero((keys <= tau[:, None]).view(-1)).flatten()
+    lims = torch.searchsorted(flat, bounds)
+    short = torch.nonzero(lims[1:] - lims[:-1] < need).flatten()
+    if short.numel():  # rare: the sampled cut-off of these rows kept too few; redo them exactly
         redo = _exact_tau(torch, keys, short, need[short], chunk)
         tau[short] = _cap(torch, redo, None if label_tau is None else label_tau[short])
-        mask[short] = keys[short] <= tau[short, None]
-        counts[short] = mask[short].sum(dim=1)
-    flat = torch.nonzero(mask.view(-1)).flatten()
-    del mask
-    lims = torch.zeros(b + 1, dtype=torch.int64, device=keys.device)
-    torch.cumsum(counts, 0, out=lims[1:])
+        flat = torch.nonzero((keys <= tau[:, None]).view(-1)).flatten()
+        lims = torch.searchsorted(flat, bounds)
     col_bits = max(1, (n_ref - 1).bit_length())
     if col_bits > 30:
         raise InputError("the torch backend supports at most 2**30 reference vectors.")
