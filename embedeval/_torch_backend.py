@@ -471,7 +471,7 @@ def _collect(
 
 
 def _candidate_blocks(
-    torch: Any, search: _Search, task: Any, need: np.ndarray, label: Any, opts: TorchOptions
+    torch: Any, search: _Search, need: np.ndarray, label: Any, opts: TorchOptions
 ) -> Iterator[_DeviceCandidates]:
     """Sorted candidates of each query block (see the module for the steps)."""
     device = search.queries.device
@@ -525,7 +525,7 @@ def run_torch(
     with torch.no_grad(), _matmul_precision(torch, options.tf32):
         search = _prepare(torch, task, device)
         kernels = None if host else _DeviceKernels(torch, task, device)
-        for block in _candidate_blocks(torch, search, task, need, label, options):
+        for block in _candidate_blocks(torch, search, need, label, options):
             b = block.lims.numel() - 1
             rows = slice(block.start, block.start + b)
             if host:
@@ -561,7 +561,7 @@ def torch_neighbors(
     with torch.no_grad(), _matmul_precision(torch, options.tf32):
         search = _prepare(torch, task, device)
         q_norms = (search.queries * search.queries).sum(dim=1)
-        for block in _candidate_blocks(torch, search, task, need, None, options):
+        for block in _candidate_blocks(torch, search, need, None, options):
             b = block.lims.numel() - 1
             take = (block.lims[:-1, None] + torch.arange(k, device=device)).flatten()
             bits = block.bits[take].reshape(b, k)
