@@ -762,7 +762,8 @@ def numpy_order_sums(torch: Any, data: Any, lengths: Any) -> Any:
 
     Vectorised over segments; deterministic on every device (no atomic adds).
 
-    >>> import torch
+    >>> import pytest
+    >>> torch = pytest.importorskip("torch")
     >>> w = torch.tensor([0.5, 1 / 3, 0.25, 1.0], dtype=torch.float64)
     >>> numpy_order_sums(torch, w, torch.tensor([3, 0, 1])).tolist()
     [1.0833333333333333, 0.0, 1.0]
