@@ -801,7 +801,7 @@ def _pairwise_leaf(torch: Any, data: Any, offsets: Any, lengths: Any) -> Any:
     width = min(_PAIRWISE_BLOCK, max(8, -(-longest // 8) * 8))  # columns actually used
     cols = torch.arange(width, device=data.device)
     at = (offsets[:, None] + cols).clamp(max=max(data.numel() - 1, 0))
-    vals = data[at] if data.numel() else torch.zeros(at.shape, dtype=torch.float64)
+    vals = data[at] if data.numel() else torch.zeros(at.shape, dtype=data.dtype, device=data.device)
     vals = torch.where(cols < lengths[:, None], vals, torch.zeros_like(vals))
     sequential = torch.zeros(lengths.shape, dtype=torch.float64, device=data.device)
     for i in range(8):  # below 8 items: a plain running sum (padding zeros add nothing)
