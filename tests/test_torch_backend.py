@@ -75,6 +75,14 @@ SETUPS = {
         reference=x, reference_labels=y, ref_includes_query=True, q=slice(0, 50)
     ),
     "groups": lambda x, y, rng: dict(query_groups=rng.integers(0, 6, x.shape[0])),
+    "ref_includes_query_groups": lambda x, y, rng: dict(
+        reference=x,
+        reference_labels=y,
+        ref_includes_query=True,
+        q=slice(0, 50),
+        query_groups=rng.integers(0, 5, 50),
+        reference_groups=rng.integers(0, 5, x.shape[0]),  # own row often in another group
+    ),
     "split_groups": lambda x, y, rng: dict(
         reference=x[40:],
         reference_labels=y[40:],
