@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import InputError, InputTypeError
+from ._progress import progress_bar
 from .knn import DEFAULT_MEMORY_BUDGET, Candidates
 
 __all__ = [
@@ -82,7 +83,8 @@ class TorchOptions:
     the free memory on a GPU, 512 MiB on the CPU).  ``tf32``: allow TF32 products (faster on
     Ampere and later, ~10-bit mantissa products: rankings of near neighbours may change).
     ``block_size``: queries per block (default: from the budget).  ``kernels``: ``"torch"``
-    (on the device) or ``"numpy"`` (sorted candidates scored on the host).
+    (on the device) or ``"numpy"`` (sorted candidates scored on the host).  ``progress``: a
+    progress bar on stderr (``None``: only on a terminal).
     """
 
     device: str = "cpu"
@@ -90,6 +92,7 @@ class TorchOptions:
     tf32: bool = False
     block_size: int | None = None
     kernels: str = "torch"
+    progress: bool | None = False
 
     @classmethod
     def make(
@@ -99,6 +102,7 @@ class TorchOptions:
         tf32: Any = False,
         block_size: int | None = None,
         like: Any = None,
+        progress: bool | None = False,
     ) -> TorchOptions:
         """Validated options; ``device=None`` takes the device of tensor ``like`` (or cuda when
         available, else the CPU)."""
@@ -137,7 +141,7 @@ class TorchOptions:
                 )
         if not isinstance(tf32, (bool, np.bool_)):
             raise InputTypeError(f"tf32 must be True or False; got {tf32!r}.")
-        return cls(str(dev), memory, bool(tf32), block_size)
+        return cls(str(dev), memory, bool(tf32), block_size, progress=progress)
 
 
 def _budget(torch: Any, device: Any, memory: float | int | None) -> int:
@@ -522,7 +526,8 @@ def run_torch(
     label = None if threshold is None else (threshold, task.query_codes, task.reference_codes)
     # Custom metrics are Python callables over host arrays: their blocks are scored on the host.
     host = options.kernels == "numpy" or any(m.function is not None for m in task.metrics)
-    with torch.no_grad(), _matmul_precision(torch, options.tf32):
+    bar = progress_bar(task.n_query, "queries", enabled=options.progress)
+    with torch.no_grad(), _matmul_precision(torch, options.tf32), bar as bar:
         search = _prepare(torch, task, device)
         kernels = None if host else _DeviceKernels(torch, task, device)
         for block in _candidate_blocks(torch, search, need, label, options):
@@ -535,6 +540,7 @@ def run_torch(
             for name in chunk_values:
                 values[name][rows] = chunk_values[name]
                 ties[name][rows] = chunk_ties[name]
+            bar.update(b)
     return values, ties
 
 

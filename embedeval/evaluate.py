@@ -187,7 +187,9 @@ def evaluate(
                 "backend='torch' is an exact search on one device; index=, shards= and client= "
                 "belong to other backends. Drop them."
             )
-        torch_options = TorchOptions.make(device, device_memory, tf32, block_size, like=query)
+        torch_options = TorchOptions.make(
+            device, device_memory, tf32, block_size, like=query, progress=progress
+        )
     elif device is not None or device_memory is not None or tf32 is not False:
         raise InputError(
             "device=, device_memory= and tf32= are options of backend='torch'; pass "
