@@ -121,7 +121,7 @@ def blocks_of_keys(torch: Any, x: Any, each: Callable[[Any], Any]) -> None:
     """addmm of ||r||^2 - 2 q.r for 4,096-query blocks, each handed to ``each``."""
     sq = (x * x).sum(dim=1)
     for s in range(0, x.shape[0], BLOCK):
-        each(torch.addmm(sq[None, :], x[s : s + BLOCK], x.T, beta=1.0, alpha=-2.0))
+        each(torch.addmm(sq, x[s : s + BLOCK], x.T, beta=1.0, alpha=-2.0))
 
 
 def run_pml(torch: Any, xt: Any, yt: Any, case: str, batch: bool) -> dict[str, float]:
