@@ -84,7 +84,9 @@ class TorchOptions:
     Ampere and later, ~10-bit mantissa products: rankings of near neighbours may change).
     ``block_size``: queries per block (default: from the budget).  ``kernels``: ``"torch"``
     (on the device) or ``"numpy"`` (sorted candidates scored on the host).  ``progress``: a
-    progress bar on stderr (``None``: only on a terminal).
+    progress bar on stderr (``None``: only on a terminal).  ``engine_keys``: on the CPU, compute
+    the keys with the local engine's product code in its block layout (``memory_budget`` is
+    that engine's), so that the two agree bit for bit on any data.
     """
 
     device: str = "cpu"
@@ -93,6 +95,8 @@ class TorchOptions:
     block_size: int | None = None
     kernels: str = "torch"
     progress: bool | None = False
+    engine_keys: bool = True
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
 
     @classmethod
     def make(
@@ -103,6 +107,7 @@ class TorchOptions:
         block_size: int | None = None,
         like: Any = None,
         progress: bool | None = False,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
     ) -> TorchOptions:
         """Validated options; ``device=None`` takes the device of tensor ``like`` (or cuda when
         available, else the CPU)."""
@@ -141,7 +146,9 @@ class TorchOptions:
                 )
         if not isinstance(tf32, (bool, np.bool_)):
             raise InputTypeError(f"tf32 must be True or False; got {tf32!r}.")
-        return cls(str(dev), memory, bool(tf32), block_size, progress=progress)
+        return cls(
+            str(dev), memory, bool(tf32), block_size, progress=progress, memory_budget=memory_budget
+        )
 
 
 def _budget(torch: Any, device: Any, memory: float | int | None) -> int:
@@ -241,18 +248,39 @@ class _Search:
     self_index: bool
     query_groups: Any | None
     reference_groups: Any | None
+    #: On the CPU: the local engine's own product code and query-block size (see _prepare).
+    engine: Any | None = None
+    engine_block: int = 0
 
     @property
     def n_reference(self) -> int:
         return int(self.reference.shape[0])
 
+    def _engine_products(self, start: int, stop: int) -> np.ndarray:
+        """Keys of rows [start, stop) multiplied exactly as the local engine multiplies them:
+        its query blocks (BLAS rounds a product's rows differently for different row counts),
+        its column tiles (:func:`embedeval.knn.grid_keys`) and one BLAS thread per product."""
+        from .knn import grid_keys, single_threaded_blas
+
+        n_query, n_ref, bs = int(self.queries.shape[0]), self.n_reference, self.engine_block
+        out = np.empty((stop - start, n_ref), dtype=np.float32)
+        with single_threaded_blas():
+            for e0 in range(start - start % bs, stop, bs):
+                e1 = min(e0 + bs, n_query)
+                a, b = max(e0, start), min(e1, stop)
+                keys = grid_keys(self.engine, slice(e0, e1), 0, n_ref)
+                out[a - start : b - start] = keys[a - e0 : b - e0]
+        return out
+
     def keys(self, start: int, stop: int) -> Any:
         """Ranking keys of queries [start, stop) against every reference, exclusions at +inf."""
         torch = self.torch
         q = self.queries[start:stop]
+        if self.engine is not None:
+            keys = torch.from_numpy(self._engine_products(start, stop))
         # One product, nothing more over the block: a 1-D bias lets cuBLAS add ||r||^2 in the
         # product's epilogue, and negating the (small) query block is exact.
-        if self.sq_ref is not None:
+        elif self.sq_ref is not None:
             keys = torch.addmm(self.sq_ref, q, self.reference.T, beta=1.0, alpha=-2.0)
         else:
             keys = torch.mm(-q, self.reference.T)
@@ -267,7 +295,12 @@ class _Search:
         return keys
 
 
-def _prepare(torch: Any, task: Any, device: Any) -> _Search:
+def _prepare(torch: Any, task: Any, device: Any, engine_block: int = 0) -> _Search:
+    """Device-side matrices of ``task``.  With ``engine_block`` (on the CPU), the keys are
+    computed by the local engine's product code in its block layout, so that both engines see
+    bit-identical float32 keys on any data (PyTorch's and numpy's BLAS sum a dot product in
+    different orders); everything after the product is this module's."""
+
     def put(x: Any) -> Any:
         if isinstance(x, np.ndarray):
             x = torch.from_numpy(np.ascontiguousarray(x))
@@ -287,10 +320,23 @@ def _prepare(torch: Any, task: Any, device: Any) -> _Search:
     def codes(a: Any) -> Any:
         return None if a is None else torch.as_tensor(np.asarray(a, dtype=np.int64), device=device)
 
+    engine = None
+    if engine_block:
+        from .knn import PreparedSearch
+
+        host_q = _host_array(task.query)
+        host_b = host_q if task.reference is task.query else _host_array(task.reference)
+        engine = PreparedSearch.build(host_q, host_b, task.distance)
     return _Search(
         torch, xq, xb, sq_ref, members, first, bool(ex.self_index),
-        codes(ex.query_groups), codes(ex.reference_groups),
+        codes(ex.query_groups), codes(ex.reference_groups), engine, engine_block,
     )  # fmt: skip
+
+
+def _host_array(x: Any) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return x
+    return x.detach().to("cpu").float().numpy()
 
 
 def _normalize(torch: Any, x: Any, name: str) -> Any:
@@ -484,6 +530,8 @@ def _candidate_blocks(
     n_query, n_ref = int(search.queries.shape[0]), search.n_reference
     budget = _budget(torch, device, opts.memory)
     block = _block_size(need, n_ref, label is not None, budget, opts.block_size)
+    if search.engine_block:  # whole local-engine blocks (see _prepare)
+        block = search.engine_block * max(1, block // search.engine_block)
     sort_rows = max(1, budget // (4 * 16 * n_ref))  # rows per exact sort (values + indices)
     sample = None
     # A sample of ~1/64 of the columns (at least _SAMPLE): the margin of the cut-off, hence the
@@ -513,6 +561,16 @@ def _device(torch: Any, opts: TorchOptions) -> Any:
     return torch.device(opts.device)
 
 
+def _engine_block(task: Any, need: np.ndarray, label: Any, opts: TorchOptions, device: Any) -> int:
+    """The local engine's query-block size for ``task`` on the CPU (0 elsewhere)."""
+    if device.type != "cpu" or not opts.engine_keys:
+        return 0
+    from .knn import block_layout
+
+    n_ref = int(task.reference.shape[0])
+    return block_layout(need, n_ref, label is not None, opts.block_size, opts.memory_budget)[1]
+
+
 def run_torch(
     task: Any, options: TorchOptions
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -530,7 +588,7 @@ def run_torch(
     host = options.kernels == "numpy" or any(m.function is not None for m in task.metrics)
     bar = progress_bar(task.n_query, "queries", enabled=options.progress)
     with torch.no_grad(), _matmul_precision(torch, options.tf32), bar as bar:
-        search = _prepare(torch, task, device)
+        search = _prepare(torch, task, device, _engine_block(task, need, label, options, device))
         kernels = None if host else _DeviceKernels(torch, task, device)
         for block in _candidate_blocks(torch, search, need, label, options):
             b = block.lims.numel() - 1
@@ -567,7 +625,7 @@ def torch_neighbors(
     )  # fmt: skip
     need = np.full(n_query, k, dtype=np.int64)
     with torch.no_grad(), _matmul_precision(torch, options.tf32):
-        search = _prepare(torch, task, device)
+        search = _prepare(torch, task, device, _engine_block(task, need, None, options, device))
         q_norms = (search.queries * search.queries).sum(dim=1)
         for block in _candidate_blocks(torch, search, need, None, options):
             b = block.lims.numel() - 1

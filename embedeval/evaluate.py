@@ -188,7 +188,13 @@ def evaluate(
                 "belong to other backends. Drop them."
             )
         torch_options = TorchOptions.make(
-            device, device_memory, tf32, block_size, like=query, progress=progress
+            device,
+            device_memory,
+            tf32,
+            block_size,
+            like=query,
+            progress=progress,
+            memory_budget=memory_budget,
         )
     elif device is not None or device_memory is not None or tf32 is not False:
         raise InputError(

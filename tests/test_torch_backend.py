@@ -134,6 +134,32 @@ def test_bit_identical_to_the_local_engine(setup, distance, k):
     assert_same(ev(xq, yq, backend="torch", device="cpu", **kw), ev(xq, yq, **kw), names)
 
 
+@pytest.mark.parametrize("setup", ["loo", "split", "ref_includes_query", "groups"])
+@pytest.mark.parametrize("distance", ["euclidean", "cosine", "inner_product"])
+def test_torch_products_bit_identical_on_exact_data(monkeypatch, setup, distance):
+    """The GPU's code path: keys from torch's own product (on the CPU here)."""
+    x, y = int_data(6, 160, 12, distance=distance)
+    xq, yq, opts, _ = _call(x, y, setup, 6)
+    kw = dict(metrics=METRICS, distance=distance, **opts)
+    expected = ev(xq, yq, **kw)
+    _force(monkeypatch, engine_keys=False)
+    assert_same(ev(xq, yq, backend="torch", device="cpu", **kw), expected, METRICS)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine", "inner_product"])
+@pytest.mark.parametrize("k", [None, 5])
+def test_bit_identical_to_the_local_engine_on_real_valued_data(distance, k):
+    """On the CPU the keys come from the local engine's own products, so even values that hinge
+    on float32 rounding (deep windows of large classes) agree exactly."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((700, 12)).astype(np.float32)
+    y = rng.integers(0, 4, 700)  # R ~ 175: deep windows, many near-ties
+    groups = rng.integers(0, 9, 700)
+    for kw in ({}, {"query_groups": groups}, {"reference": x, "reference_labels": y}):
+        kw = dict(metrics=METRICS, distance=distance, k=k, **kw)
+        assert_same(ev(x, y, backend="torch", device="cpu", **kw), ev(x, y, **kw), METRICS)
+
+
 def _force(monkeypatch, **changes):
     run = EVALUATE.run_torch
     monkeypatch.setattr(
