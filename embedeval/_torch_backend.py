@@ -18,6 +18,11 @@ device:
    cumulative counts, segment sums in numpy's summation order), so only per-query values leave
    the device, and they are bit-identical to the local engine's whenever the keys are.
 
+On the CPU the products of step 1 are the local engine's own (same code, block layout and
+single-threaded BLAS), so ``device="cpu"`` reproduces the local engine bit for bit on any data;
+on a GPU, cuBLAS sums the same float32 products in another order, so references closer than
+float32 resolution may swap (identical results on exactly representable data).
+
 Memory is bounded by query blocks sized from a budget (default half the free device memory);
 no buffer grows with n_query x depth.  torch is imported only when this backend is used.
 """
