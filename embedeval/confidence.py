@@ -71,11 +71,14 @@ def _scores_and_confidence(
 
 @dataclass(frozen=True)
 class ErrorRejectCurve:
-    """The error-versus-reject curve of one metric, and its areas.
+    """The error-versus-reject (risk-coverage) curve of one metric, and its areas.
 
     ``rejected[j]`` = j / n and ``error[j]`` = mean error of the n - j most confident queries
-    (j = 0 .. n-1).  ``auerc`` = (1/n) Σ_{k=1..n} E_k (lower is better); ``oracle_auerc`` orders by
-    the error itself, ``random_auerc`` is the mean error, ``excess_auerc`` = auerc - oracle.
+    (j = 0 .. n-1), i.e. the selective risk at coverage 1 - j/n.  ``auerc`` = (1/n) Σ_{k=1..n} E_k
+    (lower is better); ``oracle_auerc`` orders by the error itself, ``random_auerc`` is the mean
+    error, ``excess_auerc`` = auerc - oracle.  ``aurc``, ``eaurc`` (= aurc - oracle aurc) and
+    ``augrc`` (generalised risk: the kept errors divided by all n) use the ``integration`` rule
+    of :func:`error_reject_curve`; ``oracle_aurc`` / ``oracle_augrc`` are their best values.
     """
 
     rejected: np.ndarray
@@ -87,6 +90,43 @@ class ErrorRejectCurve:
     excess_auerc: float
     n: int
     n_dropped: int
+    aurc: float = math.nan
+    eaurc: float = math.nan
+    augrc: float = math.nan
+    oracle_aurc: float = math.nan
+    oracle_augrc: float = math.nan
+    integration: str = "mean"
+
+    @property
+    def coverage(self) -> np.ndarray:
+        """Fraction of queries kept at each point, 1 - ``rejected`` (1, (n-1)/n, ..., 1/n)."""
+        return np.arange(self.n, 0, -1) / self.n
+
+    def selective_risk(self, coverage: float) -> float:
+        """Mean error of the ⌈coverage·n⌉ most confident queries (tied blocks in expectation).
+
+        Examples
+        --------
+        >>> erc = error_reject_curve([1, 0, 1, 0], [0.9, 0.1, 0.8, 0.2])
+        >>> erc.selective_risk(0.75), erc.selective_risk(0.5)   # keep 3 (1 error), keep 2
+        (0.3333333333333333, 0.0)
+        """
+        cov = check_probability(coverage, "coverage")
+        k = max(1, math.ceil(cov * self.n - 1e-9))
+        return float(self.error[self.n - k])
+
+    def coverage_at_risk(self, risk: float) -> float:
+        """Largest coverage k/n whose selective risk E_k is <= ``risk``; 0.0 if none is.
+
+        Examples
+        --------
+        >>> erc = error_reject_curve([1, 0, 1, 0], [0.9, 0.1, 0.8, 0.2])
+        >>> erc.coverage_at_risk(0.4), erc.coverage_at_risk(0.0)   # E_3 = 1/3, E_2 = 0
+        (0.75, 0.5)
+        """
+        r = check_probability(risk, "risk", open_left=False)
+        ok = np.flatnonzero(self.error <= r + 1e-12)
+        return float(self.coverage[ok[0]]) if ok.size else 0.0
 
     def plot(self, ax: Any = None, label: str | None = None) -> Any:
         """Draw the curve with its oracle and random references (see embedeval.plots)."""
@@ -114,27 +154,53 @@ def _kept_error_sums(error: np.ndarray, confidence: np.ndarray) -> np.ndarray:
     return before[block] + (k - starts[block]) * block_mean[block]
 
 
+def _area(values: np.ndarray, integration: str) -> float:
+    """Area under values v_1..v_n given at coverages 1/n..1 (see :func:`error_reject_curve`)."""
+    if integration == "mean":
+        return float(values.mean())
+    # trapezoid from the point (coverage 0, value 0): (1/n) [Σ_{k<n} v_k + v_n / 2]
+    return float(values.mean() - values[-1] / (2 * values.size))
+
+
 def error_reject_curve(
-    scores: Any, confidence: Any, *, higher_is_confident: bool = True
+    scores: Any,
+    confidence: Any,
+    *,
+    higher_is_confident: bool = True,
+    integration: str = "mean",
 ) -> ErrorRejectCurve:
-    """Error-versus-reject curve (ERC) and its area (AUERC).
+    """Error-versus-reject curve (ERC, the risk-coverage curve) and its areas.
 
     Sort the queries by confidence, most confident first.  Keeping the k most confident
-    (k = n .. 1) rejects the fraction ρ_k = 1 - k/n and leaves the error
-    E_k = (1/k) Σ_{kept} (1 - score).  AUERC = (1/n) Σ_{k=1..n} E_k.
+    (k = n .. 1, coverage k/n) rejects the fraction ρ_k = 1 - k/n and leaves the selective risk
+    E_k = S_k / k with S_k = Σ_{kept} (1 - score).  The areas:
+
+    * AUERC = (1/n) Σ_{k=1..n} E_k (always the mean rule);
+    * AURC = area of E_k over coverage, E-AURC = AURC - AURC of the oracle order;
+    * AUGRC = area of the generalised risk G_k = S_k / n (errors that are kept, over *all*
+      queries: an error costs more the later it is rejected), after Traub et al. (2024).
 
     Parameters
     ----------
     scores : array-like of float in [0, 1]
-        Per-query metric values; NaN (lone queries) are dropped and counted in ``n_dropped``.
+        Per-query metric values (0/1 correctness gives the 0/1 risk, a graded metric such as
+        MAP@R the graded risk); NaN (lone queries) are dropped and counted in ``n_dropped``.
     confidence : array-like of float
         Per-query confidence, same length.
     higher_is_confident : bool
         False for uncertainties (sigmas).
+    integration : {"mean", "trapezoid"}
+        How AURC / E-AURC / AUGRC integrate v_k (E_k or G_k) over coverage.  ``"mean"``:
+        (1/n) Σ_{k=1..n} v_k, the right Riemann sum (AURC then equals AUERC).  ``"trapezoid"``:
+        the trapezoid rule over the points (k/n, v_k) starting from (0, 0), which is
+        (1/n) [Σ_{k=1..n-1} v_k + v_n / 2]; this is the convention of the probabilistic-embeddings
+        library's AURCC.  The two differ by v_n / (2n).
 
     Returns
     -------
     ErrorRejectCurve
+        Also gives :meth:`~ErrorRejectCurve.selective_risk` at a coverage and
+        :meth:`~ErrorRejectCurve.coverage_at_risk`.
 
     Notes
     -----
@@ -145,7 +211,9 @@ def error_reject_curve(
     contributes the block's mean error (the expectation over every order of the block), so the
     result never depends on input order.  The oracle sorts by the error itself (ties there do not
     matter), the random baseline is the mean error (the expected E_k of a random order, for every
-    k).  AUERC is invariant to any strictly increasing transform of the confidence.
+    k).  Every area is invariant to any strictly increasing transform of the confidence.
+    For a random order the expected AUGRC is ē (n + 1) / (2n) with the mean rule and ē / 2 with
+    the trapezoid rule (ē = mean error).
 
     Zero division: never — lone/NaN queries are removed first (counted in ``n_dropped``) and
     k >= 1; all-NaN scores are an error.
@@ -159,15 +227,24 @@ def error_reject_curve(
     0.2083
     >>> erc.oracle_auerc == erc.auerc, erc.random_auerc
     (True, 0.5)
+    >>> round(erc.augrc, 4)                # G_k = 0, 0, 1/4, 2/4: (0 + 0 + 1/4 + 1/2) / 4
+    0.1875
+    >>> t = error_reject_curve([1, 0, 1, 0], [0.9, 0.1, 0.8, 0.2], integration="trapezoid")
+    >>> round(t.aurc, 4)                   # (0 + 0 + 1/3 + (1/2) / 2) / 4
+    0.1458
     """
     s, c, dropped = _scores_and_confidence(scores, confidence, higher_is_confident)
+    integration = check_choice(integration, "integration", ("mean", "trapezoid"))
     e = 1.0 - s
     n = e.size
     k = np.arange(1, n + 1)
-    kept_mean = _kept_error_sums(e, c) / k
-    oracle_mean = np.cumsum(np.sort(e)) / k
+    kept_sum = _kept_error_sums(e, c)
+    oracle_sum = np.cumsum(np.sort(e))
+    kept_mean, oracle_mean = kept_sum / k, oracle_sum / k
     auerc = float(kept_mean.mean())
     oracle = float(oracle_mean.mean())
+    aurc = _area(kept_mean, integration)
+    oracle_aurc = _area(oracle_mean, integration)
     return ErrorRejectCurve(
         rejected=1.0 - k[::-1] / n,
         error=kept_mean[::-1].copy(),
@@ -178,6 +255,12 @@ def error_reject_curve(
         excess_auerc=auerc - oracle,
         n=n,
         n_dropped=dropped,
+        aurc=aurc,
+        eaurc=aurc - oracle_aurc,
+        augrc=_area(kept_sum / n, integration),
+        oracle_aurc=oracle_aurc,
+        oracle_augrc=_area(oracle_sum / n, integration),
+        integration=integration,
     )
 
 
