@@ -28,6 +28,7 @@ __all__ = [
     "ErrorRejectCurve",
     "RankCorrelation",
     "RejectBothCurve",
+    "SigmaRegression",
     "best_threshold_accuracy",
     "confidence_auroc",
     "confidence_recall_curve",
@@ -40,6 +41,7 @@ __all__ = [
     "maximum_calibration_error",
     "rank_correlation",
     "reject_both_curve",
+    "sigma_regression",
     "vmf_credible_cap",
 ]
 
@@ -514,6 +516,78 @@ def rank_correlation(
     else:
         res = stats.kendalltau(p, t, variant="b")
     return RankCorrelation(float(res.statistic), float(res.pvalue), method, p.size)
+
+
+@dataclass(frozen=True)
+class SigmaRegression:
+    """Error of predicted against ground-truth sigmas, with optional bootstrap intervals."""
+
+    mse: float
+    mae: float
+    rmse: float
+    r2: float
+    n: int
+    ci: dict[str, tuple[float, float]]
+
+
+def _regression_values(p: np.ndarray, t: np.ndarray) -> dict[str, float]:
+    diff = p - t
+    mse = float(np.mean(diff * diff))
+    spread = float(np.sum((t - t.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(diff * diff)) / spread if spread > 0 else math.nan
+    return {"mse": mse, "mae": float(np.mean(np.abs(diff))), "rmse": math.sqrt(mse), "r2": r2}
+
+
+def sigma_regression(
+    predicted: Any,
+    truth: Any,
+    *,
+    ci: float | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> SigmaRegression:
+    """MSE, MAE, RMSE and R² of predicted sigmas against ground-truth sigmas on one scale.
+
+    Rank correlation (:func:`rank_correlation`) only asks whether the order is right; when both
+    sigmas share a scale (e.g. both in [0, 1]) these also ask whether the values are.  With
+    d_i = ŷ_i - y_i: MSE = (1/n) Σ d_i², MAE = (1/n) Σ |d_i|, RMSE = √MSE and
+    R² = 1 - Σ d_i² / Σ (y_i - ȳ)² (``y`` = ``truth``), as scikit-learn's
+    ``mean_squared_error``, ``mean_absolute_error`` and ``r2_score``.
+
+    Parameters
+    ----------
+    predicted, truth : array-like of float
+        Same length, finite.
+    ci : float, optional
+        Adds percentile bootstrap intervals (pairs resampled) at this level in ``.ci``.
+    n_boot, seed : int
+        Bootstrap resamples and the seed of ``numpy.random.default_rng``.
+
+    Ties: none matter (no ranking).  Zero division: a constant ``truth`` makes R² undefined:
+    NaN (scikit-learn's ``r2_score`` returns 1.0 or 0.0 there by default); NaN replicates are
+    left out of R²'s interval.
+
+    Examples
+    --------
+    >>> r = sigma_regression([0.1, 0.2, 0.4], [0.1, 0.3, 0.5])
+    >>> round(r.mse, 6), round(r.mae, 6)   # d = 0, -0.1, -0.1
+    (0.006667, 0.066667)
+    >>> round(r.r2, 4)                     # 1 - 0.02 / (0.04 + 0 + 0.04)
+    0.75
+    """
+    from ._resample import statistic_ci
+    from .compare import _check_level
+
+    p = as_vector(predicted, "predicted")
+    t = as_vector(truth, "truth", length=p.size, length_of="predicted")
+    values = _regression_values(p, t)
+    intervals: dict[str, tuple[float, float]] = {}
+    if ci is not None:
+        level = _check_level(ci)
+        n_boot = check_int(n_boot, "n_boot")
+        seed = check_int(seed, "seed", minimum=0)
+        intervals = statistic_ci(_regression_values, [p, t], ci=level, n_boot=n_boot, seed=seed)
+    return SigmaRegression(**values, n=int(p.size), ci=intervals)
 
 
 def hpd_interval(
