@@ -327,7 +327,16 @@ def confidence_recall_curve(
     return CalibrationCurve(edges, mean_c, mean_m, count)
 
 
-def _calibration_gaps(correct: Any, confidence: Any, bins: int) -> tuple[np.ndarray, np.ndarray]:
+def _calibration_edges(c: np.ndarray, bins: int, strategy: str) -> np.ndarray:
+    if strategy == "uniform":
+        return np.linspace(0.0, 1.0, bins + 1)
+    # equal mass: quantile edges (numpy's linear rule), de-duplicated so tied values share a bin
+    return np.unique(np.quantile(c, np.linspace(0, 1, bins + 1)))
+
+
+def _calibration_gaps(
+    correct: Any, confidence: Any, bins: int, strategy: str = "uniform"
+) -> tuple[np.ndarray, np.ndarray]:
     s, c, _ = _scores_and_confidence(correct, confidence, True, "correct")
     if c.min() < 0 or c.max() > 1:
         raise InputError(
@@ -335,33 +344,47 @@ def _calibration_gaps(correct: Any, confidence: Any, bins: int) -> tuple[np.ndar
             "confidence_recall_curve, which bins any range)."
         )
     bins = check_int(bins, "bins")
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    idx = _bin_index(c, edges)
-    count = np.bincount(idx, minlength=bins)
+    strategy = check_choice(strategy, "strategy", ("uniform", "quantile"))
+    edges = _calibration_edges(c, bins, strategy)
+    nb = max(edges.size - 1, 1)
+    idx = _bin_index(c, edges) if edges.size > 1 else np.zeros(c.size, dtype=np.int64)
+    count = np.bincount(idx, minlength=nb)
     filled = count > 0
-    acc = np.bincount(idx, weights=s, minlength=bins)[filled] / count[filled]
-    conf = np.bincount(idx, weights=c, minlength=bins)[filled] / count[filled]
+    acc = np.bincount(idx, weights=s, minlength=nb)[filled] / count[filled]
+    conf = np.bincount(idx, weights=c, minlength=nb)[filled] / count[filled]
     return np.abs(acc - conf), count[filled] / s.size
 
 
-def expected_calibration_error(correct: Any, confidence: Any, *, bins: int = 10) -> float:
-    """ECE = Σ_b (n_b / n) |acc_b - conf_b| over equal-width bins of [0, 1].
+def expected_calibration_error(
+    correct: Any, confidence: Any, *, bins: int = 10, strategy: str = "uniform"
+) -> float:
+    """ECE = Σ_b (n_b / n) |acc_b - conf_b| over bins of the confidence.
 
-    Bins are right-closed (a, b] with the first bin [0, 1/bins] closed; empty bins are skipped.
+    ``strategy="uniform"``: ``bins`` equal-width bins of [0, 1]; ``"quantile"``: equal-mass
+    (adaptive) bins whose edges are the quantiles of the confidences at 0, 1/bins, ..., 1
+    (numpy's linear interpolation), de-duplicated.  Bins are right-closed (a, b] with the first
+    bin closed; empty bins are skipped.
 
     ``correct`` is 0/1 (or a per-query score in [0, 1], giving the bin's mean score).  Ties:
-    equal confidences share a bin.  Zero division: empty bins are skipped (weight 0).
+    equal confidences always share a bin (so heavily tied confidences give fewer equal-mass
+    bins).  Zero division: empty bins are skipped (weight 0).
 
     Examples
     --------
     >>> expected_calibration_error([1, 0, 1, 1], [0.95, 0.95, 0.3, 0.3], bins=2)
     0.575
+    >>> # equal mass: edges 0.1, 0.45, 0.8 -> bins {0.1, 0.2} and {0.7, 0.8}
+    >>> expected_calibration_error([0, 1, 1, 1], [0.1, 0.2, 0.7, 0.8], bins=2,
+    ...                            strategy="quantile")   # (2/4)|1/2 - 0.15| + (2/4)|1 - 0.75|
+    0.3
     """
-    gaps, weights = _calibration_gaps(correct, confidence, bins)
+    gaps, weights = _calibration_gaps(correct, confidence, bins, strategy)
     return float(np.sum(gaps * weights))
 
 
-def maximum_calibration_error(correct: Any, confidence: Any, *, bins: int = 10) -> float:
+def maximum_calibration_error(
+    correct: Any, confidence: Any, *, bins: int = 10, strategy: str = "uniform"
+) -> float:
     """MCE = max over non-empty bins of |acc_b - conf_b| (bins as in ECE).
 
     Ties: as ECE.  Zero division: empty bins are skipped.
@@ -371,7 +394,7 @@ def maximum_calibration_error(correct: Any, confidence: Any, *, bins: int = 10) 
     >>> maximum_calibration_error([1, 0, 1, 1], [0.95, 0.95, 0.3, 0.3], bins=2)
     0.7
     """
-    gaps, _ = _calibration_gaps(correct, confidence, bins)
+    gaps, _ = _calibration_gaps(correct, confidence, bins, strategy)
     return float(gaps.max())
 
 
