@@ -191,3 +191,10 @@ def test_bad_inputs():
         cf.expected_calibration_error([1, 0], [0.5, 0.2], strategy="mass")
     with pytest.raises(InputError, match="0/1"):
         cb.fit_recalibrator([0.5, 0], [0.5, 0.2])
+
+
+def test_reliability_plot_writes_bin_counts():
+    d = cb.reliability_diagram([1, 0, 1, 1, 0], [0.95, 0.95, 0.3, 0.3, 0.7], bins=4)
+    fig = d.plot()
+    # bins (0, .25], (.25, .5], (.5, .75], (.75, 1]: counts 0, 2, 1, 2 (empty bins unlabeled)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["n=2", "n=1", "n=2"]
