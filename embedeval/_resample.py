@@ -60,3 +60,160 @@ def statistic_ci(
     """Percentile bootstrap interval of every value ``statistic`` returns (queries resampled)."""
     reps = replicates(statistic, arrays, n_boot=n_boot, seed=seed)
     return {key: percentile_interval(r, ci) for key, r in reps.items()}
+
+
+def _confidence_statistic(
+    names: Sequence[str], higher_is_confident: bool, has_labels: bool, keys: Sequence[str] | None
+) -> Statistic:
+    """The confidence summary of one resample of (per-query matrix, confidences[, codes])."""
+    import warnings
+
+    from ._errors import EmbedevalWarning
+    from .confidence import confidence_summary
+
+    def stat(values: np.ndarray, conf: np.ndarray, *codes: np.ndarray) -> dict[str, float]:
+        per_query = {name: values[:, j] for j, name in enumerate(names)}
+        with warnings.catch_warnings():  # a resample may hold a single class: NaN, no noise
+            warnings.simplefilter("ignore", EmbedevalWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            out = confidence_summary(
+                per_query,
+                conf,
+                higher_is_confident=higher_is_confident,
+                labels=codes[0] if has_labels else None,
+            )
+        return out if keys is None else {k: out.get(k, math.nan) for k in keys}
+
+    return stat
+
+
+def _confidence_arrays(
+    per_query: dict[str, np.ndarray], conf: np.ndarray, labels: object
+) -> tuple[list[str], list[np.ndarray]]:
+    from ._validation import as_labels, factorize
+
+    names = list(per_query)
+    arrays = [np.stack([np.asarray(per_query[m], np.float64) for m in names], axis=1), conf]
+    if labels is not None:
+        (codes,), _ = factorize(as_labels(labels, "labels"))
+        arrays.append(codes)
+    return names, arrays
+
+
+def confidence_ci(
+    per_query: dict[str, np.ndarray],
+    confidences: np.ndarray,
+    *,
+    labels: object = None,
+    higher_is_confident: bool = True,
+    ci: float,
+    n_boot: int,
+    seed: int,
+) -> dict[str, tuple[float, float]]:
+    """Bootstrap intervals of every :func:`~embedeval.confidence.confidence_summary` value.
+
+    Queries are resampled with replacement (a duplicated query is a tied confidence block);
+    lone queries travel with their resample, so the open-set values keep their meaning.
+    """
+    names, arrays = _confidence_arrays(per_query, np.asarray(confidences, np.float64), labels)
+    stat = _confidence_statistic(names, higher_is_confident, labels is not None, None)
+    return statistic_ci(stat, arrays, ci=ci, n_boot=n_boot, seed=seed)
+
+
+def paired_confidence_replicates(
+    runs: Sequence[object],
+    key: str,
+    *,
+    n_boot: int,
+    seed: int,
+    swap: bool = False,
+) -> np.ndarray:
+    """(n_boot, n_runs) replicates of one confidence metric on shared resamples of the queries.
+
+    Every run sees the same resampled query indices in a replicate, so differences between runs
+    are paired.  With ``swap=True`` a replicate instead exchanges, query by query with
+    probability 1/2, the (per-query values, confidence) of each run with those of run 0 (a
+    paired permutation of two runs).
+    """
+    rng = np.random.default_rng(seed)
+    prepared = []
+    for r in runs:
+        names, arrays = _confidence_arrays(r.per_query, r.query_confidences, r.query_labels)
+        higher = bool(r.settings.get("higher_is_confident", True))
+        prepared.append((_confidence_statistic(names, higher, True, [key]), arrays))
+    n = prepared[0][1][1].size
+    out = np.empty((n_boot, len(runs)))
+    for b in range(n_boot):
+        if swap:
+            flip = rng.integers(0, 2, size=n).astype(bool)
+            base = prepared[0][1]
+            for i, (stat, arrays) in enumerate(prepared):
+                mixed = [
+                    np.where(flip if a.ndim == 1 else flip[:, None], bb, a)
+                    for a, bb in zip(arrays, base, strict=True)
+                ]
+                out[b, i] = stat(*mixed)[key]
+            continue
+        idx = rng.integers(0, n, size=n)
+        for i, (stat, arrays) in enumerate(prepared):
+            out[b, i] = stat(*(a[idx] for a in arrays))[key]
+    return out
+
+
+def confidence_rows(
+    runs: Sequence[object],
+    names: Sequence[str],
+    base: int,
+    keys: Sequence[str],
+    *,
+    ci: float,
+    n_boot: int,
+    seed: int,
+    test: str,
+) -> list[dict[str, object]]:
+    """:func:`embedeval.compare` rows for confidence metrics (AURC, ECE, R-AUROC, ...).
+
+    Each replicate recomputes the metric for every run on the same resampled queries; a run's
+    interval is the percentile interval of its replicates, the difference's interval that of
+    the paired differences, and p is the paired bootstrap p-value (``test="bootstrap"``) or the
+    share of query-wise swaps with the baseline whose |difference| reaches the observed one
+    (``test="permutation"``, (hits + 1) / (n_boot + 1)).
+    """
+    from .compare import _bootstrap_p
+
+    rows: list[dict[str, object]] = []
+    for key in keys:
+        reps = paired_confidence_replicates(runs, key, n_boot=n_boot, seed=seed)
+        values = [float(r.confidence[key]) for r in runs]
+        for i, name in enumerate(names):
+            lo, hi = percentile_interval(reps[:, i], ci)
+            row = {
+                "checkpoint": name,
+                "metric": key,
+                "value": values[i],
+                "ci_low": lo,
+                "ci_high": hi,
+                "diff": 0.0,
+                "diff_ci_low": 0.0,
+                "diff_ci_high": 0.0,
+                "p_value": 1.0,
+                "n_shared": int(runs[i].n_queries),
+            }
+            if i != base:
+                d = reps[:, i] - reps[:, base]
+                d = d[np.isfinite(d)]
+                dlo, dhi = percentile_interval(d, ci)
+                observed = values[i] - values[base]
+                if test == "bootstrap":
+                    p = _bootstrap_p(d) if d.size else math.nan
+                else:
+                    pair = [runs[base], runs[i]]
+                    swaps = paired_confidence_replicates(
+                        pair, key, n_boot=n_boot, seed=seed, swap=True
+                    )
+                    stat = np.abs(swaps[:, 1] - swaps[:, 0])
+                    hits = int(np.sum(stat >= abs(observed) - 1e-12))
+                    p = (hits + 1) / (n_boot + 1)
+                row.update(diff=observed, diff_ci_low=dlo, diff_ci_high=dhi, p_value=float(p))
+            rows.append(row)
+    return rows

@@ -872,15 +872,27 @@ def confidence_summary(
     confidence: Any,
     *,
     higher_is_confident: bool = True,
+    labels: Any = None,
+    integration: str = "mean",
+    bins: int = 10,
 ) -> dict[str, float]:
     """Confidence metrics for every per-query metric (what ``evaluate(confidences=...)`` adds).
 
-    For each metric m: ``auerc_m``, ``oracle_auerc_m``, ``random_auerc_m``, ``excess_auerc_m``;
-    and from ``precision_at_1`` (else ``recall_at_1``): ``r_auroc`` and
-    ``best_threshold_accuracy``.  NaN entries (lone queries) are dropped per metric, as in
-    :func:`error_reject_curve`; ``evaluate`` reports how many in ``result.n_lone``.  Ties and
-    zero division follow the functions above (``r_auroc`` is NaN when every query is right or
-    every query is wrong).
+    For each metric m: ``auerc_m``, ``oracle_auerc_m``, ``random_auerc_m``, ``excess_auerc_m``,
+    and ``aurc_m``, ``eaurc_m``, ``augrc_m`` (:func:`error_reject_curve` with ``integration``).
+    From ``precision_at_1`` (else ``recall_at_1``), the 0/1 correctness c:
+
+    * ``r_auroc`` and ``best_threshold_accuracy``;
+    * when the confidences lie in [0, 1] and ``higher_is_confident`` (a predicted probability
+      of being right): ``ece``, ``ece_equal_mass``, ``mce`` and ``brier`` with ``bins`` bins,
+      and with ``labels`` (one per query) ``classwise_ece`` (see :mod:`embedeval.calibration`);
+    * when some queries are lone and some are not: ``open_set_auroc`` and
+      ``open_set_fpr_at_95tpr``, reading the lone queries (no same-class reference) as
+      out-of-gallery and the others as enrolled (see :mod:`embedeval.openset`).
+
+    NaN entries (lone queries) are dropped per metric, as in :func:`error_reject_curve`;
+    ``evaluate`` reports how many in ``result.n_lone``.  Ties and zero division follow the
+    functions above (``r_auroc`` is NaN when every query is right or every query is wrong).
 
     Examples
     --------
@@ -888,27 +900,59 @@ def confidence_summary(
     ...                          [0.9, 0.1, 0.8, 0.5])
     >>> round(out["auerc_precision_at_1"], 4), out["r_auroc"]   # (0 + 0 + 1/3) / 3
     (0.1111, 1.0)
+    >>> round(out["augrc_precision_at_1"], 4)                    # (0 + 0 + 1/3) / 3
+    0.1111
+    >>> out["open_set_auroc"]      # the lone query (0.5) is below 2 of the 3 enrolled
+    0.6666666666666666
     """
     out: dict[str, float] = {}
     for name, values in per_query.items():
         values = np.asarray(values, dtype=np.float64)
         if np.all(np.isnan(values)):
             continue
-        erc = error_reject_curve(values, confidence, higher_is_confident=higher_is_confident)
+        erc = error_reject_curve(
+            values, confidence, higher_is_confident=higher_is_confident, integration=integration
+        )
         out[f"auerc_{name}"] = erc.auerc
         out[f"oracle_auerc_{name}"] = erc.oracle_auerc
         out[f"random_auerc_{name}"] = erc.random_auerc
         out[f"excess_auerc_{name}"] = erc.excess_auerc
+        out[f"aurc_{name}"] = erc.aurc
+        out[f"eaurc_{name}"] = erc.eaurc
+        out[f"augrc_{name}"] = erc.augrc
     key = next((k for k in ("precision_at_1", "recall_at_1") if k in per_query), None)
     if key is not None and not np.all(np.isnan(per_query[key])):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", EmbedevalWarning)
-            out["r_auroc"] = confidence_auroc(
-                per_query[key], confidence, higher_is_confident=higher_is_confident
-            )
-        out["best_threshold_accuracy"] = best_threshold_accuracy(
-            per_query[key], confidence, higher_is_confident=higher_is_confident
+        out.update(
+            _correctness_summary(per_query[key], confidence, higher_is_confident, labels, bins)
         )
+    return out
+
+
+def _correctness_summary(
+    correct: Any, confidence: Any, higher_is_confident: bool, labels: Any, bins: int
+) -> dict[str, float]:
+    from .calibration import calibration_summary
+    from .openset import open_set_detection
+
+    out: dict[str, float] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EmbedevalWarning)
+        out["r_auroc"] = confidence_auroc(
+            correct, confidence, higher_is_confident=higher_is_confident
+        )
+    out["best_threshold_accuracy"] = best_threshold_accuracy(
+        correct, confidence, higher_is_confident=higher_is_confident
+    )
+    s = np.asarray(correct, dtype=np.float64)
+    c = np.asarray(confidence, dtype=np.float64)
+    if higher_is_confident and c.min() >= 0 and c.max() <= 1:
+        cal = calibration_summary(s, c, labels=labels, bins=bins)
+        out.update({k: float(v) for k, v in cal.items()})
+    lone = np.isnan(s)
+    if lone.any() and not lone.all():
+        det = open_set_detection(~lone, c, higher_is_confident=higher_is_confident)
+        out["open_set_auroc"] = det["auroc"]
+        out["open_set_fpr_at_95tpr"] = det["fpr_at_tpr"]
     return out
 
 
