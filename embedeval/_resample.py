@@ -72,6 +72,11 @@ def _confidence_statistic(
     from .confidence import confidence_summary
 
     def stat(values: np.ndarray, conf: np.ndarray, *codes: np.ndarray) -> dict[str, float]:
+        # Every metric sorts by confidence; sorted once here, their stable sorts see sorted
+        # input and run in linear time (the statistics do not depend on the query order).
+        order = np.argsort(conf if higher_is_confident else -conf, kind="stable")[::-1]
+        values, conf = values[order], conf[order]
+        codes = tuple(c[order] for c in codes)
         per_query = {name: values[:, j] for j, name in enumerate(names)}
         with warnings.catch_warnings():  # a resample may hold a single class: NaN, no noise
             warnings.simplefilter("ignore", EmbedevalWarning)

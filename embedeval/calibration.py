@@ -90,11 +90,24 @@ def classwise_calibration_error(
     raw = as_vector(correct, "correct", allow_nan=True)
     y = as_labels(labels, "labels", length=raw.size, length_of="correct")[~np.isnan(raw)]
     (codes,), _ = factorize(y)
-    per_class = [
-        expected_calibration_error(s[codes == k], c[codes == k], bins=bins, strategy=strategy)
-        for k in np.unique(codes)
-    ]
-    return float(np.mean(per_class))
+    strategy = check_choice(strategy, "strategy", ("uniform", "quantile"))
+    if strategy == "quantile":  # each class has its own edges
+        per_class = [
+            expected_calibration_error(s[codes == k], c[codes == k], bins=bins, strategy=strategy)
+            for k in np.unique(codes)
+        ]
+        return float(np.mean(per_class))
+    # Shared edges: (n_b / n_y) |acc_b - conf_b| = |S_b - C_b| / n_y with S_b, C_b the bin's
+    # sums of correctness and confidence, so one bincount over (class, bin) cells does it all.
+    nb = check_int(bins, "bins")
+    cell = codes * nb + _bin_index(c, np.linspace(0.0, 1.0, nb + 1))
+    n_cells = (int(codes.max()) + 1) * nb
+    gap = np.abs(
+        np.bincount(cell, weights=s, minlength=n_cells)
+        - np.bincount(cell, weights=c, minlength=n_cells)
+    ).reshape(-1, nb)
+    size = np.bincount(codes)
+    return float(np.mean(gap.sum(axis=1)[size > 0] / size[size > 0]))
 
 
 @dataclass(frozen=True)

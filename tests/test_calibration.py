@@ -198,3 +198,21 @@ def test_reliability_plot_writes_bin_counts():
     fig = d.plot()
     # bins (0, .25], (.25, .5], (.5, .75], (.75, 1]: counts 0, 2, 1, 2 (empty bins unlabeled)
     assert [t.get_text() for t in fig.axes[0].texts] == ["n=2", "n=1", "n=2"]
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
+def test_classwise_ece_is_the_mean_of_per_class_loops(strategy):
+    rng = np.random.default_rng(8)
+    conf = rng.uniform(0, 1, 300).round(2)
+    correct = (rng.uniform(0, 1, 300) < conf).astype(float)
+    labels = rng.choice(["x", "y", "z", "w"], 300)
+    per_class = []
+    for k in ("w", "x", "y", "z"):
+        m = labels == k
+        if strategy == "uniform":
+            edges = np.linspace(0, 1, 11)
+        else:
+            edges = np.unique(np.quantile(conf[m], np.linspace(0, 1, 11)))
+        per_class.append(_ece_loop(list(correct[m]), list(conf[m]), edges))
+    got = cb.classwise_calibration_error(correct, conf, labels, strategy=strategy)
+    assert got == pytest.approx(np.mean(per_class))
