@@ -313,13 +313,19 @@ def fit_recalibrator(correct: Any, confidence: Any, *, method: str = "isotonic")
         )
         return Recalibrator(method, {"temperature": float(math.exp(res.x))})
 
+    # Fit on the standardised confidence (a κ of 1e4 would stall the optimiser), then map the
+    # slope and intercept back: a·z + b with z = (c - μ)/s is (a/s)·c + (b - aμ/s).
+    mu, scale = float(c.mean()), float(c.std()) or 1.0
+    z = (c - mu) / scale
+
     def loss(ab: np.ndarray) -> tuple[float, np.ndarray]:
-        p = _sigmoid(ab[0] * c + ab[1])
-        grad = np.array([np.mean((p - y) * c), np.mean(p - y)])
+        p = _sigmoid(ab[0] * z + ab[1])
+        grad = np.array([np.mean((p - y) * z), np.mean(p - y)])
         return _nll(p, y), grad
 
-    res = optimize.minimize(loss, np.zeros(2), jac=True, method="L-BFGS-B", tol=1e-12)
-    return Recalibrator(method, {"a": float(res.x[0]), "b": float(res.x[1])})
+    res = optimize.minimize(loss, np.zeros(2), jac=True, method="L-BFGS-B", tol=1e-14)
+    a = float(res.x[0]) / scale
+    return Recalibrator(method, {"a": a, "b": float(res.x[1]) - a * mu})
 
 
 @dataclass(frozen=True)

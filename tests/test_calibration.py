@@ -216,3 +216,13 @@ def test_classwise_ece_is_the_mean_of_per_class_loops(strategy):
         per_class.append(_ece_loop(list(correct[m]), list(conf[m]), edges))
     got = cb.classwise_calibration_error(correct, conf, labels, strategy=strategy)
     assert got == pytest.approx(np.mean(per_class))
+
+
+def test_platt_is_scale_equivariant_for_large_confidences():
+    rng = np.random.default_rng(9)
+    kappa = rng.uniform(0, 50, 400)
+    correct = (rng.uniform(0, 1, 400) < 1 / (1 + np.exp(-(0.1 * kappa - 2)))).astype(int)
+    small = cb.fit_recalibrator(correct, kappa, method="platt")
+    big = cb.fit_recalibrator(correct, kappa * 1000 + 5e4, method="platt")
+    # the same fitted probabilities: a' = a / 1000, b' = b - a' * 5e4
+    assert big.transform(kappa * 1000 + 5e4) == pytest.approx(small.transform(kappa), abs=1e-6)
