@@ -215,7 +215,13 @@ def error_reject_curve(
     matter), the random baseline is the mean error (the expected E_k of a random order, for every
     k).  Every area is invariant to any strictly increasing transform of the confidence.
     For a random order the expected AUGRC is ē (n + 1) / (2n) with the mean rule and ē / 2 with
-    the trapezoid rule (ē = mean error).
+    the trapezoid rule (ē = mean error).  G_k is linear inside a tied block, so the trapezoid
+    AUGRC equals the area under the generalised risk-coverage curve drawn through one point per
+    distinct confidence from (0, 0) (the convention of Traub et al.'s reference code); E_k is not
+    linear there, so for AURC the block expectation and straight lines between thresholds
+    differ when ties are cut.  The oracle (best order of these n queries) is discrete; the
+    continuous optimum for 0/1 risk, ē + (1 - ē) ln(1 - ē) for AURC and ē²/2 for AUGRC, is
+    its limit for large n.
 
     Zero division: never — lone/NaN queries are removed first (counted in ``n_dropped``) and
     k >= 1; all-NaN scores are an error.

@@ -164,3 +164,22 @@ def test_bad_arguments_name_themselves():
     with pytest.raises(InputError, match="integration"):
         cf.error_reject_curve([1, 0], [0.5, 0.2], integration="simpson")
     assert math.isfinite(erc.aurc)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_trapezoid_augrc_equals_the_curve_through_one_point_per_threshold(seed):
+    # Independent construction: one risk-coverage point per distinct confidence (a threshold
+    # keeps every query at or above it, so ties are never split), joined by straight lines
+    # from (0, 0).  G is linear inside a tied block, so this is the block expectation.
+    rng = np.random.default_rng(seed)
+    n = 50
+    scores = rng.choice([0.0, 0.5, 1.0], size=n)
+    conf = rng.integers(0, 8, size=n).astype(float)
+    cov, risk = [0.0], [0.0]
+    for t in sorted(set(conf.tolist()), reverse=True):
+        kept = conf >= t
+        cov.append(kept.sum() / n)
+        risk.append((1 - scores[kept]).sum() / n)
+    area = sum((cov[i + 1] - cov[i]) * (risk[i] + risk[i + 1]) / 2 for i in range(len(cov) - 1))
+    erc = cf.error_reject_curve(scores, conf, integration="trapezoid")
+    assert erc.augrc == pytest.approx(area)
