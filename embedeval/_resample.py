@@ -125,15 +125,24 @@ def confidence_ci(
     return statistic_ci(stat, arrays, ci=ci, n_boot=n_boot, seed=seed)
 
 
+def _needed_metrics(per_query: dict[str, np.ndarray], keys: Sequence[str]) -> list[str]:
+    """The per-query metrics the confidence ``keys`` are computed from (the rest is skipped)."""
+    names = [m for m in per_query if any(k.endswith("_" + m) for k in keys)]
+    if any(not any(k.endswith("_" + m) for m in per_query) for k in keys):
+        # r_auroc, ece, brier, open-set ...: computed from precision_at_1 (else recall_at_1)
+        names += [next(m for m in ("precision_at_1", "recall_at_1") if m in per_query)]
+    return list(dict.fromkeys(names))
+
+
 def paired_confidence_replicates(
     runs: Sequence[object],
-    key: str,
+    keys: Sequence[str],
     *,
     n_boot: int,
     seed: int,
     swap: bool = False,
-) -> np.ndarray:
-    """(n_boot, n_runs) replicates of one confidence metric on shared resamples of the queries.
+) -> dict[str, np.ndarray]:
+    """Per key, (n_boot, n_runs) replicates of confidence metrics on shared resamples.
 
     Every run sees the same resampled query indices in a replicate, so differences between runs
     are paired.  With ``swap=True`` a replicate instead exchanges, query by query with
@@ -143,25 +152,30 @@ def paired_confidence_replicates(
     rng = np.random.default_rng(seed)
     prepared = []
     for r in runs:
-        names, arrays = _confidence_arrays(r.per_query, r.query_confidences, r.query_labels)
+        needed = _needed_metrics(r.per_query, keys)
+        per_query = {m: r.per_query[m] for m in needed}
+        names, arrays = _confidence_arrays(per_query, r.query_confidences, r.query_labels)
         higher = bool(r.settings.get("higher_is_confident", True))
-        prepared.append((_confidence_statistic(names, higher, True, [key]), arrays))
+        prepared.append((_confidence_statistic(names, higher, True, list(keys)), arrays))
     n = prepared[0][1][1].size
-    out = np.empty((n_boot, len(runs)))
+    out = {k: np.empty((n_boot, len(runs))) for k in keys}
     for b in range(n_boot):
         if swap:
             flip = rng.integers(0, 2, size=n).astype(bool)
             base = prepared[0][1]
-            for i, (stat, arrays) in enumerate(prepared):
-                mixed = [
+            draws = [
+                [
                     np.where(flip if a.ndim == 1 else flip[:, None], bb, a)
                     for a, bb in zip(arrays, base, strict=True)
                 ]
-                out[b, i] = stat(*mixed)[key]
-            continue
-        idx = rng.integers(0, n, size=n)
-        for i, (stat, arrays) in enumerate(prepared):
-            out[b, i] = stat(*(a[idx] for a in arrays))[key]
+                for _, arrays in prepared
+            ]
+        else:
+            idx = rng.integers(0, n, size=n)
+            draws = [[a[idx] for a in arrays] for _, arrays in prepared]
+        for i, ((stat, _), drawn) in enumerate(zip(prepared, draws, strict=True)):
+            for k, v in stat(*drawn).items():
+                out[k][b, i] = v
     return out
 
 
@@ -187,8 +201,9 @@ def confidence_rows(
     from .compare import _bootstrap_p
 
     rows: list[dict[str, object]] = []
+    all_reps = paired_confidence_replicates(runs, keys, n_boot=n_boot, seed=seed)
     for key in keys:
-        reps = paired_confidence_replicates(runs, key, n_boot=n_boot, seed=seed)
+        reps = all_reps[key]
         values = [float(r.confidence[key]) for r in runs]
         for i, name in enumerate(names):
             lo, hi = percentile_interval(reps[:, i], ci)
@@ -214,8 +229,8 @@ def confidence_rows(
                 else:
                     pair = [runs[base], runs[i]]
                     swaps = paired_confidence_replicates(
-                        pair, key, n_boot=n_boot, seed=seed, swap=True
-                    )
+                        pair, [key], n_boot=n_boot, seed=seed, swap=True
+                    )[key]
                     stat = np.abs(swaps[:, 1] - swaps[:, 0])
                     hits = int(np.sum(stat >= abs(observed) - 1e-12))
                     p = (hits + 1) / (n_boot + 1)

@@ -202,3 +202,17 @@ def test_cli_compare_with_confidence_metrics(tmp_path):
         timeout=300,
     )
     assert bad.returncode == 2 and "aurcc" in bad.stderr
+
+
+def test_compare_confidence_metrics_across_runs_with_different_metric_sets():
+    a, _, conf = _two_checkpoints()
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(80, 4))
+    y = a.query_labels
+    c = ee.evaluate(x, y, confidences=conf, metrics=["precision_at_1", "map_at_r"])
+    keys = ["aurc_precision_at_1", "r_auroc", "brier"]
+    cmp = ee.compare({"a": a, "c": c}, metrics=keys, n_boot=30, test="permutation")
+    assert [r["metric"] for r in cmp.rows] == [k for k in keys for _ in range(2)]
+    # identical runs: every swap leaves the difference at 0, so p = (30 + 1) / (30 + 1)
+    same = ee.compare({"a": a, "a2": a}, metrics=["ece"], n_boot=30, test="permutation")
+    assert same.rows[1]["p_value"] == 1.0 and same.rows[1]["diff"] == 0.0
