@@ -124,7 +124,10 @@ def rates(
     tn = total - tp - fp - fn
     if average == "binary":
         keep = _positive_index(classes, pos_label)
-        tp, fp, fn, tn = (v[keep : keep + 1] for v in (tp, fp, fn, tn))
+        if keep is None:  # a single class, not pos_label: the positive class never occurs
+            tp, fp, fn, tn = (np.array([x], dtype=np.float64) for x in (0, 0, 0, total))
+        else:
+            tp, fp, fn, tn = (v[keep : keep + 1] for v in (tp, fp, fn, tn))
     if average == "micro":
         tp, fp, fn, tn = (np.array([v.sum()]) for v in (tp, fp, fn, tn))
     b2 = beta * beta
@@ -178,8 +181,8 @@ def rates(
     return out
 
 
-def _positive_index(classes: np.ndarray, pos_label: Any) -> int:
-    """Row of ``pos_label`` in a binary confusion matrix, or a clear error."""
+def _positive_index(classes: np.ndarray, pos_label: Any) -> int | None:
+    """Row of ``pos_label`` in a binary confusion matrix (None: one class only, not it)."""
     if len(classes) > 2:
         raise InputError(
             f"average='binary' needs at most two classes; got {len(classes)} "
@@ -187,6 +190,8 @@ def _positive_index(classes: np.ndarray, pos_label: Any) -> int:
             "'weighted' for multi-class data."
         )
     hits = [i for i, c in enumerate(classes.tolist()) if c == pos_label]
+    if not hits and len(classes) < 2:
+        return None  # as scikit-learn: all-negative data is valid binary data
     if not hits:
         raise InputError(
             f"pos_label={pos_label!r} is not one of the classes "

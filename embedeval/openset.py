@@ -51,7 +51,8 @@ def open_set_detection(
       scikit-learn's ``roc_auc_score(in_gallery, confidence)``.
     * ``fpr_at_tpr``: thresholds run over the distinct confidences (no interpolation between
       ROC points); the largest t with TPR(t) >= ``tpr`` is taken and FPR(t) reported, i.e. the
-      smallest FPR among the ROC points whose TPR reaches ``tpr``.  ``threshold`` is that t.
+      smallest FPR among the ROC points whose TPR reaches ``tpr``.  ``threshold`` is that t,
+      in the units given (with ``higher_is_confident=False`` a sigma: accept when sigma <= t).
 
     Ties: a block of equal confidences is accepted or rejected as a whole (no point of the ROC
     curve splits it).  Zero division: without enrolled or without out-of-gallery queries both

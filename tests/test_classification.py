@@ -320,3 +320,18 @@ def test_binary_average_string_labels_and_errors():
         cl.rates(["a", "b"], ["a", "b"], average="binary", pos_label="c")
     with pytest.raises(ee.InputError, match="at most two classes"):
         cl.rates([0, 1, 2], [0, 1, 2], average="binary")
+
+
+def test_binary_average_with_only_negatives_matches_sklearn():
+    import warnings
+
+    from sklearn import metrics as skm
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = cl.rates([0, 0, 0], [0, 0, 0], average="binary", pos_label=1, zero_division=0.0)
+        expected = skm.recall_score([0, 0, 0], [0, 0, 0], zero_division=0.0)
+    # no positive at all: TP = FP = FN = 0, TN = 3, recall 0/0 -> zero_division
+    assert (r["tp"], r["fp"], r["fn"], r["tn"]) == (0.0, 0.0, 0.0, 3.0)
+    assert r["recall"] == expected == 0.0
+    assert r["class_accuracy"] == 1.0  # (0 + 3) / 3

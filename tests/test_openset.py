@@ -107,3 +107,12 @@ def test_bad_input():
         os_.open_set_detection([0, 1], [0.1, 0.2], tpr=1.5)
     with pytest.raises(InputError, match="scores"):
         os_.open_set_reject_curve([np.nan, 1], [1, 0], [0.1, 0.2])
+
+
+def test_threshold_is_reported_in_sigma_units():
+    # sigmas: enrolled 0.1 0.2 0.3 0.6, out 0.5 0.9; accept sigma <= t
+    g = [1, 1, 1, 1, 0, 0]
+    sigma = [0.1, 0.2, 0.3, 0.6, 0.5, 0.9]
+    out = os_.open_set_detection(g, sigma, tpr=0.75, higher_is_confident=False)
+    # t = 0.3 accepts 3/4 enrolled and no out query
+    assert (out["threshold"], out["fpr_at_tpr"]) == (0.3, 0.0)
