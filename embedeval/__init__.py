@@ -25,6 +25,8 @@ _LAZY_SUBMODULES = (
     "ranking",
     "classification",
     "confidence",
+    "calibration",
+    "openset",
     "plots",
     "datasets",
     "io",

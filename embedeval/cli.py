@@ -223,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="OUT", help="metric-vs-checkpoint figure (.png/.svg/.pdf)")
     p.add_argument("--json", metavar="OUT", help="write the comparison table as JSON")
     p.add_argument("--markdown", metavar="OUT", help="write the comparison table as Markdown")
+    p.add_argument(
+        "--confidence-metrics",
+        default=None,
+        help="also compare these confidence metrics, comma-separated (e.g. "
+        "aurc_precision_at_1,augrc_precision_at_1,ece,r_auroc; needs confidences)",
+    )
 
     p = sub.add_parser(
         "figures",
@@ -457,8 +463,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(f"evaluating {f} ...", file=sys.stderr)
         # compare() draws its own (paired) resamples; a per-file bootstrap would be wasted work
         results[name] = _evaluate_file(args, f, with_ci=False)
+    metrics = None
+    if args.confidence_metrics:
+        first = next(iter(results.values()))
+        extra = [m.strip() for m in args.confidence_metrics.split(",") if m.strip()]
+        unknown = [m for m in extra if m not in first.confidence]
+        if unknown:
+            raise InputError(
+                f"--confidence-metrics {unknown[0]!r} was not computed (are confidences "
+                f"given?); available: {', '.join(first.confidence) or 'none'}."
+            )
+        metrics = [*first.per_query, *extra]
     cmp = compare(
         results,
+        metrics=metrics,
         baseline=args.baseline if args.baseline is not None else 0,
         ci=args.ci or 0.95,
         n_boot=args.n_boot,

@@ -453,6 +453,7 @@ def compare(
             "no metric has per-query values in every result (nmi/ami have none); evaluate the "
             "checkpoints with a kNN metric such as 'map_at_r'."
         )
+    metrics, conf_keys = _split_confidence_metrics(metrics, shared, runs, names)
     metrics = _metric_list(metrics, shared, "every result")
     (codes,), _ = factorize(np.asarray(first.query_labels))
     tail = (1 - ci) / 2
@@ -511,8 +512,37 @@ def compare(
                     p_value=float(p),
                 )
             rows.append(row)
+    if conf_keys:
+        from ._resample import confidence_rows
+
+        rows += confidence_rows(
+            runs, names, base, conf_keys, ci=ci, n_boot=n_boot, seed=seed, test=test
+        )
     settings = {"ci": ci, "n_boot": n_boot, "seed": seed, "test": test, "average": average}
-    return Comparison(rows, names[base], names, metrics, settings)
+    return Comparison(rows, names[base], names, [*metrics, *conf_keys], settings)
+
+
+def _split_confidence_metrics(
+    metrics: Any, shared: list[str], runs: list[Any], names: list[str]
+) -> tuple[Any, list[str]]:
+    """Separate confidence metrics (``aurc_map_at_r``, ``ece``, ...) from per-query ones.
+
+    A confidence metric is compared by recomputing it on paired resamples, which needs every
+    run's per-query confidences (``evaluate(..., confidences=...)``).
+    """
+    if metrics is None:
+        return None, []
+    requested = [metrics] if isinstance(metrics, str) else list(metrics)
+    conf_keys = [m for m in requested if m not in shared and any(m in r.confidence for r in runs)]
+    for key in conf_keys:
+        for name, r in zip(names, runs, strict=True):
+            if key not in r.confidence or r.query_confidences is None:
+                raise InputError(
+                    f"confidence metric {key!r} cannot be compared: checkpoint {name!r} was "
+                    "evaluated without its per-query confidences; evaluate every checkpoint "
+                    "with evaluate(..., confidences=...)."
+                )
+    return [m for m in requested if m not in conf_keys], conf_keys
 
 
 def _point(diff: np.ndarray, groups: np.ndarray | None) -> float:

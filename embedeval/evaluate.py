@@ -93,8 +93,10 @@ def evaluate(
         With ``reference=None`` pass only ``query_groups``.
     confidences : array-like, shape (n_query,), optional
         Per-query confidence (higher = more certain unless ``higher_is_confident=False``, e.g.
-        for sigmas); fills ``result.confidence`` with AUERC and R-AUROC (see
-        :mod:`embedeval.confidence`).
+        for sigmas); fills ``result.confidence`` with AUERC, AURC / E-AURC / AUGRC, R-AUROC,
+        calibration errors and open-set detection (see
+        :func:`embedeval.confidence.confidence_summary`); with ``ci=`` each of them also gets
+        a bootstrap interval in ``result.ci`` (queries resampled, the statistic recomputed).
     reject_from : {"queries", "both"}
         ``"queries"``: the error-reject curve rejects queries and keeps the gallery whole.
         ``"both"`` (leave-one-out only) also recomputes every metric after removing each
@@ -361,8 +363,9 @@ def evaluate(
         from .confidence import confidence_summary
 
         result.confidence = confidence_summary(
-            per_query, conf, higher_is_confident=higher_is_confident
+            per_query, conf, higher_is_confident=higher_is_confident, labels=yq
         )
+        result.query_confidences = conf
         settings["higher_is_confident"] = bool(higher_is_confident)
         settings["reject_from"] = reject_from
         if reject_from == "both":
@@ -394,6 +397,20 @@ def evaluate(
         result.ci = bootstrap_ci(
             per_query, labels=yq, average=average, ci=ci, n_boot=n_boot, seed=seed
         )
+        if conf is not None:
+            from ._resample import confidence_ci
+
+            result.ci.update(
+                confidence_ci(
+                    per_query,
+                    conf,
+                    labels=yq,
+                    higher_is_confident=higher_is_confident,
+                    ci=ci,
+                    n_boot=n_boot,
+                    seed=seed,
+                )
+            )
         settings.update(ci=ci, n_boot=n_boot, seed=seed)
     return result
 

@@ -22,6 +22,7 @@ __all__ = [
     "plot_k_sweep",
     "plot_per_class",
     "plot_rank_correlation",
+    "plot_reliability",
     "save_figure",
 ]
 
@@ -536,4 +537,67 @@ def plot_coverage(curve: Any, *, ax: Any = None, label: str | None = None) -> An
     ax.set_ylim(0, 1)
     ax.set_title("Coverage of credible regions versus nominal level")
     ax.legend(fontsize=8)
+    return fig
+
+
+def plot_reliability(diagram: Any, *, ax: Any = None, label: str | None = None) -> Any:
+    """Reliability diagram: accuracy per confidence bin against the diagonal, with bin counts.
+
+    ``diagram`` is an :class:`embedeval.calibration.ReliabilityDiagram`.  Bars span each bin
+    with the height of its accuracy; markers sit at (mean confidence, accuracy); the number of
+    queries in each bin is written above its bar, so sparsely filled bins are visible.  Below
+    the diagonal the model is over-confident.
+
+    Examples
+    --------
+    >>> from embedeval.calibration import reliability_diagram
+    >>> fig = plot_reliability(reliability_diagram([1, 0, 1, 1], [0.95, 0.95, 0.3, 0.3], bins=2))
+    >>> [t.get_text() for t in fig.axes[0].texts]
+    ['n=2', 'n=2']
+    """
+    from ._errors import InputTypeError
+
+    missing = [
+        a for a in ("edges", "accuracy", "count", "mean_confidence") if not hasattr(diagram, a)
+    ]
+    if missing:
+        raise InputTypeError(
+            "diagram must be a ReliabilityDiagram (from embedeval.calibration."
+            f"reliability_diagram); got {type(diagram).__name__} without {missing}."
+        )
+    fig, ax = _axes(ax)
+    edges = np.asarray(diagram.edges, dtype=np.float64)
+    filled = np.asarray(diagram.count) > 0
+    widths = np.diff(edges)
+    acc = np.where(filled, diagram.accuracy, 0.0)
+    ax.bar(
+        edges[:-1],
+        acc,
+        width=widths,
+        align="edge",
+        color=_COLORS[0],
+        alpha=0.35,
+        edgecolor=_COLORS[0],
+        hatch="//",
+        label="accuracy per bin",
+    )
+    ax.plot([0, 1], [0, 1], ":", color="0.3", lw=1.5, label="calibrated (diagonal)")
+    ax.plot(
+        np.asarray(diagram.mean_confidence)[filled],
+        np.asarray(diagram.accuracy)[filled],
+        "-",
+        marker=_MARKERS[0],
+        color=_COLORS[1],
+        lw=1.5,
+        label=label or f"mean confidence (ECE {getattr(diagram, 'ece', float('nan')):.3f})",
+    )
+    for left, w, a, n in zip(edges[:-1], widths, acc, diagram.count, strict=True):
+        if n:
+            ax.text(left + w / 2, min(a + 0.02, 0.97), f"n={int(n)}", ha="center", fontsize=7)
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("accuracy (fraction correct)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Reliability diagram")
+    ax.legend(fontsize=8, loc="upper left")
     return fig

@@ -43,6 +43,9 @@ class EvaluationResult:
         Confidence/uncertainty metrics, when ``confidences=`` was given.
     ci : dict of str to (float, float)
         Bootstrap confidence intervals, when ``ci=`` was given.
+    query_confidences : ndarray or None
+        The per-query confidences given to ``evaluate(confidences=...)`` (so :func:`compare`
+        can bootstrap the confidence metrics); None without them.
     approximation : dict
         With an approximate ``index=``: the kNN recall against exact search and every metric
         both ways on a random sample of queries (see :func:`embedeval.evaluate`).
@@ -66,6 +69,7 @@ class EvaluationResult:
     confidence: dict[str, float] = field(default_factory=dict)
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
     approximation: dict[str, Any] = field(default_factory=dict)
+    query_confidences: np.ndarray | None = None
 
     def __getitem__(self, name: str) -> float:
         from ._registry import PML_ALIASES
@@ -101,6 +105,11 @@ class EvaluationResult:
             },
             "query_labels": [_scalar(v) for v in self.query_labels.tolist()],
             "per_query": {m: [_num(v) for v in a.tolist()] for m, a in self.per_query.items()},
+            **(
+                {}
+                if self.query_confidences is None
+                else {"query_confidences": [_num(v) for v in self.query_confidences.tolist()]}
+            ),
         }
 
     def to_json(self, path: str | os.PathLike | None = None, *, indent: int | None = 2) -> str:
@@ -138,6 +147,11 @@ class EvaluationResult:
                 settings=dict(data["settings"]),
                 confidence={k: _float(v) for k, v in data.get("confidence", {}).items()},
                 ci={k: (_float(lo), _float(hi)) for k, (lo, hi) in data.get("ci", {}).items()},
+                query_confidences=(
+                    None
+                    if data.get("query_confidences") is None
+                    else np.array([_float(v) for v in data["query_confidences"]])
+                ),
                 approximation=dict(data.get("approximation", {})),
             )
         except (TypeError, ValueError) as exc:  # a value of the wrong kind deeper down
@@ -232,7 +246,7 @@ _REQUIRED = {
     "n_ties": dict,
     "settings": dict,
 }
-_OPTIONAL = {"ci": dict, "confidence": dict, "approximation": dict}
+_OPTIONAL = {"ci": dict, "confidence": dict, "approximation": dict, "query_confidences": list}
 _KIND = {dict: "a dict (JSON object)", list: "a list (JSON array)", int: "an integer"}
 
 
@@ -263,6 +277,11 @@ def _check_result_dict(data: Any) -> None:
                 f"({_short(value)}). {fix}"
             )
     n = len(data["query_labels"])
+    if "query_confidences" in data and len(data["query_confidences"]) != n:
+        raise InputError(
+            f"data['query_confidences'] must be aligned with query_labels ({n} labels); got "
+            f"{len(data['query_confidences'])} values. {fix}"
+        )
     for name, values in data["per_query"].items():
         if not isinstance(values, list) or len(values) != n:
             got = f"{len(values)} values" if isinstance(values, list) else type(values).__name__
