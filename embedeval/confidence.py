@@ -141,27 +141,59 @@ def _kept_error_sums(error: np.ndarray, confidence: np.ndarray) -> np.ndarray:
     """Sum of the errors of the k most confident queries, k = 1..n, tied blocks averaged.
 
     For k inside a block of equal confidence the kept part of the block contributes its share of
-    the block's mean error: the expectation over every order of the tied queries.
+    the block's mean error: the expectation over every order of the tied queries.  ``error`` may
+    be 2-D (one column per metric, the same queries): every column is done in the same pass.
     """
     order = np.argsort(-confidence, kind="stable")
     c, e = confidence[order], error[order]
-    n = e.size
+    n = e.shape[0]
     starts = np.flatnonzero(np.concatenate(([True], c[1:] != c[:-1])))
     ends = np.append(starts[1:], n)
-    block_sum = np.add.reduceat(e, starts)
-    block_mean = block_sum / (ends - starts)
-    before = np.concatenate(([0.0], np.cumsum(block_sum)))[:-1]
-    k = np.arange(1, n + 1)
-    block = np.searchsorted(starts, k - 1, side="right") - 1  # block holding the k-th item
-    return before[block] + (k - starts[block]) * block_mean[block]
+    if starts.size == n:  # no tie: the plain running sum
+        return np.cumsum(e, axis=0)
+    size = ends - starts
+    block_mean = np.add.reduceat(e, starts, axis=0) / size.reshape(-1, *([1] * (e.ndim - 1)))
+    # Inside a block every kept item counts the block's mean error.
+    return np.cumsum(np.repeat(block_mean, size, axis=0), axis=0)
 
 
-def _area(values: np.ndarray, integration: str) -> float:
-    """Area under values v_1..v_n given at coverages 1/n..1 (see :func:`error_reject_curve`)."""
+def erc_areas(error: np.ndarray, confidence: np.ndarray, integration: str) -> dict[str, Any]:
+    """Every area of the error-reject curve, per column of ``error`` (n queries x m metrics).
+
+    ``confidence`` is oriented (higher = more confident) and NaN-free; see
+    :func:`error_reject_curve` for the definitions.  Returns arrays of length m keyed by the
+    :class:`ErrorRejectCurve` attribute names, plus the curves ``kept_mean`` / ``oracle_mean``.
+    """
+    n = error.shape[0]
+    k = np.arange(1, n + 1)[:, None]
+    e = error.reshape(n, -1)
+    kept_sum = _kept_error_sums(e, confidence)
+    oracle_sum = np.cumsum(np.sort(e, axis=0), axis=0)
+    kept_mean, oracle_mean = kept_sum / k, oracle_sum / k
+    auerc, oracle = kept_mean.mean(axis=0), oracle_mean.mean(axis=0)
+    aurc, oracle_aurc = _area(kept_mean, integration), _area(oracle_mean, integration)
+    return {
+        "auerc": auerc,
+        "oracle_auerc": oracle,
+        "random_auerc": e.mean(axis=0),
+        "excess_auerc": auerc - oracle,
+        "aurc": aurc,
+        "eaurc": aurc - oracle_aurc,
+        "augrc": _area(kept_sum / n, integration),
+        "oracle_aurc": oracle_aurc,
+        "oracle_augrc": _area(oracle_sum / n, integration),
+        "kept_mean": kept_mean,
+        "oracle_mean": oracle_mean,
+    }
+
+
+def _area(values: np.ndarray, integration: str) -> np.ndarray:
+    """Area under values v_1..v_n given at coverages 1/n..1 (see :func:`error_reject_curve`),
+    per column."""
     if integration == "mean":
-        return float(values.mean())
+        return values.mean(axis=0)
     # trapezoid from the point (coverage 0, value 0): (1/n) [Σ_{k<n} v_k + v_n / 2]
-    return float(values.mean() - values[-1] / (2 * values.size))
+    return values.mean(axis=0) - values[-1] / (2 * values.shape[0])
 
 
 def error_reject_curve(
@@ -243,32 +275,18 @@ def error_reject_curve(
     """
     s, c, dropped = _scores_and_confidence(scores, confidence, higher_is_confident)
     integration = check_choice(integration, "integration", ("mean", "trapezoid"))
-    e = 1.0 - s
-    n = e.size
-    k = np.arange(1, n + 1)
-    kept_sum = _kept_error_sums(e, c)
-    oracle_sum = np.cumsum(np.sort(e))
-    kept_mean, oracle_mean = kept_sum / k, oracle_sum / k
-    auerc = float(kept_mean.mean())
-    oracle = float(oracle_mean.mean())
-    aurc = _area(kept_mean, integration)
-    oracle_aurc = _area(oracle_mean, integration)
+    n = s.size
+    areas = erc_areas(1.0 - s, c, integration)
+    kept_mean, oracle_mean = areas.pop("kept_mean")[:, 0], areas.pop("oracle_mean")[:, 0]
+    scalars = {name: float(v[0]) for name, v in areas.items()}
     return ErrorRejectCurve(
-        rejected=1.0 - k[::-1] / n,
+        rejected=1.0 - np.arange(n, 0, -1) / n,
         error=kept_mean[::-1].copy(),
         oracle_error=oracle_mean[::-1].copy(),
-        auerc=auerc,
-        oracle_auerc=oracle,
-        random_auerc=float(e.mean()),
-        excess_auerc=auerc - oracle,
         n=n,
         n_dropped=dropped,
-        aurc=aurc,
-        eaurc=aurc - oracle_aurc,
-        augrc=_area(kept_sum / n, integration),
-        oracle_aurc=oracle_aurc,
-        oracle_augrc=_area(oracle_sum / n, integration),
         integration=integration,
+        **scalars,
     )
 
 
@@ -911,27 +929,48 @@ def confidence_summary(
     >>> out["open_set_auroc"]      # the lone query (0.5) is below 2 of the 3 enrolled
     0.6666666666666666
     """
-    out: dict[str, float] = {}
-    for name, values in per_query.items():
-        values = np.asarray(values, dtype=np.float64)
-        if np.all(np.isnan(values)):
-            continue
-        erc = error_reject_curve(
-            values, confidence, higher_is_confident=higher_is_confident, integration=integration
-        )
-        out[f"auerc_{name}"] = erc.auerc
-        out[f"oracle_auerc_{name}"] = erc.oracle_auerc
-        out[f"random_auerc_{name}"] = erc.random_auerc
-        out[f"excess_auerc_{name}"] = erc.excess_auerc
-        out[f"aurc_{name}"] = erc.aurc
-        out[f"eaurc_{name}"] = erc.eaurc
-        out[f"augrc_{name}"] = erc.augrc
+    out = _erc_summary(per_query, confidence, higher_is_confident, integration)
     key = next((k for k in ("precision_at_1", "recall_at_1") if k in per_query), None)
     if key is not None and not np.all(np.isnan(per_query[key])):
         out.update(
             _correctness_summary(per_query[key], confidence, higher_is_confident, labels, bins)
         )
     return out
+
+
+_SUMMARY_AREAS = ("auerc", "oracle_auerc", "random_auerc", "excess_auerc", "aurc", "eaurc", "augrc")
+
+
+def _erc_summary(
+    per_query: dict[str, np.ndarray], confidence: Any, higher_is_confident: bool, integration: str
+) -> dict[str, float]:
+    """The error-reject areas of every metric; metrics that leave out the same (lone) queries
+    share one sort and one pass (:func:`erc_areas` over a matrix)."""
+    columns = {
+        name: np.asarray(v, dtype=np.float64)
+        for name, v in per_query.items()
+        if not np.all(np.isnan(np.asarray(v, dtype=np.float64)))
+    }
+    if not columns:
+        return {}
+    names = list(columns)
+    values = np.stack([columns[m] for m in names], axis=1)
+    mask = np.isnan(values)
+    if (mask != mask[:, :1]).any():  # metrics that drop different queries: one curve each
+        areas = {}
+        for name in names:
+            erc = error_reject_curve(
+                columns[name],
+                confidence,
+                higher_is_confident=higher_is_confident,
+                integration=integration,
+            )
+            areas.update({f"{a}_{name}": float(getattr(erc, a)) for a in _SUMMARY_AREAS})
+        return areas
+    for j, name in enumerate(names):  # the checks (range, lengths) of error_reject_curve
+        _, conf, _ = _scores_and_confidence(values[:, j], confidence, higher_is_confident, name)
+    areas = erc_areas(1.0 - values[~mask[:, 0]], conf, integration)
+    return {f"{a}_{m}": float(areas[a][j]) for a in _SUMMARY_AREAS for j, m in enumerate(names)}
 
 
 def _correctness_summary(
