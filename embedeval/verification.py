@@ -474,6 +474,7 @@ def tar_at_far_all_pairs(
     memory_budget: int = 256 * 2**20,
     sample_size: int = 2_000_000,
     seed: int = 0,
+    n_threads: int | None = None,
 ) -> TarAtFar:
     """TAR at each FAR over every pair {i, j}, i < j, of a labelled set, exact and streamed.
 
@@ -497,6 +498,9 @@ def tar_at_far_all_pairs(
     sample_size : int
         Random impostor pairs used to place the brackets (affects speed only, never the result).
     seed : int
+    n_threads : int, optional
+        Threads, each scoring its own block with single-threaded BLAS (default: the usable
+        cores, at most 8); the result does not depend on it.
 
     Examples
     --------
@@ -510,6 +514,7 @@ def tar_at_far_all_pairs(
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
     sample_size = check_int(sample_size, "sample_size")
     seed = check_int(seed, "seed", minimum=0)
+    n_threads = check_int(n_threads, "n_threads", allow_none=True)
     xf = as_embeddings(x, "x")
     n = xf.shape[0]
     y = as_labels(labels, "labels", length=n, length_of="x")
@@ -531,8 +536,8 @@ def tar_at_far_all_pairs(
     margin = 8.0
     while True:
         lo, hi = _brackets(m, n_imp, sample, margin)
-        kept = _scan_pairs(xf, codes, sq, distance, lo, hi, block_size)
-        out = _read_brackets(m, n_imp, n_gen, lo, kept)
+        scan = _scan_pairs(xf, codes, sq, distance, lo, hi, block_size, n_threads)
+        out = _read_brackets(m, n_imp, n_gen, scan)
         if out is not None:
             break
         margin *= 4  # the sample misplaced a bracket: widen it and scan again
@@ -582,62 +587,97 @@ def _brackets(m, n_imp, sample, margin) -> tuple[np.ndarray, np.ndarray]:
     hi = np.where(p_hi > 0, sample[at_hi], np.inf)
     lo = np.where(p_lo < 1, sample[at_lo], -np.inf)
     lo = np.where(m >= n_imp, -np.inf, lo)  # FAR = 1: every pair is accepted
-    return lo.astype(np.float64), hi.astype(np.float64)
+    return lo.astype(np.float32), hi.astype(np.float32)
 
 
-def _scan_pairs(xf, codes, sq, distance, lo, hi, block_size) -> dict[str, list]:
-    """One pass over the pairs i < j: per target, counts above ``hi`` and scores in [lo, hi]."""
+def _genuine_pairs(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Class members in class order, and each class's start, for listing genuine pairs."""
+    order = np.argsort(codes, kind="stable")
+    sizes = np.bincount(codes)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    return order, starts, sizes
+
+
+def _block_genuine(rows: np.ndarray, codes, members) -> tuple[np.ndarray, np.ndarray]:
+    """Genuine pairs (i, j), i in ``rows``, j > i."""
+    order, starts, sizes = members
+    per_row = sizes[codes[rows]]
+    rep = np.repeat(rows, per_row)
+    first = np.repeat(np.cumsum(per_row) - per_row, per_row)
+    cols = order[starts[codes[rep]] + np.arange(rep.size) - first]
+    later = cols > rep
+    return rep[later], cols[later]
+
+
+def _scan_pairs(xf, codes, sq, distance, lo, hi, block_size, n_threads) -> dict[str, Any]:
+    """One pass over the pairs i < j.  Per target f and per kind (impostor, genuine): the count
+    of scores above ``hi[f]``, the smallest of them, and the scores in ``[lo[f], hi[f]]``."""
+    from .knn import in_order, single_threaded_blas
+
     n, t = xf.shape[0], lo.size
-    floor = lo.min()
-    kept: dict[str, Any] = {
-        "imp_above": np.zeros(t, np.int64),
-        "gen_above": np.zeros(t, np.int64),
-        "min_above": np.full(t, np.inf),
-        "imp": [[] for _ in range(t)],
-        "gen": [[] for _ in range(t)],
-    }
-    for a in range(0, n - 1, block_size):
-        b = min(a + block_size, n)
-        s = _block_scores(xf[a:b], xf[a:], distance, None if sq is None else sq[a:])
-        width = n - a
-        idx = np.flatnonzero(s >= floor) if floor > -np.inf else np.arange(s.size)
-        r, c = np.divmod(idx, width)
-        upper = c > r  # column a + c pairs with row a + r only once, when it comes later
-        idx, r, c = idx[upper], r[upper], c[upper]
-        vals = s.ravel()[idx].astype(np.float64)
-        gen = codes[a + r] == codes[a + c]
+    floor = np.float32(lo.min()) if lo.min() > -np.inf else np.finfo(np.float32).min
+    members = _genuine_pairs(codes)
+
+    def tally(vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        above_n, above_min, inside = np.zeros(t, np.int64), np.full(t, np.inf), []
         for f in range(t):
             above = vals > hi[f]
-            kept["imp_above"][f] += int(np.count_nonzero(above & ~gen))
-            kept["gen_above"][f] += int(np.count_nonzero(above & gen))
-            if above.any():
-                kept["min_above"][f] = min(kept["min_above"][f], vals[above].min())
-            inside = ~above & (vals >= lo[f])
-            kept["imp"][f].append(vals[inside & ~gen])
-            kept["gen"][f].append(vals[inside & gen])
-    return kept
+            above_n[f] = np.count_nonzero(above)
+            above_min[f] = np.min(vals, where=above, initial=np.inf)
+            inside.append(vals[(vals >= lo[f]) & ~above])
+        return above_n, above_min, inside
+
+    def one_block(a: int) -> tuple[tuple, tuple]:
+        b = min(a + block_size, n)
+        s = _block_scores(xf[a:b], xf[a:], distance, None if sq is None else sq[a:])
+        r, c = np.tril_indices(b - a)  # pairs j <= i of the block's leading square
+        s[r, c] = -np.inf
+        gr, gc = _block_genuine(np.arange(a, b), codes, members)
+        gen = s[gr - a, gc - a]
+        s[gr - a, gc - a] = -np.inf
+        return tally(s[s >= floor]), tally(gen)
+
+    out = {
+        kind: {"above_n": np.zeros(t, np.int64), "above_min": np.full(t, np.inf), "inside": []}
+        for kind in ("imp", "gen")
+    }
+    with single_threaded_blas():
+        for _, results in in_order(one_block, range(0, n - 1, block_size), n_threads):
+            for kind, (above_n, above_min, inside) in zip(("imp", "gen"), results, strict=True):
+                out[kind]["above_n"] += above_n
+                np.minimum(out[kind]["above_min"], above_min, out=out[kind]["above_min"])
+                out[kind]["inside"].append(inside)
+    for kind in out:
+        parts = out[kind]["inside"]
+        out[kind]["inside"] = [np.concatenate([p[f] for p in parts]) for f in range(t)]
+    return out
 
 
-def _read_brackets(m, n_imp, n_gen, lo, kept):
+def _read_brackets(m, n_imp, n_gen, scan):
     """Exact TAR, threshold and FAR achieved per target, or None when a bracket missed."""
     t = m.size
     tar, threshold, far_achieved = np.empty(t), np.empty(t), np.empty(t)
+    imp_s, gen_s = scan["imp"], scan["gen"]
     for f in range(t):
-        imp = np.sort(np.concatenate(kept["imp"][f]))[::-1]
-        gen = np.concatenate(kept["gen"][f])
-        k = int(m[f]) - int(kept["imp_above"][f])  # 0-based rank of the cut inside the bracket
+        imp = np.sort(imp_s["inside"][f])[::-1]
+        gen = gen_s["inside"][f]
+        imp_above = int(imp_s["above_n"][f])
+        k = int(m[f]) - imp_above  # 0-based rank of the cut inside the bracket
         if m[f] >= n_imp:
             cut = -np.inf
         elif 0 <= k < imp.size:
             cut = imp[k]
         else:
             return None
-        gen_above = int(kept["gen_above"][f]) + int(np.count_nonzero(gen > cut))
-        imp_above = int(kept["imp_above"][f]) + int(np.count_nonzero(imp > cut))
-        tar[f] = gen_above / n_gen
-        far_achieved[f] = imp_above / n_imp
-        candidates = np.concatenate((imp[imp > cut], gen[gen > cut], [kept["min_above"][f]]))
-        threshold[f] = candidates.min()
+        tar[f] = (int(gen_s["above_n"][f]) + np.count_nonzero(gen > cut)) / n_gen
+        far_achieved[f] = (imp_above + np.count_nonzero(imp > cut)) / n_imp
+        # The smallest score above the cut: inside the bracket, or the smallest above it.
+        threshold[f] = min(
+            np.min(imp, where=imp > cut, initial=np.inf),
+            np.min(gen, where=gen > cut, initial=np.inf),
+            imp_s["above_min"][f],
+            gen_s["above_min"][f],
+        )
     return tar, threshold, far_achieved
 
 
