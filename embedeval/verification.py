@@ -533,8 +533,9 @@ def tar_at_far_all_pairs(
     if block_size is None:
         block_size = max(1, min(n, memory_budget // (16 * n)))
     sample = _impostor_sample(xf, codes, sq, distance, sample_size, seed)
-    margin = 8.0
+    margin, n_scans = 8.0, 0
     while True:
+        n_scans += 1
         lo, hi = _brackets(m, n_imp, sample, margin)
         scan = _scan_pairs(xf, codes, sq, distance, lo, hi, block_size, n_threads)
         out = _read_brackets(m, n_imp, n_gen, scan)
@@ -553,24 +554,23 @@ def tar_at_far_all_pairs(
         resolved=resolved,
         n_genuine=n_gen,
         n_impostor=n_imp,
-        settings={"distance": distance, "higher_is_similar": higher, "n": n},
+        settings={"distance": distance, "higher_is_similar": higher, "n": n, "n_scans": n_scans},
     )
 
 
 def _impostor_sample(xf, codes, sq, distance, size, seed) -> np.ndarray:
-    """Scores of random impostor pairs (with replacement), sorted in decreasing order."""
+    """Scores of impostor pairs between random rows and random columns, decreasing.
+
+    A grid of up to 2,048 random rows against enough random columns is one BLAS product, much
+    cheaper than gathering ``size`` independent pairs; the brackets it places are verified.
+    """
     rng = np.random.default_rng(seed)
-    out = []
-    for start in range(0, size, 1 << 16):
-        i = rng.integers(0, xf.shape[0], min(1 << 16, size - start))
-        j = rng.integers(0, xf.shape[0], i.size)
-        keep = codes[i] != codes[j]
-        i, j = i[keep], j[keep]
-        dot = np.einsum("ij,ij->i", xf[i], xf[j])
-        if distance == "euclidean":
-            dot = -np.sqrt(np.maximum(sq[i] + sq[j] - 2 * dot, 0))
-        out.append(dot)
-    return np.sort(np.concatenate(out))[::-1]
+    n = xf.shape[0]
+    rows = np.sort(rng.choice(n, min(n, 2048), replace=False))
+    cols = np.sort(rng.choice(n, min(n, -(-size // rows.size)), replace=False))
+    s = _block_scores(xf[rows], xf[cols], distance, None if sq is None else sq[cols])
+    impostor = codes[rows][:, None] != codes[cols][None, :]  # also drops i == j
+    return np.sort(s[impostor])[::-1]
 
 
 def _brackets(m, n_imp, sample, margin) -> tuple[np.ndarray, np.ndarray]:
@@ -611,21 +611,23 @@ def _block_genuine(rows: np.ndarray, codes, members) -> tuple[np.ndarray, np.nda
 
 def _scan_pairs(xf, codes, sq, distance, lo, hi, block_size, n_threads) -> dict[str, Any]:
     """One pass over the pairs i < j.  Per target f and per kind (impostor, genuine): the count
-    of scores above ``hi[f]``, the smallest of them, and the scores in ``[lo[f], hi[f]]``."""
+    of scores above ``hi[f]`` and the scores in ``[lo[f], hi[f]]``."""
     from .knn import in_order, single_threaded_blas
 
     n, t = xf.shape[0], lo.size
     floor = np.float32(lo.min()) if lo.min() > -np.inf else np.finfo(np.float32).min
     members = _genuine_pairs(codes)
 
-    def tally(vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        above_n, above_min, inside = np.zeros(t, np.int64), np.full(t, np.inf), []
-        for f in range(t):
+    by_floor = np.argsort(lo, kind="stable")  # lowest bracket first: each set nests in the last
+
+    def tally(vals: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        above_n, inside = np.zeros(t, np.int64), [np.zeros(0, np.float32)] * t
+        for f in by_floor:
+            vals = vals[vals >= lo[f]]  # only shrinks: the next target's floor is higher
             above = vals > hi[f]
             above_n[f] = np.count_nonzero(above)
-            above_min[f] = np.min(vals, where=above, initial=np.inf)
-            inside.append(vals[(vals >= lo[f]) & ~above])
-        return above_n, above_min, inside
+            inside[f] = vals[~above]
+        return above_n, inside
 
     def one_block(a: int) -> tuple[tuple, tuple]:
         b = min(a + block_size, n)
@@ -637,15 +639,13 @@ def _scan_pairs(xf, codes, sq, distance, lo, hi, block_size, n_threads) -> dict[
         s[gr - a, gc - a] = -np.inf
         return tally(s[s >= floor]), tally(gen)
 
-    out = {
-        kind: {"above_n": np.zeros(t, np.int64), "above_min": np.full(t, np.inf), "inside": []}
-        for kind in ("imp", "gen")
+    out: dict[str, Any] = {
+        kind: {"above_n": np.zeros(t, np.int64), "inside": []} for kind in ("imp", "gen")
     }
     with single_threaded_blas():
         for _, results in in_order(one_block, range(0, n - 1, block_size), n_threads):
-            for kind, (above_n, above_min, inside) in zip(("imp", "gen"), results, strict=True):
+            for kind, (above_n, inside) in zip(("imp", "gen"), results, strict=True):
                 out[kind]["above_n"] += above_n
-                np.minimum(out[kind]["above_min"], above_min, out=out[kind]["above_min"])
                 out[kind]["inside"].append(inside)
     for kind in out:
         parts = out[kind]["inside"]
@@ -671,13 +671,15 @@ def _read_brackets(m, n_imp, n_gen, scan):
             return None
         tar[f] = (int(gen_s["above_n"][f]) + np.count_nonzero(gen > cut)) / n_gen
         far_achieved[f] = (imp_above + np.count_nonzero(imp > cut)) / n_imp
-        # The smallest score above the cut: inside the bracket, or the smallest above it.
-        threshold[f] = min(
+        # The threshold is the smallest score above the cut.  When none is in the bracket it lies
+        # above it (unseen): widen the bracket, unless nothing at all lies above it.
+        above_cut = min(
             np.min(imp, where=imp > cut, initial=np.inf),
             np.min(gen, where=gen > cut, initial=np.inf),
-            imp_s["above_min"][f],
-            gen_s["above_min"][f],
         )
+        if above_cut == np.inf and imp_above + int(gen_s["above_n"][f]) > 0:
+            return None
+        threshold[f] = above_cut
     return tar, threshold, far_achieved
 
 

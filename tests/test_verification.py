@@ -351,3 +351,26 @@ def test_bad_input_messages():
         ver.pair_scores(np.ones((2, 3)), np.ones((3, 3)))
     with pytest.raises(ee.InputError, match="no non-mated"):
         ver.open_set_identification(np.eye(2), [0, 1], np.eye(2), [0, 1])
+
+
+def test_all_pairs_recovers_from_a_misplaced_bracket(monkeypatch):
+    # The first brackets are placed at the very top of the impostor scores (far above the true
+    # order statistics for most targets): the scan must notice and retry, and stay exact.
+    x, labels = integer_set(5)
+    scores, genuine = all_pair_scores_loop(x, labels, "inner_product")
+    real = ver._brackets
+    calls = []
+
+    def misplaced(m, n_imp, sample, margin):
+        calls.append(margin)
+        if len(calls) == 1:
+            top = np.float32(sample.max())
+            return np.full(m.size, top), np.full(m.size, top)
+        return real(m, n_imp, sample, margin)
+
+    monkeypatch.setattr(ver, "_brackets", misplaced)
+    fars = [0.01, 0.1, 0.5]
+    got = ver.tar_at_far_all_pairs(x, labels, far=fars, distance="inner_product", block_size=9)
+    assert len(calls) >= 2
+    for f, tar in zip(fars, got.tar, strict=True):
+        assert tar == sklearn_tar_at_far(scores, genuine, f)
