@@ -346,6 +346,7 @@ def kfold_accuracy(
     *,
     n_folds: int = 10,
     folds: Any = None,
+    thresholds: Any = None,
     higher_is_similar: bool = True,
 ) -> tuple[float, float, np.ndarray]:
     """Verification accuracy with a threshold chosen on the other folds (LFW's protocol).
@@ -356,6 +357,11 @@ def kfold_accuracy(
     consecutive distinct training scores (and one point above and one below all of them); ties
     in training accuracy go to the highest threshold.  Accuracy = (accepted genuine + rejected
     impostor) / pairs on the held-out fold.
+
+    ``thresholds`` (in the scores' own units) restricts the choice to a grid, as published LFW
+    scripts do (e.g. ``np.arange(0, 4, 0.01)`` on Euclidean distances): the first grid value with
+    the best training accuracy is taken.  Those scripts accept ``distance < t`` where embedeval
+    accepts ``distance <= t``; the two differ only for a distance exactly on a grid value.
 
     Returns
     -------
@@ -373,10 +379,18 @@ def kfold_accuracy(
     """
     s, g = _scores_and_flags(scores, genuine, higher_is_similar)
     fold_ids = _fold_ids(s.size, n_folds, folds)
+    grid = None
+    if thresholds is not None:
+        grid = as_vector(np.atleast_1d(np.asarray(thresholds)), "thresholds")
+        grid = grid if higher_is_similar else -grid
     accs = []
     for f in np.unique(fold_ids):
         test = fold_ids == f
-        t = _best_threshold(s[~test], g[~test])
+        if grid is None:
+            t = _best_threshold(s[~test], g[~test])
+        else:  # accuracy of every grid value at once: accepted = score >= t
+            accepted = s[~test][None, :] >= grid[:, None]
+            t = grid[int(np.argmax((accepted == g[~test][None, :]).sum(axis=1)))]
         accs.append(float(np.mean((s[test] >= t) == g[test])))
     per_fold = np.array(accs)
     return float(per_fold.mean()), float(per_fold.std()), per_fold

@@ -374,3 +374,22 @@ def test_all_pairs_recovers_from_a_misplaced_bracket(monkeypatch):
     assert len(calls) >= 2
     for f, tar in zip(fars, got.tar, strict=True):
         assert tar == sklearn_tar_at_far(scores, genuine, f)
+
+
+def test_kfold_accuracy_on_a_grid_matches_published_loop():
+    # The published LFW scripts: Euclidean distances, a grid 0..4 step 0.01, per fold the first
+    # grid value with the best training accuracy (accept distance < t), accuracy on the fold.
+    rng = np.random.default_rng(8)
+    same = rng.random(600) < 0.5
+    dist = np.where(same, rng.normal(0.9, 0.25, 600), rng.normal(1.5, 0.25, 600)).clip(0, 4)
+    grid = np.arange(0, 4, 0.01)
+    want = []
+    for f in range(10):
+        test = np.zeros(600, bool)
+        test[f * 60 : (f + 1) * 60] = True
+        train_acc = [np.mean((dist[~test] < t) == same[~test]) for t in grid]
+        best = grid[int(np.argmax(train_acc))]
+        want.append(np.mean((dist[test] < best) == same[test]))
+    mean, std, per_fold = ver.kfold_accuracy(dist, same, thresholds=grid, higher_is_similar=False)
+    np.testing.assert_allclose(per_fold, want)
+    assert mean == pytest.approx(np.mean(want)) and std == pytest.approx(np.std(want))
