@@ -329,9 +329,7 @@ def test_open_set_matches_loop(rank):
     fpir = [0.05, 0.1, 0.3, 1.0]
     with warnings.catch_warnings():  # FPIR 0.05 may be below 1 / (non-mated searches)
         warnings.simplefilter("ignore", ee.EmbedevalWarning)
-        got = ver.open_set_identification(
-            q, yq, g, yg, fpir, rank=rank, distance="inner_product"
-        )
+        got = ver.open_set_identification(q, yq, g, yg, fpir, rank=rank, distance="inner_product")
     want, rank1 = open_set_loop(q, yq, g, yg, fpir, rank)
     np.testing.assert_allclose(got.dir, want, rtol=0, atol=1e-15)
     assert got.rank1 == pytest.approx(rank1)
