@@ -51,10 +51,13 @@ PROTOCOLS = {
 def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-query reference-index lists as CSR (lims, sorted unique indices)."""
     if isinstance(lists, np.ndarray) and lists.dtype != object:
-        raise InputTypeError(
-            f"{name} must be a list with one list of reference indices per query; got an array "
-            f"of shape {lists.shape}."
-        )
+        if lists.ndim != 2 or lists.dtype.kind not in "iu":
+            raise InputTypeError(
+                f"{name} must be a list with one list of reference indices per query (or a 2-D "
+                f"integer array, one row per query); got an array of dtype {lists.dtype} and "
+                f"shape {lists.shape}."
+            )
+        lists = [row.tolist() for row in lists]
     try:
         rows = list(lists)
     except TypeError:

@@ -162,6 +162,15 @@ def test_ci_and_compare_with_lists():
     assert "map" in ee.compare({"a": a, "b": b}, n_boot=100).to_markdown()
 
 
+def test_lists_as_2d_integer_array():
+    q, g = [[0.0], [3.0]], [[1.0], [2.0], [3.0]]
+    as_lists = ee.evaluate(q, None, g, None, positives=[[1], [0]], metrics=["map"])
+    as_array = ee.evaluate(q, None, g, None, positives=np.array([[1], [0]]), metrics=["map"])
+    # Query 0: positive 1 (at 2.0) is 2nd -> 1/2.  Query 1: positive 0 (at 1.0) is 3rd -> 1/3.
+    assert as_lists.per_query["map"].tolist() == as_array.per_query["map"].tolist()
+    assert as_array.per_query["map"] == pytest.approx([1 / 2, 1 / 3])
+
+
 def test_lists_bad_input():
     q, g = [[0.0]], [[1.0], [2.0]]
     with pytest.raises(ee.InputError, match="both a positive and junk"):
@@ -174,5 +183,7 @@ def test_lists_bad_input():
         ee.evaluate(q, None, g, None, positives=[[0], [1]])
     with pytest.raises(ee.InputError, match="query_groups"):
         ee.evaluate(q, None, g, None, positives=[[0]], query_groups=[0])
+    with pytest.raises(ee.InputTypeError, match="2-D integer array"):
+        ee.evaluate(q, None, g, None, positives=np.array([0.5]))
     with pytest.raises(ee.InputError, match="protocol="):
         lm.revisitop_lists([{"easy": [], "hard": [], "junk": []}], "medum")
