@@ -96,6 +96,14 @@ _FIXED = {
         "mean_reciprocal_rank",
         "mean reciprocal rank of the first relevant reference",
     ),
+    "minp": MetricInfo(
+        "minp",
+        "knn",
+        "full",
+        None,
+        None,
+        "mean inverse negative penalty: R_q / rank of the last relevant reference (re-id mINP)",
+    ),
     "nmi": MetricInfo(
         "nmi",
         "cluster",

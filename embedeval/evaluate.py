@@ -54,6 +54,8 @@ def evaluate(
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress: bool | None = None,
     n_threads: int | None = None,
+    positives: Any = None,
+    junk: Any = None,
 ) -> EvaluationResult:
     """Evaluate embeddings by exact kNN retrieval: P@1, R-Precision, MAP@R, MAP, MRR, Recall@k.
 
@@ -69,7 +71,8 @@ def evaluate(
         from its own ranking by identity).
     metrics : list of str, optional
         Keys among ``precision_at_1``, ``r_precision``, ``map_at_r``, ``map``, ``mrr``,
-        ``recall_at_{k}``, ``precision_at_{k}``, ``nmi``, ``ami`` (PML spellings accepted).
+        ``minp`` (re-id mINP: R_q / rank of the last relevant reference), ``recall_at_{k}``,
+        ``precision_at_{k}``, ``nmi``, ``ami`` (PML spellings accepted).
         Default: P@1, R-Precision, MAP@R, Recall@1, Recall@10 (Recall@k instead of Recall@10
         when an int ``k`` below 10 caps the ranking).
     custom_metrics : dict of str to RetrievalMetric, optional
@@ -129,6 +132,11 @@ def evaluate(
         depend on it; peak working memory is about ``n_threads * memory_budget``.  The sharded
         backend runs one block at a time, faiss indexes use faiss's own threads, and Dask uses
         its workers.
+    positives, junk : list of lists of int, optional
+        Relevance given per query as reference indices instead of labels (landmark retrieval:
+        revisited Oxford / Paris): pass ``query_labels=None`` and ``reference_labels=None``.
+        Each query's ``junk`` items are removed from its ranking before every metric, and
+        R_q = ``len(positives[q])``.  See :mod:`embedeval.landmarks`.
 
     Returns
     -------
@@ -150,6 +158,35 @@ def evaluate(
     >>> res.per_query["map_at_r"].round(4).tolist()
     [0.0, 0.0, 0.0, 0.5, 0.5]
     """
+    if positives is not None or junk is not None:
+        from .landmarks import evaluate_with_lists
+
+        return evaluate_with_lists(
+            query,
+            query_labels,
+            reference,
+            reference_labels,
+            positives=positives,
+            junk=junk,
+            metrics=metrics,
+            k=k,
+            distance=distance,
+            average=average,
+            ci=ci,
+            n_boot=n_boot,
+            seed=seed,
+            block_size=block_size,
+            memory_budget=memory_budget,
+            unsupported={
+                "query_groups": query_groups is not None,
+                "reference_groups": reference_groups is not None,
+                "confidences": confidences is not None,
+                "index": index is not None,
+                "shards": shards is not None,
+                "ref_includes_query": bool(ref_includes_query),
+                "backend='dask'": backend != "local",
+            },
+        )
     # ---- arguments
     if metrics is None and isinstance(k, int) and not isinstance(k, bool) and 1 <= k < 10:
         # The default set reads 10 neighbours for Recall@10; with a smaller cap, report

@@ -14,8 +14,10 @@ import numpy as np
 
 __all__ = [
     "plot_checkpoints",
+    "plot_cmc",
     "plot_confidence_metrics",
     "plot_coverage",
+    "plot_det",
     "plot_distance_histograms",
     "plot_embedding_2d",
     "plot_error_reject_curve",
@@ -23,6 +25,7 @@ __all__ = [
     "plot_per_class",
     "plot_rank_correlation",
     "plot_reliability",
+    "plot_roc",
     "save_figure",
 ]
 
@@ -600,4 +603,166 @@ def plot_reliability(diagram: Any, *, ax: Any = None, label: str | None = None) 
     ax.set_ylim(0, 1.05)
     ax.set_title("Reliability diagram")
     ax.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+# ---------------------------------------------------------------------------- protocols
+def _named_curves(curves: Any, kind: type | tuple, what: str) -> dict[str, Any]:
+    from ._errors import InputError, InputTypeError
+
+    named = dict(curves) if isinstance(curves, Mapping) else {"": curves}
+    if not named:
+        raise InputError(f"{what} is empty; pass at least one curve.")
+    for name, c in named.items():
+        if not isinstance(c, kind):
+            raise InputTypeError(
+                f"{what}{f'[{name!r}]' if name else ''} must be a {kind.__name__} (from "
+                f"embedeval.verification.roc); got {type(c).__name__}."
+            )
+    return named
+
+
+def _mark_operating_points(
+    ax: Any, points: Any, color: str, y_true: np.ndarray, y_drawn: np.ndarray, dy: np.ndarray
+) -> None:
+    # Labels go on the empty side of the curve (above-left for ROC, below-left for DET) and
+    # show the true value even where a zero is drawn at the edge of a log axis.
+    far = np.asarray(points.far)
+    ok = np.asarray(points.resolved) & (far > 0)
+    ax.plot(far[ok], y_drawn[ok], linestyle="none", marker="o", mfc="white", mec=color, mew=1.5,
+            ms=7, label="operating points (value @ target FAR)")  # fmt: skip
+    dy = np.broadcast_to(dy, far.shape)
+    for f, v, d, off in zip(far[ok], y_true[ok], y_drawn[ok], dy[ok], strict=True):
+        ax.annotate(f"{v:.3f} @ {f:.0e}", (f, d), textcoords="offset points", xytext=(-6, off),
+                    ha="right", fontsize=7, color=color)  # fmt: skip
+
+
+def plot_roc(
+    curves: Any, *, operating_points: Any = None, ax: Any = None, label: str | None = None
+) -> Any:
+    """ROC curve(s), TAR against FAR on a log FAR axis, with the target FARs marked.
+
+    Parameters
+    ----------
+    curves : RocCurve or mapping of name to RocCurve
+        From :func:`embedeval.verification.roc`.
+    operating_points : TarAtFar, optional
+        From :func:`embedeval.verification.tar_at_far`: each resolved target is marked on the
+        first curve and labelled "TAR @ FAR".
+
+    Examples
+    --------
+    >>> from embedeval.verification import roc, tar_at_far
+    >>> s, g = [0.9, 0.8, 0.7, 0.6, 0.5, 0.2], [True, True, False, True, False, False]
+    >>> fig = plot_roc(roc(s, g), operating_points=tar_at_far(s, g, far=[1 / 3]))
+    >>> fig.axes[0].get_xscale()
+    'log'
+    """
+    from .verification import RocCurve
+
+    named = _named_curves(curves, RocCurve, "curves")
+    fig, ax = _axes(ax)
+    floor = min(1.0 / max(c.n_impostor, 1) for c in named.values())
+    for i, (name, c) in enumerate(named.items()):
+        far = np.maximum(c.far, floor / 2)  # FAR = 0 drawn at the left edge of the log axis
+        ax.step(far, c.tar, where="post", color=_COLORS[i % len(_COLORS)],
+                linestyle=_LINES[i % len(_LINES)], lw=2, label=name or label or "ROC")  # fmt: skip
+    if operating_points is not None:
+        tar = np.asarray(operating_points.tar)
+        _mark_operating_points(ax, operating_points, _COLORS[0], tar, tar, np.array(5.0))
+    ax.set_xscale("log")
+    ax.set_xlim(floor / 2, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("false accept rate (FAR, log scale)")
+    ax.set_ylabel("true accept rate (TAR)")
+    ax.set_title("ROC: TAR against FAR")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def plot_det(
+    curves: Any, *, operating_points: Any = None, ax: Any = None, label: str | None = None
+) -> Any:
+    """DET curve(s): FNMR against FMR, both on log axes (the NIST FRVT presentation).
+
+    Parameters
+    ----------
+    curves : RocCurve or mapping of name to RocCurve
+        From :func:`embedeval.verification.roc` (FMR = FAR, FNMR = 1 - TAR).
+    operating_points : TarAtFar, optional
+        Marks FNMR at each resolved target FMR.
+
+    Examples
+    --------
+    >>> from embedeval.verification import roc
+    >>> fig = plot_det(roc([0.9, 0.8, 0.7, 0.6, 0.5], [True, False, True, False, False]))
+    >>> fig.axes[0].get_yscale()
+    'log'
+    """
+    from .verification import RocCurve
+
+    named = _named_curves(curves, RocCurve, "curves")
+    fig, ax = _axes(ax)
+    floor = min(1.0 / max(c.n_impostor, 1) for c in named.values())
+    y_floor = min(1.0 / max(c.n_genuine, 1) for c in named.values())
+    for i, (name, c) in enumerate(named.items()):
+        fmr = np.maximum(c.far, floor / 2)
+        fnmr = np.maximum(c.fnmr, y_floor / 2)
+        ax.step(fmr, fnmr, where="post", color=_COLORS[i % len(_COLORS)],
+                linestyle=_LINES[i % len(_LINES)], lw=2, label=name or label or "DET")  # fmt: skip
+    if operating_points is not None:
+        fnmr = 1 - np.asarray(operating_points.tar)
+        _mark_operating_points(
+            ax,
+            operating_points,
+            _COLORS[0],
+            fnmr,
+            np.maximum(fnmr, y_floor / 2),
+            np.where(fnmr > 0, -11.0, 5.0),  # a zero sits on the bottom edge: label above it
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(floor / 2, 1)
+    ax.set_ylim(y_floor / 2, 1.05)
+    ax.set_xlabel("false match rate (FMR, log scale)")
+    ax.set_ylabel("false non-match rate (FNMR, log scale)")
+    ax.set_title("DET: FNMR against FMR (FNMR = 0 drawn on the bottom edge)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    return fig
+
+
+def plot_cmc(cmc: Any, *, ax: Any = None, label: str | None = None) -> Any:
+    """CMC curve(s): matching rate against rank 1..K.
+
+    Parameters
+    ----------
+    cmc : array-like or mapping of name to array-like
+        ``cmc[r - 1]`` = fraction of queries whose first correct match is within rank r, as
+        returned by :meth:`embedeval.EvaluationResult.cmc`.
+
+    Examples
+    --------
+    >>> fig = plot_cmc({"model A": [0.6, 0.8, 0.9], "model B": [0.5, 0.7, 0.95]})
+    >>> [line.get_label() for line in fig.axes[0].get_lines()]
+    ['model A', 'model B']
+    """
+    series = dict(cmc) if isinstance(cmc, Mapping) else {label or "CMC": cmc}
+    first = np.asarray(next(iter(series.values())), dtype=float)
+    ranks, named = _series(np.arange(1, first.size + 1), "ranks", series, "cmc")
+    fig, ax = _axes(ax)
+    for i, (name, values) in enumerate(named.items()):
+        ax.plot(ranks, values, color=_COLORS[i % len(_COLORS)], linestyle=_LINES[i % len(_LINES)],
+                marker=_MARKERS[i % len(_MARKERS)], ms=4, lw=2, label=name)  # fmt: skip
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("rank r")
+    ax.set_ylabel("matching rate (first correct match within rank r)")
+    ax.set_xlim(0.5, ranks.size + 0.5)
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Cumulative match characteristic (CMC)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
     return fig

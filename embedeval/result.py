@@ -86,6 +86,43 @@ class EvaluationResult:
     def __contains__(self, name: object) -> bool:
         return name in self.metrics or name in self.confidence
 
+    def cmc(self, max_rank: int = 50) -> np.ndarray:
+        """Cumulative match characteristic: ``cmc[r - 1]`` = fraction of non-lone queries whose
+        first relevant reference is within the first r, for r = 1..max_rank.
+
+        Read from the per-query reciprocal ranks, so ``"mrr"`` must be among the metrics; the
+        mean is over queries (micro) whatever ``average`` was.  ``cmc[0]`` equals Precision@1
+        and ``cmc[r - 1]`` equals ``recall_at_{r}``.
+
+        Examples
+        --------
+        >>> import embedeval as ee
+        >>> res = ee.evaluate([[0.0], [0.1], [0.3], [1.0], [1.1]], [0, 0, 1, 1, 0],
+        ...                   metrics=["mrr"])
+        >>> res.cmc(3).tolist()  # first relevant at ranks 1, 1, 3, 2, 3
+        [0.4, 0.6, 1.0]
+        """
+        from ._validation import check_int
+
+        max_rank = check_int(max_rank, "max_rank")
+        if "mrr" not in self.per_query:
+            raise InputError(
+                "cmc() reads the rank of each query's first relevant reference from the "
+                "per-query MRR; evaluate again with 'mrr' among the metrics."
+            )
+        k = self.settings.get("k_used")
+        if isinstance(k, int) and max_rank > k:
+            raise InputError(
+                f"max_rank={max_rank} is deeper than the ranking that was read (k={k}); "
+                f"use max_rank <= {k}, or evaluate with k=None."
+            )
+        rr = self.per_query["mrr"]
+        rr = rr[~np.isnan(rr)]
+        with np.errstate(divide="ignore"):
+            first = np.where(rr > 0, np.rint(1.0 / rr), np.inf)
+        ranks = np.arange(1, max_rank + 1)
+        return (first[None, :] <= ranks[:, None]).mean(axis=1)
+
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with stable keys; NaN becomes ``None``."""
