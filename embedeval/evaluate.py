@@ -9,7 +9,7 @@ import numpy as np
 
 from ._engine import RetrievalTask, run_local
 from ._errors import EmbedevalWarning, InputError, InputTypeError
-from ._registry import MetricInfo, parse_metrics
+from ._registry import MetricInfo, default_metrics, parse_metrics
 from ._validation import as_embeddings, as_labels, as_vector, check_choice, check_int, factorize
 from .knn import (
     DEFAULT_MEMORY_BUDGET,
@@ -143,10 +143,7 @@ def evaluate(
     [0.0, 0.0, 0.0, 0.5, 0.5]
     """
     # ---- arguments
-    if metrics is None and isinstance(k, int) and not isinstance(k, bool) and 1 <= k < 10:
-        # The default set reads 10 neighbours for Recall@10; with a smaller cap, report
-        # Recall@k instead of failing on a default the caller did not choose.
-        metrics = ["precision_at_1", "r_precision", "map_at_r", "recall_at_1", f"recall_at_{k}"]
+    default = metrics is None
     infos = parse_metrics(metrics)
     backend = check_choice(backend, "backend", ("local", "dask"))
     reject_from = check_choice(reject_from, "reject_from", ("queries", "both"))
@@ -258,6 +255,8 @@ def evaluate(
         k_used = max(int(relevant.max(initial=0)), 1)
     else:
         k_used = k
+    if default:  # a cap below 10 (int or max_bin_count) reports Recall@cap, never fails
+        infos = parse_metrics(default_metrics(k_used))
     _check_cutoffs(infos, k_used, k)
     max_relevant = int(relevant.max(initial=0))
     truncated = [m.name for m in infos if m.depth == "r"]
