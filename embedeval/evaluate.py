@@ -17,7 +17,7 @@ from .knn import (
     Exclusions,
     check_queries_lead_reference,
 )
-from .result import EvaluationResult
+from .result import EvaluationResult, warn_if_biased
 
 __all__ = ["evaluate"]
 
@@ -308,6 +308,7 @@ def evaluate(
             memory_budget=memory_budget,
             progress=progress,
         )
+        warn_if_biased(approximation)
 
     # ---- aggregate
     summary: dict[str, float] = {}
