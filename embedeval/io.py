@@ -78,15 +78,21 @@ def _torch_error(path: Path) -> FileFormatError:
     )
 
 
+def _refuse_torch(path: Path) -> None:
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if (head == b"PK\x03\x04" and _is_torch_zip(path)) or (
+        head[:1] == b"\x80" and path.suffix.lower() in _TORCH_SUFFIXES
+    ):
+        raise _torch_error(path)
+
+
 def _check_header(path: Path) -> None:
     # np.load with allow_pickle=False calls every non-NumPy file "pickled data"; say what it is.
     with open(path, "rb") as fh:
         head = fh.read(6)
     is_npy, is_zip = head == b"\x93NUMPY", head.startswith(b"PK\x03\x04")
-    if (is_zip and _is_torch_zip(path)) or (
-        head[:1] == b"\x80" and path.suffix.lower() in _TORCH_SUFFIXES
-    ):
-        raise _torch_error(path)
+    _refuse_torch(path)
     want_zip = path.suffix.lower() == ".npz"
     if (want_zip and is_zip) or (not want_zip and is_npy):
         return
@@ -211,7 +217,7 @@ def load_embeddings(path: str | os.PathLike, *, mmap: bool = True) -> EmbeddingF
     elif suffix == ".parquet":
         arrays = _load_parquet(path)
     else:
-        _check_header(path)  # a PyTorch file (.pt, .pth, ...) gets its conversion
+        _refuse_torch(path)  # a PyTorch file (.pt, .pth, ...) gets its conversion
         raise FileFormatError(
             f"{path}: unknown file type {suffix or '(no suffix)'!r}; use one of "
             f"{', '.join(EMBEDDING_SUFFIXES)}."
@@ -339,7 +345,7 @@ def load_array(path: str | os.PathLike, *, what: str = "labels") -> np.ndarray:
     elif suffix in (".txt", ".csv", ".tsv", ""):
         arr = _read_text_column(path, what)
     else:
-        _check_header(path)
+        _refuse_torch(path)
         raise FileFormatError(
             f"{path}: unknown file type {suffix!r} for {what}; use .npy, .npz or .txt."
         )

@@ -237,28 +237,49 @@ def plot_confidence_metrics(
     *,
     ax: Any = None,
     xlabel: str = "confidence given to the injected errors",
+    higher_is_better: Mapping[str, bool] | None = None,
+    clean_level: float | None = None,
 ) -> Any:
     """Confidence metrics (AUERC, R-AUROC, ...) as a function of a swept setting.
 
+    ``higher_is_better`` marks each metric's direction in the legend ("higher is better" /
+    "lower is better"): AUERC (an error area) and R-AUROC (a separation score) point opposite
+    ways on one axis.  ``clean_level`` draws the confidence of the clean points, where an
+    injected error stops being less confident than they are.
+
     Examples
     --------
-    >>> fig = plot_confidence_metrics([0.0, 1.0], {"R-AUROC": [0.9, 0.2]})
+    >>> fig = plot_confidence_metrics([0.0, 1.0], {"R-AUROC": [0.9, 0.2]},
+    ...                               higher_is_better={"R-AUROC": True})
     >>> fig.axes[0].get_lines()[0].get_ydata().tolist()
     [0.9, 0.2]
+    >>> fig.axes[0].get_lines()[0].get_label()
+    'R-AUROC (higher is better)'
     """
     levels, metrics = _series(levels, "levels", metrics, "metrics")
     fig, ax = _axes(ax)
+    directions = dict(higher_is_better or {})
     for i, (name, values) in enumerate(metrics.items()):
+        way = directions.get(name)
+        tag = "" if way is None else (" (higher is better)" if way else " (lower is better)")
         ax.plot(
             levels,
             values,
             _LINES[i % len(_LINES)],
             marker=_MARKERS[i % len(_MARKERS)],
             color=_COLORS[i % len(_COLORS)],
-            label=name,
+            label=name + tag,
+        )
+    if clean_level is not None:
+        ax.axvline(
+            clean_level,
+            color="0.4",
+            ls=":",
+            lw=1.5,
+            label=f"confidence of the clean points ({clean_level:g})",
         )
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("metric value")
+    ax.set_ylabel("metric value (see each one's direction)")
     ax.set_title("Confidence metrics as the errors grow more confident")
     ax.legend(fontsize=8)
     return fig

@@ -383,7 +383,8 @@ def test_evaluate_macro_max_bin_count_ci_and_tables(tmp_path):
         per_query["map_at_r"][YS == 2].mean(), abs=1e-6
     )
     pq = (tmp_path / "pq.csv").read_text().splitlines()
-    assert pq[0] == "query,label,map_at_r,precision_at_5" and len(pq) == 41
+    head = "query,label,top1_index,top1_label,top1_distance,map_at_r,precision_at_5"
+    assert pq[0] == head and len(pq) == 41
     assert float(pq[1].split(",")[2]) == pytest.approx(per_query["map_at_r"][0], abs=1e-6)
 
 
