@@ -136,6 +136,7 @@ def default_metrics(depth: int | None) -> tuple[str, ...]:
         return DEFAULT_METRICS
     return DEFAULT_METRICS[:-1] + ((f"recall_at_{depth}",) if depth > 1 else ())
 
+
 _AT_K = re.compile(r"^(recall|precision)_at_([1-9][0-9]*)$")
 
 

@@ -61,9 +61,7 @@ def top1(inputs: dict[str, Any], res: Any, n_threads: int | None) -> tuple[np.nd
     step = max(1, 4_000_000 // max(depth, 1))
     for s in range(0, n_q, step):
         e = min(s + step, n_q)
-        d, i = neighbors(
-            xq[s:e], depth, xb, distance=res.settings["distance"], n_threads=n_threads
-        )
+        d, i = neighbors(xq[s:e], depth, xb, distance=res.settings["distance"], n_threads=n_threads)
         ok = np.ones(i.shape, dtype=bool)
         if self_index:
             ok &= i != np.arange(s, e)[:, None]
@@ -104,7 +102,7 @@ def _close(fig: Any) -> None:
 
 def _main_metric(res: Any) -> str | None:
     for name in ("map_at_r", "r_precision", "precision_at_1", *res.per_query):
-        if name in res.per_class and res.per_class[name]:
+        if res.per_class.get(name):
             return name
     return None
 

@@ -202,9 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG_EVALUATE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "file", nargs="?", help="embeddings: .npy, .npz, .safetensors or .parquet"
-    )
+    p.add_argument("file", nargs="?", help="embeddings: .npy, .npz, .safetensors or .parquet")
     _add_evaluation_options(p)
     o = p.add_argument_group("outputs")
     o.add_argument("--json", metavar="OUT", help="write the full result as JSON")
@@ -555,7 +553,8 @@ def _check_paths(args: argparse.Namespace, outputs: Sequence[str | None]) -> Non
     """Refuse an output that would overwrite an input, and two outputs to the same file."""
     seen: dict[str, str] = {}
     for flag, path in _input_paths(args):
-        seen.setdefault(os.path.realpath(path), f"the {flag} file" if flag != "input" else "an input file")
+        role = f"the {flag} file" if flag != "input" else "an input file"
+        seen.setdefault(os.path.realpath(path), role)
     outs: dict[str, str] = {}
     for out in outputs:
         if out is None:

@@ -4,9 +4,9 @@
   separate file (``--labels``).
 * ``.npz`` — keys ``embeddings`` and ``labels`` (required together unless labels come from a
   separate file), optional ``confidences``, ``sigmas``, ``groups``.
-* ``.safetensors`` (``pip install "embedeval[safetensors]"``) — the same tensor names; labels
+* ``.safetensors`` (``pip install "embedeval-exact[safetensors]"``) — the same tensor names; labels
   must be numeric (the format stores tensors only).
-* ``.parquet`` (``pip install "embedeval[parquet]"``) — one row per item: a list (or
+* ``.parquet`` (``pip install "embedeval-exact[parquet]"``) — one row per item: a list (or
   fixed-size list) column ``embedding`` (or ``embeddings``), and scalar columns ``label`` /
   ``labels``, ``confidence`` / ``confidences``, ``sigma`` / ``sigmas``, ``group`` / ``groups``.
 * Label files may also be ``.txt`` / ``.csv`` with one label per line (integers when every line
@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import FileFormatError
+from ._files import install_hint
 from ._validation import as_embeddings, as_labels, as_vector
 
 __all__ = ["EmbeddingFile", "load_array", "load_embeddings"]
@@ -72,7 +73,7 @@ def _torch_error(path: Path) -> FileFormatError:
     out = path.stem + ("_numpy.npy" if path.suffix.lower() == ".npy" else ".npy")
     return FileFormatError(
         f"{path} is a PyTorch file (torch.save); embedeval never unpickles files, because "
-        "unpickling can run arbitrary code. Convert it once with: python -c \"import numpy, "
+        'unpickling can run arbitrary code. Convert it once with: python -c "import numpy, '
         f"torch; numpy.save('{out}', torch.load('{path}').float().numpy())\" and pass {out} "
         "(labels the same way, to a separate .npy, or np.savez both into one .npz)."
     )
@@ -249,7 +250,7 @@ def _load_safetensors(path: Path) -> dict[str, Any]:
     except ImportError:
         raise FileFormatError(
             f"{path}: reading .safetensors needs the safetensors package: "
-            'pip install "embedeval[safetensors]".'
+            f"{install_hint('safetensors')}."
         ) from None
     try:
         tensors = load_file(str(path))
@@ -267,7 +268,7 @@ def _load_parquet(path: Path) -> dict[str, Any]:
         import pyarrow.parquet as pq
     except ImportError:
         raise FileFormatError(
-            f'{path}: reading .parquet needs pyarrow: pip install "embedeval[parquet]".'
+            f"{path}: reading .parquet needs pyarrow: {install_hint('parquet')}."
         ) from None
     try:
         table = pq.read_table(path)

@@ -502,7 +502,8 @@ def plot_confidence_recall(
     ok = np.asarray(curve.count) > 0
     x = np.asarray(curve.mean_confidence)[ok]
     ax.plot(x, np.asarray(curve.mean_metric)[ok], "-o", color=_COLORS[0], lw=2, label=metric)
-    for xi, yi, n in zip(x, np.asarray(curve.mean_metric)[ok], np.asarray(curve.count)[ok]):
+    for xi, yi, n in zip(x, np.asarray(curve.mean_metric)[ok], np.asarray(curve.count)[ok],
+                         strict=True):  # fmt: skip
         ax.annotate(f"n={n}", (xi, yi), textcoords="offset points", xytext=(0, 6), fontsize=7,
                     ha="center")  # fmt: skip
     what = "sigma (uncertainty)" if sigma else "confidence"
