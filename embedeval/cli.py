@@ -487,8 +487,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     plot_files = _plot_paths(args.plots, args.plot_format) if args.plots else []
     _check_paths(args, [args.json, args.per_class, args.per_query, *plot_files])
     inputs = _load_inputs(args, args.file)
-    res = _evaluate_file(args, args.file, inputs=inputs)
-    _refuse_all_lone(res, args)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = _evaluate_file(args, args.file, inputs=inputs)
+    _refuse_all_lone(res, args)  # before the warnings: the error says it all, once
+    for w in caught:
+        _show_warning(w.message, w.category)
     res.provenance.update(_provenance(args))
     print(f"{args.file}: {_summary(res)}")
     print(res.table())

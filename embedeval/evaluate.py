@@ -385,7 +385,13 @@ def evaluate(
         from .compare import bootstrap_ci
 
         result.ci = bootstrap_ci(
-            per_query, labels=yq, average=average, ci=ci, n_boot=n_boot, seed=seed
+            per_query,
+            labels=yq,
+            average=average,
+            ci=ci,
+            n_boot=n_boot,
+            seed=seed,
+            progress=progress,
         )
         settings.update(ci=ci, n_boot=n_boot, seed=seed)
     return result
