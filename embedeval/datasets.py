@@ -352,7 +352,10 @@ def positive_negative_distances(
     >>> sorted(set(pos.tolist())), sorted(set(neg.tolist()))
     ([1.0], [4.0, 5.0])
     """
-    x = as_embeddings(embeddings, "embeddings")
+    # float32 arrays (a memory-mapped file) stay float32, no float64 copy of the whole set;
+    # pairs are computed in float64 either way.
+    single = isinstance(embeddings, np.ndarray) and embeddings.dtype == np.float32
+    x = as_embeddings(embeddings, "embeddings", dtype=np.float32 if single else np.float64)
     y = as_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
     distance = check_choice(distance, "distance", ("euclidean", "cosine"))
     max_pairs = check_int(max_pairs, "max_pairs")
