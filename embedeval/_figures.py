@@ -27,7 +27,7 @@ FIGURES = (
 
 
 def generate_figures(out_dir: str | os.PathLike = "figures", *, seed: int = 0) -> list[Path]:
-    """Write the figures of SPEC §7 to ``out_dir`` and return their paths.
+    """Write the README's figures to ``out_dir`` and return their paths.
 
     Parameters
     ----------

@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "figures",
         help="regenerate every committed figure",
-        description="Write the figures of the README (SPEC section 7) as PNGs, from fixed "
+        description="Write the figures of the README as PNGs, from fixed "
         "seeds: the same command gives the same pixels.",
     )
     p.add_argument("--out", default="figures", help="output folder (default: figures/)")
@@ -619,7 +619,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.plot:
         from .plots import save_figure
 
-        save_figure(cmp.plot(), args.plot)
+        save_figure(cmp.plot(), args.plot, dpi=200)
     return 0
 
 
