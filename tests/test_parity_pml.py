@@ -1,7 +1,8 @@
 """Parity with pytorch-metric-learning 2.9's AccuracyCalculator, and the cases where PML is wrong.
 
 Needs ``pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`` (the
-CPU-only build) and ``pip install pytorch-metric-learning==2.9.0``; skipped otherwise.  Data are random floats (no near-ties), so both agree to float rounding.
+CPU-only build) and ``pip install pytorch-metric-learning==2.9.0``; skipped otherwise.  Data
+are random floats (no near-ties), so both agree to float rounding.
 """
 
 from __future__ import annotations
