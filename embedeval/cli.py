@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import math
 import os
 import re
@@ -30,6 +31,11 @@ EPILOG_EVALUATE = """examples:
   embedeval evaluate q.npy --labels ql.npy --reference g.npy --reference-labels gl.npy \\
       --metrics map_at_r precision_at_1 --distance cosine --json out.json --per-class classes.csv
   embedeval evaluate ckpt.npz --ci 0.95 --metrics map_at_r mrr recall_at_5 --average macro
+  embedeval evaluate ckpt.npz --k max_bin_count --plots figs/ --per-query queries.csv
+
+Label files hold one value per line (no header, no id column). The JSON records the inputs
+(name, SHA-256), the version, the time and every option. A warning is one line on stderr;
+errors are one line with exit status 2; a closed stdout (| head) ends the run quietly.
 """
 
 EPILOG_MAIN = """examples:
@@ -46,6 +52,9 @@ atomically: a failed run leaves an existing output file as it was.
 EPILOG_COMPARE = """examples:
   embedeval compare runs/epoch_*.npz --ci 0.95 --plot curve.png
   embedeval compare a.npz b.npz --baseline b --test permutation --markdown table.md
+
+Checkpoints are taken in natural order of their names (epoch_2 before epoch_10), whatever
+order the shell gives; --keep-order keeps the order given.
 """
 
 
@@ -437,7 +446,9 @@ def _per_query_table(res: Any, top: tuple[np.ndarray, np.ndarray], inputs: dict)
     for i, lab in enumerate(res.query_labels.tolist()):
         j = int(idx[i])
         row = [i, lab, *([repr(conf_list[i])] if conf_list is not None else [])]
-        row += [j, ref_labels[j].item(), repr(float(dist[i]))] if j >= 0 else ["", "", ""]
+        top_label = ref_labels[j] if j >= 0 else None
+        top_label = top_label.item() if isinstance(top_label, np.generic) else top_label
+        row += [j, top_label, repr(float(dist[i]))] if j >= 0 else ["", "", ""]
         row += ["" if np.isnan(c[i]) else f"{c[i]:.6f}" for c in columns]
         w.writerow(row)
     return buf.getvalue()
@@ -613,7 +624,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     print(repr(cmp))
     if args.json:
-        cmp.to_json(args.json)
+        from .result import _run_stamp
+
+        data = {**cmp.to_dict(), "provenance": {**_run_stamp(), **_provenance(args)}}
+        write_text(args.json, json.dumps(data, indent=2, allow_nan=False) + "\n")
     if args.markdown:
         write_text(args.markdown, cmp.to_markdown())
     if args.plot:

@@ -595,6 +595,8 @@ def test_compare_orders_checkpoints_naturally_unless_keep_order(tmp_path):
     rows = json.loads((tmp_path / "c.json").read_text())["rows"]
     order = list(dict.fromkeys(r["checkpoint"] for r in rows))
     assert order == ["epoch_1", "epoch_5", "epoch_10"]
+    prov = json.loads((tmp_path / "c.json").read_text())["provenance"]
+    assert [i["name"] for i in prov["inputs"]] == ["epoch_1.npz", "epoch_5.npz", "epoch_10.npz"]
     proc = run("compare", *paths, "--keep-order", "--metrics", "map_at_r", "--n-boot", "50",
                "--json", tmp_path / "c.json")  # fmt: skip
     rows = json.loads((tmp_path / "c.json").read_text())["rows"]
