@@ -501,7 +501,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = _evaluate_file(args, args.file, inputs=inputs)
-    _refuse_all_lone(res, args)  # before the warnings: the error says it all, once
+    _refuse_all_lone(res, args.file)  # before the warnings: the error says it all, once
     for w in caught:
         _show_warning(w.message, w.category)
     res.provenance.update(_provenance(args))
@@ -523,13 +523,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_all_lone(res: Any, args: argparse.Namespace) -> None:
+def _refuse_all_lone(res: Any, path: str) -> None:
     if res.n_queries and res.n_lone == res.n_queries and res.per_query:
         n_labels = len(set(res.query_labels.tolist()))
         unique = " every label is unique: wrong labels file?" if n_labels == res.n_queries else ""
         raise InputError(
-            f"every one of the {res.n_queries} queries is lone (no other reference with its "
-            f"label), so no retrieval metric is defined;{unique} Check --labels / "
+            f"{path}: every one of the {res.n_queries} queries is lone (no other reference "
+            f"with its label), so no retrieval metric is defined;{unique} Check --labels / "
             "--reference-labels (one label per row, same order as the embeddings)."
         )
 
@@ -614,6 +614,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(f"evaluating {f} ...", file=sys.stderr)
         # compare() draws its own (paired) resamples; a per-file bootstrap would be wasted work
         results[name] = _evaluate_file(args, f, with_ci=False)
+        _refuse_all_lone(results[name], f)
     cmp = compare(
         results,
         baseline=args.baseline if args.baseline is not None else 0,

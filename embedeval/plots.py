@@ -461,7 +461,7 @@ def plot_per_class(
         edgecolor="white",
         label=f"{metric} of the class",
     )
-    ax.plot(vals[shown], y, "|", color="black", ms=9, mew=2)  # a class at 0 has no bar
+    ax.scatter(vals[shown], y, marker="|", color="black", s=80, lw=2, zorder=3)  # 0 has no bar
     if np.isfinite(vals).any():
         mean = float(np.nanmean(vals))
         ax.axvline(
