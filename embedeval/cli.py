@@ -564,17 +564,27 @@ def _input_paths(args: argparse.Namespace) -> list[tuple[str, str]]:
     return [("input", f) for f in files] + [(flag, p) for flag, p in named if p]
 
 
+def _identity(path: str) -> Any:
+    # An existing file is known by (device, inode): a symlink or a hard link to an input is the
+    # input. A file yet to be written is known by its resolved path.
+    try:
+        st = os.stat(path)
+        return (st.st_dev, st.st_ino)
+    except OSError:
+        return os.path.realpath(path)
+
+
 def _check_paths(args: argparse.Namespace, outputs: Sequence[str | None]) -> None:
     """Refuse an output that would overwrite an input, and two outputs to the same file."""
-    seen: dict[str, str] = {}
+    seen: dict[Any, str] = {}
     for flag, path in _input_paths(args):
         role = f"the {flag} file" if flag != "input" else "an input file"
-        seen.setdefault(os.path.realpath(path), role)
-    outs: dict[str, str] = {}
+        seen.setdefault(_identity(path), role)
+    outs: dict[Any, str] = {}
     for out in outputs:
         if out is None:
             continue
-        real = os.path.realpath(out)
+        real = _identity(out)
         if real in seen:
             raise InputError(
                 f"output {out} is {seen[real]}; writing it would destroy the input. Choose "

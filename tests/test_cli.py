@@ -755,6 +755,10 @@ def test_outputs_never_overwrite_inputs_or_each_other(files):
                "--per-query", files / "same.csv")  # fmt: skip
     _one_line_error(proc, "same.csv", "same file")
     assert not (files / "same.csv").exists()
+    os.link(labels, files / "hard.csv")  # another name for the labels file
+    proc = run("evaluate", files / "q.npy", "--labels", labels, "--per-query", files / "hard.csv")
+    _one_line_error(proc, "hard.csv", "input")
+    assert labels.read_text() == before
 
 
 def test_plots_folder_for_your_own_model(tmp_path):
