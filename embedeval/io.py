@@ -374,6 +374,13 @@ def _number(text: str) -> int | float | None:
     return None
 
 
+#: First lines that name a column rather than hold a value.
+_HEADER_WORDS = frozenset(
+    "label labels class classes class_id classid category target y id name group groups "
+    "group_id confidence confidences sigma sigmas".split()
+)
+
+
 def _read_text_column(path: Path, what: str) -> np.ndarray:
     """One value per line; a second column or a header line is refused, because either would
     silently make every row its own class."""
@@ -390,10 +397,18 @@ def _read_text_column(path: Path, what: str) -> np.ndarray:
                 f"{path} line {i + 1} has several columns ({line[:40]!r}); a {what} file holds "
                 f"one value per line and nothing else: keep only the {what} column."
             )
-    values = [_number(v) for v in lines]
-    if len(lines) > 1 and values[0] is None and all(v is not None for v in values[1:]):
+    fields = [ln.split() for ln in lines]
+    if all(len(f) > 1 for f in fields) and all(_number(v) is not None for f in fields for v in f):
         raise FileFormatError(
-            f"{path} line 1 ({lines[0][:40]!r}) looks like a header above numeric {what}; "
+            f"{path} line 1 has {len(fields[0])} space-separated numbers ({lines[0][:40]!r}); a "
+            f"{what} file holds one value per line and nothing else: keep only the {what} column."
+        )
+    values = [_number(v) for v in lines]
+    header_word = lines[0].lower() in _HEADER_WORDS and lines.count(lines[0]) == 1
+    numeric_below = all(v is not None for v in values[1:])
+    if len(lines) > 1 and values[0] is None and (numeric_below or header_word):
+        raise FileFormatError(
+            f"{path} line 1 ({lines[0][:40]!r}) looks like a header above the {what}; "
             "remove it, the file must hold one value per line and nothing else."
         )
     if all(isinstance(v, int) for v in values):

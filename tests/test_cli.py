@@ -613,6 +613,12 @@ def test_label_files_with_two_columns_or_a_header_are_refused(files):
     (files / "head.txt").write_text("label\n" + "".join(f"{v}\n" for v in Y))
     _one_line_error(run("evaluate", files / "q.npy", "--labels", files / "head.txt"),
                     "head.txt", "header")  # fmt: skip
+    (files / "head2.txt").write_text("Label\ncat\ndog\ncat\ndog\ndog\n")  # header above names
+    _one_line_error(run("evaluate", files / "q.npy", "--labels", files / "head2.txt"),
+                    "head2.txt", "header")  # fmt: skip
+    (files / "spaced.txt").write_text("".join(f"{i} {v}\n" for i, v in enumerate(Y)))
+    _one_line_error(run("evaluate", files / "q.npy", "--labels", files / "spaced.txt"),
+                    "space-separated")  # fmt: skip
     np.save(files / "table.npy", np.stack([np.arange(5), Y], axis=1))
     _one_line_error(run("evaluate", files / "q.npy", "--labels", files / "table.npy"),
                     "2 columns")  # fmt: skip
