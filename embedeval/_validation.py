@@ -87,7 +87,10 @@ def _asarray(x: Any, name: str) -> np.ndarray:
         return x
     if hasattr(x, "detach") and hasattr(x, "cpu") and hasattr(x, "numpy"):
         # A torch tensor: go through its own numpy bridge (no torch import, no grad copy).
-        x = x.detach().cpu().numpy()
+        x = x.detach().cpu()
+        if str(getattr(x, "dtype", "")) == "torch.bfloat16":  # numpy has no bfloat16
+            x = x.float()  # exact: every bfloat16 is a float32
+        x = x.numpy()
     try:
         return np.asarray(x)
     except (ValueError, TypeError) as exc:  # ragged lists and the like

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import InputError, InputTypeError
+from ._progress import progress_bar
 from ._validation import as_labels, as_vector, check_choice, check_int, factorize, suggest
 
 __all__ = ["Comparison", "bootstrap_ci", "compare"]
@@ -37,7 +38,11 @@ def _check_level(ci: Any) -> float:
 
 
 def _resampled_means(
-    values: np.ndarray, groups: np.ndarray | None, n_boot: int, rng: np.random.Generator
+    values: np.ndarray,
+    groups: np.ndarray | None,
+    n_boot: int,
+    rng: np.random.Generator,
+    bar: Any = None,
 ) -> np.ndarray:
     """Bootstrap replicates of the mean (micro) or of the mean of group means (macro).
 
@@ -57,12 +62,14 @@ def _resampled_means(
             picks += (np.arange(m, dtype=np.int64) * n)[:, None]
             counts = np.bincount(picks.ravel(), minlength=m * n).reshape(m, n)
             out.append(counts.astype(np.float64) @ values / n)
+            if bar is not None:
+                bar.update(m)
         return np.concatenate(out)
     n_groups = int(groups.max()) + 1
     sums = np.zeros((n_groups, values.shape[1]))
     np.add.at(sums, groups, values)
     group_means = sums / np.bincount(groups, minlength=n_groups)[:, None]
-    return _resampled_means(group_means, None, n_boot, rng)
+    return _resampled_means(group_means, None, n_boot, rng, bar)
 
 
 def bootstrap_ci(
@@ -74,6 +81,7 @@ def bootstrap_ci(
     n_boot: int = 1000,
     seed: int = 0,
     metrics: Sequence[str] | None = None,
+    progress: bool | None = False,
 ) -> dict[str, tuple[float, float]]:
     """Percentile bootstrap confidence intervals of per-query metric means.
 
@@ -94,6 +102,8 @@ def bootstrap_ci(
         Seed of ``numpy.random.default_rng``; results are reproducible.
     metrics : str or sequence of str, optional
         Which metrics (default: every key of ``per_query``).
+    progress : bool, optional
+        Show the resampling's own progress bar (``None``: only on a terminal).
 
     Returns
     -------
@@ -164,19 +174,21 @@ def bootstrap_ci(
     by_mask: dict[bytes, list[str]] = {}
     for name, values in columns.items():
         by_mask.setdefault(np.isnan(values).tobytes(), []).append(name)
-    for group_names in by_mask.values():
-        stack = np.stack([columns[name] for name in group_names], axis=1)
-        ok = ~np.isnan(stack[:, 0])
-        if not ok.any():
-            continue
-        rng = np.random.default_rng(seed)
-        groups = None
-        if average == "macro":
-            (groups,), _ = factorize(codes[ok])
-        reps = _resampled_means(stack[ok], groups, n_boot, rng)
-        bounds = np.quantile(reps, [tail, 1 - tail], axis=0)
-        for j, name in enumerate(group_names):
-            out[name] = (float(bounds[0, j]), float(bounds[1, j]))
+    with progress_bar(n_boot * len(by_mask), "bootstrap resamples", enabled=progress) as bar:
+        for group_names in by_mask.values():
+            stack = np.stack([columns[name] for name in group_names], axis=1)
+            ok = ~np.isnan(stack[:, 0])
+            if not ok.any():
+                bar.update(n_boot)
+                continue
+            rng = np.random.default_rng(seed)
+            groups = None
+            if average == "macro":
+                (groups,), _ = factorize(codes[ok])
+            reps = _resampled_means(stack[ok], groups, n_boot, rng, bar)
+            bounds = np.quantile(reps, [tail, 1 - tail], axis=0)
+            for j, name in enumerate(group_names):
+                out[name] = (float(bounds[0, j]), float(bounds[1, j]))
     return out
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from ._engine import RetrievalTask, run_local
 from ._errors import EmbedevalWarning, InputError, InputTypeError
-from ._registry import MetricInfo
+from ._registry import MetricInfo, default_metrics
 from ._validation import as_embeddings, as_labels, as_vector, check_choice, check_int, factorize
 from .custom import metric_infos
 from .knn import (
@@ -18,7 +18,7 @@ from .knn import (
     Exclusions,
     check_queries_lead_reference,
 )
-from .result import EvaluationResult
+from .result import EvaluationResult, warn_if_biased
 
 __all__ = ["evaluate"]
 
@@ -188,10 +188,7 @@ def evaluate(
             },
         )
     # ---- arguments
-    if metrics is None and isinstance(k, int) and not isinstance(k, bool) and 1 <= k < 10:
-        # The default set reads 10 neighbours for Recall@10; with a smaller cap, report
-        # Recall@k instead of failing on a default the caller did not choose.
-        metrics = ["precision_at_1", "r_precision", "map_at_r", "recall_at_1", f"recall_at_{k}"]
+    default = metrics is None
     infos = metric_infos(metrics, custom_metrics)
     backend = check_choice(backend, "backend", ("local", "dask"))
     reject_from = check_choice(reject_from, "reject_from", ("queries", "both"))
@@ -303,6 +300,8 @@ def evaluate(
         k_used = max(int(relevant.max(initial=0)), 1)
     else:
         k_used = k
+    if default:  # a cap below 10 (int or max_bin_count) reports Recall@cap, never fails
+        infos = metric_infos(default_metrics(k_used), custom_metrics)
     _check_cutoffs(infos, k_used, k)
     max_relevant = int(relevant.max(initial=0))
     truncated = [m.name for m in infos if m.depth == "r"]
@@ -354,6 +353,7 @@ def evaluate(
             memory_budget=memory_budget,
             progress=progress,
         )
+        warn_if_biased(approximation)
 
     # ---- aggregate
     summary: dict[str, float] = {}
@@ -432,7 +432,13 @@ def evaluate(
         from .compare import bootstrap_ci
 
         result.ci = bootstrap_ci(
-            per_query, labels=yq, average=average, ci=ci, n_boot=n_boot, seed=seed
+            per_query,
+            labels=yq,
+            average=average,
+            ci=ci,
+            n_boot=n_boot,
+            seed=seed,
+            progress=progress,
         )
         if conf is not None:
             from ._resample import confidence_ci

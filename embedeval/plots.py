@@ -16,6 +16,7 @@ __all__ = [
     "plot_checkpoints",
     "plot_cmc",
     "plot_confidence_metrics",
+    "plot_confidence_recall",
     "plot_coverage",
     "plot_det",
     "plot_distance_histograms",
@@ -240,28 +241,49 @@ def plot_confidence_metrics(
     *,
     ax: Any = None,
     xlabel: str = "confidence given to the injected errors",
+    higher_is_better: Mapping[str, bool] | None = None,
+    clean_level: float | None = None,
 ) -> Any:
     """Confidence metrics (AUERC, R-AUROC, ...) as a function of a swept setting.
 
+    ``higher_is_better`` marks each metric's direction in the legend ("higher is better" /
+    "lower is better"): AUERC (an error area) and R-AUROC (a separation score) point opposite
+    ways on one axis.  ``clean_level`` draws the confidence of the clean points, where an
+    injected error stops being less confident than they are.
+
     Examples
     --------
-    >>> fig = plot_confidence_metrics([0.0, 1.0], {"R-AUROC": [0.9, 0.2]})
+    >>> fig = plot_confidence_metrics([0.0, 1.0], {"R-AUROC": [0.9, 0.2]},
+    ...                               higher_is_better={"R-AUROC": True})
     >>> fig.axes[0].get_lines()[0].get_ydata().tolist()
     [0.9, 0.2]
+    >>> fig.axes[0].get_lines()[0].get_label()
+    'R-AUROC (higher is better)'
     """
     levels, metrics = _series(levels, "levels", metrics, "metrics")
     fig, ax = _axes(ax)
+    directions = dict(higher_is_better or {})
     for i, (name, values) in enumerate(metrics.items()):
+        way = directions.get(name)
+        tag = "" if way is None else (" (higher is better)" if way else " (lower is better)")
         ax.plot(
             levels,
             values,
             _LINES[i % len(_LINES)],
             marker=_MARKERS[i % len(_MARKERS)],
             color=_COLORS[i % len(_COLORS)],
-            label=name,
+            label=name + tag,
+        )
+    if clean_level is not None:
+        ax.axvline(
+            clean_level,
+            color="0.4",
+            ls=":",
+            lw=1.5,
+            label=f"confidence of the clean points ({clean_level:g})",
         )
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("metric value")
+    ax.set_ylabel("metric value (see each one's direction)")
     ax.set_title("Confidence metrics as the errors grow more confident")
     ax.legend(fontsize=8)
     return fig
@@ -409,13 +431,16 @@ def plot_per_class(
     labels: Sequence[Any],
     values: Any,
     *,
-    top: int | None = None,
+    top: int | None = 30,
     ax: Any = None,
     metric: str = "metric",
 ) -> Any:
     """Horizontal bars of a per-class metric, worst classes at the top.
 
-    Ties keep the order of ``labels`` (stable sort); NaN values sort last.
+    Shows the ``top`` worst classes (default 30; ``top=None`` for every class) against the
+    mean over *all* classes, so 2,000 classes still give a readable figure.  Each value also
+    gets a marker at the bar's end, so a class at 0 stays visible.  Ties keep the order of
+    ``labels`` (stable sort); NaN values sort last.
 
     Examples
     --------
@@ -429,32 +454,69 @@ def plot_per_class(
     vals = as_vector(values, "values", length=len(labels), length_of="labels", allow_nan=True)
     top = check_int(top, "top", allow_none=True)
     order = np.argsort(vals, kind="stable")
-    if top is not None:
-        order = order[:top]
-    fig, ax = _axes(ax, (6.0, max(2.5, 0.28 * len(order) + 1.2)))
+    shown = order if top is None else order[:top]
+    fig, ax = _axes(ax, (6.0, max(2.8, 0.26 * len(shown) + 1.8)))
+    y = np.arange(len(shown))
     ax.barh(
-        np.arange(len(order)),
-        vals[order],
+        y,
+        vals[shown],
         color=_COLORS[0],
         hatch="//",
         edgecolor="white",
         label=f"{metric} of the class",
     )
+    ax.scatter(vals[shown], y, marker="|", color="black", s=80, lw=2, zorder=3)  # 0 has no bar
     if np.isfinite(vals).any():
         mean = float(np.nanmean(vals))
         ax.axvline(
             mean,
-            color="black",
+            color=_COLORS[1],
             ls="--",
-            lw=1.2,
+            lw=1.5,
             label=f"mean over all {int(np.isfinite(vals).sum())} classes ({mean:.3f})",
         )
-    ax.set_yticks(np.arange(len(order)), [str(labels[i]) for i in order], fontsize=8)
-    ax.invert_yaxis()
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8, frameon=False)
+    ax.set_yticks(y, [str(labels[i]) for i in shown], fontsize=8)
+    ax.set_ylim(len(shown) - 0.5, -0.5)  # worst at the top
+    lo = min(0.0, float(np.nanmin(vals))) if np.isfinite(vals).any() else 0.0
+    hi = max(1.0, float(np.nanmax(vals))) if np.isfinite(vals).any() else 1.0
+    ax.set_xlim(lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo))
     ax.set_xlabel(f"{metric} (per class)")
     ax.set_ylabel("class")
-    ax.set_title(f"Per-class {metric}" + (f" (worst {top})" if top else ""))
+    worst = "" if top is None or top >= len(labels) else f", worst {len(shown)} of {len(labels)}"
+    ax.set_title(f"Per-class {metric}{worst}", pad=24)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
+    return fig
+
+
+def plot_confidence_recall(
+    curve: Any, *, ax: Any = None, metric: str = "precision_at_1", sigma: bool = False
+) -> Any:
+    """Mean metric of the queries binned by confidence (a
+    :func:`embedeval.confidence.confidence_recall_curve`), with each bin's query count.
+
+    Examples
+    --------
+    >>> from embedeval.confidence import confidence_recall_curve
+    >>> fig = plot_confidence_recall(confidence_recall_curve([0, 1, 1, 1], [.1, .4, .6, .9],
+    ...                                                      bins=2))
+    >>> fig.axes[0].get_ylabel()
+    'mean precision_at_1 in the bin'
+    """
+    fig, ax = _axes(ax)
+    ok = np.asarray(curve.count) > 0
+    x = np.asarray(curve.mean_confidence)[ok]
+    ax.plot(x, np.asarray(curve.mean_metric)[ok], "-o", color=_COLORS[0], lw=2, label=metric)
+    for xi, yi, n in zip(x, np.asarray(curve.mean_metric)[ok], np.asarray(curve.count)[ok],
+                         strict=True):  # fmt: skip
+        ax.annotate(f"n={n}", (xi, yi), textcoords="offset points", xytext=(0, 6), fontsize=7,
+                    ha="center")  # fmt: skip
+    what = "sigma (uncertainty)" if sigma else "confidence"
+    ax.set_xlabel(f"mean {what} of the bin")
+    ax.set_ylabel(f"mean {metric} in the bin")
+    ax.set_ylim(-0.02, 1.08)
+    ax.set_title(f"{metric} against {what.split()[0]}: a useful one slopes " +
+                 ("down" if sigma else "up"))  # fmt: skip
+    ax.legend(fontsize=8)
     return fig
 
 

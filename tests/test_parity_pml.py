@@ -1,7 +1,8 @@
 """Parity with pytorch-metric-learning 2.9's AccuracyCalculator, and the cases where PML is wrong.
 
-Needs ``pip install torch==2.13.0 && pip install pytorch-metric-learning==2.9.0`` (CPU wheel);
-skipped otherwise.  Data are random floats (no near-ties), so both agree to float rounding.
+Needs ``pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`` (the
+CPU-only build) and ``pip install pytorch-metric-learning==2.9.0``; skipped otherwise.  Data
+are random floats (no near-ties), so both agree to float rounding.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import pytest
 
 pml = pytest.importorskip(
     "pytorch_metric_learning",
-    reason="PML 2.9 not installed: pip install torch==2.13.0 && "
-    "pip install pytorch-metric-learning==2.9.0",
+    reason="PML 2.9 not installed: pip install torch==2.13.0 --index-url "
+    "https://download.pytorch.org/whl/cpu && pip install pytorch-metric-learning==2.9.0",
 )
 torch = pytest.importorskip("torch")
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator  # noqa: E402

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 distributed = pytest.importorskip(
-    "distributed", reason="the Dask backend needs dask.distributed (pip install embedeval[dask])"
+    "distributed", reason="the Dask backend needs dask.distributed (pip install '.[dask]')"
 )
 
 from embedeval import evaluate  # noqa: E402
