@@ -202,7 +202,10 @@ def _depth_thresholds(
     else:
         sample.sort(axis=1)
     picked = np.flatnonzero(usable)
-    tau[picked] = sample[picked, j[picked]]
+    # An excluded column holds +inf; a sample with fewer than j valid keys must not turn that
+    # into the cut-off, or ``keys <= tau`` would let excluded references in.  The largest
+    # finite key keeps every valid reference instead.
+    tau[picked] = np.minimum(sample[picked, j[picked]], _FMAX)
     return tau
 
 
@@ -443,6 +446,8 @@ def _collect(
     count per row.  Code = row << (32 + col_bits) | sortable key bits << col_bits | reference."""
     b = stop - start
     n_ref = search.n_reference
+    # Excluded pairs carry the key +inf; a finite cut-off is what keeps them out of ``mask``.
+    tau = np.minimum(tau, _FMAX)
     row_codes = np.arange(b, dtype=np.uint64) << np.uint64(32 + col_bits)
     counts = np.zeros(b, dtype=np.int64)
     codes = []
