@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import itertools
 import os
 import sys
@@ -40,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ._duplicates import DuplicateKeys, DuplicateRows, find_duplicate_rows
 from ._errors import InputError
 from ._progress import progress_bar
 from ._validation import as_embeddings, check_choice, check_int
@@ -119,6 +121,8 @@ class PreparedSearch:
     queries: np.ndarray
     reference_t: np.ndarray
     query_sq_norms: np.ndarray | None
+    #: Identical reference columns, whose keys are overwritten by one shared key per group.
+    duplicates: DuplicateKeys | None = None
 
     @classmethod
     def build(cls, xq: np.ndarray, xb: np.ndarray, distance: str) -> PreparedSearch:
@@ -142,13 +146,41 @@ class PreparedSearch:
 
     def keys(self, rows: slice | np.ndarray, cols: slice = slice(None), out=None) -> np.ndarray:
         """Ranking keys (smaller = nearer) of query ``rows`` against reference ``cols``."""
-        return np.matmul(self.queries[rows], self.reference_t[:, cols], out=out)
+        keys = np.matmul(self.queries[rows], self.reference_t[:, cols], out=out)
+        if self.duplicates is not None:
+            self.duplicates.apply(keys, self.queries, rows, cols)
+        return keys
+
+    def with_duplicates(
+        self, dups: DuplicateRows | None, reps_t: np.ndarray | None, columns: slice | np.ndarray
+    ) -> PreparedSearch:
+        """This search with the identical reference rows ``dups`` tied: its columns are the
+        global reference ``columns`` (a range or sorted indices); ``reps_t`` from
+        :func:`representatives`."""
+        if dups is None:
+            return self
+        return dataclasses.replace(self, duplicates=dups.view(reps_t, columns))
 
     def to_distance(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Turn keys back into what users expect: Euclidean distance or similarity."""
         if self.query_sq_norms is None:
             return -keys
         return np.sqrt(np.maximum(keys + self.query_sq_norms[rows, None], 0))
+
+
+def reference_duplicates(xb: np.ndarray, distance: str) -> DuplicateRows | None:
+    """Groups of reference rows that are identical as the search sees them (cosine: after
+    normalisation, so a vector and its double are one point)."""
+    prepare = (lambda rows: _normalize(rows, "reference")) if distance == "cosine" else None
+    return find_duplicate_rows(xb, prepare)
+
+
+def representatives(xb: Any, dups: DuplicateRows | None, distance: str) -> np.ndarray | None:
+    """The first member of each duplicate group, prepared like a reference (dim' x groups)."""
+    if dups is None:
+        return None
+    rows = np.asarray(xb[dups.first], dtype=np.float32)
+    return PreparedSearch.build(rows[:1], rows, distance).reference_t
 
 
 def _normalize(x: np.ndarray, name: str) -> np.ndarray:
@@ -241,11 +273,18 @@ def sorted_candidates(
     """
     n_query, n_ref = xq.shape[0], xb.shape[0]
     search = PreparedSearch.build(xq, xb, distance)
+    dups = reference_duplicates(xb, distance)
+    search = search.with_duplicates(dups, representatives(xb, dups, distance), slice(0, n_ref))
     if n_valid is None:
         n_valid = np.full(n_query, n_ref - int(exclusions.self_index), dtype=np.int64)
     need = np.minimum(depth, n_valid)
     tile, block_size, col_bits = block_layout(
-        need, n_ref, positive_threshold is not None, block_size, memory_budget
+        need,
+        n_ref,
+        positive_threshold is not None,
+        block_size,
+        memory_budget,
+        0 if dups is None else dups.n_groups,
     )
     subsample = column_subsample(need, n_ref)
     buffers = threading.local()  # each thread reuses its own key and mask buffers
@@ -282,6 +321,7 @@ def block_layout(
     label_threshold: bool,
     block_size: int | None,
     memory_budget: int,
+    n_groups: int = 0,
 ) -> tuple[int, int, int]:
     """Column tile width, queries per block and reference-index bits of the packed codes.
 
@@ -304,6 +344,7 @@ def block_layout(
         tile = n_ref
         expected = n_ref
         per_row = n_ref * (11 + _BYTES_PER_CANDIDATE)
+    per_row += 4 * n_groups  # the shared keys of identical references (embedeval._duplicates)
     if block_size is None:
         in_cache = _BLOCK_CODE_BYTES // (8 * expected)
         block_size = int(max(1, min(_MAX_BLOCK, memory_budget // per_row, max(16, in_cache))))
