@@ -44,7 +44,7 @@ def evaluate(
     seed: int = 0,
     index: str | None = None,
     index_params: dict[str, Any] | None = None,
-    exact_sample: int = 10_000,
+    exact_sample: int | None = None,
     shards: Any = None,
     backend: str = "local",
     client: Any = None,
@@ -74,7 +74,9 @@ def evaluate(
         ``None`` (default): exact, every metric reads the depth it needs.  An int caps every
         ranking at depth k with PML's semantics (relevance window min(R_q, k); ``r_precision``
         divides by it, ``map_at_r`` and ``map`` by R_q; ``mrr`` is 0 without a hit in the top k);
-        a k larger than the reference set is clamped.  ``"max_bin_count"``: k = max R_q.
+        a k larger than the reference set is clamped (k must be below 2**63).
+        ``"max_bin_count"``: k = max R_q, decided once on the whole gallery (the
+        ``reject_from="both"`` re-evaluations keep that k).
     distance : {"euclidean", "cosine", "inner_product"}
     ref_includes_query : bool
         PML's convention: the queries are the first rows of ``reference`` and each is excluded
@@ -102,9 +104,11 @@ def evaluate(
         search; the result then reports, on ``exact_sample`` random queries evaluated both ways,
         the kNN recall and every metric exactly and approximately (``result.approximation``).
     index_params : dict, optional
-        Search-time parameters such as ``{"nprobe": 64}`` or ``{"efSearch": 128}``.
-    exact_sample : int
-        Queries evaluated exactly as well when ``index`` is given.
+        Search-time parameters such as ``{"nprobe": 64}`` or ``{"efSearch": 128}``; only with
+        ``index``.
+    exact_sample : int, optional
+        Queries evaluated exactly as well when ``index`` is given (default 10,000); only with
+        ``index``.
     shards : optional
         Split the reference set into shards (an int count, or a list of arrays / ``.npy`` paths)
         merged exactly: the numbers are identical to the unsharded engine.
@@ -166,7 +170,7 @@ def evaluate(
     if isinstance(k, str):
         check_choice(k, "k", ("max_bin_count",))
     else:
-        k = check_int(k, "k", allow_none=True)
+        k = check_int(k, "k", allow_none=True, maximum=2**63 - 1)
     # Validate everything before any work, so a bad ci= does not fail after an hour of search.
     block_size = check_int(block_size, "block_size", allow_none=True)
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
@@ -177,6 +181,7 @@ def evaluate(
         ci = _check_level(ci)
         n_boot = check_int(n_boot, "n_boot")
         seed = check_int(seed, "seed", minimum=0)
+    _check_backend_options(index, index_params, exact_sample, backend, client)
     if not isinstance(ref_includes_query, (bool, np.bool_)):
         raise InputTypeError(
             f"ref_includes_query must be True or False; got {ref_includes_query!r}."
@@ -251,13 +256,17 @@ def evaluate(
     conf = None
     if confidences is not None:
         conf = as_vector(confidences, "confidences", length=n_query, length_of="query")
+        if reject_from == "both":
+            _check_something_remains(rejection_fractions, n_query)
 
     # ---- depth
     k_used: int | None
     if k == "max_bin_count":
         k_used = max(int(relevant.max(initial=0)), 1)
     else:
-        k_used = k
+        # A k beyond the gallery means the whole gallery (min(k, n_valid) = n_valid): clamp it,
+        # so that depth arithmetic (k + 1) cannot overflow.
+        k_used = None if k is None else min(k, max(n_ref, 1))
     _check_cutoffs(infos, k_used, k)
     max_relevant = int(relevant.max(initial=0))
     truncated = [m.name for m in infos if m.depth == "r"]
@@ -300,7 +309,7 @@ def evaluate(
             task,
             index=index,
             index_params=index_params,
-            exact_sample=exact_sample,
+            exact_sample=10_000 if exact_sample is None else exact_sample,
             shards=shards,
             backend=backend,
             client=client,
@@ -369,7 +378,7 @@ def evaluate(
                 fractions=rejection_fractions,
                 metrics=[m.name for m in knn_infos],
                 higher_is_confident=higher_is_confident,
-                k=k,
+                k=k_used if k == "max_bin_count" else k,
                 distance=distance,
                 average=average,
                 query_groups=query_groups,
@@ -439,6 +448,39 @@ def _exclusions(
         n_valid = n_valid - own_group_differs
     ex = Exclusions(self_index=self_index, query_groups=qg, reference_groups=rg)
     return ex, relevant.astype(np.int64), n_valid.astype(np.int64)
+
+
+def _check_backend_options(
+    index: Any, index_params: Any, exact_sample: Any, backend: str, client: Any
+) -> None:
+    """Options of one search path given to another are refused, not silently ignored."""
+    if index is None:
+        for name, value in (("index_params", index_params), ("exact_sample", exact_sample)):
+            if value is not None:
+                raise InputError(
+                    f"{name} was given without index; it only applies to approximate search, "
+                    "e.g. index='IVF1024,Flat', index_params={'nprobe': 32}, exact_sample=2000. "
+                    f"Drop {name} for exact search."
+                )
+    else:
+        check_int(exact_sample, "exact_sample", minimum=0, allow_none=True)
+    if client is not None and backend != "dask":
+        raise InputError(
+            "client= is only used with backend='dask' (the backend here is 'local', which "
+            "would ignore it); pass backend='dask' to search on the cluster, or drop client."
+        )
+
+
+def _check_something_remains(fractions: Any, n: int) -> None:
+    """Every rejection fraction must leave at least one item to evaluate."""
+    import math
+
+    for f in np.atleast_1d(fractions):
+        if n - math.ceil(float(f) * n - 1e-12) < 1:
+            raise InputError(
+                f"rejection_fractions holds {float(f)}, which rejects all {n} items and leaves "
+                "nothing to evaluate; use fractions below (n - 1) / n."
+            )
 
 
 def _check_cutoffs(infos: list[MetricInfo], k_used: int | None, k: Any) -> None:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ._duplicates import DuplicateKeys, DuplicateRows, find_duplicate_rows
-from ._errors import InputError
+from ._errors import InputError, InputTypeError
 from ._progress import progress_bar
 from ._validation import as_embeddings, check_choice, check_int
 
@@ -711,8 +711,13 @@ def neighbors(
     [[1.0, 3.0], [1.0, 2.0], [2.0, 3.0], [4.0, 6.0]]
     """
     distance = check_choice(distance, "distance", DISTANCES)
-    k = check_int(k, "k")
+    k = check_int(k, "k", maximum=2**63 - 1)
     n_threads = check_int(n_threads, "n_threads", allow_none=True)
+    if exclude_self is not None and not isinstance(exclude_self, (bool, np.bool_)):
+        raise InputTypeError(
+            f"exclude_self must be True, False or None; got {exclude_self!r} of type "
+            f"{type(exclude_self).__name__}."
+        )
     xq = as_embeddings(query, "query")
     if reference is None:
         xb = xq
