@@ -181,7 +181,8 @@ def _run_sharded(
 
     def read(a: int, b: int) -> np.ndarray:
         if source is not None:
-            return source.rows(a, b)
+            rows = source.rows(a, b)
+            return np.ldexp(rows, task.scale, dtype=np.float32) if task.scale else rows
         return np.ascontiguousarray(task.reference[a:b], dtype=np.float32)
 
     if len(bounds) == 1:  # a reference of at most 16 tiles: the engine's whole-row products

@@ -16,6 +16,7 @@ from .knn import (
     DISTANCES,
     Exclusions,
     check_queries_lead_reference,
+    range_exponent,
 )
 from .result import EvaluationResult
 
@@ -227,6 +228,10 @@ def evaluate(
         if self_index:
             check_queries_lead_reference(xq, xb)
     n_ref = xb.shape[0]
+    scale = range_exponent([xq] if leave_one_out else [xq, xb], distance)
+    if scale:  # keys would overflow or underflow float32: rank the data times 2**scale
+        xq = np.ldexp(xq, scale, dtype=np.float32)
+        xb = xq if leave_one_out else np.ldexp(xb, scale, dtype=np.float32)
     if leave_one_out:
         (q_codes,), uniques = factorize(yq)
         r_codes = q_codes
@@ -292,6 +297,7 @@ def evaluate(
         metrics=tuple(knn_infos),
         k=k_used,
         distance=distance,
+        scale=scale,
     )
     approximation: dict[str, Any] = {}
     if index is None and shards is None and backend == "local":

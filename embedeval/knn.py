@@ -168,6 +168,28 @@ class PreparedSearch:
         return np.sqrt(np.maximum(keys + self.query_sq_norms[rows, None], 0))
 
 
+def range_exponent(arrays: list[np.ndarray], distance: str, block: int = 65536) -> int:
+    """A power of two ``e`` such that ``x * 2**e`` keeps every key finite and well above the
+    float32 underflow, or 0 when the data need none (the common case: keys stay bit-identical).
+
+    Euclidean and inner-product keys grow like d * max|x|**2, so finite inputs above about
+    2**60 overflow float32 and inputs below about 2**-60 underflow to 0.  Scaling both sides by
+    the same power of two is exact and changes no ranking (every key is multiplied by 2**(2e)),
+    so the data are brought to max|x| in [0.5, 1) instead.  Cosine normalises each row first and
+    needs no scaling.
+    """
+    if distance == "cosine":
+        return 0
+    largest = 0.0
+    for x in arrays:
+        for a in range(0, x.shape[0], block):
+            largest = max(largest, float(np.abs(np.asarray(x[a : a + block])).max(initial=0)))
+    dim = arrays[0].shape[1]
+    if largest == 0.0 or (4.0 * dim * largest * largest < 2.0**120 and largest >= 2.0**-40):
+        return 0
+    return -int(np.frexp(largest)[1])
+
+
 def reference_duplicates(xb: np.ndarray, distance: str) -> DuplicateRows | None:
     """Groups of reference rows that are identical as the search sees them (cosine: after
     normalisation, so a vector and its double are one point)."""
@@ -699,7 +721,10 @@ def neighbors(
     -----
     Ties (equal distances) are ordered by ascending reference index, which is what faiss's flat
     index does; unlike faiss, a ``k`` larger than the reference set is clamped, never padded
-    with index -1.
+    with index -1.  Identical reference vectors are at exactly the same distance (see the
+    README's conventions).  Inputs so large or so small that float32 keys would overflow or
+    underflow (beyond about 2**60 or below 2**-40) are searched after scaling by a power of two,
+    which changes no ranking; distances are returned in the input's units.
 
     Examples
     --------
@@ -732,6 +757,10 @@ def neighbors(
             )
         if exclude_self:
             check_queries_lead_reference(xq, xb, "exclude_self")
+    scale = range_exponent([xq] if xb is xq else [xq, xb], distance)
+    if scale:
+        xq = np.ldexp(xq, scale, dtype=np.float32)
+        xb = xq if reference is None else np.ldexp(xb, scale, dtype=np.float32)
     available = xb.shape[0] - int(exclude_self)
     k_eff = min(k, available)
     n_query = xq.shape[0]
@@ -758,6 +787,9 @@ def neighbors(
         else:
             dist[rows] = -key
         idx[rows] = block.index[take].reshape(rows.size, k_eff)
+    if scale:  # back to the caller's units (a similarity beyond float32's range is +-inf)
+        with np.errstate(over="ignore"):
+            dist = np.ldexp(dist, -scale if distance == "euclidean" else -2 * scale)
     return dist, idx
 
 

@@ -355,3 +355,16 @@ def test_reject_both_keeps_the_full_galleries_max_bin_count():
     for key in ("both_precision_at_1@0.00", "both_precision_at_1@0.20",
                 "both_recall_at_2@0.00", "both_recall_at_2@0.20"):  # fmt: skip
         close(res.confidence[key], F(1))
+
+
+@pytest.mark.parametrize("scale", [2.0**63, 2.0**-80])
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+def test_inputs_whose_squares_leave_float32_rank_like_the_unscaled_data(scale, distance):
+    # X1/Y1 times a power of two rank exactly like X1/Y1.  Euclidean: MAP 3/4, MRR 5/6 (see
+    # test_a_huge_k_is_the_whole_gallery).  Inner product on 0, 1, 3, 6: q0 scores 0 against
+    # all (ties by index: 1(a) 2(b) 3(a): AP (1 + 2/3) / 2 = 5/6, RR 1); q1 -> 6(a) 3(b) 0(a):
+    # AP 5/6, RR 1; q3 -> 3(b) 1(a) 0(a): AP (1/2 + 2/3) / 2 = 7/12, RR 1/2.  Same as Euclidean.
+    x = (X1 * scale).astype(np.float32)
+    res = ev(x, Y1, metrics=["map", "mrr"], distance=distance)
+    close(res["map"], F(3, 4))
+    close(res["mrr"], F(5, 6))

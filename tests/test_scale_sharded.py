@@ -288,3 +288,17 @@ def test_a_group_covering_most_of_the_gallery_agrees_with_brute_force():
         assert local.per_query["map"][i] == pytest.approx(ap, rel=1e-9)
         assert local.per_query["mrr"][i] == pytest.approx(1.0 / (hits[0] + 1), rel=1e-9)
         assert local.per_query["r_precision"][i] == pytest.approx(rel[: hits.size].mean())
+
+
+def test_huge_inputs_in_shard_files_rank_like_the_unscaled_data(gauss, tmp_path):
+    # Times 2**70 the float32 keys overflow; the search scales by an exact power of two, also
+    # for rows read from shard files, so values and ties equal those of the unscaled data.
+    x, y, _ = gauss
+    big = x * np.float32(2.0**70)
+    paths = []
+    for i, (a, b) in enumerate([(0, 15000), (15000, N_REF)]):
+        paths.append(str(tmp_path / f"big{i}.npy"))
+        np.save(paths[-1], big[a:b])
+    kw = dict(metrics=["precision_at_1", "map_at_r"])
+    _same(evaluate(x[:300], y[:300], x, y, **kw),
+          evaluate(big[:300], y[:300], big, y, shards=paths, **kw))  # fmt: skip
