@@ -136,7 +136,9 @@ def evaluate(
     R_q is the number of references with the query's label that the query can see (itself and
     its group excluded).  Lone queries (R_q = 0) get NaN and are left out of every average
     (``result.n_lone`` counts them).  Equal distances are ranked by ascending reference index;
-    ``result.n_ties`` counts queries whose value depends on that choice.
+    ``result.n_ties`` counts queries whose value depends on that choice.  Identical reference
+    vectors are always at exactly equal distances (whatever the backend or block size), so they
+    are such ties.
 
     Examples
     --------
