@@ -173,10 +173,11 @@ def range_exponent(arrays: list[np.ndarray], distance: str, block: int = 65536) 
     float32 underflow, or 0 when the data need none (the common case: keys stay bit-identical).
 
     Euclidean and inner-product keys grow like d * max|x|**2, so finite inputs above about
-    2**60 overflow float32 and inputs below about 2**-60 underflow to 0.  Scaling both sides by
-    the same power of two is exact and changes no ranking (every key is multiplied by 2**(2e)),
-    so the data are brought to max|x| in [0.5, 1) instead.  Cosine normalises each row first and
-    needs no scaling.
+    2**60 overflow float32, and below about 2**-63 their products underflow (to 0 below
+    2**-75); inputs are scaled when d * max|x|**2 nears 2**118 or max|x| < 2**-40.  Scaling by
+    the same power of two on both sides is exact and changes no ranking (every key is
+    multiplied by 2**(2e)), so the data are brought to max|x| in [0.5, 1) instead.  Cosine
+    normalises each row first and needs no scaling.
     """
     if distance == "cosine":
         return 0
