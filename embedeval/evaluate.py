@@ -271,9 +271,7 @@ def evaluate(
     if k == "max_bin_count":
         k_used = max(int(relevant.max(initial=0)), 1)
     else:
-        # A k beyond the gallery means the whole gallery (min(k, n_valid) = n_valid): clamp it,
-        # so that depth arithmetic (k + 1) cannot overflow.
-        k_used = None if k is None else min(k, max(n_ref, 1))
+        k_used = k
     _check_cutoffs(infos, k_used, k)
     max_relevant = int(relevant.max(initial=0))
     truncated = [m.name for m in infos if m.depth == "r"]
@@ -297,7 +295,9 @@ def evaluate(
         n_valid=n_valid,
         exclusions=exclusions,
         metrics=tuple(knn_infos),
-        k=k_used,
+        # A k beyond the gallery means the whole gallery (min(k, n_valid) = n_valid): clamped,
+        # so that depth arithmetic (k + 1) cannot overflow.
+        k=None if k_used is None else min(k_used, n_ref),
         distance=distance,
         scale=scale,
     )
