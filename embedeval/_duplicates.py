@@ -64,6 +64,57 @@ class DuplicateKeys:
         self.group = group
         self.reps_t = reps_t
         self._cache = threading.local()  # each engine thread: its current block's group keys
+        # This search's members grouped: members of group g are by_group[lims[g]:lims[g + 1]].
+        n_groups = reps_t.shape[1]
+        self.by_group = positions[np.argsort(group, kind="stable")]
+        self.lims = np.concatenate(([0], np.cumsum(np.bincount(group, minlength=n_groups))))
+        self.is_member = np.zeros(int(positions[-1]) + 1, dtype=bool)
+        self.is_member[positions] = True
+
+    def any_in(self, c0: int, c1: int) -> bool:
+        """Whether columns ``[c0, c1)`` hold a member."""
+        lo, hi = np.searchsorted(self.positions, [c0, c1])
+        return bool(hi > lo)
+
+    def drop_members(
+        self, code: np.ndarray, col_bits: int, n_rows: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Packed candidate codes without the members (their shared keys come from
+        :meth:`candidates`), and the count per row."""
+        col = (code & np.uint64((1 << col_bits) - 1)).astype(np.int64)
+        keep = ~self.is_member[np.minimum(col, self.is_member.size - 1)] | (
+            col >= self.is_member.size
+        )
+        code = code[keep]
+        rows = (code >> np.uint64(32 + col_bits)).astype(np.int64)
+        return code, np.bincount(rows, minlength=n_rows)
+
+    def candidates(
+        self,
+        queries: np.ndarray,
+        rows: slice,
+        tau: np.ndarray,
+        excluded: Callable[[np.ndarray, np.ndarray], np.ndarray | None],
+        col_bits: int,
+        sortable: Callable[[np.ndarray], np.ndarray],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Packed codes (block row, shared key bits, column) of every member whose shared key
+        is ``<= tau[row]`` and that ``excluded(block rows, columns)`` does not rule out, and
+        the count per row: the group keys are compared once per group, then expanded."""
+        shared = self._group_keys(queries, rows)
+        g, r = np.nonzero(shared <= tau[None, :])
+        key = shared[g, r]
+        sizes = self.lims[g + 1] - self.lims[g]
+        offsets = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        col = self.by_group[np.repeat(self.lims[g], sizes) + offsets]
+        r, key = np.repeat(r, sizes), np.repeat(key, sizes)
+        out = excluded(r, col)
+        if out is not None:
+            r, col, key = r[~out], col[~out], key[~out]
+        code = r.astype(np.uint64) << np.uint64(32 + col_bits)
+        code |= sortable(key).astype(np.uint64) << np.uint64(col_bits)
+        code |= col.astype(np.uint64)
+        return code, np.bincount(r, minlength=tau.size)
 
     def apply(
         self, keys: np.ndarray, queries: np.ndarray, rows: slice | np.ndarray, cols: object

@@ -144,10 +144,14 @@ class PreparedSearch:
     def n_reference(self) -> int:
         return int(self.reference_t.shape[1])
 
-    def keys(self, rows: slice | np.ndarray, cols: slice = slice(None), out=None) -> np.ndarray:
-        """Ranking keys (smaller = nearer) of query ``rows`` against reference ``cols``."""
+    def keys(
+        self, rows: slice | np.ndarray, cols: slice = slice(None), out=None, tie: bool = True
+    ) -> np.ndarray:
+        """Ranking keys (smaller = nearer) of query ``rows`` against reference ``cols``;
+        ``tie=False`` leaves identical references' columns as the product rounded them (the
+        caller takes their shared keys from ``duplicates.candidates``)."""
         keys = np.matmul(self.queries[rows], self.reference_t[:, cols], out=out)
-        if self.duplicates is not None:
+        if tie and self.duplicates is not None:
             self.duplicates.apply(keys, self.queries, rows, cols)
         return keys
 
@@ -416,8 +420,10 @@ def search_block(
         codes, counts = _redo_rows(
             search, start, short, codes, counts, exclusions, memory_budget, col_bits
         )
-    # Whole-row tiles leave the codes grouped by row unless redone rows were appended.
-    grouped = tile == search.n_reference and not short.size
+    # Whole-row tiles leave the codes grouped by row unless redone rows or identical
+    # references' candidates were appended.
+    appended = search.duplicates is not None and positive_threshold is None
+    grouped = tile == search.n_reference and not short.size and not appended
     return _sort_block(codes, counts, start, col_bits, grouped)
 
 
@@ -516,12 +522,16 @@ def _collect(
     counts = np.zeros(b, dtype=np.int64)
     codes = []
     own = np.arange(start, stop)
+    # Identical references: rather than writing their shared keys into every tile (a scatter
+    # over b x members per tile), drop them from the tiles' candidates and add them once per
+    # block from the group keys.  The label threshold reads whole rows: there they are written.
+    twins = search.duplicates if positive_threshold is None else None
     for t0 in range(0, n_ref, tile):
         t1 = min(t0 + tile, n_ref)
         width = t1 - t0
-        keys = grid_keys(
-            search, slice(start, stop), t0, t1, keys_buffer[: b * width].reshape(b, width)
-        )
+        has_twins = twins is not None and twins.any_in(t0, t1)
+        keys = grid_keys(search, slice(start, stop), t0, t1,
+                         keys_buffer[: b * width].reshape(b, width), tie=twins is None)  # fmt: skip
         if exclusions.self_index:
             inside = np.flatnonzero((own >= t0) & (own < t1))
             keys[inside, own[inside] - t0] = np.inf
@@ -551,6 +561,19 @@ def _collect(
             rows_and_refs += np.repeat(shift, per_row)
         code = sortable_bits(values).astype(np.uint64) << np.uint64(col_bits)
         code |= rows_and_refs
+        if has_twins:
+            code, per_row = twins.drop_members(code, col_bits, b)
+        codes.append(code)
+        counts += per_row
+    if twins is not None:
+        code, per_row = twins.candidates(
+            search.queries,
+            slice(start, stop),
+            tau,
+            lambda r, c: exclusions.excluded(r + start, c),
+            col_bits,
+            sortable_bits,
+        )
         codes.append(code)
         counts += per_row
     return (codes[0] if len(codes) == 1 else np.concatenate(codes)), counts
@@ -562,22 +585,25 @@ def grid_keys(
     t0: int,
     t1: int,
     out: np.ndarray | None = None,
+    tie: bool = True,
 ) -> np.ndarray:
     """Keys of ``rows`` against reference columns ``[t0, t1)``, multiplied in ``_TILE``-column
-    products on the global column grid when the reference is larger than 16 tiles.
+    products on the global column grid when the reference is larger than 16 tiles (``tie``:
+    see :meth:`PreparedSearch.keys`).
 
     BLAS rounds the same dot product differently in products of different shapes, so computing
     every key in the same product shapes (whatever the caller's row and column ranges) is what
     lets sharded and distributed backends reproduce these float32 keys bit for bit.
     """
     if search.n_reference <= 16 * _TILE or t1 - t0 <= _TILE:
-        return search.keys(rows, slice(t0, t1), out=out)
+        return search.keys(rows, slice(t0, t1), out=out, tie=tie)
     n_rows = (rows.stop - rows.start) if isinstance(rows, slice) else len(rows)
     if out is None:
         out = np.empty((n_rows, t1 - t0), dtype=np.float32)
     for c0 in range(t0 - t0 % _TILE, t1, _TILE):
         a, b = max(c0, t0), min(c0 + _TILE, t1)
-        out[:, a - t0 : b - t0] = search.keys(rows, slice(c0, c0 + _TILE))[:, a - c0 : b - c0]
+        part = search.keys(rows, slice(c0, c0 + _TILE), tie=tie)
+        out[:, a - t0 : b - t0] = part[:, a - c0 : b - c0]
     return out
 
 
