@@ -5,11 +5,14 @@ sits in the product (BLAS kernels treat edge columns and blocks differently), so
 references could get keys one unit in the last place apart: not a tie, and the tie rule
 (ascending reference index) would not apply.  The engine therefore finds the groups of identical
 reference rows once (after the preprocessing the search applies, e.g. cosine normalisation;
-``-0.0`` equals ``0.0``), computes for each query block the keys of one representative per group
-in a separate product of fixed shape (all groups x block rows), and writes that column over
-every member's column wherever keys are computed: tiles, the threshold column sample, redone
-rows, shards and workers.  Members then share bit-identical keys whatever their position, and
-every backend reproduces them.
+``-0.0`` equals ``0.0``) and, for each query block, computes the keys of one representative per
+group in a separate product of fixed shape (all groups x block rows).  That key is every
+member's key: the tiles leave the members out of their candidates and
+:meth:`DuplicateKeys.candidates` adds those whose shared key passes the cut-off (one comparison
+per group, not per member); where whole key rows are needed (the threshold column sample, the
+label threshold of full-depth MAP, redone rows) the shared key is written over each member's
+column.  Members then share bit-identical keys whatever their position, and every backend
+(shards, Dask workers) reproduces them.
 """
 
 from __future__ import annotations
@@ -47,19 +50,23 @@ class DuplicateRows:
             lo, hi = np.searchsorted(self.members, [columns.start, columns.stop])
             positions = self.members[lo:hi] - columns.start
             group = self.group[lo:hi]
+            n_columns = columns.stop - columns.start
         else:
+            n_columns = len(columns)
             at = np.minimum(np.searchsorted(self.members, columns), self.members.size - 1)
             hit = self.members[at] == columns
             positions, group = np.flatnonzero(hit), self.group[at[hit]]
         if positions.size == 0:
             return None
-        return DuplicateKeys(positions, group, reps_t)
+        return DuplicateKeys(positions, group, reps_t, n_columns)
 
 
 class DuplicateKeys:
     """Writes one shared key per group over the columns of its members (see the module)."""
 
-    def __init__(self, positions: np.ndarray, group: np.ndarray, reps_t: np.ndarray) -> None:
+    def __init__(
+        self, positions: np.ndarray, group: np.ndarray, reps_t: np.ndarray, n_columns: int
+    ) -> None:
         self.positions = positions
         self.group = group
         self.reps_t = reps_t
@@ -68,26 +75,17 @@ class DuplicateKeys:
         n_groups = reps_t.shape[1]
         self.by_group = positions[np.argsort(group, kind="stable")]
         self.lims = np.concatenate(([0], np.cumsum(np.bincount(group, minlength=n_groups))))
-        self.is_member = np.zeros(int(positions[-1]) + 1, dtype=bool)
-        self.is_member[positions] = True
+        self.not_member = np.ones(n_columns, dtype=bool)
+        self.not_member[positions] = False
 
     def any_in(self, c0: int, c1: int) -> bool:
         """Whether columns ``[c0, c1)`` hold a member."""
         lo, hi = np.searchsorted(self.positions, [c0, c1])
         return bool(hi > lo)
 
-    def drop_members(
-        self, code: np.ndarray, col_bits: int, n_rows: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Packed candidate codes without the members (their shared keys come from
-        :meth:`candidates`), and the count per row."""
-        col = (code & np.uint64((1 << col_bits) - 1)).astype(np.int64)
-        keep = ~self.is_member[np.minimum(col, self.is_member.size - 1)] | (
-            col >= self.is_member.size
-        )
-        code = code[keep]
-        rows = (code >> np.uint64(32 + col_bits)).astype(np.int64)
-        return code, np.bincount(rows, minlength=n_rows)
+    def others(self, c0: int, c1: int) -> np.ndarray:
+        """True for the columns ``[c0, c1)`` that are not members (a mask for the tiles)."""
+        return self.not_member[c0:c1]
 
     def candidates(
         self,
@@ -99,10 +97,11 @@ class DuplicateKeys:
         sortable: Callable[[np.ndarray], np.ndarray],
     ) -> tuple[np.ndarray, np.ndarray]:
         """Packed codes (block row, shared key bits, column) of every member whose shared key
-        is ``<= tau[row]`` and that ``excluded(block rows, columns)`` does not rule out, and
-        the count per row: the group keys are compared once per group, then expanded."""
+        is ``<= tau[row]`` and that ``excluded(block rows, columns)`` does not rule out, grouped
+        by row, and the count per row: the group keys are compared once per group, then
+        expanded."""
         shared = self._group_keys(queries, rows)
-        g, r = np.nonzero(shared <= tau[None, :])
+        r, g = np.nonzero(shared.T <= tau[:, None])  # row by row, like the tiles' codes
         key = shared[g, r]
         sizes = self.lims[g + 1] - self.lims[g]
         offsets = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)

@@ -420,10 +420,8 @@ def search_block(
         codes, counts = _redo_rows(
             search, start, short, codes, counts, exclusions, memory_budget, col_bits
         )
-    # Whole-row tiles leave the codes grouped by row unless redone rows or identical
-    # references' candidates were appended.
-    appended = search.duplicates is not None and positive_threshold is None
-    grouped = tile == search.n_reference and not short.size and not appended
+    # Whole-row tiles leave the codes grouped by row unless redone rows were appended.
+    grouped = tile == search.n_reference and not short.size
     return _sort_block(codes, counts, start, col_bits, grouped)
 
 
@@ -541,6 +539,8 @@ def _collect(
                 keys[same] = np.inf
             tau = np.maximum(tau, _positive_tau(keys, positive_threshold, start, stop))
         mask = np.less_equal(keys, tau[:, None], out=mask_buffer[: b * width].reshape(b, width))
+        if has_twins:  # their shared keys are added below
+            np.logical_and(mask, twins.others(t0, t1)[None, :], out=mask)
         flat = np.flatnonzero(mask)
         # Row of each hit from the row boundaries (cheaper than a 64-bit division per hit).
         per_row = np.diff(np.searchsorted(flat, np.arange(0, (b + 1) * width, width)))
@@ -561,12 +561,11 @@ def _collect(
             rows_and_refs += np.repeat(shift, per_row)
         code = sortable_bits(values).astype(np.uint64) << np.uint64(col_bits)
         code |= rows_and_refs
-        if has_twins:
-            code, per_row = twins.drop_members(code, col_bits, b)
         codes.append(code)
         counts += per_row
+    codes = codes[0] if len(codes) == 1 else np.concatenate(codes)
     if twins is not None:
-        code, per_row = twins.candidates(
+        extra, per_row = twins.candidates(
             search.queries,
             slice(start, stop),
             tau,
@@ -574,9 +573,26 @@ def _collect(
             col_bits,
             sortable_bits,
         )
-        codes.append(code)
+        if tile >= n_ref:  # one tile: the codes are grouped by row, keep them so
+            codes = _interleave_rows(codes, counts, extra, per_row)
+        else:
+            codes = np.concatenate((codes, extra))
         counts += per_row
-    return (codes[0] if len(codes) == 1 else np.concatenate(codes)), counts
+    return codes, counts
+
+
+def _interleave_rows(
+    a: np.ndarray, count_a: np.ndarray, b: np.ndarray, count_b: np.ndarray
+) -> np.ndarray:
+    """Two arrays of codes, each grouped by row (``count_*`` per row), merged row by row, so
+    a whole-row block stays grouped (its sort then runs on cache-sized runs of rows)."""
+    lims_a = np.concatenate(([0], np.cumsum(count_a)))
+    lims_b = np.concatenate(([0], np.cumsum(count_b)))
+    lims = lims_a + lims_b
+    out = np.empty(a.size + b.size, dtype=a.dtype)
+    out[np.arange(a.size) + np.repeat(lims[:-1] - lims_a[:-1], count_a)] = a
+    out[np.arange(b.size) + np.repeat(lims[:-1] - lims_b[:-1] + count_a, count_b)] = b
+    return out
 
 
 def grid_keys(
