@@ -521,7 +521,7 @@ def _collect(
     codes = []
     own = np.arange(start, stop)
     # Identical references: rather than writing their shared keys into every tile (a scatter
-    # over b x members per tile), drop them from the tiles' candidates and add them once per
+    # over b x members per tile), mask them out of the tiles' candidates and add them once per
     # block from the group keys.  The label threshold reads whole rows: there they are written.
     twins = search.duplicates if positive_threshold is None else None
     for t0 in range(0, n_ref, tile):
@@ -541,26 +541,8 @@ def _collect(
         mask = np.less_equal(keys, tau[:, None], out=mask_buffer[: b * width].reshape(b, width))
         if has_twins:  # their shared keys are added below
             np.logical_and(mask, twins.others(t0, t1)[None, :], out=mask)
-        flat = np.flatnonzero(mask)
-        # Row of each hit from the row boundaries (cheaper than a 64-bit division per hit).
-        per_row = np.diff(np.searchsorted(flat, np.arange(0, (b + 1) * width, width)))
-        values = keys.ravel()[flat]
-        if exclusions.reference_groups is not None and positive_threshold is None:
-            flat -= np.repeat(np.arange(0, b * width, width) - t0, per_row)  # the reference
-            row = np.repeat(own, per_row)
-            keep = exclusions.reference_groups[flat] != exclusions.query_groups[row]
-            flat, values = flat[keep], values[keep]
-            per_row = np.bincount(row[keep] - start, minlength=b)
-            rows_and_refs = flat.view(np.uint64)
-            rows_and_refs |= np.repeat(row_codes, per_row)
-        else:
-            # flat = row * width + (reference - t0), so adding row * (2**(32 + col_bits) - width)
-            # + t0 gives (row << (32 + col_bits)) | reference in one pass (uint64 wraps exactly).
-            shift = row_codes - np.arange(b, dtype=np.uint64) * np.uint64(width) + np.uint64(t0)
-            rows_and_refs = flat.view(np.uint64)
-            rows_and_refs += np.repeat(shift, per_row)
-        code = sortable_bits(values).astype(np.uint64) << np.uint64(col_bits)
-        code |= rows_and_refs
+        filter_groups = exclusions if positive_threshold is None else None
+        code, per_row = _pack_hits(keys, mask, t0, start, row_codes, filter_groups, col_bits)
         codes.append(code)
         counts += per_row
     codes = codes[0] if len(codes) == 1 else np.concatenate(codes)
@@ -579,6 +561,41 @@ def _collect(
             codes = np.concatenate((codes, extra))
         counts += per_row
     return codes, counts
+
+
+def _pack_hits(
+    keys: np.ndarray,
+    mask: np.ndarray,
+    t0: int,
+    start: int,
+    row_codes: np.ndarray,
+    exclusions: Exclusions | None,
+    col_bits: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Packed codes of the ``mask``-ed keys of one tile (columns from ``t0``) and the count per
+    row, leaving out references of the query's group when ``exclusions`` holds groups."""
+    b, width = keys.shape
+    flat = np.flatnonzero(mask)
+    # Row of each hit from the row boundaries (cheaper than a 64-bit division per hit).
+    per_row = np.diff(np.searchsorted(flat, np.arange(0, (b + 1) * width, width)))
+    values = keys.ravel()[flat]
+    if exclusions is not None and exclusions.reference_groups is not None:
+        flat -= np.repeat(np.arange(0, b * width, width) - t0, per_row)  # the reference
+        row = np.repeat(np.arange(start, start + b), per_row)
+        keep = exclusions.reference_groups[flat] != exclusions.query_groups[row]
+        flat, values = flat[keep], values[keep]
+        per_row = np.bincount(row[keep] - start, minlength=b)
+        rows_and_refs = flat.view(np.uint64)
+        rows_and_refs |= np.repeat(row_codes, per_row)
+    else:
+        # flat = row * width + (reference - t0), so adding row * (2**(32 + col_bits) - width)
+        # + t0 gives (row << (32 + col_bits)) | reference in one pass (uint64 wraps exactly).
+        shift = row_codes - np.arange(b, dtype=np.uint64) * np.uint64(width) + np.uint64(t0)
+        rows_and_refs = flat.view(np.uint64)
+        rows_and_refs += np.repeat(shift, per_row)
+    code = sortable_bits(values).astype(np.uint64) << np.uint64(col_bits)
+    code |= rows_and_refs
+    return code, per_row
 
 
 def _interleave_rows(
