@@ -77,6 +77,8 @@ def run_dask(
         "reference_codes": task.reference_codes,
         "reference_groups": None if groups is None else groups[1],
         "subsample": column_subsample(layout.need, n_ref),
+        "duplicates": layout.duplicates,
+        "representatives": layout.representatives,
     }
     settings = {
         "block_size": layout.block_size,
@@ -143,6 +145,9 @@ def _search_blocks(
     # for 200,000 x 129 floats and leaves every value unchanged.
     reference = np.array(shared["reference"], order="C")
     search = PreparedSearch(np.array(part["queries"], order="C"), reference.T, None)
+    search = search.with_duplicates(
+        shared["duplicates"], shared["representatives"], slice(0, reference.shape[0])
+    )
     n = part["queries"].shape[0]
     if shared["reference_groups"] is None:
         exclusions = Exclusions()

@@ -1067,6 +1067,11 @@ def reject_both_curve(
     kept = []
     for f in fr:
         n_keep = x.shape[0] - math.ceil(f * x.shape[0] - 1e-12)
+        if n_keep < 1:
+            raise InputError(
+                f"fractions holds {f}, which rejects all {x.shape[0]} items and leaves nothing "
+                "to evaluate; use fractions below (n - 1) / n."
+            )
         keep = np.sort(order[:n_keep])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", EmbedevalWarning)

@@ -17,6 +17,7 @@ from .knn import (
     DISTANCES,
     Exclusions,
     check_queries_lead_reference,
+    range_exponent,
 )
 from .result import EvaluationResult, warn_if_biased
 
@@ -46,7 +47,7 @@ def evaluate(
     seed: int = 0,
     index: str | None = None,
     index_params: dict[str, Any] | None = None,
-    exact_sample: int = 10_000,
+    exact_sample: int | None = None,
     shards: Any = None,
     backend: str = "local",
     client: Any = None,
@@ -83,7 +84,9 @@ def evaluate(
         ``None`` (default): exact, every metric reads the depth it needs.  An int caps every
         ranking at depth k with PML's semantics (relevance window min(R_q, k); ``r_precision``
         divides by it, ``map_at_r`` and ``map`` by R_q; ``mrr`` is 0 without a hit in the top k);
-        a k larger than the reference set is clamped.  ``"max_bin_count"``: k = max R_q.
+        a k larger than the reference set is clamped (k must be below 2**63).
+        ``"max_bin_count"``: k = max R_q, decided once on the whole gallery (the
+        ``reject_from="both"`` re-evaluations keep that k).
     distance : {"euclidean", "cosine", "inner_product"}
     ref_includes_query : bool
         PML's convention: the queries are the first rows of ``reference`` and each is excluded
@@ -113,9 +116,11 @@ def evaluate(
         search; the result then reports, on ``exact_sample`` random queries evaluated both ways,
         the kNN recall and every metric exactly and approximately (``result.approximation``).
     index_params : dict, optional
-        Search-time parameters such as ``{"nprobe": 64}`` or ``{"efSearch": 128}``.
-    exact_sample : int
-        Queries evaluated exactly as well when ``index`` is given.
+        Search-time parameters such as ``{"nprobe": 64}`` or ``{"efSearch": 128}``; only with
+        ``index``.
+    exact_sample : int, optional
+        Queries evaluated exactly as well when ``index`` is given (default 10,000); only with
+        ``index``.
     shards : optional
         Split the reference set into shards (an int count, or a list of arrays / ``.npy`` paths)
         merged exactly: the numbers are identical to the unsharded engine.
@@ -147,7 +152,9 @@ def evaluate(
     R_q is the number of references with the query's label that the query can see (itself and
     its group excluded).  Lone queries (R_q = 0) get NaN and are left out of every average
     (``result.n_lone`` counts them).  Equal distances are ranked by ascending reference index;
-    ``result.n_ties`` counts queries whose value depends on that choice.
+    ``result.n_ties`` counts queries whose value depends on that choice.  Identical reference
+    vectors are always at exactly equal distances (whatever the backend or block size), so they
+    are such ties.
 
     Examples
     --------
@@ -208,7 +215,7 @@ def evaluate(
     if isinstance(k, str):
         check_choice(k, "k", ("max_bin_count",))
     else:
-        k = check_int(k, "k", allow_none=True)
+        k = check_int(k, "k", allow_none=True, maximum=2**63 - 1)
     # Validate everything before any work, so a bad ci= does not fail after an hour of search.
     block_size = check_int(block_size, "block_size", allow_none=True)
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
@@ -219,6 +226,7 @@ def evaluate(
         ci = _check_level(ci)
         n_boot = check_int(n_boot, "n_boot")
         seed = check_int(seed, "seed", minimum=0)
+    _check_backend_options(index, index_params, exact_sample, backend, client)
     if not isinstance(ref_includes_query, (bool, np.bool_)):
         raise InputTypeError(
             f"ref_includes_query must be True or False; got {ref_includes_query!r}."
@@ -264,6 +272,10 @@ def evaluate(
         if self_index:
             check_queries_lead_reference(xq, xb)
     n_ref = xb.shape[0]
+    scale = range_exponent([xq] if leave_one_out else [xq, xb], distance)
+    if scale:  # keys would overflow or underflow float32: rank the data times 2**scale
+        xq = np.ldexp(xq, scale, dtype=np.float32)
+        xb = xq if leave_one_out else np.ldexp(xb, scale, dtype=np.float32)
     if leave_one_out:
         (q_codes,), uniques = factorize(yq)
         r_codes = q_codes
@@ -293,6 +305,8 @@ def evaluate(
     conf = None
     if confidences is not None:
         conf = as_vector(confidences, "confidences", length=n_query, length_of="query")
+        if reject_from == "both":
+            _check_something_remains(rejection_fractions, n_query)
 
     # ---- depth
     k_used: int | None
@@ -325,8 +339,11 @@ def evaluate(
         n_valid=n_valid,
         exclusions=exclusions,
         metrics=tuple(knn_infos),
-        k=k_used,
+        # A k beyond the gallery means the whole gallery (min(k, n_valid) = n_valid): clamped,
+        # so that depth arithmetic (k + 1) cannot overflow.
+        k=None if k_used is None else min(k_used, n_ref),
         distance=distance,
+        scale=scale,
     )
     approximation: dict[str, Any] = {}
     if index is None and shards is None and backend == "local":
@@ -344,7 +361,7 @@ def evaluate(
             task,
             index=index,
             index_params=index_params,
-            exact_sample=exact_sample,
+            exact_sample=10_000 if exact_sample is None else exact_sample,
             shards=shards,
             backend=backend,
             client=client,
@@ -416,7 +433,7 @@ def evaluate(
                 metrics=[m.name for m in knn_infos if m.function is None],
                 custom_metrics=custom_metrics,
                 higher_is_confident=higher_is_confident,
-                k=k,
+                k=k_used if k == "max_bin_count" else k,
                 distance=distance,
                 average=average,
                 query_groups=query_groups,
@@ -506,6 +523,39 @@ def _exclusions(
         n_valid = n_valid - own_group_differs
     ex = Exclusions(self_index=self_index, query_groups=qg, reference_groups=rg)
     return ex, relevant.astype(np.int64), n_valid.astype(np.int64)
+
+
+def _check_backend_options(
+    index: Any, index_params: Any, exact_sample: Any, backend: str, client: Any
+) -> None:
+    """Options of one search path given to another are refused, not silently ignored."""
+    if index is None:
+        for name, value in (("index_params", index_params), ("exact_sample", exact_sample)):
+            if value is not None:
+                raise InputError(
+                    f"{name} was given without index; it only applies to approximate search, "
+                    "e.g. index='IVF1024,Flat', index_params={'nprobe': 32}, exact_sample=2000. "
+                    f"Drop {name} for exact search."
+                )
+    else:
+        check_int(exact_sample, "exact_sample", minimum=0, allow_none=True)
+    if client is not None and backend != "dask":
+        raise InputError(
+            "client= is only used with backend='dask' (the backend here is 'local', which "
+            "would ignore it); pass backend='dask' to search on the cluster, or drop client."
+        )
+
+
+def _check_something_remains(fractions: Any, n: int) -> None:
+    """Every rejection fraction must leave at least one item to evaluate."""
+    import math
+
+    for f in np.atleast_1d(fractions):
+        if n - math.ceil(float(f) * n - 1e-12) < 1:
+            raise InputError(
+                f"rejection_fractions holds {float(f)}, which rejects all {n} items and leaves "
+                "nothing to evaluate; use fractions below (n - 1) / n."
+            )
 
 
 def _check_cutoffs(infos: list[MetricInfo], k_used: int | None, k: Any) -> None:
