@@ -45,11 +45,30 @@ def normalise(nb: Any) -> Any:
             continue
         count += 1
         cell.execution_count = count
+        cell["outputs"] = _merge_streams(cell.get("outputs", []))
         for out in cell.get("outputs", []):
             if "execution_count" in out:
                 out["execution_count"] = count
             out.get("metadata", {}).pop("needs_background", None)
     return nb
+
+
+def _merge_streams(outputs: list[Any]) -> list[Any]:
+    """Join consecutive pieces of the same stream: the kernel splits printed text into as many
+    messages as its flushes happened to make, which differs from run to run."""
+    merged: list[Any] = []
+    for out in outputs:
+        last = merged[-1] if merged else None
+        if (
+            out["output_type"] == "stream"
+            and last is not None
+            and last["output_type"] == "stream"
+            and last["name"] == out["name"]
+        ):
+            last["text"] += out["text"]
+        else:
+            merged.append(out)
+    return merged
 
 
 def text_outputs(nb: Any) -> list[list[tuple[str, str]]]:
@@ -60,7 +79,7 @@ def text_outputs(nb: Any) -> list[list[tuple[str, str]]]:
         if cell.cell_type != "code":
             continue
         outs = []
-        for out in cell.get("outputs", []):
+        for out in _merge_streams([dict(o) for o in cell.get("outputs", [])]):
             if out["output_type"] == "stream":
                 outs.append((out["name"], out["text"]))
             elif out["output_type"] == "error":
