@@ -3,8 +3,9 @@
 The main entry points are :func:`evaluate` (exact, streaming kNN metrics: Precision@1,
 R-Precision, MAP@R, MAP, MRR, Recall@k, NMI/AMI) and :func:`neighbors` (exact kNN).  The
 submodules :mod:`~embedeval.ranking`, :mod:`~embedeval.classification`,
-:mod:`~embedeval.confidence`, :mod:`~embedeval.plots` and :mod:`~embedeval.datasets` are imported
-on first use, so ``import embedeval`` stays cheap (no matplotlib, no scikit-learn).
+:mod:`~embedeval.confidence`, :mod:`~embedeval.plots`, :mod:`~embedeval.datasets` and the protocol
+modules (:mod:`~embedeval.verification`, :mod:`~embedeval.reid`, :mod:`~embedeval.landmarks`) are
+imported on first use, so ``import embedeval`` stays cheap (no matplotlib, no scikit-learn).
 """
 
 from __future__ import annotations
@@ -25,11 +26,16 @@ _LAZY_SUBMODULES = (
     "ranking",
     "classification",
     "confidence",
+    "calibration",
+    "openset",
     "plots",
     "datasets",
     "io",
     "cli",
     "compat",
+    "verification",
+    "reid",
+    "landmarks",
 )
 _LAZY_ATTRIBUTES = {
     "EvaluationResult": ("result", "EvaluationResult"),

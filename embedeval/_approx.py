@@ -16,12 +16,19 @@ from typing import Any
 
 import numpy as np
 
+from ._duplicates import DuplicateRows
 from ._engine import RetrievalTask
 from ._errors import InputError, InputTypeError
 from ._progress import progress_bar
 from ._scale import group_exclusions, subset_task
 from ._validation import check_choice, check_int
-from .knn import DEFAULT_MEMORY_BUDGET, _sort_block, sortable_bits, sorted_candidates
+from .knn import (
+    DEFAULT_MEMORY_BUDGET,
+    _sort_block,
+    reference_duplicates,
+    sortable_bits,
+    sorted_candidates,
+)
 
 __all__ = ["run_approximate", "train_index"]
 
@@ -332,6 +339,7 @@ def _search_all(
     groups = group_exclusions(task)
     if k_max == 0:
         return 0
+    dups = reference_duplicates(task.reference, task.distance)
     block = max(1, min(4096, memory_budget // (k_max * 40), 2 ** (32 - col_bits)))
     in_sample = np.zeros(n_query, dtype=bool)
     in_sample[sample] = True
@@ -339,9 +347,8 @@ def _search_all(
     with progress_bar(n_query, "queries", enabled=progress) as bar:
         for start in range(0, n_query, block):
             stop = min(start + block, n_query)
-            code, counts = _block_lists(
-                idx, task, groups, start, stop, k_query[start:stop], need[start:stop], col_bits
-            )
+            code, counts = _block_lists(idx, task, groups, start, stop, k_query[start:stop],
+                                        need[start:stop], col_bits, dups)  # fmt: skip
             cands = _sort_block(code, counts, start, col_bits, False)
             chunk_values, chunk_ties = task.score_block(cands)
             for name in chunk_values:
@@ -363,6 +370,7 @@ def _block_lists(
     k_query: np.ndarray,
     need: np.ndarray,
     col_bits: int,
+    dups: DuplicateRows | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Packed (row, key bits, reference) codes of each query's cleaned faiss list.
 
@@ -396,15 +404,58 @@ def _block_lists(
                 retry.append(rows[short])
                 keep[short] = False
             r, c = np.nonzero(keep)
-            code = rows[r].astype(np.uint64) << np.uint64(32 + col_bits)
-            code |= sortable_bits(keys[r, c]).astype(np.uint64) << np.uint64(col_bits)
-            code |= ids[r, c].astype(np.uint64)
+            r, ref, key = rows[r], ids[r, c], keys[r, c]
+            if dups is not None:
+                r, ref, key = _tie_duplicates(r, ref, key, dups, groups, start)
+            code = r.astype(np.uint64) << np.uint64(32 + col_bits)
+            code |= sortable_bits(key).astype(np.uint64) << np.uint64(col_bits)
+            code |= ref.astype(np.uint64)
             parts.append(code)
-            counts[rows] += np.where(short, 0, n_keep)
+            counts += np.bincount(r, minlength=counts.size)
         pending = np.concatenate(retry) if retry else np.empty(0, dtype=np.int64)
         kq[pending] = np.minimum(2 * kq[pending], n_ref)
     code = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
     return code, counts
+
+
+def _tie_duplicates(
+    row: np.ndarray,
+    ref: np.ndarray,
+    key: np.ndarray,
+    dups: DuplicateRows,
+    groups: tuple[np.ndarray, np.ndarray] | None,
+    start: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Give identical references one key per query (the smallest faiss returned for any of
+    them) and list every visible member of the group: faiss computes each distance on its own
+    and may round twins apart or return only some of them."""
+    at = np.minimum(np.searchsorted(dups.members, ref), dups.members.size - 1)
+    twin = dups.members[at] == ref
+    if not twin.any():
+        return row, ref, key
+    n_groups = dups.n_groups
+    pair, where = np.unique(
+        row[twin].astype(np.int64) * n_groups + dups.group[at[twin]], return_inverse=True
+    )
+    shared = np.full(pair.size, np.inf, dtype=np.float32)
+    np.minimum.at(shared, where.ravel(), key[twin])
+    order = np.argsort(dups.group, kind="stable")
+    lims = np.concatenate(([0], np.cumsum(np.bincount(dups.group, minlength=n_groups))))
+    g = pair % n_groups
+    sizes = lims[g + 1] - lims[g]
+    offsets = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    new_ref = dups.members[order][np.repeat(lims[g], sizes) + offsets]
+    new_row = np.repeat(pair // n_groups, sizes)
+    new_key = np.repeat(shared, sizes)
+    if groups is not None:  # a twin in the query's group (or the query itself) stays out
+        visible = groups[1][new_ref] != groups[0][start + new_row]
+        new_row, new_ref, new_key = new_row[visible], new_ref[visible], new_key[visible]
+    plain = ~twin
+    return (
+        np.concatenate((row[plain], new_row)),
+        np.concatenate((ref[plain], new_ref)),
+        np.concatenate((key[plain], new_key)),
+    )
 
 
 def _exact_sample(

@@ -7,10 +7,11 @@ thresholds from the same column subsample, same tile products), so the float32 k
 candidates and therefore every value and tie flag equal the local engine's bit for bit.  The
 client only gathers per-query values and tie flags.
 
-Install with ``pip install "embedeval[dask]"``.  Workers, like the local engine, multiply with one
-BLAS thread per product (OpenBLAS splits a product among threads and the split changes the
-rounding), which is what makes the numbers identical to a local run whatever the client's or the
-workers' thread settings.  See docs/scale.md.
+Install with ``pip install "embedeval-exact[dask]"`` (``pip install ".[dask]"`` in a clone).
+Workers, like the local engine, multiply with one BLAS thread per product (OpenBLAS splits a
+product among threads and the split changes the rounding), which is what makes the numbers
+identical to a local run whatever the client's or the workers' thread settings.  See
+docs/scale.md.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def run_dask(
         from distributed import Client, as_completed
     except ImportError as exc:  # pragma: no cover - exercised only without distributed
         raise InputError(
-            "backend='dask' needs dask.distributed: pip install \"embedeval[dask]\"."
+            "backend='dask' needs dask.distributed: pip install \"embedeval-exact[dask]\" "
+            '(from a clone of the repository: pip install ".[dask]").'
         ) from exc
     if client is None:
         raise InputError(
@@ -75,6 +77,8 @@ def run_dask(
         "reference_codes": task.reference_codes,
         "reference_groups": None if groups is None else groups[1],
         "subsample": column_subsample(layout.need, n_ref),
+        "duplicates": layout.duplicates,
+        "representatives": layout.representatives,
     }
     settings = {
         "block_size": layout.block_size,
@@ -141,6 +145,9 @@ def _search_blocks(
     # for 200,000 x 129 floats and leaves every value unchanged.
     reference = np.array(shared["reference"], order="C")
     search = PreparedSearch(np.array(part["queries"], order="C"), reference.T, None)
+    search = search.with_duplicates(
+        shared["duplicates"], shared["representatives"], slice(0, reference.shape[0])
+    )
     n = part["queries"].shape[0]
     if shared["reference_groups"] is None:
         exclusions = Exclusions()

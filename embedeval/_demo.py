@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-METRICS = ["precision_at_1", "r_precision", "map_at_r", "map", "mrr", "recall_at_1", "recall_at_10"]
+METRICS = ["precision_at_1", "r_precision", "map_at_r", "map", "mrr", "recall_at_10"]
 
 
 def embed_digits(seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:

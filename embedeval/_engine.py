@@ -38,6 +38,10 @@ class RetrievalTask:
     metrics: tuple[MetricInfo, ...]
     k: int | None
     distance: str
+    #: ``query`` and ``reference`` are the caller's vectors times 2**scale (see
+    #: :func:`embedeval.knn.range_exponent`); a backend reading the reference from elsewhere
+    #: (shard files) applies it too.
+    scale: int = 0
 
     @property
     def n_query(self) -> int:

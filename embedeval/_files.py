@@ -12,7 +12,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path", "write_text"]
+__all__ = ["DISTRIBUTION", "atomic_path", "install_hint", "write_text"]
+
+#: The name on PyPI (the import name and the command stay ``embedeval``).
+DISTRIBUTION = "embedeval-exact"
+
+
+def install_hint(extra: str) -> str:
+    """How to install an optional extra, released or from a clone.
+
+    >>> print(install_hint("dask"))
+    pip install "embedeval-exact[dask]" (from a clone of the repository: pip install ".[dask]")
+    """
+    return (
+        f'pip install "{DISTRIBUTION}[{extra}]" (from a clone of the repository: '
+        f'pip install ".[{extra}]")'
+    )
 
 
 def _umask() -> int:

@@ -143,6 +143,15 @@ def chunk_metrics(
                 window = depth_cap
             value = weighted_within(window) / safe_r
             tie = ties.within(window)
+        elif m.name == "minp":
+            # INP = R_q / rank of the last relevant reference; an int k that hides it gives 0.
+            last = np.zeros(b, dtype=np.int64)
+            has = n_hits > 0
+            last[has] = hit_pos[row_start[has] + n_hits[has] - 1] + 1
+            complete = has & (n_hits >= relevant)
+            value = np.where(complete, relevant / np.maximum(last, 1), 0.0)
+            # Only the tie block holding the last relevant item can move it.
+            tie = np.where(complete, ties.straddle(last) | ties.straddle(last - 1), False)
         elif m.name == "mrr":
             first = np.full(b, np.iinfo(np.int64).max)
             has = n_hits > 0

@@ -17,7 +17,14 @@ import numpy as np
 from ._errors import InputError, InputTypeError
 from ._validation import suggest
 
-__all__ = ["DEFAULT_METRICS", "METRICS", "PML_ALIASES", "MetricInfo", "parse_metrics"]
+__all__ = [
+    "DEFAULT_METRICS",
+    "METRICS",
+    "PML_ALIASES",
+    "MetricInfo",
+    "default_metrics",
+    "parse_metrics",
+]
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,14 @@ _FIXED = {
         "mean_reciprocal_rank",
         "mean reciprocal rank of the first relevant reference",
     ),
+    "minp": MetricInfo(
+        "minp",
+        "knn",
+        "full",
+        None,
+        None,
+        "mean inverse negative penalty: R_q / rank of the last relevant reference (re-id mINP)",
+    ),
     "nmi": MetricInfo(
         "nmi",
         "cluster",
@@ -124,8 +139,22 @@ PML_ALIASES = {
     "AMI": "ami",
 }
 
-#: The metrics :func:`embedeval.evaluate` computes when ``metrics=None``.
-DEFAULT_METRICS = ("precision_at_1", "r_precision", "map_at_r", "recall_at_1", "recall_at_10")
+#: The metrics :func:`embedeval.evaluate` computes when ``metrics=None`` (no ``recall_at_1``:
+#: it always equals ``precision_at_1``).
+DEFAULT_METRICS = ("precision_at_1", "r_precision", "map_at_r", "recall_at_10")
+
+
+def default_metrics(depth: int | None) -> tuple[str, ...]:
+    """The default set for a ranking capped at ``depth``: Recall@10 becomes Recall@depth when
+    the cap is below 10, and is dropped at depth 1 (where it would equal precision_at_1).
+
+    >>> default_metrics(None)[-1], default_metrics(5)[-1], default_metrics(1)
+    ('recall_at_10', 'recall_at_5', ('precision_at_1', 'r_precision', 'map_at_r'))
+    """
+    if depth is None or depth >= 10:
+        return DEFAULT_METRICS
+    return DEFAULT_METRICS[:-1] + ((f"recall_at_{depth}",) if depth > 1 else ())
+
 
 _AT_K = re.compile(r"^(recall|precision)_at_([1-9][0-9]*)$")
 

@@ -20,10 +20,17 @@ from typing import Any
 
 import numpy as np
 
+from ._duplicates import DuplicateRows
 from ._engine import RetrievalTask
 from ._errors import InputError
 from ._validation import check_choice, check_int
-from .knn import DEFAULT_MEMORY_BUDGET, Exclusions, block_layout
+from .knn import (
+    DEFAULT_MEMORY_BUDGET,
+    Exclusions,
+    block_layout,
+    reference_duplicates,
+    representatives,
+)
 
 __all__ = ["run_scaled"]
 
@@ -103,6 +110,9 @@ class EngineLayout:
     col_bits: int
     need: np.ndarray
     threshold: str | None
+    #: Identical reference rows and their prepared representatives (see embedeval._duplicates).
+    duplicates: DuplicateRows | None = None
+    representatives: np.ndarray | None = None
 
 
 def engine_layout(
@@ -114,10 +124,17 @@ def engine_layout(
     depth, threshold = task.depth()
     n_ref = int(task.reference.shape[0])
     need = np.minimum(depth, task.n_valid)
+    dups = reference_duplicates(task.reference, task.distance)
     tile, block_size, col_bits = block_layout(
-        need, n_ref, threshold is not None, block_size, memory_budget
+        need,
+        n_ref,
+        threshold is not None,
+        block_size,
+        memory_budget,
+        0 if dups is None else dups.n_groups,
     )
-    return EngineLayout(block_size, tile, col_bits, need, threshold)
+    reps = representatives(task.reference, dups, task.distance)
+    return EngineLayout(block_size, tile, col_bits, need, threshold, dups, reps)
 
 
 def group_exclusions(task: RetrievalTask) -> tuple[np.ndarray, np.ndarray] | None:

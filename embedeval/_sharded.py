@@ -181,7 +181,8 @@ def _run_sharded(
 
     def read(a: int, b: int) -> np.ndarray:
         if source is not None:
-            return source.rows(a, b)
+            rows = source.rows(a, b)
+            return np.ldexp(rows, task.scale, dtype=np.float32) if task.scale else rows
         return np.ascontiguousarray(task.reference[a:b], dtype=np.float32)
 
     if len(bounds) == 1:  # a reference of at most 16 tiles: the engine's whole-row products
@@ -208,7 +209,7 @@ def _run_sharded(
             starts = range(q0, q1, bsz)
             parts: list[list[np.ndarray]] = [[] for _ in starts]
             for a, b in bounds:
-                search, ex = _shard_search(task, read(a, b), groups, a, b)
+                search, ex = _shard_search(task, read(a, b), groups, a, b, layout)
                 width = min(tile, b - a)
                 keys_buffer = np.empty(min(bsz, q1 - q0) * width, dtype=np.float32)
                 mask_buffer = np.empty(keys_buffer.size, dtype=bool)
@@ -262,8 +263,11 @@ def _shard_search(
     groups: tuple[np.ndarray, np.ndarray] | None,
     a: int,
     b: int,
+    layout: Any,
 ) -> tuple[PreparedSearch, Exclusions]:
-    search = PreparedSearch.build(task.query, xb, task.distance)
+    search = PreparedSearch.build(task.query, xb, task.distance).with_duplicates(
+        layout.duplicates, layout.representatives, slice(a, b)
+    )
     if groups is None:
         return search, Exclusions()
     return search, Exclusions(query_groups=groups[0], reference_groups=groups[1][a:b])
@@ -290,7 +294,10 @@ def _thresholds(task: RetrievalTask, read: Any, layout: Any, memory_budget: int)
     if subsample is None:
         return tau
     gathered = _gather_rows(read, subsample)
-    search = _SubsampleSearch(PreparedSearch.build(task.query, gathered, task.distance), n_ref)
+    prepared = PreparedSearch.build(task.query, gathered, task.distance).with_duplicates(
+        layout.duplicates, layout.representatives, subsample
+    )
+    search = _SubsampleSearch(prepared, n_ref)
     for start in range(0, task.n_query, layout.block_size):
         stop = min(start + layout.block_size, task.n_query)
         tau[start:stop] = _depth_thresholds(
@@ -320,7 +327,7 @@ def _label_thresholds(
     n_query = task.n_query
     out = np.full(n_query, -np.inf if how == "max" else np.inf, dtype=np.float32)
     for a, b in bounds:
-        search, _ = _shard_search(task, read(a, b), None, a, b)
+        search, _ = _shard_search(task, read(a, b), None, a, b, layout)
         r_codes = task.reference_codes[a:b]
         # The engine's query blocks: the same product shapes give the same float32 keys.
         step = layout.block_size
@@ -367,7 +374,7 @@ def _redo_short(
         parts[i] = [codes[~np.isin(codes >> row_shift, rows.astype(np.uint64))]]
         counts[start + rows] = 0
     for a, b in bounds:
-        search, ex = _shard_search(task, read(a, b), groups, a, b)
+        search, ex = _shard_search(task, read(a, b), groups, a, b, layout)
         for i, rows in by_block.items():
             start = q0 + i * bsz
             codes, c = _all_valid(search, start, rows, ex, col_bits)

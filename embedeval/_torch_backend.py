@@ -216,6 +216,30 @@ def as_search_input(x: Any, name: str) -> Any:
     return x
 
 
+def scale_for_range(xq: Any, xb: Any, distance: str, same: bool) -> tuple[Any, Any, int]:
+    """:func:`embedeval.knn.range_exponent` for numpy arrays and device tensors alike, and the
+    inputs times 2**scale (exact: a power of two)."""
+    from .knn import range_exponent
+
+    def proxy(x: Any) -> Any:  # a tensor's largest |x| is read on its device, not copied
+        if isinstance(x, np.ndarray) or not hasattr(x, "abs"):
+            return x
+        return np.full((1, x.shape[1]), float(x.abs().max()) if x.numel() else 0.0)
+
+    scale = range_exponent([proxy(xq)] if same else [proxy(xq), proxy(xb)], distance)
+    if scale:
+        xq = _times_power_of_two(xq, scale)
+        xb = xq if same else _times_power_of_two(xb, scale)
+    return xq, xb, scale
+
+
+def _times_power_of_two(x: Any, scale: int) -> Any:
+    if isinstance(x, np.ndarray):
+        return np.ldexp(x, scale, dtype=np.float32)
+    half = scale // 2  # two factors, each within float32's range
+    return x * 2.0**half * 2.0 ** (scale - half)
+
+
 def check_lead_on_device(xq: Any, xb: Any) -> None:
     """``ref_includes_query`` for device tensors: the queries are the first reference rows."""
     torch = import_torch()
@@ -300,11 +324,9 @@ class _Search:
         return keys
 
 
-def _prepare(torch: Any, task: Any, device: Any, engine_block: int = 0) -> _Search:
-    """Device-side matrices of ``task``.  With ``engine_block`` (on the CPU), the keys are
-    computed by the local engine's product code in its block layout, so that both engines see
-    bit-identical float32 keys on any data (PyTorch's and numpy's BLAS sum a dot product in
-    different orders); everything after the product is this module's."""
+def _prepare(torch: Any, task: Any, device: Any, engine: tuple[Any, int] | None) -> _Search:
+    """Device-side matrices of ``task``.  With ``engine`` (on the CPU: see
+    :func:`_engine_search`), the keys are the local engine's own products."""
 
     def put(x: Any) -> Any:
         if isinstance(x, np.ndarray):
@@ -325,17 +347,35 @@ def _prepare(torch: Any, task: Any, device: Any, engine_block: int = 0) -> _Sear
     def codes(a: Any) -> Any:
         return None if a is None else torch.as_tensor(np.asarray(a, dtype=np.int64), device=device)
 
-    engine = None
-    if engine_block:
-        from .knn import PreparedSearch
-
-        host_q = _host_array(task.query)
-        host_b = host_q if task.reference is task.query else _host_array(task.reference)
-        engine = PreparedSearch.build(host_q, host_b, task.distance)
+    search, block = (None, 0) if engine is None else engine
     return _Search(
         torch, xq, xb, sq_ref, members, first, bool(ex.self_index),
-        codes(ex.query_groups), codes(ex.reference_groups), engine, engine_block,
+        codes(ex.query_groups), codes(ex.reference_groups), search, block,
     )  # fmt: skip
+
+
+def _engine_search(
+    task: Any, need: np.ndarray, label: Any, opts: TorchOptions, device: Any
+) -> tuple[Any, int] | None:
+    """On the CPU: the local engine's prepared product (identical references tied as it ties
+    them) and its query-block size for ``task``, so that both engines see bit-identical float32
+    keys on any data (PyTorch's and numpy's BLAS sum a dot product in different orders);
+    everything after the product is this module's.  ``None`` on other devices."""
+    if device.type != "cpu" or not opts.engine_keys:
+        return None
+    from .knn import PreparedSearch, block_layout, reference_duplicates, representatives
+
+    xq = _host_array(task.query)
+    xb = xq if task.reference is task.query else _host_array(task.reference)
+    n_ref = int(xb.shape[0])
+    dups = reference_duplicates(xb, task.distance)
+    search = PreparedSearch.build(xq, xb, task.distance)
+    search = search.with_duplicates(dups, representatives(xb, dups, task.distance), slice(0, n_ref))
+    n_groups = 0 if dups is None else dups.n_groups
+    _, block, _ = block_layout(
+        need, n_ref, label is not None, opts.block_size, opts.memory_budget, n_groups
+    )
+    return search, block
 
 
 def _host_array(x: Any) -> np.ndarray:
@@ -566,16 +606,6 @@ def _device(torch: Any, opts: TorchOptions) -> Any:
     return torch.device(opts.device)
 
 
-def _engine_block(task: Any, need: np.ndarray, label: Any, opts: TorchOptions, device: Any) -> int:
-    """The local engine's query-block size for ``task`` on the CPU (0 elsewhere)."""
-    if device.type != "cpu" or not opts.engine_keys:
-        return 0
-    from .knn import block_layout
-
-    n_ref = int(task.reference.shape[0])
-    return block_layout(need, n_ref, label is not None, opts.block_size, opts.memory_budget)[1]
-
-
 def run_torch(
     task: Any, options: TorchOptions
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -589,11 +619,13 @@ def run_torch(
     depth, threshold = task.depth()
     need = np.minimum(depth, task.n_valid)
     label = None if threshold is None else (threshold, task.query_codes, task.reference_codes)
-    # Custom metrics are Python callables over host arrays: their blocks are scored on the host.
-    host = options.kernels == "numpy" or any(m.function is not None for m in task.metrics)
+    # Custom metrics (Python callables over host arrays) and any metric without a port here
+    # are scored on the host, from the same device ranking.
+    host = options.kernels == "numpy" or not all(map(_DeviceKernels.supports, task.metrics))
     bar = progress_bar(task.n_query, "queries", enabled=options.progress)
     with torch.no_grad(), _matmul_precision(torch, options.tf32), bar as bar:
-        search = _prepare(torch, task, device, _engine_block(task, need, label, options, device))
+        engine = _engine_search(task, need, label, options, device)
+        search = _prepare(torch, task, device, engine)
         kernels = None if host else _DeviceKernels(torch, task, device)
         for block in _candidate_blocks(torch, search, need, label, options):
             b = block.lims.numel() - 1
@@ -630,7 +662,7 @@ def torch_neighbors(
     )  # fmt: skip
     need = np.full(n_query, k, dtype=np.int64)
     with torch.no_grad(), _matmul_precision(torch, options.tf32):
-        search = _prepare(torch, task, device, _engine_block(task, need, None, options, device))
+        search = _prepare(torch, task, device, _engine_search(task, need, None, options, device))
         q_norms = (search.queries * search.queries).sum(dim=1)
         for block in _candidate_blocks(torch, search, need, None, options):
             b = block.lims.numel() - 1
@@ -662,6 +694,12 @@ class _DeviceKernels:
     The float64 sums of MAP@R / MAP add in numpy's order (:func:`numpy_order_sums`), so given
     the same ranking every value and tie flag equals the numpy kernels' bit for bit.
     """
+
+    NAMES = frozenset({"r_precision", "map_at_r", "map", "mrr", "minp"})
+
+    @classmethod
+    def supports(cls, m: Any) -> bool:
+        return m.function is None and (m.depth in ("one", "fixed") or m.name in cls.NAMES)
 
     def __init__(self, torch: Any, task: Any, device: Any) -> None:
         self.torch = torch
@@ -733,6 +771,13 @@ class _DeviceKernels:
                 window = last_hit_window() if k is None else depth_cap
                 value = weighted_within(window) / safe_r
                 tie = ties.within(window)
+            elif m.name == "minp":
+                # INP = R_q / rank of the last relevant reference; 0 when k hides it.
+                last = last_hit_window()
+                complete = (n_hits > 0) & (n_hits >= relevant)
+                value = relevant.double() / last.clamp(min=1).double()
+                value = torch.where(complete, value, torch.zeros_like(value))
+                tie = complete & (ties.straddle(last) | ties.straddle(last - 1))
             elif m.name == "mrr":
                 first = torch.full((b,), 2**62, dtype=torch.int64, device=self.device)
                 has = n_hits > 0

@@ -47,9 +47,15 @@ def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
 
 
 def check_int(
-    value: Any, name: str, *, minimum: int | None = 1, allow_none: bool = False
+    value: Any,
+    name: str,
+    *,
+    minimum: int | None = 1,
+    allow_none: bool = False,
+    maximum: int | None = None,
 ) -> int | None:
-    """Check that ``value`` is an integer (not a bool, not a float) ``>= minimum``."""
+    """Check that ``value`` is an integer (not a bool, not a float) ``>= minimum`` (and
+    ``<= maximum`` when given)."""
     if value is None and allow_none:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
@@ -61,6 +67,8 @@ def check_int(
     value = int(value)
     if minimum is not None and value < minimum:
         raise InputError(f"{name} must be >= {minimum}; got {value}.")
+    if maximum is not None and value > maximum:
+        raise InputError(f"{name} must be <= {maximum}; got {value}.")
     return value
 
 
@@ -87,7 +95,10 @@ def _asarray(x: Any, name: str) -> np.ndarray:
         return x
     if hasattr(x, "detach") and hasattr(x, "cpu") and hasattr(x, "numpy"):
         # A torch tensor: go through its own numpy bridge (no torch import, no grad copy).
-        x = x.detach().cpu().numpy()
+        x = x.detach().cpu()
+        if str(getattr(x, "dtype", "")) == "torch.bfloat16":  # numpy has no bfloat16
+            x = x.float()  # exact: every bfloat16 is a float32
+        x = x.numpy()
     try:
         return np.asarray(x)
     except (ValueError, TypeError) as exc:  # ragged lists and the like
@@ -223,10 +234,14 @@ def as_labels(
                 f"({arr[i]!r}); labels are class ids: pass integers or strings."
             )
     elif arr.dtype == object:
-        try:
-            [hash(v) for v in arr[:1]]
-        except TypeError as exc:
-            raise InputTypeError(f"{name} must hold hashable values: {exc}") from exc
+        for i, v in enumerate(arr):
+            try:
+                hash(v)
+            except TypeError as exc:
+                raise InputTypeError(
+                    f"{name} must hold hashable values (ints, strings, tuples); the value at "
+                    f"index {i} is {v!r} of type {type(v).__name__} ({exc})."
+                ) from exc
         # None (and a float NaN, as pandas stores a missing string) is a missing label, not a
         # class of its own: every None would silently become relevant to every other None.
         missing = np.fromiter((_is_missing(v) for v in arr), dtype=bool, count=arr.size)
@@ -253,10 +268,8 @@ def factorize(*label_arrays: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
     """
     sizes = [len(a) for a in label_arrays]
     kinds = {a.dtype.kind for a in label_arrays}
-    if len(label_arrays) > 1 and len(kinds) > 1 and not kinds <= set("iub"):
-        if not (kinds <= set("iubf")):
-            # Mixed strings and numbers: compare as Python objects.
-            label_arrays = tuple(a.astype(object) for a in label_arrays)
+    if len(label_arrays) > 1 and len(kinds) > 1:
+        label_arrays = _common_exact_dtype(label_arrays, kinds)
     joined = np.concatenate(label_arrays)
     if joined.dtype == object:
         table: dict[Any, int] = {}
@@ -271,6 +284,34 @@ def factorize(*label_arrays: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         codes = codes.astype(np.int64, copy=False).ravel()
     out = np.split(codes, np.cumsum(sizes)[:-1])
     return out, uniques
+
+
+def _common_exact_dtype(arrays: tuple[np.ndarray, ...], kinds: set[str]) -> tuple[np.ndarray, ...]:
+    """The label arrays in one dtype that compares them exactly.
+
+    numpy promotes uint64 with int64 (and integers with floats) to float64, which merges
+    labels such as 2**60 and 2**60 + 1.  Whole-number labels of any numeric kind become int64
+    when every value fits, uint64 when none is negative, and Python objects (exact, slower)
+    otherwise; strings mixed with numbers are compared as Python objects.
+    """
+    if not kinds <= set("iubf"):
+        return tuple(a.astype(object) for a in arrays)
+    lows, highs = [], []
+    for a in arrays:
+        if a.size:
+            lo, hi = a.min(), a.max()
+            lows.append(int(lo))
+            highs.append(int(hi))
+    low, high = min(lows, default=0), max(highs, default=0)
+    if "f" in kinds and max(abs(low), abs(high)) >= 2**53:
+        # Whole floats that large are not exact integers of the user's data: keep them exact
+        # as Python numbers (int == float compares exactly in Python).
+        return tuple(a.astype(object) for a in arrays)
+    if high < 2**63:
+        return tuple(a.astype(np.int64) for a in arrays)
+    if low >= 0:
+        return tuple(a.astype(np.uint64) for a in arrays)
+    return tuple(a.astype(object) for a in arrays)
 
 
 def check_same_length(name_a: str, a: Sized, name_b: str, b: Sized) -> None:

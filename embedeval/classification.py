@@ -39,6 +39,11 @@ def confusion_matrix(y_true: Any, y_pred: Any, *, labels: Any = None) -> np.ndar
     >>> confusion_matrix([0, 0, 1, 1], [0, 1, 1, 1]).tolist()
     [[1, 1], [0, 2]]
     """
+    return _confusion(y_true, y_pred, labels)[0]
+
+
+def _confusion(y_true: Any, y_pred: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The confusion matrix and the class labels of its rows, in order."""
     t = as_labels(y_true, "y_true")
     p = as_labels(y_pred, "y_pred", length=t.size, length_of="y_true")
     if labels is None:
@@ -59,7 +64,7 @@ def confusion_matrix(y_true: Any, y_pred: Any, *, labels: Any = None) -> np.ndar
         ct, cp = remap[ct], remap[cp]
         uniques = lab
     n = len(uniques)
-    return np.bincount(ct * n + cp, minlength=n * n).reshape(n, n)
+    return np.bincount(ct * n + cp, minlength=n * n).reshape(n, n), np.asarray(uniques)
 
 
 def _safe_div(num: Any, den: Any, zero_division: Any, what: str) -> np.ndarray:
@@ -74,17 +79,21 @@ def rates(
     average: str | None = None,
     beta: float = 1.0,
     zero_division: Any = "warn",
+    pos_label: Any = 1,
 ) -> dict[str, Any]:
     """Every confusion-matrix rate, per class (one-vs-rest) or averaged.
 
     Keys: ``tp, fp, fn, tn, support`` (counts) and ``tpr`` (= ``recall`` = ``sensitivity``),
     ``tnr`` (= ``specificity``), ``ppv`` (= ``precision``), ``npv``, ``fpr`` (= ``fallout``),
-    ``fnr``, ``fdr``, ``for``, ``prevalence``, ``f1``, ``f_beta``, plus the overall ``accuracy``
-    and ``error_rate``.
+    ``fnr``, ``fdr``, ``for``, ``prevalence``, ``f1``, ``f_beta``, ``class_accuracy`` (the
+    one-vs-rest accuracy (TP + TN) / n of each class), plus the overall ``accuracy`` and
+    ``error_rate``.
 
     ``average=None``: arrays in ``labels`` order; ``"macro"``: unweighted mean over classes;
     ``"weighted"``: weighted by support; ``"micro"``: rates of the pooled counts (for
-    single-label multi-class, micro precision = recall = F1 = accuracy).
+    single-label multi-class, micro precision = recall = F1 = accuracy); ``"binary"``: scalars
+    for the class ``pos_label`` only (at most two classes, as scikit-learn's
+    ``average="binary"``; ``pos_label`` is ignored otherwise).
 
     Formulas from the one-vs-rest counts: TPR = TP/(TP+FN), TNR = TN/(TN+FP),
     PPV = TP/(TP+FP), NPV = TN/(TN+FN), FPR = FP/(FP+TN), FNR = FN/(TP+FN), FDR = FP/(TP+FP),
@@ -99,17 +108,26 @@ def rates(
     >>> r = rates([1, 1, 0, 0], [1, 0, 0, 0], labels=[0, 1])
     >>> r["recall"].tolist(), r["precision"].tolist(), r["accuracy"]
     ([1.0, 0.5], [0.6666666666666666, 1.0], 0.75)
+    >>> b = rates([1, 1, 0, 0], [1, 0, 0, 0], average="binary", pos_label=1)
+    >>> b["recall"], b["precision"], b["tp"]
+    (0.5, 1.0, 1.0)
     """
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0:
         raise InputError(f"beta must be a positive number; got {beta!r}.")
-    cm = confusion_matrix(y_true, y_pred, labels=labels)
+    if average is not None:
+        average = check_choice(average, "average", ("micro", "macro", "weighted", "binary"))
+    cm, classes = _confusion(y_true, y_pred, labels)
     total = cm.sum()
     tp = np.diag(cm).astype(np.float64)
     fp = cm.sum(0) - tp
     fn = cm.sum(1) - tp
     tn = total - tp - fp - fn
-    if average is not None:
-        average = check_choice(average, "average", ("micro", "macro", "weighted"))
+    if average == "binary":
+        keep = _positive_index(classes, pos_label)
+        if keep is None:  # a single class, not pos_label: the positive class never occurs
+            tp, fp, fn, tn = (np.array([x], dtype=np.float64) for x in (0, 0, 0, total))
+        else:
+            tp, fp, fn, tn = (v[keep : keep + 1] for v in (tp, fp, fn, tn))
     if average == "micro":
         tp, fp, fn, tn = (np.array([v.sum()]) for v in (tp, fp, fn, tn))
     b2 = beta * beta
@@ -132,6 +150,8 @@ def rates(
     out["fnr"] = _safe_div(fn, tp + fn, zero_division, "FNR")
     out["fdr"] = _safe_div(fp, tp + fp, zero_division, "FDR")
     out["for"] = _safe_div(fn, fn + tn, zero_division, "FOR")
+    # per class, tp + fp + fn + tn = n; pooled (micro) counts sum to n x n_classes
+    out["class_accuracy"] = (tp + tn) / np.maximum(tp + fp + fn + tn, 1)
     if average in ("macro", "weighted"):
         weights = None if average == "macro" else out["support"]
         for key in (
@@ -146,9 +166,10 @@ def rates(
             "prevalence",
             "f1",
             "f_beta",
+            "class_accuracy",
         ):
             out[key] = float(np.average(out[key], weights=weights))
-    elif average == "micro":
+    elif average in ("micro", "binary"):
         for key in list(out):
             out[key] = float(out[key][0])
     out["recall"] = out["sensitivity"] = out["tpr"]
@@ -158,6 +179,25 @@ def rates(
     out["accuracy"] = float(np.trace(cm) / total) if total else float("nan")
     out["error_rate"] = 1 - out["accuracy"]
     return out
+
+
+def _positive_index(classes: np.ndarray, pos_label: Any) -> int | None:
+    """Row of ``pos_label`` in a binary confusion matrix (None: one class only, not it)."""
+    if len(classes) > 2:
+        raise InputError(
+            f"average='binary' needs at most two classes; got {len(classes)} "
+            f"({', '.join(map(repr, classes.tolist()[:5]))}). Use average='macro', 'micro' or "
+            "'weighted' for multi-class data."
+        )
+    hits = [i for i, c in enumerate(classes.tolist()) if c == pos_label]
+    if not hits and len(classes) < 2:
+        return None  # as scikit-learn: all-negative data is valid binary data
+    if not hits:
+        raise InputError(
+            f"pos_label={pos_label!r} is not one of the classes "
+            f"({', '.join(map(repr, classes.tolist()))}); pass the positive class."
+        )
+    return hits[0]
 
 
 def _binary(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import math
 import os
+import re
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,11 @@ EPILOG_EVALUATE = """examples:
   embedeval evaluate q.npy --labels ql.npy --reference g.npy --reference-labels gl.npy \\
       --metrics map_at_r precision_at_1 --distance cosine --json out.json --per-class classes.csv
   embedeval evaluate ckpt.npz --ci 0.95 --metrics map_at_r mrr recall_at_5 --average macro
+  embedeval evaluate ckpt.npz --k max_bin_count --plots figs/ --per-query queries.csv
+
+Label files hold one value per line (no header, no id column). The JSON records the inputs
+(name, SHA-256), the version, the time and every option. A warning is one line on stderr;
+errors are one line with exit status 2; a closed stdout (| head) ends the run quietly.
 """
 
 EPILOG_MAIN = """examples:
@@ -44,6 +52,9 @@ atomically: a failed run leaves an existing output file as it was.
 EPILOG_COMPARE = """examples:
   embedeval compare runs/epoch_*.npz --ci 0.95 --plot curve.png
   embedeval compare a.npz b.npz --baseline b --test permutation --markdown table.md
+
+Checkpoints are taken in natural order of their names (epoch_2 before epoch_10), whatever
+order the shell gives; --keep-order keeps the order given.
 """
 
 
@@ -53,6 +64,9 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # type: ignore[override]
         hint = f"see '{self.prog} --help'"
         self.exit(2, f"embedeval: error: {_one_line(message)}; {hint}.\n")
+
+
+_MAX_K = 2**62  # far above any reference set, and safe in int64 arithmetic
 
 
 def _k_value(value: str) -> int | str:
@@ -66,6 +80,10 @@ def _k_value(value: str) -> int | str:
         raise argparse.ArgumentTypeError(
             f"must be a positive integer or max_bin_count; got {value!r}"
         )
+    if k > _MAX_K:  # a larger cap means "no cap": say so instead of overflowing int64
+        raise argparse.ArgumentTypeError(
+            f"{value} is too large (at most {_MAX_K}); omit --k for the exact, uncapped ranking"
+        )
     return k
 
 
@@ -74,7 +92,7 @@ def _positive_int(value: str) -> int:
         n = int(value)
     except ValueError:
         n = 0
-    if n < 1:
+    if n < 1 or n > _MAX_K:
         raise argparse.ArgumentTypeError(f"must be a positive integer; got {value!r}")
     return n
 
@@ -110,7 +128,7 @@ def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
         nargs="+",
         metavar="NAME",
         help="precision_at_1 r_precision map_at_r map mrr recall_at_K precision_at_K "
-        "nmi ami (default: P@1, R-Prec, MAP@R, R@1, R@10)",
+        "nmi ami (default: P@1, R-Prec, MAP@R, R@10; R@k when --k caps the ranking below 10)",
     )
     g.add_argument(
         "--k",
@@ -193,12 +211,29 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG_EVALUATE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("file", help="embeddings: .npy, .npz, .safetensors or .parquet")
+    p.add_argument("file", nargs="?", help="embeddings: .npy, .npz, .safetensors or .parquet")
     _add_evaluation_options(p)
     o = p.add_argument_group("outputs")
     o.add_argument("--json", metavar="OUT", help="write the full result as JSON")
     o.add_argument("--per-class", metavar="OUT", help="per-class table (.csv or .md)")
-    o.add_argument("--per-query", metavar="OUT", help="per-query values (.csv)")
+    o.add_argument(
+        "--per-query",
+        metavar="OUT",
+        help="per-query CSV: query, label, confidence/sigma, the nearest counted reference "
+        "(top1_index, top1_label, top1_distance) and every per-query metric",
+    )
+    o.add_argument(
+        "--plots",
+        metavar="DIR",
+        help="write figures of this run to DIR: per-class (worst 30), distance histograms, "
+        "k-sweep, and with confidences the error-vs-reject and confidence-vs-recall curves",
+    )
+    o.add_argument(
+        "--plot-format",
+        default="png",
+        choices=("png", "svg", "pdf"),
+        help="format of the --plots figures (default: png, at 200 dpi)",
+    )
 
     p = sub.add_parser(
         "compare",
@@ -206,7 +241,18 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG_COMPARE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("files", nargs="+", help="one embedding file per checkpoint")
+    p.add_argument(
+        "files",
+        nargs="*",
+        help="one embedding file per checkpoint; ordered naturally by name (epoch_2 before "
+        "epoch_10) unless --keep-order",
+    )
+    p.add_argument(
+        "--keep-order",
+        action="store_true",
+        help="keep the checkpoints in the order given (default: natural order of the names, "
+        "numbers compared as numbers)",
+    )
     _add_evaluation_options(p)
     p.add_argument(
         "--baseline",
@@ -223,11 +269,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="OUT", help="metric-vs-checkpoint figure (.png/.svg/.pdf)")
     p.add_argument("--json", metavar="OUT", help="write the comparison table as JSON")
     p.add_argument("--markdown", metavar="OUT", help="write the comparison table as Markdown")
+    p.add_argument(
+        "--confidence-metrics",
+        default=None,
+        help="also compare these confidence metrics, comma-separated (e.g. "
+        "aurc_precision_at_1,augrc_precision_at_1,ece,r_auroc; needs confidences)",
+    )
 
     p = sub.add_parser(
         "figures",
         help="regenerate every committed figure",
-        description="Write the figures of the README (SPEC section 7) as PNGs, from fixed "
+        description="Write the figures of the README as PNGs, from fixed "
         "seeds: the same command gives the same pixels.",
     )
     p.add_argument("--out", default="figures", help="output folder (default: figures/)")
@@ -260,8 +312,8 @@ def _loaded(flag: str, path: str, n: int, of: str, what: str) -> np.ndarray:
     return arr
 
 
-def _evaluate_file(args: argparse.Namespace, path: str, *, with_ci: bool = True) -> Any:
-    from .evaluate import evaluate
+def _load_inputs(args: argparse.Namespace, path: str) -> dict[str, Any]:
+    """Every array of one evaluation, as keyword arguments of :func:`embedeval.evaluate`."""
     from .io import load_embeddings
 
     data = load_embeddings(path)
@@ -271,7 +323,7 @@ def _evaluate_file(args: argparse.Namespace, path: str, *, with_ci: bool = True)
         labels = _loaded("--labels", args.labels, n, path, "labels")
     if labels is None:
         raise InputError(f"{path} has no labels; pass --labels FILE or store 'labels' in an .npz.")
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"query": data.embeddings, "query_labels": labels}
     if args.ref_includes_query and not args.reference:
         raise InputError(
             "--ref-includes-query needs --reference: without a gallery the run is already "
@@ -279,33 +331,7 @@ def _evaluate_file(args: argparse.Namespace, path: str, *, with_ci: bool = True)
             "--ref-includes-query, or pass the gallery whose first rows are the queries."
         )
     if args.reference:
-        ref = load_embeddings(args.reference)
-        n_ref = ref.embeddings.shape[0]
-        if ref.embeddings.shape[1] != data.embeddings.shape[1]:
-            raise InputError(
-                f"{path} has dimension {data.embeddings.shape[1]} but --reference "
-                f"{args.reference} has {ref.embeddings.shape[1]}; both must come from the same "
-                "model."
-            )
-        ref_labels = (
-            _loaded("--reference-labels", args.reference_labels, n_ref, args.reference, "labels")
-            if args.reference_labels
-            else ref.labels
-        )
-        if ref_labels is None:
-            raise InputError(f"{args.reference} has no labels; pass --reference-labels FILE.")
-        kwargs.update(
-            reference=ref.embeddings,
-            reference_labels=ref_labels,
-            ref_includes_query=args.ref_includes_query,
-        )
-        ref_groups = (
-            _loaded("--reference-groups", args.reference_groups, n_ref, args.reference, "groups")
-            if args.reference_groups
-            else ref.groups
-        )
-        if ref_groups is not None:
-            kwargs["reference_groups"] = ref_groups
+        kwargs.update(_load_reference(args, path, data.embeddings.shape[1]))
     elif args.reference_labels or args.reference_groups:
         raise InputError(
             "--reference-labels and --reference-groups need --reference FILE (without it the "
@@ -321,21 +347,59 @@ def _evaluate_file(args: argparse.Namespace, path: str, *, with_ci: bool = True)
         confidences = data.confidences
     elif data.sigmas is not None:
         confidences, lower = data.sigmas, True
+    kwargs.update(confidences=confidences, higher_is_confident=not lower)
+    return kwargs
+
+
+def _load_reference(args: argparse.Namespace, path: str, dim: int) -> dict[str, Any]:
+    from .io import load_embeddings
+
+    ref = load_embeddings(args.reference)
+    n_ref = ref.embeddings.shape[0]
+    if ref.embeddings.shape[1] != dim:
+        raise InputError(
+            f"{path} has dimension {dim} but --reference {args.reference} has "
+            f"{ref.embeddings.shape[1]}; both must come from the same model."
+        )
+    ref_labels = (
+        _loaded("--reference-labels", args.reference_labels, n_ref, args.reference, "labels")
+        if args.reference_labels
+        else ref.labels
+    )
+    if ref_labels is None:
+        raise InputError(f"{args.reference} has no labels; pass --reference-labels FILE.")
+    out = {
+        "reference": ref.embeddings,
+        "reference_labels": ref_labels,
+        "ref_includes_query": args.ref_includes_query,
+    }
+    ref_groups = (
+        _loaded("--reference-groups", args.reference_groups, n_ref, args.reference, "groups")
+        if args.reference_groups
+        else ref.groups
+    )
+    if ref_groups is not None:
+        out["reference_groups"] = ref_groups
+    return out
+
+
+def _evaluate_file(
+    args: argparse.Namespace, path: str, *, with_ci: bool = True, inputs: Any = None
+) -> Any:
+    from .evaluate import evaluate
+
+    kwargs = _load_inputs(args, path) if inputs is None else inputs
     return evaluate(
-        data.embeddings,
-        labels,
+        **kwargs,
         metrics=args.metrics,
         k=args.k,
         distance=args.distance,
         average=args.average,
-        confidences=confidences,
-        higher_is_confident=not lower,
         ci=args.ci if with_ci else None,
         n_boot=args.n_boot,
         seed=args.seed,
         progress=False if args.quiet else None,
         n_threads=args.threads,
-        **kwargs,
     )
 
 
@@ -369,22 +433,30 @@ def _per_class_table(res: Any, suffix: str) -> str:
     return buf.getvalue()
 
 
-def _per_query_table(res: Any) -> str:
+def _per_query_table(res: Any, top: tuple[np.ndarray, np.ndarray], inputs: dict) -> str:
+    """One row per query: index, label, confidence when given, the nearest reference that
+    counts (index, label, distance) and every per-query metric — error analysis needs no join."""
+    idx, dist = top
+    ref_labels = inputs.get("reference_labels", inputs["query_labels"])
+    ref_labels = np.asarray(ref_labels)
+    conf = inputs.get("confidences")
+    conf_name = "confidence" if inputs.get("higher_is_confident", True) else "sigma"
+    metrics = list(res.per_query)
+    head = ["query", "label", *([conf_name] if conf is not None else [])]
+    head += ["top1_index", "top1_label", "top1_distance", *metrics]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    metrics = list(res.per_query)
-    w.writerow(["query", "label", *metrics])
+    w.writerow(head)
+    columns = [res.per_query[m] for m in metrics]
+    conf_list = np.asarray(conf, dtype=np.float64).tolist() if conf is not None else None
     for i, lab in enumerate(res.query_labels.tolist()):
-        w.writerow(
-            [
-                i,
-                lab,
-                *(
-                    ("" if np.isnan(res.per_query[m][i]) else f"{res.per_query[m][i]:.6f}")
-                    for m in metrics
-                ),
-            ]
-        )
+        j = int(idx[i])
+        row = [i, lab, *([repr(conf_list[i])] if conf_list is not None else [])]
+        top_label = ref_labels[j] if j >= 0 else None
+        top_label = top_label.item() if isinstance(top_label, np.generic) else top_label
+        row += [j, top_label, repr(float(dist[i]))] if j >= 0 else ["", "", ""]
+        row += ["" if np.isnan(c[i]) else f"{c[i]:.6f}" for c in columns]
+        w.writerow(row)
     return buf.getvalue()
 
 
@@ -418,11 +490,27 @@ def _check_output(path: str | None, suffixes: tuple[str, ...] | None, flag: str)
         )
 
 
+def _plot_paths(folder: str, fmt: str) -> list[str]:
+    from ._report import PLOT_NAMES
+
+    return [str(Path(folder) / f"{name}.{fmt}") for name in PLOT_NAMES]
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     _check_output(args.per_class, (".csv", ".md"), "--per-class")
     _check_output(args.per_query, (".csv",), "--per-query")
     _check_output(args.json, (".json",), "--json")
-    res = _evaluate_file(args, args.file)
+    _check_output(args.plots, None, "--plots")
+    plot_files = _plot_paths(args.plots, args.plot_format) if args.plots else []
+    _check_paths(args, [args.json, args.per_class, args.per_query, *plot_files])
+    inputs = _load_inputs(args, args.file)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = _evaluate_file(args, args.file, inputs=inputs)
+    _refuse_all_lone(res, args.file)  # before the warnings: the error says it all, once
+    for w in caught:
+        _show_warning(w.message, w.category)
+    res.provenance.update(_provenance(args))
     print(f"{args.file}: {_summary(res)}")
     print(res.table())
     if args.json:
@@ -430,8 +518,90 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.per_class:
         write_text(args.per_class, _per_class_table(res, Path(args.per_class).suffix.lower()))
     if args.per_query:
-        write_text(args.per_query, _per_query_table(res))
+        from ._report import top1
+
+        write_text(args.per_query, _per_query_table(res, top1(inputs, res, args.threads), inputs))
+    if args.plots:
+        from ._report import write_plots
+
+        for path in write_plots(res, inputs, args.plots, args.plot_format):
+            print(f"wrote {path}")
     return 0
+
+
+def _refuse_all_lone(res: Any, path: str) -> None:
+    if res.n_queries and res.n_lone == res.n_queries and res.per_query:
+        n_labels = len(set(res.query_labels.tolist()))
+        unique = " every label is unique: wrong labels file?" if n_labels == res.n_queries else ""
+        raise InputError(
+            f"{path}: every one of the {res.n_queries} queries is lone (no other reference "
+            f"with its label), so no retrieval metric is defined;{unique} Check --labels / "
+            "--reference-labels (one label per row, same order as the embeddings)."
+        )
+
+
+def _provenance(args: argparse.Namespace) -> dict[str, Any]:
+    from ._report import file_sha256
+
+    return {
+        "command": ["embedeval", *args.argv],
+        "inputs": [
+            {"role": flag, "path": path, "name": Path(path).name, "sha256": file_sha256(path)}
+            for flag, path in _input_paths(args)
+        ],
+        "options": {k: v for k, v in sorted(vars(args).items()) if k not in ("command", "argv")},
+    }
+
+
+def natural_key(path: str) -> list[Any]:
+    """Sort key comparing the digit runs of a name as numbers.
+
+    >>> sorted(["epoch_10.npz", "epoch_5.npz", "epoch_1.npz"], key=natural_key)
+    ['epoch_1.npz', 'epoch_5.npz', 'epoch_10.npz']
+    """
+    parts = re.split(r"(\d+)", str(path))
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts]
+
+
+def _input_paths(args: argparse.Namespace) -> list[tuple[str, str]]:
+    flags = ("labels", "reference", "reference_labels", "groups", "reference_groups", "confidences")
+    named = [("--" + f.replace("_", "-"), getattr(args, f, None)) for f in flags]
+    files = [args.file] if getattr(args, "file", None) else list(getattr(args, "files", []))
+    return [("input", f) for f in files] + [(flag, p) for flag, p in named if p]
+
+
+def _identity(path: str) -> Any:
+    # An existing file is known by (device, inode): a symlink or a hard link to an input is the
+    # input. A file yet to be written is known by its resolved path.
+    try:
+        st = os.stat(path)
+        return (st.st_dev, st.st_ino)
+    except OSError:
+        return os.path.realpath(path)
+
+
+def _check_paths(args: argparse.Namespace, outputs: Sequence[str | None]) -> None:
+    """Refuse an output that would overwrite an input, and two outputs to the same file."""
+    seen: dict[Any, str] = {}
+    for flag, path in _input_paths(args):
+        role = f"the {flag} file" if flag != "input" else "an input file"
+        seen.setdefault(_identity(path), role)
+    outs: dict[Any, str] = {}
+    for out in outputs:
+        if out is None:
+            continue
+        real = _identity(out)
+        if real in seen:
+            raise InputError(
+                f"output {out} is {seen[real]}; writing it would destroy the input. Choose "
+                "another output path."
+            )
+        if real in outs:
+            raise InputError(
+                f"two outputs name the same file {out}; one would overwrite the other. Give "
+                "each output its own path."
+            )
+        outs[real] = out
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -441,6 +611,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _check_output(args.markdown, (".md",), "--markdown")
     _check_output(args.plot, (".png", ".svg", ".pdf"), "--plot")
     show = not args.quiet and sys.stderr.isatty()
+    if not args.keep_order:  # the shell gives epoch_1, epoch_10, epoch_5: plot epoch_5 second
+        args.files = sorted(args.files, key=natural_key)
+    _check_paths(args, [args.json, args.markdown, args.plot])
     names = [Path(f).stem for f in args.files]
     if len(set(names)) != len(names):
         names = [str(Path(f)) for f in args.files]
@@ -457,8 +630,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(f"evaluating {f} ...", file=sys.stderr)
         # compare() draws its own (paired) resamples; a per-file bootstrap would be wasted work
         results[name] = _evaluate_file(args, f, with_ci=False)
+        _refuse_all_lone(results[name], f)
+    metrics = None
+    if args.confidence_metrics:
+        first = next(iter(results.values()))
+        extra = [m.strip() for m in args.confidence_metrics.split(",") if m.strip()]
+        unknown = [m for m in extra if m not in first.confidence]
+        if unknown:
+            raise InputError(
+                f"--confidence-metrics {unknown[0]!r} was not computed (are confidences "
+                f"given?); available: {', '.join(first.confidence) or 'none'}."
+            )
+        metrics = [*first.per_query, *extra]
     cmp = compare(
         results,
+        metrics=metrics,
         baseline=args.baseline if args.baseline is not None else 0,
         ci=args.ci or 0.95,
         n_boot=args.n_boot,
@@ -467,13 +653,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     print(repr(cmp))
     if args.json:
-        cmp.to_json(args.json)
+        from .result import _run_stamp
+
+        data = {**cmp.to_dict(), "provenance": {**_run_stamp(), **_provenance(args)}}
+        write_text(args.json, json.dumps(data, indent=2, allow_nan=False) + "\n")
     if args.markdown:
         write_text(args.markdown, cmp.to_markdown())
     if args.plot:
         from .plots import save_figure
 
-        save_figure(cmp.plot(), args.plot)
+        save_figure(cmp.plot(), args.plot, dpi=200)
     return 0
 
 
@@ -502,15 +691,60 @@ COMMANDS = {
 }
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    # "--metrics a b FILE" gives FILE to --metrics (nargs="+" is greedy): metric names never
+    # hold a dot or a slash, so trailing entries that do are the input files.
+    metrics = list(getattr(args, "metrics", None) or [])
+    moved: list[str] = []
+    while metrics and ("." in metrics[-1] or "/" in metrics[-1] or os.sep in metrics[-1]):
+        moved.insert(0, metrics.pop())
+    if moved:
+        args.metrics = metrics or None
+        if not metrics:
+            parser.error("--metrics needs at least one metric name before the file names")
+    if args.command == "evaluate":
+        files = moved + ([args.file] if args.file else [])
+        if len(files) != 1:
+            sub = "no embedding file given" if not files else f"one file expected: {files}"
+            parser.error(f"evaluate: {sub}")
+        args.file = files[0]
+    elif args.command == "compare":
+        args.files = moved + list(args.files or [])
+        if not args.files:
+            parser.error("compare: no embedding files given")
+    return args
+
+
+def _show_warning(message: Any, category: Any, *_: Any, **__: Any) -> None:
+    # A warning on the command line is one clean line, not Python's "file:line: Category".
+    print(f"embedeval: warning: {_one_line(message)}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 bad input)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     except KeyboardInterrupt:
         return _interrupted()
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
-        return COMMANDS[args.command](args)
+        status = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+        return status
+    except BrokenPipeError:
+        # "embedeval ... | head -1": the reader left; that is not an error. Point stdout at
+        # devnull so the interpreter's final flush does not complain either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except (EmbedevalError, FileFormatError) as exc:
         print(f"embedeval: error: {_one_line(exc)}", file=sys.stderr)
         return 2

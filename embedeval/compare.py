@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import InputError, InputTypeError
+from ._progress import progress_bar
 from ._validation import as_labels, as_vector, check_choice, check_int, factorize, suggest
 
 __all__ = ["Comparison", "bootstrap_ci", "compare"]
@@ -37,7 +38,11 @@ def _check_level(ci: Any) -> float:
 
 
 def _resampled_means(
-    values: np.ndarray, groups: np.ndarray | None, n_boot: int, rng: np.random.Generator
+    values: np.ndarray,
+    groups: np.ndarray | None,
+    n_boot: int,
+    rng: np.random.Generator,
+    bar: Any = None,
 ) -> np.ndarray:
     """Bootstrap replicates of the mean (micro) or of the mean of group means (macro).
 
@@ -57,12 +62,14 @@ def _resampled_means(
             picks += (np.arange(m, dtype=np.int64) * n)[:, None]
             counts = np.bincount(picks.ravel(), minlength=m * n).reshape(m, n)
             out.append(counts.astype(np.float64) @ values / n)
+            if bar is not None:
+                bar.update(m)
         return np.concatenate(out)
     n_groups = int(groups.max()) + 1
     sums = np.zeros((n_groups, values.shape[1]))
     np.add.at(sums, groups, values)
     group_means = sums / np.bincount(groups, minlength=n_groups)[:, None]
-    return _resampled_means(group_means, None, n_boot, rng)
+    return _resampled_means(group_means, None, n_boot, rng, bar)
 
 
 def bootstrap_ci(
@@ -74,6 +81,7 @@ def bootstrap_ci(
     n_boot: int = 1000,
     seed: int = 0,
     metrics: Sequence[str] | None = None,
+    progress: bool | None = False,
 ) -> dict[str, tuple[float, float]]:
     """Percentile bootstrap confidence intervals of per-query metric means.
 
@@ -94,6 +102,8 @@ def bootstrap_ci(
         Seed of ``numpy.random.default_rng``; results are reproducible.
     metrics : str or sequence of str, optional
         Which metrics (default: every key of ``per_query``).
+    progress : bool, optional
+        Show the resampling's own progress bar (``None``: only on a terminal).
 
     Returns
     -------
@@ -164,19 +174,21 @@ def bootstrap_ci(
     by_mask: dict[bytes, list[str]] = {}
     for name, values in columns.items():
         by_mask.setdefault(np.isnan(values).tobytes(), []).append(name)
-    for group_names in by_mask.values():
-        stack = np.stack([columns[name] for name in group_names], axis=1)
-        ok = ~np.isnan(stack[:, 0])
-        if not ok.any():
-            continue
-        rng = np.random.default_rng(seed)
-        groups = None
-        if average == "macro":
-            (groups,), _ = factorize(codes[ok])
-        reps = _resampled_means(stack[ok], groups, n_boot, rng)
-        bounds = np.quantile(reps, [tail, 1 - tail], axis=0)
-        for j, name in enumerate(group_names):
-            out[name] = (float(bounds[0, j]), float(bounds[1, j]))
+    with progress_bar(n_boot * len(by_mask), "bootstrap resamples", enabled=progress) as bar:
+        for group_names in by_mask.values():
+            stack = np.stack([columns[name] for name in group_names], axis=1)
+            ok = ~np.isnan(stack[:, 0])
+            if not ok.any():
+                bar.update(n_boot)
+                continue
+            rng = np.random.default_rng(seed)
+            groups = None
+            if average == "macro":
+                (groups,), _ = factorize(codes[ok])
+            reps = _resampled_means(stack[ok], groups, n_boot, rng, bar)
+            bounds = np.quantile(reps, [tail, 1 - tail], axis=0)
+            for j, name in enumerate(group_names):
+                out[name] = (float(bounds[0, j]), float(bounds[1, j]))
     return out
 
 
@@ -453,6 +465,7 @@ def compare(
             "no metric has per-query values in every result (nmi/ami have none); evaluate the "
             "checkpoints with a kNN metric such as 'map_at_r'."
         )
+    metrics, conf_keys = _split_confidence_metrics(metrics, shared, runs, names)
     metrics = _metric_list(metrics, shared, "every result")
     (codes,), _ = factorize(np.asarray(first.query_labels))
     tail = (1 - ci) / 2
@@ -511,8 +524,37 @@ def compare(
                     p_value=float(p),
                 )
             rows.append(row)
+    if conf_keys:
+        from ._resample import confidence_rows
+
+        rows += confidence_rows(
+            runs, names, base, conf_keys, ci=ci, n_boot=n_boot, seed=seed, test=test
+        )
     settings = {"ci": ci, "n_boot": n_boot, "seed": seed, "test": test, "average": average}
-    return Comparison(rows, names[base], names, metrics, settings)
+    return Comparison(rows, names[base], names, [*metrics, *conf_keys], settings)
+
+
+def _split_confidence_metrics(
+    metrics: Any, shared: list[str], runs: list[Any], names: list[str]
+) -> tuple[Any, list[str]]:
+    """Separate confidence metrics (``aurc_map_at_r``, ``ece``, ...) from per-query ones.
+
+    A confidence metric is compared by recomputing it on paired resamples, which needs every
+    run's per-query confidences (``evaluate(..., confidences=...)``).
+    """
+    if metrics is None:
+        return None, []
+    requested = [metrics] if isinstance(metrics, str) else list(metrics)
+    conf_keys = [m for m in requested if m not in shared and any(m in r.confidence for r in runs)]
+    for key in conf_keys:
+        for name, r in zip(names, runs, strict=True):
+            if key not in r.confidence or r.query_confidences is None:
+                raise InputError(
+                    f"confidence metric {key!r} cannot be compared: checkpoint {name!r} was "
+                    "evaluated without its per-query confidences; evaluate every checkpoint "
+                    "with evaluate(..., confidences=...)."
+                )
+    return [m for m in requested if m not in conf_keys], conf_keys
 
 
 def _point(diff: np.ndarray, groups: np.ndarray | None) -> float:

@@ -28,6 +28,7 @@ __all__ = [
     "ErrorRejectCurve",
     "RankCorrelation",
     "RejectBothCurve",
+    "SigmaRegression",
     "best_threshold_accuracy",
     "confidence_auroc",
     "confidence_recall_curve",
@@ -40,6 +41,7 @@ __all__ = [
     "maximum_calibration_error",
     "rank_correlation",
     "reject_both_curve",
+    "sigma_regression",
     "vmf_credible_cap",
 ]
 
@@ -71,11 +73,14 @@ def _scores_and_confidence(
 
 @dataclass(frozen=True)
 class ErrorRejectCurve:
-    """The error-versus-reject curve of one metric, and its areas.
+    """The error-versus-reject (risk-coverage) curve of one metric, and its areas.
 
     ``rejected[j]`` = j / n and ``error[j]`` = mean error of the n - j most confident queries
-    (j = 0 .. n-1).  ``auerc`` = (1/n) Σ_{k=1..n} E_k (lower is better); ``oracle_auerc`` orders by
-    the error itself, ``random_auerc`` is the mean error, ``excess_auerc`` = auerc - oracle.
+    (j = 0 .. n-1), i.e. the selective risk at coverage 1 - j/n.  ``auerc`` = (1/n) Σ_{k=1..n} E_k
+    (lower is better); ``oracle_auerc`` orders by the error itself, ``random_auerc`` is the mean
+    error, ``excess_auerc`` = auerc - oracle.  ``aurc``, ``eaurc`` (= aurc - oracle aurc) and
+    ``augrc`` (generalised risk: the kept errors divided by all n) use the ``integration`` rule
+    of :func:`error_reject_curve`; ``oracle_aurc`` / ``oracle_augrc`` are their best values.
     """
 
     rejected: np.ndarray
@@ -87,6 +92,43 @@ class ErrorRejectCurve:
     excess_auerc: float
     n: int
     n_dropped: int
+    aurc: float = math.nan
+    eaurc: float = math.nan
+    augrc: float = math.nan
+    oracle_aurc: float = math.nan
+    oracle_augrc: float = math.nan
+    integration: str = "mean"
+
+    @property
+    def coverage(self) -> np.ndarray:
+        """Fraction of queries kept at each point, 1 - ``rejected`` (1, (n-1)/n, ..., 1/n)."""
+        return np.arange(self.n, 0, -1) / self.n
+
+    def selective_risk(self, coverage: float) -> float:
+        """Mean error of the ⌈coverage·n⌉ most confident queries (tied blocks in expectation).
+
+        Examples
+        --------
+        >>> erc = error_reject_curve([1, 0, 1, 0], [0.9, 0.1, 0.8, 0.2])
+        >>> erc.selective_risk(0.75), erc.selective_risk(0.5)   # keep 3 (1 error), keep 2
+        (0.3333333333333333, 0.0)
+        """
+        cov = check_probability(coverage, "coverage")
+        k = max(1, math.ceil(cov * self.n - 1e-9))
+        return float(self.error[self.n - k])
+
+    def coverage_at_risk(self, risk: float) -> float:
+        """Largest coverage k/n whose selective risk E_k is <= ``risk``; 0.0 if none is.
+
+        Examples
+        --------
+        >>> erc = error_reject_curve([1, 0, 1, 0], [0.9, 0.1, 0.8, 0.2])
+        >>> erc.coverage_at_risk(0.4), erc.coverage_at_risk(0.0)   # E_3 = 1/3, E_2 = 0
+        (0.75, 0.5)
+        """
+        r = check_probability(risk, "risk", open_left=False)
+        ok = np.flatnonzero(self.error <= r + 1e-12)
+        return float(self.coverage[ok[0]]) if ok.size else 0.0
 
     def plot(self, ax: Any = None, label: str | None = None) -> Any:
         """Draw the curve with its oracle and random references (see embedeval.plots)."""
@@ -99,42 +141,100 @@ def _kept_error_sums(error: np.ndarray, confidence: np.ndarray) -> np.ndarray:
     """Sum of the errors of the k most confident queries, k = 1..n, tied blocks averaged.
 
     For k inside a block of equal confidence the kept part of the block contributes its share of
-    the block's mean error: the expectation over every order of the tied queries.
+    the block's mean error: the expectation over every order of the tied queries.  ``error`` may
+    be 2-D (one column per metric, the same queries): every column is done in the same pass.
     """
     order = np.argsort(-confidence, kind="stable")
     c, e = confidence[order], error[order]
-    n = e.size
+    n = e.shape[0]
     starts = np.flatnonzero(np.concatenate(([True], c[1:] != c[:-1])))
     ends = np.append(starts[1:], n)
-    block_sum = np.add.reduceat(e, starts)
-    block_mean = block_sum / (ends - starts)
-    before = np.concatenate(([0.0], np.cumsum(block_sum)))[:-1]
-    k = np.arange(1, n + 1)
-    block = np.searchsorted(starts, k - 1, side="right") - 1  # block holding the k-th item
-    return before[block] + (k - starts[block]) * block_mean[block]
+    if starts.size == n:  # no tie: the plain running sum
+        return np.cumsum(e, axis=0)
+    size = ends - starts
+    block_mean = np.add.reduceat(e, starts, axis=0) / size.reshape(-1, *([1] * (e.ndim - 1)))
+    # Inside a block every kept item counts the block's mean error.
+    return np.cumsum(np.repeat(block_mean, size, axis=0), axis=0)
+
+
+def erc_areas(error: np.ndarray, confidence: np.ndarray, integration: str) -> dict[str, Any]:
+    """Every area of the error-reject curve, per column of ``error`` (n queries x m metrics).
+
+    ``confidence`` is oriented (higher = more confident) and NaN-free; see
+    :func:`error_reject_curve` for the definitions.  Returns arrays of length m keyed by the
+    :class:`ErrorRejectCurve` attribute names, plus the curves ``kept_mean`` / ``oracle_mean``.
+    """
+    n = error.shape[0]
+    k = np.arange(1, n + 1)[:, None]
+    e = error.reshape(n, -1)
+    kept_sum = _kept_error_sums(e, confidence)
+    oracle_sum = np.cumsum(np.sort(e, axis=0), axis=0)
+    kept_mean, oracle_mean = kept_sum / k, oracle_sum / k
+    auerc, oracle = kept_mean.mean(axis=0), oracle_mean.mean(axis=0)
+    aurc, oracle_aurc = _area(kept_mean, integration), _area(oracle_mean, integration)
+    return {
+        "auerc": auerc,
+        "oracle_auerc": oracle,
+        "random_auerc": e.mean(axis=0),
+        "excess_auerc": auerc - oracle,
+        "aurc": aurc,
+        "eaurc": aurc - oracle_aurc,
+        "augrc": _area(kept_sum / n, integration),
+        "oracle_aurc": oracle_aurc,
+        "oracle_augrc": _area(oracle_sum / n, integration),
+        "kept_mean": kept_mean,
+        "oracle_mean": oracle_mean,
+    }
+
+
+def _area(values: np.ndarray, integration: str) -> np.ndarray:
+    """Area under values v_1..v_n given at coverages 1/n..1 (see :func:`error_reject_curve`),
+    per column."""
+    if integration == "mean":
+        return values.mean(axis=0)
+    # trapezoid from the point (coverage 0, value 0): (1/n) [Σ_{k<n} v_k + v_n / 2]
+    return values.mean(axis=0) - values[-1] / (2 * values.shape[0])
 
 
 def error_reject_curve(
-    scores: Any, confidence: Any, *, higher_is_confident: bool = True
+    scores: Any,
+    confidence: Any,
+    *,
+    higher_is_confident: bool = True,
+    integration: str = "mean",
 ) -> ErrorRejectCurve:
-    """Error-versus-reject curve (ERC) and its area (AUERC).
+    """Error-versus-reject curve (ERC, the risk-coverage curve) and its areas.
 
     Sort the queries by confidence, most confident first.  Keeping the k most confident
-    (k = n .. 1) rejects the fraction ρ_k = 1 - k/n and leaves the error
-    E_k = (1/k) Σ_{kept} (1 - score).  AUERC = (1/n) Σ_{k=1..n} E_k.
+    (k = n .. 1, coverage k/n) rejects the fraction ρ_k = 1 - k/n and leaves the selective risk
+    E_k = S_k / k with S_k = Σ_{kept} (1 - score).  The areas:
+
+    * AUERC = (1/n) Σ_{k=1..n} E_k (always the mean rule);
+    * AURC = area of E_k over coverage, E-AURC = AURC - AURC of the oracle order;
+    * AUGRC = area of the generalised risk G_k = S_k / n (errors that are kept, over *all*
+      queries: an error costs more the later it is rejected), after Traub et al. (2024).
 
     Parameters
     ----------
     scores : array-like of float in [0, 1]
-        Per-query metric values; NaN (lone queries) are dropped and counted in ``n_dropped``.
+        Per-query metric values (0/1 correctness gives the 0/1 risk, a graded metric such as
+        MAP@R the graded risk); NaN (lone queries) are dropped and counted in ``n_dropped``.
     confidence : array-like of float
         Per-query confidence, same length.
     higher_is_confident : bool
         False for uncertainties (sigmas).
+    integration : {"mean", "trapezoid"}
+        How AURC / E-AURC / AUGRC integrate v_k (E_k or G_k) over coverage.  ``"mean"``:
+        (1/n) Σ_{k=1..n} v_k, the right Riemann sum (AURC then equals AUERC).  ``"trapezoid"``:
+        the trapezoid rule over the points (k/n, v_k) starting from (0, 0), which is
+        (1/n) [Σ_{k=1..n-1} v_k + v_n / 2]; this is the convention of the probabilistic-embeddings
+        library's AURCC.  The two differ by v_n / (2n).
 
     Returns
     -------
     ErrorRejectCurve
+        Also gives :meth:`~ErrorRejectCurve.selective_risk` at a coverage and
+        :meth:`~ErrorRejectCurve.coverage_at_risk`.
 
     Notes
     -----
@@ -145,7 +245,15 @@ def error_reject_curve(
     contributes the block's mean error (the expectation over every order of the block), so the
     result never depends on input order.  The oracle sorts by the error itself (ties there do not
     matter), the random baseline is the mean error (the expected E_k of a random order, for every
-    k).  AUERC is invariant to any strictly increasing transform of the confidence.
+    k).  Every area is invariant to any strictly increasing transform of the confidence.
+    For a random order the expected AUGRC is ē (n + 1) / (2n) with the mean rule and ē / 2 with
+    the trapezoid rule (ē = mean error).  G_k is linear inside a tied block, so the trapezoid
+    AUGRC equals the area under the generalised risk-coverage curve drawn through one point per
+    distinct confidence from (0, 0) (the convention of Traub et al.'s reference code); E_k is not
+    linear there, so for AURC the block expectation and straight lines between thresholds
+    differ when ties are cut.  The oracle (best order of these n queries) is discrete; the
+    continuous optimum for 0/1 risk, ē + (1 - ē) ln(1 - ē) for AURC and ē²/2 for AUGRC, is
+    its limit for large n.
 
     Zero division: never — lone/NaN queries are removed first (counted in ``n_dropped``) and
     k >= 1; all-NaN scores are an error.
@@ -159,25 +267,26 @@ def error_reject_curve(
     0.2083
     >>> erc.oracle_auerc == erc.auerc, erc.random_auerc
     (True, 0.5)
+    >>> round(erc.augrc, 4)                # G_k = 0, 0, 1/4, 2/4: (0 + 0 + 1/4 + 1/2) / 4
+    0.1875
+    >>> t = error_reject_curve([1, 0, 1, 0], [0.9, 0.1, 0.8, 0.2], integration="trapezoid")
+    >>> round(t.aurc, 4)                   # (0 + 0 + 1/3 + (1/2) / 2) / 4
+    0.1458
     """
     s, c, dropped = _scores_and_confidence(scores, confidence, higher_is_confident)
-    e = 1.0 - s
-    n = e.size
-    k = np.arange(1, n + 1)
-    kept_mean = _kept_error_sums(e, c) / k
-    oracle_mean = np.cumsum(np.sort(e)) / k
-    auerc = float(kept_mean.mean())
-    oracle = float(oracle_mean.mean())
+    integration = check_choice(integration, "integration", ("mean", "trapezoid"))
+    n = s.size
+    areas = erc_areas(1.0 - s, c, integration)
+    kept_mean, oracle_mean = areas.pop("kept_mean")[:, 0], areas.pop("oracle_mean")[:, 0]
+    scalars = {name: float(v[0]) for name, v in areas.items()}
     return ErrorRejectCurve(
-        rejected=1.0 - k[::-1] / n,
+        rejected=1.0 - np.arange(n, 0, -1) / n,
         error=kept_mean[::-1].copy(),
         oracle_error=oracle_mean[::-1].copy(),
-        auerc=auerc,
-        oracle_auerc=oracle,
-        random_auerc=float(e.mean()),
-        excess_auerc=auerc - oracle,
         n=n,
         n_dropped=dropped,
+        integration=integration,
+        **scalars,
     )
 
 
@@ -242,7 +351,16 @@ def confidence_recall_curve(
     return CalibrationCurve(edges, mean_c, mean_m, count)
 
 
-def _calibration_gaps(correct: Any, confidence: Any, bins: int) -> tuple[np.ndarray, np.ndarray]:
+def _calibration_edges(c: np.ndarray, bins: int, strategy: str) -> np.ndarray:
+    if strategy == "uniform":
+        return np.linspace(0.0, 1.0, bins + 1)
+    # equal mass: quantile edges (numpy's linear rule), de-duplicated so tied values share a bin
+    return np.unique(np.quantile(c, np.linspace(0, 1, bins + 1)))
+
+
+def _calibration_gaps(
+    correct: Any, confidence: Any, bins: int, strategy: str = "uniform"
+) -> tuple[np.ndarray, np.ndarray]:
     s, c, _ = _scores_and_confidence(correct, confidence, True, "correct")
     if c.min() < 0 or c.max() > 1:
         raise InputError(
@@ -250,33 +368,47 @@ def _calibration_gaps(correct: Any, confidence: Any, bins: int) -> tuple[np.ndar
             "confidence_recall_curve, which bins any range)."
         )
     bins = check_int(bins, "bins")
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    idx = _bin_index(c, edges)
-    count = np.bincount(idx, minlength=bins)
+    strategy = check_choice(strategy, "strategy", ("uniform", "quantile"))
+    edges = _calibration_edges(c, bins, strategy)
+    nb = max(edges.size - 1, 1)
+    idx = _bin_index(c, edges) if edges.size > 1 else np.zeros(c.size, dtype=np.int64)
+    count = np.bincount(idx, minlength=nb)
     filled = count > 0
-    acc = np.bincount(idx, weights=s, minlength=bins)[filled] / count[filled]
-    conf = np.bincount(idx, weights=c, minlength=bins)[filled] / count[filled]
+    acc = np.bincount(idx, weights=s, minlength=nb)[filled] / count[filled]
+    conf = np.bincount(idx, weights=c, minlength=nb)[filled] / count[filled]
     return np.abs(acc - conf), count[filled] / s.size
 
 
-def expected_calibration_error(correct: Any, confidence: Any, *, bins: int = 10) -> float:
-    """ECE = Σ_b (n_b / n) |acc_b - conf_b| over equal-width bins of [0, 1].
+def expected_calibration_error(
+    correct: Any, confidence: Any, *, bins: int = 10, strategy: str = "uniform"
+) -> float:
+    """ECE = Σ_b (n_b / n) |acc_b - conf_b| over bins of the confidence.
 
-    Bins are right-closed (a, b] with the first bin [0, 1/bins] closed; empty bins are skipped.
+    ``strategy="uniform"``: ``bins`` equal-width bins of [0, 1]; ``"quantile"``: equal-mass
+    (adaptive) bins whose edges are the quantiles of the confidences at 0, 1/bins, ..., 1
+    (numpy's linear interpolation), de-duplicated.  Bins are right-closed (a, b] with the first
+    bin closed; empty bins are skipped.
 
     ``correct`` is 0/1 (or a per-query score in [0, 1], giving the bin's mean score).  Ties:
-    equal confidences share a bin.  Zero division: empty bins are skipped (weight 0).
+    equal confidences always share a bin (so heavily tied confidences give fewer equal-mass
+    bins).  Zero division: empty bins are skipped (weight 0).
 
     Examples
     --------
     >>> expected_calibration_error([1, 0, 1, 1], [0.95, 0.95, 0.3, 0.3], bins=2)
     0.575
+    >>> # equal mass: edges 0.1, 0.45, 0.8 -> bins {0.1, 0.2} and {0.7, 0.8}
+    >>> expected_calibration_error([0, 1, 1, 1], [0.1, 0.2, 0.7, 0.8], bins=2,
+    ...                            strategy="quantile")   # (2/4)|1/2 - 0.15| + (2/4)|1 - 0.75|
+    0.3
     """
-    gaps, weights = _calibration_gaps(correct, confidence, bins)
+    gaps, weights = _calibration_gaps(correct, confidence, bins, strategy)
     return float(np.sum(gaps * weights))
 
 
-def maximum_calibration_error(correct: Any, confidence: Any, *, bins: int = 10) -> float:
+def maximum_calibration_error(
+    correct: Any, confidence: Any, *, bins: int = 10, strategy: str = "uniform"
+) -> float:
     """MCE = max over non-empty bins of |acc_b - conf_b| (bins as in ECE).
 
     Ties: as ECE.  Zero division: empty bins are skipped.
@@ -286,7 +418,7 @@ def maximum_calibration_error(correct: Any, confidence: Any, *, bins: int = 10) 
     >>> maximum_calibration_error([1, 0, 1, 1], [0.95, 0.95, 0.3, 0.3], bins=2)
     0.7
     """
-    gaps, _ = _calibration_gaps(correct, confidence, bins)
+    gaps, _ = _calibration_gaps(correct, confidence, bins, strategy)
     return float(gaps.max())
 
 
@@ -431,6 +563,78 @@ def rank_correlation(
     else:
         res = stats.kendalltau(p, t, variant="b")
     return RankCorrelation(float(res.statistic), float(res.pvalue), method, p.size)
+
+
+@dataclass(frozen=True)
+class SigmaRegression:
+    """Error of predicted against ground-truth sigmas, with optional bootstrap intervals."""
+
+    mse: float
+    mae: float
+    rmse: float
+    r2: float
+    n: int
+    ci: dict[str, tuple[float, float]]
+
+
+def _regression_values(p: np.ndarray, t: np.ndarray) -> dict[str, float]:
+    diff = p - t
+    mse = float(np.mean(diff * diff))
+    spread = float(np.sum((t - t.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(diff * diff)) / spread if spread > 0 else math.nan
+    return {"mse": mse, "mae": float(np.mean(np.abs(diff))), "rmse": math.sqrt(mse), "r2": r2}
+
+
+def sigma_regression(
+    predicted: Any,
+    truth: Any,
+    *,
+    ci: float | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> SigmaRegression:
+    """MSE, MAE, RMSE and R² of predicted sigmas against ground-truth sigmas on one scale.
+
+    Rank correlation (:func:`rank_correlation`) only asks whether the order is right; when both
+    sigmas share a scale (e.g. both in [0, 1]) these also ask whether the values are.  With
+    d_i = ŷ_i - y_i: MSE = (1/n) Σ d_i², MAE = (1/n) Σ |d_i|, RMSE = √MSE and
+    R² = 1 - Σ d_i² / Σ (y_i - ȳ)² (``y`` = ``truth``), as scikit-learn's
+    ``mean_squared_error``, ``mean_absolute_error`` and ``r2_score``.
+
+    Parameters
+    ----------
+    predicted, truth : array-like of float
+        Same length, finite.
+    ci : float, optional
+        Adds percentile bootstrap intervals (pairs resampled) at this level in ``.ci``.
+    n_boot, seed : int
+        Bootstrap resamples and the seed of ``numpy.random.default_rng``.
+
+    Ties: none matter (no ranking).  Zero division: a constant ``truth`` makes R² undefined:
+    NaN (scikit-learn's ``r2_score`` returns 1.0 or 0.0 there by default); NaN replicates are
+    left out of R²'s interval.
+
+    Examples
+    --------
+    >>> r = sigma_regression([0.1, 0.2, 0.4], [0.1, 0.3, 0.5])
+    >>> round(r.mse, 6), round(r.mae, 6)   # d = 0, -0.1, -0.1
+    (0.006667, 0.066667)
+    >>> round(r.r2, 4)                     # 1 - 0.02 / (0.04 + 0 + 0.04)
+    0.75
+    """
+    from ._resample import statistic_ci
+    from .compare import _check_level
+
+    p = as_vector(predicted, "predicted")
+    t = as_vector(truth, "truth", length=p.size, length_of="predicted")
+    values = _regression_values(p, t)
+    intervals: dict[str, tuple[float, float]] = {}
+    if ci is not None:
+        level = _check_level(ci)
+        n_boot = check_int(n_boot, "n_boot")
+        seed = check_int(seed, "seed", minimum=0)
+        intervals = statistic_ci(_regression_values, [p, t], ci=level, n_boot=n_boot, seed=seed)
+    return SigmaRegression(**values, n=int(p.size), ci=intervals)
 
 
 def hpd_interval(
@@ -692,15 +896,27 @@ def confidence_summary(
     confidence: Any,
     *,
     higher_is_confident: bool = True,
+    labels: Any = None,
+    integration: str = "mean",
+    bins: int = 10,
 ) -> dict[str, float]:
     """Confidence metrics for every per-query metric (what ``evaluate(confidences=...)`` adds).
 
-    For each metric m: ``auerc_m``, ``oracle_auerc_m``, ``random_auerc_m``, ``excess_auerc_m``;
-    and from ``precision_at_1`` (else ``recall_at_1``): ``r_auroc`` and
-    ``best_threshold_accuracy``.  NaN entries (lone queries) are dropped per metric, as in
-    :func:`error_reject_curve`; ``evaluate`` reports how many in ``result.n_lone``.  Ties and
-    zero division follow the functions above (``r_auroc`` is NaN when every query is right or
-    every query is wrong).
+    For each metric m: ``auerc_m``, ``oracle_auerc_m``, ``random_auerc_m``, ``excess_auerc_m``,
+    and ``aurc_m``, ``eaurc_m``, ``augrc_m`` (:func:`error_reject_curve` with ``integration``).
+    From ``precision_at_1`` (else ``recall_at_1``), the 0/1 correctness c:
+
+    * ``r_auroc`` and ``best_threshold_accuracy``;
+    * when the confidences lie in [0, 1] and ``higher_is_confident`` (a predicted probability
+      of being right): ``ece``, ``ece_equal_mass``, ``mce`` and ``brier`` with ``bins`` bins,
+      and with ``labels`` (one per query) ``classwise_ece`` (see :mod:`embedeval.calibration`);
+    * when some queries are lone and some are not: ``open_set_auroc`` and
+      ``open_set_fpr_at_95tpr``, reading the lone queries (no same-class reference) as
+      out-of-gallery and the others as enrolled (see :mod:`embedeval.openset`).
+
+    NaN entries (lone queries) are dropped per metric, as in :func:`error_reject_curve`;
+    ``evaluate`` reports how many in ``result.n_lone``.  Ties and zero division follow the
+    functions above (``r_auroc`` is NaN when every query is right or every query is wrong).
 
     Examples
     --------
@@ -708,27 +924,80 @@ def confidence_summary(
     ...                          [0.9, 0.1, 0.8, 0.5])
     >>> round(out["auerc_precision_at_1"], 4), out["r_auroc"]   # (0 + 0 + 1/3) / 3
     (0.1111, 1.0)
+    >>> round(out["augrc_precision_at_1"], 4)                    # (0 + 0 + 1/3) / 3
+    0.1111
+    >>> out["open_set_auroc"]      # the lone query (0.5) is below 2 of the 3 enrolled
+    0.6666666666666666
     """
-    out: dict[str, float] = {}
-    for name, values in per_query.items():
-        values = np.asarray(values, dtype=np.float64)
-        if np.all(np.isnan(values)):
-            continue
-        erc = error_reject_curve(values, confidence, higher_is_confident=higher_is_confident)
-        out[f"auerc_{name}"] = erc.auerc
-        out[f"oracle_auerc_{name}"] = erc.oracle_auerc
-        out[f"random_auerc_{name}"] = erc.random_auerc
-        out[f"excess_auerc_{name}"] = erc.excess_auerc
+    out = _erc_summary(per_query, confidence, higher_is_confident, integration)
     key = next((k for k in ("precision_at_1", "recall_at_1") if k in per_query), None)
     if key is not None and not np.all(np.isnan(per_query[key])):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", EmbedevalWarning)
-            out["r_auroc"] = confidence_auroc(
-                per_query[key], confidence, higher_is_confident=higher_is_confident
-            )
-        out["best_threshold_accuracy"] = best_threshold_accuracy(
-            per_query[key], confidence, higher_is_confident=higher_is_confident
+        out.update(
+            _correctness_summary(per_query[key], confidence, higher_is_confident, labels, bins)
         )
+    return out
+
+
+_SUMMARY_AREAS = ("auerc", "oracle_auerc", "random_auerc", "excess_auerc", "aurc", "eaurc", "augrc")
+
+
+def _erc_summary(
+    per_query: dict[str, np.ndarray], confidence: Any, higher_is_confident: bool, integration: str
+) -> dict[str, float]:
+    """The error-reject areas of every metric; metrics that leave out the same (lone) queries
+    share one sort and one pass (:func:`erc_areas` over a matrix)."""
+    columns = {
+        name: np.asarray(v, dtype=np.float64)
+        for name, v in per_query.items()
+        if not np.all(np.isnan(np.asarray(v, dtype=np.float64)))
+    }
+    if not columns:
+        return {}
+    names = list(columns)
+    values = np.stack([columns[m] for m in names], axis=1)
+    mask = np.isnan(values)
+    if (mask != mask[:, :1]).any():  # metrics that drop different queries: one curve each
+        areas = {}
+        for name in names:
+            erc = error_reject_curve(
+                columns[name],
+                confidence,
+                higher_is_confident=higher_is_confident,
+                integration=integration,
+            )
+            areas.update({f"{a}_{name}": float(getattr(erc, a)) for a in _SUMMARY_AREAS})
+        return areas
+    for j, name in enumerate(names):  # the checks (range, lengths) of error_reject_curve
+        _, conf, _ = _scores_and_confidence(values[:, j], confidence, higher_is_confident, name)
+    areas = erc_areas(1.0 - values[~mask[:, 0]], conf, integration)
+    return {f"{a}_{m}": float(areas[a][j]) for a in _SUMMARY_AREAS for j, m in enumerate(names)}
+
+
+def _correctness_summary(
+    correct: Any, confidence: Any, higher_is_confident: bool, labels: Any, bins: int
+) -> dict[str, float]:
+    from .calibration import calibration_summary
+    from .openset import open_set_detection
+
+    out: dict[str, float] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EmbedevalWarning)
+        out["r_auroc"] = confidence_auroc(
+            correct, confidence, higher_is_confident=higher_is_confident
+        )
+    out["best_threshold_accuracy"] = best_threshold_accuracy(
+        correct, confidence, higher_is_confident=higher_is_confident
+    )
+    s = np.asarray(correct, dtype=np.float64)
+    c = np.asarray(confidence, dtype=np.float64)
+    if higher_is_confident and c.min() >= 0 and c.max() <= 1:
+        cal = calibration_summary(s, c, labels=labels, bins=bins)
+        out.update({k: float(v) for k, v in cal.items()})
+    lone = np.isnan(s)
+    if lone.any() and not lone.all():
+        det = open_set_detection(~lone, c, higher_is_confident=higher_is_confident)
+        out["open_set_auroc"] = det["auroc"]
+        out["open_set_fpr_at_95tpr"] = det["fpr_at_tpr"]
     return out
 
 
@@ -798,6 +1067,11 @@ def reject_both_curve(
     kept = []
     for f in fr:
         n_keep = x.shape[0] - math.ceil(f * x.shape[0] - 1e-12)
+        if n_keep < 1:
+            raise InputError(
+                f"fractions holds {f}, which rejects all {x.shape[0]} items and leaves nothing "
+                "to evaluate; use fractions below (n - 1) / n."
+            )
         keep = np.sort(order[:n_keep])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", EmbedevalWarning)

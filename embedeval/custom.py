@@ -2,11 +2,13 @@
 
 A :class:`RetrievalMetric` wraps a function of the ranked relevance of a block of queries::
 
-    def precision_weighted(relevant, n_relevant):
-        ranks = np.arange(1, relevant.shape[1] + 1)
-        return (relevant / ranks).sum(axis=1) / (1 / np.arange(1, n_relevant.max() + 1)).sum()
+    def position_weighted_precision(relevant, n_relevant):
+        weights = 1.0 / np.arange(1, relevant.shape[1] + 1)
+        best = np.cumsum(weights)[np.minimum(n_relevant, relevant.shape[1]) - 1]
+        return (relevant * weights).sum(axis=1) / best
 
-    ee.evaluate(x, y, custom_metrics={"pwp": ee.RetrievalMetric(precision_weighted, depth="R")})
+    metric = ee.RetrievalMetric(position_weighted_precision, depth="R")
+    ee.evaluate(x, y, custom_metrics={"pwp": metric})
 
 The engine calls it once per block of queries, with the same ranking (nearest first, equally
 distant references by ascending index) and the same exclusions (self, groups) as the built-in

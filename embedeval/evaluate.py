@@ -9,13 +9,14 @@ import numpy as np
 
 from ._engine import RetrievalTask, run_local
 from ._errors import EmbedevalWarning, InputError, InputTypeError
-from ._registry import MetricInfo
+from ._registry import MetricInfo, default_metrics
 from ._torch_backend import (
     TorchOptions,
     as_search_input,
     check_lead_on_device,
     is_device_tensor,
     run_torch,
+    scale_for_range,
     to_host,
 )
 from ._validation import as_embeddings, as_labels, as_vector, check_choice, check_int, factorize
@@ -26,7 +27,7 @@ from .knn import (
     Exclusions,
     check_queries_lead_reference,
 )
-from .result import EvaluationResult
+from .result import EvaluationResult, warn_if_biased
 
 __all__ = ["evaluate"]
 
@@ -54,7 +55,7 @@ def evaluate(
     seed: int = 0,
     index: str | None = None,
     index_params: dict[str, Any] | None = None,
-    exact_sample: int = 10_000,
+    exact_sample: int | None = None,
     shards: Any = None,
     backend: str = "local",
     client: Any = None,
@@ -62,6 +63,8 @@ def evaluate(
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress: bool | None = None,
     n_threads: int | None = None,
+    positives: Any = None,
+    junk: Any = None,
     device: str | None = None,
     device_memory: float | None = None,
     tf32: bool = False,
@@ -80,7 +83,8 @@ def evaluate(
         from its own ranking by identity).
     metrics : list of str, optional
         Keys among ``precision_at_1``, ``r_precision``, ``map_at_r``, ``map``, ``mrr``,
-        ``recall_at_{k}``, ``precision_at_{k}``, ``nmi``, ``ami`` (PML spellings accepted).
+        ``minp`` (re-id mINP: R_q / rank of the last relevant reference), ``recall_at_{k}``,
+        ``precision_at_{k}``, ``nmi``, ``ami`` (PML spellings accepted).
         Default: P@1, R-Precision, MAP@R, Recall@1, Recall@10 (Recall@k instead of Recall@10
         when an int ``k`` below 10 caps the ranking).
     custom_metrics : dict of str to RetrievalMetric, optional
@@ -91,7 +95,9 @@ def evaluate(
         ``None`` (default): exact, every metric reads the depth it needs.  An int caps every
         ranking at depth k with PML's semantics (relevance window min(R_q, k); ``r_precision``
         divides by it, ``map_at_r`` and ``map`` by R_q; ``mrr`` is 0 without a hit in the top k);
-        a k larger than the reference set is clamped.  ``"max_bin_count"``: k = max R_q.
+        a k larger than the reference set is clamped (k must be below 2**63).
+        ``"max_bin_count"``: k = max R_q, decided once on the whole gallery (the
+        ``reject_from="both"`` re-evaluations keep that k).
     distance : {"euclidean", "cosine", "inner_product"}
     ref_includes_query : bool
         PML's convention: the queries are the first rows of ``reference`` and each is excluded
@@ -104,8 +110,10 @@ def evaluate(
         With ``reference=None`` pass only ``query_groups``.
     confidences : array-like, shape (n_query,), optional
         Per-query confidence (higher = more certain unless ``higher_is_confident=False``, e.g.
-        for sigmas); fills ``result.confidence`` with AUERC and R-AUROC (see
-        :mod:`embedeval.confidence`).
+        for sigmas); fills ``result.confidence`` with AUERC, AURC / E-AURC / AUGRC, R-AUROC,
+        calibration errors and open-set detection (see
+        :func:`embedeval.confidence.confidence_summary`); with ``ci=`` each of them also gets
+        a bootstrap interval in ``result.ci`` (queries resampled, the statistic recomputed).
     reject_from : {"queries", "both"}
         ``"queries"``: the error-reject curve rejects queries and keeps the gallery whole.
         ``"both"`` (leave-one-out only) also recomputes every metric after removing each
@@ -119,9 +127,11 @@ def evaluate(
         search; the result then reports, on ``exact_sample`` random queries evaluated both ways,
         the kNN recall and every metric exactly and approximately (``result.approximation``).
     index_params : dict, optional
-        Search-time parameters such as ``{"nprobe": 64}`` or ``{"efSearch": 128}``.
-    exact_sample : int
-        Queries evaluated exactly as well when ``index`` is given.
+        Search-time parameters such as ``{"nprobe": 64}`` or ``{"efSearch": 128}``; only with
+        ``index``.
+    exact_sample : int, optional
+        Queries evaluated exactly as well when ``index`` is given (default 10,000); only with
+        ``index``.
     shards : optional
         Split the reference set into shards (an int count, or a list of arrays / ``.npy`` paths)
         merged exactly: the numbers are identical to the unsharded engine.
@@ -150,6 +160,11 @@ def evaluate(
     tf32 : bool
         ``backend="torch"`` only: allow TF32 products on the GPU (faster, about 3 decimal
         digits per product: near neighbours may be ranked differently).  Off by default.
+    positives, junk : list of lists of int, optional
+        Relevance given per query as reference indices instead of labels (landmark retrieval:
+        revisited Oxford / Paris): pass ``query_labels=None`` and ``reference_labels=None``.
+        Each query's ``junk`` items are removed from its ranking before every metric, and
+        R_q = ``len(positives[q])``.  See :mod:`embedeval.landmarks`.
 
     Returns
     -------
@@ -160,7 +175,9 @@ def evaluate(
     R_q is the number of references with the query's label that the query can see (itself and
     its group excluded).  Lone queries (R_q = 0) get NaN and are left out of every average
     (``result.n_lone`` counts them).  Equal distances are ranked by ascending reference index;
-    ``result.n_ties`` counts queries whose value depends on that choice.
+    ``result.n_ties`` counts queries whose value depends on that choice.  Identical reference
+    vectors are always at exactly equal distances (whatever the backend or block size), so they
+    are such ties.
 
     Examples
     --------
@@ -171,11 +188,37 @@ def evaluate(
     >>> res.per_query["map_at_r"].round(4).tolist()
     [0.0, 0.0, 0.0, 0.5, 0.5]
     """
+    if positives is not None or junk is not None:
+        from .landmarks import evaluate_with_lists
+
+        return evaluate_with_lists(
+            query,
+            query_labels,
+            reference,
+            reference_labels,
+            positives=positives,
+            junk=junk,
+            metrics=metrics,
+            k=k,
+            distance=distance,
+            average=average,
+            ci=ci,
+            n_boot=n_boot,
+            seed=seed,
+            block_size=block_size,
+            memory_budget=memory_budget,
+            unsupported={
+                "query_groups": query_groups is not None,
+                "reference_groups": reference_groups is not None,
+                "confidences": confidences is not None,
+                "index": index is not None,
+                "shards": shards is not None,
+                "ref_includes_query": bool(ref_includes_query),
+                f"backend={backend!r}": backend != "local",
+            },
+        )
     # ---- arguments
-    if metrics is None and isinstance(k, int) and not isinstance(k, bool) and 1 <= k < 10:
-        # The default set reads 10 neighbours for Recall@10; with a smaller cap, report
-        # Recall@k instead of failing on a default the caller did not choose.
-        metrics = ["precision_at_1", "r_precision", "map_at_r", "recall_at_1", f"recall_at_{k}"]
+    default = metrics is None
     infos = metric_infos(metrics, custom_metrics)
     backend = check_choice(backend, "backend", ("local", "dask", "torch"))
     torch_options = None
@@ -218,7 +261,7 @@ def evaluate(
     if isinstance(k, str):
         check_choice(k, "k", ("max_bin_count",))
     else:
-        k = check_int(k, "k", allow_none=True)
+        k = check_int(k, "k", allow_none=True, maximum=2**63 - 1)
     # Validate everything before any work, so a bad ci= does not fail after an hour of search.
     block_size = check_int(block_size, "block_size", allow_none=True)
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
@@ -229,6 +272,7 @@ def evaluate(
         ci = _check_level(ci)
         n_boot = check_int(n_boot, "n_boot")
         seed = check_int(seed, "seed", minimum=0)
+    _check_backend_options(index, index_params, exact_sample, backend, client)
     if not isinstance(ref_includes_query, (bool, np.bool_)):
         raise InputTypeError(
             f"ref_includes_query must be True or False; got {ref_includes_query!r}."
@@ -279,6 +323,8 @@ def evaluate(
         elif self_index:
             check_queries_lead_reference(xq, xb)
     n_ref = xb.shape[0]
+    # Keys would overflow or underflow float32: rank the data times 2**scale.
+    xq, xb, scale = scale_for_range(xq, xb, distance, same=leave_one_out)
     if leave_one_out:
         (q_codes,), uniques = factorize(yq)
         r_codes = q_codes
@@ -308,6 +354,8 @@ def evaluate(
     conf = None
     if confidences is not None:
         conf = as_vector(confidences, "confidences", length=n_query, length_of="query")
+        if reject_from == "both":
+            _check_something_remains(rejection_fractions, n_query)
 
     # ---- depth
     k_used: int | None
@@ -315,6 +363,8 @@ def evaluate(
         k_used = max(int(relevant.max(initial=0)), 1)
     else:
         k_used = k
+    if default:  # a cap below 10 (int or max_bin_count) reports Recall@cap, never fails
+        infos = metric_infos(default_metrics(k_used), custom_metrics)
     _check_cutoffs(infos, k_used, k)
     max_relevant = int(relevant.max(initial=0))
     truncated = [m.name for m in infos if m.depth == "r"]
@@ -338,8 +388,11 @@ def evaluate(
         n_valid=n_valid,
         exclusions=exclusions,
         metrics=tuple(knn_infos),
-        k=k_used,
+        # A k beyond the gallery means the whole gallery (min(k, n_valid) = n_valid): clamped,
+        # so that depth arithmetic (k + 1) cannot overflow.
+        k=None if k_used is None else min(k_used, n_ref),
         distance=distance,
+        scale=scale,
     )
     approximation: dict[str, Any] = {}
     if torch_options is not None:
@@ -359,7 +412,7 @@ def evaluate(
             task,
             index=index,
             index_params=index_params,
-            exact_sample=exact_sample,
+            exact_sample=10_000 if exact_sample is None else exact_sample,
             shards=shards,
             backend=backend,
             client=client,
@@ -368,6 +421,7 @@ def evaluate(
             memory_budget=memory_budget,
             progress=progress,
         )
+        warn_if_biased(approximation)
 
     # ---- aggregate
     summary: dict[str, float] = {}
@@ -414,8 +468,9 @@ def evaluate(
         from .confidence import confidence_summary
 
         result.confidence = confidence_summary(
-            per_query, conf, higher_is_confident=higher_is_confident
+            per_query, conf, higher_is_confident=higher_is_confident, labels=yq
         )
+        result.query_confidences = conf
         settings["higher_is_confident"] = bool(higher_is_confident)
         settings["reject_from"] = reject_from
         if reject_from == "both":
@@ -429,7 +484,7 @@ def evaluate(
                 metrics=[m.name for m in knn_infos if m.function is None],
                 custom_metrics=custom_metrics,
                 higher_is_confident=higher_is_confident,
-                k=k,
+                k=k_used if k == "max_bin_count" else k,
                 distance=distance,
                 average=average,
                 query_groups=query_groups,
@@ -445,8 +500,28 @@ def evaluate(
         from .compare import bootstrap_ci
 
         result.ci = bootstrap_ci(
-            per_query, labels=yq, average=average, ci=ci, n_boot=n_boot, seed=seed
+            per_query,
+            labels=yq,
+            average=average,
+            ci=ci,
+            n_boot=n_boot,
+            seed=seed,
+            progress=progress,
         )
+        if conf is not None:
+            from ._resample import confidence_ci
+
+            result.ci.update(
+                confidence_ci(
+                    per_query,
+                    conf,
+                    labels=yq,
+                    higher_is_confident=higher_is_confident,
+                    ci=ci,
+                    n_boot=n_boot,
+                    seed=seed,
+                )
+            )
         settings.update(ci=ci, n_boot=n_boot, seed=seed)
     return result
 
@@ -499,6 +574,39 @@ def _exclusions(
         n_valid = n_valid - own_group_differs
     ex = Exclusions(self_index=self_index, query_groups=qg, reference_groups=rg)
     return ex, relevant.astype(np.int64), n_valid.astype(np.int64)
+
+
+def _check_backend_options(
+    index: Any, index_params: Any, exact_sample: Any, backend: str, client: Any
+) -> None:
+    """Options of one search path given to another are refused, not silently ignored."""
+    if index is None:
+        for name, value in (("index_params", index_params), ("exact_sample", exact_sample)):
+            if value is not None:
+                raise InputError(
+                    f"{name} was given without index; it only applies to approximate search, "
+                    "e.g. index='IVF1024,Flat', index_params={'nprobe': 32}, exact_sample=2000. "
+                    f"Drop {name} for exact search."
+                )
+    else:
+        check_int(exact_sample, "exact_sample", minimum=0, allow_none=True)
+    if client is not None and backend != "dask":
+        raise InputError(
+            "client= is only used with backend='dask' (the backend here is 'local', which "
+            "would ignore it); pass backend='dask' to search on the cluster, or drop client."
+        )
+
+
+def _check_something_remains(fractions: Any, n: int) -> None:
+    """Every rejection fraction must leave at least one item to evaluate."""
+    import math
+
+    for f in np.atleast_1d(fractions):
+        if n - math.ceil(float(f) * n - 1e-12) < 1:
+            raise InputError(
+                f"rejection_fractions holds {float(f)}, which rejects all {n} items and leaves "
+                "nothing to evaluate; use fractions below (n - 1) / n."
+            )
 
 
 def _check_cutoffs(infos: list[MetricInfo], k_used: int | None, k: Any) -> None:

@@ -4,9 +4,9 @@
   separate file (``--labels``).
 * ``.npz`` — keys ``embeddings`` and ``labels`` (required together unless labels come from a
   separate file), optional ``confidences``, ``sigmas``, ``groups``.
-* ``.safetensors`` (``pip install "embedeval[safetensors]"``) — the same tensor names; labels
+* ``.safetensors`` (``pip install "embedeval-exact[safetensors]"``) — the same tensor names; labels
   must be numeric (the format stores tensors only).
-* ``.parquet`` (``pip install "embedeval[parquet]"``) — one row per item: a list (or
+* ``.parquet`` (``pip install "embedeval-exact[parquet]"``) — one row per item: a list (or
   fixed-size list) column ``embedding`` (or ``embeddings``), and scalar columns ``label`` /
   ``labels``, ``confidence`` / ``confidences``, ``sigma`` / ``sigmas``, ``group`` / ``groups``.
 * Label files may also be ``.txt`` / ``.csv`` with one label per line (integers when every line
@@ -15,7 +15,10 @@
 
 from __future__ import annotations
 
+import math
 import os
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +26,13 @@ from typing import Any
 import numpy as np
 
 from ._errors import FileFormatError
+from ._files import install_hint
 from ._validation import as_embeddings, as_labels, as_vector
 
 __all__ = ["EmbeddingFile", "load_array", "load_embeddings"]
 
 EMBEDDING_SUFFIXES = (".npy", ".npz", ".safetensors", ".parquet")
+_TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".tar")
 _OPTIONAL = ("confidences", "sigmas", "groups")
 
 
@@ -54,11 +59,41 @@ def _exists(path: Path) -> None:
         raise FileFormatError(f"{path} is a directory; pass an embedding file.")
 
 
+def _is_torch_zip(path: Path) -> bool:
+    # torch.save writes a zip whose members sit in one folder beside a pickle, "<name>/data.pkl"
+    # (read from the zip's directory only: nothing is unpickled).
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return any(n.endswith("/data.pkl") or n == "data.pkl" for n in zf.namelist())
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return False
+
+
+def _torch_error(path: Path) -> FileFormatError:
+    out = path.stem + ("_numpy.npy" if path.suffix.lower() == ".npy" else ".npy")
+    return FileFormatError(
+        f"{path} is a PyTorch file (torch.save); embedeval never unpickles files, because "
+        'unpickling can run arbitrary code. Convert it once with: python -c "import numpy, '
+        f"torch; numpy.save('{out}', torch.load('{path}').float().numpy())\" and pass {out} "
+        "(labels the same way, to a separate .npy, or np.savez both into one .npz)."
+    )
+
+
+def _refuse_torch(path: Path) -> None:
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if (head == b"PK\x03\x04" and _is_torch_zip(path)) or (
+        head[:1] == b"\x80" and path.suffix.lower() in _TORCH_SUFFIXES
+    ):
+        raise _torch_error(path)
+
+
 def _check_header(path: Path) -> None:
     # np.load with allow_pickle=False calls every non-NumPy file "pickled data"; say what it is.
     with open(path, "rb") as fh:
         head = fh.read(6)
     is_npy, is_zip = head == b"\x93NUMPY", head.startswith(b"PK\x03\x04")
+    _refuse_torch(path)
     want_zip = path.suffix.lower() == ".npz"
     if (want_zip and is_zip) or (not want_zip and is_npy):
         return
@@ -77,21 +112,74 @@ def _check_header(path: Path) -> None:
     )
 
 
+#: What a damaged file raises while it is read: truncation, a bad CRC, a corrupt deflate
+#: stream, a header that does not parse.
+_DAMAGED = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, MemoryError)
+
+
+def _check_npy_size(fh: Any, size: int, where: str) -> None:
+    """Refuse a .npy stream whose header claims more bytes than it holds, before allocating."""
+    fmt = np.lib.format
+    version = fmt.read_magic(fh)
+    if version not in ((1, 0), (2, 0)):
+        return  # version 3 (UTF-8 field names) is rare; np.load checks it as it reads
+    read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+    shape, _, dtype = read(fh)
+    if dtype.hasobject:
+        raise FileFormatError(
+            f"{where} holds pickled Python objects (an object array); embedeval never "
+            "unpickles files, because unpickling can run arbitrary code. Re-save it with a "
+            "numeric or string dtype, e.g. np.save(path, np.asarray(x, dtype=np.float32))."
+        )
+    need = math.prod(shape) * dtype.itemsize
+    if need > size - fh.tell():
+        raise FileFormatError(
+            f"{where} is truncated or damaged: its header says shape {shape} of {dtype} "
+            f"({need} bytes) but the file holds {max(size - fh.tell(), 0)}; write it again "
+            "with np.save / np.savez."
+        )
+
+
+def _damaged(path: Path, exc: BaseException) -> FileFormatError:
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return FileFormatError(
+        f"{path} cannot be read: the file is truncated or damaged ({detail}); write it again "
+        "with np.save / np.savez."
+    )
+
+
 def _np_load(path: Path, mmap: bool) -> Any:
     _check_header(path)
+    if path.suffix.lower() == ".npz":
+        raise AssertionError("use _read_npz for .npz files")  # pragma: no cover
     try:
+        with open(path, "rb") as fh:
+            _check_npy_size(fh, os.fstat(fh.fileno()).st_size, str(path))
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except ValueError as exc:
-        text = str(exc).lower()
-        if "pickle" in text or "python objects" in text:
-            raise FileFormatError(
-                f"{path} holds pickled Python objects (an object array); embedeval never "
-                "unpickles files, because unpickling can run arbitrary code. Re-save it with a "
-                "numeric or string dtype, e.g. np.save(path, np.asarray(x, dtype=np.float32))."
-            ) from None
-        raise FileFormatError(f"{path} is not a valid NumPy file: {exc}") from None
-    except (OSError, EOFError) as exc:
-        raise FileFormatError(f"{path} cannot be read as a NumPy file: {exc}") from None
+    except FileFormatError:
+        raise
+    except _DAMAGED as exc:
+        raise _damaged(path, exc) from None
+
+
+def _read_npz(path: Path, choose: Any) -> dict[str, np.ndarray]:
+    """The members of an .npz that ``choose(keys)`` names, each checked against its stored
+    size before it is allocated; any damage is one FileFormatError."""
+    _check_header(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = {i.filename.removesuffix(".npy"): i for i in zf.infolist()}
+            out = {}
+            for key in choose(list(infos)):
+                with zf.open(infos[key]) as fh:
+                    _check_npy_size(fh, infos[key].file_size, f"{path} (array {key!r})")
+                with zf.open(infos[key]) as fh:
+                    out[key] = np.lib.format.read_array(fh, allow_pickle=False)
+            return out
+    except FileFormatError:
+        raise
+    except _DAMAGED as exc:
+        raise _damaged(path, exc) from None
 
 
 def load_embeddings(path: str | os.PathLike, *, mmap: bool = True) -> EmbeddingFile:
@@ -115,26 +203,22 @@ def load_embeddings(path: str | os.PathLike, *, mmap: bool = True) -> EmbeddingF
     if suffix == ".npy":
         arrays = {"embeddings": _np_load(path, mmap)}
     elif suffix == ".npz":
-        with _np_load(path, False) as npz:
-            keys = list(npz.files)
+
+        def choose(keys: list[str]) -> list[str]:
             if "embeddings" not in keys:
                 raise FileFormatError(
                     f"{path} has no 'embeddings' array (it has: {', '.join(keys) or 'nothing'}); "
                     "save it with np.savez(path, embeddings=..., labels=...)."
                 )
-            try:
-                arrays = {k: npz[k] for k in ("embeddings", "labels", *_OPTIONAL) if k in keys}
-            except ValueError:
-                raise FileFormatError(
-                    f"{path} holds pickled Python objects; embedeval never unpickles files. "
-                    "Re-save labels as integers or fixed-width strings (np.asarray(labels, "
-                    "dtype=str))."
-                ) from None
+            return [k for k in ("embeddings", "labels", *_OPTIONAL) if k in keys]
+
+        arrays = _read_npz(path, choose)
     elif suffix == ".safetensors":
         arrays = _load_safetensors(path)
     elif suffix == ".parquet":
         arrays = _load_parquet(path)
     else:
+        _refuse_torch(path)  # a PyTorch file (.pt, .pth, ...) gets its conversion
         raise FileFormatError(
             f"{path}: unknown file type {suffix or '(no suffix)'!r}; use one of "
             f"{', '.join(EMBEDDING_SUFFIXES)}."
@@ -166,7 +250,7 @@ def _load_safetensors(path: Path) -> dict[str, Any]:
     except ImportError:
         raise FileFormatError(
             f"{path}: reading .safetensors needs the safetensors package: "
-            'pip install "embedeval[safetensors]".'
+            f"{install_hint('safetensors')}."
         ) from None
     try:
         tensors = load_file(str(path))
@@ -184,7 +268,7 @@ def _load_parquet(path: Path) -> dict[str, Any]:
         import pyarrow.parquet as pq
     except ImportError:
         raise FileFormatError(
-            f'{path}: reading .parquet needs pyarrow: pip install "embedeval[parquet]".'
+            f"{path}: reading .parquet needs pyarrow: {install_hint('parquet')}."
         ) from None
     try:
         table = pq.read_table(path)
@@ -248,32 +332,87 @@ def load_array(path: str | os.PathLike, *, what: str = "labels") -> np.ndarray:
     if suffix == ".npy":
         arr = np.asarray(_np_load(path, False))
     elif suffix == ".npz":
-        with _np_load(path, False) as npz:
-            keys = list(npz.files)
+
+        def choose(keys: list[str]) -> list[str]:
             key = what if what in keys else (keys[0] if len(keys) == 1 else None)
             if key is None:
                 raise FileFormatError(
                     f"{path} has several arrays ({', '.join(keys)}) and none named {what!r}; "
                     f"name it {what!r} (np.savez(path, {what}=...)) or save it alone."
                 )
-            arr = npz[key]
+            return [key]
+
+        (arr,) = _read_npz(path, choose).values()
     elif suffix in (".txt", ".csv", ".tsv", ""):
-        lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
-        try:
-            arr = np.array([int(v) for v in lines], dtype=np.int64)
-        except ValueError:
-            try:
-                arr = np.array([float(v) for v in lines])
-            except ValueError:
-                arr = np.array(lines)
+        arr = _read_text_column(path, what)
     else:
+        _refuse_torch(path)
         raise FileFormatError(
             f"{path}: unknown file type {suffix!r} for {what}; use .npy, .npz or .txt."
         )
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
+    if arr.ndim == 2 and arr.shape[1] > 1:
+        raise FileFormatError(
+            f"{path}: {what} must be one column (one value per item); got {arr.shape[1]} "
+            f"columns (shape {arr.shape}). Save only the {what} column, e.g. np.save(path, "
+            "table[:, 1])."
+        )
     if arr.ndim != 1:
         raise FileFormatError(
             f"{path}: {what} must be 1-D (one value per item); got shape {arr.shape}."
         )
     return arr
+
+
+def _number(text: str) -> int | float | None:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return None
+
+
+#: First lines that name a column rather than hold a value.
+_HEADER_WORDS = frozenset(
+    "label labels class classes class_id classid category target y id name group groups "
+    "group_id confidence confidences sigma sigmas".split()
+)
+
+
+def _read_text_column(path: Path, what: str) -> np.ndarray:
+    """One value per line; a second column or a header line is refused, because either would
+    silently make every row its own class."""
+    try:
+        lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+    except UnicodeDecodeError:
+        raise FileFormatError(
+            f"{path} is not a text file; {what} files are .npy, .npz or text with one value "
+            "per line."
+        ) from None
+    for i, line in enumerate(lines):
+        if "," in line or "\t" in line or ";" in line:
+            raise FileFormatError(
+                f"{path} line {i + 1} has several columns ({line[:40]!r}); a {what} file holds "
+                f"one value per line and nothing else: keep only the {what} column."
+            )
+    fields = [ln.split() for ln in lines]
+    if all(len(f) > 1 for f in fields) and all(_number(v) is not None for f in fields for v in f):
+        raise FileFormatError(
+            f"{path} line 1 has {len(fields[0])} space-separated numbers ({lines[0][:40]!r}); a "
+            f"{what} file holds one value per line and nothing else: keep only the {what} column."
+        )
+    values = [_number(v) for v in lines]
+    header_word = lines[0].lower() in _HEADER_WORDS and lines.count(lines[0]) == 1
+    numeric_below = all(v is not None for v in values[1:])
+    if len(lines) > 1 and values[0] is None and (numeric_below or header_word):
+        raise FileFormatError(
+            f"{path} line 1 ({lines[0][:40]!r}) looks like a header above the {what}; "
+            "remove it, the file must hold one value per line and nothing else."
+        )
+    if all(isinstance(v, int) for v in values):
+        return np.array(values, dtype=np.int64)
+    if all(v is not None for v in values):
+        return np.array(values, dtype=np.float64)
+    return np.array(lines)

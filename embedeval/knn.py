@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import itertools
 import os
 import sys
@@ -40,7 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import InputError
+from ._duplicates import DuplicateKeys, DuplicateRows, find_duplicate_rows
+from ._errors import InputError, InputTypeError
 from ._progress import progress_bar
 from ._validation import as_embeddings, check_choice, check_int
 
@@ -119,6 +121,8 @@ class PreparedSearch:
     queries: np.ndarray
     reference_t: np.ndarray
     query_sq_norms: np.ndarray | None
+    #: Identical reference columns, whose keys are overwritten by one shared key per group.
+    duplicates: DuplicateKeys | None = None
 
     @classmethod
     def build(cls, xq: np.ndarray, xb: np.ndarray, distance: str) -> PreparedSearch:
@@ -140,15 +144,70 @@ class PreparedSearch:
     def n_reference(self) -> int:
         return int(self.reference_t.shape[1])
 
-    def keys(self, rows: slice | np.ndarray, cols: slice = slice(None), out=None) -> np.ndarray:
-        """Ranking keys (smaller = nearer) of query ``rows`` against reference ``cols``."""
-        return np.matmul(self.queries[rows], self.reference_t[:, cols], out=out)
+    def keys(
+        self, rows: slice | np.ndarray, cols: slice = slice(None), out=None, tie: bool = True
+    ) -> np.ndarray:
+        """Ranking keys (smaller = nearer) of query ``rows`` against reference ``cols``;
+        ``tie=False`` leaves identical references' columns as the product rounded them (the
+        caller takes their shared keys from ``duplicates.candidates``)."""
+        keys = np.matmul(self.queries[rows], self.reference_t[:, cols], out=out)
+        if tie and self.duplicates is not None:
+            self.duplicates.apply(keys, self.queries, rows, cols)
+        return keys
+
+    def with_duplicates(
+        self, dups: DuplicateRows | None, reps_t: np.ndarray | None, columns: slice | np.ndarray
+    ) -> PreparedSearch:
+        """This search with the identical reference rows ``dups`` tied: its columns are the
+        global reference ``columns`` (a range or sorted indices); ``reps_t`` from
+        :func:`representatives`."""
+        if dups is None:
+            return self
+        return dataclasses.replace(self, duplicates=dups.view(reps_t, columns))
 
     def to_distance(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Turn keys back into what users expect: Euclidean distance or similarity."""
         if self.query_sq_norms is None:
             return -keys
         return np.sqrt(np.maximum(keys + self.query_sq_norms[rows, None], 0))
+
+
+def range_exponent(arrays: list[np.ndarray], distance: str, block: int = 65536) -> int:
+    """A power of two ``e`` such that ``x * 2**e`` keeps every key finite and well above the
+    float32 underflow, or 0 when the data need none (the common case: keys stay bit-identical).
+
+    Euclidean and inner-product keys grow like d * max|x|**2, so finite inputs above about
+    2**60 overflow float32, and below about 2**-63 their products underflow (to 0 below
+    2**-75); inputs are scaled when d * max|x|**2 nears 2**118 or max|x| < 2**-40.  Scaling by
+    the same power of two on both sides is exact and changes no ranking (every key is
+    multiplied by 2**(2e)), so the data are brought to max|x| in [0.5, 1) instead.  Cosine
+    normalises each row first and needs no scaling.
+    """
+    if distance == "cosine":
+        return 0
+    largest = 0.0
+    for x in arrays:
+        for a in range(0, x.shape[0], block):
+            largest = max(largest, float(np.abs(np.asarray(x[a : a + block])).max(initial=0)))
+    dim = arrays[0].shape[1]
+    if largest == 0.0 or (4.0 * dim * largest * largest < 2.0**120 and largest >= 2.0**-40):
+        return 0
+    return -int(np.frexp(largest)[1])
+
+
+def reference_duplicates(xb: np.ndarray, distance: str) -> DuplicateRows | None:
+    """Groups of reference rows that are identical as the search sees them (cosine: after
+    normalisation, so a vector and its double are one point)."""
+    prepare = (lambda rows: _normalize(rows, "reference")) if distance == "cosine" else None
+    return find_duplicate_rows(xb, prepare)
+
+
+def representatives(xb: Any, dups: DuplicateRows | None, distance: str) -> np.ndarray | None:
+    """The first member of each duplicate group, prepared like a reference (dim' x groups)."""
+    if dups is None:
+        return None
+    rows = np.asarray(xb[dups.first], dtype=np.float32)
+    return PreparedSearch.build(rows[:1], rows, distance).reference_t
 
 
 def _normalize(x: np.ndarray, name: str) -> np.ndarray:
@@ -202,7 +261,10 @@ def _depth_thresholds(
     else:
         sample.sort(axis=1)
     picked = np.flatnonzero(usable)
-    tau[picked] = sample[picked, j[picked]]
+    # An excluded column holds +inf; a sample with fewer than j valid keys must not turn that
+    # into the cut-off, or ``keys <= tau`` would let excluded references in.  The largest
+    # finite key keeps every valid reference instead.
+    tau[picked] = np.minimum(sample[picked, j[picked]], _FMAX)
     return tau
 
 
@@ -238,11 +300,18 @@ def sorted_candidates(
     """
     n_query, n_ref = xq.shape[0], xb.shape[0]
     search = PreparedSearch.build(xq, xb, distance)
+    dups = reference_duplicates(xb, distance)
+    search = search.with_duplicates(dups, representatives(xb, dups, distance), slice(0, n_ref))
     if n_valid is None:
         n_valid = np.full(n_query, n_ref - int(exclusions.self_index), dtype=np.int64)
     need = np.minimum(depth, n_valid)
     tile, block_size, col_bits = block_layout(
-        need, n_ref, positive_threshold is not None, block_size, memory_budget
+        need,
+        n_ref,
+        positive_threshold is not None,
+        block_size,
+        memory_budget,
+        0 if dups is None else dups.n_groups,
     )
     subsample = column_subsample(need, n_ref)
     buffers = threading.local()  # each thread reuses its own key and mask buffers
@@ -279,6 +348,7 @@ def block_layout(
     label_threshold: bool,
     block_size: int | None,
     memory_budget: int,
+    n_groups: int = 0,
 ) -> tuple[int, int, int]:
     """Column tile width, queries per block and reference-index bits of the packed codes.
 
@@ -301,6 +371,7 @@ def block_layout(
         tile = n_ref
         expected = n_ref
         per_row = n_ref * (11 + _BYTES_PER_CANDIDATE)
+    per_row += 4 * n_groups  # the shared keys of identical references (embedeval._duplicates)
     if block_size is None:
         in_cache = _BLOCK_CODE_BYTES // (8 * expected)
         block_size = int(max(1, min(_MAX_BLOCK, memory_budget // per_row, max(16, in_cache))))
@@ -443,16 +514,22 @@ def _collect(
     count per row.  Code = row << (32 + col_bits) | sortable key bits << col_bits | reference."""
     b = stop - start
     n_ref = search.n_reference
+    # Excluded pairs carry the key +inf; a finite cut-off is what keeps them out of ``mask``.
+    tau = np.minimum(tau, _FMAX)
     row_codes = np.arange(b, dtype=np.uint64) << np.uint64(32 + col_bits)
     counts = np.zeros(b, dtype=np.int64)
     codes = []
     own = np.arange(start, stop)
+    # Identical references: rather than writing their shared keys into every tile (a scatter
+    # over b x members per tile), mask them out of the tiles' candidates and add them once per
+    # block from the group keys.  The label threshold reads whole rows: there they are written.
+    twins = search.duplicates if positive_threshold is None else None
     for t0 in range(0, n_ref, tile):
         t1 = min(t0 + tile, n_ref)
         width = t1 - t0
-        keys = grid_keys(
-            search, slice(start, stop), t0, t1, keys_buffer[: b * width].reshape(b, width)
-        )
+        has_twins = twins is not None and twins.any_in(t0, t1)
+        keys = grid_keys(search, slice(start, stop), t0, t1,
+                         keys_buffer[: b * width].reshape(b, width), tie=twins is None)  # fmt: skip
         if exclusions.self_index:
             inside = np.flatnonzero((own >= t0) & (own < t1))
             keys[inside, own[inside] - t0] = np.inf
@@ -462,29 +539,77 @@ def _collect(
                 keys[same] = np.inf
             tau = np.maximum(tau, _positive_tau(keys, positive_threshold, start, stop))
         mask = np.less_equal(keys, tau[:, None], out=mask_buffer[: b * width].reshape(b, width))
-        flat = np.flatnonzero(mask)
-        # Row of each hit from the row boundaries (cheaper than a 64-bit division per hit).
-        per_row = np.diff(np.searchsorted(flat, np.arange(0, (b + 1) * width, width)))
-        values = keys.ravel()[flat]
-        if exclusions.reference_groups is not None and positive_threshold is None:
-            flat -= np.repeat(np.arange(0, b * width, width) - t0, per_row)  # the reference
-            row = np.repeat(own, per_row)
-            keep = exclusions.reference_groups[flat] != exclusions.query_groups[row]
-            flat, values = flat[keep], values[keep]
-            per_row = np.bincount(row[keep] - start, minlength=b)
-            rows_and_refs = flat.view(np.uint64)
-            rows_and_refs |= np.repeat(row_codes, per_row)
-        else:
-            # flat = row * width + (reference - t0), so adding row * (2**(32 + col_bits) - width)
-            # + t0 gives (row << (32 + col_bits)) | reference in one pass (uint64 wraps exactly).
-            shift = row_codes - np.arange(b, dtype=np.uint64) * np.uint64(width) + np.uint64(t0)
-            rows_and_refs = flat.view(np.uint64)
-            rows_and_refs += np.repeat(shift, per_row)
-        code = sortable_bits(values).astype(np.uint64) << np.uint64(col_bits)
-        code |= rows_and_refs
+        if has_twins:  # their shared keys are added below
+            np.logical_and(mask, twins.others(t0, t1)[None, :], out=mask)
+        filter_groups = exclusions if positive_threshold is None else None
+        code, per_row = _pack_hits(keys, mask, t0, start, row_codes, filter_groups, col_bits)
         codes.append(code)
         counts += per_row
-    return (codes[0] if len(codes) == 1 else np.concatenate(codes)), counts
+    codes = codes[0] if len(codes) == 1 else np.concatenate(codes)
+    if twins is not None:
+        extra, per_row = twins.candidates(
+            search.queries,
+            slice(start, stop),
+            tau,
+            lambda r, c: exclusions.excluded(r + start, c),
+            col_bits,
+            sortable_bits,
+        )
+        if tile >= n_ref:  # one tile: the codes are grouped by row, keep them so
+            codes = _interleave_rows(codes, counts, extra, per_row)
+        else:
+            codes = np.concatenate((codes, extra))
+        counts += per_row
+    return codes, counts
+
+
+def _pack_hits(
+    keys: np.ndarray,
+    mask: np.ndarray,
+    t0: int,
+    start: int,
+    row_codes: np.ndarray,
+    exclusions: Exclusions | None,
+    col_bits: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Packed codes of the ``mask``-ed keys of one tile (columns from ``t0``) and the count per
+    row, leaving out references of the query's group when ``exclusions`` holds groups."""
+    b, width = keys.shape
+    flat = np.flatnonzero(mask)
+    # Row of each hit from the row boundaries (cheaper than a 64-bit division per hit).
+    per_row = np.diff(np.searchsorted(flat, np.arange(0, (b + 1) * width, width)))
+    values = keys.ravel()[flat]
+    if exclusions is not None and exclusions.reference_groups is not None:
+        flat -= np.repeat(np.arange(0, b * width, width) - t0, per_row)  # the reference
+        row = np.repeat(np.arange(start, start + b), per_row)
+        keep = exclusions.reference_groups[flat] != exclusions.query_groups[row]
+        flat, values = flat[keep], values[keep]
+        per_row = np.bincount(row[keep] - start, minlength=b)
+        rows_and_refs = flat.view(np.uint64)
+        rows_and_refs |= np.repeat(row_codes, per_row)
+    else:
+        # flat = row * width + (reference - t0), so adding row * (2**(32 + col_bits) - width)
+        # + t0 gives (row << (32 + col_bits)) | reference in one pass (uint64 wraps exactly).
+        shift = row_codes - np.arange(b, dtype=np.uint64) * np.uint64(width) + np.uint64(t0)
+        rows_and_refs = flat.view(np.uint64)
+        rows_and_refs += np.repeat(shift, per_row)
+    code = sortable_bits(values).astype(np.uint64) << np.uint64(col_bits)
+    code |= rows_and_refs
+    return code, per_row
+
+
+def _interleave_rows(
+    a: np.ndarray, count_a: np.ndarray, b: np.ndarray, count_b: np.ndarray
+) -> np.ndarray:
+    """Two arrays of codes, each grouped by row (``count_*`` per row), merged row by row, so
+    a whole-row block stays grouped (its sort then runs on cache-sized runs of rows)."""
+    lims_a = np.concatenate(([0], np.cumsum(count_a)))
+    lims_b = np.concatenate(([0], np.cumsum(count_b)))
+    lims = lims_a + lims_b
+    out = np.empty(a.size + b.size, dtype=a.dtype)
+    out[np.arange(a.size) + np.repeat(lims[:-1] - lims_a[:-1], count_a)] = a
+    out[np.arange(b.size) + np.repeat(lims[:-1] - lims_b[:-1] + count_a, count_b)] = b
+    return out
 
 
 def grid_keys(
@@ -493,22 +618,25 @@ def grid_keys(
     t0: int,
     t1: int,
     out: np.ndarray | None = None,
+    tie: bool = True,
 ) -> np.ndarray:
     """Keys of ``rows`` against reference columns ``[t0, t1)``, multiplied in ``_TILE``-column
-    products on the global column grid when the reference is larger than 16 tiles.
+    products on the global column grid when the reference is larger than 16 tiles (``tie``:
+    see :meth:`PreparedSearch.keys`).
 
     BLAS rounds the same dot product differently in products of different shapes, so computing
     every key in the same product shapes (whatever the caller's row and column ranges) is what
     lets sharded and distributed backends reproduce these float32 keys bit for bit.
     """
     if search.n_reference <= 16 * _TILE or t1 - t0 <= _TILE:
-        return search.keys(rows, slice(t0, t1), out=out)
+        return search.keys(rows, slice(t0, t1), out=out, tie=tie)
     n_rows = (rows.stop - rows.start) if isinstance(rows, slice) else len(rows)
     if out is None:
         out = np.empty((n_rows, t1 - t0), dtype=np.float32)
     for c0 in range(t0 - t0 % _TILE, t1, _TILE):
         a, b = max(c0, t0), min(c0 + _TILE, t1)
-        out[:, a - t0 : b - t0] = search.keys(rows, slice(c0, c0 + _TILE))[:, a - c0 : b - c0]
+        part = search.keys(rows, slice(c0, c0 + _TILE), tie=tie)
+        out[:, a - t0 : b - t0] = part[:, a - c0 : b - c0]
     return out
 
 
@@ -660,7 +788,10 @@ def neighbors(
     -----
     Ties (equal distances) are ordered by ascending reference index, which is what faiss's flat
     index does; unlike faiss, a ``k`` larger than the reference set is clamped, never padded
-    with index -1.
+    with index -1.  Identical reference vectors are at exactly the same distance (see the
+    README's conventions).  Inputs so large or so small that float32 keys would overflow or
+    underflow (beyond about 2**60 or below 2**-40) are searched after scaling by a power of two,
+    which changes no ranking; distances are returned in the input's units.
 
     Examples
     --------
@@ -672,9 +803,14 @@ def neighbors(
     [[1.0, 3.0], [1.0, 2.0], [2.0, 3.0], [4.0, 6.0]]
     """
     distance = check_choice(distance, "distance", DISTANCES)
-    k = check_int(k, "k")
+    k = check_int(k, "k", maximum=2**63 - 1)
     n_threads = check_int(n_threads, "n_threads", allow_none=True)
-    from ._torch_backend import TorchOptions, as_search_input, is_device_tensor
+    if exclude_self is not None and not isinstance(exclude_self, (bool, np.bool_)):
+        raise InputTypeError(
+            f"exclude_self must be True, False or None; got {exclude_self!r} of type "
+            f"{type(exclude_self).__name__}."
+        )
+    from ._torch_backend import TorchOptions, as_search_input, is_device_tensor, scale_for_range
 
     backend = check_choice(backend, "backend", ("local", "torch"))
     if backend == "local" and is_device_tensor(query):
@@ -703,12 +839,14 @@ def neighbors(
             check_lead_on_device(xq, xb)
         elif exclude_self:
             check_queries_lead_reference(xq, xb, "exclude_self")
+    xq, xb, scale = scale_for_range(xq, xb, distance, same=reference is None)
     available = xb.shape[0] - int(exclude_self)
     k_eff = min(k, available)
     if options:
         from ._torch_backend import torch_neighbors
 
-        return torch_neighbors(xq, xb, k_eff, distance, exclude_self, options)
+        dist, idx = torch_neighbors(xq, xb, k_eff, distance, exclude_self, options)
+        return _unscale(dist, scale, distance), idx
     n_query = xq.shape[0]
     dist = np.empty((n_query, k_eff), dtype=np.float32)
     idx = np.empty((n_query, k_eff), dtype=np.int64)
@@ -733,7 +871,16 @@ def neighbors(
         else:
             dist[rows] = -key
         idx[rows] = block.index[take].reshape(rows.size, k_eff)
-    return dist, idx
+    return _unscale(dist, scale, distance), idx
+
+
+def _unscale(dist: np.ndarray, scale: int, distance: str) -> np.ndarray:
+    """Distances of inputs scaled by 2**scale back in the caller's units (a similarity beyond
+    float32's range is +-inf)."""
+    if not scale:
+        return dist
+    with np.errstate(over="ignore"):
+        return np.ldexp(dist, -scale if distance == "euclidean" else -2 * scale)
 
 
 def check_queries_lead_reference(

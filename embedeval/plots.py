@@ -14,14 +14,19 @@ import numpy as np
 
 __all__ = [
     "plot_checkpoints",
+    "plot_cmc",
     "plot_confidence_metrics",
+    "plot_confidence_recall",
     "plot_coverage",
+    "plot_det",
     "plot_distance_histograms",
     "plot_embedding_2d",
     "plot_error_reject_curve",
     "plot_k_sweep",
     "plot_per_class",
     "plot_rank_correlation",
+    "plot_reliability",
+    "plot_roc",
     "save_figure",
 ]
 
@@ -236,28 +241,49 @@ def plot_confidence_metrics(
     *,
     ax: Any = None,
     xlabel: str = "confidence given to the injected errors",
+    higher_is_better: Mapping[str, bool] | None = None,
+    clean_level: float | None = None,
 ) -> Any:
     """Confidence metrics (AUERC, R-AUROC, ...) as a function of a swept setting.
 
+    ``higher_is_better`` marks each metric's direction in the legend ("higher is better" /
+    "lower is better"): AUERC (an error area) and R-AUROC (a separation score) point opposite
+    ways on one axis.  ``clean_level`` draws the confidence of the clean points, where an
+    injected error stops being less confident than they are.
+
     Examples
     --------
-    >>> fig = plot_confidence_metrics([0.0, 1.0], {"R-AUROC": [0.9, 0.2]})
+    >>> fig = plot_confidence_metrics([0.0, 1.0], {"R-AUROC": [0.9, 0.2]},
+    ...                               higher_is_better={"R-AUROC": True})
     >>> fig.axes[0].get_lines()[0].get_ydata().tolist()
     [0.9, 0.2]
+    >>> fig.axes[0].get_lines()[0].get_label()
+    'R-AUROC (higher is better)'
     """
     levels, metrics = _series(levels, "levels", metrics, "metrics")
     fig, ax = _axes(ax)
+    directions = dict(higher_is_better or {})
     for i, (name, values) in enumerate(metrics.items()):
+        way = directions.get(name)
+        tag = "" if way is None else (" (higher is better)" if way else " (lower is better)")
         ax.plot(
             levels,
             values,
             _LINES[i % len(_LINES)],
             marker=_MARKERS[i % len(_MARKERS)],
             color=_COLORS[i % len(_COLORS)],
-            label=name,
+            label=name + tag,
+        )
+    if clean_level is not None:
+        ax.axvline(
+            clean_level,
+            color="0.4",
+            ls=":",
+            lw=1.5,
+            label=f"confidence of the clean points ({clean_level:g})",
         )
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("metric value")
+    ax.set_ylabel("metric value (see each one's direction)")
     ax.set_title("Confidence metrics as the errors grow more confident")
     ax.legend(fontsize=8)
     return fig
@@ -405,13 +431,16 @@ def plot_per_class(
     labels: Sequence[Any],
     values: Any,
     *,
-    top: int | None = None,
+    top: int | None = 30,
     ax: Any = None,
     metric: str = "metric",
 ) -> Any:
     """Horizontal bars of a per-class metric, worst classes at the top.
 
-    Ties keep the order of ``labels`` (stable sort); NaN values sort last.
+    Shows the ``top`` worst classes (default 30; ``top=None`` for every class) against the
+    mean over *all* classes, so 2,000 classes still give a readable figure.  Each value also
+    gets a marker at the bar's end, so a class at 0 stays visible.  Ties keep the order of
+    ``labels`` (stable sort); NaN values sort last.
 
     Examples
     --------
@@ -425,32 +454,69 @@ def plot_per_class(
     vals = as_vector(values, "values", length=len(labels), length_of="labels", allow_nan=True)
     top = check_int(top, "top", allow_none=True)
     order = np.argsort(vals, kind="stable")
-    if top is not None:
-        order = order[:top]
-    fig, ax = _axes(ax, (6.0, max(2.5, 0.28 * len(order) + 1.2)))
+    shown = order if top is None else order[:top]
+    fig, ax = _axes(ax, (6.0, max(2.8, 0.26 * len(shown) + 1.8)))
+    y = np.arange(len(shown))
     ax.barh(
-        np.arange(len(order)),
-        vals[order],
+        y,
+        vals[shown],
         color=_COLORS[0],
         hatch="//",
         edgecolor="white",
         label=f"{metric} of the class",
     )
+    ax.scatter(vals[shown], y, marker="|", color="black", s=80, lw=2, zorder=3)  # 0 has no bar
     if np.isfinite(vals).any():
         mean = float(np.nanmean(vals))
         ax.axvline(
             mean,
-            color="black",
+            color=_COLORS[1],
             ls="--",
-            lw=1.2,
+            lw=1.5,
             label=f"mean over all {int(np.isfinite(vals).sum())} classes ({mean:.3f})",
         )
-    ax.set_yticks(np.arange(len(order)), [str(labels[i]) for i in order], fontsize=8)
-    ax.invert_yaxis()
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8, frameon=False)
+    ax.set_yticks(y, [str(labels[i]) for i in shown], fontsize=8)
+    ax.set_ylim(len(shown) - 0.5, -0.5)  # worst at the top
+    lo = min(0.0, float(np.nanmin(vals))) if np.isfinite(vals).any() else 0.0
+    hi = max(1.0, float(np.nanmax(vals))) if np.isfinite(vals).any() else 1.0
+    ax.set_xlim(lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo))
     ax.set_xlabel(f"{metric} (per class)")
     ax.set_ylabel("class")
-    ax.set_title(f"Per-class {metric}" + (f" (worst {top})" if top else ""))
+    worst = "" if top is None or top >= len(labels) else f", worst {len(shown)} of {len(labels)}"
+    ax.set_title(f"Per-class {metric}{worst}", pad=24)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
+    return fig
+
+
+def plot_confidence_recall(
+    curve: Any, *, ax: Any = None, metric: str = "precision_at_1", sigma: bool = False
+) -> Any:
+    """Mean metric of the queries binned by confidence (a
+    :func:`embedeval.confidence.confidence_recall_curve`), with each bin's query count.
+
+    Examples
+    --------
+    >>> from embedeval.confidence import confidence_recall_curve
+    >>> fig = plot_confidence_recall(confidence_recall_curve([0, 1, 1, 1], [.1, .4, .6, .9],
+    ...                                                      bins=2))
+    >>> fig.axes[0].get_ylabel()
+    'mean precision_at_1 in the bin'
+    """
+    fig, ax = _axes(ax)
+    ok = np.asarray(curve.count) > 0
+    x = np.asarray(curve.mean_confidence)[ok]
+    ax.plot(x, np.asarray(curve.mean_metric)[ok], "-o", color=_COLORS[0], lw=2, label=metric)
+    for xi, yi, n in zip(x, np.asarray(curve.mean_metric)[ok], np.asarray(curve.count)[ok],
+                         strict=True):  # fmt: skip
+        ax.annotate(f"n={n}", (xi, yi), textcoords="offset points", xytext=(0, 6), fontsize=7,
+                    ha="center")  # fmt: skip
+    what = "sigma (uncertainty)" if sigma else "confidence"
+    ax.set_xlabel(f"mean {what} of the bin")
+    ax.set_ylabel(f"mean {metric} in the bin")
+    ax.set_ylim(-0.02, 1.08)
+    ax.set_title(f"{metric} against {what.split()[0]}: a useful one slopes " +
+                 ("down" if sigma else "up"))  # fmt: skip
+    ax.legend(fontsize=8)
     return fig
 
 
@@ -536,4 +602,229 @@ def plot_coverage(curve: Any, *, ax: Any = None, label: str | None = None) -> An
     ax.set_ylim(0, 1)
     ax.set_title("Coverage of credible regions versus nominal level")
     ax.legend(fontsize=8)
+    return fig
+
+
+def plot_reliability(diagram: Any, *, ax: Any = None, label: str | None = None) -> Any:
+    """Reliability diagram: accuracy per confidence bin against the diagonal, with bin counts.
+
+    ``diagram`` is an :class:`embedeval.calibration.ReliabilityDiagram`.  Bars span each bin
+    with the height of its accuracy; markers sit at (mean confidence, accuracy); the number of
+    queries in each bin is written above its bar, so sparsely filled bins are visible.  Below
+    the diagonal the model is over-confident.
+
+    Examples
+    --------
+    >>> from embedeval.calibration import reliability_diagram
+    >>> fig = plot_reliability(reliability_diagram([1, 0, 1, 1], [0.95, 0.95, 0.3, 0.3], bins=2))
+    >>> [t.get_text() for t in fig.axes[0].texts]
+    ['n=2', 'n=2']
+    """
+    from ._errors import InputTypeError
+
+    missing = [
+        a for a in ("edges", "accuracy", "count", "mean_confidence") if not hasattr(diagram, a)
+    ]
+    if missing:
+        raise InputTypeError(
+            "diagram must be a ReliabilityDiagram (from embedeval.calibration."
+            f"reliability_diagram); got {type(diagram).__name__} without {missing}."
+        )
+    fig, ax = _axes(ax)
+    edges = np.asarray(diagram.edges, dtype=np.float64)
+    filled = np.asarray(diagram.count) > 0
+    widths = np.diff(edges)
+    acc = np.where(filled, diagram.accuracy, 0.0)
+    ax.bar(
+        edges[:-1],
+        acc,
+        width=widths,
+        align="edge",
+        color=_COLORS[0],
+        alpha=0.35,
+        edgecolor=_COLORS[0],
+        hatch="//",
+        label="accuracy per bin",
+    )
+    ax.plot([0, 1], [0, 1], ":", color="0.3", lw=1.5, label="calibrated (diagonal)")
+    ax.plot(
+        np.asarray(diagram.mean_confidence)[filled],
+        np.asarray(diagram.accuracy)[filled],
+        "-",
+        marker=_MARKERS[0],
+        color=_COLORS[1],
+        lw=1.5,
+        label=label or f"mean confidence (ECE {getattr(diagram, 'ece', float('nan')):.3f})",
+    )
+    for left, w, a, n in zip(edges[:-1], widths, acc, diagram.count, strict=True):
+        if n:
+            ax.text(left + w / 2, min(a + 0.02, 0.97), f"n={int(n)}", ha="center", fontsize=7)
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("accuracy (fraction correct)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Reliability diagram")
+    ax.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+# ---------------------------------------------------------------------------- protocols
+def _named_curves(curves: Any, kind: type | tuple, what: str) -> dict[str, Any]:
+    from ._errors import InputError, InputTypeError
+
+    named = dict(curves) if isinstance(curves, Mapping) else {"": curves}
+    if not named:
+        raise InputError(f"{what} is empty; pass at least one curve.")
+    for name, c in named.items():
+        if not isinstance(c, kind):
+            raise InputTypeError(
+                f"{what}{f'[{name!r}]' if name else ''} must be a {kind.__name__} (from "
+                f"embedeval.verification.roc); got {type(c).__name__}."
+            )
+    return named
+
+
+def _mark_operating_points(
+    ax: Any, points: Any, color: str, y_true: np.ndarray, y_drawn: np.ndarray, dy: np.ndarray
+) -> None:
+    # Labels go on the empty side of the curve (above-left for ROC, below-left for DET) and
+    # show the true value even where a zero is drawn at the edge of a log axis.
+    far = np.asarray(points.far)
+    ok = np.asarray(points.resolved) & (far > 0)
+    ax.plot(far[ok], y_drawn[ok], linestyle="none", marker="o", mfc="white", mec=color, mew=1.5,
+            ms=7, label="operating points (value @ target FAR)")  # fmt: skip
+    dy = np.broadcast_to(dy, far.shape)
+    for f, v, d, off in zip(far[ok], y_true[ok], y_drawn[ok], dy[ok], strict=True):
+        ax.annotate(f"{v:.3f} @ {f:.0e}", (f, d), textcoords="offset points", xytext=(-6, off),
+                    ha="right", fontsize=7, color=color)  # fmt: skip
+
+
+def plot_roc(
+    curves: Any, *, operating_points: Any = None, ax: Any = None, label: str | None = None
+) -> Any:
+    """ROC curve(s), TAR against FAR on a log FAR axis, with the target FARs marked.
+
+    Parameters
+    ----------
+    curves : RocCurve or mapping of name to RocCurve
+        From :func:`embedeval.verification.roc`.
+    operating_points : TarAtFar, optional
+        From :func:`embedeval.verification.tar_at_far`: each resolved target is marked on the
+        first curve and labelled "TAR @ FAR".
+
+    Examples
+    --------
+    >>> from embedeval.verification import roc, tar_at_far
+    >>> s, g = [0.9, 0.8, 0.7, 0.6, 0.5, 0.2], [True, True, False, True, False, False]
+    >>> fig = plot_roc(roc(s, g), operating_points=tar_at_far(s, g, far=[1 / 3]))
+    >>> fig.axes[0].get_xscale()
+    'log'
+    """
+    from .verification import RocCurve
+
+    named = _named_curves(curves, RocCurve, "curves")
+    fig, ax = _axes(ax)
+    floor = min(1.0 / max(c.n_impostor, 1) for c in named.values())
+    for i, (name, c) in enumerate(named.items()):
+        far = np.maximum(c.far, floor / 2)  # FAR = 0 drawn at the left edge of the log axis
+        ax.step(far, c.tar, where="post", color=_COLORS[i % len(_COLORS)],
+                linestyle=_LINES[i % len(_LINES)], lw=2, label=name or label or "ROC")  # fmt: skip
+    if operating_points is not None:
+        tar = np.asarray(operating_points.tar)
+        _mark_operating_points(ax, operating_points, _COLORS[0], tar, tar, np.array(5.0))
+    ax.set_xscale("log")
+    ax.set_xlim(floor / 2, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("false accept rate (FAR, log scale)")
+    ax.set_ylabel("true accept rate (TAR)")
+    ax.set_title("ROC: TAR against FAR")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def plot_det(
+    curves: Any, *, operating_points: Any = None, ax: Any = None, label: str | None = None
+) -> Any:
+    """DET curve(s): FNMR against FMR, both on log axes (the NIST FRVT presentation).
+
+    Parameters
+    ----------
+    curves : RocCurve or mapping of name to RocCurve
+        From :func:`embedeval.verification.roc` (FMR = FAR, FNMR = 1 - TAR).
+    operating_points : TarAtFar, optional
+        Marks FNMR at each resolved target FMR.
+
+    Examples
+    --------
+    >>> from embedeval.verification import roc
+    >>> fig = plot_det(roc([0.9, 0.8, 0.7, 0.6, 0.5], [True, False, True, False, False]))
+    >>> fig.axes[0].get_yscale()
+    'log'
+    """
+    from .verification import RocCurve
+
+    named = _named_curves(curves, RocCurve, "curves")
+    fig, ax = _axes(ax)
+    floor = min(1.0 / max(c.n_impostor, 1) for c in named.values())
+    y_floor = min(1.0 / max(c.n_genuine, 1) for c in named.values())
+    for i, (name, c) in enumerate(named.items()):
+        fmr = np.maximum(c.far, floor / 2)
+        fnmr = np.maximum(c.fnmr, y_floor / 2)
+        ax.step(fmr, fnmr, where="post", color=_COLORS[i % len(_COLORS)],
+                linestyle=_LINES[i % len(_LINES)], lw=2, label=name or label or "DET")  # fmt: skip
+    if operating_points is not None:
+        fnmr = 1 - np.asarray(operating_points.tar)
+        _mark_operating_points(
+            ax,
+            operating_points,
+            _COLORS[0],
+            fnmr,
+            np.maximum(fnmr, y_floor / 2),
+            np.where(fnmr > 0, -11.0, 5.0),  # a zero sits on the bottom edge: label above it
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(floor / 2, 1)
+    ax.set_ylim(y_floor / 2, 1.05)
+    ax.set_xlabel("false match rate (FMR, log scale)")
+    ax.set_ylabel("false non-match rate (FNMR, log scale)")
+    ax.set_title("DET: FNMR against FMR (FNMR = 0 drawn on the bottom edge)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    return fig
+
+
+def plot_cmc(cmc: Any, *, ax: Any = None, label: str | None = None) -> Any:
+    """CMC curve(s): matching rate against rank 1..K.
+
+    Parameters
+    ----------
+    cmc : array-like or mapping of name to array-like
+        ``cmc[r - 1]`` = fraction of queries whose first correct match is within rank r, as
+        returned by :meth:`embedeval.EvaluationResult.cmc`.
+
+    Examples
+    --------
+    >>> fig = plot_cmc({"model A": [0.6, 0.8, 0.9], "model B": [0.5, 0.7, 0.95]})
+    >>> [line.get_label() for line in fig.axes[0].get_lines()]
+    ['model A', 'model B']
+    """
+    series = dict(cmc) if isinstance(cmc, Mapping) else {label or "CMC": cmc}
+    first = np.asarray(next(iter(series.values())), dtype=float)
+    ranks, named = _series(np.arange(1, first.size + 1), "ranks", series, "cmc")
+    fig, ax = _axes(ax)
+    for i, (name, values) in enumerate(named.items()):
+        ax.plot(ranks, values, color=_COLORS[i % len(_COLORS)], linestyle=_LINES[i % len(_LINES)],
+                marker=_MARKERS[i % len(_MARKERS)], ms=4, lw=2, label=name)  # fmt: skip
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("rank r")
+    ax.set_ylabel("matching rate (first correct match within rank r)")
+    ax.set_xlim(0.5, ranks.size + 0.5)
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Cumulative match characteristic (CMC)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
     return fig

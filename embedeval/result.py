@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,24 @@ from ._errors import InputError
 __all__ = ["EvaluationResult"]
 
 _FORMAT = "embedeval.EvaluationResult/1"
+
+
+def _run_stamp() -> dict[str, Any]:
+    """When and with which version a result was computed (the CLI adds the input files)."""
+    from datetime import datetime, timezone
+
+    from . import __version__
+
+    return {
+        "embedeval_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _canonical(name: object) -> object:
+    from ._registry import PML_ALIASES
+
+    return PML_ALIASES.get(name, name) if isinstance(name, str) else name
 
 
 @dataclass
@@ -43,6 +62,9 @@ class EvaluationResult:
         Confidence/uncertainty metrics, when ``confidences=`` was given.
     ci : dict of str to (float, float)
         Bootstrap confidence intervals, when ``ci=`` was given.
+    query_confidences : ndarray or None
+        The per-query confidences given to ``evaluate(confidences=...)`` (so :func:`compare`
+        can bootstrap the confidence metrics); None without them.
     approximation : dict
         With an approximate ``index=``: the kNN recall against exact search and every metric
         both ways on a random sample of queries (see :func:`embedeval.evaluate`).
@@ -66,11 +88,14 @@ class EvaluationResult:
     confidence: dict[str, float] = field(default_factory=dict)
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
     approximation: dict[str, Any] = field(default_factory=dict)
+    query_confidences: np.ndarray | None = None
+    provenance: dict[str, Any] = field(default_factory=_run_stamp)
 
+    # ------------------------------------------------------------------ the dict interface
+    # Like the dict PML's AccuracyCalculator returns: keys() are the metric and confidence
+    # names, so dict(res), {**res}, `name in res` and res[name] agree (PML spellings too).
     def __getitem__(self, name: str) -> float:
-        from ._registry import PML_ALIASES
-
-        key = PML_ALIASES.get(name, name)
+        key = _canonical(name)
         if key in self.metrics:
             return float(self.metrics[key])
         if key in self.confidence:
@@ -80,7 +105,67 @@ class EvaluationResult:
         )
 
     def __contains__(self, name: object) -> bool:
-        return name in self.metrics or name in self.confidence
+        key = _canonical(name)
+        return key in self.metrics or key in self.confidence
+
+    def keys(self) -> list[str]:
+        """The metric names, then the confidence-metric names (``dict(res)`` uses them)."""
+        return [*self.metrics, *self.confidence]
+
+    def values(self) -> list[float]:
+        return [self[k] for k in self.keys()]
+
+    def items(self) -> list[tuple[str, float]]:
+        return [(k, self[k]) for k in self.keys()]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.metrics) + len(self.confidence)
+
+    def __bool__(self) -> bool:  # a result is a result even when it holds no metric
+        return True
+
+    def cmc(self, max_rank: int = 50) -> np.ndarray:
+        """Cumulative match characteristic: ``cmc[r - 1]`` = fraction of non-lone queries whose
+        first relevant reference is within the first r, for r = 1..max_rank.
+
+        Read from the per-query reciprocal ranks, so ``"mrr"`` must be among the metrics; the
+        mean is over queries (micro) whatever ``average`` was.  ``cmc[0]`` equals Precision@1
+        and ``cmc[r - 1]`` equals ``recall_at_{r}``.
+
+        Examples
+        --------
+        >>> import embedeval as ee
+        >>> res = ee.evaluate([[0.0], [0.1], [0.3], [1.0], [1.1]], [0, 0, 1, 1, 0],
+        ...                   metrics=["mrr"])
+        >>> res.cmc(3).tolist()  # first relevant at ranks 1, 1, 3, 2, 3
+        [0.4, 0.6, 1.0]
+        """
+        from ._validation import check_int
+
+        max_rank = check_int(max_rank, "max_rank")
+        if "mrr" not in self.per_query:
+            raise InputError(
+                "cmc() reads the rank of each query's first relevant reference from the "
+                "per-query MRR; evaluate again with 'mrr' among the metrics."
+            )
+        k = self.settings.get("k_used")
+        if isinstance(k, int) and max_rank > k:
+            raise InputError(
+                f"max_rank={max_rank} is deeper than the ranking that was read (k={k}); "
+                f"use max_rank <= {k}, or evaluate with k=None."
+            )
+        rr = self.per_query["mrr"]
+        rr = rr[~np.isnan(rr)]
+        with np.errstate(divide="ignore"):
+            first = np.where(rr > 0, np.rint(1.0 / rr), np.inf)
+        ranks = np.arange(1, max_rank + 1)
+        return (first[None, :] <= ranks[:, None]).mean(axis=1)
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -95,12 +180,18 @@ class EvaluationResult:
             "n_ties": {k: int(v) for k, v in self.n_ties.items()},
             "settings": _jsonable(self.settings),
             "approximation": _jsonable(self.approximation),
+            "provenance": _jsonable(self.provenance),
             "per_class": {
                 m: [[_scalar(lab), _num(v)] for lab, v in table.items()]
                 for m, table in self.per_class.items()
             },
             "query_labels": [_scalar(v) for v in self.query_labels.tolist()],
             "per_query": {m: [_num(v) for v in a.tolist()] for m, a in self.per_query.items()},
+            **(
+                {}
+                if self.query_confidences is None
+                else {"query_confidences": [_num(v) for v in self.query_confidences.tolist()]}
+            ),
         }
 
     def to_json(self, path: str | os.PathLike | None = None, *, indent: int | None = 2) -> str:
@@ -138,7 +229,13 @@ class EvaluationResult:
                 settings=dict(data["settings"]),
                 confidence={k: _float(v) for k, v in data.get("confidence", {}).items()},
                 ci={k: (_float(lo), _float(hi)) for k, (lo, hi) in data.get("ci", {}).items()},
+                query_confidences=(
+                    None
+                    if data.get("query_confidences") is None
+                    else np.array([_float(v) for v in data["query_confidences"]])
+                ),
                 approximation=dict(data.get("approximation", {})),
+                provenance=dict(data.get("provenance", {})),
             )
         except (TypeError, ValueError) as exc:  # a value of the wrong kind deeper down
             raise InputError(
@@ -209,12 +306,13 @@ class EvaluationResult:
             for row in rows
         ]
         lines.insert(1, "-" * len(lines[0]))
-        return "\n".join(lines)
+        return "\n".join(lines + approximation_lines(self.approximation))
 
     def __repr__(self) -> str:
         s = self.settings
         head = (
-            f"EvaluationResult({self.n_queries} queries, {self.n_lone} lone, "
+            f"EvaluationResult({'APPROXIMATE, ' if self.approximation else ''}"
+            f"{self.n_queries} queries, {self.n_lone} lone, "
             f"{s.get('n_reference', '?')} references, distance={s.get('distance')!r}, "
             f"k={s.get('k')!r}, average={s.get('average')!r})"
         )
@@ -232,7 +330,13 @@ _REQUIRED = {
     "n_ties": dict,
     "settings": dict,
 }
-_OPTIONAL = {"ci": dict, "confidence": dict, "approximation": dict}
+_OPTIONAL = {
+    "ci": dict,
+    "confidence": dict,
+    "approximation": dict,
+    "query_confidences": list,
+    "provenance": dict,
+}
 _KIND = {dict: "a dict (JSON object)", list: "a list (JSON array)", int: "an integer"}
 
 
@@ -263,6 +367,11 @@ def _check_result_dict(data: Any) -> None:
                 f"({_short(value)}). {fix}"
             )
     n = len(data["query_labels"])
+    if "query_confidences" in data and len(data["query_confidences"]) != n:
+        raise InputError(
+            f"data['query_confidences'] must be aligned with query_labels ({n} labels); got "
+            f"{len(data['query_confidences'])} values. {fix}"
+        )
     for name, values in data["per_query"].items():
         if not isinstance(values, list) or len(values) != n:
             got = f"{len(values)} values" if isinstance(values, list) else type(values).__name__
@@ -315,3 +424,52 @@ def _write_atomic(path: Path, text: str) -> None:
     from ._files import write_text
 
     write_text(path, text)
+
+
+def approximation_lines(approx: dict[str, Any]) -> list[str]:
+    """The lines that mark a result as approximate: index, kNN recall and, per metric, the
+    approximate-minus-exact difference on the exact sample with its interval."""
+    if not approx:
+        return []
+    recall = approx.get("knn_recall")
+    recall_text = "n/a" if recall is None else f"{recall:.4f}"
+    lines = [
+        f"APPROXIMATE search ({approx.get('index', '?')}): kNN recall {recall_text} on "
+        f"{approx.get('n_sample', 0)} queries searched exactly too; approximate - exact:"
+    ]
+    level = approx.get("ci", 0.95)
+    for name, entry in approx.get("metrics", {}).items():
+        diff, ci = entry.get("difference"), entry.get("difference_ci")
+        if diff is None:
+            continue
+        band = f" [{ci[0]:+.4f}, {ci[1]:+.4f}] ({level * 100:g}% CI)" if ci else ""
+        lines.append(f"  {name}: {diff:+.4f}{band}{'  BIASED' if _excludes_zero(ci) else ''}")
+    return lines
+
+
+def _excludes_zero(ci: Any) -> bool:
+    return bool(ci) and (ci[0] > 0 or ci[1] < 0)
+
+
+def warn_if_biased(approx: dict[str, Any]) -> None:
+    """Warn when an approximate search moved a metric by more than its sampling noise."""
+    import warnings
+
+    from ._errors import EmbedevalWarning
+
+    biased = [
+        f"{name} {e['difference']:+.4f} [{e['difference_ci'][0]:+.4f}, "
+        f"{e['difference_ci'][1]:+.4f}]"
+        for name, e in approx.get("metrics", {}).items()
+        if _excludes_zero(e.get("difference_ci"))
+    ]
+    if biased:
+        recall = approx.get("knn_recall")
+        warnings.warn(
+            f"the approximate index ({approx.get('index', '?')}, kNN recall "
+            f"{'n/a' if recall is None else f'{recall:.3f}'}) changes the metrics beyond "
+            f"sampling noise (approximate - exact, with interval): {'; '.join(biased)}. "
+            "Use exact search (index=None) for numbers to publish, or search the index deeper.",
+            EmbedevalWarning,
+            stacklevel=3,
+        )

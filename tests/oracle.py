@@ -27,7 +27,12 @@ def pairwise(q, r, distance):
         r = r / np.linalg.norm(r, axis=1, keepdims=True)
     elif distance != "inner_product":
         raise ValueError(distance)
-    return -(q @ r.T)
+    # Elementwise products summed per pair (not a matrix product, whose rounding can depend on
+    # a row's position): identical reference rows get identical scores.
+    out = np.empty((len(q), len(r)))
+    for i in range(len(q)):
+        out[i] = -(r * q[i]).sum(axis=1)
+    return out
 
 
 def rankings(
@@ -38,17 +43,20 @@ def rankings(
     if loo:
         r, rl, rg = q, ql, qg
     d = pairwise(q, r, distance)
+    # Python objects: integers of any size compare exactly (never through float64).
+    ql, rl = np.asarray(ql, dtype=object), np.asarray(rl, dtype=object)
+    if qg is not None:
+        qg, rg = np.asarray(qg, dtype=object), np.asarray(rg, dtype=object)
     out = []
     for i in range(len(q)):
-        keep = []
-        for j in range(len(r)):
-            if (loo or ref_includes_query) and j == i:
-                continue
-            if qg is not None and rg[j] == qg[i]:
-                continue
-            keep.append(j)
-        keep.sort(key=lambda j: (d[i, j], j))
-        out.append(([1 if rl[j] == ql[i] else 0 for j in keep], [d[i, j] for j in keep]))
+        keep = np.ones(len(r), dtype=bool)
+        if loo or ref_includes_query:
+            keep[i] = False
+        if qg is not None:
+            keep &= rg != qg[i]
+        j = np.flatnonzero(keep)
+        j = j[np.lexsort((j, d[i, j]))]  # by distance, then by reference index
+        out.append(([1 if lab == ql[i] else 0 for lab in rl[j]], d[i, j].tolist()))
     return out
 
 

@@ -211,3 +211,49 @@ def test_evaluate_queries_not_leading_reference_names_ref_includes_query():
     assert "query row 0 differs from reference row 0" in message
     assert "exclude_self" not in message
     assert "ref_includes_query=False" in message and "reference=None" in message
+
+
+# ---- options that the chosen search path would ignore, bad flags, unhashable labels
+
+
+@pytest.mark.parametrize(
+    "kw, pattern",
+    [
+        ({"client": object()}, r"client= is only used with backend='dask'"),
+        ({"index_params": {"nprobe": 4}}, r"index_params was given without index"),
+        ({"exact_sample": 100}, r"exact_sample was given without index"),
+    ],
+)
+def test_options_of_another_search_path_are_refused(kw, pattern):
+    with pytest.raises(ee.InputError, match=pattern):
+        ee.evaluate(X, Y, **kw)
+
+
+def test_an_unhashable_label_after_the_first_names_the_argument_and_the_index():
+    labels = np.empty(6, dtype=object)
+    labels[:] = [1, 1, [2], 2, 3, 3]
+    with pytest.raises(ee.InputTypeError, match=r"query_labels .*index 2 is \[2\]"):
+        ee.evaluate(X, labels)
+    with pytest.raises(ee.InputTypeError, match=r"reference_labels .*index 2"):
+        ee.evaluate(X, Y, X, labels)
+
+
+@pytest.mark.parametrize("flag", ["no", 0, 1, 1.0])
+def test_neighbors_exclude_self_must_be_a_bool(flag):
+    with pytest.raises(ee.InputTypeError, match=r"exclude_self must be True, False or None"):
+        ee.neighbors(X, 1, exclude_self=flag)
+
+
+@pytest.mark.parametrize("k", [2**63, 2**64 + 5])
+def test_a_k_beyond_int64_is_an_input_error(k):
+    with pytest.raises(ee.InputError, match=r"k must be <= 9223372036854775807"):
+        ee.evaluate(X, Y, k=k, metrics=["map"])
+    with pytest.raises(ee.InputError, match=r"k must be <= 9223372036854775807"):
+        ee.neighbors(X, k)
+
+
+def test_a_rejection_fraction_that_leaves_nothing_names_rejection_fractions():
+    # Two items: 0.75 rejects ceil(0.75 * 2) = 2 of them, nothing is left to evaluate.
+    with pytest.raises(ee.InputError, match=r"rejection_fractions holds 0.75"):
+        ee.evaluate(X[:2], [0, 0], confidences=[0.5, 0.6], reject_from="both",
+                    rejection_fractions=[0.0, 0.75])  # fmt: skip

@@ -267,3 +267,71 @@ def test_top_k_accuracy_with_tied_scores_matches_sklearn_where_the_tie_rule_is_m
         # and on every row, a plain loop: hit when fewer than k classes score strictly higher
         loop = np.mean([sum(v > row[c] for v in row) < k for row, c in zip(s, t, strict=True)])
         assert ee.classification.top_k_accuracy(t, s, k=k) == pytest.approx(loop)
+
+
+def test_class_accuracy_woman_man_child_by_hand():
+    # actual 20 Women, 20 Men, 60 Children; recognised as Woman 13/4/2, Man 2/15/1,
+    # Child 5/1/57 (column = actual class), so confusion (rows actual, columns predicted):
+    # Woman: 13 W, 2 M, 5 C; Man: 4 W, 15 M, 1 C; Child: 2 W, 1 M, 57 C.
+    cells = {("W", "W"): 13, ("W", "M"): 2, ("W", "C"): 5}
+    cells |= {("M", "W"): 4, ("M", "M"): 15, ("M", "C"): 1}
+    cells |= {("C", "W"): 2, ("C", "M"): 1, ("C", "C"): 57}
+    t = [a for (a, _), c in cells.items() for _ in range(c)]
+    p = [b for (_, b), c in cells.items() for _ in range(c)]
+    r = cl.rates(t, p, labels=["W", "M", "C"])
+    # Woman: TP 13, FN 2 + 5 = 7, FP 4 + 2 = 6, TN 100 - 13 - 7 - 6 = 74 -> (13 + 74)/100
+    # Man:   TP 15, FN 5, FP 2 + 1 = 3, TN 77 -> (15 + 77)/100 = 92/100
+    # Child: TP 57, FN 3, FP 6, TN 34 -> (57 + 34)/100 = 91/100
+    assert r["class_accuracy"].tolist() == pytest.approx([87 / 100, 92 / 100, 91 / 100])
+    assert r["accuracy"] == pytest.approx((13 + 15 + 57) / 100)
+    macro = cl.rates(t, p, labels=["W", "M", "C"], average="macro")
+    assert macro["class_accuracy"] == pytest.approx((87 + 92 + 91) / 300)
+    weighted = cl.rates(t, p, labels=["W", "M", "C"], average="weighted")
+    assert weighted["class_accuracy"] == pytest.approx((20 * 87 + 20 * 92 + 60 * 91) / 10000)
+    micro = cl.rates(t, p, average="micro")
+    # pooled: (85 + (74 + 77 + 34)) / 300 = 270 / 300
+    assert micro["class_accuracy"] == pytest.approx(270 / 300)
+
+
+@pytest.mark.parametrize("pos_label", [1, 0])
+def test_binary_average_matches_sklearn(pos_label):
+    from sklearn import metrics as skm
+
+    rng = np.random.default_rng(pos_label)
+    t = rng.integers(0, 2, 60)
+    p = rng.integers(0, 2, 60)
+    r = cl.rates(t, p, average="binary", pos_label=pos_label)
+    assert isinstance(r["recall"], float)
+    kw = {"pos_label": pos_label, "average": "binary"}
+    assert r["recall"] == pytest.approx(skm.recall_score(t, p, **kw))
+    assert r["precision"] == pytest.approx(skm.precision_score(t, p, **kw))
+    assert r["f1"] == pytest.approx(skm.f1_score(t, p, **kw))
+    assert r["f_beta"] == pytest.approx(skm.fbeta_score(t, p, beta=1.0, **kw))
+    tn, fp, fn, tp = skm.confusion_matrix(t, p, labels=[1 - pos_label, pos_label]).ravel()
+    assert (r["tp"], r["fp"], r["fn"], r["tn"]) == (tp, fp, fn, tn)
+    assert r["class_accuracy"] == pytest.approx(skm.accuracy_score(t, p))
+
+
+def test_binary_average_string_labels_and_errors():
+    r = cl.rates(["a", "b", "b"], ["a", "a", "b"], average="binary", pos_label="b")
+    # positive "b": TP 1, FN 1, FP 0 -> recall 1/2, precision 1/1
+    assert (r["recall"], r["precision"]) == (0.5, 1.0)
+    with pytest.raises(ee.InputError, match="pos_label='c'"):
+        cl.rates(["a", "b"], ["a", "b"], average="binary", pos_label="c")
+    with pytest.raises(ee.InputError, match="at most two classes"):
+        cl.rates([0, 1, 2], [0, 1, 2], average="binary")
+
+
+def test_binary_average_with_only_negatives_matches_sklearn():
+    import warnings
+
+    from sklearn import metrics as skm
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = cl.rates([0, 0, 0], [0, 0, 0], average="binary", pos_label=1, zero_division=0.0)
+        expected = skm.recall_score([0, 0, 0], [0, 0, 0], zero_division=0.0)
+    # no positive at all: TP = FP = FN = 0, TN = 3, recall 0/0 -> zero_division
+    assert (r["tp"], r["fp"], r["fn"], r["tn"]) == (0.0, 0.0, 0.0, 3.0)
+    assert r["recall"] == expected == 0.0
+    assert r["class_accuracy"] == 1.0  # (0 + 3) / 3

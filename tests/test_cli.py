@@ -383,8 +383,9 @@ def test_evaluate_macro_max_bin_count_ci_and_tables(tmp_path):
         per_query["map_at_r"][YS == 2].mean(), abs=1e-6
     )
     pq = (tmp_path / "pq.csv").read_text().splitlines()
-    assert pq[0] == "query,label,map_at_r,precision_at_5" and len(pq) == 41
-    assert float(pq[1].split(",")[2]) == pytest.approx(per_query["map_at_r"][0], abs=1e-6)
+    head = "query,label,top1_index,top1_label,top1_distance,map_at_r,precision_at_5"
+    assert pq[0] == head and len(pq) == 41
+    assert float(pq[1].split(",")[5]) == pytest.approx(per_query["map_at_r"][0], abs=1e-6)
 
 
 def test_sigmas_key_means_lower_is_confident(tmp_path):
@@ -539,3 +540,357 @@ def test_threads_option_gives_the_oracle_values_for_any_count(tmp_path):
         got = _json(tmp_path / f"t{threads}.json")
         for m in metrics:
             assert got["metrics"][m] == pytest.approx(expected[m], abs=1e-12), (threads, m)
+
+
+# ---------------------------------------------------------------- a new user's first hour
+
+
+def _clusters(n_classes, per_class, dim=8, seed=0, spread=1.0):
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(n_classes), per_class)
+    centers = rng.standard_normal((n_classes, dim)) * 2
+    x = (centers[y] + spread * rng.standard_normal((y.size, dim))).astype(np.float32)
+    return x, y
+
+
+def test_max_bin_count_adapts_the_default_metrics_and_drops_recall_at_1(tmp_path):
+    # 4 classes of 10: max_bin_count = 9, so the default Recall@10 cannot be read; Recall@9 is.
+    x, y = _clusters(4, 10, seed=1, spread=2.0)
+    np.savez(tmp_path / "e.npz", embeddings=x, labels=y)
+    proc = run(
+        "evaluate", tmp_path / "e.npz", "--k", "max_bin_count", "--json", tmp_path / "o.json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "o.json").read_text())
+    assert list(data["metrics"]) == ["precision_at_1", "r_precision", "map_at_r", "recall_at_9"]
+    want, _ = oracle(x, y, metrics=["precision_at_1", "recall_at_9"], k=9)
+    assert data["metrics"]["recall_at_9"] == pytest.approx(want["recall_at_9"])
+    assert "recall_at_1 " not in proc.stdout
+    # without a cap: P@1, R-Prec, MAP@R, R@10 and no recall_at_1
+    proc = run("evaluate", tmp_path / "e.npz", "--json", tmp_path / "o.json")
+    assert list(json.loads((tmp_path / "o.json").read_text())["metrics"]) == [
+        "precision_at_1",
+        "r_precision",
+        "map_at_r",
+        "recall_at_10",
+    ]
+
+
+def _rows_of(stdout, names):
+    """Order in which the names first appear in the printed comparison."""
+    pos = {n: stdout.index(n) for n in names}
+    return sorted(names, key=pos.get)
+
+
+def test_compare_orders_checkpoints_naturally_unless_keep_order(tmp_path):
+    x, y = _clusters(5, 6)
+    paths = []
+    for epoch in (1, 10, 5):  # the order a shell glob gives
+        p = tmp_path / f"epoch_{epoch}.npz"
+        np.savez(p, embeddings=x + 0.01 * epoch, labels=y)
+        paths.append(p)
+    proc = run("compare", *paths, "--metrics", "map_at_r", "--n-boot", "50", "--json",
+               tmp_path / "c.json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads((tmp_path / "c.json").read_text())["rows"]
+    order = list(dict.fromkeys(r["checkpoint"] for r in rows))
+    assert order == ["epoch_1", "epoch_5", "epoch_10"]
+    prov = json.loads((tmp_path / "c.json").read_text())["provenance"]
+    assert [i["name"] for i in prov["inputs"]] == ["epoch_1.npz", "epoch_5.npz", "epoch_10.npz"]
+    proc = run("compare", *paths, "--keep-order", "--metrics", "map_at_r", "--n-boot", "50",
+               "--json", tmp_path / "c.json")  # fmt: skip
+    rows = json.loads((tmp_path / "c.json").read_text())["rows"]
+    assert list(dict.fromkeys(r["checkpoint"] for r in rows)) == ["epoch_1", "epoch_10", "epoch_5"]
+
+
+def test_label_files_with_two_columns_or_a_header_are_refused(files):
+    (files / "two.csv").write_text("id,label\n" + "".join(f"{i},{v}\n" for i, v in enumerate(Y)))
+    _one_line_error(run("evaluate", files / "q.npy", "--labels", files / "two.csv"),
+                    "two.csv", "several columns")  # fmt: skip
+    (files / "two.tsv").write_text("".join(f"{i}\t{v}\n" for i, v in enumerate(Y)))
+    _one_line_error(run("evaluate", files / "q.npy", "--labels", files / "two.tsv"),
+                    "several columns")  # fmt: skip
+    (files / "head.txt").write_text("label\n" + "".join(f"{v}\n" for v in Y))
+    _one_line_error(run("evaluate", files / "q.npy", "--labels", files / "head.txt"),
+                    "head.txt", "header")  # fmt: skip
+    (files / "head2.txt").write_text("Label\ncat\ndog\ncat\ndog\ndog\n")  # header above names
+    _one_line_error(run("evaluate", files / "q.npy", "--labels", files / "head2.txt"),
+                    "head2.txt", "header")  # fmt: skip
+    (files / "spaced.txt").write_text("".join(f"{i} {v}\n" for i, v in enumerate(Y)))
+    _one_line_error(run("evaluate", files / "q.npy", "--labels", files / "spaced.txt"),
+                    "space-separated")  # fmt: skip
+    np.save(files / "table.npy", np.stack([np.arange(5), Y], axis=1))
+    _one_line_error(run("evaluate", files / "q.npy", "--labels", files / "table.npy"),
+                    "2 columns")  # fmt: skip
+    # string labels (no header question) still load
+    (files / "names.txt").write_text("cat\ndog\ncat\ndog\ndog\n")
+    assert run("evaluate", files / "q.npy", "--labels", files / "names.txt").returncode == 0
+
+
+def test_every_query_lone_is_an_error_not_a_table_of_nan(files):
+    (files / "ids.txt").write_text("".join(f"{i}\n" for i in range(5)))
+    proc = run("evaluate", files / "q.npy", "--labels", files / "ids.txt")
+    _one_line_error(proc, "lone", "every label is unique")
+
+
+def test_pytorch_files_are_recognised_by_content_and_never_unpickled(tmp_path):
+    torch = pytest.importorskip("torch")
+    t = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    torch.save(t, tmp_path / "e.npy")
+    torch.save(t, tmp_path / "e.pt")
+    torch.save(t, tmp_path / "old.pth", _use_new_zipfile_serialization=False)
+    for name in ("e.npy", "e.pt", "old.pth"):
+        proc = run("evaluate", tmp_path / name, "--labels", tmp_path / "l.txt")
+        _one_line_error(proc, name, "PyTorch", "torch.load", "numpy.save")
+
+
+def test_bfloat16_tensor_in_the_python_api():
+    torch = pytest.importorskip("torch")
+    import embedeval as ee
+
+    x = torch.tensor([[0.0], [0.125], [1.0], [1.125]], dtype=torch.bfloat16)
+    # classes {0, 1} and {2, 3} are each other's nearest: MAP@R = 1 (every value is exact in
+    # bfloat16, so the float32 copy is the same data)
+    res = ee.evaluate(x, [0, 0, 1, 1], metrics=["map_at_r"])
+    assert res["map_at_r"] == 1.0
+
+
+def test_a_giant_k_is_one_line(files):
+    _one_line_error(run("evaluate", files / "ckpt.npz", "--k", "9223372036854775808"), "--k")
+    _one_line_error(run("evaluate", files / "ckpt.npz", "--n-boot", str(2**70)), "--n-boot")
+
+
+def test_a_closed_stdout_is_not_an_error(files):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "embedeval", "evaluate", str(files / "ckpt.npz")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    proc.stdout.close()  # the reader leaves before the first line, as `| head -0` would
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, err
+    assert err == ""
+
+
+def test_warnings_print_as_one_clean_line(tmp_path):
+    x, y = _clusters(3, 6)
+    np.savez(tmp_path / "e.npz", embeddings=x, labels=y)
+    proc = run("evaluate", tmp_path / "e.npz", "--k", "2", "--metrics", "map_at_r")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("embedeval: warning: k=2 is below"), lines
+    assert "warnings.warn" not in proc.stderr and "EmbedevalWarning" not in proc.stderr
+
+
+def test_metrics_before_the_file_does_not_swallow_it(files):
+    proc = run("evaluate", "--metrics", "map_at_r", "precision_at_1", files / "ckpt.npz")
+    assert proc.returncode == 0, proc.stderr
+    summary, _ = oracle(X, Y, metrics=["map_at_r", "precision_at_1"])
+    assert f"{summary['map_at_r']:.4f}" in proc.stdout
+    proc = run("compare", "--metrics", "map_at_r", files / "ckpt.npz", files / "ckpt.npz",
+               "--n-boot", "20")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_bootstrap_phase_has_its_own_progress(capsys):
+    import embedeval as ee
+
+    x, y = _clusters(3, 5)
+    ee.evaluate(x, y, metrics=["map_at_r"], ci=0.9, n_boot=300, progress=True)
+    err = capsys.readouterr().err
+    assert "300/300 bootstrap resamples" in err
+
+
+def _npz_bytes(tmp_path, compressed=False):
+    x, y = _clusters(3, 5)
+    p = tmp_path / "src.npz"
+    (np.savez_compressed if compressed else np.savez)(p, embeddings=x, labels=y)
+    return p.read_bytes(), y
+
+
+def _giant_npy(path, shape=(10**12,)):
+    with open(path, "wb") as fh:
+        np.lib.format.write_array_header_1_0(
+            fh, {"descr": "<f4", "fortran_order": False, "shape": shape}
+        )
+        fh.write(b"\0" * 64)
+
+
+def test_damaged_npz_and_giant_headers_are_one_line(tmp_path):
+    import zipfile
+
+    raw, y = _npz_bytes(tmp_path)
+    (tmp_path / "trunc.npz").write_bytes(raw[:500])
+    crc = bytearray(raw)
+    crc[len(raw) // 3] ^= 0xFF  # inside the stored embeddings data: the CRC no longer matches
+    (tmp_path / "crc.npz").write_bytes(bytes(crc))
+    comp, _ = _npz_bytes(tmp_path, compressed=True)
+    bad = bytearray(comp)
+    for i in range(60, 120):
+        bad[i] ^= 0x5A  # scramble the deflate stream of the first member
+    (tmp_path / "deflate.npz").write_bytes(bytes(bad))
+    _giant_npy(tmp_path / "giant.npy")
+    with zipfile.ZipFile(tmp_path / "giantm.npz", "w") as zf:
+        zf.writestr("embeddings.npy", (tmp_path / "giant.npy").read_bytes())
+        zf.writestr("labels.npy", b"")
+    np.save(tmp_path / "y.npy", y)
+    np.savez(tmp_path / "ok.npz", embeddings=_clusters(3, 5)[0], labels=y)
+    for args in (
+        ["trunc.npz"],
+        ["crc.npz"],
+        ["deflate.npz"],
+        ["giantm.npz"],
+        ["giant.npy", "--labels", "y.npy"],
+        ["ok.npz", "--labels", "giant.npy"],
+        ["ok.npz", "--confidences", "giant.npy"],
+    ):
+        proc = run("evaluate", *args, cwd=tmp_path)
+        _one_line_error(proc, "truncated or damaged")
+
+
+def test_outputs_never_overwrite_inputs_or_each_other(files):
+    labels = files / "l.csv"
+    labels.write_text("".join(f"{v}\n" for v in Y))
+    before = labels.read_text()
+    proc = run("evaluate", files / "q.npy", "--labels", labels, "--per-class", labels)
+    _one_line_error(proc, "l.csv", "input")
+    assert labels.read_text() == before
+    proc = run("evaluate", files / "ckpt.npz", "--per-class", files / "same.csv",
+               "--per-query", files / "same.csv")  # fmt: skip
+    _one_line_error(proc, "same.csv", "same file")
+    assert not (files / "same.csv").exists()
+    os.link(labels, files / "hard.csv")  # another name for the labels file
+    proc = run("evaluate", files / "q.npy", "--labels", labels, "--per-query", files / "hard.csv")
+    _one_line_error(proc, "hard.csv", "input")
+    assert labels.read_text() == before
+
+
+def test_plots_folder_for_your_own_model(tmp_path):
+    import matplotlib.image as mpimg
+
+    x, y = _clusters(40, 5, seed=3, spread=1.5)
+    rng = np.random.default_rng(0)
+    conf = rng.random(y.size)
+    np.savez(tmp_path / "e.npz", embeddings=x, labels=y, confidences=conf)
+    proc = run("evaluate", tmp_path / "e.npz", "--plots", tmp_path / "P")
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(p.name for p in (tmp_path / "P").iterdir())
+    assert names == [
+        "confidence_recall.png",
+        "distance_histograms.png",
+        "error_reject_curve.png",
+        "k_sweep.png",
+        "per_class.png",
+    ]
+    # 6 x 4.2 inches at 200 dpi
+    assert mpimg.imread(tmp_path / "P" / "k_sweep.png").shape[:2] == (840, 1200)
+    np.savez(tmp_path / "n.npz", embeddings=x, labels=y)
+    proc = run("evaluate", tmp_path / "n.npz", "--plots", tmp_path / "S", "--plot-format", "svg")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "S").iterdir()) == [
+        "distance_histograms.svg",
+        "k_sweep.svg",
+        "per_class.svg",
+    ]
+    assert (tmp_path / "S" / "k_sweep.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_per_class_plot_shows_the_worst_30_by_default():
+    from embedeval.plots import plot_per_class
+
+    vals = np.linspace(1.0, 0.0, 2000)
+    fig = plot_per_class(list(range(2000)), vals)
+    ticks = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert ticks == [str(i) for i in range(1999, 1969, -1)]  # the 30 lowest, worst first
+    assert fig.get_size_inches()[1] < 12
+    assert len(plot_per_class(list(range(50)), vals[:50], top=None).axes[0].get_yticks()) == 50
+
+
+def test_distance_histogram_samples_positives_by_class():
+    from embedeval.datasets import positive_negative_distances
+
+    # 10,000 classes of 2: a uniform pair shares a class with probability 1/19,999
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((20_000, 4)).astype(np.float32)
+    y = np.repeat(np.arange(10_000), 2)
+    pos, neg = positive_negative_distances(x, y, max_pairs=5000, seed=0)
+    assert pos.size == 5000 and neg.size == 5000
+    # every positive is the distance of a class's one pair (brute force per class)
+    pair = np.linalg.norm(x[0::2].astype(np.float64) - x[1::2], axis=1)
+    assert np.isin(np.round(pos, 6), np.round(pair, 6)).all()
+
+
+def test_json_provenance_and_per_query_columns(tmp_path):
+    import hashlib
+
+    x, y = _clusters(4, 5, seed=2, spread=1.5)
+    groups = np.arange(y.size) % 3
+    conf = np.linspace(0.1, 0.9, y.size)
+    np.savez(tmp_path / "e.npz", embeddings=x, labels=y, groups=groups, confidences=conf)
+    proc = run("evaluate", tmp_path / "e.npz", "--metrics", "precision_at_1", "map_at_r",
+               "--json", tmp_path / "o.json", "--per-query", tmp_path / "pq.csv",
+               "--distance", "cosine")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    prov = json.loads((tmp_path / "o.json").read_text())["provenance"]
+    import embedeval
+
+    assert prov["embedeval_version"] == embedeval.__version__ and prov["created"].startswith("20")
+    (inp,) = prov["inputs"]
+    assert inp["name"] == "e.npz"
+    assert inp["sha256"] == hashlib.sha256((tmp_path / "e.npz").read_bytes()).hexdigest()
+    assert prov["options"]["distance"] == "cosine" and prov["options"]["n_boot"] == 1000
+    rows = (tmp_path / "pq.csv").read_text().splitlines()
+    assert rows[0] == (
+        "query,label,confidence,top1_index,top1_label,top1_distance,precision_at_1,map_at_r"
+    )
+    # brute force: cosine similarity, own row and own group excluded, ties by lower index
+    xn = x.astype(np.float64) / np.linalg.norm(x, axis=1, keepdims=True)
+    for i, row in enumerate(rows[1:]):
+        cells = row.split(",")
+        best, best_sim = -1, -np.inf
+        for j in range(y.size):
+            if j == i or groups[j] == groups[i]:
+                continue
+            sim = float(xn[i] @ xn[j])
+            if sim > best_sim + 1e-6:
+                best, best_sim = j, sim
+        assert int(cells[0]) == i and int(cells[1]) == y[i]
+        assert float(cells[2]) == pytest.approx(conf[i])
+        assert int(cells[3]) == best and int(cells[4]) == y[best]
+        assert float(cells[5]) == pytest.approx(best_sim, abs=1e-5)
+        assert float(cells[6]) == float(y[best] == y[i])
+
+
+def test_result_behaves_like_a_dict():
+    import embedeval as ee
+
+    res = ee.evaluate(X, Y, metrics=["map_at_r", "precision_at_1"])
+    assert res.keys() == ["map_at_r", "precision_at_1"]
+    d = dict(res)
+    assert d == {"map_at_r": res["map_at_r"], "precision_at_1": res["precision_at_1"]}
+    assert {**res} == d and len(res) == 2 and list(res) == res.keys()
+    assert "mean_average_precision_at_r" in res
+    assert res["mean_average_precision_at_r"] == res["map_at_r"]
+    assert "map" not in res and res.get("map") is None
+    # oracle: 5 points at 0, 1, 2, 10, 11, labels 0 1 0 1 1 -> P@1 hits for 10 and 11 only
+    assert d["precision_at_1"] == pytest.approx(2 / 5)
+
+
+def test_approximate_results_say_so_and_warn_when_biased():
+    import embedeval as ee
+    from embedeval._errors import EmbedevalWarning
+
+    rng = np.random.default_rng(0)
+    x, y = _clusters(50, 40, dim=16, seed=0, spread=1.5)
+    x = x + 0.01 * rng.standard_normal(x.shape).astype(np.float32)
+    with pytest.warns(EmbedevalWarning, match="beyond sampling noise"):
+        res = ee.evaluate(x, y, metrics=["map_at_r"], index="IVF64,Flat",
+                          index_params={"nprobe": 1}, exact_sample=500)  # fmt: skip
+    text = repr(res)
+    assert "APPROXIMATE" in text and "kNN recall" in text
+    a = res.approximation["metrics"]["map_at_r"]
+    lo, hi = a["difference_ci"]
+    assert hi < 0 or lo > 0
+    assert f"{a['difference']:+.4f}" in res.table()

@@ -303,3 +303,68 @@ def test_nmi_ami_follow_the_recipe_exactly(labels_kind):
     ):
         assert res["nmi"] == nmi and res["ami"] == ami
         assert "nmi" not in res.per_query
+
+
+# ---- exact integer labels and groups, huge k, reject_from="both" with k="max_bin_count"
+
+
+def test_uint64_and_int64_labels_compare_exactly():
+    # q = 0; references 1, 2, 3 with labels 2**60, 2**60 + 1, 5: the nearest (at 1) has label
+    # 2**60, not the query's 2**60 + 1, so P@1 = 0/1; the only relevant reference is 2nd: MRR
+    # = 1/2.  Through float64 both labels would be 2**60 (P@1 = 1).
+    q, x = np.array([[0.0]]), np.array([[1.0], [2.0], [3.0]])
+    res = ev(q, np.array([2**60 + 1], np.uint64), x, np.array([2**60, 2**60 + 1, 5]),
+             metrics=["precision_at_1", "mrr"])  # fmt: skip
+    close(res["precision_at_1"], F(0))
+    close(res["mrr"], F(1, 2))
+
+
+def test_uint64_and_int64_groups_compare_exactly():
+    # Query group 2**60 + 1 (uint64) excludes only reference 1 (group 2**60 + 1), not reference
+    # 0 (group 2**60).  Ranking of q = 0: reference 0 (label 0), reference 2 (label 1):
+    # P@1 = 0/1, MRR = 1/2.  Through float64 reference 0 would be excluded too (P@1 = 1).
+    q, x = np.array([[0.0]]), np.array([[1.0], [2.0], [3.0]])
+    res = ev(q, [1], x, [0, 1, 1], metrics=["precision_at_1", "mrr"],
+             query_groups=np.array([2**60 + 1], np.uint64),
+             reference_groups=np.array([2**60, 2**60 + 1, 5]))  # fmt: skip
+    close(res["precision_at_1"], F(0))
+    close(res["mrr"], F(1, 2))
+
+
+@pytest.mark.parametrize("k", [None, 2**62, 2**63 - 1])
+def test_a_huge_k_is_the_whole_gallery(k):
+    # X1/Y1 above: q0 rel 1 0 1 -> AP (1 + 2/3) / 2 = 5/6, RR 1; q1 the same; q3 rel 0 1 1 ->
+    # AP (1/2 + 2/3) / 2 = 7/12, RR 1/2; q2 lone.  MAP = (5/6 + 5/6 + 7/12) / 3 = 3/4,
+    # MRR = (1 + 1 + 1/2) / 3 = 5/6.
+    res = ev(X1, Y1, metrics=["map", "mrr"], k=k)
+    close(res["map"], F(3, 4))
+    close(res["mrr"], F(5, 6))
+
+
+def test_reject_both_keeps_the_full_galleries_max_bin_count():
+    # Points 0, 1, 10, 11, 13 labelled a a b b b; confidences reject the point at 13 first.
+    # Whole gallery: the largest R_q is 2 (class b), so k = 2 for every fraction.  Fraction 0:
+    # every query's nearest shares its label (0->1, 1->0, 10->11, 11->10, 13->11): P@1 = 1,
+    # Recall@2 = 1.  Fraction 0.2 removes the point at 13: each remaining point has its one
+    # same-label partner nearest: P@1 = 1, Recall@2 = 1.  (Recomputed on the reduced gallery,
+    # max_bin_count would be 1 and Recall@2 impossible.)
+    x = [[0.0], [1.0], [10.0], [11.0], [13.0]]
+    res = ev(x, list("aabbb"), k="max_bin_count", metrics=["precision_at_1", "recall_at_2"],
+             confidences=[0.9, 0.9, 0.9, 0.9, 0.1], reject_from="both",
+             rejection_fractions=[0.0, 0.2])  # fmt: skip
+    for key in ("both_precision_at_1@0.00", "both_precision_at_1@0.20",
+                "both_recall_at_2@0.00", "both_recall_at_2@0.20"):  # fmt: skip
+        close(res.confidence[key], F(1))
+
+
+@pytest.mark.parametrize("scale", [2.0**63, 2.0**-80])
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+def test_inputs_whose_squares_leave_float32_rank_like_the_unscaled_data(scale, distance):
+    # X1/Y1 times a power of two rank exactly like X1/Y1.  Euclidean: MAP 3/4, MRR 5/6 (see
+    # test_a_huge_k_is_the_whole_gallery).  Inner product on 0, 1, 3, 6: q0 scores 0 against
+    # all (ties by index: 1(a) 2(b) 3(a): AP (1 + 2/3) / 2 = 5/6, RR 1); q1 -> 6(a) 3(b) 0(a):
+    # AP 5/6, RR 1; q3 -> 3(b) 1(a) 0(a): AP (1/2 + 2/3) / 2 = 7/12, RR 1/2.  Same as Euclidean.
+    x = (X1 * scale).astype(np.float32)
+    res = ev(x, Y1, metrics=["map", "mrr"], distance=distance)
+    close(res["map"], F(3, 4))
+    close(res["mrr"], F(5, 6))

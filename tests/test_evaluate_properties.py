@@ -287,3 +287,52 @@ def test_permuting_references_and_relabelling_change_nothing(seed, distance, ave
         )
         for m in INV_METRICS:
             np.testing.assert_allclose(scaled.per_query[m], base.per_query[m], atol=1e-12)
+
+
+# ---- excluded references are never candidates, whatever the threshold column sample holds
+
+
+def _oracle_per_query(q, ql, r, rl, metrics, **kw):
+    _, pq, _ = oracle.evaluate(q, ql, r, rl, metrics=metrics, **kw)
+    return {m: np.asarray(v, dtype=np.float64) for m, v in pq.items()}
+
+
+def test_a_group_covering_most_of_the_gallery_keeps_map_at_most_one():
+    # 3,000 references (the depth threshold is read from a column sample) of which 2,990 share
+    # the queries' group: nearly every sampled key is excluded, so the sampled cut-off is
+    # infinite and used to let excluded references in (map came out near 104).
+    rng = np.random.default_rng(0)
+    n = 3000
+    ref = rng.standard_normal((n, 4)).astype(np.float32)
+    yr = rng.integers(0, 2, n)
+    gr = np.zeros(n, dtype=np.int64)
+    gr[:10] = 1
+    q = rng.standard_normal((5, 4)).astype(np.float32)
+    metrics = ["map", "mrr", "r_precision"]
+    for pick in (["map"], ["mrr"], metrics):
+        res = ee.evaluate(q, np.zeros(5, int), ref, yr, query_groups=np.zeros(5, int),
+                          reference_groups=gr, metrics=pick, progress=False)  # fmt: skip
+        want = _oracle_per_query(q, [0] * 5, ref, yr, pick, qg=[0] * 5, rg=gr)
+        for m in pick:
+            np.testing.assert_allclose(res.per_query[m], want[m], rtol=1e-6, err_msg=m)
+            assert np.nanmax(res.per_query[m]) <= 1.0
+
+
+@pytest.mark.parametrize("metrics", [["r_precision", "map"], ["r_precision", "mrr"]])
+def test_a_class_of_most_of_the_gallery_never_counts_the_query_itself(metrics):
+    # 9,000 references, class 0 holds 8,447 of them (R_q = 8,446 for its queries), so the
+    # depth R_q + 1 puts the sampled cut-off at the last of 4,096 sampled columns; queries 1, 4
+    # and 5 are sampled columns and excluded from their own ranking, so that cut-off is their
+    # own (infinite) key, which used to let the query count itself as a hit.
+    n, r_q = 9000, 8446
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, 4)).astype(np.float32)
+    y = np.ones(n, dtype=np.int64)
+    y[: r_q + 1] = 0
+    rng.shuffle(y[10:])
+    y[:10] = 0
+    res = ee.evaluate(x[:10], y[:10], x, y, ref_includes_query=True, metrics=metrics,
+                      progress=False)  # fmt: skip
+    want = _oracle_per_query(x[:10], y[:10], x, y, metrics, ref_includes_query=True)
+    for m in metrics:
+        np.testing.assert_allclose(res.per_query[m], want[m], rtol=1e-6, err_msg=m)

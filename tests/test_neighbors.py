@@ -127,3 +127,17 @@ def test_accepts_lists_float16_float64_memmap_and_array_like(tmp_path):
         np.testing.assert_array_equal(idx, Ih)
         np.testing.assert_allclose(dist, Dh, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(Iw, Ih)
+
+
+@pytest.mark.parametrize("scale", [2.0**63, 2.0**100, 2.0**-80, 2.0**-120])
+def test_inputs_whose_squares_leave_float32_keep_ranking_and_distances(scale):
+    # The docstring example (points 0, 1, 3, 7) times a power of two: the same neighbours, and
+    # the distances times the same power (squares of these overflow or underflow float32).
+    x = (np.array([[0.0], [1.0], [3.0], [7.0]]) * scale).astype(np.float32)
+    d, i = ee.neighbors(x, 2)
+    assert i.tolist() == [[1, 2], [0, 2], [1, 0], [2, 1]]
+    want = np.array([[1.0, 3.0], [1.0, 2.0], [2.0, 3.0], [4.0, 6.0]]) * scale
+    np.testing.assert_array_equal(d.astype(np.float64), want)
+    # Inner product: q . r ranks 7 first for every positive query, then 3 (ties at 0 by index).
+    _, i = ee.neighbors(x, 2, distance="inner_product")
+    assert i.tolist() == [[1, 2], [3, 2], [3, 1], [2, 1]]

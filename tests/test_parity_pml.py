@@ -1,7 +1,8 @@
 """Parity with pytorch-metric-learning 2.9's AccuracyCalculator, and the cases where PML is wrong.
 
-Needs ``pip install torch==2.13.0 && pip install pytorch-metric-learning==2.9.0`` (CPU wheel);
-skipped otherwise.  Data are random floats (no near-ties), so both agree to float rounding.
+Needs ``pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`` (the
+CPU-only build) and ``pip install pytorch-metric-learning==2.9.0``; skipped otherwise.  Data
+are random floats (no near-ties), so both agree to float rounding.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import pytest
 
 pml = pytest.importorskip(
     "pytorch_metric_learning",
-    reason="PML 2.9 not installed: pip install torch==2.13.0 && "
-    "pip install pytorch-metric-learning==2.9.0",
+    reason="PML 2.9 not installed: pip install torch==2.13.0 --index-url "
+    "https://download.pytorch.org/whl/cpu && pip install pytorch-metric-learning==2.9.0",
 )
 torch = pytest.importorskip("torch")
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator  # noqa: E402
@@ -217,3 +218,20 @@ def test_the_independent_oracle_agrees_with_pml(k, split, average):
     want, _, _ = oracle.evaluate(q, ql, r, rl, metrics=list(NAMES.values()), k=k, average=average)
     for pml_name, key in NAMES.items():
         assert want[key] == pytest.approx(expected[pml_name], abs=1e-6), key
+
+
+@pytest.mark.parametrize("seed", [0, 3, 7])
+def test_identical_vectors_match_pml(seed):
+    # 600 rows drawn from 150 distinct Gaussian vectors: PML (faiss) gives identical vectors
+    # equal distances and removes the query's own index; embedeval ranks the twins by index.
+    # Their numbers agree (they differed by up to 0.01 when twins were rounded apart).
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((150, 24)).astype(np.float32)
+    x, y = base[rng.integers(0, 150, 600)], rng.integers(0, 5, 600)
+    names = {k: v for k, v in NAMES.items() if v != "map"}
+    expected = _pml(names, "max_bin_count", "micro", x, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = ee.evaluate(x, y, metrics=list(names.values()), k="max_bin_count")
+    for pml_name, key in names.items():
+        assert res[key] == pytest.approx(expected[pml_name], abs=1e-6), key  # PML: float32

@@ -271,3 +271,22 @@ def test_two_level_bad_input(grid):
         train_index(x, "PCA4,IVF16,Flat", clustering="two_level")
     with pytest.raises(InputError, match="could not train the index on 10 rows"):
         train_index(x, "IVF16,Flat", clustering="two_level", training_rows=10)
+
+
+def test_twins_in_a_faiss_list_share_one_key_and_are_all_listed():
+    # References 1, 4 and 6 are identical (one group), 2 and 5 another.  Query 0's list holds
+    # 4 (key 2.0) and 1 (key 2.5, rounded apart) but not 6; query 1's list holds 5 only, and
+    # its own group holds reference 2.  Expected: query 0 gets 1, 4, 6 at key 2.0 plus its
+    # plain reference 3; query 1 gets 5 at its key, not 2 (same group as the query).
+    from embedeval._approx import _tie_duplicates
+    from embedeval._duplicates import DuplicateRows
+
+    dups = DuplicateRows(members=np.array([1, 2, 4, 5, 6]), group=np.array([0, 1, 0, 1, 0]),
+                         first=np.array([1, 2]))  # fmt: skip
+    row = np.array([0, 0, 0, 1])
+    ref = np.array([4, 3, 1, 5])
+    key = np.array([2.0, 3.0, 2.5, 1.0], dtype=np.float32)
+    groups = (np.array([10, 20]), np.array([0, 0, 20, 0, 0, 0, 0]))
+    r, c, k = _tie_duplicates(row, ref, key, dups, groups, 0)
+    got = sorted(zip(r.tolist(), c.tolist(), k.tolist(), strict=True))
+    assert got == [(0, 1, 2.0), (0, 3, 3.0), (0, 4, 2.0), (0, 6, 2.0), (1, 5, 1.0)]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 distributed = pytest.importorskip(
-    "distributed", reason="the Dask backend needs dask.distributed (pip install embedeval[dask])"
+    "distributed", reason="the Dask backend needs dask.distributed (pip install '.[dask]')"
 )
 
 from embedeval import evaluate  # noqa: E402
@@ -115,3 +115,22 @@ def test_bad_client_and_combinations(client, data):
         evaluate(*args, backend="dask", client=client, shards=2)
     with pytest.raises(InputError, match="backend='dask' is not valid|is not valid"):
         evaluate(*args, backend="dusk", client=client)
+
+
+def test_twins_are_ties_ranked_by_index_like_the_oracle(client):
+    # 40,000 references drawn from 4,000 distinct Gaussian vectors: identical references must
+    # share one key on every worker, so the tie rule (ascending index) decides their order.
+    from tests import oracle
+
+    rng = np.random.default_rng(12)
+    base = rng.standard_normal((4000, 8)).astype(np.float32)
+    x = base[rng.integers(0, 4000, N_REF)]
+    y = rng.integers(0, 50, N_REF)
+    kw = dict(metrics=["precision_at_1", "map_at_r", "recall_at_2"])
+    local = evaluate(x[:300], y[:300], x, y, ref_includes_query=True, **kw)
+    remote = evaluate(x[:300], y[:300], x, y, ref_includes_query=True, backend="dask",
+                      client=client, **kw)  # fmt: skip
+    _same(local, remote)
+    _, want, _ = oracle.evaluate(x[:10], y[:10], x, y, ref_includes_query=True, **kw)
+    for m in kw["metrics"]:
+        np.testing.assert_allclose(remote.per_query[m][:10], want[m], rtol=1e-12, err_msg=m)

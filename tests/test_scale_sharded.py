@@ -261,3 +261,44 @@ def test_query_super_blocks_under_a_small_budget_equal_local(gauss, monkeypatch)
     local = evaluate(x[:120], y[:120], x, y, **kw)
     sharded = evaluate(x[:120], y[:120], x, y, shards=2, progress=True, **kw)
     _same(local, sharded)
+
+
+def test_a_group_covering_most_of_the_gallery_agrees_with_brute_force():
+    # 40,000 references, all but 12 in the queries' group: the sampled depth cut-off is
+    # infinite, which used to let excluded references into the local engine's map/mrr (values
+    # far above 1) while the sharded backend filtered them: the two disagreed.
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((N_REF, 4)).astype(np.float32)
+    y = rng.integers(0, 2, N_REF)
+    g = np.zeros(N_REF, dtype=np.int64)
+    g[rng.choice(N_REF, 12, replace=False)] = 1
+    q = rng.standard_normal((6, 4)).astype(np.float32)
+    qy, qg = np.array([0, 1, 0, 1, 0, 1]), np.zeros(6, dtype=np.int64)
+    kw = dict(query_groups=qg, reference_groups=g, metrics=["map", "mrr", "r_precision"])
+    local = evaluate(q, qy, x, y, **kw)
+    sharded = evaluate(q, qy, x, y, shards=3, **kw)
+    _same(local, sharded)
+    keep = np.flatnonzero(g == 1)  # the only references the queries can see
+    d = ((x[keep].astype(np.float64)[None] - q.astype(np.float64)[:, None]) ** 2).sum(-1)
+    for i in range(6):
+        order = keep[np.lexsort((keep, d[i]))]
+        rel = y[order] == qy[i]
+        hits = np.flatnonzero(rel)
+        ap = np.mean(np.arange(1, hits.size + 1) / (hits + 1.0))
+        assert local.per_query["map"][i] == pytest.approx(ap, rel=1e-9)
+        assert local.per_query["mrr"][i] == pytest.approx(1.0 / (hits[0] + 1), rel=1e-9)
+        assert local.per_query["r_precision"][i] == pytest.approx(rel[: hits.size].mean())
+
+
+def test_huge_inputs_in_shard_files_rank_like_the_unscaled_data(gauss, tmp_path):
+    # Times 2**70 the float32 keys overflow; the search scales by an exact power of two, also
+    # for rows read from shard files, so values and ties equal those of the unscaled data.
+    x, y, _ = gauss
+    big = x * np.float32(2.0**70)
+    paths = []
+    for i, (a, b) in enumerate([(0, 15000), (15000, N_REF)]):
+        paths.append(str(tmp_path / f"big{i}.npy"))
+        np.save(paths[-1], big[a:b])
+    kw = dict(metrics=["precision_at_1", "map_at_r"])
+    _same(evaluate(x[:300], y[:300], x, y, **kw),
+          evaluate(big[:300], y[:300], big, y, shards=paths, **kw))  # fmt: skip

@@ -30,6 +30,7 @@ METRICS = [
     "recall_at_3",
     "precision_at_3",
 ]
+WITH_MINP = [*METRICS, "minp"]  # re-id mINP: compared with the local engine
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (none is visible to torch)")
 EVALUATE = sys.modules["embedeval.evaluate"]
@@ -130,6 +131,8 @@ def test_bit_identical_to_the_local_engine(setup, distance, k):
     x, y = int_data(5, 160, 12, distance=distance)
     xq, yq, opts, _ = _call(x, y, setup, 5)
     names = METRICS if k != 2 else ["precision_at_1", "r_precision", "map_at_r", "map", "mrr"]
+    if k is None:
+        names = [*names, "minp"]
     kw = dict(metrics=names, k=k, distance=distance, average=average, **opts)
     assert_same(ev(xq, yq, backend="torch", device="cpu", **kw), ev(xq, yq, **kw), names)
 
@@ -140,10 +143,10 @@ def test_torch_products_bit_identical_on_exact_data(monkeypatch, setup, distance
     """The GPU's code path: keys from torch's own product (on the CPU here)."""
     x, y = int_data(6, 160, 12, distance=distance)
     xq, yq, opts, _ = _call(x, y, setup, 6)
-    kw = dict(metrics=METRICS, distance=distance, **opts)
+    kw = dict(metrics=WITH_MINP, distance=distance, **opts)
     expected = ev(xq, yq, **kw)
     _force(monkeypatch, engine_keys=False)
-    assert_same(ev(xq, yq, backend="torch", device="cpu", **kw), expected, METRICS)
+    assert_same(ev(xq, yq, backend="torch", device="cpu", **kw), expected, WITH_MINP)
 
 
 @pytest.mark.parametrize("distance", ["euclidean", "cosine", "inner_product"])

@@ -1,0 +1,228 @@
+"""Calibration metrics and recalibration against loops, hand values and scikit-learn."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from embedeval import calibration as cb
+from embedeval import confidence as cf
+from embedeval._errors import InputError
+
+
+def _ece_loop(correct, conf, edges):
+    """ECE with bins (a, b] (the first closed), written as a plain loop over queries."""
+    total, n = 0.0, len(correct)
+    for b in range(len(edges) - 1):
+        lo, hi = edges[b], edges[b + 1]
+        members = [
+            i
+            for i in range(n)
+            if (lo < conf[i] <= hi) or (b == 0 and conf[i] == lo) or (b == 0 and conf[i] < lo)
+        ]
+        if not members:
+            continue
+        acc = sum(correct[i] for i in members) / len(members)
+        mean_c = sum(conf[i] for i in members) / len(members)
+        total += len(members) / n * abs(acc - mean_c)
+    return total
+
+
+def test_ece_four_queries_by_hand():
+    # equal width, 2 bins: [0, .5] holds .2, .4 (1 right): |1/2 - .3| = .2
+    # (.5, 1] holds .6, .9 (2 right): |1 - .75| = .25 -> ECE = (2/4) .2 + (2/4) .25 = .225
+    assert cf.expected_calibration_error([0, 1, 1, 1], [0.2, 0.4, 0.6, 0.9], bins=2) == (
+        pytest.approx(0.225)
+    )
+    # equal mass, 2 bins: median edge (0.4 + 0.6)/2 = 0.5 -> the same two bins here
+    assert cf.expected_calibration_error(
+        [0, 1, 1, 1], [0.2, 0.4, 0.6, 0.9], bins=2, strategy="quantile"
+    ) == pytest.approx(0.225)
+    # equal mass, 4 bins: one query each: (|0-.2| + |1-.4| + |1-.6| + |1-.9|) / 4 = 1.3 / 4
+    assert cf.expected_calibration_error(
+        [0, 1, 1, 1], [0.2, 0.4, 0.6, 0.9], bins=4, strategy="quantile"
+    ) == pytest.approx(1.3 / 4)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
+def test_ece_against_loop(seed, strategy):
+    rng = np.random.default_rng(seed)
+    conf = rng.uniform(0, 1, 120).round(2)  # ties
+    correct = (rng.uniform(0, 1, 120) < conf).astype(float)
+    if strategy == "uniform":
+        edges = np.linspace(0, 1, 11)
+    else:
+        edges = np.unique(np.quantile(conf, np.linspace(0, 1, 11)))
+    got = cf.expected_calibration_error(correct, conf, bins=10, strategy=strategy)
+    assert got == pytest.approx(_ece_loop(correct, conf, edges))
+
+
+def test_ties_share_an_equal_mass_bin():
+    # 6 of 8 queries tied at 0.5: they cannot be split, so fewer bins
+    d = cb.reliability_diagram(
+        [1, 0, 1, 0, 1, 1, 0, 1], [0.5] * 6 + [0.9, 0.95], bins=4, strategy="quantile"
+    )
+    assert d.count.sum() == 8
+    assert max(d.count) >= 6
+
+
+def test_classwise_ece_by_hand():
+    # class a: queries (1, .8), (0, .8): one bin, |1/2 - .8| = .3
+    # class b: queries (1, .3), (1, .3): |1 - .3| = .7 -> mean over classes (.3 + .7) / 2 = .5
+    got = cb.classwise_calibration_error([1, 0, 1, 1], [0.8, 0.8, 0.3, 0.3], ["a", "a", "b", "b"])
+    assert got == pytest.approx(0.5)
+    # lone (NaN) queries are dropped before grouping
+    got = cb.classwise_calibration_error(
+        [1, 0, 1, 1, math.nan], [0.8, 0.8, 0.3, 0.3, 0.1], ["a", "a", "b", "b", "c"]
+    )
+    assert got == pytest.approx(0.5)
+
+
+def test_brier_matches_sklearn():
+    from sklearn.metrics import brier_score_loss
+
+    rng = np.random.default_rng(1)
+    conf = rng.uniform(0, 1, 200)
+    correct = (rng.uniform(0, 1, 200) < conf).astype(int)
+    assert cb.brier_score(correct, conf) == pytest.approx(brier_score_loss(correct, conf))
+
+
+def test_reliability_diagram_counts_by_loop():
+    rng = np.random.default_rng(2)
+    conf = rng.uniform(0, 1, 50)
+    correct = (rng.uniform(0, 1, 50) < conf).astype(float)
+    d = cb.reliability_diagram(correct, conf, bins=5)
+    for b in range(5):
+        lo, hi = b / 5, (b + 1) / 5
+        members = [i for i in range(50) if lo < conf[i] <= hi or (b == 0 and conf[i] == 0)]
+        assert d.count[b] == len(members)
+        if members:
+            assert d.accuracy[b] == pytest.approx(np.mean(correct[members]))
+
+
+def test_calibration_summary_ci_brackets_and_is_seeded():
+    rng = np.random.default_rng(3)
+    conf = rng.uniform(0.5, 1, 400)
+    correct = (rng.uniform(0, 1, 400) < conf - 0.2).astype(float)  # over-confident
+    labels = rng.integers(0, 4, 400)
+    out = cb.calibration_summary(correct, conf, labels=labels, ci=0.9, n_boot=200, seed=0)
+    for key in ("ece", "ece_equal_mass", "mce", "brier", "classwise_ece"):
+        lo, hi = out["ci"][key]
+        assert lo <= hi
+    assert out["ci"]["ece"][0] < out["ece"] < out["ci"]["ece"][1]
+    assert out["ci"]["brier"][0] < out["brier"] < out["ci"]["brier"][1]
+    again = cb.calibration_summary(correct, conf, labels=labels, ci=0.9, n_boot=200, seed=0)
+    assert again["ci"] == out["ci"]
+
+
+def test_isotonic_matches_sklearn():
+    from sklearn.isotonic import IsotonicRegression
+
+    rng = np.random.default_rng(4)
+    conf = rng.uniform(0, 1, 300).round(2)  # ties
+    correct = (rng.uniform(0, 1, 300) < conf**2).astype(float)
+    rec = cb.fit_recalibrator(correct, conf, method="isotonic")
+    sk = IsotonicRegression(out_of_bounds="clip").fit(conf, correct)
+    grid = np.linspace(-0.1, 1.1, 97)
+    assert rec.transform(grid) == pytest.approx(sk.predict(grid))
+
+
+def test_platt_matches_unregularised_logistic_regression():
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(5)
+    kappa = rng.uniform(0, 50, 500)  # an unbounded confidence
+    correct = (rng.uniform(0, 1, 500) < 1 / (1 + np.exp(-(0.1 * kappa - 2)))).astype(int)
+    rec = cb.fit_recalibrator(correct, kappa, method="platt")
+    lr = LogisticRegression(C=1e12, tol=1e-12, max_iter=10000).fit(kappa[:, None], correct)
+    assert rec.params["a"] == pytest.approx(lr.coef_[0, 0], rel=1e-4)
+    assert rec.params["b"] == pytest.approx(lr.intercept_[0], rel=1e-4)
+
+
+def test_temperature_against_grid_search():
+    rng = np.random.default_rng(6)
+    z = rng.normal(0, 3, 400)
+    conf = 1 / (1 + np.exp(-z))
+    correct = (rng.uniform(0, 1, 400) < 1 / (1 + np.exp(-z / 2.5))).astype(float)
+    rec = cb.fit_recalibrator(correct, conf, method="temperature")
+
+    def nll(t):
+        total = 0.0
+        for zi, yi in zip(z, correct, strict=True):
+            p = 1 / (1 + math.exp(-zi / t))
+            total -= yi * math.log(p) + (1 - yi) * math.log(1 - p)
+        return total
+
+    grid = np.linspace(0.5, 6, 221)
+    best = grid[int(np.argmin([nll(t) for t in grid]))]
+    assert abs(rec.params["temperature"] - best) <= 0.03
+
+
+def test_recalibrate_lowers_ece_of_an_overconfident_model_and_rejects_one_split():
+    rng = np.random.default_rng(7)
+    conf = rng.uniform(0.6, 1, 4000)
+    correct = (rng.uniform(0, 1, 4000) < (conf - 0.3)).astype(float)  # 30 points over-confident
+    cal, test = slice(0, 2000), slice(2000, None)
+    for method in ("isotonic", "temperature", "platt"):
+        out = cb.recalibrate(
+            (correct[cal], conf[cal]),
+            (correct[test], conf[test]),
+            method=method,
+            ci=0.9,
+            n_boot=100,
+        )
+        assert out.after["ece"] < out.before["ece"] / 3
+        assert out.after["ci"]["ece"][1] < out.before["ci"]["ece"][0]
+    with pytest.raises(InputError, match="same queries"):
+        cb.recalibrate((correct, conf), (correct, conf))
+    with pytest.raises(InputError, match="pair"):
+        cb.recalibrate((correct, conf, conf), (correct, conf))
+
+
+def test_bad_inputs():
+    with pytest.raises(InputError, match=r"\[0, 1\]"):
+        cb.brier_score([1, 0], [1.5, 0.2])
+    with pytest.raises(InputError, match="method"):
+        cb.fit_recalibrator([1, 0], [0.5, 0.2], method="beta")
+    with pytest.raises(InputError, match="strategy"):
+        cf.expected_calibration_error([1, 0], [0.5, 0.2], strategy="mass")
+    with pytest.raises(InputError, match="0/1"):
+        cb.fit_recalibrator([0.5, 0], [0.5, 0.2])
+
+
+def test_reliability_plot_writes_bin_counts():
+    d = cb.reliability_diagram([1, 0, 1, 1, 0], [0.95, 0.95, 0.3, 0.3, 0.7], bins=4)
+    fig = d.plot()
+    # bins (0, .25], (.25, .5], (.5, .75], (.75, 1]: counts 0, 2, 1, 2 (empty bins unlabeled)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["n=2", "n=1", "n=2"]
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
+def test_classwise_ece_is_the_mean_of_per_class_loops(strategy):
+    rng = np.random.default_rng(8)
+    conf = rng.uniform(0, 1, 300).round(2)
+    correct = (rng.uniform(0, 1, 300) < conf).astype(float)
+    labels = rng.choice(["x", "y", "z", "w"], 300)
+    per_class = []
+    for k in ("w", "x", "y", "z"):
+        m = labels == k
+        if strategy == "uniform":
+            edges = np.linspace(0, 1, 11)
+        else:
+            edges = np.unique(np.quantile(conf[m], np.linspace(0, 1, 11)))
+        per_class.append(_ece_loop(list(correct[m]), list(conf[m]), edges))
+    got = cb.classwise_calibration_error(correct, conf, labels, strategy=strategy)
+    assert got == pytest.approx(np.mean(per_class))
+
+
+def test_platt_is_scale_equivariant_for_large_confidences():
+    rng = np.random.default_rng(9)
+    kappa = rng.uniform(0, 50, 400)
+    correct = (rng.uniform(0, 1, 400) < 1 / (1 + np.exp(-(0.1 * kappa - 2)))).astype(int)
+    small = cb.fit_recalibrator(correct, kappa, method="platt")
+    big = cb.fit_recalibrator(correct, kappa * 1000 + 5e4, method="platt")
+    # the same fitted probabilities: a' = a / 1000, b' = b - a' * 5e4
+    assert big.transform(kappa * 1000 + 5e4) == pytest.approx(small.transform(kappa), abs=1e-6)

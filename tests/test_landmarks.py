@@ -1,0 +1,189 @@
+"""Landmark retrieval: positives / junk lists and the revisited Oxford / Paris protocols."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+from embedeval import landmarks as lm
+
+
+def full_ranking(q, g):
+    """Every gallery index per query, nearest first (squared Euclidean, ties by index)."""
+    d = ((q[:, None, :].astype(np.float64) - g[None, :, :].astype(np.float64)) ** 2).sum(-1)
+    return [sorted(range(g.shape[0]), key=lambda j, i=i: (d[i, j], j)) for i in range(len(q))]
+
+
+def revisitop_loop(ranking, gnd, protocol, kappas):
+    """The revisited benchmark's evaluation as loops: positions of the positives in the full
+    ranking, each lowered by the junk items ranked before it; trapezoid AP; mP@k over
+    min(k, last positive rank); queries without positives skipped."""
+    pos_keys, junk_keys = {
+        "easy": (["easy"], ["junk", "hard"]),
+        "medium": (["easy", "hard"], ["junk"]),
+        "hard": (["hard"], ["junk", "easy"]),
+    }[protocol]
+    aps, prs = [], []
+    for order, g in zip(ranking, gnd, strict=True):
+        ok = {v for k in pos_keys for v in g[k]}
+        junk = {v for k in junk_keys for v in g[k]}
+        if not ok:
+            continue
+        pos = [i for i, j in enumerate(order) if j in ok]
+        junk_pos = [i for i, j in enumerate(order) if j in junk]
+        pos = [p - sum(1 for jp in junk_pos if jp < p) for p in pos]
+        ap = 0.0
+        for j, r in enumerate(pos):
+            p0 = 1.0 if r == 0 else j / r
+            p1 = (j + 1) / (r + 1)
+            ap += (p0 + p1) / 2 / len(ok)
+        aps.append(ap)
+        one_based = [p + 1 for p in pos]
+        row = []
+        for k in kappas:
+            kq = min(max(one_based), k)
+            row.append(sum(1 for p in one_based if p <= kq) / kq)
+        prs.append(row)
+    return float(np.mean(aps)), np.mean(prs, axis=0)
+
+
+def random_gnd(rng, n_q, n_g):
+    gnd = []
+    for _ in range(n_q):
+        perm = rng.permutation(n_g)
+        a, b, c = rng.integers(0, 6, 3)
+        gnd.append({"easy": perm[:a].tolist(), "hard": perm[a : a + b].tolist(),
+                    "junk": perm[a + b : a + b + c].tolist()})  # fmt: skip
+    return gnd
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_revisitop_matches_loop(seed):
+    rng = np.random.default_rng(seed)
+    q = rng.integers(0, 3, (12, 3)).astype(np.float32)  # integer points: many exact ties
+    g = rng.integers(0, 3, (40, 3)).astype(np.float32)
+    gnd = random_gnd(rng, 12, 40)
+    got = lm.revisitop_evaluate(q, g, gnd, distance="euclidean", block_size=5)
+    ranking = full_ranking(q, g)
+    for protocol in ("easy", "medium", "hard"):
+        want_map, want_pr = revisitop_loop(ranking, gnd, protocol, (1, 5, 10))
+        assert got[protocol]["map"] == pytest.approx(want_map, abs=1e-12)
+        for k, want in zip((1, 5, 10), want_pr, strict=True):
+            assert got[protocol][f"mp@{k}"] == pytest.approx(want, abs=1e-12)
+        # embedeval's own map on the same lists is the step AP of the same ranking.
+        pos, junk = lm.revisitop_lists(gnd, protocol)
+        res = ee.evaluate(q, None, g, None, positives=pos, junk=junk, metrics=["map"])
+        assert res["map"] == pytest.approx(got[protocol]["map_step"], abs=1e-12)
+        # (j - 1) / (r - 1) <= j / r for r >= j: the trapezoid is never above the step AP.
+        assert got[protocol]["map"] <= got[protocol]["map_step"] + 1e-12
+
+
+def listed_loop(ranking, positives, junk, k_values):
+    """Step metrics on each junk-free ranking; NaN for a query without positives."""
+    out = {
+        "map": [],
+        "mrr": [],
+        "minp": [],
+        "r_precision": [],
+        "map_at_r": [],
+        **{f"precision_at_{k}": [] for k in k_values},
+        **{f"recall_at_{k}": [] for k in k_values},
+    }
+    for order, pos, jk in zip(ranking, positives, junk, strict=True):
+        rel = [j in set(pos) for j in order if j not in set(jk)]
+        r = len(set(pos))
+        if r == 0:
+            for v in out.values():
+                v.append(np.nan)
+            continue
+        hits = [i for i, x in enumerate(rel) if x]
+        out["map"].append(sum((n + 1) / (i + 1) for n, i in enumerate(hits)) / r)
+        out["mrr"].append(1 / (hits[0] + 1))
+        out["minp"].append(r / (hits[-1] + 1))
+        out["r_precision"].append(sum(rel[:r]) / r)
+        out["map_at_r"].append(sum((n + 1) / (i + 1) for n, i in enumerate(hits) if i < r) / r)
+        for k in k_values:
+            out[f"precision_at_{k}"].append(sum(rel[:k]) / k)
+            out[f"recall_at_{k}"].append(float(any(rel[:k])))
+    return {m: np.array(v) for m, v in out.items()}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_positives_lists_match_loop(seed):
+    rng = np.random.default_rng(seed + 10)
+    q = rng.integers(0, 3, (15, 2)).astype(np.float32)
+    g = rng.integers(0, 3, (30, 2)).astype(np.float32)
+    gnd = random_gnd(rng, 15, 30)
+    positives = [d["easy"] + d["hard"] for d in gnd]
+    junk = [d["junk"] for d in gnd]
+    metrics = ["map", "mrr", "minp", "r_precision", "map_at_r", "precision_at_1",
+               "precision_at_5", "recall_at_1", "recall_at_5"]  # fmt: skip
+    res = ee.evaluate(q, None, g, None, positives=positives, junk=junk, metrics=metrics)
+    want = listed_loop(full_ranking(q, g), positives, junk, (1, 5))
+    for m in metrics:
+        np.testing.assert_allclose(res.per_query[m], want[m], rtol=0, atol=1e-12, err_msg=m)
+    assert res.n_lone == sum(1 for p in positives if not p)
+    # Blocked and one-shot runs agree exactly, values and tie counts.
+    one = ee.evaluate(q, None, g, None, positives=positives, junk=junk, metrics=metrics,
+                      block_size=1)  # fmt: skip
+    for m in metrics:
+        np.testing.assert_array_equal(one.per_query[m], res.per_query[m])
+    assert one.n_ties == res.n_ties
+
+
+def test_junk_removal_by_hand():
+    # Query at 0; gallery at 1, 2, 3, 4.  Positives {1, 3}, junk {0, 2}: the junk-free ranking
+    # is (1, 3) -> both positives first: AP 1, P@1 1.  Without junk: ranking 0, 1, 2, 3 with
+    # positives at ranks 2 and 4: AP (1/2 + 2/4) / 2 = 0.5.
+    q, g = [[0.0]], [[1.0], [2.0], [3.0], [4.0]]
+    res = ee.evaluate(q, None, g, None, positives=[[1, 3]], junk=[[0, 2]], metrics=["map"])
+    assert res["map"] == 1.0
+    res = ee.evaluate(q, None, g, None, positives=[[1, 3]], metrics=["map", "minp"])
+    assert res["map"] == 0.5 and res["minp"] == 0.5  # 2 / rank 4
+
+
+def test_trapezoid_ap_by_hand_against_step():
+    # One query, 2 positives at ranks 1 and 3 (1-based).  Step AP = (1/1 + 2/3) / 2 = 5/6.
+    # Trapezoid: first positive (1 + 1) / 2 = 1; second (1/2 + 2/3) / 2 = 7/12; AP = 19/24.
+    ap = lm.trapezoid_ap(np.array([0, 2]), np.array([0, 2]))
+    assert ap[0] == pytest.approx(19 / 24)
+
+
+def test_ci_and_compare_with_lists():
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((20, 4)).astype(np.float32)
+    g = rng.standard_normal((50, 4)).astype(np.float32)
+    positives = [rng.choice(50, 3, replace=False).tolist() for _ in range(20)]
+    a = ee.evaluate(q, None, g, None, positives=positives, metrics=["map"], ci=0.9, n_boot=100)
+    lo, hi = a.ci["map"]
+    assert lo <= a["map"] <= hi
+    b = ee.evaluate(q + 0.1, None, g, None, positives=positives, metrics=["map"])
+    assert "map" in ee.compare({"a": a, "b": b}, n_boot=100).to_markdown()
+
+
+def test_lists_as_2d_integer_array():
+    q, g = [[0.0], [3.0]], [[1.0], [2.0], [3.0]]
+    as_lists = ee.evaluate(q, None, g, None, positives=[[1], [0]], metrics=["map"])
+    as_array = ee.evaluate(q, None, g, None, positives=np.array([[1], [0]]), metrics=["map"])
+    # Query 0: positive 1 (at 2.0) is 2nd -> 1/2.  Query 1: positive 0 (at 1.0) is 3rd -> 1/3.
+    assert as_lists.per_query["map"].tolist() == as_array.per_query["map"].tolist()
+    assert as_array.per_query["map"] == pytest.approx([1 / 2, 1 / 3])
+
+
+def test_lists_bad_input():
+    q, g = [[0.0]], [[1.0], [2.0]]
+    with pytest.raises(ee.InputError, match="both a positive and junk"):
+        ee.evaluate(q, None, g, None, positives=[[0]], junk=[[0]])
+    with pytest.raises(ee.InputError, match="replaces labels"):
+        ee.evaluate(q, [0], g, [0, 1], positives=[[0]])
+    with pytest.raises(ee.InputError, match="outside the reference set"):
+        ee.evaluate(q, None, g, None, positives=[[2]])
+    with pytest.raises(ee.InputError, match="2 lists but there are 1 queries"):
+        ee.evaluate(q, None, g, None, positives=[[0], [1]])
+    with pytest.raises(ee.InputError, match="query_groups"):
+        ee.evaluate(q, None, g, None, positives=[[0]], query_groups=[0])
+    with pytest.raises(ee.InputTypeError, match="2-D integer array"):
+        ee.evaluate(q, None, g, None, positives=np.array([0.5]))
+    with pytest.raises(ee.InputError, match="protocol="):
+        lm.revisitop_lists([{"easy": [], "hard": [], "junk": []}], "medum")

@@ -1,0 +1,179 @@
+"""Re-identification: mINP, CMC and the Market-1501 convention against plain-loop oracles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+from embedeval import reid
+
+
+def market_loop(dist, q_ids, g_ids, q_cams, g_cams, max_rank):
+    """The published Market-1501 evaluation, as loops: per query, rank the gallery (ties by
+    gallery index), drop same-identity-same-camera items, skip queries with no match left;
+    CMC from the first match, AP as the mean precision at each match, INP = matches / rank of
+    the last match."""
+    cmcs, aps, inps = [], [], []
+    for q in range(dist.shape[0]):
+        order = sorted(range(dist.shape[1]), key=lambda j: (dist[q, j], j))
+        kept = [j for j in order if not (g_ids[j] == q_ids[q] and g_cams[j] == q_cams[q])]
+        matches = [1 if g_ids[j] == q_ids[q] else 0 for j in kept]
+        if sum(matches) == 0:
+            continue
+        first = matches.index(1)
+        cmcs.append([1.0 if r >= first else 0.0 for r in range(max_rank)])
+        found, precisions = 0, []
+        for i, m in enumerate(matches):
+            if m:
+                found += 1
+                precisions.append(found / (i + 1))
+        aps.append(sum(precisions) / found)
+        last = max(i for i, m in enumerate(matches) if m)
+        inps.append(found / (last + 1))
+    return np.mean(cmcs, axis=0), float(np.mean(aps)), float(np.mean(inps)), len(aps)
+
+
+def market_like(seed, n_ids=12, n_cams=3, n_q=30, n_g=120, integer=False):
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((n_ids, 8)) * 1.5
+    q_ids = rng.integers(0, n_ids, n_q)
+    g_ids = rng.integers(-1, n_ids, n_g)  # -1: junk
+    q = centers[q_ids] + rng.standard_normal((n_q, 8))
+    g = centers[np.maximum(g_ids, 0)] + rng.standard_normal((n_g, 8))
+    if integer:  # coarse values: many exactly equal distances
+        q, g = np.round(q), np.round(g)
+    return (
+        q.astype(np.float32),
+        q_ids,
+        rng.integers(0, n_cams, n_q),
+        g.astype(np.float32),
+        g_ids,
+        rng.integers(0, n_cams, n_g),
+    )
+
+
+@pytest.mark.parametrize("integer", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_market_protocol_matches_loop(seed, integer):
+    q, qi, qc, g, gi, gc = market_like(seed, integer=integer)
+    res = reid.evaluate_reid(q, qi, qc, g, gi, gc, metrics=["map", "minp", "mrr"])
+    keep = gi != -1  # junk dropped before ranking
+    gk, gik, gck = g[keep], gi[keep], gc[keep]
+    # Squared Euclidean distances of small integers are exact; for the float case the ranking
+    # is the same as float64's for these well-separated values.
+    dist = ((q[:, None, :].astype(np.float64) - gk[None, :, :]) ** 2).sum(-1)
+    cmc, mean_ap, minp, n_valid = market_loop(dist, qi, gik, qc, gck, 10)
+    assert res.n_queries - res.n_lone == n_valid
+    assert res["map"] == pytest.approx(mean_ap, abs=1e-12)
+    assert res["minp"] == pytest.approx(minp, abs=1e-12)
+    np.testing.assert_allclose(res.cmc(10), cmc, rtol=0, atol=1e-12)
+
+
+def test_one_query_minp_by_hand():
+    # Query at 0 (identity 7, camera 0).  Gallery by distance: 1 (id 7, cam 0: hidden),
+    # 2 (id 3), 3 (id 7, cam 1), 4 (id 3), 5 (id 7, cam 2), 6 (id 3).
+    # Ranking after hiding: id3, id7, id3, id7, id3 -> matches at ranks 2 and 4.
+    # INP = R_q / rank of the last match = 2 / 4 = 0.5;  AP = (1/2 + 2/4) / 2 = 0.5;
+    # CMC = [0, 1, 1, 1, 1].
+    g = np.arange(1.0, 7.0)[:, None]
+    res = reid.evaluate_reid(
+        [[0.0]], [7], [0], g, [7, 3, 7, 3, 7, 3], [0, 1, 1, 0, 2, 1], metrics=["minp", "map", "mrr"]
+    )
+    assert res["minp"] == 0.5
+    assert res["map"] == 0.5
+    assert res.cmc(5).tolist() == [0.0, 1.0, 1.0, 1.0, 1.0]
+
+
+def minp_loop(x, y):
+    """Leave-one-out INP per query with ties broken by index; NaN for lone queries."""
+    out = []
+    for q in range(len(x)):
+        d = [((x[q] - x[j]) ** 2).sum() for j in range(len(x))]
+        order = sorted((j for j in range(len(x)) if j != q), key=lambda j: (d[j], j))
+        rel = [y[j] == y[q] for j in order]
+        if not any(rel):
+            out.append(np.nan)
+            continue
+        last = max(i for i, r in enumerate(rel) if r)
+        out.append(sum(rel) / (last + 1))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_minp_per_query_with_ties_and_lone_queries(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 3, (40, 2)).astype(np.float32)  # many duplicate points
+    y = rng.integers(0, 8, 40)
+    y[0] = 99  # a lone query
+    res = ee.evaluate(x, y, metrics=["minp"])
+    want = minp_loop(x.astype(np.float64), y)
+    np.testing.assert_allclose(res.per_query["minp"], want, rtol=0, atol=1e-12)
+    assert np.isnan(res.per_query["minp"][0]) and res.n_lone >= 1
+    assert res["minp"] == pytest.approx(np.nanmean(want))
+    # The tie count is the number of queries whose last relevant item shares its distance with
+    # a non-relevant one (only that block can move the last relevant rank).
+    assert res.n_ties["minp"] == _tie_mask(x, y).sum()
+
+
+def test_minp_unflagged_queries_do_not_depend_on_tie_order():
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 3, (50, 2)).astype(np.float32)
+    y = rng.integers(0, 6, 50)
+    perm = rng.permutation(50)
+    a = ee.evaluate(x, y, metrics=["minp"], progress=False)
+    b = ee.evaluate(x[perm], y[perm], metrics=["minp"], progress=False)
+    # Permuting rows changes the index tie-break; a value may move only where a tie was flagged.
+    va, vb = a.per_query["minp"][perm], b.per_query["minp"]
+    changed = ~np.isclose(va, vb, equal_nan=True)
+    tied = _tie_mask(x, y)[perm]
+    assert a.n_ties["minp"] == tied.sum() > 0
+    assert changed.any() and not (changed & ~tied).any()
+
+
+def _tie_mask(x, y):
+    """Queries whose last relevant item shares its distance with a non-relevant item."""
+    out = np.zeros(len(x), bool)
+    for q in range(len(x)):
+        d = ((x - x[q]) ** 2).sum(1)
+        others = np.arange(len(x)) != q
+        rel = (y == y[q]) & others
+        if not rel.any():
+            continue
+        last_d = d[rel].max()
+        out[q] = ((d == last_d) & ~rel & others).any()
+    return out
+
+
+def test_cmc_equals_recall_at_k_and_needs_mrr():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((60, 4)).astype(np.float32)
+    y = rng.integers(0, 10, 60)
+    res = ee.evaluate(x, y, metrics=["mrr", "recall_at_1", "recall_at_3", "recall_at_5"])
+    cmc = res.cmc(5)
+    assert cmc[[0, 2, 4]].tolist() == [res["recall_at_1"], res["recall_at_3"], res["recall_at_5"]]
+    assert (np.diff(cmc) >= 0).all()
+    with pytest.raises(ee.InputError, match="'mrr' among the metrics"):
+        ee.evaluate(x, y, metrics=["map"]).cmc(5)
+    with pytest.raises(ee.InputError, match="deeper than the ranking"):
+        ee.evaluate(x, y, metrics=["mrr"], k=3).cmc(5)
+
+
+def test_minp_bootstrap_and_compare():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((80, 4)).astype(np.float32)
+    y = rng.integers(0, 8, 80)
+    a = ee.evaluate(x, y, metrics=["minp", "map"], ci=0.9, n_boot=200)
+    lo, hi = a.ci["minp"]
+    assert lo <= a["minp"] <= hi
+    b = ee.evaluate(x + 0.3 * rng.standard_normal(x.shape).astype(np.float32), y, metrics=["minp"])
+    table = ee.compare({"a": a, "b": b}, metrics=["minp"], n_boot=200)
+    assert "minp" in table.to_markdown()
+
+
+def test_identity_camera_groups_hide_only_same_identity_and_camera():
+    qg, gg = reid.identity_camera_groups(
+        [5, 5], ["c1", "c2"], [5, 5, 6, 5], ["c1", "c2", "c1", "c3"]
+    )
+    hidden = gg[None, :] == qg[:, None]
+    assert hidden.tolist() == [[True, False, False, False], [False, True, False, False]]

@@ -1,0 +1,397 @@
+"""Verification metrics against scikit-learn, hand-computed cases and plain-loop oracles."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_curve
+
+import embedeval as ee
+from embedeval import verification as ver
+
+# ---------------------------------------------------------------------------- oracles
+
+
+def tar_at_far_loop(scores, genuine, far):
+    """Brute force: every observed score (and +inf) as threshold, accept score >= t."""
+    scores = [float(s) for s in scores]
+    n_gen = sum(1 for g in genuine if g)
+    n_imp = len(scores) - n_gen
+    best = 0.0
+    for t in [*set(scores), float("inf")]:
+        fa = sum(1 for s, g in zip(scores, genuine, strict=True) if not g and s >= t)
+        ta = sum(1 for s, g in zip(scores, genuine, strict=True) if g and s >= t)
+        if fa / n_imp <= far:
+            best = max(best, ta / n_gen)
+    return best
+
+
+def sklearn_tar_at_far(scores, genuine, far):
+    fpr, tpr, _ = roc_curve(genuine, scores, drop_intermediate=False)
+    return float(tpr[fpr <= far].max())
+
+
+def tied_pairs(rng, n):
+    """Scores on a coarse grid (many ties, genuine and impostor mixed) and genuine flags."""
+    scores = rng.integers(0, 12, n) / 4.0
+    genuine = rng.random(n) < 0.3 + 0.05 * scores
+    genuine[:2] = [True, False]
+    return scores, genuine
+
+
+# ---------------------------------------------------------------------------- roc / tar_at_far
+
+
+def test_six_pair_roc_by_hand():
+    # genuine scores 0.9, 0.8, 0.4; impostor scores 0.7, 0.4, 0.1 (a genuine-impostor tie at 0.4)
+    scores = [0.9, 0.7, 0.8, 0.4, 0.4, 0.1]
+    genuine = [True, False, True, True, False, False]
+    r = ver.roc(scores, genuine)
+    # t=inf: nothing; t=0.9: 1/3 gen; t=0.8: 2/3 gen; t=0.7: 2/3 gen, 1/3 imp;
+    # t=0.4: 3/3 gen, 2/3 imp (the tie is accepted together); t=0.1: all.
+    assert r.thresholds.tolist() == [np.inf, 0.9, 0.8, 0.7, 0.4, 0.1]
+    np.testing.assert_allclose(r.tar, [0, 1 / 3, 2 / 3, 2 / 3, 1, 1])
+    np.testing.assert_allclose(r.far, [0, 0, 0, 1 / 3, 2 / 3, 1])
+    with pytest.warns(ee.EmbedevalWarning, match="far=0.3"):  # 3 impostors: 0.3 < 1/3
+        res = ver.tar_at_far(scores, genuine, far=[0.3, 1 / 3, 0.5, 2 / 3])
+    # FAR <= 0.3 allows no impostor: best is t=0.8 (TAR 2/3); 1/3 allows one: still 2/3 (t=0.7
+    # adds no genuine); 0.5 still one impostor; 2/3 allows two: t=0.4, TAR 1.
+    np.testing.assert_allclose(res.tar, [2 / 3, 2 / 3, 2 / 3, 1.0])
+    assert res.threshold.tolist() == [0.8, 0.7, 0.7, 0.4]
+    np.testing.assert_allclose(res.far_achieved, [0, 1 / 3, 1 / 3, 2 / 3])
+    # EER: FAR - FNMR goes -1, -2/3, -1/3, 0 at t=0.7 (FAR = FNMR = 1/3).
+    assert ver.eer(scores, genuine) == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_roc_matches_sklearn(seed):
+    rng = np.random.default_rng(seed)
+    scores, genuine = tied_pairs(rng, 200)
+    r = ver.roc(scores, genuine)
+    fpr, tpr, thr = roc_curve(genuine, scores, drop_intermediate=False)
+    np.testing.assert_array_equal(r.far, fpr)
+    np.testing.assert_array_equal(r.tar, tpr)
+    np.testing.assert_array_equal(r.thresholds, thr)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_tar_at_far_matches_sklearn_and_loop(seed):
+    rng = np.random.default_rng(seed)
+    scores, genuine = tied_pairs(rng, 150)
+    if seed % 2:
+        scores = rng.standard_normal(150) + genuine  # continuous, no ties
+    fars = [0.001, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ee.EmbedevalWarning)
+        res = ver.tar_at_far(scores, genuine, far=fars)
+    for f, got, thr in zip(fars, res.tar, res.threshold, strict=True):
+        assert got == sklearn_tar_at_far(scores, genuine, f)
+        assert got == tar_at_far_loop(scores, genuine, f)
+        # The stated threshold achieves the stated TAR under the accept rule score >= t.
+        assert np.mean(scores[genuine] >= thr) == got
+        assert np.mean(scores[~genuine] >= thr) <= f
+
+
+def test_distances_flip_the_accept_rule():
+    rng = np.random.default_rng(3)
+    scores, genuine = tied_pairs(rng, 100)
+    sim = ver.tar_at_far(scores, genuine, far=[0.1, 0.3])
+    dist = ver.tar_at_far(-scores, genuine, far=[0.1, 0.3], higher_is_similar=False)
+    np.testing.assert_array_equal(sim.tar, dist.tar)
+    np.testing.assert_array_equal(sim.threshold, -dist.threshold)
+    assert ver.eer(-scores, genuine, higher_is_similar=False) == ver.eer(scores, genuine)
+
+
+def test_too_few_impostors_is_flagged_not_extrapolated():
+    scores = [0.9, 0.8, 0.7, 0.6]
+    genuine = [True, False, True, False]
+    with pytest.warns(ee.EmbedevalWarning, match="fewer than 1/FAR"):
+        res = ver.tar_at_far(scores, genuine, far=[1e-3, 0.5])
+    assert res.resolved.tolist() == [False, True]
+    # FAR 1e-3 with 2 impostors: only FAR = 0 qualifies -> accept score >= 0.9, TAR 1/2.
+    assert res.tar.tolist() == [0.5, 1.0]
+    assert "fewer impostor pairs than 1/FAR" in res.table()
+
+
+def test_fnmr_and_det_are_complements():
+    rng = np.random.default_rng(5)
+    scores, genuine = tied_pairs(rng, 120)
+    fars = [0.05, 0.2]
+    np.testing.assert_allclose(
+        ver.fnmr_at_fmr(scores, genuine, fars), 1 - ver.tar_at_far(scores, genuine, fars).tar
+    )
+    fmr, fnmr, _ = ver.det_curve(scores, genuine)
+    fpr, tpr, _ = roc_curve(genuine, scores, drop_intermediate=False)
+    np.testing.assert_array_equal(fmr, fpr)
+    np.testing.assert_allclose(fnmr, 1 - tpr)
+
+
+def eer_loop(scores, genuine):
+    """Walk sklearn's ROC and interpolate where FAR - FNMR changes sign."""
+    fpr, tpr, _ = roc_curve(genuine, scores, drop_intermediate=False)
+    prev = None
+    for far, tar in zip(fpr, tpr, strict=True):
+        d = far - (1 - tar)
+        if d >= 0:
+            if d == 0:
+                return far
+            pfar, pd = prev
+            return pfar + (far - pfar) * (-pd) / (d - pd)
+        prev = (far, d)
+    raise AssertionError
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_eer_matches_interpolation_loop(seed):
+    rng = np.random.default_rng(seed)
+    scores, genuine = tied_pairs(rng, 90)
+    assert ver.eer(scores, genuine) == pytest.approx(eer_loop(scores, genuine), abs=1e-15)
+
+
+def test_eer_by_hand_interpolated():
+    # genuine 0.9, 0.5; impostor 0.7, 0.3.  ROC: (far, fnmr) = (0, 1), (0, .5), (.5, .5) at 0.7:
+    # d = 0 exactly -> EER 0.5.  Shift the impostor to 0.6 and add one at 0.55:
+    assert ver.eer([0.9, 0.5, 0.7, 0.3], [True, True, False, False]) == 0.5
+    # genuine 0.9, 0.5; impostor 0.7, 0.6, 0.3: points (0,.5) d=-.5 at 0.9; (1/3,.5) d=-1/6 at
+    # 0.7; (2/3,.5) d=1/6 at 0.6 -> crossing halfway: FAR = 1/3 + (1/3)(1/2) = 1/2.
+    assert ver.eer([0.9, 0.5, 0.7, 0.6, 0.3], [True, True, False, False, False]) == 0.5
+
+
+# ---------------------------------------------------------------------------- k-fold (LFW)
+
+
+def kfold_loop(scores, genuine, n_folds):
+    """LFW: consecutive folds; best threshold on the other folds among midpoints of distinct
+    training scores (plus above/below all), ties to the highest; accuracy on the held-out fold."""
+    n = len(scores)
+    sizes = [len(c) for c in np.array_split(np.arange(n), n_folds)]
+    bounds = [0]
+    for s in sizes:
+        bounds.append(bounds[-1] + s)
+    accs = []
+    for f in range(n_folds):
+        train = [i for i in range(n) if not bounds[f] <= i < bounds[f + 1]]
+        distinct = sorted({float(scores[i]) for i in train}, reverse=True)
+        cands = [np.inf] + [(a + b) / 2 for a, b in itertools.pairwise(distinct)] + [-np.inf]
+        best_t, best_acc = None, -1
+        for t in cands:  # highest first, so a later tie does not replace it
+            acc = sum((scores[i] >= t) == genuine[i] for i in train)
+            if acc > best_acc:
+                best_t, best_acc = t, acc
+        test = range(bounds[f], bounds[f + 1])
+        accs.append(sum((scores[i] >= best_t) == genuine[i] for i in test) / len(test))
+    return float(np.mean(accs)), float(np.std(accs)), accs
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kfold_accuracy_matches_lfw_loop(seed):
+    rng = np.random.default_rng(seed)
+    scores, genuine = tied_pairs(rng, 103)
+    mean, std, per_fold = ver.kfold_accuracy(scores, genuine, n_folds=10)
+    want_mean, want_std, want = kfold_loop(scores, genuine, 10)
+    np.testing.assert_allclose(per_fold, want, rtol=0, atol=1e-15)
+    assert mean == pytest.approx(want_mean) and std == pytest.approx(want_std)
+
+
+def test_kfold_explicit_folds_by_hand():
+    # Fold 0 trains on fold 1 (genuine 0.8, impostor 0.2 -> best midpoint 0.5, both right) and
+    # tests 0.6 (genuine, accepted) and 0.4 (impostor, rejected): 1.0.  Fold 1 trains on fold 0
+    # (genuine 0.6, impostor 0.4 -> 0.5) and tests 0.8, 0.2: 1.0.
+    mean, std, per_fold = ver.kfold_accuracy(
+        [0.6, 0.4, 0.8, 0.2], [True, False, True, False], folds=[0, 0, 1, 1]
+    )
+    assert per_fold.tolist() == [1.0, 1.0] and mean == 1.0 and std == 0.0
+
+
+# ---------------------------------------------------------------------------- from embeddings
+
+
+def test_pair_scores_three_distances_by_hand():
+    a = np.array([[3.0, 4.0], [1.0, 0.0]])
+    b = np.array([[6.0, 8.0], [0.0, 2.0]])
+    np.testing.assert_allclose(ver.pair_scores(a, b, distance="cosine"), [1.0, 0.0])
+    np.testing.assert_allclose(ver.pair_scores(a, b, distance="inner_product"), [50.0, 0.0])
+    np.testing.assert_allclose(ver.pair_scores(a, b, distance="euclidean"), [5.0, np.sqrt(5)])
+
+
+def all_pair_scores_loop(x, labels, distance):
+    scores, genuine = [], []
+    n = len(x)
+    for i in range(n):
+        for j in range(i + 1, n):
+            a, b = x[i].astype(np.float64), x[j].astype(np.float64)
+            if distance == "euclidean":
+                s = -np.sqrt(((a - b) ** 2).sum())
+            elif distance == "cosine":
+                s = a @ b / np.sqrt((a @ a) * (b @ b))
+            else:
+                s = a @ b
+            scores.append(s)
+            genuine.append(labels[i] == labels[j])
+    return np.array(scores), np.array(genuine)
+
+
+def integer_set(seed, n=90, dim=6):
+    """Small integer vectors with 4 non-zero +-1 entries: norm 2, so cosine scores, inner
+    products and squared distances are exact in float32 -- and heavily tied."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros((n, dim), np.float32)
+    for i in range(n):
+        cols = rng.choice(dim, 4, replace=False)
+        x[i, cols] = rng.choice([-1.0, 1.0], 4)
+    labels = rng.integers(0, 12, n)
+    # Members of a class share most of their vector, so genuine scores run higher.
+    x[labels % 2 == 0, 0] = 1.0
+    return x, labels
+
+
+@pytest.mark.parametrize("distance", ["cosine", "inner_product", "euclidean"])
+@pytest.mark.parametrize("sample_size", [3, 50, 100_000])
+def test_all_pairs_exact_against_sklearn_on_every_pair(distance, sample_size):
+    x, labels = integer_set(7)
+    fars = [1e-3, 0.01, 0.05, 0.2, 0.6, 1.0]
+    scores, genuine = all_pair_scores_loop(x, labels, distance)
+    got = ver.tar_at_far_all_pairs(
+        x, labels, far=fars, distance=distance, block_size=7, sample_size=sample_size, seed=1
+    )
+    assert got.n_genuine == genuine.sum() and got.n_impostor == (~genuine).sum()
+    for f, tar, thr, fa in zip(fars, got.tar, got.threshold, got.far_achieved, strict=True):
+        assert tar == sklearn_tar_at_far(scores, genuine, f)
+        # The stated threshold is a float32 score (a distance for Euclidean): compare with the
+        # float64 oracle scores up to float32 rounding.
+        t = thr if distance != "euclidean" else -thr
+        assert np.isclose(np.mean(scores[genuine] >= t - 1e-6), tar)
+        assert np.isclose(np.mean(scores[~genuine] >= t - 1e-6), fa) and fa <= f
+
+
+def test_all_pairs_unresolved_far_is_flagged():
+    x, labels = integer_set(2, n=20)
+    with pytest.warns(ee.EmbedevalWarning, match="fewer than 1/FAR"):
+        got = ver.tar_at_far_all_pairs(x, labels, far=[1e-6, 0.1])
+    assert got.resolved.tolist() == [False, True]
+
+
+def test_all_pairs_random_float_data_matches_functional_core():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 30, 300)
+    x = (rng.standard_normal((30, 16))[labels] + rng.standard_normal((300, 16))).astype(np.float32)
+    fars = [1e-4, 1e-3, 1e-2, 0.1]
+    got = ver.tar_at_far_all_pairs(x, labels, far=fars, distance="inner_product", block_size=33)
+    # Oracle: the float32 products of every pair, then the functional core (checked above).
+    s = x @ x.T
+    iu = np.triu_indices(300, 1)
+    want = ver.tar_at_far(s[iu], labels[iu[0]] == labels[iu[1]], far=fars)
+    np.testing.assert_array_equal(got.tar, want.tar)
+    # BLAS may round a float32 product differently for another block shape (one ulp).
+    np.testing.assert_allclose(got.threshold, want.threshold, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------- open set
+
+
+def open_set_loop(q, yq, g, yg, fpir, rank):
+    sims = q.astype(np.float64) @ g.astype(np.float64).T
+    gal_ids = set(yg.tolist())
+    mated_hits, nonmated_best = [], []
+    rank1 = []
+    for i in range(len(q)):
+        row = sims[i]
+        order = sorted(range(len(g)), key=lambda j: (-row[j], j))
+        if yq[i] in gal_ids:
+            pos = next(p for p, j in enumerate(order) if yg[j] == yq[i])
+            rank1.append(pos == 0)
+            mated_hits.append(row[order[pos]] if pos < rank else -np.inf)
+        else:
+            nonmated_best.append(row[order[0]])
+    out = []
+    for f in fpir:
+        best = 0.0
+        for t in [*mated_hits, *nonmated_best, np.inf]:
+            if t == -np.inf:  # a mate beyond the rank is a miss at every threshold
+                continue
+            fp = sum(s >= t for s in nonmated_best) / len(nonmated_best)
+            if fp <= f:
+                best = max(best, sum(s >= t for s in mated_hits) / len(mated_hits))
+        out.append(best)
+    return out, float(np.mean(rank1))
+
+
+@pytest.mark.parametrize("rank", [1, 3])
+def test_open_set_matches_loop(rank):
+    rng = np.random.default_rng(rank)
+    g = rng.integers(-2, 3, (40, 5)).astype(np.float32)
+    yg = rng.integers(0, 15, 40)
+    q = rng.integers(-2, 3, (60, 5)).astype(np.float32)
+    yq = rng.integers(0, 20, 60)
+    fpir = [0.05, 0.1, 0.3, 1.0]
+    with warnings.catch_warnings():  # FPIR 0.05 may be below 1 / (non-mated searches)
+        warnings.simplefilter("ignore", ee.EmbedevalWarning)
+        got = ver.open_set_identification(q, yq, g, yg, fpir, rank=rank, distance="inner_product")
+    want, rank1 = open_set_loop(q, yq, g, yg, fpir, rank)
+    np.testing.assert_allclose(got.dir, want, rtol=0, atol=1e-15)
+    assert got.rank1 == pytest.approx(rank1)
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+def test_bad_input_messages():
+    with pytest.raises(ee.InputError, match="genuine has no impostor"):
+        ver.roc([0.1, 0.2], [True, True])
+    with pytest.raises(ee.InputError, match="one flag per pair"):
+        ver.roc([0.1, 0.2], [True])
+    with pytest.raises(ee.InputError, match=r"far must hold false accept rates in \(0, 1\]"):
+        ver.tar_at_far([0.1, 0.2], [True, False], far=[0.0])
+    with pytest.raises(ee.InputTypeError, match="higher_is_similar"):
+        ver.tar_at_far([0.1, 0.2], [True, False], higher_is_similar="yes")
+    with pytest.raises(ee.InputError, match="no genuine"):
+        ver.tar_at_far_all_pairs(np.eye(3), [0, 1, 2])
+    with pytest.raises(ee.InputError, match="same shape"):
+        ver.pair_scores(np.ones((2, 3)), np.ones((3, 3)))
+    with pytest.raises(ee.InputError, match="no non-mated"):
+        ver.open_set_identification(np.eye(2), [0, 1], np.eye(2), [0, 1])
+
+
+def test_all_pairs_recovers_from_a_misplaced_bracket(monkeypatch):
+    # The first brackets are placed at the very top of the impostor scores (far above the true
+    # order statistics for most targets): the scan must notice and retry, and stay exact.
+    x, labels = integer_set(5)
+    scores, genuine = all_pair_scores_loop(x, labels, "inner_product")
+    real = ver._brackets
+    calls = []
+
+    def misplaced(m, n_imp, sample, margin):
+        calls.append(margin)
+        if len(calls) == 1:
+            top = np.float32(sample.max())
+            return np.full(m.size, top), np.full(m.size, top)
+        return real(m, n_imp, sample, margin)
+
+    monkeypatch.setattr(ver, "_brackets", misplaced)
+    fars = [0.01, 0.1, 0.5]
+    got = ver.tar_at_far_all_pairs(x, labels, far=fars, distance="inner_product", block_size=9)
+    assert len(calls) >= 2
+    for f, tar in zip(fars, got.tar, strict=True):
+        assert tar == sklearn_tar_at_far(scores, genuine, f)
+
+
+def test_kfold_accuracy_on_a_grid_matches_published_loop():
+    # The published LFW scripts: Euclidean distances, a grid 0..4 step 0.01, per fold the first
+    # grid value with the best training accuracy (accept distance < t), accuracy on the fold.
+    rng = np.random.default_rng(8)
+    same = rng.random(600) < 0.5
+    dist = np.where(same, rng.normal(0.9, 0.25, 600), rng.normal(1.5, 0.25, 600)).clip(0, 4)
+    grid = np.arange(0, 4, 0.01)
+    want = []
+    for f in range(10):
+        test = np.zeros(600, bool)
+        test[f * 60 : (f + 1) * 60] = True
+        train_acc = [np.mean((dist[~test] < t) == same[~test]) for t in grid]
+        best = grid[int(np.argmax(train_acc))]
+        want.append(np.mean((dist[test] < best) == same[test]))
+    mean, std, per_fold = ver.kfold_accuracy(dist, same, thresholds=grid, higher_is_similar=False)
+    np.testing.assert_allclose(per_fold, want)
+    assert mean == pytest.approx(np.mean(want)) and std == pytest.approx(np.std(want))
