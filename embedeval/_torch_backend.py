@@ -56,7 +56,7 @@ _TOPK_MAX = 2048  # deepest order statistic taken by topk rather than a full sor
 _MAX_BLOCK = 8192
 _BYTES_PER_KEY = 12  # keys, the comparison mask, exclusion / label masks and their temporaries
 _BYTES_PER_CANDIDATE = 80  # packed codes, their sort, decoded index / bits, kernel arrays
-_INSTALL = "pip install torch (or the package's 'torch' extra: pip install \"embedeval[torch]\")"
+_INSTALL = 'pip install torch (or the package\'s extra: pip install "embedeval-exact[torch]")'
 
 
 def import_torch() -> Any:
