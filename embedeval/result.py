@@ -295,18 +295,31 @@ class EvaluationResult:
             lo_hi = self.ci.get(name)
             ci = f"[{lo_hi[0]:.4f}, {lo_hi[1]:.4f}]" if lo_hi else ""
             rows.append((name, f"{value:.4f}", ci, str(self.n_ties.get(name, ""))))
-        for name, value in self.confidence.items():
-            rows.append((name, f"{value:.4f}", "", ""))
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        lines = [
-            "  ".join(
-                cell.ljust(w) if i == 0 else cell.rjust(w)
-                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-            ).rstrip()
-            for row in rows
-        ]
-        lines.insert(1, "-" * len(lines[0]))
+        areas, scalars = self._confidence_rows(level)
+        lines = _aligned(rows)
+        if areas:
+            lines += ["", "error-reject areas (lower is better)", *_aligned(areas)]
+        if scalars:
+            lines += ["", *_aligned(scalars)]
         return "\n".join(lines + approximation_lines(self.approximation))
+
+    def _confidence_rows(self, level: float) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+        """The confidence metrics as two tables: one row per metric of its error-reject areas,
+        then the other confidence metrics (R-AUROC, ECE, ...) with their intervals."""
+        names = [m for m in self.per_query if f"auerc_{m}" in self.confidence]
+        shown = {f"{a}_{m}" for a in _AREAS for m in names if f"{a}_{m}" in self.confidence}
+        areas = [("metric", *(_AREA_TITLES[a] for a in _AREAS))] if names else []
+        for m in names:
+            cells = [self.confidence.get(f"{a}_{m}") for a in _AREAS]
+            areas.append((m, *("" if v is None else f"{v:.4f}" for v in cells)))
+        ci_title = f"{level * 100:g}% CI" if self.ci else ""
+        scalars = [("confidence metric", "value", ci_title)]
+        for name, value in self.confidence.items():
+            if name not in shown:
+                lo_hi = self.ci.get(name)
+                ci = f"[{lo_hi[0]:.4f}, {lo_hi[1]:.4f}]" if lo_hi else ""
+                scalars.append((name, f"{value:.4f}", ci))
+        return areas, scalars if len(scalars) > 1 else []
 
     def __repr__(self) -> str:
         s = self.settings
@@ -317,6 +330,33 @@ class EvaluationResult:
             f"k={s.get('k')!r}, average={s.get('average')!r})"
         )
         return head + "\n" + self.table()
+
+
+_AREAS = ("auerc", "oracle_auerc", "random_auerc", "excess_auerc", "aurc", "eaurc", "augrc")
+_AREA_TITLES = {
+    "auerc": "AUERC",
+    "oracle_auerc": "oracle",
+    "random_auerc": "random",
+    "excess_auerc": "excess",
+    "aurc": "AURC",
+    "eaurc": "E-AURC",
+    "augrc": "AUGRC",
+}
+
+
+def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows of cells as text lines: the first column left-aligned, the others right-aligned,
+    a rule under the header row."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    return lines
 
 
 #: Keys every result dict has, with the JSON type of their value.
