@@ -148,7 +148,9 @@ def chunk_metrics(
             last = np.zeros(b, dtype=np.int64)
             has = n_hits > 0
             last[has] = hit_pos[row_start[has] + n_hits[has] - 1] + 1
-            complete = has & (n_hits >= relevant)
+            # The engine may hold candidates past k (a tie block at the cut): count the last
+            # relevant item only within the cap.
+            complete = has & (n_hits >= relevant) & (last <= depth_cap)
             value = np.where(complete, relevant / np.maximum(last, 1), 0.0)
             # Only the tie block holding the last relevant item can move it.
             tie = np.where(complete, ties.straddle(last) | ties.straddle(last - 1), False)

@@ -774,7 +774,7 @@ class _DeviceKernels:
             elif m.name == "minp":
                 # INP = R_q / rank of the last relevant reference; 0 when k hides it.
                 last = last_hit_window()
-                complete = (n_hits > 0) & (n_hits >= relevant)
+                complete = (n_hits > 0) & (n_hits >= relevant) & (last <= depth_cap)
                 value = relevant.double() / last.clamp(min=1).double()
                 value = torch.where(complete, value, torch.zeros_like(value))
                 tie = complete & (ties.straddle(last) | ties.straddle(last - 1))

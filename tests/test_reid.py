@@ -177,3 +177,22 @@ def test_identity_camera_groups_hide_only_same_identity_and_camera():
     )
     hidden = gg[None, :] == qg[:, None]
     assert hidden.tolist() == [[True, False, False, False], [False, True, False, False]]
+
+
+def test_minp_is_zero_when_k_hides_the_last_match():
+    # 1-D points 0..4 labelled a a b b a, leave-one-out; ties at equal distance by index.
+    # Rankings (rank of the last relevant item): q0: 1a 2b 3b 4a -> 4; q1: 0a 2b 3b 4a -> 4;
+    # q2: 1a 3b -> 2; q3: 2b -> 1; q4: 3b 2b 1a 0a -> 4.  R_q: 2, 2, 1, 1, 2.
+    x = [[0.0], [1.0], [2.0], [3.0], [4.0]]
+    y = list("aabba")
+    exact = ee.evaluate(x, y, metrics=["minp"]).per_query["minp"]
+    np.testing.assert_allclose(exact, [2 / 4, 2 / 4, 1 / 2, 1 / 1, 2 / 4])
+    capped = ee.evaluate(x, y, metrics=["minp"], k=3).per_query["minp"]
+    np.testing.assert_allclose(capped, [0.0, 0.0, 1 / 2, 1 / 1, 0.0])
+
+
+def test_minp_hidden_by_k_is_zero_on_the_torch_backend_too():
+    pytest.importorskip("torch", reason="the PyTorch backend needs torch")
+    x = [[0.0], [1.0], [2.0], [3.0], [4.0]]
+    got = ee.evaluate(x, list("aabba"), metrics=["minp"], k=3, backend="torch", device="cpu")
+    np.testing.assert_allclose(got.per_query["minp"], [0.0, 0.0, 1 / 2, 1 / 1, 0.0])
