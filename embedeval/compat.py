@@ -26,7 +26,7 @@ from ._errors import EmbedevalWarning, InputError, InputTypeError
 from .evaluate import evaluate
 from .evaluator import host_array
 
-__all__ = ["AccuracyCalculator"]
+__all__ = ["AccuracyCalculator", "UnsupportedCombination"]
 
 #: PML's metric names and embedeval's keys, in the order PML's dict lists them.
 PML_METRICS = {
@@ -39,6 +39,10 @@ PML_METRICS = {
     "r_precision": "r_precision",
 }
 _CLUSTERING = ("AMI", "NMI")
+
+
+class UnsupportedCombination(InputError, NotImplementedError):
+    """A combination of options PML itself refuses with ``NotImplementedError``."""
 
 
 class AccuracyCalculator:
@@ -59,9 +63,11 @@ class AccuracyCalculator:
         As in PML: ``None`` ranks every reference, an int caps the ranking at depth k,
         ``"max_bin_count"`` at the largest class size.
     label_comparison_fn : callable, optional
-        PML's custom label comparison ``fn(a, b) -> bool tensor``.  Supported when it is an
-        equivalence (it splits the labels into classes, e.g. comparing one column of
-        multi-column labels): the classes are read off it once.  Any other relation raises.
+        PML's custom label comparison ``fn(a, b) -> bool tensor``.  Supported when it splits
+        the labels into classes (comparing one column of multi-column labels, floats within
+        clusters, even a relation that never matches a label with itself on a query/gallery
+        split): the classes are read off it once per call.  A relation that does not define
+        classes raises an error.
     device : optional
         Accepted for compatibility; the evaluation runs on the CPU.
     knn_func, kmeans_func : optional
@@ -100,7 +106,7 @@ class AccuracyCalculator:
                 f"k must be an integer greater than 0, None or 'max_bin_count'; got {k!r}."
             )
         if label_comparison_fn is not None and any(m in _CLUSTERING for m in self.metrics):
-            raise InputError(
+            raise UnsupportedCombination(
                 "a custom label_comparison_fn cannot be combined with NMI/AMI (as in PML); "
                 "exclude=('NMI', 'AMI')."
             )
@@ -197,32 +203,58 @@ def _labels(labels: Any) -> np.ndarray:
 def _classes_from_comparison(
     fn: Callable[[Any, Any], Any], yq: np.ndarray, yr: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Turn an equivalence given as a comparison function into class ids.
+    """Turn a label comparison function into class codes the exact engine can use.
 
     The function is called as PML calls it: one query label (a batch of one) against every
-    distinct reference label.  Two labels share a class when the function matches them; the
-    relation must split the labels into disjoint classes, else an error says so.
+    distinct reference label.  A query/reference split works whenever the reference labels a
+    query label matches form the same group for every query label that matches any of them
+    (the groups do not overlap): each group becomes a class, the query labels take their
+    group's class, and labels matching nothing get classes of their own (lone).  Equality of
+    one column, closeness of floats within clusters, and relations that never match a label
+    with itself qualify.  Leave-one-out needs a relation that also matches every label with
+    itself, since each item is then a query and a reference at once.
     """
+    ref = yq if yr is None else yr
+    uq, ur = _unique_rows(yq), _unique_rows(ref)
+    match = _match_matrix(fn, uq, ur)
+    groups, group_of_query = np.unique(match, axis=0, return_inverse=True)
+    group_of_query = group_of_query.reshape(-1)
+    members = groups.sum(axis=0)  # how many distinct groups hold each reference label
+    if (members > 1).any():
+        raise InputError(
+            "label_comparison_fn matches some reference label with query labels that match "
+            "different sets of reference labels, so it does not split the labels into classes "
+            "that exact retrieval metrics can use."
+        )
+    n_groups = groups.shape[0]
+    ref_class = np.where(members == 1, np.argmax(groups, axis=0), n_groups + np.arange(len(ur)))
+    empty = ~groups.any(axis=1)
+    query_class = np.where(
+        empty[group_of_query], n_groups + len(ur) + np.arange(len(uq)), group_of_query
+    )
+    code_q = dict(zip(uq, query_class.tolist(), strict=True))
+    code_r = dict(zip(ur, ref_class.tolist(), strict=True))
+    q = np.fromiter((code_q[v] for v in yq.tolist()), dtype=np.int64, count=len(yq))
+    if yr is None:
+        if any(code_q[v] != code_r[v] for v in uq):
+            raise InputError(
+                "label_comparison_fn does not match every label with itself, so leave-one-out "
+                "(reference=None) cannot tell a query's class; pass the gallery as reference."
+            )
+        return q, None
+    return q, np.fromiter((code_r[v] for v in yr.tolist()), dtype=np.int64, count=len(yr))
+
+
+def _match_matrix(fn: Callable[[Any, Any], Any], uq: list[Any], ur: list[Any]) -> np.ndarray:
+    """fn(query label, every reference label) for every distinct query label, as booleans."""
     import torch
 
-    everything = yq if yr is None else np.concatenate([yq, yr])
-    uniq = _unique_rows(everything)
-    as_tensor = torch.as_tensor(np.array([list(u) if isinstance(u, tuple) else u for u in uniq]))
-    match = np.stack(
-        [np.asarray(fn(as_tensor[i : i + 1], as_tensor)).reshape(-1) for i in range(len(uniq))]
-    ).astype(bool)
-    class_of = np.argmax(match, axis=1)  # the first label each label matches
-    if not (match == match[class_of]).all() or not np.diagonal(match).all():
-        raise InputError(
-            "label_comparison_fn is not an equivalence between labels (some label matches "
-            "labels that do not match each other, or does not match itself), so it does not "
-            "define classes that exact retrieval metrics can use."
-        )
-    lookup = {u: int(c) for u, c in zip(uniq, class_of, strict=True)}
-    yq_codes = np.fromiter((lookup[v] for v in yq.tolist()), dtype=np.int64, count=len(yq))
-    if yr is None:
-        return yq_codes, None
-    return yq_codes, np.fromiter((lookup[v] for v in yr.tolist()), dtype=np.int64, count=len(yr))
+    def tensor(labels: list[Any]) -> Any:
+        return torch.as_tensor(np.array([list(u) if isinstance(u, tuple) else u for u in labels]))
+
+    tq, tr = tensor(uq), tensor(ur)
+    rows = [np.asarray(fn(tq[i : i + 1], tr)).reshape(-1) for i in range(len(uq))]
+    return np.stack(rows).astype(bool)
 
 
 def _unique_rows(labels: np.ndarray) -> list[Any]:

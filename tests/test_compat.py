@@ -159,10 +159,206 @@ def test_custom_comparison_that_is_not_an_equivalence_is_refused():
         return (a - b).abs() <= 1
 
     calc = AccuracyCalculator(exclude=("NMI", "AMI"), label_comparison_fn=within_one)
-    with pytest.raises(ee.InputError, match="equivalence"):
+    with pytest.raises(ee.InputError, match="classes"):
         calc.get_accuracy(x, y)
 
 
 def test_knn_func_is_ignored_with_a_warning():
     with pytest.warns(ee.EmbedevalWarning, match="knn_func is ignored"):
         AccuracyCalculator(knn_func=object())
+
+
+# ---------------------------------------------------------------- PML 2.9's own test cases
+# The inputs and hand-computed expectations of pytorch-metric-learning's accuracy-calculator
+# tests, re-encoded: the shim must reproduce them (and PML, where installed).
+
+
+def _pml_or_none():
+    try:
+        torch, PML = _pml()
+    except pytest.skip.Exception:
+        return None
+    return lambda **kw: PML(device=torch.device("cpu"), **kw)
+
+
+def _check_case(kwargs, args, expected):
+    got = AccuracyCalculator(**kwargs).get_accuracy(*args)
+    for name, value in expected.items():
+        assert got[name] == pytest.approx(value, rel=1e-6), name
+    pml = _pml_or_none()
+    if pml is not None:
+        want = pml(**kwargs).get_accuracy(*args)
+        for name in expected:
+            assert got[name] == pytest.approx(want[name], rel=1e-6), name
+
+
+def test_pml_case_identity_and_interleaved_reference():
+    q = np.arange(10)[:, None]
+    _check_case(
+        {},
+        (q, np.arange(10), q, np.arange(10), False),
+        dict.fromkeys(
+            ["precision_at_1", "r_precision", "mean_average_precision_at_r",
+             "mean_average_precision"], 1.0),
+    )  # fmt: skip
+    # reference: the 10 queries at 0..9, then 10 points of label 1 at 0.5, 1.5, ..., 9.5
+    ref = (np.arange(20) / 2.0)[:, None]
+    ref = np.concatenate([ref[::2], ref[1::2]])
+    ref_labels = np.concatenate([np.arange(10), np.ones(10)])
+    _check_case(
+        {},
+        (q, np.arange(10), ref, ref_labels, True),
+        {
+            "precision_at_1": 1.0,
+            "r_precision": 0.5,
+            "mean_average_precision_at_r": (1 + 2 / 2 + 3 / 5 + 4 / 7 + 5 / 9) / 10,
+            "mean_average_precision": (
+                1 + 2 / 2 + 3 / 5 + 4 / 7 + 5 / 9 + 6 / 11 + 7 / 13 + 8 / 15 + 9 / 17 + 10 / 19
+            )
+            / 10,
+        },
+    )
+
+
+def _far_apart_case():
+    q = np.arange(10)[:, None].copy()
+    r = np.arange(10)[:, None].copy()
+    q[-1], r[0] = 100, -100
+    return q, r
+
+
+def test_pml_case_global_and_per_class_averages():
+    q, r = _far_apart_case()
+    ql = np.array([0] * 9 + [1])
+    rl = np.array([1] + [0] * 9)
+    args = (q, ql, r, rl, False)
+    _check_case(
+        {"avg_of_avgs": False},
+        args,
+        {"precision_at_1": 0.9, "r_precision": 0.9, "mean_average_precision_at_r": 0.9,
+         "mean_average_precision": 0.9 + 0.01},
+    )  # fmt: skip
+    _check_case(
+        {"avg_of_avgs": True},
+        args,
+        {"precision_at_1": 0.5, "r_precision": 0.5, "mean_average_precision_at_r": 0.5,
+         "mean_average_precision": (1 + 0.1) / 2},
+    )  # fmt: skip
+
+
+def _same_first_other_second(x, y):  # never matches a label with itself
+    return (x[..., 0] == y[..., 0]) & (x[..., 1] != y[..., 1])
+
+
+def test_pml_case_comparison_that_never_matches_a_label_with_itself():
+    pytest.importorskip("torch")
+    q, r = _far_apart_case()
+    ql = np.array([(0, 2)] * 9 + [(1, 2)])
+    rl = np.array([(1, 3)] + [(0, 3)] * 9)
+    base = {"exclude": ("NMI", "AMI"), "label_comparison_fn": _same_first_other_second}
+    _check_case(
+        {**base, "avg_of_avgs": False},
+        (q, ql, r, rl, False),
+        {"precision_at_1": 0.9, "r_precision": 0.9, "mean_average_precision_at_r": 0.9,
+         "mean_average_precision": 0.9 + 0.01},
+    )  # fmt: skip
+    simple = (
+        np.arange(2)[:, None],
+        np.array([(1, 3), (7, 3)]),
+        np.arange(5)[:, None],
+        np.array([(1, 3), (7, 4), (1, 4), (1, 5), (1, 6)]),
+        False,
+    )
+    expected = {
+        "precision_at_1": 0.5,
+        "r_precision": (1 / 3 + 1) / 2,
+        "mean_average_precision_at_r": ((1 / 3) / 3 + 1) / 2,
+        "mean_average_precision": ((1 / 3 + 2 / 4 + 3 / 5) / 3 + 1) / 2,
+    }
+    _check_case({**base, "avg_of_avgs": False}, simple, expected)
+    _check_case({**base, "avg_of_avgs": True}, simple, expected)
+    with pytest.raises(NotImplementedError):
+        AccuracyCalculator(include=("NMI", "AMI"), label_comparison_fn=_same_first_other_second)
+
+
+def test_pml_case_float_labels_compared_within_one():
+    pytest.importorskip("torch")
+
+    def close(x, y):
+        return (x - y).abs() < 1
+
+    base = {"exclude": ("NMI", "AMI"), "label_comparison_fn": close}
+    q, r = np.array([0, 3])[:, None], np.array([0, 3, 1, 2])[:, None]
+    ql = np.array([0.01, 0.02])
+    _check_case(
+        base,
+        (q, ql, r, np.array([10.0, 0.03, 0.04, 0.05]), False),
+        {"precision_at_1": (0 + 1) / 2, "r_precision": (2 / 3 + 3 / 3) / 2,
+         "mean_average_precision_at_r": ((0 + 1 / 2 + 2 / 3) / 3 + 1) / 2,
+         "mean_average_precision": ((0 + 1 / 2 + 2 / 3 + 3 / 4) / 3 + 1) / 2},
+    )  # fmt: skip
+    # the queries are the first reference rows
+    r2 = np.array([0, 3, 1, 2])[:, None]
+    _check_case(
+        base,
+        (q, ql, r2, np.array([0.01, 0.02, 10, 0.03]), True),
+        {"precision_at_1": 0.5, "r_precision": 0.5,
+         "mean_average_precision_at_r": ((0 + 1 / 2) / 2 + 1 / 2) / 2,
+         "mean_average_precision": ((0 + 1 / 2 + 2 / 3) / 2 + (1 + 2 / 3) / 2) / 2},
+    )  # fmt: skip
+
+
+def test_pml_case_colocated_items_of_different_labels():
+    # two items at each of two points, one of each label: the query's twin is the other label
+    got = AccuracyCalculator(include=("precision_at_1",)).get_accuracy(
+        np.array([[10], [10], [20], [20]]), np.array([1, 0, 1, 0])
+    )
+    assert got["precision_at_1"] == 0.0
+
+
+def test_pml_case_every_item_at_one_point():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 10_000)
+    got = AccuracyCalculator(include=("precision_at_1",), k=1).get_accuracy(
+        np.zeros((10_000, 2)), labels
+    )
+    # all distances tie: the nearest is the lowest other index; about half share the label
+    assert got["precision_at_1"] == pytest.approx(0.5, rel=0.1)
+
+
+def test_pml_case_queries_must_lead_the_reference():
+    q = np.array([[0], [10], [20]])
+    ql = np.array([0, 1, 2])
+    calc = AccuracyCalculator(include=("precision_at_1",))
+    calc.get_accuracy(q, ql, np.array([[0], [5], [10], [15], [20]]), np.array([0, 9, 1, 8, 2]))
+    with pytest.raises(ValueError):
+        calc.get_accuracy(
+            q, ql, np.array([[0], [5], [10], [15], [20]]), np.array([0, 9, 1, 8, 2]), True
+        )
+    calc.get_accuracy(
+        q, ql, np.array([[0], [10], [20], [5], [15]]), np.array([0, 1, 2, 8, 9]), True
+    )
+
+
+@pytest.mark.parametrize("k", [-1, 0, 1.5, "max"])
+def test_pml_case_invalid_k(k):
+    with pytest.raises(ValueError):
+        AccuracyCalculator(k=k)
+
+
+@pytest.mark.parametrize("ecfss", [False, True])
+@pytest.mark.parametrize("max_k", [None, 98, "max_bin_count"])
+@pytest.mark.parametrize("n_classes", [2, 11, 103])
+def test_pml_case_large_k_against_pml(ecfss, max_k, n_classes):
+    torch, PML = _pml()
+    rng = np.random.default_rng(493 + n_classes)
+    x = rng.random((1000, 5)).astype(np.float32)
+    y = rng.integers(0, n_classes, 1000)
+    include = ("mean_average_precision", "mean_average_precision_at_r", "precision_at_1")
+    kw = {} if max_k is None else {"k": max_k}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = PML(device=torch.device("cpu"), **kw).get_accuracy(x, y, x, y, ecfss, include)
+        got = AccuracyCalculator(**kw).get_accuracy(x, y, x, y, ecfss, include)
+    for name in include:
+        assert got[name] == pytest.approx(want[name], abs=1e-5), name
