@@ -260,7 +260,9 @@ def trapezoid_ap(ranks: np.ndarray, lims: np.ndarray) -> np.ndarray:
     before = np.where(ranks == 0, 1.0, j / np.maximum(ranks, 1))
     at = (j + 1) / (ranks + 1.0)
     terms = (before + at) / 2.0
-    sums = np.add.reduceat(np.append(terms, 0.0), lims[:-1]) if ranks.size else np.zeros(0)
+    sums = (
+        np.add.reduceat(np.append(terms, 0.0), lims[:-1]) if ranks.size else np.zeros(counts.size)
+    )
     out = np.full(counts.size, np.nan)
     has = counts > 0
     out[has] = sums[has] / counts[has]

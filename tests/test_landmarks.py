@@ -150,6 +150,20 @@ def test_trapezoid_ap_by_hand_against_step():
     assert ap[0] == pytest.approx(19 / 24)
 
 
+def test_revisitop_protocol_without_any_positive():
+    # Every hard list is empty: the Hard protocol has no query with a positive, so its mAP and
+    # mP@k are undefined (NaN over 0 queries), while Easy still scores: the positive 0 (at 1.0)
+    # is ranked first by both queries, AP = 1.
+    gnd = [{"easy": [0], "hard": [], "junk": []}] * 2
+    out = lm.revisitop_evaluate(
+        [[0.0], [1.0]], [[1.0], [2.0]], gnd, protocols=["hard", "easy"], distance="euclidean"
+    )
+    assert out["hard"]["n_queries"] == 0
+    assert np.isnan(out["hard"]["map"]) and np.isnan(out["hard"]["mp@5"])
+    assert np.isnan(out["hard"]["ap"]).all() and out["hard"]["ap"].size == 2
+    assert out["easy"]["map"] == 1.0 and out["easy"]["n_queries"] == 2
+
+
 def test_ci_and_compare_with_lists():
     rng = np.random.default_rng(1)
     q = rng.standard_normal((20, 4)).astype(np.float32)
