@@ -410,6 +410,10 @@ def _fold_ids(n: int, n_folds: int, folds: Any) -> np.ndarray:
 
 def _best_threshold(s: np.ndarray, g: np.ndarray) -> float:
     """Threshold maximising accuracy of ``score >= t`` on (s, g); ties to the highest t."""
+    # Training folds of one kind are valid (pairs stored genuine first, then impostors): every
+    # pair right means accept all (the lowest candidate) or reject all (the highest).
+    if g.all() or not g.any():
+        return -np.inf if g.all() else np.inf
     r = roc(s, g)
     n_gen, n_imp = r.n_genuine, r.n_impostor
     correct = r.tar * n_gen + (1.0 - r.far) * n_imp

@@ -206,6 +206,23 @@ def test_kfold_explicit_folds_by_hand():
     assert per_fold.tolist() == [1.0, 1.0] and mean == 1.0 and std == 0.0
 
 
+def test_kfold_training_folds_of_one_kind():
+    # Pairs stored genuine first, then impostors; 2 consecutive folds.  Fold 0 (the genuine
+    # 0.9, 0.8) trains on two impostors: rejecting everything is right on both, so nothing is
+    # accepted and the held-out genuine pairs score 0/2.  Fold 1 trains on two genuine pairs:
+    # accept everything, so the held-out impostors score 0/2.  Mean 0, std 0.
+    mean, std, per_fold = ver.kfold_accuracy(
+        [0.9, 0.8, 0.1, 0.2], [True, True, False, False], n_folds=2
+    )
+    assert per_fold.tolist() == [0.0, 0.0] and mean == 0.0 and std == 0.0
+    # Three folds: fold 2 (impostors 0.1, 0.2) trains on genuine 0.9, 0.8 and impostor 0.3:
+    # best t = midpoint (0.8 + 0.3) / 2 = 0.55 rejects both held-out impostors: 2/2.
+    # The same loop as the LFW oracle above gives every fold.
+    scores, genuine = [0.9, 0.8, 0.3, 0.1, 0.2, 0.25], [True, True, False, False, False, False]
+    _, _, per_fold = ver.kfold_accuracy(scores, genuine, n_folds=3)
+    assert per_fold.tolist() == kfold_loop(scores, genuine, 3)[2]
+
+
 # ---------------------------------------------------------------------------- from embeddings
 
 
