@@ -503,7 +503,9 @@ def tar_at_far_all_pairs(
     keeps those inside it, and the order statistic is read exactly from the kept scores.  Should
     the bracket miss (the sample is checked, not trusted), the pass is repeated with a wider one,
     so the result is exact whatever the sample.  Scores are float32 (cosine: products of the
-    normalised vectors; Euclidean: the negated distance, thresholds reported as distances).
+    normalised vectors; Euclidean: the negated distance, thresholds reported as distances); a
+    pair of identical vectors gets its exact score (distance 0, cosine 1, inner product
+    ||x||^2), so duplicates tie as in exact arithmetic.
 
     Parameters
     ----------
@@ -551,11 +553,12 @@ def tar_at_far_all_pairs(
     if block_size is None:
         block_size = max(1, min(n, memory_budget // (16 * n)))
     sample = _impostor_sample(xf, codes, sq, distance, sample_size, seed)
+    twins = _identical_pairs(xf, distance)
     margin, n_scans = 8.0, 0
     while True:
         n_scans += 1
         lo, hi = _brackets(m, n_imp, sample, margin)
-        scan = _scan_pairs(xf, codes, sq, distance, lo, hi, block_size, n_threads)
+        scan = _scan_pairs(xf, codes, sq, distance, lo, hi, block_size, n_threads, twins)
         out = _read_brackets(m, n_imp, n_gen, scan)
         if out is not None:
             break
@@ -627,9 +630,35 @@ def _block_genuine(rows: np.ndarray, codes, members) -> tuple[np.ndarray, np.nda
     return rep[later], cols[later]
 
 
-def _scan_pairs(xf, codes, sq, distance, lo, hi, block_size, n_threads) -> dict[str, Any]:
+def _identical_pairs(xf: np.ndarray, distance: str) -> tuple | None:
+    """Groups of identical rows (as scored, after normalisation) and each row's score with
+    itself, or None without duplicates.
+
+    A float32 product scores two identical vectors a few units in the last place (Euclidean: up
+    to ~1e-3 after the square root) away from their exact score, differently for each pair, so
+    a tied block of twin pairs would be split; :func:`_scan_pairs` writes the exact score
+    (distance 0, cosine 1, inner product ||x||^2) over them.
+    """
+    from ._duplicates import find_duplicate_rows
+
+    dup = find_duplicate_rows(xf)
+    if dup is None:
+        return None
+    group = np.arange(xf.shape[0])  # a row without a twin is its own group
+    group[dup.members] = dup.first[dup.group]
+    if distance == "inner_product":
+        own = np.einsum("ij,ij->i", xf, xf, dtype=np.float64).astype(np.float32)
+    else:  # negated Euclidean distance 0, or the cosine of a unit vector with itself
+        own = np.full(xf.shape[0], 0.0 if distance == "euclidean" else 1.0, np.float32)
+    return group, _genuine_pairs(group), own
+
+
+def _scan_pairs(
+    xf, codes, sq, distance, lo, hi, block_size, n_threads, twins=None
+) -> dict[str, Any]:
     """One pass over the pairs i < j.  Per target f and per kind (impostor, genuine): the count
-    of scores above ``hi[f]`` and the scores in ``[lo[f], hi[f]]``."""
+    of scores above ``hi[f]`` and the scores in ``[lo[f], hi[f]]``.  ``twins``
+    (:func:`_identical_pairs`) gives pairs of identical rows their exact score."""
     from .knn import in_order, single_threaded_blas
 
     n, t = xf.shape[0], lo.size
@@ -652,6 +681,9 @@ def _scan_pairs(xf, codes, sq, distance, lo, hi, block_size, n_threads) -> dict[
         s = _block_scores(xf[a:b], xf[a:], distance, None if sq is None else sq[a:])
         r, c = np.tril_indices(b - a)  # pairs j <= i of the block's leading square
         s[r, c] = -np.inf
+        if twins is not None:
+            tr, tc = _block_genuine(np.arange(a, b), twins[0], twins[1])
+            s[tr - a, tc - a] = twins[2][tr]
         gr, gc = _block_genuine(np.arange(a, b), codes, members)
         gen = s[gr - a, gc - a]
         s[gr - a, gc - a] = -np.inf

@@ -284,6 +284,28 @@ def test_all_pairs_exact_against_sklearn_on_every_pair(distance, sample_size):
         assert np.isclose(np.mean(scores[~genuine] >= t - 1e-6), fa) and fa <= f
 
 
+@pytest.mark.parametrize("block_size", [1, 2, 3, 6])
+def test_all_pairs_identical_vectors_tie_at_distance_zero(block_size):
+    # Three copies of u (labels 0, 0, 1) and three of w (labels 1, 2, 2).  The 6 pairs of
+    # identical vectors are all at distance 0: genuine (0, 1) and (4, 5), impostors (0, 2),
+    # (1, 2), (3, 4), (3, 5).  The 9 pairs u-w are at |u - w|: genuine (2, 3), 8 impostors.
+    # So 3 genuine and 12 impostor pairs.  At FAR 0.25 (3 impostors allowed) the tied block at
+    # 0 (4 impostors) cannot be accepted: TAR 0.  At FAR 1/3 it can: TAR 2/3.  A float32
+    # ||u||^2 + ||w||^2 - 2 u.w puts w's copies about 0.01 apart, which split the tie.
+    u = [-5.227484226226807, -4.1306352615356445]
+    w = [-24.414674758911133, 17.997074127197266]
+    x = np.array([u, u, u, w, w, w], np.float32)
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    fars = [0.25, 1 / 3, 1.0]
+    got = ver.tar_at_far_all_pairs(x, labels, far=fars, distance="euclidean", block_size=block_size)
+    np.testing.assert_allclose(got.tar, [0.0, 2 / 3, 1.0])
+    i, j = np.triu_indices(6, 1)
+    dist = np.sqrt(((x[i].astype(np.float64) - x[j]) ** 2).sum(axis=1))
+    fpr, tpr, _ = roc_curve(labels[i] == labels[j], -dist, drop_intermediate=False)
+    np.testing.assert_allclose(got.tar, [tpr[fpr <= f].max() for f in fars])
+    assert got.threshold[1] == 0.0 and got.far_achieved[1] == pytest.approx(4 / 12)
+
+
 def test_all_pairs_unresolved_far_is_flagged():
     x, labels = integer_set(2, n=20)
     with pytest.warns(ee.EmbedevalWarning, match="fewer than 1/FAR"):
