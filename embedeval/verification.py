@@ -840,12 +840,19 @@ def _search_scores(xq, xg, cq, cg, distance, block_size):
     xq = _prepare(xq, distance, "query")
     xg = _prepare(xg, distance, "gallery")
     sq = np.einsum("ij,ij->i", xg, xg) if distance == "euclidean" else None
+    from ._duplicates import find_duplicate_rows
+
+    # Identical gallery rows must tie (then rank by index); a float32 product can score them a
+    # unit in the last place apart, so every member takes its group's first member's score.
+    dup = find_duplicate_rows(np.ascontiguousarray(xg, dtype=np.float32))
     n = xq.shape[0]
     best, mate_score = np.empty(n), np.full(n, -np.inf)
     mate_rank = np.full(n, np.iinfo(np.int64).max)
     cols = np.arange(xg.shape[0])
     for a in range(0, n, block_size):
         s = _block_scores(xq[a : a + block_size], xg, distance, sq)
+        if dup is not None:
+            s[:, dup.members] = s[:, dup.first[dup.group]]
         best[a : a + block_size] = s.max(axis=1)
         same = cg[None, :] == cq[a : a + block_size, None]
         masked = np.where(same, s, -np.inf)

@@ -434,3 +434,25 @@ def test_kfold_accuracy_on_a_grid_matches_published_loop():
     mean, std, per_fold = ver.kfold_accuracy(dist, same, thresholds=grid, higher_is_similar=False)
     np.testing.assert_allclose(per_fold, want)
     assert mean == pytest.approx(np.mean(want)) and std == pytest.approx(np.std(want))
+
+
+def test_open_set_identical_gallery_rows_tie_and_rank_by_index():
+    # Gallery row 6 is a copy of row 0, with another identity.  The query (identity "a", the
+    # copy's) lies near row 0, so rows 0 and 6 are its two best, tied in exact arithmetic: the
+    # tie goes to the lower index, row 0 ("b"), and the mate ranks 2nd -> rank-1 rate 0/1 and
+    # DIR at rank 1 is 0.  A float32 product can score the copy one unit in the last place
+    # higher and put the mate first.  The oracle: float64 products (equal for equal rows).
+    rng = np.random.default_rng(0)
+    d, ng = int(rng.integers(4, 20)), int(rng.integers(3, 10))
+    gallery = rng.normal(size=(ng, d)).astype(np.float32)
+    gallery[-1] = gallery[0]
+    query = (gallery[:1] + 0.05 * rng.normal(size=(1, d))).astype(np.float32)
+    query = np.vstack([query, -gallery[:1]])  # plus one non-mated search
+    g_ids = [*"bcdefghij"[: ng - 1], "a"]
+    s = query[:1].astype(np.float64) @ gallery.T.astype(np.float64)
+    order = sorted(range(ng), key=lambda j: (-s[0, j], j))
+    assert order[:2] == [0, ng - 1]  # the tie, broken by index
+    got = ver.open_set_identification(
+        query, ["a", "z"], gallery, g_ids, fpir=[1.0], distance="inner_product", block_size=1
+    )
+    assert got.rank1 == 0.0 and got.dir.tolist() == [0.0]
