@@ -111,10 +111,20 @@ def revisitop_lists(gnd: Sequence[dict[str, Any]], protocol: str) -> tuple[list,
 # ---------------------------------------------------------------------------- streamed ranking
 def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
     """Per query block: its junk-free ranking as CSR candidates and the positive flags."""
-    from .knn import Candidates, PreparedSearch, sortable_bits
+    from .knn import (
+        Candidates,
+        PreparedSearch,
+        reference_duplicates,
+        representatives,
+        sortable_bits,
+    )
 
-    search = PreparedSearch.build(xq, xb, distance)
     n_q, n_ref = xq.shape[0], xb.shape[0]
+    # Identical references share one key (as in the kNN engine), so they tie and rank by index.
+    dups = reference_duplicates(xb, distance)
+    search = PreparedSearch.build(xq, xb, distance).with_duplicates(
+        dups, representatives(xb, dups, distance), slice(0, n_ref)
+    )
     cols = np.arange(n_ref)
     for a in range(0, n_q, block_size):
         b = min(a + block_size, n_q)

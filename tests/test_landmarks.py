@@ -164,6 +164,23 @@ def test_revisitop_protocol_without_any_positive():
     assert out["easy"]["map"] == 1.0 and out["easy"]["n_queries"] == 2
 
 
+def test_identical_references_tie_and_rank_by_index():
+    # Reference 5 is a copy of reference 0 and the query lies next to them: in exact arithmetic
+    # both are its nearest, tied, so reference 0 ranks first (lower index) and the positive
+    # (the copy) second: step AP = 1/2; trapezoid AP = (0/1 + 1/2) / 2 = 1/4.  A float32
+    # product could put the copy one unit in the last place nearer and rank it first.
+    rng = np.random.default_rng(67)
+    d, nb = int(rng.integers(4, 20)), int(rng.integers(3, 12))
+    db = rng.standard_normal((nb, d)).astype(np.float32)
+    db[-1] = db[0]
+    q = (db[:1] + 0.05 * rng.standard_normal((1, d))).astype(np.float32)
+    res = ee.evaluate(q, None, db, None, positives=[[nb - 1]], metrics=["map"], distance="cosine")
+    assert res["map"] == 0.5
+    gnd = [{"easy": [nb - 1], "hard": [], "junk": []}]
+    out = lm.revisitop_evaluate(q, db, gnd, protocols=["easy"])
+    assert out["easy"]["map"] == 0.25 and out["easy"]["map_step"] == 0.5
+
+
 def test_ci_and_compare_with_lists():
     rng = np.random.default_rng(1)
     q = rng.standard_normal((20, 4)).astype(np.float32)
