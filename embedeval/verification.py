@@ -429,7 +429,8 @@ def _best_threshold(s: np.ndarray, g: np.ndarray) -> float:
 # ---------------------------------------------------------------------------- from embeddings
 def _prepare(x: np.ndarray, distance: str, name: str) -> np.ndarray:
     if distance == "cosine":
-        norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(np.float32)
+        # Norms in the rows' own precision: float32 for the products, float64 for pair_scores.
+        norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(x.dtype)
         if (norms == 0).any():
             raise InputError(
                 f"distance='cosine' needs non-zero vectors; {int((norms == 0).sum())} row(s) of "

@@ -226,6 +226,19 @@ def test_kfold_training_folds_of_one_kind():
 # ---------------------------------------------------------------------------- from embeddings
 
 
+def test_pair_scores_cosine_is_float64():
+    # The docstring promises float64 scores: a vector with itself is 1 to float64 precision,
+    # and scikit-learn's paired cosine distances (float64) agree to 1e-12.
+    from sklearn.metrics.pairwise import paired_cosine_distances
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((200, 32)).astype(np.float32)
+    b = rng.standard_normal((200, 32)).astype(np.float32)
+    np.testing.assert_allclose(ver.pair_scores(a, a), 1.0, rtol=0, atol=1e-14)
+    want = 1.0 - paired_cosine_distances(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(ver.pair_scores(a, b), want, rtol=0, atol=1e-12)
+
+
 def test_pair_scores_three_distances_by_hand():
     a = np.array([[3.0, 4.0], [1.0, 0.0]])
     b = np.array([[6.0, 8.0], [0.0, 2.0]])
