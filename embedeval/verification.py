@@ -636,9 +636,11 @@ def _identical_pairs(xf: np.ndarray, distance: str) -> tuple | None:
     itself, or None without duplicates.
 
     A float32 product scores two identical vectors a few units in the last place (Euclidean: up
-    to ~1e-3 after the square root) away from their exact score, differently for each pair, so
+    to ~1e-2 after the square root) away from their exact score, differently for each pair, so
     a tied block of twin pairs would be split; :func:`_scan_pairs` writes the exact score
-    (distance 0, cosine 1, inner product ||x||^2) over them.
+    (distance 0, cosine 1, inner product ||x||^2) over them.  Pairs with one twin, (a, c) and
+    (b, c) with a = b, sit at different places of the product and can round apart too; they
+    are rescored in float64 (:func:`_twin_scores`), which rounds them to the same float32.
     """
     from ._duplicates import find_duplicate_rows
 
@@ -651,7 +653,26 @@ def _identical_pairs(xf: np.ndarray, distance: str) -> tuple | None:
         own = np.einsum("ij,ij->i", xf, xf, dtype=np.float64).astype(np.float32)
     else:  # negated Euclidean distance 0, or the cosine of a unit vector with itself
         own = np.full(xf.shape[0], 0.0 if distance == "euclidean" else 1.0, np.float32)
-    return group, _genuine_pairs(group), own
+    has_twin = np.zeros(xf.shape[0], bool)
+    has_twin[dup.members] = True
+    return group, _genuine_pairs(group), own, has_twin
+
+
+def _twin_scores(s: np.ndarray, xf: np.ndarray, a: int, distance: str, has_twin: np.ndarray):
+    """Rescore in float64 the rows and columns of block ``s`` (rows a.., columns a..) that
+    belong to vectors with a twin, then round to float32."""
+
+    def scores64(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+        p, q = p.astype(np.float64), q.astype(np.float64)
+        q_sq = np.einsum("ij,ij->i", q, q) if distance == "euclidean" else None
+        return _block_scores(p, q, distance, q_sq).astype(np.float32)
+
+    rows = np.flatnonzero(has_twin[a : a + s.shape[0]])
+    cols = np.flatnonzero(has_twin[a:])
+    if rows.size:
+        s[rows] = scores64(xf[a + rows], xf[a:])
+    if cols.size:
+        s[:, cols] = scores64(xf[a : a + s.shape[0]], xf[a + cols])
 
 
 def _scan_pairs(
@@ -680,6 +701,8 @@ def _scan_pairs(
     def one_block(a: int) -> tuple[tuple, tuple]:
         b = min(a + block_size, n)
         s = _block_scores(xf[a:b], xf[a:], distance, None if sq is None else sq[a:])
+        if twins is not None:
+            _twin_scores(s, xf, a, distance, twins[3])
         r, c = np.tril_indices(b - a)  # pairs j <= i of the block's leading square
         s[r, c] = -np.inf
         if twins is not None:

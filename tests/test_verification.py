@@ -319,6 +319,24 @@ def test_all_pairs_identical_vectors_tie_at_distance_zero(block_size):
     assert got.threshold[1] == 0.0 and got.far_achieved[1] == pytest.approx(4 / 12)
 
 
+def test_all_pairs_pairs_with_a_twin_tie():
+    # 52 vectors drawn from 17 distinct ones, 4 labels: pairs (a, c) and (b, c) with a = b are
+    # equal in exact arithmetic, but a float32 product computes them at different places and
+    # can round them a unit apart, splitting a tied genuine/impostor set at the cut.  Oracle:
+    # scikit-learn on the float64 inner products of every pair (equal inputs, equal values).
+    rng = np.random.default_rng(0)
+    n, d = int(rng.integers(10, 60)), int(rng.integers(2, 12))
+    base = rng.normal(size=(max(2, n // 3), d)).astype(np.float32)
+    x = base[rng.integers(0, base.shape[0], n)]
+    labels = rng.integers(0, 4, n)
+    i, j = np.triu_indices(n, 1)
+    scores = (x[i].astype(np.float64) * x[j]).sum(axis=1)
+    fpr, tpr, _ = roc_curve(labels[i] == labels[j], scores, drop_intermediate=False)
+    fars = np.arange(1, 40) / 40
+    got = ver.tar_at_far_all_pairs(x, labels, far=fars, distance="inner_product", block_size=7)
+    np.testing.assert_allclose(got.tar, [tpr[fpr <= f].max() for f in fars], rtol=0, atol=1e-12)
+
+
 def test_all_pairs_unresolved_far_is_flagged():
     x, labels = integer_set(2, n=20)
     with pytest.warns(ee.EmbedevalWarning, match="fewer than 1/FAR"):
