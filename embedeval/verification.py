@@ -506,7 +506,8 @@ def tar_at_far_all_pairs(
     so the result is exact whatever the sample.  Scores are float32 (cosine: products of the
     normalised vectors; Euclidean: the negated distance, thresholds reported as distances); a
     pair of identical vectors gets its exact score (distance 0, cosine 1, inner product
-    ||x||^2), so duplicates tie as in exact arithmetic.
+    ||x||^2) and the other pairs of a vector with a twin are scored in float64 then rounded, so
+    duplicates tie as in exact arithmetic.
 
     Parameters
     ----------
