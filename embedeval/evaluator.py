@@ -151,7 +151,8 @@ class Evaluator:
     Distributed: when ``torch.distributed`` is initialised with several processes,
     :meth:`compute` is a collective call (every rank must call it): the rows of every rank are
     gathered on every rank, de-duplicated by ``indices``, and every rank computes and returns
-    the same result.  Without ``indices`` padded duplicates cannot be recognised, which a
+    the same result.  A rank that received no rows (or no rows of one side of a split)
+    contributes none.  Without ``indices`` padded duplicates cannot be recognised, which a
     warning says.
 
     Examples
@@ -296,6 +297,11 @@ class Evaluator:
         if not sides:
             raise InputError(
                 "compute() was called before any update(); there is nothing to evaluate."
+            )
+        if None in sides and len(sides) > 1:  # only possible when ranks disagree
+            raise InputError(
+                "some processes called update() with split=None and others with split='query' "
+                "/ 'reference'; every rank must accumulate the same kind of evaluation."
             )
         if None not in sides and set(sides) != {"query", "reference"}:
             missing = "reference" if "query" in sides else "query"
