@@ -362,3 +362,22 @@ def test_pml_case_large_k_against_pml(ecfss, max_k, n_classes):
         got = AccuracyCalculator(**kw).get_accuracy(x, y, x, y, ecfss, include)
     for name in include:
         assert got[name] == pytest.approx(want[name], abs=1e-5), name
+
+
+def test_fractional_float_labels_equal_pml():
+    # PML compares labels with ==, so 0.05 and 0.15 are two classes; embedeval itself takes
+    # class ids only, so the shim must code them.  PML 2.9 is the oracle, per class too.
+    torch, PML = _pml()
+    x, y = _data(seed=11, n=90, n_classes=6)
+    y[:2] = [40, 41]  # two lone classes
+    yf = torch.from_numpy(y * 0.1 + 0.05)
+    xr, yr = _data(seed=12, n=70, n_classes=6)
+    yrf = torch.from_numpy(yr * 0.1 + 0.05)
+    tx, txr = torch.from_numpy(x), torch.from_numpy(xr)
+    for opts in ({}, {"return_per_class": True}, {"avg_of_avgs": True}):
+        opts = {"exclude": ("NMI", "AMI"), **opts}
+        _compare(PML(**opts).get_accuracy(tx, yf), AccuracyCalculator(**opts).get_accuracy(tx, yf))
+        _compare(
+            PML(**opts).get_accuracy(tx, yf, txr, yrf),
+            AccuracyCalculator(**opts).get_accuracy(tx, yf, txr, yrf),
+        )
