@@ -93,6 +93,30 @@ def test_indices_order_rows_and_drop_repeats():
     _assert_same(ev.compute(), ee.evaluate(x, y, metrics=METRICS))
 
 
+def test_ref_includes_query_matches_query_and_reference_rows_by_index():
+    # Queries are dataset rows 30..39 and the gallery is the whole dataset (queries included):
+    # each query sees the other 59 rows, i.e. the brute-force leave-one-out values of rows 30..39.
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((60, 4)).astype(np.float32)  # continuous: no distance ties
+    y = rng.integers(0, 5, 60)
+    qi = np.arange(30, 40)
+    ev = ee.Evaluator(metrics=METRICS, ref_includes_query=True)
+    ev.update(x[qi], y[qi], split="query", indices=qi)
+    for sl in _batches(60, [25, 35]):
+        ev.update(x[sl], y[sl], split="reference", indices=np.arange(60)[sl])
+    got = ev.compute()
+    _, want, _ = oracle.evaluate(x, y.tolist(), metrics=METRICS)
+    for name in METRICS:
+        np.testing.assert_allclose(
+            got.per_query[name], np.array(want[name])[qi], rtol=0, atol=1e-12
+        )
+    missing = ee.Evaluator(metrics=METRICS, ref_includes_query=True)
+    missing.update(x[qi], y[qi], split="query", indices=qi)
+    missing.update(x[:30], y[:30], split="reference", indices=np.arange(30))
+    with pytest.raises(ee.InputError, match="not among the reference indices"):
+        missing.compute()
+
+
 def test_torch_tensors_bf16_and_grad_are_accepted():
     torch = pytest.importorskip("torch")
     x, y = _data(n=50, seed=4)
