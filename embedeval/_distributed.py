@@ -37,17 +37,22 @@ def active_world() -> Any | None:
 def all_gather_arrays(dist: Any, arrays: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
     """Each key's array from every rank, in rank order.
 
-    Every rank must pass the same keys, with arrays that agree in dtype kind and trailing shape;
+    Keys read ``"group.field"``.  A rank may lack a whole group (it accumulated no rows of it,
+    e.g. a rank that received no data): it contributes zero rows.  A rank that has a group must
+    have the same fields as the others, with arrays that agree in dtype kind and trailing shape;
     a rank that differs is named in the error, which every rank raises alike (the layouts are
     exchanged first, so no rank is left waiting in a collective).
     """
     layout = {name: (a.shape, a.dtype.str) for name, a in arrays.items()}
     layouts: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(layouts, layout)
+    layouts = _fill_absent_groups(layouts)
     _check_layouts(layouts)
     out: dict[str, list[np.ndarray]] = {}
-    for name in sorted(arrays):
-        a = arrays[name]
+    for name in sorted(layouts[0]):
+        a = arrays.get(name)
+        if a is None:  # this rank holds no rows of the group: send an empty array
+            a = np.empty(layouts[dist.get_rank()][name][0], dtype=layouts[0][name][1])
         if a.dtype.kind in "biuf":
             out[name] = _gather_numeric(dist, a, [lay[name] for lay in layouts])
         else:
@@ -55,6 +60,31 @@ def all_gather_arrays(dist: Any, arrays: dict[str, np.ndarray]) -> dict[str, lis
             dist.all_gather_object(parts, a)
             out[name] = list(parts)
     return out
+
+
+def _fill_absent_groups(layouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give every rank an empty entry for each group it lacks, shaped like another rank's."""
+    owner: dict[str, tuple[int, list[str]]] = {}
+    for rank, lay in enumerate(layouts):
+        for group in {key.split(".", 1)[0] for key in lay}:
+            keys = sorted(key for key in lay if key.split(".", 1)[0] == group)
+            seen = owner.setdefault(group, (rank, keys))
+            if seen[1] != keys:
+                raise InputError(
+                    f"rank {rank} accumulated {keys} but rank {seen[0]} accumulated {seen[1]}; "
+                    "every rank must call update() with the same arguments (indices / groups / "
+                    "confidences on all ranks or on none)."
+                )
+    filled = []
+    for lay in layouts:
+        lay = dict(lay)
+        for rank, keys in owner.values():
+            for key in keys:
+                if key not in lay:
+                    shape, dtype = layouts[rank][key]
+                    lay[key] = ((0, *shape[1:]), dtype)
+        filled.append(lay)
+    return filled
 
 
 def _check_layouts(layouts: list[dict[str, Any]]) -> None:

@@ -153,6 +153,8 @@ class AccuracyCalculator:
         )
         if self.label_comparison_fn is not None:
             yq, yr = _classes_from_comparison(self.label_comparison_fn, yq, yr)
+        else:
+            yq, yr = _float_classes(yq, yr)
         result = evaluate(
             host_array(query),
             yq,
@@ -198,6 +200,21 @@ def _labels(labels: Any) -> np.ndarray:
         rows[:] = [tuple(r) for r in arr.tolist()]
         return rows
     return arr
+
+
+def _float_classes(yq: np.ndarray, yr: np.ndarray | None) -> tuple[np.ndarray, Any]:
+    """Float labels (PML compares them with ``==``, e.g. 0.5 vs 1.5) as integer class codes.
+
+    embedeval takes class ids, not fractions; codes in ascending label order keep the classes
+    and their order (``return_per_class``).  Both sides are coded together so a query's class
+    is the same code in the reference.
+    """
+    if yq.dtype.kind != "f" and (yr is None or yr.dtype.kind != "f"):
+        return yq, yr
+    both = yq if yr is None else np.concatenate([yq, yr])
+    _, codes = np.unique(both, return_inverse=True)
+    codes = codes.reshape(-1)
+    return codes[: len(yq)], None if yr is None else codes[len(yq) :]
 
 
 def _classes_from_comparison(

@@ -146,12 +146,15 @@ class Evaluator:
     ``DistributedSampler`` pads to make equal shards.  So the result is the one of
     :func:`embedeval.evaluate` on the dataset in its own order, whatever the batching, the number
     of processes and the padding.  Ties between equally distant references are broken by that
-    order (ascending reference index), as in :func:`embedeval.evaluate`.
+    order (ascending reference index), as in :func:`embedeval.evaluate`.  With
+    ``ref_includes_query=True`` the references holding the queries' indices come first, in
+    query order (query i is reference i).
 
     Distributed: when ``torch.distributed`` is initialised with several processes,
     :meth:`compute` is a collective call (every rank must call it): the rows of every rank are
     gathered on every rank, de-duplicated by ``indices``, and every rank computes and returns
-    the same result.  Without ``indices`` padded duplicates cannot be recognised, which a
+    the same result.  A rank that received no rows (or no rows of one side of a split)
+    contributes none.  Without ``indices`` padded duplicates cannot be recognised, which a
     warning says.
 
     Examples
@@ -297,6 +300,11 @@ class Evaluator:
             raise InputError(
                 "compute() was called before any update(); there is nothing to evaluate."
             )
+        if None in sides and len(sides) > 1:  # only possible when ranks disagree
+            raise InputError(
+                "some processes called update() with split=None and others with split='query' "
+                "/ 'reference'; every rank must accumulate the same kind of evaluation."
+            )
         if None not in sides and set(sides) != {"query", "reference"}:
             missing = "reference" if "query" in sides else "query"
             raise InputError(
@@ -304,6 +312,8 @@ class Evaluator:
                 f"split={missing!r}; a query/gallery evaluation needs both."
             )
         sides = {split: _ordered(arrays) for split, arrays in sides.items()}
+        if self._options.get("ref_includes_query") and None not in sides:
+            sides["reference"] = _queries_first(sides["query"], sides["reference"])
         return evaluate(**_evaluate_arguments(sides), **self._options)
 
     # ------------------------------------------------------------------ helpers
@@ -398,6 +408,26 @@ def _ordered(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return arrays
     _, first = np.unique(arrays["indices"], return_index=True)
     return {name: a[first] for name, a in arrays.items()}
+
+
+def _queries_first(q: dict[str, np.ndarray], r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Move the references that are queries (same dataset index) to the front, in query order.
+
+    ``ref_includes_query=True`` means query i is reference row i; sorting both sides by index
+    gives that only when the queries hold the smallest indices, so the rows are matched by index.
+    """
+    if "indices" not in q or "indices" not in r:
+        return r
+    pos = np.searchsorted(r["indices"], q["indices"])  # both sorted and de-duplicated
+    pos = np.minimum(pos, len(r["indices"]) - 1)
+    if not np.array_equal(r["indices"][pos], q["indices"]):
+        raise InputError(
+            "ref_includes_query=True, but some query indices are not among the reference "
+            "indices; add every query row to the references too (update(..., "
+            "split='reference')) or use ref_includes_query=False."
+        )
+    order = np.concatenate([pos, np.setdiff1d(np.arange(len(r["indices"])), pos)])
+    return {name: a[order] for name, a in r.items()}
 
 
 def _evaluate_arguments(sides: dict[str | None, dict[str, np.ndarray]]) -> dict[str, Any]:

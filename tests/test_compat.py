@@ -362,3 +362,72 @@ def test_pml_case_large_k_against_pml(ecfss, max_k, n_classes):
         got = AccuracyCalculator(**kw).get_accuracy(x, y, x, y, ecfss, include)
     for name in include:
         assert got[name] == pytest.approx(want[name], abs=1e-5), name
+
+
+def test_fractional_float_labels_equal_pml():
+    # PML compares labels with ==, so 0.05 and 0.15 are two classes; embedeval itself takes
+    # class ids only, so the shim must code them.  PML 2.9 is the oracle, per class too.
+    torch, PML = _pml()
+    x, y = _data(seed=11, n=90, n_classes=6)
+    y[:2] = [40, 41]  # two lone classes
+    yf = torch.from_numpy(y * 0.1 + 0.05)
+    xr, yr = _data(seed=12, n=70, n_classes=6)
+    yrf = torch.from_numpy(yr * 0.1 + 0.05)
+    tx, txr = torch.from_numpy(x), torch.from_numpy(xr)
+    for opts in ({}, {"return_per_class": True}, {"avg_of_avgs": True}):
+        opts = {"exclude": ("NMI", "AMI"), **opts}
+        _compare(PML(**opts).get_accuracy(tx, yf), AccuracyCalculator(**opts).get_accuracy(tx, yf))
+        _compare(
+            PML(**opts).get_accuracy(tx, yf, txr, yrf),
+            AccuracyCalculator(**opts).get_accuracy(tx, yf, txr, yrf),
+        )
+
+
+def _ranked_label_case():
+    """Queries whose five nearest references carry given labels, in a given order.
+
+    Query i sits far out on its own axis; reference j's coordinate on that axis sets its rank
+    for query i (10 - t for the t-th neighbour, 0 beyond), and a last coordinate gives every
+    reference the same norm, so the squared distance is a constant minus 2 * 1000 * coordinate.
+    """
+    knn = [[0, 1, 1, 2, 2], [1, 0, 1, 1, 3], [4, 4, 4, 4, 2],
+           [3, 1, 3, 1, 3], [0, 0, 4, 2, 2], [1, 2, 3, 4, 5]]  # fmt: skip
+    ref_labels = np.repeat([0, 1, 2, 3, 4, 5], [2, 3, 5, 4, 5, 1])
+    a = np.zeros((6, len(ref_labels)))
+    for i, row in enumerate(knn):
+        used: set[int] = set()
+        for t, lab in enumerate(row):
+            j = next(j for j in range(len(ref_labels)) if ref_labels[j] == lab and j not in used)
+            used.add(j)
+            a[i, j] = 10 - t
+    q = np.hstack([1000.0 * np.eye(6), np.zeros((6, 1))])
+    norm2 = (a**2).sum(axis=0)
+    r = np.hstack([a.T, np.sqrt(norm2.max() - norm2)[:, None]])
+    q, r = (np.ascontiguousarray(v, dtype=np.float32) for v in (q, r))  # what PML's faiss takes
+    return q, np.array([1, 1, 2, 3, 4, 0]), r, ref_labels
+
+
+def test_pml_case_ranked_labels_global_macro_and_per_class():
+    # PML's main accuracy-calculator case, given there as ranked neighbour labels: query labels
+    # 1, 1, 2, 3, 4, 0 (R = 3, 3, 5, 4, 5, 2), each query's values by hand from its ranked
+    # labels; per class: [label 0, mean of the two label-1 queries, label 2, label 3, label 4].
+    per_query = {
+        "precision_at_1": [0, 1, 0, 1, 0, 0],
+        "r_precision": [2 / 3, 2 / 3, 1 / 5, 2 / 4, 1 / 5, 0],
+        "mean_average_precision_at_r": [
+            (1 / 2 + 2 / 3) / 3, (1 + 2 / 3) / 3, (1 / 5) / 5, (1 + 2 / 3) / 4, (1 / 3) / 5, 0
+        ],
+        "mean_average_precision": [
+            (1 / 2 + 2 / 3) / 3, (1 + 2 / 3 + 3 / 4) / 3, (1 / 5) / 5,
+            (1 + 2 / 3 + 3 / 5) / 4, (1 / 3) / 5, 0,
+        ],
+        "mean_reciprocal_rank": [1 / 2, 1, 1 / 5, 1, 1 / 3, 0],
+    }  # fmt: skip
+    args = _ranked_label_case()
+    classes = {n: [v[5], (v[0] + v[1]) / 2, v[2], v[3], v[4]] for n, v in per_query.items()}
+    base = {"exclude": ("NMI", "AMI"), "k": 5}  # the case lists five neighbours per query
+    _check_case(base, args, {n: np.mean(v) for n, v in per_query.items()})
+    _check_case({**base, "avg_of_avgs": True}, args, {n: np.mean(v) for n, v in classes.items()})
+    got = AccuracyCalculator(**base, return_per_class=True).get_accuracy(*args)
+    for name, want in classes.items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-12, atol=1e-12)

@@ -93,6 +93,30 @@ def test_indices_order_rows_and_drop_repeats():
     _assert_same(ev.compute(), ee.evaluate(x, y, metrics=METRICS))
 
 
+def test_ref_includes_query_matches_query_and_reference_rows_by_index():
+    # Queries are dataset rows 30..39 and the gallery is the whole dataset (queries included):
+    # each query sees the other 59 rows, i.e. the brute-force leave-one-out values of rows 30..39.
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((60, 4)).astype(np.float32)  # continuous: no distance ties
+    y = rng.integers(0, 5, 60)
+    qi = np.arange(30, 40)
+    ev = ee.Evaluator(metrics=METRICS, ref_includes_query=True)
+    ev.update(x[qi], y[qi], split="query", indices=qi)
+    for sl in _batches(60, [25, 35]):
+        ev.update(x[sl], y[sl], split="reference", indices=np.arange(60)[sl])
+    got = ev.compute()
+    _, want, _ = oracle.evaluate(x, y.tolist(), metrics=METRICS)
+    for name in METRICS:
+        np.testing.assert_allclose(
+            got.per_query[name], np.array(want[name])[qi], rtol=0, atol=1e-12
+        )
+    missing = ee.Evaluator(metrics=METRICS, ref_includes_query=True)
+    missing.update(x[qi], y[qi], split="query", indices=qi)
+    missing.update(x[:30], y[:30], split="reference", indices=np.arange(30))
+    with pytest.raises(ee.InputError, match="not among the reference indices"):
+        missing.compute()
+
+
 def test_torch_tensors_bf16_and_grad_are_accepted():
     torch = pytest.importorskip("torch")
     x, y = _data(n=50, seed=4)
@@ -229,3 +253,98 @@ def test_two_gloo_processes_equal_one_process_on_the_union(tmp_path):
             np.testing.assert_array_equal(
                 np.array(got[name], dtype=float), want.per_query[name], err_msg=f"rank {r}"
             )
+
+
+_SCENARIO_WORKER = textwrap.dedent(
+    """
+    import json, os, sys
+    import numpy as np, torch, torch.distributed as dist
+    import embedeval as ee
+
+    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    data = np.load(os.environ["EE_DATA"])
+    x, y, g, c = data["x"], data["y"].astype(str), data["g"], data["c"]
+    plans = json.loads(os.environ["EE_PLANS"])
+    results = []
+    for plan in plans:  # plan[rank]: [[split, [dataset indices]], ...]
+        ev = ee.Evaluator(metrics=%(metrics)r)
+        for split, part in plan[rank]:
+            part = np.array(part, dtype=np.int64)
+            extra = {} if split == "reference" else {"confidences": c[part]}
+            ev.update(torch.from_numpy(x[part]), y[part], split=split, indices=part,
+                      groups=g[part], **extra)
+        try:
+            res = ev.compute()
+            results.append({k: v.tolist() for k, v in res.per_query.items()})
+        except ee.InputError as e:
+            results.append(str(e))
+    with open(out, "w") as f:
+        json.dump(results, f)
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_three_gloo_processes_with_empty_ranks_string_labels_groups_and_splits(tmp_path):
+    pytest.importorskip("torch")
+    import json
+
+    x, y = _data(n=90, seed=8)
+    rng = np.random.default_rng(9)
+    g, c = rng.integers(0, 3, 90), rng.random(90)
+    np.savez(tmp_path / "data.npz", x=x, y=y, g=g, c=c)
+    order = rng.permutation(90).tolist()
+    q, r = sorted(order[:25]), sorted(order[25:])
+    plans = [
+        # rank 2 received no rows at all; rank 1 carries padded repeats of rank 0's rows
+        [[[None, order[:40]]], [[None, order[40:] + order[:6]]], []],
+        # a split where rank 0 holds only references, rank 1 only queries, rank 2 nothing
+        [[["reference", r]], [["query", q]], []],
+        # ranks that disagree about the kind of evaluation: the same error everywhere
+        [[[None, order[:40]]], [["query", q]], [["reference", r]]],
+    ]
+    script = tmp_path / "worker.py"
+    script.write_text(_SCENARIO_WORKER % {"metrics": METRICS})
+    port = str(_free_port())
+    env = {**os.environ, "EE_DATA": str(tmp_path / "data.npz"), "OMP_NUM_THREADS": "1"}
+    env["EE_PLANS"] = json.dumps(plans)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(k), "3", port, str(tmp_path / f"out{k}.json")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for k in range(3)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()[-2000:]
+    ys = y.astype(str)
+    want = [
+        oracle.evaluate(x, ys.tolist(), metrics=METRICS, qg=g)[1],
+        oracle.evaluate(
+            x[q],
+            ys[q].tolist(),
+            x[r],
+            ys[r].tolist(),
+            metrics=METRICS,
+            qg=g[q],
+            rg=g[r],
+        )[1],
+    ]
+    for k in range(3):
+        got = json.loads((tmp_path / f"out{k}.json").read_text())
+        for case in range(2):
+            for name in METRICS:
+                np.testing.assert_allclose(
+                    np.array(got[case][name], dtype=float),
+                    want[case][name],
+                    rtol=0,
+                    atol=1e-12,
+                    err_msg=f"rank {k}, case {case}",
+                )
+        assert "split=None and others" in got[2]
