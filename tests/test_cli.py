@@ -797,6 +797,30 @@ def test_plots_folder_for_your_own_model(tmp_path):
     assert (tmp_path / "S" / "k_sweep.svg").read_text().lstrip().startswith("<?xml")
 
 
+def test_distance_histograms_count_each_item_once_with_ref_includes_query():
+    # The queries are the first gallery rows: the sampled positive pairs must be pairs of
+    # distinct gallery items, never a query with its own copy (a false spike at distance 0).
+    from scipy.spatial.distance import cdist
+
+    import embedeval as ee
+    from embedeval._report import _pair_distances
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((60, 3)).astype(np.float32)
+    y = np.repeat(np.arange(6), 10)
+    inputs = dict(
+        query=x[:20], query_labels=y[:20], reference=x, reference_labels=y, ref_includes_query=True
+    )
+    res = ee.evaluate(**inputs, progress=False)
+    pos, _ = _pair_distances(res, inputs)
+    d = cdist(x.astype(np.float64), x.astype(np.float64))
+    same = (y[:, None] == y[None, :]) & ~np.eye(60, dtype=bool)
+    allowed = np.unique(d[same])  # every distance between two distinct same-class items
+    assert allowed.min() > 0.01
+    assert pos.size > 0
+    assert np.abs(pos[:, None] - allowed[None, :]).min(axis=1).max() < 1e-5
+
+
 def test_per_class_plot_shows_the_worst_30_by_default():
     from embedeval.plots import plot_per_class
 
