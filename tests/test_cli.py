@@ -644,6 +644,15 @@ def test_pytorch_files_are_recognised_by_content_and_never_unpickled(tmp_path):
         _one_line_error(proc, name, "PyTorch", "torch.load", "numpy.save")
 
 
+def test_pytorch_files_named_safetensors_or_parquet_get_the_conversion(tmp_path):
+    torch = pytest.importorskip("torch")
+    t = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    for name in ("e.safetensors", "e.parquet"):
+        torch.save(t, tmp_path / name)
+        proc = run("evaluate", tmp_path / name, "--labels", tmp_path / "l.txt")
+        _one_line_error(proc, name, "PyTorch", "torch.load", "numpy.save")
+
+
 def test_bfloat16_tensor_in_the_python_api():
     torch = pytest.importorskip("torch")
     import embedeval as ee
