@@ -511,8 +511,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for w in caught:
         _show_warning(w.message, w.category)
     res.provenance.update(_provenance(args))
-    print(f"{args.file}: {_summary(res)}")
-    print(res.table())
+    _say(f"{args.file}: {_summary(res)}")
+    _say(res.table())
     if args.json:
         res.to_json(args.json)
     if args.per_class:
@@ -525,7 +525,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         from ._report import write_plots
 
         for path in write_plots(res, inputs, args.plots, args.plot_format):
-            print(f"wrote {path}")
+            _say(f"wrote {path}")
     return 0
 
 
@@ -651,7 +651,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         seed=args.seed,
         test=args.test,
     )
-    print(repr(cmp))
+    _say(repr(cmp))
     if args.json:
         from .result import _run_stamp
 
@@ -671,7 +671,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
     _check_output(args.out, None, "--out")
     for path in generate_figures(args.out):
-        print(path)
+        _say(str(path))
     return 0
 
 
@@ -734,6 +734,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
 
 
+def _say(text: str) -> None:
+    """Print a line of the report; a reader that left (``| head -1``) does not stop the run.
+
+    The outputs asked for (``--json``, ``--markdown``, plots) are written after the table, so
+    a closed stdout must not end the run before them: the rest of the text goes to devnull.
+    """
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _stdout_to_devnull()
+
+
+def _stdout_to_devnull() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         status = COMMANDS[args.command](args)
@@ -742,8 +760,7 @@ def _run(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         # "embedeval ... | head -1": the reader left; that is not an error. Point stdout at
         # devnull so the interpreter's final flush does not complain either.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _stdout_to_devnull()
         return 0
     except (EmbedevalError, FileFormatError) as exc:
         print(f"embedeval: error: {_one_line(exc)}", file=sys.stderr)

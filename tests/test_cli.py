@@ -683,6 +683,30 @@ def test_a_closed_stdout_is_not_an_error(files):
     assert err == ""
 
 
+def test_a_closed_stdout_still_writes_the_outputs(files):
+    # A table longer than the pipe buffer (80 rows of ~100 characters): the reader is gone
+    # before it is printed, yet --json and --markdown must still be written, with the numbers.
+    metrics = ["precision_at_1", "map_at_r", "r_precision", "mrr"]
+    names = []
+    for i in range(20):
+        shutil.copy(files / "ckpt.npz", files / f"checkpoint_number_{i:02d}.npz")
+        names.append(str(files / f"checkpoint_number_{i:02d}.npz"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "embedeval", "compare", *names, "--n-boot", "20",
+           "--metrics", *metrics, "--json", str(files / "c.json"),
+           "--markdown", str(files / "t.md")]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, err
+    assert (files / "t.md").exists(), err
+    rows = json.loads((files / "c.json").read_text())["rows"]
+    assert len(rows) == 20 * 4
+    summary, _ = oracle(X, Y, metrics=metrics)
+    for row in rows:
+        assert row["value"] == pytest.approx(summary[row["metric"]], rel=1e-12)
+
+
 def test_warnings_print_as_one_clean_line(tmp_path):
     x, y = _clusters(3, 6)
     np.savez(tmp_path / "e.npz", embeddings=x, labels=y)
