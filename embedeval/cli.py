@@ -35,7 +35,8 @@ EPILOG_EVALUATE = """examples:
 
 Label files hold one value per line (no header, no id column). The JSON records the inputs
 (name, SHA-256), the version, the time and every option. A warning is one line on stderr;
-errors are one line with exit status 2; a closed stdout (| head) ends the run quietly.
+errors are one line with exit status 2; a closed stdout (| head) is no error: the outputs
+are still written.
 """
 
 EPILOG_MAIN = """examples:
