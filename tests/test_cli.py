@@ -854,6 +854,15 @@ def test_distance_histograms_count_each_item_once_with_ref_includes_query():
     assert np.abs(pos[:, None] - allowed[None, :]).min(axis=1).max() < 1e-5
 
 
+def test_plots_with_one_constant_sigma(tmp_path):
+    # A model that outputs the same sigma for every query: the figures are still drawn.
+    x, y = _clusters(10, 4, seed=1, spread=1.5)
+    np.savez(tmp_path / "e.npz", embeddings=x, labels=y, sigmas=np.ones(y.size))
+    proc = run("evaluate", tmp_path / "e.npz", "--plots", tmp_path / "P")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "P" / "confidence_recall.png").exists()
+
+
 def test_per_class_plot_shows_the_worst_30_by_default():
     from embedeval.plots import plot_per_class
 
