@@ -426,7 +426,9 @@ def _per_class_table(res: Any, suffix: str) -> str:
     head = ["label", "n_queries", *metrics]
     if suffix == ".md":
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+        # A '|' inside a label would split its cell: escape it as Markdown tables require.
+        cells = [[c.replace("|", "\\|").replace("\n", " ") for c in r] for r in rows]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in cells]) + "\n"
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(head)

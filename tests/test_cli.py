@@ -863,6 +863,22 @@ def test_plots_with_one_constant_sigma(tmp_path):
     assert (tmp_path / "P" / "confidence_recall.png").exists()
 
 
+def test_per_class_markdown_keeps_a_pipe_inside_a_label_in_one_cell(tmp_path):
+    import re
+
+    x = np.array([[0.0], [1.0], [5.0], [6.0]], dtype=np.float32)
+    np.savez(tmp_path / "e.npz", embeddings=x, labels=np.array(["a|b", "a|b", "c", "c"]))
+    proc = run("evaluate", tmp_path / "e.npz", "--metrics", "precision_at_1",
+               "--per-class", tmp_path / "c.md")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = (tmp_path / "c.md").read_text().splitlines()
+    # cells split on unescaped pipes (GitHub's rule); each class's nearest is its twin: P@1 = 1
+    rows = [[c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", ln)[1:-1]]
+            for ln in lines]  # fmt: skip
+    assert rows[0] == ["label", "n_queries", "precision_at_1"]
+    assert rows[2:] == [["a|b", "2", "1.000000"], ["c", "2", "1.000000"]]
+
+
 def test_per_class_plot_shows_the_worst_30_by_default():
     from embedeval.plots import plot_per_class
 
