@@ -128,7 +128,7 @@ def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
         "--metrics",
         nargs="+",
         metavar="NAME",
-        help="precision_at_1 r_precision map_at_r map mrr recall_at_K precision_at_K "
+        help="precision_at_1 r_precision map_at_r map mrr minp recall_at_K precision_at_K "
         "nmi ami (default: P@1, R-Prec, MAP@R, R@10; R@k when --k caps the ranking below 10)",
     )
     g.add_argument(

@@ -879,6 +879,17 @@ def test_per_class_markdown_keeps_a_pipe_inside_a_label_in_one_cell(tmp_path):
     assert rows[2:] == [["a|b", "2", "1.000000"], ["c", "2", "1.000000"]]
 
 
+def test_metrics_help_names_every_metric():
+    # the metric keys of the README's table (recall_at_{k} / precision_at_{k} spelt with K)
+    keys = "precision_at_1 r_precision map_at_r map mrr minp recall_at_K precision_at_K nmi ami"
+    for command in ("evaluate", "compare"):
+        proc = run(command, "--help")
+        assert proc.returncode == 0, proc.stderr
+        words = " ".join(proc.stdout.split()).split()
+        for key in keys.split():
+            assert key in words, (command, key)
+
+
 def test_per_class_plot_shows_the_worst_30_by_default():
     from embedeval.plots import plot_per_class
 
