@@ -117,17 +117,28 @@ def _per_class(res: Any) -> Any:
     return plots.plot_per_class(list(table), list(table.values()), metric=name)
 
 
-def _histograms(res: Any, inputs: dict[str, Any]) -> Any:
-    from . import plots
+def _pair_distances(res: Any, inputs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Sampled positive and negative pair distances over the run's items, each item once."""
     from .datasets import positive_negative_distances
 
-    if inputs.get("reference") is not None:
+    if inputs.get("reference") is None:
+        x, y = inputs["query"], inputs["query_labels"]
+    elif inputs.get("ref_includes_query"):
+        # The queries are the first reference rows: adding them again would pair every query
+        # with its own copy, a spurious spike of positives at distance 0.
+        x, y = inputs["reference"], inputs["reference_labels"]
+    else:
         x = np.concatenate([np.asarray(inputs["query"]), np.asarray(inputs["reference"])])
         y = np.concatenate([np.asarray(inputs["query_labels"]), inputs["reference_labels"]])
-    else:
-        x, y = inputs["query"], inputs["query_labels"]
     distance = "cosine" if res.settings["distance"] == "cosine" else "euclidean"
-    pos, neg = positive_negative_distances(x, y, max_pairs=20_000, distance=distance, seed=0)
+    return positive_negative_distances(x, y, max_pairs=20_000, distance=distance, seed=0)
+
+
+def _histograms(res: Any, inputs: dict[str, Any]) -> Any:
+    from . import plots
+
+    distance = "cosine" if res.settings["distance"] == "cosine" else "euclidean"
+    pos, neg = _pair_distances(res, inputs)
     if pos.size == 0 or neg.size == 0:
         return None
     unit = "cosine distance (1 - similarity)" if distance == "cosine" else "Euclidean distance"

@@ -35,7 +35,8 @@ EPILOG_EVALUATE = """examples:
 
 Label files hold one value per line (no header, no id column). The JSON records the inputs
 (name, SHA-256), the version, the time and every option. A warning is one line on stderr;
-errors are one line with exit status 2; a closed stdout (| head) ends the run quietly.
+errors are one line with exit status 2; a closed stdout (| head) is no error: the outputs
+are still written.
 """
 
 EPILOG_MAIN = """examples:
@@ -127,7 +128,7 @@ def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
         "--metrics",
         nargs="+",
         metavar="NAME",
-        help="precision_at_1 r_precision map_at_r map mrr recall_at_K precision_at_K "
+        help="precision_at_1 r_precision map_at_r map mrr minp recall_at_K precision_at_K "
         "nmi ami (default: P@1, R-Prec, MAP@R, R@10; R@k when --k caps the ranking below 10)",
     )
     g.add_argument(
@@ -425,7 +426,9 @@ def _per_class_table(res: Any, suffix: str) -> str:
     head = ["label", "n_queries", *metrics]
     if suffix == ".md":
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+        # A '|' inside a label would split its cell: escape it as Markdown tables require.
+        cells = [[c.replace("|", "\\|").replace("\n", " ") for c in r] for r in rows]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in cells]) + "\n"
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(head)
@@ -511,8 +514,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for w in caught:
         _show_warning(w.message, w.category)
     res.provenance.update(_provenance(args))
-    print(f"{args.file}: {_summary(res)}")
-    print(res.table())
+    _say(f"{args.file}: {_summary(res)}")
+    _say(res.table())
     if args.json:
         res.to_json(args.json)
     if args.per_class:
@@ -525,7 +528,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         from ._report import write_plots
 
         for path in write_plots(res, inputs, args.plots, args.plot_format):
-            print(f"wrote {path}")
+            _say(f"wrote {path}")
     return 0
 
 
@@ -651,7 +654,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         seed=args.seed,
         test=args.test,
     )
-    print(repr(cmp))
+    _say(repr(cmp))
     if args.json:
         from .result import _run_stamp
 
@@ -671,7 +674,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
     _check_output(args.out, None, "--out")
     for path in generate_figures(args.out):
-        print(path)
+        _say(str(path))
     return 0
 
 
@@ -734,6 +737,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
 
 
+def _say(text: str) -> None:
+    """Print a line of the report; a reader that left (``| head -1``) does not stop the run.
+
+    The outputs asked for (``--json``, ``--markdown``, plots) are written after the table, so
+    a closed stdout must not end the run before them: the rest of the text goes to devnull.
+    """
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _stdout_to_devnull()
+
+
+def _stdout_to_devnull() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         status = COMMANDS[args.command](args)
@@ -742,8 +763,7 @@ def _run(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         # "embedeval ... | head -1": the reader left; that is not an error. Point stdout at
         # devnull so the interpreter's final flush does not complain either.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _stdout_to_devnull()
         return 0
     except (EmbedevalError, FileFormatError) as exc:
         print(f"embedeval: error: {_one_line(exc)}", file=sys.stderr)

@@ -342,6 +342,8 @@ def confidence_recall_curve(
         edges = np.linspace(c.min(), c.max(), bins + 1)
     else:
         edges = np.unique(np.quantile(c, np.linspace(0, 1, bins + 1)))
+        if edges.size == 1:  # every confidence equal: one closed bin [c, c] holds them all
+            edges = np.repeat(edges, 2)
     idx = _bin_index(c, edges)
     nb = edges.size - 1
     count = np.bincount(idx, minlength=nb)

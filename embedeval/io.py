@@ -214,8 +214,10 @@ def load_embeddings(path: str | os.PathLike, *, mmap: bool = True) -> EmbeddingF
 
         arrays = _read_npz(path, choose)
     elif suffix == ".safetensors":
+        _refuse_torch(path)  # torch.save under this name gets its conversion, not a parse error
         arrays = _load_safetensors(path)
     elif suffix == ".parquet":
+        _refuse_torch(path)
         arrays = _load_parquet(path)
     else:
         _refuse_torch(path)  # a PyTorch file (.pt, .pth, ...) gets its conversion

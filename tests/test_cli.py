@@ -644,6 +644,15 @@ def test_pytorch_files_are_recognised_by_content_and_never_unpickled(tmp_path):
         _one_line_error(proc, name, "PyTorch", "torch.load", "numpy.save")
 
 
+def test_pytorch_files_named_safetensors_or_parquet_get_the_conversion(tmp_path):
+    torch = pytest.importorskip("torch")
+    t = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    for name in ("e.safetensors", "e.parquet"):
+        torch.save(t, tmp_path / name)
+        proc = run("evaluate", tmp_path / name, "--labels", tmp_path / "l.txt")
+        _one_line_error(proc, name, "PyTorch", "torch.load", "numpy.save")
+
+
 def test_bfloat16_tensor_in_the_python_api():
     torch = pytest.importorskip("torch")
     import embedeval as ee
@@ -672,6 +681,30 @@ def test_a_closed_stdout_is_not_an_error(files):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 0, err
     assert err == ""
+
+
+def test_a_closed_stdout_still_writes_the_outputs(files):
+    # A table longer than the pipe buffer (80 rows of ~100 characters): the reader is gone
+    # before it is printed, yet --json and --markdown must still be written, with the numbers.
+    metrics = ["precision_at_1", "map_at_r", "r_precision", "mrr"]
+    names = []
+    for i in range(20):
+        shutil.copy(files / "ckpt.npz", files / f"checkpoint_number_{i:02d}.npz")
+        names.append(str(files / f"checkpoint_number_{i:02d}.npz"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "embedeval", "compare", *names, "--n-boot", "20",
+           "--metrics", *metrics, "--json", str(files / "c.json"),
+           "--markdown", str(files / "t.md")]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, err
+    assert (files / "t.md").exists(), err
+    rows = json.loads((files / "c.json").read_text())["rows"]
+    assert len(rows) == 20 * 4
+    summary, _ = oracle(X, Y, metrics=metrics)
+    for row in rows:
+        assert row["value"] == pytest.approx(summary[row["metric"]], rel=1e-12)
 
 
 def test_warnings_print_as_one_clean_line(tmp_path):
@@ -795,6 +828,66 @@ def test_plots_folder_for_your_own_model(tmp_path):
         "per_class.svg",
     ]
     assert (tmp_path / "S" / "k_sweep.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_distance_histograms_count_each_item_once_with_ref_includes_query():
+    # The queries are the first gallery rows: the sampled positive pairs must be pairs of
+    # distinct gallery items, never a query with its own copy (a false spike at distance 0).
+    from scipy.spatial.distance import cdist
+
+    import embedeval as ee
+    from embedeval._report import _pair_distances
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((60, 3)).astype(np.float32)
+    y = np.repeat(np.arange(6), 10)
+    inputs = dict(
+        query=x[:20], query_labels=y[:20], reference=x, reference_labels=y, ref_includes_query=True
+    )
+    res = ee.evaluate(**inputs, progress=False)
+    pos, _ = _pair_distances(res, inputs)
+    d = cdist(x.astype(np.float64), x.astype(np.float64))
+    same = (y[:, None] == y[None, :]) & ~np.eye(60, dtype=bool)
+    allowed = np.unique(d[same])  # every distance between two distinct same-class items
+    assert allowed.min() > 0.01
+    assert pos.size > 0
+    assert np.abs(pos[:, None] - allowed[None, :]).min(axis=1).max() < 1e-5
+
+
+def test_plots_with_one_constant_sigma(tmp_path):
+    # A model that outputs the same sigma for every query: the figures are still drawn.
+    x, y = _clusters(10, 4, seed=1, spread=1.5)
+    np.savez(tmp_path / "e.npz", embeddings=x, labels=y, sigmas=np.ones(y.size))
+    proc = run("evaluate", tmp_path / "e.npz", "--plots", tmp_path / "P")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "P" / "confidence_recall.png").exists()
+
+
+def test_per_class_markdown_keeps_a_pipe_inside_a_label_in_one_cell(tmp_path):
+    import re
+
+    x = np.array([[0.0], [1.0], [5.0], [6.0]], dtype=np.float32)
+    np.savez(tmp_path / "e.npz", embeddings=x, labels=np.array(["a|b", "a|b", "c", "c"]))
+    proc = run("evaluate", tmp_path / "e.npz", "--metrics", "precision_at_1",
+               "--per-class", tmp_path / "c.md")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = (tmp_path / "c.md").read_text().splitlines()
+    # cells split on unescaped pipes (GitHub's rule); each class's nearest is its twin: P@1 = 1
+    rows = [[c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", ln)[1:-1]]
+            for ln in lines]  # fmt: skip
+    assert rows[0] == ["label", "n_queries", "precision_at_1"]
+    assert rows[2:] == [["a|b", "2", "1.000000"], ["c", "2", "1.000000"]]
+
+
+def test_metrics_help_names_every_metric():
+    # the metric keys of the README's table (recall_at_{k} / precision_at_{k} spelt with K)
+    keys = "precision_at_1 r_precision map_at_r map mrr minp recall_at_K precision_at_K nmi ami"
+    for command in ("evaluate", "compare"):
+        proc = run(command, "--help")
+        assert proc.returncode == 0, proc.stderr
+        words = " ".join(proc.stdout.split()).split()
+        for key in keys.split():
+            assert key in words, (command, key)
 
 
 def test_per_class_plot_shows_the_worst_30_by_default():

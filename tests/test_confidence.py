@@ -128,6 +128,16 @@ def test_confidence_recall_curve_quantile_bins_have_equal_mass():
     assert cur.mean_metric.tolist() == [1, 1, 1, 1]
 
 
+def test_confidence_recall_curve_with_one_confidence_value_is_one_bin():
+    # Every confidence equal (a constant sigma): one bin holding all four queries,
+    # mean metric (1 + 0 + 1 + 1) / 4 = 0.75, for either binning.
+    for strategy in ("quantile", "uniform"):
+        cur = cf.confidence_recall_curve([1, 0, 1, 1], [0.5] * 4, strategy=strategy)
+        assert cur.count[cur.count > 0].tolist() == [4]
+        assert cur.mean_metric[cur.count > 0].tolist() == [0.75]
+        assert cur.mean_confidence[cur.count > 0].tolist() == [0.5]
+
+
 def test_rank_correlation_matches_scipy():
     from scipy import stats
 
