@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -216,6 +217,28 @@ _WORKER = textwrap.dedent(
 )
 
 
+def _launch(tmp_path, source, *, world, **env_extra):
+    """Run ``source`` as ``world`` processes of one gloo job; each writes out<rank>.json."""
+    script = tmp_path / "worker.py"
+    script.write_text(source)
+    port = str(_free_port())
+    env = {**os.environ, "EE_DATA": str(tmp_path / "data.npz"), "OMP_NUM_THREADS": "1"}
+    env.update(env_extra)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), str(world), port, str(tmp_path / f"out{r}.json")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for r in range(world)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()[-2000:]
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -227,25 +250,7 @@ def test_two_gloo_processes_equal_one_process_on_the_union(tmp_path):
     x, y = _data(n=157, seed=6)
     order = np.random.default_rng(7).permutation(157)
     np.savez(tmp_path / "data.npz", x=x, y=y, order=order)
-    script = tmp_path / "worker.py"
-    script.write_text(_WORKER % {"metrics": METRICS})
-    port = str(_free_port())
-    env = {**os.environ, "EE_DATA": str(tmp_path / "data.npz"), "OMP_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(r), "2", port, str(tmp_path / f"out{r}.json")],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for r in range(2)
-    ]
-    for p in procs:
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err.decode()[-2000:]
-    import json
-
+    _launch(tmp_path, _WORKER % {"metrics": METRICS}, world=2)
     want = ee.evaluate(x, y, metrics=METRICS)
     for r in range(2):
         got = json.loads((tmp_path / f"out{r}.json").read_text())
@@ -289,7 +294,6 @@ _SCENARIO_WORKER = textwrap.dedent(
 
 def test_three_gloo_processes_with_empty_ranks_string_labels_groups_and_splits(tmp_path):
     pytest.importorskip("torch")
-    import json
 
     x, y = _data(n=90, seed=8)
     rng = np.random.default_rng(9)
@@ -305,24 +309,7 @@ def test_three_gloo_processes_with_empty_ranks_string_labels_groups_and_splits(t
         # ranks that disagree about the kind of evaluation: the same error everywhere
         [[[None, order[:40]]], [["query", q]], [["reference", r]]],
     ]
-    script = tmp_path / "worker.py"
-    script.write_text(_SCENARIO_WORKER % {"metrics": METRICS})
-    port = str(_free_port())
-    env = {**os.environ, "EE_DATA": str(tmp_path / "data.npz"), "OMP_NUM_THREADS": "1"}
-    env["EE_PLANS"] = json.dumps(plans)
-    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(k), "3", port, str(tmp_path / f"out{k}.json")],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for k in range(3)
-    ]
-    for p in procs:
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err.decode()[-2000:]
+    _launch(tmp_path, _SCENARIO_WORKER % {"metrics": METRICS}, world=3, EE_PLANS=json.dumps(plans))
     ys = y.astype(str)
     want = [
         oracle.evaluate(x, ys.tolist(), metrics=METRICS, qg=g)[1],
