@@ -40,6 +40,7 @@ import numpy as np
 
 from ._errors import InputError, InputTypeError
 from ._progress import progress_bar
+from ._validation import host_array
 from .knn import DEFAULT_MEMORY_BUDGET, Candidates
 
 __all__ = [
@@ -256,9 +257,7 @@ def check_lead_on_device(xq: Any, xb: Any) -> None:
 
 def to_host(x: Any) -> np.ndarray:
     """A device tensor copied to a float32 numpy array (for NMI/AMI, which run on the CPU)."""
-    if type(x).__module__.startswith("torch"):
-        return x.detach().float().cpu().numpy()
-    return np.asarray(x)
+    return np.asarray(host_array(x), dtype=np.float32)
 
 
 # ---------------------------------------------------------------------------------- search
@@ -365,8 +364,8 @@ def _engine_search(
         return None
     from .knn import PreparedSearch, block_layout, reference_duplicates, representatives
 
-    xq = _host_array(task.query)
-    xb = xq if task.reference is task.query else _host_array(task.reference)
+    xq = to_host(task.query)
+    xb = xq if task.reference is task.query else to_host(task.reference)
     n_ref = int(xb.shape[0])
     dups = reference_duplicates(xb, task.distance)
     search = PreparedSearch.build(xq, xb, task.distance)
@@ -376,12 +375,6 @@ def _engine_search(
         need, n_ref, label is not None, opts.block_size, opts.memory_budget, n_groups
     )
     return search, block
-
-
-def _host_array(x: Any) -> np.ndarray:
-    if isinstance(x, np.ndarray):
-        return x
-    return x.detach().to("cpu").float().numpy()
 
 
 def _normalize(torch: Any, x: Any, name: str) -> Any:

@@ -26,6 +26,7 @@ __all__ = [
     "check_same_length",
     "divide",
     "factorize",
+    "host_array",
     "suggest",
 ]
 
@@ -88,17 +89,26 @@ def check_probability(value: Any, name: str, *, open_left: bool = True) -> float
     return value
 
 
+def host_array(x: Any) -> Any:
+    """A torch tensor (any device, with or without grad) as a host numpy array; else ``x``.
+
+    bfloat16 / float16 tensors become float32 (exact: every such value is a float32; numpy has
+    no bfloat16).  Works without importing torch: a tensor is recognised by its methods.
+    """
+    if not (hasattr(x, "detach") and hasattr(x, "cpu") and hasattr(x, "numpy")):
+        return x
+    t = x.detach()
+    if t.is_floating_point() and t.element_size() < 4:
+        t = t.float()
+    return t.cpu().numpy()
+
+
 def _asarray(x: Any, name: str) -> np.ndarray:
     if x is None:
         raise InputError(f"{name} is required; got None.")
     if isinstance(x, np.ndarray):
         return x
-    if hasattr(x, "detach") and hasattr(x, "cpu") and hasattr(x, "numpy"):
-        # A torch tensor: go through its own numpy bridge (no torch import, no grad copy).
-        x = x.detach().cpu()
-        if str(getattr(x, "dtype", "")) == "torch.bfloat16":  # numpy has no bfloat16
-            x = x.float()  # exact: every bfloat16 is a float32
-        x = x.numpy()
+    x = host_array(x)
     try:
         return np.asarray(x)
     except (ValueError, TypeError) as exc:  # ragged lists and the like

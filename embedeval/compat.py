@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from ._errors import EmbedevalWarning, InputError, InputTypeError
+from ._validation import host_array
 from .evaluate import evaluate
-from .evaluator import host_array
 
 __all__ = ["AccuracyCalculator", "UnsupportedCombination"]
 

@@ -25,7 +25,14 @@ import numpy as np
 from ._distributed import active_world, all_gather_arrays
 from ._errors import EmbedevalWarning, InputError, InputTypeError
 from ._registry import PML_ALIASES
-from ._validation import as_embeddings, as_labels, as_vector, check_choice, suggest
+from ._validation import (
+    as_embeddings,
+    as_labels,
+    as_vector,
+    check_choice,
+    host_array,
+    suggest,
+)
 from .custom import metric_infos
 from .evaluate import evaluate
 from .result import EvaluationResult
@@ -339,19 +346,6 @@ def _common_dtype(a: np.dtype, b: np.dtype) -> Any:
         return np.result_type(a, b)
     except TypeError:
         return object
-
-
-def host_array(x: Any) -> Any:
-    """A torch tensor as a host numpy array (float32 for low-precision floats); else ``x``.
-
-    Works without importing torch: a tensor is recognised by its methods.
-    """
-    if not (hasattr(x, "detach") and hasattr(x, "cpu") and hasattr(x, "numpy")):
-        return x
-    t = x.detach()
-    if t.is_floating_point() and t.element_size() < 4:  # bfloat16 / float16: numpy has no bf16
-        t = t.float()
-    return t.cpu().numpy()
 
 
 def _check_options(options: dict[str, Any]) -> None:
