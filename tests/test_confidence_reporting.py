@@ -153,54 +153,46 @@ def test_compare_from_json_and_missing_confidences():
         ee.compare([bare, b], metrics=["augrc_precision_at_1"], n_boot=20)
 
 
+def _compare_cli(tmp_path, *options):
+    """`embedeval compare a.npz b.npz OPTIONS` in a subprocess, with this checkout importable."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "embedeval",
+            "compare",
+            tmp_path / "a.npz",
+            tmp_path / "b.npz",
+            *options,
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=300,
+    )
+
+
 def test_cli_compare_with_confidence_metrics(tmp_path):
     rng = np.random.default_rng(3)
     x = rng.normal(size=(40, 3))
     y = rng.integers(0, 5, 40)
     np.savez(tmp_path / "a.npz", embeddings=x, labels=y, confidences=rng.uniform(0, 1, 40))
     np.savez(tmp_path / "b.npz", embeddings=x, labels=y, confidences=rng.uniform(0, 1, 40))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "embedeval",
-            "compare",
-            tmp_path / "a.npz",
-            tmp_path / "b.npz",
-            "--metrics",
-            "precision_at_1",
-            "--confidence-metrics",
-            "aurc_precision_at_1,ece",
-            "--n-boot",
-            "20",
-            "--json",
-            tmp_path / "c.json",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
+    proc = _compare_cli(
+        tmp_path,
+        "--metrics",
+        "precision_at_1",
+        "--confidence-metrics",
+        "aurc_precision_at_1,ece",
+        "--n-boot",
+        "20",
+        "--json",
+        tmp_path / "c.json",
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["metrics"] == ["precision_at_1", "aurc_precision_at_1", "ece"]
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "embedeval",
-            "compare",
-            tmp_path / "a.npz",
-            tmp_path / "b.npz",
-            "--confidence-metrics",
-            "aurcc",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    bad = _compare_cli(tmp_path, "--confidence-metrics", "aurcc")
     assert bad.returncode == 2 and "aurcc" in bad.stderr
 
 

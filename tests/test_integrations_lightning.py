@@ -42,14 +42,9 @@ def _loader(x, y, batch_size):
     return torch.utils.data.DataLoader(ds, batch_size=batch_size)
 
 
-def test_callback_logs_the_metrics_of_the_validation_set(tmp_path):
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((90, 5)).astype(np.float32)
-    y = rng.integers(0, 6, 90)
-    model = _Model()
-    callback = EmbeddingEvaluation(metrics=METRICS, primary_metric="map_at_r")
-    trainer = L.Trainer(
-        max_epochs=2,
+def _trainer(tmp_path, callback, **options):
+    """A quiet one-device CPU Trainer with ``callback`` and nothing written but to tmp_path."""
+    return L.Trainer(
         accelerator="cpu",
         devices=1,
         callbacks=[callback],
@@ -58,8 +53,17 @@ def test_callback_logs_the_metrics_of_the_validation_set(tmp_path):
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=tmp_path,
-        num_sanity_val_steps=1,
+        **options,
     )
+
+
+def test_callback_logs_the_metrics_of_the_validation_set(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((90, 5)).astype(np.float32)
+    y = rng.integers(0, 6, 90)
+    model = _Model()
+    callback = EmbeddingEvaluation(metrics=METRICS, primary_metric="map_at_r")
+    trainer = _trainer(tmp_path, callback, max_epochs=2, num_sanity_val_steps=1)
     trainer.fit(model, _loader(x, y, 32), _loader(x, y, 17))
     with torch.no_grad():
         emb = model(torch.from_numpy(x)).numpy()
@@ -78,16 +82,6 @@ def test_validation_step_must_return_embeddings_and_labels(tmp_path):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((20, 5)).astype(np.float32)
     y = rng.integers(0, 3, 20)
-    trainer = L.Trainer(
-        max_epochs=1,
-        accelerator="cpu",
-        callbacks=[EmbeddingEvaluation()],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        num_sanity_val_steps=0,
-    )
+    trainer = _trainer(tmp_path, EmbeddingEvaluation(), max_epochs=1, num_sanity_val_steps=0)
     with pytest.raises(ee.InputError, match="embeddings"):
         trainer.fit(Bad(), _loader(x, y, 10), _loader(x, y, 10))
