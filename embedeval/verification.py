@@ -265,19 +265,32 @@ def tar_at_far(
     """
     s, g = _scores_and_flags(scores, genuine, higher_is_similar)
     fars = _check_fars(far)
-    tar, threshold, far_achieved = _operating_points(s[g], s[~g], fars)
-    n_gen, n_imp = int(g.sum()), int((~g).sum())
+    points = _operating_points(s[g], s[~g], fars)
+    settings = {"higher_is_similar": bool(higher_is_similar)}
+    return _tar_result(fars, points, int(g.sum()), int((~g).sum()), settings)
+
+
+def _tar_result(
+    fars: np.ndarray,
+    points: tuple[np.ndarray, np.ndarray, np.ndarray],
+    n_gen: int,
+    n_imp: int,
+    settings: dict[str, Any],
+) -> TarAtFar:
+    """The result of a TAR@FAR read-off: flags (and warns about) targets below 1/n_impostor,
+    and turns thresholds back into the caller's units (scores were negated for distances)."""
+    tar, threshold, far_achieved = points
     resolved = fars * n_imp >= 1
     _warn_unresolved(fars, resolved, n_imp)
     return TarAtFar(
         far=fars,
         tar=tar,
-        threshold=threshold if higher_is_similar else -threshold,
+        threshold=threshold if settings["higher_is_similar"] else -threshold,
         far_achieved=far_achieved,
         resolved=resolved,
         n_genuine=n_gen,
         n_impostor=n_imp,
-        settings={"higher_is_similar": bool(higher_is_similar)},
+        settings=settings,
     )
 
 
@@ -565,20 +578,9 @@ def tar_at_far_all_pairs(
         if out is not None:
             break
         margin *= 4  # the sample misplaced a bracket: widen it and scan again
-    tar, threshold, far_achieved = out
-    resolved = fars * n_imp >= 1
-    _warn_unresolved(fars, resolved, n_imp)
     higher = distance != "euclidean"
-    return TarAtFar(
-        far=fars,
-        tar=tar,
-        threshold=threshold if higher else -threshold,
-        far_achieved=far_achieved,
-        resolved=resolved,
-        n_genuine=n_gen,
-        n_impostor=n_imp,
-        settings={"distance": distance, "higher_is_similar": higher, "n": n, "n_scans": n_scans},
-    )
+    settings = {"distance": distance, "higher_is_similar": higher, "n": n, "n_scans": n_scans}
+    return _tar_result(fars, out, n_gen, n_imp, settings)
 
 
 def _impostor_sample(xf, codes, sq, distance, size, seed) -> np.ndarray:
