@@ -3,8 +3,8 @@ bootstrap intervals, and recalibration fitted on one split and scored on another
 
 A confidence c_i in [0, 1] is read as the predicted probability that query i is right (its
 ``correct_i``, e.g. ``per_query["precision_at_1"]``).  ECE and MCE with equal-width or
-equal-mass bins are :func:`embedeval.confidence.expected_calibration_error` /
-``maximum_calibration_error``; this module builds on them.
+equal-mass bins are :func:`expected_calibration_error` / :func:`maximum_calibration_error`;
+:func:`confidence_recall_curve` bins any metric by any confidence range.
 """
 
 from __future__ import annotations
@@ -17,31 +17,150 @@ from typing import Any
 import numpy as np
 
 from ._errors import InputError
-from ._validation import as_labels, as_vector, check_choice, check_int, factorize
-from .confidence import (
-    _bin_index,
-    _binary_correct,
-    _calibration_edges,
-    _scores_and_confidence,
-    expected_calibration_error,
-    maximum_calibration_error,
-)
+from ._resample import statistic_ci
+from ._scores import bin_index, binary_correct, calibration_edges, scores_and_confidence
+from ._validation import as_labels, as_vector, check_choice, check_int, check_level, factorize
 
 __all__ = [
+    "CalibrationCurve",
     "Recalibration",
     "Recalibrator",
     "ReliabilityDiagram",
     "brier_score",
     "calibration_summary",
     "classwise_calibration_error",
+    "confidence_recall_curve",
+    "expected_calibration_error",
     "fit_recalibrator",
+    "maximum_calibration_error",
     "recalibrate",
     "reliability_diagram",
 ]
 
 
+@dataclass(frozen=True)
+class CalibrationCurve:
+    """Per-bin mean confidence, mean metric and count (empty bins have NaN means)."""
+
+    edges: np.ndarray
+    mean_confidence: np.ndarray
+    mean_metric: np.ndarray
+    count: np.ndarray
+
+
+def confidence_recall_curve(
+    correct_or_scores: Any,
+    confidence: Any,
+    *,
+    bins: int = 10,
+    strategy: str = "uniform",
+    higher_is_confident: bool = True,
+) -> CalibrationCurve:
+    """Metric (e.g. Recall@1) of the queries binned by confidence.
+
+    ``strategy="uniform"``: equal-width bins between the smallest and largest confidence;
+    ``"quantile"``: equal-mass bins.  Bins are right-closed (a, b], the first bin closed.
+
+    Ties: equal confidences always share a bin; quantile edges are de-duplicated, so heavily
+    tied confidences give fewer (never empty-by-construction) bins.  Zero division: an empty bin
+    has count 0 and NaN means (it is not dropped, so bins stay aligned with ``edges``).
+    ``higher_is_confident`` does not change the bins: they and their means are reported in the
+    units given (a sigma stays a sigma); it is accepted for symmetry with the other functions.
+
+    Examples
+    --------
+    >>> cur = confidence_recall_curve([0, 1, 1, 1], [0.1, 0.4, 0.6, 0.9], bins=2)
+    >>> cur.mean_metric.tolist(), cur.count.tolist()
+    ([0.5, 1.0], [2, 2])
+    """
+    s, c, _ = scores_and_confidence(
+        correct_or_scores, confidence, higher_is_confident, "correct_or_scores"
+    )
+    if not higher_is_confident:
+        c = -c  # bin and report the values as given (a sigma stays a sigma)
+    bins = check_int(bins, "bins")
+    strategy = check_choice(strategy, "strategy", ("uniform", "quantile"))
+    if strategy == "uniform":
+        edges = np.linspace(c.min(), c.max(), bins + 1)
+    else:
+        edges = np.unique(np.quantile(c, np.linspace(0, 1, bins + 1)))
+        if edges.size == 1:  # every confidence equal: one closed bin [c, c] holds them all
+            edges = np.repeat(edges, 2)
+    idx = bin_index(c, edges)
+    nb = edges.size - 1
+    count = np.bincount(idx, minlength=nb)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_c = np.bincount(idx, weights=c, minlength=nb) / count
+        mean_m = np.bincount(idx, weights=s, minlength=nb) / count
+    return CalibrationCurve(edges, mean_c, mean_m, count)
+
+
+def _calibration_gaps(
+    correct: Any, confidence: Any, bins: int, strategy: str = "uniform"
+) -> tuple[np.ndarray, np.ndarray]:
+    s, c, _ = scores_and_confidence(correct, confidence, True, "correct")
+    if c.min() < 0 or c.max() > 1:
+        raise InputError(
+            "confidence must lie in [0, 1] for calibration errors; rescale it (or use "
+            "confidence_recall_curve, which bins any range)."
+        )
+    bins = check_int(bins, "bins")
+    strategy = check_choice(strategy, "strategy", ("uniform", "quantile"))
+    edges = calibration_edges(c, bins, strategy)
+    nb = max(edges.size - 1, 1)
+    idx = bin_index(c, edges) if edges.size > 1 else np.zeros(c.size, dtype=np.int64)
+    count = np.bincount(idx, minlength=nb)
+    filled = count > 0
+    acc = np.bincount(idx, weights=s, minlength=nb)[filled] / count[filled]
+    conf = np.bincount(idx, weights=c, minlength=nb)[filled] / count[filled]
+    return np.abs(acc - conf), count[filled] / s.size
+
+
+def expected_calibration_error(
+    correct: Any, confidence: Any, *, bins: int = 10, strategy: str = "uniform"
+) -> float:
+    """ECE = Σ_b (n_b / n) |acc_b - conf_b| over bins of the confidence.
+
+    ``strategy="uniform"``: ``bins`` equal-width bins of [0, 1]; ``"quantile"``: equal-mass
+    (adaptive) bins whose edges are the quantiles of the confidences at 0, 1/bins, ..., 1
+    (numpy's linear interpolation), de-duplicated.  Bins are right-closed (a, b] with the first
+    bin closed; empty bins are skipped.
+
+    ``correct`` is 0/1 (or a per-query score in [0, 1], giving the bin's mean score).  Ties:
+    equal confidences always share a bin (so heavily tied confidences give fewer equal-mass
+    bins).  Zero division: empty bins are skipped (weight 0).
+
+    Examples
+    --------
+    >>> expected_calibration_error([1, 0, 1, 1], [0.95, 0.95, 0.3, 0.3], bins=2)
+    0.575
+    >>> # equal mass: edges 0.1, 0.45, 0.8 -> bins {0.1, 0.2} and {0.7, 0.8}
+    >>> expected_calibration_error([0, 1, 1, 1], [0.1, 0.2, 0.7, 0.8], bins=2,
+    ...                            strategy="quantile")   # (2/4)|1/2 - 0.15| + (2/4)|1 - 0.75|
+    0.3
+    """
+    gaps, weights = _calibration_gaps(correct, confidence, bins, strategy)
+    return float(np.sum(gaps * weights))
+
+
+def maximum_calibration_error(
+    correct: Any, confidence: Any, *, bins: int = 10, strategy: str = "uniform"
+) -> float:
+    """MCE = max over non-empty bins of |acc_b - conf_b| (bins as in ECE).
+
+    Ties: as ECE.  Zero division: empty bins are skipped.
+
+    Examples
+    --------
+    >>> maximum_calibration_error([1, 0, 1, 1], [0.95, 0.95, 0.3, 0.3], bins=2)
+    0.7
+    """
+    gaps, _ = _calibration_gaps(correct, confidence, bins, strategy)
+    return float(gaps.max())
+
+
 def _unit_confidence(correct: Any, confidence: Any) -> tuple[np.ndarray, np.ndarray]:
-    s, c, _ = _scores_and_confidence(correct, confidence, True, "correct")
+    s, c, _ = scores_and_confidence(correct, confidence, True, "correct")
     if c.min() < 0 or c.max() > 1:
         raise InputError(
             "confidence must lie in [0, 1] (a predicted probability of being right); rescale "
@@ -76,7 +195,7 @@ def classwise_calibration_error(
     cwECE = (1/|Y|) Σ_y ECE(correct[Q_y], confidence[Q_y]); with ``strategy="uniform"`` every
     class uses the same edges, with ``"quantile"`` each class gets its own equal-mass edges.
 
-    Ties and zero division: as :func:`~embedeval.confidence.expected_calibration_error`; NaN
+    Ties and zero division: as :func:`expected_calibration_error`; NaN
     scores (lone queries) are dropped before grouping, and a class left without queries is not
     counted.
 
@@ -100,7 +219,7 @@ def classwise_calibration_error(
     # Shared edges: (n_b / n_y) |acc_b - conf_b| = |S_b - C_b| / n_y with S_b, C_b the bin's
     # sums of correctness and confidence, so one bincount over (class, bin) cells does it all.
     nb = check_int(bins, "bins")
-    cell = codes * nb + _bin_index(c, np.linspace(0.0, 1.0, nb + 1))
+    cell = codes * nb + bin_index(c, np.linspace(0.0, 1.0, nb + 1))
     n_cells = (int(codes.max()) + 1) * nb
     gap = np.abs(
         np.bincount(cell, weights=s, minlength=n_cells)
@@ -132,7 +251,7 @@ def reliability_diagram(
 ) -> ReliabilityDiagram:
     """Accuracy against mean confidence per bin, with the number of queries in each bin.
 
-    Bins as in :func:`~embedeval.confidence.expected_calibration_error` (right-closed, first
+    Bins as in :func:`expected_calibration_error` (right-closed, first
     closed; equal-width over [0, 1] or equal-mass).  ``ece`` = Σ_b (n_b / n) |acc_b - conf_b|.
 
     Examples
@@ -144,10 +263,10 @@ def reliability_diagram(
     s, c = _unit_confidence(correct, confidence)
     bins = check_int(bins, "bins")
     strategy = check_choice(strategy, "strategy", ("uniform", "quantile"))
-    edges = _calibration_edges(c, bins, strategy)
+    edges = calibration_edges(c, bins, strategy)
     if edges.size < 2:  # one distinct confidence: a single degenerate bin
         edges = np.array([edges[0], edges[0]])
-    idx = _bin_index(c, edges)
+    idx = bin_index(c, edges)
     nb = edges.size - 1
     count = np.bincount(idx, minlength=nb)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -193,9 +312,6 @@ def calibration_summary(
     >>> out["ece"], round(out["brier"], 4)   # (0.0025 + 0.9025 + 0.49 + 0.49) / 4
     (0.575, 0.4713)
     """
-    from ._resample import statistic_ci
-    from ._validation import check_level
-
     s, c = _unit_confidence(correct, confidence)
     bins = check_int(bins, "bins")
     codes = None
@@ -296,8 +412,8 @@ def fit_recalibrator(correct: Any, confidence: Any, *, method: str = "isotonic")
     from scipy import optimize
 
     method = check_choice(method, "method", ("isotonic", "temperature", "platt"))
-    s, c, _ = _scores_and_confidence(correct, confidence, True, "correct")
-    y = _binary_correct(s).astype(np.float64)
+    s, c, _ = scores_and_confidence(correct, confidence, True, "correct")
+    y = binary_correct(s).astype(np.float64)
     if method == "isotonic":
         x, fitted = _isotonic(c, y)
         return Recalibrator(method, {}, x, fitted)

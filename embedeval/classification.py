@@ -1,4 +1,4 @@
-"""Confusion-matrix metrics, ROC and PR curves, and threshold selection.
+"""Confusion-matrix metrics, ROC and PR curves, AUROC and AP, and threshold selection.
 
 Orientation: ``confusion_matrix(y_true, y_pred)[i, j]`` counts items of actual class i predicted
 as class j — rows are the truth, columns the prediction (scikit-learn's convention).  Per-class
@@ -10,12 +10,16 @@ Zero division (a class never predicted, never present) follows ``zero_division``
 
 from __future__ import annotations
 
+import math
+import warnings
 from typing import Any
 
 import numpy as np
 
-from ._errors import InputError
+from ._curves import auroc, threshold_counts, warn_single_class
+from ._errors import EmbedevalWarning, InputError
 from ._validation import as_labels, as_vector, check_choice, check_int, divide, factorize
+from .ranking import average_precision as ranking_ap
 
 __all__ = [
     "average_precision",
@@ -117,6 +121,45 @@ def rates(
     if average is not None:
         average = check_choice(average, "average", ("micro", "macro", "weighted", "binary"))
     cm, classes = _confusion(y_true, y_pred, labels)
+    tp, fp, fn, tn = _one_vs_rest_counts(cm, classes, average, pos_label)
+    out = _rate_table(tp, fp, fn, tn, beta, zero_division)
+    if average in ("macro", "weighted"):
+        weights = None if average == "macro" else out["support"]
+        for key in _AVERAGED:
+            out[key] = float(np.average(out[key], weights=weights))
+    elif average in ("micro", "binary"):
+        for key in list(out):
+            out[key] = float(out[key][0])
+    out["recall"] = out["sensitivity"] = out["tpr"]
+    out["specificity"] = out["tnr"]
+    out["precision"] = out["ppv"]
+    out["fallout"] = out["fpr"]
+    total = cm.sum()
+    out["accuracy"] = float(np.trace(cm) / total) if total else float("nan")
+    out["error_rate"] = 1 - out["accuracy"]
+    return out
+
+
+_AVERAGED = (
+    "tpr",
+    "tnr",
+    "ppv",
+    "npv",
+    "fpr",
+    "fnr",
+    "fdr",
+    "for",
+    "prevalence",
+    "f1",
+    "f_beta",
+    "class_accuracy",
+)
+
+
+def _one_vs_rest_counts(
+    cm: np.ndarray, classes: np.ndarray, average: str | None, pos_label: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(TP, FP, FN, TN) per class, of ``pos_label`` only (binary) or pooled (micro)."""
     total = cm.sum()
     tp = np.diag(cm).astype(np.float64)
     fp = cm.sum(0) - tp
@@ -130,6 +173,13 @@ def rates(
             tp, fp, fn, tn = (v[keep : keep + 1] for v in (tp, fp, fn, tn))
     if average == "micro":
         tp, fp, fn, tn = (np.array([v.sum()]) for v in (tp, fp, fn, tn))
+    return tp, fp, fn, tn
+
+
+def _rate_table(
+    tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, tn: np.ndarray, beta: float, zero_division: Any
+) -> dict[str, Any]:
+    """Every rate of the counts, per entry (the formulas of :func:`rates`)."""
     b2 = beta * beta
     out: dict[str, Any] = {
         "tp": tp,
@@ -152,32 +202,6 @@ def rates(
     out["for"] = _safe_div(fn, fn + tn, zero_division, "FOR")
     # per class, tp + fp + fn + tn = n; pooled (micro) counts sum to n x n_classes
     out["class_accuracy"] = (tp + tn) / np.maximum(tp + fp + fn + tn, 1)
-    if average in ("macro", "weighted"):
-        weights = None if average == "macro" else out["support"]
-        for key in (
-            "tpr",
-            "tnr",
-            "ppv",
-            "npv",
-            "fpr",
-            "fnr",
-            "fdr",
-            "for",
-            "prevalence",
-            "f1",
-            "f_beta",
-            "class_accuracy",
-        ):
-            out[key] = float(np.average(out[key], weights=weights))
-    elif average in ("micro", "binary"):
-        for key in list(out):
-            out[key] = float(out[key][0])
-    out["recall"] = out["sensitivity"] = out["tpr"]
-    out["specificity"] = out["tnr"]
-    out["precision"] = out["ppv"]
-    out["fallout"] = out["fpr"]
-    out["accuracy"] = float(np.trace(cm) / total) if total else float("nan")
-    out["error_rate"] = 1 - out["accuracy"]
     return out
 
 
@@ -208,24 +232,17 @@ def _binary(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray]:
     return t, s
 
 
-def _curve_counts(t: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    order = np.argsort(-s, kind="stable")
-    s_sorted, t_sorted = s[order], t[order]
-    ends = np.flatnonzero(np.append(s_sorted[1:] != s_sorted[:-1], True))
-    tps = np.cumsum(t_sorted)[ends]
-    fps = (ends + 1) - tps
-    return tps, fps, s_sorted[ends]
-
-
 def roc_curve(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """ROC curve: (fpr, tpr, thresholds), one point per distinct score plus the origin.
 
     Predict positive when score >= threshold; the first threshold is +inf (nothing positive).
-    Unlike scikit-learn's default, collinear points are kept.
+    TPR(t) = TP(t) / P and FPR(t) = FP(t) / N.  Unlike scikit-learn's default, collinear
+    points are kept (its ``drop_intermediate=False``).
 
     Ties: a block of equal scores crosses the threshold together, so it is one point (a
-    diagonal segment, which is what makes AUC count ties half).  Zero division: a missing class
-    makes TPR or FPR undefined, so it is an error (scikit-learn warns and returns NaN).
+    diagonal segment, which is what makes AUC count ties half).  Single-class input: the rate
+    of the missing class (FPR without negatives, TPR without positives) is undefined, so it is
+    NaN with an :class:`~embedeval.EmbedevalWarning` (scikit-learn also returns NaN there).
 
     Examples
     --------
@@ -234,30 +251,36 @@ def roc_curve(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray, np.nda
     ([0.0, 0.0, 0.5, 0.5, 1.0], [0.0, 0.5, 0.5, 1.0, 1.0])
     """
     t, s = _binary(y_true, y_score)
-    tps, fps, th = _curve_counts(t, s)
+    tps, fps, th = threshold_counts(t, s)
     p, n = t.sum(), t.size - t.sum()
     if p == 0 or n == 0:
-        raise InputError("roc_curve needs both classes in y_true.")
+        warn_single_class("roc_curve", int(p), int(n), "classes in y_true")
+    fpr = fps / n if n else np.full(fps.shape, np.nan)
+    tpr = tps / p if p else np.full(tps.shape, np.nan)
     return (
-        np.concatenate([[0.0], fps / n]),
-        np.concatenate([[0.0], tps / p]),
+        np.concatenate([[0.0 if n else np.nan], fpr]),
+        np.concatenate([[0.0 if p else np.nan], tpr]),
         np.concatenate([[np.inf], th]),
     )
 
 
 def roc_auc(y_true: Any, y_score: Any) -> float:
-    """Area under the ROC curve (trapezoids; ties count half, as in Mann-Whitney).
+    """Area under the ROC curve, ties counted half (the Mann-Whitney probability).
 
-    Equals the Mann-Whitney probability P(s+ > s−) + ½ P(s+ = s−) and scikit-learn's
-    ``roc_auc_score``.  Zero division: a missing class is an error (see :func:`roc_curve`).
+    AUROC = P(s⁺ > s⁻) + ½ P(s⁺ = s⁻) = (Σ ranks of the positives − P(P+1)/2) / (P·N) with
+    average ranks for ties: the trapezoid area under :func:`roc_curve`, and scikit-learn's
+    ``roc_auc_score``.  The same computation gives
+    :func:`embedeval.confidence.confidence_auroc` and the open-set AUROC.  Single-class input
+    (no positive or no negative): NaN with an :class:`~embedeval.EmbedevalWarning`, the
+    package's one rule (scikit-learn also returns NaN).
 
     Examples
     --------
-    >>> roc_auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])
+    >>> roc_auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])   # 3 of the 4 (pos, neg) pairs ordered
     0.75
     """
-    fpr, tpr, _ = roc_curve(y_true, y_score)
-    return float(np.trapezoid(tpr, fpr))
+    t, s = _binary(y_true, y_score)
+    return auroc(t == 1, s, "roc_auc", "classes in y_true")
 
 
 def pr_curve(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -265,9 +288,11 @@ def pr_curve(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray, np.ndar
 
     precision = TP/(TP+FP) and recall = TP/P at each threshold (score >= t).  Ties: one point
     per distinct score (a tie block enters together), as scikit-learn's
-    ``precision_recall_curve`` (which lists thresholds increasing and appends (1, 0)).  Zero
-    division: precision is never 0/0 (every threshold keeps at least one item); no positive
-    (recall 0/0) is an error.
+    ``precision_recall_curve`` (which lists thresholds increasing and appends (1, 0)); the
+    points are those of :func:`embedeval.ranking.precision_recall_curve`.  Zero division:
+    precision is never 0/0 (every threshold keeps at least one item).  Single-class input
+    without a positive: recall is undefined, NaN with an :class:`~embedeval.EmbedevalWarning`
+    (scikit-learn sets it to 1).
 
     Examples
     --------
@@ -276,29 +301,37 @@ def pr_curve(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray, np.ndar
     ([1.0, 0.5, 0.6666666666666666, 0.5], [0.5, 0.5, 1.0, 1.0])
     """
     t, s = _binary(y_true, y_score)
-    tps, fps, th = _curve_counts(t, s)
-    if t.sum() == 0:
-        raise InputError("pr_curve needs at least one positive in y_true.")
-    return tps / (tps + fps), tps / t.sum(), th
+    tps, fps, th = threshold_counts(t, s)
+    n_pos = t.sum()
+    if n_pos == 0:
+        warn_single_class("pr_curve", 0, t.size, "classes in y_true (a positive for recall)")
+        return tps / (tps + fps), tps * np.nan, th
+    return tps / (tps + fps), tps / n_pos, th
 
 
 def average_precision(y_true: Any, y_score: Any) -> float:
     """Area under the PR curve by the step rule: AP = Σ_n (R_n − R_{n−1}) P_n.
 
     The sum runs over the distinct thresholds of :func:`pr_curve` (a tie block is one threshold:
-    its items enter together), which is scikit-learn's ``average_precision_score`` exactly, and
-    :func:`embedeval.ranking.average_precision` with ``ties="threshold"``.  No trapezoids (they
-    overrate a classifier); no positive in ``y_true`` is an error (recall is undefined).
-
-    Zero division: needs a positive (an error otherwise, see :func:`pr_curve`).
+    its items enter together, and precision is read at the block's end), which is
+    scikit-learn's ``average_precision_score`` exactly.  It is computed by
+    :func:`embedeval.ranking.average_precision` with ``ties="threshold"`` (the package's one
+    AP).  No trapezoids (they overrate a classifier).  Single-class input without a positive:
+    recall is undefined, so AP is NaN with an :class:`~embedeval.EmbedevalWarning`
+    (scikit-learn returns 0 there); all positive gives 1.
 
     Examples
     --------
     >>> average_precision([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])    # (1/2)·1 + (1/2)·(2/3)
     0.8333333333333333
     """
-    precision, recall, _ = pr_curve(y_true, y_score)
-    return float(np.sum(np.diff(recall, prepend=0.0) * precision))
+    t, s = _binary(y_true, y_score)
+    if t.sum() == 0:
+        warn_single_class("average_precision", 0, t.size, "classes in y_true (a positive)")
+        return math.nan
+    with warnings.catch_warnings():  # heavily tied scores are normal for a classifier
+        warnings.filterwarnings("ignore", "of the ranked items tie", EmbedevalWarning)
+        return float(ranking_ap(t, s, ties="threshold"))
 
 
 def select_threshold(y_true: Any, y_score: Any, *, method: str = "youden") -> tuple[float, float]:
@@ -308,8 +341,8 @@ def select_threshold(y_true: Any, y_score: Any, *, method: str = "youden") -> tu
     (criterion = that distance); ``"youden"``: the largest J = TPR - FPR.  The first threshold
     wins ties.
 
-    Ties: tied scores share a threshold (points of :func:`roc_curve`).  Zero division: both
-    classes are required (an error otherwise).
+    Ties: tied scores share a threshold (points of :func:`roc_curve`).  Single-class input:
+    there is nothing to separate, so it is an error (a threshold is a decision, not a score).
 
     Examples
     --------
@@ -318,6 +351,8 @@ def select_threshold(y_true: Any, y_score: Any, *, method: str = "youden") -> tu
     """
     method = check_choice(method, "method", ("accuracy", "closest_to_01", "youden"))
     t, _ = _binary(y_true, y_score)
+    if t.sum() in (0, t.size):
+        raise InputError("select_threshold needs both classes in y_true; got one.")
     fpr, tpr, th = roc_curve(y_true, y_score)
     if method == "youden":
         crit = tpr - fpr

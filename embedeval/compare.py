@@ -24,7 +24,13 @@ import numpy as np
 from ._errors import InputError, InputTypeError
 from ._files import write_text
 from ._progress import progress_bar
-from ._resample import bootstrap_p
+from ._resample import (
+    bootstrap_p,
+    draw_indices,
+    percentile_interval,
+    permutation_p,
+    resampled_means,
+)
 from ._validation import (
     as_labels,
     as_vector,
@@ -34,45 +40,9 @@ from ._validation import (
     factorize,
     suggest,
 )
+from .confidence import summary_arrays, summary_statistic
 
 __all__ = ["Comparison", "bootstrap_ci", "compare"]
-
-_CHUNK = 1 << 20  # resample-matrix elements per chunk: bounded memory for any n_boot
-
-
-def _resampled_means(
-    values: np.ndarray,
-    groups: np.ndarray | None,
-    n_boot: int,
-    rng: np.random.Generator,
-    bar: Any = None,
-) -> np.ndarray:
-    """Bootstrap replicates of the mean (micro) or of the mean of group means (macro).
-
-    ``values`` is (n_items, n_series): several aligned series (metrics, or paired runs) share
-    the same resamples.  Resampling is done by counting how often each unit is picked, so a
-    replicate is a weighted mean — one matrix product per chunk, no loop over items.  The counts
-    come from uniform indices and one flat ``bincount`` per chunk (row r's indices offset by
-    r * n); ``rng.multinomial`` gives the same distribution but is 3-5x slower for large n.
-    """
-    if groups is None:
-        n = values.shape[0]
-        out = []
-        step = max(1, _CHUNK // max(n, 1))
-        for start in range(0, n_boot, step):
-            m = min(step, n_boot - start)
-            picks = rng.integers(0, n, size=(m, n))
-            picks += (np.arange(m, dtype=np.int64) * n)[:, None]
-            counts = np.bincount(picks.ravel(), minlength=m * n).reshape(m, n)
-            out.append(counts.astype(np.float64) @ values / n)
-            if bar is not None:
-                bar.update(m)
-        return np.concatenate(out)
-    n_groups = int(groups.max()) + 1
-    sums = np.zeros((n_groups, values.shape[1]))
-    np.add.at(sums, groups, values)
-    group_means = sums / np.bincount(groups, minlength=n_groups)[:, None]
-    return _resampled_means(group_means, None, n_boot, rng, bar)
 
 
 def bootstrap_ci(
@@ -144,15 +114,37 @@ def bootstrap_ci(
         labels = per_query.query_labels if labels is None else labels
         average = per_query.settings.get("average", average)
         per_query = per_query.per_query
+    ci = check_level(ci)
+    n_boot = check_int(n_boot, "n_boot")
+    seed = check_int(seed, "seed", minimum=0)
+    average = check_choice(average, "average", ("micro", "macro"))
+    columns, codes = _bootstrap_columns(per_query, labels, average, metrics)
+    out: dict[str, tuple[float, float]] = {name: (math.nan, math.nan) for name in columns}
+    # Metrics with the same lone (NaN) queries share one set of resamples: one draw serves
+    # them all, and their intervals come from the same resampled query sets.
+    by_mask: dict[bytes, list[str]] = {}
+    for name, values in columns.items():
+        by_mask.setdefault(np.isnan(values).tobytes(), []).append(name)
+    with progress_bar(n_boot * len(by_mask), "bootstrap resamples", enabled=progress) as bar:
+        for group_names in by_mask.values():
+            stack = np.stack([columns[name] for name in group_names], axis=1)
+            bounds = _mean_intervals(
+                stack, codes if average == "macro" else None, ci, n_boot, seed, bar
+            )
+            for j, name in enumerate(group_names):
+                out[name] = (float(bounds[0, j]), float(bounds[1, j]))
+    return out
+
+
+def _bootstrap_columns(
+    per_query: Any, labels: Any, average: str, metrics: Any
+) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The checked per-query columns of :func:`bootstrap_ci` and the label codes (or None)."""
     if not isinstance(per_query, Mapping):
         raise InputTypeError(
             "per_query must be a dict of metric -> per-query values or an EvaluationResult; "
             f"got {type(per_query).__name__}."
         )
-    ci = check_level(ci)
-    n_boot = check_int(n_boot, "n_boot")
-    seed = check_int(seed, "seed", minimum=0)
-    average = check_choice(average, "average", ("micro", "macro"))
     names = _metric_list(metrics, list(per_query), "per_query")
     if average == "macro" and labels is None:
         raise InputError("average='macro' resamples classes, so labels are required.")
@@ -170,29 +162,24 @@ def bootstrap_ci(
                 "pass one label per query."
             )
         columns[name] = values
+    return columns, codes
+
+
+def _mean_intervals(
+    stack: np.ndarray, codes: np.ndarray | None, ci: float, n_boot: int, seed: int, bar: Any
+) -> np.ndarray:
+    """(2, m) percentile bounds of the column means of ``stack`` over its non-NaN rows (NaN
+    when none); with ``codes`` the classes are resampled (mean of class means)."""
+    ok = ~np.isnan(stack[:, 0])
+    if not ok.any():
+        bar.update(n_boot)
+        return np.full((2, stack.shape[1]), math.nan)
+    groups = None
+    if codes is not None:
+        (groups,), _ = factorize(codes[ok])
+    reps = resampled_means(stack[ok], groups, n_boot, np.random.default_rng(seed), bar)
     tail = (1 - ci) / 2
-    out: dict[str, tuple[float, float]] = {name: (math.nan, math.nan) for name in names}
-    # Metrics with the same lone (NaN) queries share one set of resamples: one draw serves
-    # them all, and their intervals come from the same resampled query sets.
-    by_mask: dict[bytes, list[str]] = {}
-    for name, values in columns.items():
-        by_mask.setdefault(np.isnan(values).tobytes(), []).append(name)
-    with progress_bar(n_boot * len(by_mask), "bootstrap resamples", enabled=progress) as bar:
-        for group_names in by_mask.values():
-            stack = np.stack([columns[name] for name in group_names], axis=1)
-            ok = ~np.isnan(stack[:, 0])
-            if not ok.any():
-                bar.update(n_boot)
-                continue
-            rng = np.random.default_rng(seed)
-            groups = None
-            if average == "macro":
-                (groups,), _ = factorize(codes[ok])
-            reps = _resampled_means(stack[ok], groups, n_boot, rng, bar)
-            bounds = np.quantile(reps, [tail, 1 - tail], axis=0)
-            for j, name in enumerate(group_names):
-                out[name] = (float(bounds[0, j]), float(bounds[1, j]))
-    return out
+    return np.quantile(reps, [tail, 1 - tail], axis=0)
 
 
 def _metric_list(metrics: Any, available: list[str], where: str) -> list[str]:
@@ -384,6 +371,32 @@ def compare(
     >>> [round(r["value"], 3) for r in cmp.rows]
     [1.0, 0.0]
     """
+    runs, names = _as_runs(results, names)
+    test = check_choice(test, "test", ("bootstrap", "permutation"))
+    ci = check_level(ci)
+    n_boot = check_int(n_boot, "n_boot")
+    seed = check_int(seed, "seed", minimum=0)
+    base = _baseline_index(baseline, names, len(runs))
+    average = _common_average(runs, names)
+    shared = [m for m in runs[0].per_query if all(m in r.per_query for r in runs)]
+    if not shared:
+        raise InputError(
+            "no metric has per-query values in every result (nmi/ami have none); evaluate the "
+            "checkpoints with a kNN metric such as 'map_at_r'."
+        )
+    metrics, conf_keys = _split_confidence_metrics(metrics, shared, runs, names)
+    metrics = _metric_list(metrics, shared, "every result")
+    settings = {"ci": ci, "n_boot": n_boot, "seed": seed, "test": test, "average": average}
+    rows = _metric_rows(runs, names, base, metrics, settings)
+    if conf_keys:
+        rows += confidence_rows(
+            runs, names, base, conf_keys, ci=ci, n_boot=n_boot, seed=seed, test=test
+        )
+    return Comparison(rows, names[base], names, [*metrics, *conf_keys], settings)
+
+
+def _as_runs(results: Any, names: Any) -> tuple[list[Any], list[str]]:
+    """The results as a list of EvaluationResult and their checked, unique names."""
     from .result import EvaluationResult
 
     if isinstance(results, Mapping):
@@ -419,21 +432,25 @@ def compare(
             f"checkpoint names must be unique; {', '.join(map(repr, repeated))} repeated. "
             "Pass distinct names=."
         )
-    test = check_choice(test, "test", ("bootstrap", "permutation"))
-    ci = check_level(ci)
-    n_boot = check_int(n_boot, "n_boot")
-    seed = check_int(seed, "seed", minimum=0)
+    return runs, names
+
+
+def _baseline_index(baseline: Any, names: list[str], n_runs: int) -> int:
     if isinstance(baseline, str):
         if baseline not in names:
             raise InputError(
                 f"baseline={baseline!r} is not one of the checkpoints "
                 f"({', '.join(names)}).{suggest(baseline, names)}"
             )
-        base = names.index(baseline)
-    else:
-        base = check_int(baseline, "baseline", minimum=0)
-        if base >= len(runs):
-            raise InputError(f"baseline={base} but there are only {len(runs)} results.")
+        return names.index(baseline)
+    base = check_int(baseline, "baseline", minimum=0)
+    if base >= n_runs:
+        raise InputError(f"baseline={base} but there are only {n_runs} results.")
+    return base
+
+
+def _common_average(runs: list[Any], names: list[str]) -> str:
+    """The ``average`` every run shares, after checking that all are on the same queries."""
     first = runs[0]
     first_labels = np.asarray(first.query_labels, dtype=object)
     average = first.settings.get("average", "micro")
@@ -460,21 +477,38 @@ def compare(
                 f"{r.settings.get('average', 'micro')!r} but {names[0]!r} with "
                 f"average={average!r}; evaluate every checkpoint with the same average."
             )
-    shared = [m for m in first.per_query if all(m in r.per_query for r in runs)]
-    if not shared:
-        raise InputError(
-            "no metric has per-query values in every result (nmi/ami have none); evaluate the "
-            "checkpoints with a kNN metric such as 'map_at_r'."
-        )
-    metrics, conf_keys = _split_confidence_metrics(metrics, shared, runs, names)
-    metrics = _metric_list(metrics, shared, "every result")
-    (codes,), _ = factorize(np.asarray(first.query_labels))
-    tail = (1 - ci) / 2
+    return average
+
+
+def _row(name: str, metric: str, value: float, ci: tuple[float, float], n: int) -> dict[str, Any]:
+    """A comparison row with the baseline's neutral difference (0, CI [0, 0], p = 1)."""
+    return {
+        "checkpoint": name,
+        "metric": metric,
+        "value": value,
+        "ci_low": ci[0],
+        "ci_high": ci[1],
+        "diff": 0.0,
+        "diff_ci_low": 0.0,
+        "diff_ci_high": 0.0,
+        "p_value": 1.0,
+        "n_shared": n,
+    }
+
+
+def _metric_rows(
+    runs: list[Any], names: list[str], base: int, metrics: list[str], settings: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Rows of the per-query metrics: own intervals, paired differences to the baseline."""
+    ci, n_boot, seed = settings["ci"], settings["n_boot"], settings["seed"]
+    average = settings["average"]
+    labels = runs[0].query_labels
+    (codes,), _ = factorize(np.asarray(labels))
     # Each run's own intervals: one call per run, so its metrics share one set of resamples.
     own_ci = [
         bootstrap_ci(
             {m: r.per_query[m] for m in metrics},
-            labels=first.query_labels,
+            labels=labels,
             average=average,
             ci=ci,
             n_boot=n_boot,
@@ -491,48 +525,48 @@ def compare(
             (groups,), _ = factorize(codes[ok])
         vals = stack[ok]
         rng = np.random.default_rng(seed)
-        reps = _resampled_means(vals, groups, n_boot, rng) if vals.size else None
+        reps = resampled_means(vals, groups, n_boot, rng) if vals.size else None
         for i, name in enumerate(names):
-            own = own_ci[i][m]
-            row = {
-                "checkpoint": name,
-                "metric": m,
-                "value": float(runs[i].metrics.get(m, math.nan)),
-                "ci_low": own[0],
-                "ci_high": own[1],
-                "diff": 0.0,
-                "diff_ci_low": 0.0,
-                "diff_ci_high": 0.0,
-                "p_value": 1.0,
-                "n_shared": int(ok.sum()),
-            }
-            if i != base and reps is None:  # no query is non-lone in every run
-                row.update(
-                    diff=math.nan, diff_ci_low=math.nan, diff_ci_high=math.nan, p_value=math.nan
-                )
-            if i != base and reps is not None:
-                diff_reps = reps[:, i] - reps[:, base]
-                observed = _point(vals[:, i] - vals[:, base], groups)
-                lo, hi = np.quantile(diff_reps, [tail, 1 - tail])
-                if test == "bootstrap":
-                    p = bootstrap_p(diff_reps)
-                else:
-                    p = _permutation_p(vals[:, i] - vals[:, base], groups, n_boot, seed)
-                row.update(
-                    diff=float(observed),
-                    diff_ci_low=float(lo),
-                    diff_ci_high=float(hi),
-                    p_value=float(p),
-                )
+            row = _row(
+                name, m, float(runs[i].metrics.get(m, math.nan)), own_ci[i][m], int(ok.sum())
+            )
+            if i != base:
+                row.update(_paired_difference(vals, groups, reps, i, base, settings))
             rows.append(row)
-    if conf_keys:
-        from ._resample import confidence_rows
+    return rows
 
-        rows += confidence_rows(
-            runs, names, base, conf_keys, ci=ci, n_boot=n_boot, seed=seed, test=test
-        )
-    settings = {"ci": ci, "n_boot": n_boot, "seed": seed, "test": test, "average": average}
-    return Comparison(rows, names[base], names, [*metrics, *conf_keys], settings)
+
+def _paired_difference(
+    vals: np.ndarray,
+    groups: np.ndarray | None,
+    reps: np.ndarray | None,
+    i: int,
+    base: int,
+    settings: dict[str, Any],
+) -> dict[str, float]:
+    """diff, its paired percentile interval and p-value of run ``i`` against ``base``."""
+    if reps is None:  # no query is non-lone in every run
+        return {
+            "diff": math.nan,
+            "diff_ci_low": math.nan,
+            "diff_ci_high": math.nan,
+            "p_value": math.nan,
+        }
+    tail = (1 - settings["ci"]) / 2
+    diff_reps = reps[:, i] - reps[:, base]
+    observed = _point(vals[:, i] - vals[:, base], groups)
+    lo, hi = np.quantile(diff_reps, [tail, 1 - tail])
+    if settings["test"] == "bootstrap":
+        p = bootstrap_p(diff_reps)
+    else:
+        n_boot, seed = settings["n_boot"], settings["seed"]
+        p = permutation_p(vals[:, i] - vals[:, base], groups, n_boot, seed)
+    return {
+        "diff": float(observed),
+        "diff_ci_low": float(lo),
+        "diff_ci_high": float(hi),
+        "p_value": float(p),
+    }
 
 
 def _split_confidence_metrics(
@@ -565,32 +599,6 @@ def _point(diff: np.ndarray, groups: np.ndarray | None) -> float:
     return float((np.bincount(groups, weights=diff, minlength=n) / np.bincount(groups)).mean())
 
 
-def _permutation_p(diff: np.ndarray, groups: np.ndarray | None, n_perm: int, seed: int) -> float:
-    """Paired sign-flip test of mean(diff) = 0 (units: queries, or classes for macro)."""
-    if groups is not None:
-        n = int(groups.max()) + 1
-        diff = np.bincount(groups, weights=diff, minlength=n) / np.bincount(groups)
-    n = diff.size
-    observed = abs(diff.mean())
-    if np.all(diff == 0):
-        return 1.0
-    if n <= 12:  # exact: every one of the 2^n sign patterns
-        signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
-        stats = np.abs(signs @ diff / n)
-        return float(np.mean(stats >= observed - 1e-12))
-    rng = np.random.default_rng(seed)
-    hits = 0
-    total = diff.sum()
-    step = max(1, _CHUNK // n)
-    for start in range(0, n_perm, step):
-        m = min(step, n_perm - start)
-        # sign s = 1 - 2 * flip, so sum(s * diff) = sum(diff) - 2 * flip @ diff (int8 draws are
-        # ~3x cheaper than choosing from [-1.0, 1.0])
-        flips = rng.integers(0, 2, size=(m, n), dtype=np.int8).astype(np.float64)
-        hits += int(np.sum(np.abs((total - 2 * (flips @ diff)) / n) >= observed - 1e-12))
-    return (hits + 1) / (n_perm + 1)
-
-
 def _fmt_p(p: float, settings: dict[str, Any]) -> str:
     # A resampling p-value cannot resolve below 1 / n_boot: say "<" rather than print 0.
     floor = 1.0 / settings.get("n_boot", 1000)
@@ -613,3 +621,109 @@ def _as_path(path: str | os.PathLike):
     from pathlib import Path
 
     return Path(path)
+
+
+def _needed_metrics(per_query: dict[str, np.ndarray], keys: Sequence[str]) -> list[str]:
+    """The per-query metrics the confidence ``keys`` are computed from (the rest is skipped)."""
+    names = [m for m in per_query if any(k.endswith("_" + m) for k in keys)]
+    if any(not any(k.endswith("_" + m) for m in per_query) for k in keys):
+        # r_auroc, ece, brier, open-set ...: computed from precision_at_1 (else recall_at_1)
+        names += [next(m for m in ("precision_at_1", "recall_at_1") if m in per_query)]
+    return list(dict.fromkeys(names))
+
+
+def paired_confidence_replicates(
+    runs: Sequence[Any],
+    keys: Sequence[str],
+    *,
+    n_boot: int,
+    seed: int,
+    swap: bool = False,
+) -> dict[str, np.ndarray]:
+    """Per key, (n_boot, n_runs) replicates of confidence metrics on shared resamples.
+
+    Every run sees the same resampled query indices in a replicate (the draws of
+    :func:`embedeval._resample.draw_indices`), so differences between runs are paired.  With
+    ``swap=True`` a replicate instead exchanges, query by query with probability 1/2, the
+    (per-query values, confidence) of each run with those of run 0 (a paired permutation of two
+    runs).
+    """
+    rng = np.random.default_rng(seed)
+    prepared = []
+    for r in runs:
+        per_query = {m: r.per_query[m] for m in _needed_metrics(r.per_query, keys)}
+        names, arrays = summary_arrays(per_query, r.query_confidences, r.query_labels)
+        higher = bool(r.settings.get("higher_is_confident", True))
+        prepared.append((summary_statistic(names, higher, True, list(keys)), arrays))
+    n = prepared[0][1][1].size
+    out = {k: np.empty((n_boot, len(runs))) for k in keys}
+    for b in range(n_boot):
+        if swap:
+            flip = rng.integers(0, 2, size=n).astype(bool)
+            draws = [_swapped(arrays, prepared[0][1], flip) for _, arrays in prepared]
+        else:
+            (idx,) = next(draw_indices(rng, n, 1, 1))
+            draws = [[a[idx] for a in arrays] for _, arrays in prepared]
+        for i, ((stat, _), drawn) in enumerate(zip(prepared, draws, strict=True)):
+            for k, v in stat(*drawn).items():
+                out[k][b, i] = v
+    return out
+
+
+def _swapped(arrays: list[np.ndarray], base: list[np.ndarray], flip: np.ndarray) -> list:
+    """``arrays`` with the rows where ``flip`` holds taken from ``base`` instead."""
+    return [
+        np.where(flip if a.ndim == 1 else flip[:, None], bb, a)
+        for a, bb in zip(arrays, base, strict=True)
+    ]
+
+
+def confidence_rows(
+    runs: Sequence[Any],
+    names: Sequence[str],
+    base: int,
+    keys: Sequence[str],
+    *,
+    ci: float,
+    n_boot: int,
+    seed: int,
+    test: str,
+) -> list[dict[str, Any]]:
+    """:func:`compare` rows for confidence metrics (AURC, ECE, R-AUROC, ...).
+
+    Each replicate recomputes the metric for every run on the same resampled queries; a run's
+    interval is the percentile interval of its replicates, the difference's interval that of
+    the paired differences, and p is the paired bootstrap p-value (``test="bootstrap"``) or the
+    share of query-wise swaps with the baseline whose |difference| reaches the observed one
+    (``test="permutation"``, (hits + 1) / (n_boot + 1)).
+    """
+    rows: list[dict[str, Any]] = []
+    all_reps = paired_confidence_replicates(runs, keys, n_boot=n_boot, seed=seed)
+    for key in keys:
+        reps = all_reps[key]
+        values = [float(r.confidence[key]) for r in runs]
+        for i, name in enumerate(names):
+            own = percentile_interval(reps[:, i], ci)
+            row = _row(name, key, values[i], own, int(runs[i].n_queries))
+            if i == base:
+                rows.append(row)
+                continue
+            d = reps[:, i] - reps[:, base]
+            d = d[np.isfinite(d)]
+            dlo, dhi = percentile_interval(d, ci)
+            observed = values[i] - values[base]
+            if test == "bootstrap":
+                p = bootstrap_p(d) if d.size else math.nan
+            else:
+                p = _swap_p([runs[base], runs[i]], key, observed, n_boot, seed)
+            row.update(diff=observed, diff_ci_low=dlo, diff_ci_high=dhi, p_value=float(p))
+            rows.append(row)
+    return rows
+
+
+def _swap_p(pair: list[Any], key: str, observed: float, n_boot: int, seed: int) -> float:
+    """Share of query-wise swaps of the pair whose |difference| reaches |observed|."""
+    swaps = paired_confidence_replicates(pair, [key], n_boot=n_boot, seed=seed, swap=True)[key]
+    stat = np.abs(swaps[:, 1] - swaps[:, 0])
+    hits = int(np.sum(stat >= abs(observed) - 1e-12))
+    return (hits + 1) / (n_boot + 1)

@@ -478,7 +478,7 @@ def evaluate(
             progress=progress,
         )
         if conf is not None:
-            from ._resample import confidence_ci
+            from .confidence import confidence_ci
 
             result.ci.update(
                 confidence_ci(

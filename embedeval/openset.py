@@ -7,15 +7,15 @@ out-of-gallery one.  A useful confidence is high on the first and low on the sec
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ._errors import EmbedevalWarning, InputError
+from ._curves import auroc, warn_single_class
+from ._errors import InputError
+from ._scores import kept_error_sums
 from ._validation import as_vector, check_bool, check_probability
-from .confidence import _kept_error_sums
 
 __all__ = ["OpenSetCurve", "open_set_detection", "open_set_reject_curve"]
 
@@ -66,20 +66,12 @@ def open_set_detection(
     >>> out["fpr_at_tpr"], out["threshold"]   # t = 0.8 accepts 2/3 enrolled, 0/2 out
     (0.0, 0.8)
     """
-    from scipy.stats import rankdata
-
     enrolled, c = _enrolled_and_confidence(in_gallery, confidence, higher_is_confident)
     level = check_probability(tpr, "tpr")
     n1, n0 = int(enrolled.sum()), int((~enrolled).sum())
     if n1 == 0 or n0 == 0:
-        warnings.warn(
-            "open_set_detection needs enrolled and out-of-gallery queries; NaN.",
-            EmbedevalWarning,
-            stacklevel=2,
-        )
+        warn_single_class("open_set_detection", n1, n0, "enrolled and out-of-gallery queries")
         return {"auroc": math.nan, "fpr_at_tpr": math.nan, "threshold": math.nan}
-    ranks = rankdata(c)
-    auroc = float((ranks[enrolled].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
     values = np.unique(c)[::-1]  # candidate thresholds, highest first
     tpr_at = np.searchsorted(np.sort(c[enrolled]), values, side="left")
     tpr_at = (n1 - tpr_at) / n1  # share of enrolled with c >= t
@@ -87,7 +79,7 @@ def open_set_detection(
     t = values[first]
     fpr = float(np.sum(c[~enrolled] >= t) / n0)
     shown = float(t if higher_is_confident else -t)
-    return {"auroc": auroc, "fpr_at_tpr": fpr, "threshold": shown}
+    return {"auroc": auroc(enrolled, c), "fpr_at_tpr": fpr, "threshold": shown}
 
 
 @dataclass(frozen=True)
@@ -122,7 +114,7 @@ def open_set_reject_curve(
     ``scores`` are per-query values in [0, 1] of the enrolled queries (e.g. precision_at_1);
     their value on out-of-gallery queries is ignored (NaN allowed there).  Ties: a tied block
     cut by j contributes its mean gain per query (the expectation over orders of the block), as
-    :func:`embedeval.confidence.error_reject_curve`.  Zero division: never.
+    :func:`embedeval.selective.error_reject_curve`.  Zero division: never.
 
     Examples
     --------
@@ -144,7 +136,7 @@ def open_set_reject_curve(
     n = gain.size
     base = reject_cost.sum()
     # kept k most confident: cost = base + Σ_kept gain; k = n - j
-    kept = np.concatenate(([0.0], _kept_error_sums(gain, c)))
+    kept = np.concatenate(([0.0], kept_error_sums(gain, c)))
     oracle = np.concatenate(([0.0], np.cumsum(np.sort(gain))))
     error = (base + kept[::-1]) / n
     oracle_error = (base + oracle[::-1]) / n

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._curves import threshold_counts
 from ._errors import EmbedevalWarning, InputError
 from ._validation import check_choice, check_int, divide
 
@@ -931,7 +932,10 @@ def precision_recall_curve(
     """Precision and recall at every distinct score threshold (one query).
 
     Returns ``precision, recall, thresholds`` ordered by decreasing threshold; a tie block is one
-    threshold (as in scikit-learn, which orders them the other way and appends (1, 0)).  At the
+    threshold (as in scikit-learn, which orders them the other way and appends (1, 0)).  The
+    points are those of :func:`embedeval.classification.pr_curve` (one computation); only the
+    rule for a query with no relevant item differs: ``zero_division`` here, as for every
+    per-query metric of this module.  At the
     threshold t, precision = hits(score >= t) / count(score >= t) (never 0/0: the highest
     threshold retrieves at least one item) and recall = hits / ``n_relevant``; with no relevant
     item recall follows ``zero_division``.
@@ -945,19 +949,16 @@ def precision_recall_curve(
     t, s, single = _as_2d(y_true, y_score)
     if not single:
         raise InputError("precision_recall_curve takes one query (1-D arrays).")
-    r = _Ranked(t, s, "threshold")
-    rel = r.rel[0] > 0
-    ends = np.flatnonzero(np.append(r.score[0, 1:] != r.score[0, :-1], True))
-    hits = np.cumsum(rel)[ends]
+    hits, misses, thresholds = threshold_counts(t[0] > 0, s[0])
     n_rel = _n_relevant(n_relevant, t)[0]
-    prec = hits / (ends + 1)
+    prec = hits / (hits + misses)
     rec = divide(
         hits,
         np.full(hits.shape, n_rel),
         zero_division,
         "the query has no relevant item, so recall is undefined at its {n} threshold(s)",
     )
-    return prec, rec, r.score[0, ends]
+    return prec, rec, thresholds
 
 
 def system_efficiency(

@@ -111,7 +111,7 @@ def test_bad_input():
     with pytest.raises(ee.InputError, match="not in labels"):
         cl.confusion_matrix([0, 5], [0, 1], labels=[0, 1])
     with pytest.raises(ee.InputError, match="both classes"):
-        cl.roc_curve([1, 1], [0.1, 0.2])
+        cl.select_threshold([1, 1], [0.1, 0.2])
     with pytest.raises(ee.InputError, match="binary"):
         cl.roc_curve([0, 2], [0.1, 0.2])
     with pytest.raises(ee.InputError, match="method="):
@@ -177,8 +177,9 @@ def test_average_precision_matches_sklearn_with_ties_and_by_hand():
         t[0] = 1
         s = RNG.integers(0, 5, 60).astype(float)
         assert cl.average_precision(t, s) == pytest.approx(average_precision_score(t, s))
-    with pytest.raises(ee.InputError, match="at least one positive"):
-        cl.average_precision([0, 0], [0.1, 0.2])
+    # no positive: recall is undefined, so AP is NaN with a warning (the single-class rule)
+    with pytest.warns(ee.EmbedevalWarning, match="single-class"):
+        assert math.isnan(cl.average_precision([0, 0], [0.1, 0.2]))
 
 
 @pytest.mark.parametrize(

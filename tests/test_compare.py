@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval.compare import _permutation_p
+from embedeval._resample import permutation_p
 
 
 def test_micro_ci_matches_scipy_percentile_bootstrap():
@@ -73,7 +73,7 @@ def test_permutation_p_matches_exact_enumeration_and_scipy():
     # exact: every sign pattern
     obs = abs(diff.mean())
     stats_all = [abs((np.array(s) * diff).mean()) for s in itertools.product([-1, 1], repeat=10)]
-    assert _permutation_p(diff, None, 1000, 0) == pytest.approx(
+    assert permutation_p(diff, None, 1000, 0) == pytest.approx(
         np.mean(np.array(stats_all) >= obs - 1e-12)
     )
     # Monte Carlo branch against scipy's paired permutation test
@@ -81,7 +81,7 @@ def test_permutation_p_matches_exact_enumeration_and_scipy():
     res = stats.permutation_test(
         (diff,), np.mean, permutation_type="samples", n_resamples=20000, random_state=0
     )
-    assert _permutation_p(diff, None, 20000, 0) == pytest.approx(res.pvalue, abs=0.02)
+    assert permutation_p(diff, None, 20000, 0) == pytest.approx(res.pvalue, abs=0.02)
 
 
 def _results(noise_a, noise_b, seed=0):

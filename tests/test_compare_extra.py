@@ -22,7 +22,7 @@ import embedeval as ee
 from embedeval.result import EvaluationResult
 
 # ``embedeval.compare`` is the function once the package is imported; fetch the module itself
-cmpmod = importlib.import_module("embedeval.compare")
+resample = importlib.import_module("embedeval._resample")
 
 
 def _result(per_query, labels, *, average="micro"):
@@ -102,7 +102,7 @@ def test_resampling_counts_follow_the_multinomial_law():
     # sum to n (sampling n with replacement); each count is Binomial(n, 1/n): mean 1,
     # variance 1 - 1/n.
     n, n_boot = 8, 20000
-    reps = cmpmod._resampled_means(np.eye(n), None, n_boot, np.random.default_rng(0)) * n
+    reps = resample.resampled_means(np.eye(n), None, n_boot, np.random.default_rng(0)) * n
     assert np.allclose(reps, np.round(reps))
     assert np.allclose(reps.sum(axis=1), n)
     assert reps.mean() == pytest.approx(1.0, abs=0.02)
@@ -136,7 +136,7 @@ def test_coverage_of_the_true_mean_over_repeated_samples():
 def test_chunking_does_not_change_the_intervals(monkeypatch):
     v = {"a": np.random.default_rng(0).random(500), "b": np.random.default_rng(1).random(500)}
     whole = ee.bootstrap_ci(v, n_boot=300)
-    monkeypatch.setattr(cmpmod, "_CHUNK", 1200)  # two resamples per chunk
+    monkeypatch.setattr(resample, "CHUNK", 1200)  # two resamples per chunk
     assert ee.bootstrap_ci(v, n_boot=300) == whole
 
 
