@@ -330,7 +330,7 @@ def average_precision(y_true: Any, y_score: Any) -> float:
         warn_single_class("average_precision", 0, t.size, "classes in y_true (a positive)")
         return math.nan
     with warnings.catch_warnings():  # heavily tied scores are normal for a classifier
-        warnings.filterwarnings("ignore", "of the ranked items tie", EmbedevalWarning)
+        warnings.filterwarnings("ignore", ".*of the ranked items tie", EmbedevalWarning)
         return float(ranking_ap(t, s, ties="threshold"))
 
 
