@@ -196,6 +196,12 @@ def summary_statistic(
     The returned function takes the resampled arrays of :func:`summary_arrays` and gives the
     summary (only ``keys``, NaN where absent, when ``keys`` is given); warnings of a resample
     that holds a single class are silenced (its values are NaN).
+
+    Examples
+    --------
+    >>> stat = summary_statistic(["precision_at_1"], True, False, ["r_auroc"])
+    >>> stat(np.array([[1.0], [0.0]]), np.array([0.9, 0.1]))   # the right query is surer
+    {'r_auroc': 1.0}
     """
 
     def stat(values: np.ndarray, conf: np.ndarray, *codes: np.ndarray) -> dict[str, float]:
@@ -222,7 +228,14 @@ def summary_statistic(
 def summary_arrays(
     per_query: dict[str, np.ndarray], conf: np.ndarray, labels: object
 ) -> tuple[list[str], list[np.ndarray]]:
-    """The metric names and the arrays resampled together: (n x m values, confidences[, codes])."""
+    """The metric names and the arrays resampled together: (n x m values, confidences[, codes]).
+
+    Examples
+    --------
+    >>> names, arrays = summary_arrays({"a": [1.0, 0.0]}, np.array([0.2, 0.4]), ["x", "y"])
+    >>> names, [a.shape for a in arrays]
+    (['a'], [(2, 1), (2,), (2,)])
+    """
     from ._validation import as_labels, factorize
 
     names = list(per_query)

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ._curves import threshold_counts
 from ._errors import EmbedevalWarning, InputError, InputTypeError
 from ._validation import as_embeddings, as_labels, as_vector, check_choice, check_int
 
@@ -184,16 +185,11 @@ def roc(scores: Any, genuine: Any, *, higher_is_similar: bool = True) -> RocCurv
     ([inf, 0.9, 0.8, 0.3], [0.0, 0.5, 1.0, 1.0], [0.0, 0.0, 0.5, 1.0])
     """
     s, g = _scores_and_flags(scores, genuine, higher_is_similar)
-    order = np.argsort(-s, kind="stable")
-    s_sorted, g_sorted = s[order], g[order]
-    tp = np.cumsum(g_sorted)
-    fp = np.arange(1, s.size + 1) - tp
-    # The last item of each run of equal scores carries the counts at that threshold.
-    last = np.flatnonzero(np.append(s_sorted[1:] != s_sorted[:-1], True))
+    tp, fp, at = threshold_counts(g, s)  # the counts of every ROC and PR curve
     n_gen, n_imp = int(tp[-1]), int(fp[-1])
-    tar = np.concatenate(([0.0], tp[last] / n_gen))
-    far = np.concatenate(([0.0], fp[last] / n_imp))
-    thresholds = np.concatenate(([np.inf], s_sorted[last]))
+    tar = np.concatenate(([0.0], tp / n_gen))
+    far = np.concatenate(([0.0], fp / n_imp))
+    thresholds = np.concatenate(([np.inf], at))
     if not higher_is_similar:
         thresholds = -thresholds
     return RocCurve(far, tar, thresholds, n_gen, n_imp)
