@@ -122,7 +122,12 @@ def rates(
         average = check_choice(average, "average", ("micro", "macro", "weighted", "binary"))
     cm, classes = _confusion(y_true, y_pred, labels)
     tp, fp, fn, tn = _one_vs_rest_counts(cm, classes, average, pos_label)
-    out = _rate_table(tp, fp, fn, tn, beta, zero_division)
+    out: dict[str, Any] = {"tp": tp, "fp": fp, "fn": fn, "tn": tn, "support": tp + fn}
+    for key, (num, den, what) in _rate_table(tp, fp, fn, tn, beta).items():
+        if what is None:
+            out[key] = num / np.maximum(den, 1)
+        else:
+            out[key] = _safe_div(num, den, zero_division, what)
     if average in ("macro", "weighted"):
         weights = None if average == "macro" else out["support"]
         for key in _AVERAGED:
@@ -177,32 +182,31 @@ def _one_vs_rest_counts(
 
 
 def _rate_table(
-    tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, tn: np.ndarray, beta: float, zero_division: Any
-) -> dict[str, Any]:
-    """Every rate of the counts, per entry (the formulas of :func:`rates`)."""
+    tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, tn: np.ndarray, beta: float
+) -> dict[str, tuple[np.ndarray, np.ndarray, str | None]]:
+    """Every rate as (numerator, denominator, name), in the key order of :func:`rates`.
+
+    The formulas of :func:`rates`; a rate named None has a denominator that is 0 only for an
+    empty input (prevalence, class accuracy).  The divisions are left to the caller so that a
+    zero-division warning points at the user's call of :func:`rates`.
+    """
     b2 = beta * beta
-    out: dict[str, Any] = {
-        "tp": tp,
-        "fp": fp,
-        "fn": fn,
-        "tn": tn,
-        "support": tp + fn,
-        "tpr": _safe_div(tp, tp + fn, zero_division, "recall"),
-        "tnr": _safe_div(tn, tn + fp, zero_division, "specificity"),
-        "ppv": _safe_div(tp, tp + fp, zero_division, "precision"),
-        "npv": _safe_div(tn, tn + fn, zero_division, "NPV"),
+    return {
+        "tpr": (tp, tp + fn, "recall"),
+        "tnr": (tn, tn + fp, "specificity"),
+        "ppv": (tp, tp + fp, "precision"),
+        "npv": (tn, tn + fn, "NPV"),
         # = (TP + FN) / n per class; with micro's pooled counts it is 1 / n_classes
-        "prevalence": (tp + fn) / np.maximum(tp + fn + fp + tn, 1),
-        "f1": _safe_div(2 * tp, 2 * tp + fn + fp, zero_division, "F1"),
-        "f_beta": _safe_div((1 + b2) * tp, (1 + b2) * tp + b2 * fn + fp, zero_division, "F-beta"),
+        "prevalence": (tp + fn, tp + fn + fp + tn, None),
+        "f1": (2 * tp, 2 * tp + fn + fp, "F1"),
+        "f_beta": ((1 + b2) * tp, (1 + b2) * tp + b2 * fn + fp, "F-beta"),
+        "fpr": (fp, fp + tn, "fall-out"),
+        "fnr": (fn, tp + fn, "FNR"),
+        "fdr": (fp, tp + fp, "FDR"),
+        "for": (fn, fn + tn, "FOR"),
+        # per class, tp + fp + fn + tn = n; pooled (micro) counts sum to n x n_classes
+        "class_accuracy": (tp + tn, tp + fp + fn + tn, None),
     }
-    out["fpr"] = _safe_div(fp, fp + tn, zero_division, "fall-out")
-    out["fnr"] = _safe_div(fn, tp + fn, zero_division, "FNR")
-    out["fdr"] = _safe_div(fp, tp + fp, zero_division, "FDR")
-    out["for"] = _safe_div(fn, fn + tn, zero_division, "FOR")
-    # per class, tp + fp + fn + tn = n; pooled (micro) counts sum to n x n_classes
-    out["class_accuracy"] = (tp + tn) / np.maximum(tp + fp + fn + tn, 1)
-    return out
 
 
 def _positive_index(classes: np.ndarray, pos_label: Any) -> int | None:
