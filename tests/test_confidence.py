@@ -646,3 +646,19 @@ def test_sign_switches_must_be_booleans(call):
     # a truthy string would silently flip the sign convention
     with pytest.raises(ee.InputError, match="must be True or False"):
         call()
+
+
+def test_every_confidence_name_is_importable_from_the_confidence_module():
+    # the split modules are re-exported: the names users and the docs call stay where they were
+    import embedeval.confidence as conf
+
+    names = [
+        "CalibrationCurve", "CoverageCurve", "ErrorRejectCurve", "RankCorrelation",
+        "SigmaRegression", "best_threshold_accuracy", "confidence_auroc", "confidence_ci",
+        "confidence_recall_curve", "confidence_summary", "credible_coverage",
+        "error_reject_curve", "expected_calibration_error", "gaussian_credible_radius",
+        "hpd_interval", "maximum_calibration_error", "rank_correlation", "sigma_regression",
+        "vmf_credible_cap",
+    ]  # fmt: skip
+    assert sorted(conf.__all__) == sorted(names)
+    assert all(callable(getattr(conf, name)) for name in names)
