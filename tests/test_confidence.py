@@ -278,7 +278,7 @@ def test_reject_from_both_matches_brute_force():
         ee.evaluate(x, y, reject_from="both")
 
 
-# ----------------------------------------------------------------- audit of issue 4 (additions)
+# ----------------------------------------------------------------- hand values with ties
 def test_erc_hand_values_map_at_r_valued_errors_with_a_tied_block():
     # MAP@R-like scores 1, 1/2, 5/6, 0, 1/3 -> errors 0, 1/2, 1/6, 1, 2/3; confidences 5, 3, 3,
     # 1, 4.  Most confident first: e=0 (c 5), e=2/3 (c 4), the tied pair {1/2, 1/6} (c 3, mean

@@ -294,7 +294,7 @@ def test_nmi_ami_follow_the_recipe_exactly(labels_kind):
     y = rng.integers(0, 5, 400)
     x = (rng.normal(size=(5, 6))[y] * 2 + rng.normal(size=(400, 6))).astype(np.float32)
     labels = y if labels_kind == "int" else np.array([f"c{v}" for v in y])
-    # the recipe of SPEC §2.1: faiss k-means, n_clusters = distinct query labels, 20 iterations,
+    # the documented recipe: faiss k-means, n_clusters = distinct query labels, 20 iterations,
     # seed 1234, on the query embeddings (float32), then sklearn's arithmetic-mean NMI / AMI
     km = faiss.Kmeans(6, 5, niter=20, seed=1234)
     km.train(x)
@@ -670,7 +670,7 @@ def test_accepts_lists_float16_float64_memmap_and_array_like(tmp_path):
 
 
 def test_nmi_ami_follow_the_documented_recipe():
-    # SPEC: faiss k-means (one cluster per distinct query label, 20 iterations, seed 1234) on the
+    # The documented recipe: faiss k-means (one cluster per distinct query label, 20 iterations, seed 1234) on the
     # query embeddings, then scikit-learn's NMI / AMI with arithmetic normalisation.
     import faiss
     from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score

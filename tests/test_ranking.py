@@ -383,7 +383,7 @@ def test_bad_ideal_grades_ragged_and_rectangular():
         rk.ndcg([[1, 0], [0, 1]], [[1, 0], [1, 0]], ideal=[[1, 1], [-2, 1]])
 
 
-# ----------------------------------------------------------------- audit of issue 3 (additions)
+# ----------------------------------------------------------------- AP@k and ties, more cases
 def test_ap_at_k_min_k_relevant_divides_by_the_k_asked_even_past_the_list():
     # 3 retrieved of a collection with 5 relevant, AP@10: hits at 1 and 3 -> 1 + 2/3 over
     # min(k=10, R=5) = 5 (not min(3, 5) = 3: the list being short does not change k)

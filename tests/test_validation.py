@@ -1,7 +1,6 @@
-"""Bad input (SPEC §8) for evaluate and neighbors: each case raises InputError/InputTypeError
-with a message that names the argument and echoes what was wrong.  Complements
-tests/test_core_bad_input.py (query-side cases) with reference-side, group, label and
-neighbors cases."""
+"""Bad input for evaluate and neighbors: each case raises InputError/InputTypeError with a
+message that names the argument and echoes what was wrong (query side, reference side, groups,
+labels, search options, neighbors)."""
 
 from __future__ import annotations
 
@@ -261,7 +260,7 @@ def test_a_rejection_fraction_that_leaves_nothing_names_rejection_fractions():
                     rejection_fractions=[0.0, 0.75])  # fmt: skip
 
 
-# Every bad-input case of SPEC §8 for evaluate and neighbors gets a clear, named error.
+# Query-side cases: each bad input of evaluate and neighbors gets a clear, named error.
 
 
 X32 = np.arange(12, dtype=np.float32).reshape(6, 2)
