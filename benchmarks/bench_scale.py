@@ -1,4 +1,4 @@
-"""Benchmarks of the scaled backends (issue 6): approximate index, its reported error, Dask.
+"""Benchmarks of the scaled backends: approximate index, its reported error, Dask.
 
 Cases (run one at a time; each prints a JSON line and a short table):
 
@@ -200,8 +200,8 @@ def case_sweep(args: argparse.Namespace) -> list[dict]:
     exact_lists = lists(truth, depth - 1)
     exact_map = map_at_r(exact_lists)
     out = []
-    for spec in args.configs:
-        key, *opts = spec.split("|")  # "IVF4096,Flat|nprobe=8,16" or "HNSW32|efSearch=128"
+    for config in args.configs:
+        key, *opts = config.split("|")  # "IVF4096,Flat|nprobe=8,16" or "HNSW32|efSearch=128"
         param, values = opts[0].split("=") if opts else ("", "0")
         t0 = time.perf_counter()
         trained = train_index(

@@ -1,4 +1,5 @@
-"""generate_figures writes every documented figure, deterministically; committed PNGs are current."""
+"""generate_figures writes every documented figure, deterministically; the committed PNGs
+are a fresh run's."""
 
 from __future__ import annotations
 
