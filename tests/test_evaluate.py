@@ -671,7 +671,7 @@ def test_accepts_lists_float16_float64_memmap_and_array_like(tmp_path):
 
 def test_nmi_ami_follow_the_documented_recipe():
     # The documented recipe: faiss k-means (one cluster per distinct query label, 20 iterations,
-    # seed 1234) on the query embeddings, then scikit-learn's NMI / AMI with arithmetic normalisation.
+    # seed 1234) on the query embeddings, then scikit-learn's NMI / AMI (arithmetic mean).
     import faiss
     from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
 
