@@ -19,7 +19,17 @@ from ._torch_backend import (
     scale_for_range,
     to_host,
 )
-from ._validation import as_embeddings, as_labels, as_vector, check_choice, check_int, factorize
+from ._validation import (
+    as_embeddings,
+    as_labels,
+    as_vector,
+    check_bool,
+    check_choice,
+    check_fractions,
+    check_int,
+    check_level,
+    factorize,
+)
 from .custom import metric_infos
 from .knn import (
     DEFAULT_MEMORY_BUDGET,
@@ -251,11 +261,9 @@ def evaluate(
             "needs confidences= and leave-one-out evaluation (reference=None)."
         )
     if confidences is not None:
-        from .confidence import _check_bool, _check_rejection_fractions
-
-        _check_bool(higher_is_confident, "higher_is_confident")
+        check_bool(higher_is_confident, "higher_is_confident")
         if reject_from == "both":
-            rejection_fractions = _check_rejection_fractions(rejection_fractions)
+            rejection_fractions = check_fractions(rejection_fractions)
     distance = check_choice(distance, "distance", DISTANCES)
     average = check_choice(average, "average", ("micro", "macro"))
     if isinstance(k, str):
@@ -267,9 +275,7 @@ def evaluate(
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
     n_threads = check_int(n_threads, "n_threads", allow_none=True)
     if ci is not None:
-        from .compare import _check_level
-
-        ci = _check_level(ci)
+        ci = check_level(ci)
         n_boot = check_int(n_boot, "n_boot")
         seed = check_int(seed, "seed", minimum=0)
     _check_backend_options(index, index_params, exact_sample, backend, client)
@@ -474,7 +480,7 @@ def evaluate(
         settings["higher_is_confident"] = bool(higher_is_confident)
         settings["reject_from"] = reject_from
         if reject_from == "both":
-            from .confidence import reject_both_curve
+            from .rejection import reject_both_curve
 
             curve = reject_both_curve(
                 xq,
