@@ -3,7 +3,7 @@
 Cases (run one at a time; each prints a JSON line and a short table):
 
 * ``approx``  — N vectors (default 1,000,000), d=128, 10,000 classes, seeded synthetic clusters
-  (L2-normalised float32, generated in blocks into a memory-mapped file under the temporary
+  (L2-normalised float32, generated in blocks into a memory-mapped file in the temporary
   directory, never committed), evaluated end to end with an IVF index trained on 64 rows per list
   (``train_index(..., training_rows=)``, then passed to ``evaluate``); reports wall time, the
   index's timings and the exact-sample error (|MAP@R(approx) - MAP@R(exact)| on 10,000 queries).
@@ -155,8 +155,9 @@ def case_sweep(args: argparse.Namespace) -> list[dict]:
     """A cheap pilot of index configurations at full size: each index is trained and filled
     with all N vectors, but only a seeded sample of ``--exact-sample`` queries is searched
     (faiss alone, k = --k) and compared with brute-force neighbours (``IndexFlatL2``, cached in
-    /tmp).  Full-search time is extrapolated as sample time x N / sample; the MAP@R here is a
-    plain re-implementation (leave-one-out, R = class size - 1), not embedeval's."""
+    the temporary directory).  Full-search time is extrapolated as sample time x N / sample;
+    the MAP@R here is a plain re-implementation (leave-one-out, R = class size - 1), not
+    embedeval's."""
     import faiss
 
     from embedeval._approx import train_index
