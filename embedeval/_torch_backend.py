@@ -506,7 +506,7 @@ def _label_tau(torch: Any, keys: Any, how: str, q_codes: Any, r_codes: Any) -> A
 
 @dataclass
 class _DeviceCandidates:
-    """A block's sorted candidates on the device (CSR, like :class:`embedeval.knn.Candidates`)."""
+    """Sorted candidates on the device (CSR, like :class:`~embedeval._candidates.Candidates`)."""
 
     start: int
     lims: Any  # int64 (b + 1,)
