@@ -53,7 +53,10 @@ class MetricInfo:
         The values a query can take.
     function : callable or None
         A user's :class:`~embedeval.RetrievalMetric` function ``fn(relevant, n_relevant)``;
-        ``None`` for the built-in metrics, whose kernels live in :mod:`embedeval._kernels`.
+        ``None`` for the built-in metrics.
+    kernel : str or None
+        The key of the metric's kernel in :data:`embedeval._kernels.KERNELS` (``"custom"``
+        for a user's metric); ``None`` for the cluster metrics.
     """
 
     name: str
@@ -65,6 +68,7 @@ class MetricInfo:
     higher_is_better: bool = True
     value_range: tuple[float, float] = (0.0, 1.0)
     function: Callable[[np.ndarray, np.ndarray], Any] | None = None
+    kernel: str | None = None
 
 
 _FIXED = {
@@ -75,9 +79,16 @@ _FIXED = {
         1,
         "precision_at_1",
         "fraction of queries whose nearest reference has their label",
+        kernel="precision_at_k",
     ),
     "r_precision": MetricInfo(
-        "r_precision", "knn", "r", None, "r_precision", "precision among the R_q nearest references"
+        "r_precision",
+        "knn",
+        "r",
+        None,
+        "r_precision",
+        "precision among the R_q nearest references",
+        kernel="r_precision",
     ),
     "map_at_r": MetricInfo(
         "map_at_r",
@@ -86,6 +97,7 @@ _FIXED = {
         None,
         "mean_average_precision_at_r",
         "mean average precision over the R_q nearest references (MAP@R), divisor R_q",
+        kernel="map_at_r",
     ),
     "map": MetricInfo(
         "map",
@@ -94,6 +106,7 @@ _FIXED = {
         None,
         "mean_average_precision",
         "mean average precision over the full ranking",
+        kernel="map",
     ),
     "mrr": MetricInfo(
         "mrr",
@@ -102,6 +115,7 @@ _FIXED = {
         None,
         "mean_reciprocal_rank",
         "mean reciprocal rank of the first relevant reference",
+        kernel="mrr",
     ),
     "minp": MetricInfo(
         "minp",
@@ -110,6 +124,7 @@ _FIXED = {
         None,
         None,
         "mean inverse negative penalty: R_q / rank of the last relevant reference (re-id mINP)",
+        kernel="minp",
     ),
     "nmi": MetricInfo(
         "nmi",
@@ -175,6 +190,7 @@ def _at_k_info(name: str) -> MetricInfo | None:
             None,
             f"fraction of queries with a relevant reference among the {cutoff} nearest "
             "(metric-learning Recall@k, a hit rate)",
+            kernel="recall_at_k",
         )
     return MetricInfo(
         name,
@@ -183,6 +199,7 @@ def _at_k_info(name: str) -> MetricInfo | None:
         cutoff,
         None,
         f"fraction of relevant references among the {cutoff} nearest",
+        kernel="precision_at_k",
     )
 
 

@@ -140,6 +140,7 @@ def custom_infos(custom_metrics: Any, builtin: Callable[[str], bool]) -> list[An
                 higher_is_better=bool(metric.higher_is_better),
                 value_range=(-np.inf, np.inf),
                 function=metric.fn,
+                kernel="custom",
             )
         )
     return infos
