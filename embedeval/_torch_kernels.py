@@ -10,11 +10,28 @@ importing this module never imports it.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["DeviceKernels", "DeviceTies", "from_sortable_bits", "numpy_order_sums"]
+__all__ = [
+    "KERNELS",
+    "DeviceHits",
+    "DeviceKernels",
+    "DeviceTies",
+    "average_precision",
+    "device_example",
+    "device_hits",
+    "from_sortable_bits",
+    "inverse_negative_penalty",
+    "map_at_r",
+    "numpy_order_sums",
+    "precision_at_k",
+    "r_precision",
+    "recall_at_k",
+    "reciprocal_rank",
+]
 
 
 def from_sortable_bits(torch: Any, bits: Any) -> Any:
@@ -27,23 +44,258 @@ def from_sortable_bits(torch: Any, bits: Any) -> Any:
 # --------------------------------------------------------------------------------- kernels
 
 
+@dataclass(frozen=True)
+class DeviceHits:
+    """The torch twin of :class:`embedeval._kernels.RankedHits` (same fields, on the device),
+    plus ``hit_row`` (the row of each relevant candidate) and ``torch``."""
+
+    torch: Any
+    lims: Any
+    counts: Any
+    hit: Any
+    row_start: Any
+    n_hits: Any
+    hit_row: Any
+    hit_pos: Any
+    found: Any
+    relevant: Any
+    n_valid: Any
+    k: int | None
+    ties: DeviceTies
+
+    @property
+    def depth_cap(self) -> Any:
+        return self.n_valid if self.k is None else self.n_valid.clamp(max=self.k)
+
+    def r_window(self) -> Any:
+        return self.relevant if self.k is None else self.relevant.clamp(max=self.k)
+
+    def hits_within(self, window: Any) -> Any:
+        ends = self.lims[:-1] + self.torch.minimum(window, self.counts)
+        return self.torch.searchsorted(self.hit, ends) - self.row_start
+
+    def precision_sums(self, window: Any) -> Any:
+        """Per row, the sum of P@i over the relevant ranks i <= ``window``, in numpy's order."""
+        weights = self.found.double() / (self.hit_pos + 1).double()
+        n_in = self.hits_within(window)
+        inside = (self.found - 1) < n_in[self.hit_row]
+        return numpy_order_sums(self.torch, weights[inside], n_in)
+
+    def last_hit_rank(self) -> Any:
+        last = self.torch.zeros_like(self.counts)
+        has = self.n_hits > 0
+        last[has] = self.hit_pos[self.row_start[has] + self.n_hits[has] - 1] + 1
+        return last
+
+
+def device_hits(
+    torch: Any, block: Any, query_codes: Any, reference_codes: Any, relevant: Any, n_valid: Any,
+    k: int | None,
+) -> DeviceHits:  # fmt: skip
+    """The :class:`DeviceHits` of a block on the device (``block``: ``lims`` / ``index`` /
+    ``bits`` int64 tensors; the other arrays are int64 tensors on the same device)."""
+    lims = block.lims
+    counts = lims[1:] - lims[:-1]
+    rel = reference_codes[block.index] == torch.repeat_interleave(query_codes, counts)
+    hit = torch.nonzero(rel).flatten()
+    row_start = torch.searchsorted(hit, lims[:-1])
+    n_hits = torch.diff(torch.cat([row_start, row_start.new_tensor([hit.numel()])]))
+    hit_row = torch.repeat_interleave(torch.arange(counts.numel(), device=lims.device), n_hits)
+    hit_pos = hit - lims[hit_row]
+    found = torch.arange(1, hit.numel() + 1, device=lims.device) - row_start[hit_row]
+    ties = DeviceTies(torch, block, rel, counts)
+    return DeviceHits(
+        torch, lims, counts, hit, row_start, n_hits, hit_row, hit_pos, found, relevant, n_valid,
+        k, ties,
+    )  # fmt: skip
+
+
+def device_example(
+    torch: Any, relevance: list[list[int]], keys: list[list[float]] | None = None,
+    k: int | None = None,
+) -> DeviceHits:  # fmt: skip
+    """:class:`DeviceHits` of hand-written rankings on the CPU, as
+    :func:`embedeval._kernels.ranked_example` (R_q = the relevant items listed).
+
+    >>> import pytest
+    >>> torch = pytest.importorskip("torch")
+    >>> hits = device_example(torch, [[0, 1, 1]], keys=[[0.0, 1.0, 1.0]])
+    >>> hits.hit_pos.tolist(), hits.found.tolist(), hits.relevant.tolist()
+    ([1, 2], [1, 2], [2])
+    """
+    from ._candidates import sortable_bits
+
+    counts = torch.tensor([len(row) for row in relevance], dtype=torch.int64)
+    lims = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(counts, 0)])
+    flat = torch.tensor([v for row in relevance for v in row], dtype=torch.bool)
+    if keys is None:
+        keys = [list(range(len(row))) for row in relevance]
+    key_values = np.array([v for row in keys for v in row], dtype=np.float32)
+    bits = torch.from_numpy(sortable_bits(key_values).astype(np.int64))
+    block = _Block(lims, torch.arange(flat.numel()), bits)
+    relevant = torch.tensor([sum(row) for row in relevance], dtype=torch.int64)
+    codes = torch.where(flat, 0, 1)
+    return device_hits(torch, block, torch.zeros_like(counts), codes, relevant, counts, k)
+
+
+@dataclass(frozen=True)
+class _Block:
+    lims: Any
+    index: Any
+    bits: Any
+
+
+def precision_at_k(hits: DeviceHits, m: Any) -> tuple[Any, Any]:
+    """:func:`embedeval._kernels.precision_at_k` on the device (same formula and tie rule).
+
+    >>> import pytest
+    >>> torch = pytest.importorskip("torch")
+    >>> from embedeval._registry import METRICS
+    >>> hits = device_example(torch, [[1, 0, 1, 1]] * 2, keys=[[0, 1, 2, 3], [0, 1, 1, 2]])
+    >>> value, tie = precision_at_k(hits, METRICS["precision_at_2"])
+    >>> value.tolist(), tie.tolist()
+    ([0.5, 0.5], [False, True])
+    """
+    window = hits.n_valid.clamp(max=m.cutoff)
+    return hits.hits_within(window).double() / m.cutoff, hits.ties.straddle(window)
+
+
+def recall_at_k(hits: DeviceHits, m: Any) -> tuple[Any, Any]:
+    """:func:`embedeval._kernels.recall_at_k` on the device (same formula and tie rule).
+
+    >>> import pytest
+    >>> torch = pytest.importorskip("torch")
+    >>> from embedeval._registry import METRICS
+    >>> hits = device_example(torch, [[0, 1, 0, 1], [0, 1, 0, 1], [1, 1, 0, 0]],
+    ...                       keys=[[0, 1, 2, 3], [0, 1, 1, 2], [0, 1, 1, 2]])
+    >>> value, tie = recall_at_k(hits, METRICS["recall_at_2"])
+    >>> value.tolist(), tie.tolist()
+    ([1.0, 1.0, 1.0], [False, True, False])
+    """
+    window = hits.n_valid.clamp(max=m.cutoff)
+    value = (hits.hits_within(window) > 0).double()
+    return value, hits.ties.hit_rate_changes(window, hits.hit, hits.row_start)
+
+
+def r_precision(hits: DeviceHits, m: Any) -> tuple[Any, Any]:
+    """:func:`embedeval._kernels.r_precision` on the device (same formula and tie rule).
+
+    >>> import pytest
+    >>> torch = pytest.importorskip("torch")
+    >>> from embedeval._registry import METRICS
+    >>> hits = device_example(torch, [[1, 0, 1, 1], [1, 1, 0, 1]],
+    ...                       keys=[[0, 1, 2, 3], [0, 1, 2, 2]])
+    >>> value, tie = r_precision(hits, METRICS["r_precision"])
+    >>> value.tolist(), tie.tolist()
+    ([0.6666666666666666, 0.6666666666666666], [False, True])
+    """
+    window = hits.r_window()
+    value = hits.hits_within(window).double() / window.clamp(min=1).double()
+    return value, hits.ties.straddle(window)
+
+
+def map_at_r(hits: DeviceHits, m: Any) -> tuple[Any, Any]:
+    """:func:`embedeval._kernels.map_at_r` on the device (same formula, tie rule and sums).
+
+    >>> import pytest
+    >>> torch = pytest.importorskip("torch")
+    >>> from embedeval._registry import METRICS
+    >>> hits = device_example(torch, [[1, 0, 1, 1]] * 2, keys=[[0, 1, 2, 3], [0, 1, 1, 2]])
+    >>> value, tie = map_at_r(hits, METRICS["map_at_r"])
+    >>> value.tolist(), tie.tolist()
+    ([0.5555555555555555, 0.5555555555555555], [False, True])
+    """
+    window = hits.r_window()
+    value = hits.precision_sums(window) / hits.relevant.clamp(min=1).double()
+    return value, hits.ties.within(window)
+
+
+def average_precision(hits: DeviceHits, m: Any) -> tuple[Any, Any]:
+    """:func:`embedeval._kernels.average_precision` on the device (same formula, tie rule and
+    sums).
+
+    >>> import pytest
+    >>> torch = pytest.importorskip("torch")
+    >>> from embedeval._registry import METRICS
+    >>> hits = device_example(torch, [[1, 0, 0, 1]] * 2, keys=[[0, 1, 2, 3], [0, 1, 2, 2]])
+    >>> value, tie = average_precision(hits, METRICS["map"])
+    >>> value.tolist(), tie.tolist()
+    ([0.75, 0.75], [False, True])
+    """
+    window = hits.last_hit_rank() if hits.k is None else hits.depth_cap
+    value = hits.precision_sums(window) / hits.relevant.clamp(min=1).double()
+    return value, hits.ties.within(window)
+
+
+def inverse_negative_penalty(hits: DeviceHits, m: Any) -> tuple[Any, Any]:
+    """:func:`embedeval._kernels.inverse_negative_penalty` on the device (same formula and tie
+    rule).
+
+    >>> import pytest
+    >>> torch = pytest.importorskip("torch")
+    >>> from embedeval._registry import METRICS
+    >>> hits = device_example(torch, [[1, 0, 0, 1]] * 2, keys=[[0, 1, 2, 3], [0, 1, 2, 2]])
+    >>> value, tie = inverse_negative_penalty(hits, METRICS["minp"])
+    >>> value.tolist(), tie.tolist()
+    ([0.5, 0.5], [False, True])
+    """
+    torch = hits.torch
+    last = hits.last_hit_rank()
+    complete = (hits.n_hits > 0) & (hits.n_hits >= hits.relevant) & (last <= hits.depth_cap)
+    value = hits.relevant.double() / last.clamp(min=1).double()
+    value = torch.where(complete, value, torch.zeros_like(value))
+    return value, complete & (hits.ties.straddle(last) | hits.ties.straddle(last - 1))
+
+
+def reciprocal_rank(hits: DeviceHits, m: Any) -> tuple[Any, Any]:
+    """:func:`embedeval._kernels.reciprocal_rank` on the device (same formula and tie rule).
+
+    >>> import pytest
+    >>> torch = pytest.importorskip("torch")
+    >>> from embedeval._registry import METRICS
+    >>> hits = device_example(torch, [[0, 1, 0, 0]] * 2, keys=[[0, 1, 2, 3], [0, 1, 1, 2]])
+    >>> value, tie = reciprocal_rank(hits, METRICS["mrr"])
+    >>> value.tolist(), tie.tolist()
+    ([0.5, 0.5], [False, True])
+    """
+    torch = hits.torch
+    cap = hits.depth_cap
+    first = torch.full_like(hits.counts, 2**62)
+    has = hits.n_hits > 0
+    first[has] = hits.hit_pos[hits.row_start[has]]
+    in_reach = first < cap
+    reach = torch.minimum(first, cap).double() + 1.0
+    value = torch.where(in_reach, 1.0 / reach, torch.zeros_like(reach))
+    return value, hits.ties.within(torch.where(in_reach, first + 1, cap))
+
+
+#: The device kernel of each ``MetricInfo.kernel`` name (custom metrics run on the host).
+KERNELS = {
+    "precision_at_k": precision_at_k,
+    "recall_at_k": recall_at_k,
+    "r_precision": r_precision,
+    "map_at_r": map_at_r,
+    "map": average_precision,
+    "minp": inverse_negative_penalty,
+    "mrr": reciprocal_rank,
+}
+
+
 class DeviceKernels:
-    """A torch port of :func:`embedeval._kernels.chunk_metrics` (same windows, same tie rules).
+    """:func:`embedeval._kernels.chunk_metrics` on the device: each metric's kernel of
+    :data:`KERNELS` over a block's :class:`DeviceHits`.
 
     The float64 sums of MAP@R / MAP add in numpy's order (:func:`numpy_order_sums`), so given
     the same ranking every value and tie flag equals the numpy kernels' bit for bit.
     """
 
-    NAMES = frozenset({"r_precision", "map_at_r", "map", "mrr", "minp"})
-
     @classmethod
     def supports(cls, m: Any) -> bool:
-        return m.function is None and (m.depth in ("one", "fixed") or m.name in cls.NAMES)
+        return m.function is None and m.kernel in KERNELS
 
     def __init__(self, torch: Any, task: Any, device: Any) -> None:
         self.torch = torch
         self.task = task
-        self.device = device
         self.q_codes = torch.as_tensor(np.asarray(task.query_codes, dtype=np.int64), device=device)
         self.r_codes = torch.as_tensor(
             np.asarray(task.reference_codes, dtype=np.int64), device=device
@@ -52,81 +304,17 @@ class DeviceKernels:
         self.n_valid = torch.as_tensor(task.n_valid, device=device)
 
     def score(self, block: Any) -> tuple[dict, dict]:
+        """Per-query values (NaN for lone queries) and tie flags of ``block``, on the host."""
         torch, task = self.torch, self.task
-        lims = block.lims
-        b = lims.numel() - 1
-        rows = slice(block.start, block.start + b)
-        counts = lims[1:] - lims[:-1]
-        relevant, n_valid = self.relevant[rows], self.n_valid[rows]
-        arange = torch.arange(b, device=self.device)
-        rel = self.r_codes[block.index] == torch.repeat_interleave(self.q_codes[rows], counts)
-        hit = torch.nonzero(rel).flatten()
-        row_start = torch.searchsorted(hit, lims[:-1])
-        n_hits = torch.diff(torch.cat([row_start, row_start.new_tensor([hit.numel()])]))
-        hit_row = torch.repeat_interleave(arange, n_hits)
-        hit_pos = hit - lims[hit_row]
-        found = torch.arange(1, hit.numel() + 1, device=self.device) - row_start[hit_row]
+        rows = slice(block.start, block.start + block.lims.numel() - 1)
+        relevant = self.relevant[rows]
+        hits = device_hits(
+            torch, block, self.q_codes[rows], self.r_codes, relevant, self.n_valid[rows], task.k
+        )
         lone = relevant == 0
-        safe_r = relevant.clamp(min=1).double()
-        k = task.k
-        depth_cap = n_valid if k is None else n_valid.clamp(max=k)
-        ties = DeviceTies(torch, block, rel, counts)
-        weights = found.double() / (hit_pos + 1).double()
-
-        def hits_within(window: Any) -> Any:
-            return torch.searchsorted(hit, lims[:-1] + torch.minimum(window, counts)) - row_start
-
-        def weighted_within(window: Any) -> Any:
-            n_in = hits_within(window)
-            inside = (found - 1) < n_in[hit_row]
-            return numpy_order_sums(torch, weights[inside], n_in)
-
-        def last_hit_window() -> Any:
-            window = torch.zeros(b, dtype=torch.int64, device=self.device)
-            has = n_hits > 0
-            window[has] = hit_pos[row_start[has] + n_hits[has] - 1] + 1
-            return window
-
         out_values, out_ties = {}, {}
         for m in task.metrics:
-            if m.depth in ("one", "fixed"):
-                window = n_valid.clamp(max=m.cutoff)
-                n_found = hits_within(window)
-                if m.name.startswith("recall"):
-                    value = (n_found > 0).double()
-                    tie = ties.hit_rate_changes(window, hit, row_start)
-                else:
-                    value = n_found.double() / m.cutoff
-                    tie = ties.straddle(window)
-            elif m.name in ("r_precision", "map_at_r"):
-                window = relevant if k is None else relevant.clamp(max=k)
-                if m.name == "r_precision":
-                    value = hits_within(window).double() / window.clamp(min=1).double()
-                    tie = ties.straddle(window)
-                else:
-                    value = weighted_within(window) / safe_r
-                    tie = ties.within(window)
-            elif m.name == "map":
-                window = last_hit_window() if k is None else depth_cap
-                value = weighted_within(window) / safe_r
-                tie = ties.within(window)
-            elif m.name == "minp":
-                # INP = R_q / rank of the last relevant reference; 0 when k hides it.
-                last = last_hit_window()
-                complete = (n_hits > 0) & (n_hits >= relevant) & (last <= depth_cap)
-                value = relevant.double() / last.clamp(min=1).double()
-                value = torch.where(complete, value, torch.zeros_like(value))
-                tie = complete & (ties.straddle(last) | ties.straddle(last - 1))
-            elif m.name == "mrr":
-                first = torch.full((b,), 2**62, dtype=torch.int64, device=self.device)
-                has = n_hits > 0
-                first[has] = hit_pos[row_start[has]]
-                in_reach = first < depth_cap
-                reach = torch.minimum(first, depth_cap).double() + 1.0
-                value = torch.where(in_reach, 1.0 / reach, torch.zeros_like(reach))
-                tie = ties.within(torch.where(in_reach, first + 1, depth_cap))
-            else:  # pragma: no cover - the registry only produces the names above
-                raise AssertionError(m.name)
+            value, tie = KERNELS[m.kernel](hits, m)
             value = torch.where(lone, torch.full_like(value, math.nan), value)
             out_values[m.name] = value.cpu().numpy()
             out_ties[m.name] = (tie & ~lone).cpu().numpy()
@@ -134,7 +322,7 @@ class DeviceKernels:
 
 
 class DeviceTies:
-    """A torch port of :class:`embedeval._kernels._TieFinder` (see there for the rules)."""
+    """A torch port of :class:`embedeval._kernels.TieFinder` (see there for the rules)."""
 
     def __init__(self, torch: Any, block: Any, rel: Any, counts: Any) -> None:
         self.torch = torch
