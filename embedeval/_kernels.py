@@ -557,7 +557,7 @@ def custom_metric(hits: RankedHits, m: MetricInfo) -> tuple[np.ndarray, np.ndarr
     value = np.full(b, np.nan)
     live = hits.relevant > 0
     matrix = relevance_matrix(hit_row, hits.hit_pos, np.where(live, window, 0), b)
-    value[live] = call_metric(m.function, m.name, matrix[live], hits.relevant[live])
+    value[live] = call_metric(m.function, m.name, matrix[live], hits.relevant[live], m.value_range)
     return value, hits.ties.within(window)
 
 
