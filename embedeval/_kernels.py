@@ -438,7 +438,9 @@ def inverse_negative_penalty(hits: RankedHits, m: MetricInfo) -> tuple[np.ndarra
     Formula: ``INP = R_q / rank(last relevant item)``.
 
     0 when the last relevant item lies past ``min(k, n_valid)``.  Tie: only the block holding
-    the last relevant item can move it: a mixed block straddling its rank or the rank before.
+    the last relevant item can move it: a mixed block straddling its rank or the rank before,
+    or, when it lies past the cap, a mixed block straddling the cap with room inside the cap
+    for all its relevant items (another order would make the value positive).
 
     Parameters
     ----------
@@ -461,14 +463,24 @@ def inverse_negative_penalty(hits: RankedHits, m: MetricInfo) -> tuple[np.ndarra
     >>> value, tie = inverse_negative_penalty(hits, METRICS["minp"])
     >>> value.tolist(), tie.tolist()
     ([0.5, 0.5], [False, True])
+
+    With ``k=3`` the last relevant item (rank 4) is past the cap, but it ties with rank 3:
+
+    >>> hits = ranked_example([[1, 0, 0, 1]], keys=[[0, 1, 2, 2]], k=3)
+    >>> value, tie = inverse_negative_penalty(hits, METRICS["minp"])
+    >>> value.tolist(), tie.tolist()
+    ([0.0], [True])
     """
     last = hits.last_hit_rank()
+    cap = hits.depth_cap
     # The engine may hold candidates past k (a tie block at the cut): count the last relevant
     # item only within the cap.
-    complete = (hits.n_hits > 0) & (hits.n_hits >= hits.relevant) & (last <= hits.depth_cap)
+    every = (hits.n_hits > 0) & (hits.n_hits >= hits.relevant)
+    complete = every & (last <= cap)
     value = np.where(complete, hits.relevant / np.maximum(last, 1), 0.0)
     straddle = hits.ties.straddle
-    return value, np.where(complete, straddle(last) | straddle(last - 1), False)
+    pulled_in = every & hits.ties.can_pull_in(cap, hits.hit, last)
+    return value, np.where(complete, straddle(last) | straddle(last - 1), pulled_in)
 
 
 def reciprocal_rank(hits: RankedHits, m: MetricInfo) -> tuple[np.ndarray, np.ndarray]:
@@ -653,3 +665,18 @@ class TieFinder:
         if not self.any:
             return np.zeros(self.block.counts.size, dtype=bool)
         return (self.first_mixed + 1 < window) | self.straddle(window)
+
+    def can_pull_in(self, window: np.ndarray, hit: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """Rows whose first ``window`` items cut a mixed block that holds the row's last
+        relevant item (1-based rank ``last``) and has room inside the window for every relevant
+        item it holds: another order would bring all relevant items within the window."""
+        out = np.zeros(self.block.counts.size, dtype=bool)
+        if not self.any:
+            return out
+        rows, runs = self._cut(window)
+        first, end = self.run_first[runs], self.run_last[runs]
+        relevant_in_block = np.searchsorted(hit, end, side="right") - np.searchsorted(hit, first)
+        inside = self.block.lims[rows] + window[rows] - first
+        holds_last = self.block.lims[rows] + last[rows] - 1 <= end
+        out[rows] = holds_last & (relevant_in_block <= inside)
+        return out

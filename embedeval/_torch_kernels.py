@@ -238,13 +238,21 @@ def inverse_negative_penalty(hits: DeviceHits, m: Any) -> tuple[Any, Any]:
     >>> value, tie = inverse_negative_penalty(hits, METRICS["minp"])
     >>> value.tolist(), tie.tolist()
     ([0.5, 0.5], [False, True])
+    >>> hits = device_example(torch, [[1, 0, 0, 1]], keys=[[0, 1, 2, 2]], k=3)
+    >>> value, tie = inverse_negative_penalty(hits, METRICS["minp"])
+    >>> value.tolist(), tie.tolist()
+    ([0.0], [True])
     """
     torch = hits.torch
     last = hits.last_hit_rank()
-    complete = (hits.n_hits > 0) & (hits.n_hits >= hits.relevant) & (last <= hits.depth_cap)
+    cap = hits.depth_cap
+    every = (hits.n_hits > 0) & (hits.n_hits >= hits.relevant)
+    complete = every & (last <= cap)
     value = hits.relevant.double() / last.clamp(min=1).double()
     value = torch.where(complete, value, torch.zeros_like(value))
-    return value, complete & (hits.ties.straddle(last) | hits.ties.straddle(last - 1))
+    moved = hits.ties.straddle(last) | hits.ties.straddle(last - 1)
+    pulled_in = every & hits.ties.can_pull_in(cap, hits.hit, last)
+    return value, torch.where(complete, moved, pulled_in)
 
 
 def reciprocal_rank(hits: DeviceHits, m: Any) -> tuple[Any, Any]:
@@ -391,6 +399,19 @@ class DeviceTies:
         if not self.any:
             return self._false()
         return (self.first_mixed + 1 < window) | self.straddle(window)
+
+    def can_pull_in(self, window: Any, hit: Any, last: Any) -> Any:
+        torch = self.torch
+        out = self._false()
+        if not self.any:
+            return out
+        rows, runs = self._cut(window)
+        first, end = self.run_first[runs], self.run_last[runs]
+        in_block = torch.searchsorted(hit, end, right=True) - torch.searchsorted(hit, first)
+        inside = self.lims[rows] + window[rows] - first
+        holds_last = self.lims[rows] + last[rows] - 1 <= end
+        out[rows] = holds_last & (in_block <= inside)
+        return out
 
 
 # ------------------------------------------------------------------------- ordered sums
