@@ -4,6 +4,7 @@ isotropic setting is unchanged, and ``intrinsic_dim=r`` really lies in an r-dime
 from __future__ import annotations
 
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -12,7 +13,9 @@ from benchmarks.bench_scale import D, make_clusters
 
 
 def _cleanup(n, n_classes, seed, spread, tag=""):
-    path = f"/tmp/embedeval_bench_scale_{n}_{n_classes}_{seed}_{spread}{tag}.f32"
+    path = os.path.join(
+        tempfile.gettempdir(), f"embedeval_bench_scale_{n}_{n_classes}_{seed}_{spread}{tag}.f32"
+    )
     if os.path.exists(path):
         os.remove(path)
 
