@@ -173,6 +173,18 @@ def test_values_lie_in_the_value_range_with_ties_and_duplicates(name, distance):
         assert low <= res[name] <= high
 
 
+@pytest.mark.parametrize("name", RETRIEVAL)
+def test_a_saved_result_with_a_value_outside_the_range_is_refused(name):
+    x, y = tied_data(17)
+    data = run(name, x, y).to_dict()
+    assert ee.EvaluationResult.from_dict(data).per_query[name].size == len(y)
+    low, high = METRICS[name].value_range
+    for bad in (high + 0.5, low - 0.5):
+        data["per_query"][name][0] = bad
+        with pytest.raises(InputError, match=rf"per_query.*{name}.*{bad}"):
+            ee.EvaluationResult.from_dict(data)
+
+
 @pytest.mark.parametrize("name", CLUSTER)
 def test_cluster_metrics_lie_in_the_value_range(name):
     x, y = tied_data(2)
