@@ -2,7 +2,9 @@
 
 The registry is the single source of truth for metric names: :func:`parse_metrics` validates a
 user's list against it (with a "did you mean" suggestion), the engine asks it what depth each
-metric needs, and the tests iterate over it.
+metric needs and which kernel (:data:`embedeval._kernels.KERNELS`) computes it, results are
+checked against its value ranges, the :class:`~embedeval.Evaluator` reads its directions, and
+``tests/test_common.py`` runs every entry through the same checks.
 """
 
 from __future__ import annotations

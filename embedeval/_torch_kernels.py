@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ._candidates import sortable_bits
+
 __all__ = [
     "KERNELS",
     "DeviceHits",
@@ -89,9 +91,14 @@ class DeviceHits:
 
 
 def device_hits(
-    torch: Any, block: Any, query_codes: Any, reference_codes: Any, relevant: Any, n_valid: Any,
+    torch: Any,
+    block: Any,
+    query_codes: Any,
+    reference_codes: Any,
+    relevant: Any,
+    n_valid: Any,
     k: int | None,
-) -> DeviceHits:  # fmt: skip
+) -> DeviceHits:
     """The :class:`DeviceHits` of a block on the device (``block``: ``lims`` / ``index`` /
     ``bits`` int64 tensors; the other arrays are int64 tensors on the same device)."""
     lims = block.lims
@@ -104,16 +111,23 @@ def device_hits(
     hit_pos = hit - lims[hit_row]
     found = torch.arange(1, hit.numel() + 1, device=lims.device) - row_start[hit_row]
     ties = DeviceTies(torch, block, rel, counts)
-    return DeviceHits(
-        torch, lims, counts, hit, row_start, n_hits, hit_row, hit_pos, found, relevant, n_valid,
-        k, ties,
-    )  # fmt: skip
+    fields = (lims, counts, hit, row_start, n_hits, hit_row, hit_pos, found, relevant, n_valid)
+    return DeviceHits(torch, *fields, k, ties)
+
+
+@dataclass(frozen=True)
+class _Block:
+    lims: Any
+    index: Any
+    bits: Any
 
 
 def device_example(
-    torch: Any, relevance: list[list[int]], keys: list[list[float]] | None = None,
+    torch: Any,
+    relevance: list[list[int]],
+    keys: list[list[float]] | None = None,
     k: int | None = None,
-) -> DeviceHits:  # fmt: skip
+) -> DeviceHits:
     """:class:`DeviceHits` of hand-written rankings on the CPU, as
     :func:`embedeval._kernels.ranked_example` (R_q = the relevant items listed).
 
@@ -123,8 +137,6 @@ def device_example(
     >>> hits.hit_pos.tolist(), hits.found.tolist(), hits.relevant.tolist()
     ([1, 2], [1, 2], [2])
     """
-    from ._candidates import sortable_bits
-
     counts = torch.tensor([len(row) for row in relevance], dtype=torch.int64)
     lims = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(counts, 0)])
     flat = torch.tensor([v for row in relevance for v in row], dtype=torch.bool)
@@ -136,13 +148,6 @@ def device_example(
     relevant = torch.tensor([sum(row) for row in relevance], dtype=torch.int64)
     codes = torch.where(flat, 0, 1)
     return device_hits(torch, block, torch.zeros_like(counts), codes, relevant, counts, k)
-
-
-@dataclass(frozen=True)
-class _Block:
-    lims: Any
-    index: Any
-    bits: Any
 
 
 def precision_at_k(hits: DeviceHits, m: Any) -> tuple[Any, Any]:
