@@ -475,9 +475,6 @@ def test_pml_aliases_resolve_to_the_canonical_metric(alias, canonical):
     assert by_alias[canonical] == ee.evaluate(x, y, metrics=[canonical])[canonical]
 
 
-@pytest.mark.parametrize("name", sorted(METRICS))
+@pytest.mark.parametrize("name", [n for n in sorted(METRICS) if METRICS[n].pml_name])
 def test_every_pml_name_of_the_registry_is_accepted(name):
-    pml = METRICS[name].pml_name
-    if pml is None:
-        pytest.skip(f"{name} has no PML counterpart")
-    assert [m.name for m in parse_metrics([pml])] == [name]
+    assert [m.name for m in parse_metrics([METRICS[name].pml_name])] == [name]
