@@ -1,4 +1,4 @@
-"""The metric kernels one by one: hand-computed cases and the torch twins' parity.
+"""The metric kernels one by one: hand-computed cases.
 
 Every registry metric also goes through tests/test_common.py (range, direction, invariances,
 the brute-force oracle, tie flags); this file holds what is specific to one kernel.
@@ -7,7 +7,6 @@ the brute-force oracle, tie flags); this file holds what is specific to one kern
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import embedeval as ee
 from embedeval import _kernels
@@ -56,31 +55,3 @@ def test_ranked_example_counts_the_relevant_items_it_lists():
     assert hits.hit_pos.tolist() == [1, 3]
     assert hits.precision_sums(np.array([4, 2])).tolist() == [1 / 2 + 2 / 4, 0.0]
     assert hits.last_hit_rank().tolist() == [4, 0]
-
-
-def random_rankings(seed, n_rows=60):
-    """Ragged rankings with ties (keys drawn from a few values) and varied R_q."""
-    rng = np.random.default_rng(seed)
-    relevance, keys = [], []
-    for _ in range(n_rows):
-        n = int(rng.integers(1, 40))
-        relevance.append(rng.integers(0, 2, n).tolist())
-        keys.append(np.sort(rng.integers(0, max(2, n // 3), n)).astype(float).tolist())
-    return relevance, keys
-
-
-@pytest.mark.parametrize("k", [None, 3, 11])
-@pytest.mark.parametrize("seed", [0, 1])
-def test_torch_kernels_equal_the_numpy_kernels_bit_for_bit(seed, k):
-    torch = pytest.importorskip("torch")
-    from embedeval import _torch_kernels
-
-    relevance, keys = random_rankings(seed)
-    host = _kernels.ranked_example(relevance, keys, k=k)
-    device = _torch_kernels.device_example(torch, relevance, keys, k=k)
-    for name in ["map_at_r", "map", "mrr", "minp", "r_precision", "recall_at_3", "precision_at_5"]:
-        m = METRICS[name]
-        want_value, want_tie = _kernels.KERNELS[m.kernel](host, m)
-        got_value, got_tie = _torch_kernels.KERNELS[m.kernel](device, m)
-        np.testing.assert_array_equal(got_value.numpy(), want_value)
-        np.testing.assert_array_equal(got_tie.numpy(), want_tie)

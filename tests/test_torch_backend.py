@@ -314,17 +314,6 @@ def test_tf32_setting_is_restored():
     assert getattr(torch.backends.cuda.matmul, flag) == before
 
 
-def test_numpy_order_sums_equal_numpy_reduceat():
-    rng = np.random.default_rng(3)
-    lengths = rng.integers(0, 700, 120)
-    lengths[:40] = rng.integers(0, 17, 40)
-    data = rng.random(int(lengths.sum())) / rng.integers(1, 60, int(lengths.sum()))
-    starts = np.minimum(np.cumsum(lengths) - lengths, data.size)
-    want = np.where(lengths > 0, np.add.reduceat(np.append(data, 0.0), starts), 0.0)
-    got = tk.numpy_order_sums(torch, torch.from_numpy(data), torch.from_numpy(lengths))
-    np.testing.assert_array_equal(got.numpy(), want)
-
-
 # ------------------------------------------------------------------------------ bad input
 
 
