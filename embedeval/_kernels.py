@@ -235,13 +235,15 @@ def chunk_metrics(
     """Per-query values and tie flags of the retrieval ``metrics`` for one block of sorted
     candidates: each metric's kernel (:data:`KERNELS`), NaN and no tie for lone queries.
 
+    One query (label code 0) ranking references 3, 1, 2, 0 (codes 1, 0, 0, 1), R_q = 2:
+
     >>> from embedeval._registry import METRICS
-    >>> hits = ranked_example([[1, 0, 1, 1]])
-    >>> block = Candidates(np.arange(1), hits.lims, np.arange(4), sortable_bits(np.arange(4.0)))
-    >>> values, ties = chunk_metrics(block, np.array([0]), np.array([0, 1, 0, 0]),
-    ...                              np.array([3]), np.array([4]), [METRICS["mrr"]], None)
-    >>> values["mrr"].tolist(), ties["mrr"].tolist()
-    ([1.0], [False])
+    >>> keys = sortable_bits(np.array([0.5, 1.0, 2.0, 4.0], dtype=np.float32))
+    >>> block = Candidates(np.arange(1), np.array([0, 4]), np.array([3, 1, 2, 0]), keys)
+    >>> values, ties = chunk_metrics(block, np.array([0]), np.array([1, 0, 0, 1]), np.array([2]),
+    ...                              np.array([4]), [METRICS["mrr"], METRICS["map"]], None)
+    >>> values["mrr"].tolist(), values["map"].tolist(), ties["map"].tolist()
+    ([0.5], [0.5833333333333333], [False])
     """
     hits = rank_hits(block, query_codes, reference_codes, relevant, n_valid, k)
     lone = relevant == 0
