@@ -162,6 +162,16 @@ def evaluate(
     vectors are always at exactly equal distances (whatever the backend or block size), so they
     are such ties.
 
+    Every argument is checked before any work, whichever path it belongs to (a bad ``ci=`` or
+    ``n_boot=`` fails at once, not after the search), and an option that the chosen path would
+    ignore is refused: ``index_params`` / ``exact_sample`` without ``index``, ``client`` without
+    ``backend="dask"``, ``device`` / ``device_memory`` / ``tf32`` without ``backend="torch"``,
+    ``rejection_fractions`` without ``reject_from="both"``, and ``n_threads``,
+    ``custom_metrics``, groups, confidences, ``index``, ``shards`` or another backend with
+    ``positives=``.  The stages: validation (:mod:`embedeval._settings`), then data, plan,
+    search and summary (:mod:`embedeval._pipeline`), then the confidence summary, the
+    reject-both curve (:mod:`embedeval.rejection`) and the bootstrap intervals.
+
     Examples
     --------
     >>> res = evaluate([[0.0], [1.0], [2.0], [10.0], [11.0]], ["a", "b", "a", "b", "b"],
