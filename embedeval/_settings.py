@@ -62,6 +62,23 @@ class EvaluationInputs:
     junk: Any = None
 
 
+#: Keyword arguments of :func:`validate_arguments` that hold the search options.
+SEARCH_ARGUMENTS = (
+    "backend",
+    "index",
+    "index_params",
+    "exact_sample",
+    "shards",
+    "client",
+    "block_size",
+    "memory_budget",
+    "progress",
+    "n_threads",
+    "device",
+    "device_memory",
+    "tf32",
+)
+
 #: The data arguments of :func:`embedeval.evaluate` (the fields of :class:`EvaluationInputs`).
 DATA_ARGUMENTS = tuple(f.name for f in fields(EvaluationInputs))
 
@@ -292,21 +309,3 @@ def _list_metrics(metrics: Any, k: Any) -> tuple[MetricInfo, ...]:
     if too_deep:
         raise InputError(f"k={k} caps the ranking, but {', '.join(too_deep)} need(s) more.")
     return tuple(infos)
-
-
-#: Keyword arguments of :func:`validate_arguments` that hold the search options.
-SEARCH_ARGUMENTS = (
-    "backend",
-    "index",
-    "index_params",
-    "exact_sample",
-    "shards",
-    "client",
-    "block_size",
-    "memory_budget",
-    "progress",
-    "n_threads",
-    "device",
-    "device_memory",
-    "tf32",
-)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ._errors import EmbedevalWarning, InputError
 from ._pipeline import evaluate_core
+from ._registry import MetricInfo
 from ._search import SearchOptions
 from ._settings import (
     DEFAULT_REJECTION_FRACTIONS,
@@ -32,6 +33,7 @@ from ._settings import (
 from ._validation import as_embeddings, as_labels, as_vector, check_bool, check_fractions
 
 __all__ = [
+    "FORWARDED",
     "RejectBothCurve",
     "kept_counts",
     "reevaluation_settings",
@@ -159,7 +161,7 @@ def kept_counts(fractions: np.ndarray, n: int, name: str = "rejection_fractions"
 
 
 def reevaluation_settings(
-    settings: EvaluationSettings, infos: tuple, k: int | None
+    settings: EvaluationSettings, infos: tuple[MetricInfo, ...], k: int | None
 ) -> EvaluationSettings:
     """The settings of each step of :func:`embedeval.evaluate`'s reject-both curve.
 

@@ -180,3 +180,16 @@ def test_default_metrics_are_marked_for_the_plan_stage():
     assert s.metrics.default is True
     s = validate_arguments(EvaluationInputs(X, Y), metrics=["mrr"])
     assert s.metrics.default is False
+
+
+def test_every_parameter_of_evaluate_reaches_the_validation_stage():
+    import inspect
+
+    from embedeval._search import SearchOptions
+    from embedeval._settings import DATA_ARGUMENTS, SEARCH_ARGUMENTS
+
+    evaluate_params = set(inspect.signature(ee.evaluate).parameters)
+    named = set(inspect.signature(validate_arguments).parameters) - {"inputs", "search"}
+    search = set(inspect.signature(SearchOptions.make).parameters) - {"like", "seed"}
+    assert set(SEARCH_ARGUMENTS) == search
+    assert evaluate_params == set(DATA_ARGUMENTS) | named | search
