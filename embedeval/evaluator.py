@@ -353,7 +353,8 @@ def _validate_early(options: dict[str, Any]) -> None:
     the Evaluator is built, not after an epoch of accumulation.  The data arrive later:
     stand-ins say only which arrays the options imply (a gallery for ``ref_includes_query``,
     confidences for ``reject_from="both"``)."""
-    gallery = 0 if options.get("ref_includes_query") is True else None
+    flag = options.get("ref_includes_query", False)
+    gallery = 0 if isinstance(flag, (bool, np.bool_)) and flag else None
     conf = 0 if options.get("reject_from") == "both" else None
     stand_in = EvaluationInputs(None, None, gallery, gallery, confidences=conf)
     validate_arguments(stand_in, **options)
