@@ -18,7 +18,7 @@ confidences, relevance lists) are checked by the data stage, which needs them wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -118,9 +118,7 @@ class ConfidenceSettings:
     given: bool = False
     higher_is_confident: bool = True
     reject_from: str = "queries"
-    rejection_fractions: np.ndarray = field(
-        default_factory=lambda: np.asarray(DEFAULT_REJECTION_FRACTIONS)
-    )
+    rejection_fractions: tuple[float, ...] = DEFAULT_REJECTION_FRACTIONS
 
 
 @dataclass(frozen=True)
@@ -259,7 +257,7 @@ def _confidence(
             "points of the reject-both curve. Pass reject_from='both' (with confidences=) or "
             "drop rejection_fractions."
         )
-    return ConfidenceSettings(given, higher_is_confident, reject_from, fractions)
+    return ConfidenceSettings(given, higher_is_confident, reject_from, tuple(fractions.tolist()))
 
 
 def _check_lists_path(

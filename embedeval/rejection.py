@@ -113,7 +113,7 @@ def rejection_curve(
     y: np.ndarray,
     confidences: np.ndarray,
     groups: Any,
-    fractions: np.ndarray,
+    fractions: Any,
     *,
     name: str = "rejection_fractions",
 ) -> RejectBothCurve:
@@ -122,6 +122,7 @@ def rejection_curve(
     Each step evaluates the kept items leave-one-out with the core pipeline under
     ``settings``; ``name`` is the argument the fractions came from, for error messages.
     """
+    fractions = np.asarray(fractions, dtype=np.float64)
     n_kept = kept_counts(fractions, x.shape[0], name)
     if groups is not None:  # group ids travel with their items
         groups = as_labels(groups, "query_groups", length=x.shape[0], length_of="embeddings")
@@ -142,7 +143,7 @@ def rejection_curve(
     )
 
 
-def kept_counts(fractions: np.ndarray, n: int, name: str = "rejection_fractions") -> list[int]:
+def kept_counts(fractions: Any, n: int, name: str = "rejection_fractions") -> list[int]:
     """Items kept at each rejection fraction, n - ⌈f·n⌉; an error when one keeps nothing.
 
     >>> kept_counts(np.array([0.0, 0.25, 0.3]), 4)
