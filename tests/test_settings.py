@@ -55,6 +55,7 @@ PATHS = {
 BAD_OPTIONS = [
     ("metrics", ["precision_at_one"]),
     ("metrics", 5),
+    ("custom_metrics", 5),
     ("k", "deep"),
     ("k", 0),
     ("distance", "manhattan"),
@@ -75,6 +76,7 @@ BAD_OPTIONS = [
     ("index_params", [("nprobe", 4)]),
     ("backend", "gpu"),
     ("tf32", "yes"),
+    ("device", "tpu"),
     ("device_memory", -1),
 ]
 
