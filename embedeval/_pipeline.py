@@ -89,7 +89,16 @@ class SearchPlan:
 
 # ---------------------------------------------------------------------------- data
 def prepare_data(settings: EvaluationSettings, inputs: EvaluationInputs) -> EvaluationData:
-    """Check the arrays and derive label codes, exclusions, R_q and n_valid (no search)."""
+    """Check the arrays and derive label codes, exclusions, R_q and n_valid (no search).
+
+    Examples
+    --------
+    >>> from embedeval._settings import EvaluationInputs, validate_arguments
+    >>> inputs = EvaluationInputs([[0.0], [1.0], [5.0]], ["a", "b", "a"])
+    >>> data = prepare_data(validate_arguments(inputs), inputs)
+    >>> data.query_codes.tolist(), data.relevant.tolist(), data.n_valid.tolist()
+    ([0, 1, 0], [1, 0, 1], [2, 2, 2])
+    """
     on_device = settings.search.torch is not None
     if on_device:
         xq = as_search_input(inputs.query, "query")
@@ -217,7 +226,20 @@ def exclusion_counts(
 
 # ---------------------------------------------------------------------------- plan
 def plan_search(settings: EvaluationSettings, data: EvaluationData) -> SearchPlan:
-    """Resolve the depth and the metrics, check the cut-offs, and build the retrieval task."""
+    """Resolve the depth and the metrics, check the cut-offs, and build the retrieval task.
+
+    ``k="max_bin_count"`` becomes the largest R_q (at least 1); with ``metrics=None`` the
+    default set follows that depth (Recall@k instead of Recall@10 below 10).
+
+    Examples
+    --------
+    >>> from embedeval._settings import EvaluationInputs, validate_arguments
+    >>> inputs = EvaluationInputs([[0.0], [1.0], [2.0], [5.0]], [0, 0, 0, 1])
+    >>> settings = validate_arguments(inputs, k="max_bin_count")
+    >>> plan = plan_search(settings, prepare_data(settings, inputs))
+    >>> plan.k_used, [m.name for m in plan.infos][-1]  # R_q of the 0s: 3 - 1 = 2
+    (2, 'recall_at_2')
+    """
     ms = settings.metrics
     max_relevant = int(data.relevant.max(initial=0))
     k_used = max(max_relevant, 1) if ms.k == "max_bin_count" else ms.k
