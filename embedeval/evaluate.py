@@ -261,8 +261,8 @@ def _add_confidence(
 def _add_intervals(result: EvaluationResult, settings: EvaluationSettings) -> None:
     """Percentile bootstrap intervals of every metric (and of every confidence statistic when
     confidences were given) in ``result.ci``: queries resampled (micro) or classes (macro)."""
-    from .confidence import confidence_ci
     from .compare import bootstrap_ci
+    from .confidence import confidence_ci
 
     stats = settings.statistics
     result.ci = bootstrap_ci(
