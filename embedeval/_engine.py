@@ -1,22 +1,71 @@
-"""The retrieval task handed to a search backend, and the local exact backend.
+"""The retrieval task handed to a search backend, the scored blocks backends yield, and the
+local exact backend.
 
 :func:`embedeval.evaluate` validates its inputs and builds a :class:`RetrievalTask` (embeddings,
 integer label codes, R_q, the references each query can see, exclusions, metrics, depth); a
-backend turns it into per-query values and tie flags.  :func:`run_local` is the exact, streaming,
-single-process backend; sharded, approximate and distributed backends consume the same task.
+backend (see :mod:`embedeval._search`) turns it into :class:`ScoredBlock` s, per-query values and
+tie flags of some query rows, which :func:`write_back` stores.  :func:`local_blocks` is the
+exact, streaming, single-process backend; sharded, approximate, Dask and torch backends consume
+the same task.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ._candidates import Candidates
+from ._exact import DEFAULT_MEMORY_BUDGET, EnginePlan, Exclusions, plan_search, sorted_candidates
 from ._kernels import chunk_metrics, needed_depth
 from ._registry import MetricInfo
-from .knn import DEFAULT_MEMORY_BUDGET, Candidates, Exclusions, sorted_candidates
 
-__all__ = ["RetrievalTask", "run_local"]
+__all__ = [
+    "RetrievalTask",
+    "ScoredBlock",
+    "engine_plan",
+    "local_blocks",
+    "run_local",
+    "search",
+    "write_back",
+]
+
+#: Per-metric arrays of per-query values (or tie flags).
+Columns = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class ScoredBlock:
+    """Per-query values (NaN for lone queries) and tie flags of the query ``rows`` (a slice or
+    an index array), one array per metric."""
+
+    rows: slice | np.ndarray
+    values: Columns
+    ties: Columns
+
+
+def write_back(values: Columns, ties: Columns, blocks: Iterator[ScoredBlock]) -> Any:
+    """Store every block of ``blocks`` in ``values`` / ``ties``; return what the generator
+    returns (a backend's report, e.g. the approximate search's error estimate), else ``None``.
+
+    >>> values, ties = {"p": np.full(3, np.nan)}, {"p": np.zeros(3, bool)}
+    >>> def blocks():
+    ...     yield ScoredBlock(slice(0, 2), {"p": np.array([1.0, 0.5])}, {"p": np.array([0, 1])})
+    ...     return "done"
+    >>> write_back(values, ties, blocks()), values["p"].tolist(), ties["p"].tolist()
+    ('done', [1.0, 0.5, nan], [False, True, False])
+    """
+    while True:
+        try:
+            block = next(blocks)
+        except StopIteration as end:
+            return end.value
+        for name in block.values:
+            values[name][block.rows] = block.values[name]
+            ties[name][block.rows] = block.ties[name]
 
 
 @dataclass(frozen=True)
@@ -39,7 +88,7 @@ class RetrievalTask:
     k: int | None
     distance: str
     #: ``query`` and ``reference`` are the caller's vectors times 2**scale (see
-    #: :func:`embedeval.knn.range_exponent`); a backend reading the reference from elsewhere
+    #: :func:`embedeval._exact.range_exponent`); a backend reading the reference from elsewhere
     #: (shard files) applies it too.
     scale: int = 0
 
@@ -47,17 +96,22 @@ class RetrievalTask:
     def n_query(self) -> int:
         return int(self.query.shape[0])
 
+    @property
+    def has_work(self) -> bool:
+        """False when there is nothing to search: no metric, or every query is lone."""
+        return bool(self.metrics) and bool((self.relevant > 0).any())
+
     def depth(self) -> tuple[np.ndarray, str | None]:
         """Per-query ranked depth needed (+1 for tie detection) and the label threshold mode."""
         return needed_depth(list(self.metrics), self.relevant, self.k)
 
-    def empty_outputs(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    def empty_outputs(self) -> tuple[Columns, Columns]:
         n = self.n_query
         values = {m.name: np.full(n, np.nan) for m in self.metrics}
         ties = {m.name: np.zeros(n, dtype=bool) for m in self.metrics}
         return values, ties
 
-    def score_block(self, block: Candidates) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    def score_block(self, block: Candidates) -> tuple[Columns, Columns]:
         """Per-query values and tie flags of ``block.queries`` from their sorted candidates."""
         rows = block.queries
         return chunk_metrics(
@@ -70,6 +124,90 @@ class RetrievalTask:
             self.k,
         )
 
+    def scored(self, block: Candidates) -> ScoredBlock:
+        """:meth:`score_block` as a :class:`ScoredBlock`."""
+        return ScoredBlock(block.queries, *self.score_block(block))
+
+    def positive_threshold(self, how: str | None) -> tuple[str, np.ndarray, np.ndarray] | None:
+        """The engine's label-threshold argument for mode ``how`` (``None``: none)."""
+        return None if how is None else (how, self.query_codes, self.reference_codes)
+
+    def subset(self, rows: slice | np.ndarray) -> RetrievalTask:
+        """The task restricted to query ``rows`` (same reference), exclusions kept by group
+        codes (:meth:`embedeval._exact.Exclusions.by_group`)."""
+        exclusions = self.exclusions.by_group(self.n_query, int(self.reference.shape[0]))
+        return dataclasses.replace(
+            self,
+            query=self.query[rows],
+            query_codes=self.query_codes[rows],
+            relevant=self.relevant[rows],
+            n_valid=self.n_valid[rows],
+            exclusions=exclusions.for_queries(rows),
+        )
+
+
+def engine_plan(
+    task: RetrievalTask, block_size: int | None, memory_budget: int = DEFAULT_MEMORY_BUDGET
+) -> EnginePlan:
+    """The local engine's plan for ``task`` with its exclusions as group codes (which travel
+    with query subsets and reference shards), without a ``search``: a backend that keeps it
+    reproduces the local engine's float32 keys and candidates."""
+    depth, threshold = task.depth()
+    return plan_search(
+        task.reference,
+        n_query=task.n_query,
+        distance=task.distance,
+        depth=depth,
+        exclusions=task.exclusions.by_group(task.n_query, int(task.reference.shape[0])),
+        n_valid=task.n_valid,
+        positive_threshold=task.positive_threshold(threshold),
+        block_size=block_size,
+        memory_budget=memory_budget,
+    )
+
+
+def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
+    """The local backend's entry point (see :mod:`embedeval._search`)."""
+    return local_blocks(
+        task,
+        block_size=options.block_size,
+        memory_budget=options.memory_budget,
+        progress=options.progress,
+        n_threads=options.n_threads,
+    )
+
+
+def local_blocks(
+    task: RetrievalTask,
+    *,
+    block_size: int | None = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    progress: bool | None = None,
+    n_threads: int | None = None,
+) -> Iterator[ScoredBlock]:
+    """Exact, streaming, single-process backend: the scored query blocks of ``task``.
+
+    Query blocks are searched and scored by ``n_threads`` threads (default: the usable cores);
+    the values do not depend on the number of threads.
+    """
+    if not task.has_work:
+        return
+    depth, threshold = task.depth()
+    yield from sorted_candidates(
+        task.query,
+        task.reference,
+        distance=task.distance,
+        depth=depth,
+        exclusions=task.exclusions,
+        n_valid=task.n_valid,
+        positive_threshold=task.positive_threshold(threshold),
+        block_size=block_size,
+        memory_budget=memory_budget,
+        progress=progress,
+        n_threads=n_threads,
+        finish=task.scored,
+    )
+
 
 def run_local(
     task: RetrievalTask,
@@ -78,32 +216,15 @@ def run_local(
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress: bool | None = None,
     n_threads: int | None = None,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Exact, streaming, single-process backend: per-query values (NaN for lone) and tie flags.
-
-    Query blocks are searched and scored by ``n_threads`` threads (default: the usable cores);
-    the values do not depend on the number of threads.
-    """
+) -> tuple[Columns, Columns]:
+    """:func:`local_blocks` gathered: per-query values (NaN for lone) and tie flags."""
     values, ties = task.empty_outputs()
-    if not task.metrics or not (task.relevant > 0).any():
-        return values, ties
-    depth, threshold = task.depth()
-    positive = None if threshold is None else (threshold, task.query_codes, task.reference_codes)
-    for rows, (chunk_values, chunk_ties) in sorted_candidates(
-        task.query,
-        task.reference,
-        distance=task.distance,
-        depth=depth,
-        exclusions=task.exclusions,
-        n_valid=task.n_valid,
-        positive_threshold=positive,
+    blocks = local_blocks(
+        task,
         block_size=block_size,
         memory_budget=memory_budget,
         progress=progress,
         n_threads=n_threads,
-        finish=lambda block: (block.queries, task.score_block(block)),
-    ):
-        for name in chunk_values:
-            values[name][rows] = chunk_values[name]
-            ties[name][rows] = chunk_ties[name]
+    )
+    write_back(values, ties, blocks)
     return values, ties

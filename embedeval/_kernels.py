@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._candidates import Candidates
 from ._registry import MetricInfo
 from .custom import call_metric, relevance_matrix
-from .knn import Candidates
 
 __all__ = ["chunk_metrics", "needed_depth"]
 
