@@ -430,6 +430,8 @@ def sorted_candidates(
     block in its thread (e.g. the metric kernels), and its result is yielded instead.
     """
     n_query = xq.shape[0]
+    # The product first: it checks the queries (cosine: non-zero rows) before the reference.
+    search = PreparedSearch.build(xq, xb, distance)
     plan = plan_search(
         xb,
         n_query=n_query,
@@ -440,7 +442,9 @@ def sorted_candidates(
         positive_threshold=positive_threshold,
         block_size=block_size,
         memory_budget=memory_budget,
-    ).searching(xq, xb)
+    )
+    columns = slice(0, int(xb.shape[0]))
+    plan = plan.with_search(search.with_duplicates(plan.duplicates, plan.representatives, columns))
     block_size = plan.block_size
     buffers = threading.local()  # each thread reuses its own key and mask buffers
 

@@ -219,7 +219,7 @@ def as_search_input(x: Any, name: str) -> Any:
 
 
 def scale_for_range(xq: Any, xb: Any, distance: str, same: bool) -> tuple[Any, Any, int]:
-    """:func:`embedeval.knn.range_exponent` for numpy arrays and device tensors alike, and the
+    """:func:`embedeval._exact.range_exponent` for numpy arrays and device tensors alike, and the
     inputs times 2**scale (exact: a power of two)."""
     from ._exact import range_exponent
 
@@ -288,7 +288,7 @@ class _Search:
     def _engine_products(self, start: int, stop: int) -> np.ndarray:
         """Keys of rows [start, stop) multiplied exactly as the local engine multiplies them:
         its query blocks (BLAS rounds a product's rows differently for different row counts),
-        its column tiles (:func:`embedeval.knn.grid_keys`) and one BLAS thread per product."""
+        its column tiles (:func:`embedeval._exact.grid_keys`) and one BLAS thread per product."""
         from ._exact import grid_keys
         from ._threads import single_threaded_blas
 
