@@ -19,10 +19,10 @@ import numpy as np
 
 from ._candidates import Candidates
 from ._duplicates import DuplicateRows
-from ._engine import RetrievalTask, ScoredBlock, write_back
 from ._errors import InputError, InputTypeError
 from ._exact import Exclusions, pack_codes, reference_duplicates, sort_block, sorted_candidates
 from ._progress import progress_bar
+from ._task import RetrievalTask, ScoredBlock, write_back
 from ._validation import check_choice, check_int
 
 __all__ = ["search", "train_index"]

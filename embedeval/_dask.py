@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import RetrievalTask, ScoredBlock, engine_plan, write_back
 from ._exact import EnginePlan, PreparedSearch, block_buffers, search_block
 from ._kernels import chunk_metrics
 from ._progress import progress_bar
 from ._registry import MetricInfo
+from ._task import RetrievalTask, ScoredBlock, engine_plan, write_back
 from ._threads import single_threaded_blas
 
 __all__ = ["search"]

@@ -1,6 +1,6 @@
 """How to search: the validated search options of one evaluation.
 
-:func:`embedeval.evaluate` separates *what* to compute (a :class:`embedeval._engine.RetrievalTask`:
+:func:`embedeval.evaluate` separates *what* to compute (a :class:`embedeval._task.RetrievalTask`:
 embeddings, label codes, exclusions, metrics, depth) from *how* to search for it (a
 :class:`SearchOptions`: backend, approximate index, shards, Dask client, block size, memory,
 threads, progress, torch device).  :meth:`SearchOptions.make` checks every option once, on every

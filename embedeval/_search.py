@@ -4,12 +4,12 @@ A backend is one module with one entry point::
 
     def search(task: RetrievalTask, options: SearchOptions) -> Iterator[ScoredBlock]
 
-It receives the validated task (:class:`embedeval._engine.RetrievalTask`: embeddings, label
+It receives the validated task (:class:`embedeval._task.RetrievalTask`: embeddings, label
 codes, exclusions, metrics, depth) and the validated options
 (:class:`embedeval._options.SearchOptions`), and yields
-:class:`embedeval._engine.ScoredBlock` s: the per-query values and tie flags of some query rows.
+:class:`embedeval._task.ScoredBlock` s: the per-query values and tie flags of some query rows.
 :func:`run_search` writes them into the per-query arrays with one function
-(:func:`embedeval._engine.write_back`); rows never yielded stay NaN (lone queries).  A backend
+(:func:`embedeval._task.write_back`); rows never yielded stay NaN (lone queries).  A backend
 that measures something about its own search (the approximate index's error estimate) returns it
 from the generator; it becomes :attr:`SearchOutcome.approximation`.
 
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import RetrievalTask, write_back
 from ._options import BACKENDS, SearchOptions
+from ._task import RetrievalTask, write_back
 
 __all__ = ["BACKENDS", "BACKEND_MODULES", "SearchOptions", "SearchOutcome", "run_search"]
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import RetrievalTask, ScoredBlock, engine_plan, local_blocks
+from ._engine import local_blocks
 from ._errors import FileFormatError, InputError, InputTypeError
 from ._exact import (
     KEY_MAX,
@@ -48,6 +48,7 @@ from ._exact import (
     sort_block,
 )
 from ._progress import progress_bar
+from ._task import RetrievalTask, ScoredBlock, engine_plan
 from ._threads import single_threaded_blas
 
 __all__ = ["ShardedReference", "search", "shard_bounds"]

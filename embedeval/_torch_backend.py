@@ -1,6 +1,6 @@
 """The PyTorch backend: the exact engine's search and metric kernels on a GPU (or the CPU).
 
-:func:`run_torch` consumes the same :class:`~embedeval._engine.RetrievalTask` as the other
+:func:`run_torch` consumes the same :class:`~embedeval._task.RetrievalTask` as the other
 backends and returns the same per-query values and tie flags.  Per block of queries, on the
 device:
 
@@ -612,7 +612,7 @@ def run_torch(
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """:func:`torch_blocks` gathered: per-query values (NaN for lone queries) and tie flags;
     the same contract as :func:`embedeval._engine.run_local`."""
-    from ._engine import write_back
+    from ._task import write_back
 
     values, ties = task.empty_outputs()
     write_back(values, ties, torch_blocks(task, options))
@@ -620,9 +620,9 @@ def run_torch(
 
 
 def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
-    """Scored blocks (:class:`embedeval._engine.ScoredBlock`) of ``task``, searched on
+    """Scored blocks (:class:`embedeval._task.ScoredBlock`) of ``task``, searched on
     ``options.device``."""
-    from ._engine import ScoredBlock
+    from ._task import ScoredBlock
 
     torch = import_torch()
     if not task.has_work:
@@ -653,8 +653,8 @@ def torch_neighbors(
     xq: Any, xb: Any, k: int, distance: str, exclude_self: bool, options: TorchOptions
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(distances, indices)`` of the k nearest references, as :func:`embedeval.neighbors`."""
-    from ._engine import RetrievalTask
     from ._exact import Exclusions
+    from ._task import RetrievalTask
 
     torch = import_torch()
     n_query = int(xq.shape[0])

@@ -11,9 +11,9 @@ import pytest
 
 import embedeval as ee
 from embedeval import _search
-from embedeval._engine import ScoredBlock
 from embedeval._errors import InputError
 from embedeval._search import BACKEND_MODULES, SearchOptions, run_search
+from embedeval._task import ScoredBlock
 
 
 @pytest.mark.parametrize("name", sorted(BACKEND_MODULES))
@@ -67,9 +67,9 @@ def test_a_new_backend_is_one_module(monkeypatch):
 
 
 def test_run_search_returns_the_backend_report(monkeypatch):
-    from embedeval._engine import RetrievalTask
     from embedeval._exact import Exclusions
     from embedeval._registry import METRICS
+    from embedeval._task import RetrievalTask
 
     def search(task, options):
         yield ScoredBlock(slice(0, 2), {"precision_at_1": np.array([0.5, 1.0])},
