@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import InputError, InputTypeError
 from ._exact import EnginePlan, PreparedSearch, block_buffers, search_block
 from ._kernels import chunk_metrics
 from ._progress import progress_bar
@@ -60,13 +61,12 @@ class _Part:
 
 def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
     """The Dask backend's entry point (see :mod:`embedeval._search`): exact scored blocks
-    computed on the workers of ``options.client`` (checked by
-    :meth:`~embedeval._options.SearchOptions.make`)."""
-    from distributed import as_completed
-
+    computed on the workers of ``options.client`` (a client is only checked here, when the
+    search starts: validating the other options never touches it)."""
+    client = options.client
+    as_completed = _check_client(client)
     if not task.has_work:
         return
-    client = options.client
     plan = engine_plan(task, options.block_size, options.memory_budget)
     prepared = PreparedSearch.build(task.query, task.reference, task.distance)
     shared = _Shared(
@@ -96,6 +96,27 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
         # Ctrl-C or a failed worker: nothing of the run is kept or left running.
         client.cancel(futures)
         raise
+
+
+def _check_client(client: Any) -> Any:
+    """Check ``client``; return ``distributed.as_completed``."""
+    try:
+        from distributed import Client, as_completed
+    except ImportError as exc:  # pragma: no cover - exercised only without distributed
+        raise InputError(
+            "backend='dask' needs dask.distributed: pip install \"embedeval-exact[dask]\" "
+            '(from a clone of the repository: pip install ".[dask]").'
+        ) from exc
+    if client is None:
+        raise InputError(
+            "backend='dask' needs client=, a dask.distributed.Client connected to your cluster "
+            "(e.g. Client('tcp://scheduler:8786'), or Client(LocalCluster()) on one machine)."
+        )
+    if not isinstance(client, Client):
+        raise InputTypeError(
+            f"client must be a dask.distributed.Client; got {type(client).__name__}."
+        )
+    return as_completed
 
 
 def _task_rows(client: Any, n_query: int, block_size: int) -> list[slice]:

@@ -86,8 +86,6 @@ class SearchOptions:
         exact_sample = _check_index_options(index, index_params, exact_sample)
         _check_combination(backend, index, shards, client)
         shards = _check_shards(shards)
-        if backend == "dask":
-            _check_client(client)
         return cls(
             backend=backend,
             index=index,
@@ -208,22 +206,3 @@ def _check_shards(shards: Any) -> Any:
             raise InputError("shards is an empty list; pass an int or at least one array/path.")
         return shards
     return check_int(shards, "shards")
-
-
-def _check_client(client: Any) -> None:
-    try:
-        from distributed import Client
-    except ImportError as exc:  # pragma: no cover - exercised only without distributed
-        raise InputError(
-            "backend='dask' needs dask.distributed: pip install \"embedeval-exact[dask]\" "
-            '(from a clone of the repository: pip install ".[dask]").'
-        ) from exc
-    if client is None:
-        raise InputError(
-            "backend='dask' needs client=, a dask.distributed.Client connected to your cluster "
-            "(e.g. Client('tcp://scheduler:8786'), or Client(LocalCluster()) on one machine)."
-        )
-    if not isinstance(client, Client):
-        raise InputTypeError(
-            f"client must be a dask.distributed.Client; got {type(client).__name__}."
-        )

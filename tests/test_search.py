@@ -37,14 +37,11 @@ def test_options_select_the_backend(kwargs, engine):
     assert SearchOptions.make(**kwargs).engine == engine
 
 
-def test_shards_and_client_are_checked_with_the_other_options():
+def test_shards_are_checked_with_the_other_options():
     with pytest.raises(InputError, match="empty list"):
         SearchOptions.make(shards=[])
     with pytest.raises(InputError, match="shards must be >= 1"):
         SearchOptions.make(shards=0)
-    pytest.importorskip("distributed")
-    with pytest.raises(InputError, match="needs client="):
-        SearchOptions.make(backend="dask")
 
 
 def test_a_new_backend_is_one_module(monkeypatch):
