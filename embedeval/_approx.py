@@ -22,6 +22,7 @@ from ._duplicates import DuplicateRows
 from ._errors import InputError, InputTypeError
 from ._exact import Exclusions, pack_codes, reference_duplicates, sort_block, sorted_candidates
 from ._progress import progress_bar
+from ._resample import mean_difference_interval
 from ._task import RetrievalTask, ScoredBlock, write_back
 from ._validation import check_choice, check_int
 
@@ -512,12 +513,6 @@ def _difference(a: np.ndarray, e: np.ndarray, rng: np.random.Generator) -> dict[
         "difference_ci": None,
     }
     if diff.size > 1:
-        boots = np.empty(_N_BOOT)
-        step = max(1, 2_000_000 // diff.size)
-        for b0 in range(0, _N_BOOT, step):
-            b1 = min(b0 + step, _N_BOOT)
-            picks = rng.integers(0, diff.size, size=(b1 - b0, diff.size))
-            boots[b0:b1] = diff[picks].mean(axis=1)
-        lo, hi = np.quantile(boots, [(1 - _CI) / 2, (1 + _CI) / 2])
-        entry["difference_ci"] = [float(lo), float(hi)]
+        lo, hi = mean_difference_interval(diff, ci=_CI, n_boot=_N_BOOT, rng=rng)
+        entry["difference_ci"] = [lo, hi]
     return entry
