@@ -670,7 +670,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    from ._figures import generate_figures
+    from .figures import generate_figures
 
     _check_output(args.out, None, "--out")
     for path in generate_figures(args.out):

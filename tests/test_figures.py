@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 
 from matplotlib.image import imread  # noqa: E402
 
-from embedeval._figures import FIGURES, generate_figures  # noqa: E402
+from embedeval.figures import FIGURES, generate_figures  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_NAMES = {
