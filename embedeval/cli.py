@@ -3,6 +3,11 @@
 Every error is one line on stderr (``embedeval: error: ...``) naming the file or argument and the
 fix, with exit status 2; outputs are written atomically, so a failed run never leaves a half
 file nor clobbers an existing one.
+
+Each subcommand is two functions: ``_add_<name>_command`` declares its options (called from
+:func:`build_parser`) and ``cmd_<name>`` runs it (listed in :data:`COMMANDS`). The options that
+``evaluate`` and ``compare`` share are declared once, one group per concern of
+:func:`embedeval.evaluate`.
 """
 
 from __future__ import annotations
@@ -240,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_evaluate_command(sub: Any) -> None:
+    """``evaluate FILE``: the evaluation options and where to write the results."""
     p = sub.add_parser(
         "evaluate",
         help="evaluate one embedding file",
@@ -272,6 +278,7 @@ def _add_evaluate_command(sub: Any) -> None:
 
 
 def _add_compare_command(sub: Any) -> None:
+    """``compare FILES``: the evaluation options, the baseline, the test and the outputs."""
     p = sub.add_parser(
         "compare",
         help="compare checkpoints on the same queries",
@@ -539,6 +546,7 @@ def _plot_paths(folder: str, fmt: str) -> list[str]:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    """``embedeval evaluate``: check every output, evaluate one file, print and write."""
     _check_output(args.per_class, (".csv", ".md"), "--per-class")
     _check_output(args.per_query, (".csv",), "--per-query")
     _check_output(args.json, (".json",), "--json")
@@ -647,6 +655,7 @@ def _check_paths(args: argparse.Namespace, outputs: Sequence[str | None]) -> Non
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    """``embedeval compare``: evaluate each checkpoint, compare them, print and write."""
     from .compare import compare
 
     _check_output(args.json, (".json",), "--json")
@@ -723,6 +732,7 @@ def _write_comparison(args: argparse.Namespace, cmp: Any) -> None:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
+    """``embedeval figures``: :func:`embedeval.figures.generate_figures` into ``--out``."""
     from .figures import generate_figures
 
     _check_output(args.out, None, "--out")
@@ -732,6 +742,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """``embedeval demo``: the digits demo, its report written to ``--out``."""
     from ._demo import run_demo
 
     _check_output(args.out, None, "--out")
