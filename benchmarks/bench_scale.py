@@ -36,6 +36,14 @@ import numpy as np
 
 D = 128
 N_CLASSES = 10_000
+# Generated data and exact neighbours are cached here between runs (never committed).
+CACHE_DIR = tempfile.gettempdir()
+
+
+def cluster_cache_path(n: int, n_classes: int, seed: int, spread: float, tag: str = "") -> str:
+    """File that ``make_clusters`` writes its vectors to (and reads them back from)."""
+    name = f"embedeval_bench_scale_{n}_{n_classes}_{seed}_{spread}{tag}.f32"
+    return os.path.join(CACHE_DIR, name)
 
 
 def make_clusters(
@@ -46,7 +54,7 @@ def make_clusters(
     spread: float = 0.12,
     intrinsic_dim: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded clusters, L2-normalised, written in blocks to a memory-mapped file in the temp dir.
+    """Seeded clusters, L2-normalised, written in blocks to a memory-mapped file in ``CACHE_DIR``.
 
     ``intrinsic_dim=None`` (the original, hard setting): class centres on the unit sphere of
     R^128 plus isotropic Gaussian noise (``spread`` per dimension) in all 128 dimensions.
@@ -56,9 +64,7 @@ def make_clusters(
     have a low one.  The default setting's files and values are unchanged.
     """
     tag = "" if intrinsic_dim is None else f"_r{intrinsic_dim}"
-    path = os.path.join(
-        tempfile.gettempdir(), f"embedeval_bench_scale_{n}_{n_classes}_{seed}_{spread}{tag}.f32"
-    )
+    path = cluster_cache_path(n, n_classes, seed, spread, tag)
     rng = np.random.default_rng(seed)
     r = D if intrinsic_dim is None else int(intrinsic_dim)
     centers = rng.standard_normal((n_classes, r)).astype(np.float32)
@@ -165,7 +171,7 @@ def case_sweep(args: argparse.Namespace) -> list[dict]:
     r_q = counts[y[sample]] - 1
     depth = 256
     gt_path = os.path.join(
-        tempfile.gettempdir(),
+        CACHE_DIR,
         f"embedeval_bench_scale_gt_{args.n}_{args.classes}_{args.spread}_{args.intrinsic_dim}_"
         f"{args.exact_sample}.npy",
     )
