@@ -490,8 +490,9 @@ def _excludes_zero(ci: Any) -> bool:
     return bool(ci) and (ci[0] > 0 or ci[1] < 0)
 
 
-def warn_if_biased(approx: dict[str, Any]) -> None:
-    """Warn when an approximate search moved a metric by more than its sampling noise."""
+def warn_if_biased(approx: dict[str, Any], stacklevel: int = 3) -> None:
+    """Warn when an approximate search moved a metric by more than its sampling noise
+    (``stacklevel`` as in :func:`warnings.warn`: the frame the warning points at)."""
     import warnings
 
     from ._errors import EmbedevalWarning
@@ -510,5 +511,5 @@ def warn_if_biased(approx: dict[str, Any]) -> None:
             f"sampling noise (approximate - exact, with interval): {'; '.join(biased)}. "
             "Use exact search (index=None) for numbers to publish, or search the index deeper.",
             EmbedevalWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
