@@ -94,8 +94,7 @@ def make_clusters(
 
 
 def case_approx(args: argparse.Namespace) -> dict:
-    from embedeval import evaluate
-    from embedeval._approx import train_index
+    from embedeval import evaluate, train_index
 
     load_start = round(os.getloadavg()[0], 2)
     t_start = time.perf_counter()
@@ -160,7 +159,7 @@ def case_sweep(args: argparse.Namespace) -> list[dict]:
     embedeval's."""
     import faiss
 
-    from embedeval._approx import train_index
+    from embedeval import train_index
 
     x, y = make_clusters(
         args.n, n_classes=args.classes, spread=args.spread, intrinsic_dim=args.intrinsic_dim

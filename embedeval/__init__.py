@@ -1,11 +1,17 @@
 """embedeval: evaluate metric-learning embeddings and their uncertainty.
 
 The main entry points are :func:`evaluate` (exact, streaming kNN metrics: Precision@1,
-R-Precision, MAP@R, MAP, MRR, Recall@k, NMI/AMI) and :func:`neighbors` (exact kNN).  The
-submodules :mod:`~embedeval.ranking`, :mod:`~embedeval.classification`,
-:mod:`~embedeval.confidence`, :mod:`~embedeval.plots`, :mod:`~embedeval.datasets` and the protocol
-modules (:mod:`~embedeval.verification`, :mod:`~embedeval.reid`, :mod:`~embedeval.landmarks`) are
-imported on first use, so ``import embedeval`` stays cheap (no matplotlib, no scikit-learn).
+R-Precision, MAP@R, MAP, MRR, Recall@k, NMI/AMI), :func:`neighbors` (exact kNN), :func:`compare`
+(checkpoints on the same queries, returning a :class:`Comparison`), :func:`bootstrap_ci`,
+:class:`Evaluator` (accumulate batches in a training loop) and :func:`train_index` (train a faiss
+index once, reuse it across checkpoints).  The submodules :mod:`~embedeval.ranking`,
+:mod:`~embedeval.classification`, :mod:`~embedeval.confidence`, :mod:`~embedeval.calibration`,
+:mod:`~embedeval.openset`, :mod:`~embedeval.rejection`, :mod:`~embedeval.plots`,
+:mod:`~embedeval.figures`, :mod:`~embedeval.datasets`, :mod:`~embedeval.io`,
+:mod:`~embedeval.compat`, :mod:`~embedeval.integrations` and the protocol modules
+(:mod:`~embedeval.verification`, :mod:`~embedeval.reid`, :mod:`~embedeval.landmarks`) are
+imported on first use, so ``import embedeval`` stays cheap (no faiss, matplotlib, scikit-learn
+or PyTorch).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from ._version import __version__
 
 # Imported eagerly (numpy only) because these functions share their module's name: a lazy import
 # of the submodule would leave ``embedeval.evaluate`` / ``embedeval.compare`` bound to the module.
-from .compare import bootstrap_ci, compare
+from .compare import Comparison, bootstrap_ci, compare
 from .evaluate import evaluate
 
 _LAZY_SUBMODULES = (
@@ -29,6 +35,7 @@ _LAZY_SUBMODULES = (
     "openset",
     "rejection",
     "plots",
+    "figures",
     "datasets",
     "io",
     "cli",
@@ -36,6 +43,7 @@ _LAZY_SUBMODULES = (
     "verification",
     "reid",
     "landmarks",
+    "integrations",
 )
 _LAZY_ATTRIBUTES = {
     "EvaluationResult": ("result", "EvaluationResult"),
@@ -43,10 +51,13 @@ _LAZY_ATTRIBUTES = {
     "RetrievalMetric": ("custom", "RetrievalMetric"),
     "neighbors": ("knn", "neighbors"),
     "METRICS": ("_registry", "METRICS"),
+    # faiss is imported when an index is first trained, never by ``import embedeval``.
+    "train_index": ("_approx", "train_index"),
 }
 
 __all__ = [
     "METRICS",
+    "Comparison",
     "EmbedevalError",
     "EmbedevalWarning",
     "EvaluationResult",
@@ -60,6 +71,7 @@ __all__ = [
     "compare",
     "evaluate",
     "neighbors",
+    "train_index",
     *_LAZY_SUBMODULES,
 ]
 

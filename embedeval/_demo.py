@@ -77,11 +77,26 @@ def run_demo(
     progress: bool | None = None,
     stream: Any = None,
 ) -> dict[str, Any]:
-    """Run the demo, print the comparison and write ``report.json``, ``report.md`` and figures."""
-    from . import datasets, plots
+    """Run the demo, print the comparison and write ``report.json``, ``report.md`` and figures.
+
+    Parameters
+    ----------
+    out_dir : str or path-like
+        Report folder (created if missing); every file is written atomically.
+    seed : int
+        Seed of the split, the fitted embeddings and every bootstrap.
+    progress : bool or None
+        Progress bar of each evaluation (None: only on a terminal).
+    stream : file-like or None
+        Where the text goes (default: standard output).
+
+    Returns
+    -------
+    dict
+        The report also written to ``report.json``.
+    """
     from ._files import write_text
     from .compare import compare
-    from .evaluate import evaluate
 
     stream = sys.stdout if stream is None else stream
     out = Path(out_dir)
@@ -91,12 +106,7 @@ def run_demo(
         file=stream,
     )
     embeddings, labels = embed_digits(seed)
-    results = {
-        name: evaluate(
-            x, labels, metrics=METRICS, ci=0.95, n_boot=1000, seed=seed, progress=progress
-        )
-        for name, x in embeddings.items()
-    }
+    results = _evaluate_all(embeddings, labels, seed, progress)
     cmp = compare(results, baseline="raw_pixels", n_boot=1000, seed=seed)
     print(repr(cmp), file=stream)
     findings = summarize(cmp.to_dict()["rows"], "raw_pixels", ("precision_at_1", "map_at_r"))
@@ -106,6 +116,46 @@ def run_demo(
     )
     for line in findings:
         print(f"  {line}", file=stream)
+    figures = _demo_figures(cmp, results, embeddings, labels, seed)
+    report = {
+        "dataset": "sklearn.datasets.load_digits, stratified 50% evaluation split",
+        "comparison": cmp.to_dict(),
+        "results": {name: res.to_dict() for name, res in results.items()},
+        "figures": sorted(figures),
+        "findings": findings,
+    }
+    write_text(out / "report.json", json.dumps(report, indent=2, allow_nan=False))
+    write_text(out / "report.md", _markdown(cmp, findings, sorted(figures)))
+    _save_figures(figures, out)
+    print(
+        f"\nreport written to {out.resolve()}/ (report.json, report.md, {len(figures)} figures)",
+        file=stream,
+    )
+    return report
+
+
+def _evaluate_all(
+    embeddings: dict[str, np.ndarray], labels: np.ndarray, seed: int, progress: bool | None
+) -> dict[str, Any]:
+    from .evaluate import evaluate
+
+    return {
+        name: evaluate(
+            x, labels, metrics=METRICS, ci=0.95, n_boot=1000, seed=seed, progress=progress
+        )
+        for name, x in embeddings.items()
+    }
+
+
+def _demo_figures(
+    cmp: Any,
+    results: dict[str, Any],
+    embeddings: dict[str, np.ndarray],
+    labels: np.ndarray,
+    seed: int,
+) -> dict[str, Any]:
+    """The report's figures by file name: the comparison, NCA-16's classes, two histograms."""
+    from . import datasets, plots
 
     figures = {
         "comparison.png": cmp.plot(metrics=["precision_at_1", "map_at_r", "map"]),
@@ -122,14 +172,18 @@ def run_demo(
         figures[f"distances_{name}.png"] = plots.plot_distance_histograms(
             pos, neg, unit=f"Euclidean distance ({name})"
         )
-    report = {
-        "dataset": "sklearn.datasets.load_digits, stratified 50% evaluation split",
-        "comparison": cmp.to_dict(),
-        "results": {name: res.to_dict() for name, res in results.items()},
-        "figures": sorted(figures),
-        "findings": findings,
-    }
-    write_text(out / "report.json", json.dumps(report, indent=2, allow_nan=False))
+    return figures
+
+
+def _save_figures(figures: dict[str, Any], out: Path) -> None:
+    from . import plots
+
+    for name, fig in figures.items():
+        plots.save_figure(fig, out / name)
+
+
+def _markdown(cmp: Any, findings: list[str], figure_names: list[str]) -> str:
+    """``report.md``: the comparison table, the findings and the figures."""
     md = [
         "# embedeval demo report",
         "",
@@ -148,12 +202,5 @@ def run_demo(
         *(f"* {line}" for line in findings),
         "",
     ]
-    md += [f"![{name}]({name})" for name in sorted(figures)]
-    write_text(out / "report.md", "\n".join(md) + "\n")
-    for name, fig in figures.items():
-        plots.save_figure(fig, out / name)
-    print(
-        f"\nreport written to {out.resolve()}/ (report.json, report.md, {len(figures)} figures)",
-        file=stream,
-    )
-    return report
+    md += [f"![{name}]({name})" for name in figure_names]
+    return "\n".join(md) + "\n"

@@ -3,6 +3,11 @@
 Every error is one line on stderr (``embedeval: error: ...``) naming the file or argument and the
 fix, with exit status 2; outputs are written atomically, so a failed run never leaves a half
 file nor clobbers an existing one.
+
+Each subcommand is two functions: ``_add_<name>_command`` declares its options (called from
+:func:`build_parser`) and ``cmd_<name>`` runs it (listed in :data:`COMMANDS`). The options that
+``evaluate`` and ``compare`` share are declared once, one group per concern of
+:func:`embedeval.evaluate`.
 """
 
 from __future__ import annotations
@@ -111,7 +116,17 @@ def _level(value: str) -> float:
 
 
 def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("evaluation")
+    """The options shared by ``evaluate`` and ``compare``, one group per concern of
+    :func:`embedeval.evaluate` (protocol, metrics, confidences, statistics, search)."""
+    _add_protocol_options(p.add_argument_group("inputs and protocol"))
+    _add_metric_options(p.add_argument_group("metrics"))
+    _add_confidence_options(p.add_argument_group("confidences"))
+    _add_statistics_options(p.add_argument_group("statistics"))
+    _add_search_options(p.add_argument_group("search"))
+
+
+def _add_protocol_options(g: Any) -> None:
+    """Labels, the gallery and what each query may not retrieve."""
     g.add_argument("--labels", metavar="FILE", help="labels file (.npy/.npz/.txt) for a .npy input")
     g.add_argument(
         "--reference", metavar="FILE", help="gallery embeddings (default: leave-one-out)"
@@ -124,6 +139,10 @@ def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--groups", metavar="FILE", help="query group ids (same-group refs ignored)")
     g.add_argument("--reference-groups", metavar="FILE", help="gallery group ids")
+
+
+def _add_metric_options(g: Any) -> None:
+    """Which metrics, at which depth, under which distance and average."""
     g.add_argument(
         "--metrics",
         nargs="+",
@@ -150,6 +169,10 @@ def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
         choices=("micro", "macro"),
         help="micro: mean over queries; macro: mean per class, then over classes (default: micro)",
     )
+
+
+def _add_confidence_options(g: Any) -> None:
+    """Per-query confidences and their direction."""
     g.add_argument(
         "--confidences",
         metavar="FILE",
@@ -160,6 +183,10 @@ def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the confidences are uncertainties (sigmas); 'sigmas' keys imply it",
     )
+
+
+def _add_statistics_options(g: Any) -> None:
+    """Bootstrap confidence intervals."""
     g.add_argument(
         "--ci",
         type=_level,
@@ -178,6 +205,10 @@ def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--seed", type=int, default=0, help="seed of the bootstrap resampling (default: 0)"
     )
+
+
+def _add_search_options(g: Any) -> None:
+    """How the exact search runs (never what it finds)."""
     g.add_argument(
         "--threads",
         type=_positive_int,
@@ -194,6 +225,7 @@ def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``embedeval`` parser: one subcommand per entry of :data:`COMMANDS`."""
     parser = _Parser(
         prog="embedeval",
         description="Evaluate metric-learning embeddings: exact kNN retrieval metrics (P@1,\n"
@@ -205,7 +237,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"embedeval {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    _add_evaluate_command(sub)
+    _add_compare_command(sub)
+    _add_figures_command(sub)
+    _add_demo_command(sub)
+    return parser
 
+
+def _add_evaluate_command(sub: Any) -> None:
+    """``evaluate FILE``: the evaluation options and where to write the results."""
     p = sub.add_parser(
         "evaluate",
         help="evaluate one embedding file",
@@ -236,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="format of the --plots figures (default: png, at 200 dpi)",
     )
 
+
+def _add_compare_command(sub: Any) -> None:
+    """``compare FILES``: the evaluation options, the baseline, the test and the outputs."""
     p = sub.add_parser(
         "compare",
         help="compare checkpoints on the same queries",
@@ -277,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
         "aurc_precision_at_1,augrc_precision_at_1,ece,r_auroc; needs confidences)",
     )
 
+
+def _add_figures_command(sub: Any) -> None:
     p = sub.add_parser(
         "figures",
         help="regenerate every committed figure",
@@ -285,6 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", default="figures", help="output folder (default: figures/)")
 
+
+def _add_demo_command(sub: Any) -> None:
     p = sub.add_parser(
         "demo",
         help="evaluate scikit-learn's digits embedded three ways",
@@ -297,7 +344,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default="embedeval-demo", help="report folder (default: embedeval-demo/)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return parser
 
 
 def _loaded(flag: str, path: str, n: int, of: str, what: str) -> np.ndarray:
@@ -500,6 +546,7 @@ def _plot_paths(folder: str, fmt: str) -> list[str]:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    """``embedeval evaluate``: check every output, evaluate one file, print and write."""
     _check_output(args.per_class, (".csv", ".md"), "--per-class")
     _check_output(args.per_query, (".csv",), "--per-query")
     _check_output(args.json, (".json",), "--json")
@@ -608,6 +655,7 @@ def _check_paths(args: argparse.Namespace, outputs: Sequence[str | None]) -> Non
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    """``embedeval compare``: evaluate each checkpoint, compare them, print and write."""
     from .compare import compare
 
     _check_output(args.json, (".json",), "--json")
@@ -617,11 +665,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not args.keep_order:  # the shell gives epoch_1, epoch_10, epoch_5: plot epoch_5 second
         args.files = sorted(args.files, key=natural_key)
     _check_paths(args, [args.json, args.markdown, args.plot])
-    names = [Path(f).stem for f in args.files]
-    if len(set(names)) != len(names):
-        names = [str(Path(f)) for f in args.files]
-    if len(set(names)) != len(names):  # the same file twice: keep both rows apart
-        names = [f"{n} #{i + 1}" for i, n in enumerate(names)]
+    names = _checkpoint_names(args.files)
     if args.baseline is not None and args.baseline not in names:
         raise InputError(
             f"--baseline {args.baseline!r} is not one of the checkpoints "
@@ -634,20 +678,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         # compare() draws its own (paired) resamples; a per-file bootstrap would be wasted work
         results[name] = _evaluate_file(args, f, with_ci=False)
         _refuse_all_lone(results[name], f)
-    metrics = None
-    if args.confidence_metrics:
-        first = next(iter(results.values()))
-        extra = [m.strip() for m in args.confidence_metrics.split(",") if m.strip()]
-        unknown = [m for m in extra if m not in first.confidence]
-        if unknown:
-            raise InputError(
-                f"--confidence-metrics {unknown[0]!r} was not computed (are confidences "
-                f"given?); available: {', '.join(first.confidence) or 'none'}."
-            )
-        metrics = [*first.per_query, *extra]
     cmp = compare(
         results,
-        metrics=metrics,
+        metrics=_compared_metrics(args.confidence_metrics, results),
         baseline=args.baseline if args.baseline is not None else 0,
         ci=args.ci or 0.95,
         n_boot=args.n_boot,
@@ -655,6 +688,36 @@ def cmd_compare(args: argparse.Namespace) -> int:
         test=args.test,
     )
     _say(repr(cmp))
+    _write_comparison(args, cmp)
+    return 0
+
+
+def _checkpoint_names(files: Sequence[str]) -> list[str]:
+    """One distinct row name per checkpoint: the file stem, else the path, else a number."""
+    names = [Path(f).stem for f in files]
+    if len(set(names)) != len(names):
+        names = [str(Path(f)) for f in files]
+    if len(set(names)) != len(names):  # the same file twice: keep both rows apart
+        names = [f"{n} #{i + 1}" for i, n in enumerate(names)]
+    return names
+
+
+def _compared_metrics(confidence_metrics: str | None, results: dict[str, Any]) -> Any:
+    """The per-query metrics plus the ``--confidence-metrics`` asked for (None: the default)."""
+    if not confidence_metrics:
+        return None
+    first = next(iter(results.values()))
+    extra = [m.strip() for m in confidence_metrics.split(",") if m.strip()]
+    unknown = [m for m in extra if m not in first.confidence]
+    if unknown:
+        raise InputError(
+            f"--confidence-metrics {unknown[0]!r} was not computed (are confidences "
+            f"given?); available: {', '.join(first.confidence) or 'none'}."
+        )
+    return [*first.per_query, *extra]
+
+
+def _write_comparison(args: argparse.Namespace, cmp: Any) -> None:
     if args.json:
         from ._files import run_stamp
 
@@ -666,11 +729,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from .plots import save_figure
 
         save_figure(cmp.plot(), args.plot, dpi=200)
-    return 0
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    from ._figures import generate_figures
+    """``embedeval figures``: :func:`embedeval.figures.generate_figures` into ``--out``."""
+    from .figures import generate_figures
 
     _check_output(args.out, None, "--out")
     for path in generate_figures(args.out):
@@ -679,6 +742,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """``embedeval demo``: the digits demo, its report written to ``--out``."""
     from ._demo import run_demo
 
     _check_output(args.out, None, "--out")

@@ -99,9 +99,27 @@ def plot_embedding_2d(
 ) -> Any:
     """Scatter a 2-D embedding coloured (and marker-coded) by class.
 
-    ``alpha`` gives a per-point opacity (e.g. a confidence, values in [0, 1], drawn no fainter
-    than 0.05 so no point vanishes); ``marked`` flags points to ring in black (e.g. injected
-    errors). Classes are drawn in sorted label order, each with its own colour and marker.
+    Classes are drawn in sorted label order, each with its own colour and marker.
+
+    Parameters
+    ----------
+    points : array-like, shape (n, 2)
+        The embedding to draw (project higher dimensions first, e.g. with PCA).
+    labels : array-like, shape (n,)
+        Class of each point.
+    alpha : array-like, shape (n,), optional
+        Per-point opacity in [0, 1] (e.g. a confidence), drawn no fainter than 0.05 so no point
+        vanishes.
+    marked : boolean array, shape (n,), optional
+        Points to ring in black (e.g. injected errors).
+    title : str, optional
+        Axes title (default: "Embedding, coloured by class").
+    ax : matplotlib Axes, optional
+        Draw into these axes instead of a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
 
     Examples
     --------
@@ -109,32 +127,7 @@ def plot_embedding_2d(
     >>> [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     ['class 0', 'class 1', 'injected error']
     """
-    from ._errors import InputError
-    from ._validation import as_embeddings, as_labels, as_vector
-
-    x = as_embeddings(points, "points", dtype=np.float64)
-    if x.shape[1] != 2:
-        raise InputError(
-            f"points must have 2 columns to draw; got shape {x.shape}. Project first "
-            "(e.g. PCA or UMAP)."
-        )
-    y = as_labels(labels, "labels", length=len(x), length_of="points")
-    if alpha is None:
-        alphas = np.ones(len(x))
-    else:
-        alphas = as_vector(alpha, "alpha", length=len(x), length_of="points")
-        if ((alphas < 0) | (alphas > 1)).any():
-            first = int(np.flatnonzero((alphas < 0) | (alphas > 1))[0])
-            raise InputError(f"alpha must lie in [0, 1]; alpha[{first}] = {alphas[first]}.")
-        # fully transparent points would vanish; keep a faint trace of them
-        alphas = np.clip(alphas, 0.05, 1)
-    if marked is not None:
-        raw = np.asarray(marked)
-        if raw.dtype != bool or raw.shape != (len(x),):
-            raise InputError(
-                f"marked must be a boolean mask of length {len(x)}; got shape {raw.shape}, "
-                f"dtype {raw.dtype}."
-            )
+    x, y, alphas = _embedding_2d_inputs(points, labels, alpha, marked)
     fig, ax = _axes(ax, (6.2, 4.2))
     for i, c in enumerate(np.unique(y)):
         sel = y == c
@@ -167,6 +160,39 @@ def plot_embedding_2d(
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
     ax.set_title(title or "Embedding, coloured by class", fontsize=9)
     return fig
+
+
+def _embedding_2d_inputs(
+    points: Any, labels: Any, alpha: Any, marked: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Checked points (n x 2), labels and per-point opacities of :func:`plot_embedding_2d`."""
+    from ._errors import InputError
+    from ._validation import as_embeddings, as_labels, as_vector
+
+    x = as_embeddings(points, "points", dtype=np.float64)
+    if x.shape[1] != 2:
+        raise InputError(
+            f"points must have 2 columns to draw; got shape {x.shape}. Project first "
+            "(e.g. PCA or UMAP)."
+        )
+    y = as_labels(labels, "labels", length=len(x), length_of="points")
+    if alpha is None:
+        alphas = np.ones(len(x))
+    else:
+        alphas = as_vector(alpha, "alpha", length=len(x), length_of="points")
+        if ((alphas < 0) | (alphas > 1)).any():
+            first = int(np.flatnonzero((alphas < 0) | (alphas > 1))[0])
+            raise InputError(f"alpha must lie in [0, 1]; alpha[{first}] = {alphas[first]}.")
+        # fully transparent points would vanish; keep a faint trace of them
+        alphas = np.clip(alphas, 0.05, 1)
+    if marked is not None:
+        raw = np.asarray(marked)
+        if raw.dtype != bool or raw.shape != (len(x),):
+            raise InputError(
+                f"marked must be a boolean mask of length {len(x)}; got shape {raw.shape}, "
+                f"dtype {raw.dtype}."
+            )
+    return x, y, alphas
 
 
 def _null_locator() -> Any:
