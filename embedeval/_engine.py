@@ -14,6 +14,7 @@ import numpy as np
 
 from ._kernels import chunk_metrics, needed_depth
 from ._registry import MetricInfo
+from ._symmetric import run_symmetric, uses_symmetric_engine
 from .knn import DEFAULT_MEMORY_BUDGET, Candidates, Exclusions, sorted_candidates
 
 __all__ = ["RetrievalTask", "run_local"]
@@ -87,6 +88,10 @@ def run_local(
     values, ties = task.empty_outputs()
     if not task.metrics or not (task.relevant > 0).any():
         return values, ties
+    if uses_symmetric_engine(task):  # leave-one-out: each product once (embedeval._symmetric)
+        return run_symmetric(
+            task, memory_budget=memory_budget, progress=progress, n_threads=n_threads
+        )
     depth, threshold = task.depth()
     positive = None if threshold is None else (threshold, task.query_codes, task.reference_codes)
     for rows, (chunk_values, chunk_ties) in sorted_candidates(

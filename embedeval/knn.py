@@ -917,3 +917,8 @@ def check_queries_lead_reference(
                 f"(query i is reference i, PML's convention), but query row {row} differs "
                 f"from reference row {row}. {fix}"
             )
+
+
+#: Engine steps that other engine modules (the symmetric leave-one-out engine) reuse.
+depth_thresholds = _depth_thresholds
+sort_block = _sort_block
