@@ -25,6 +25,7 @@ from ._errors import InputError, InputTypeError
 from ._kernels import chunk_metrics
 from ._progress import progress_bar
 from ._scale import engine_layout, group_exclusions
+from ._symmetric import SymmetricSearch, symmetric_applies, symmetric_points
 from .knn import (
     DEFAULT_MEMORY_BUDGET,
     Exclusions,
@@ -88,6 +89,9 @@ def run_dask(
         "metrics": task.metrics,
         "k": task.k,
         "memory_budget": memory_budget,
+        # Leave-one-out: the workers use the symmetric engine's canonical keys.
+        "symmetric": symmetric_applies(task, layout.threshold, layout.duplicates),
+        "distance": task.distance,
     }
     try:
         info = client.scheduler_info(n_workers=-1)
@@ -148,6 +152,9 @@ def _search_blocks(
     search = search.with_duplicates(
         shared["duplicates"], shared["representatives"], slice(0, reference.shape[0])
     )
+    if settings["symmetric"]:
+        points, sq = symmetric_points(search, settings["distance"])
+        search = SymmetricSearch.wrap(search, points, sq, row_offset=part["q0"])
     n = part["queries"].shape[0]
     if shared["reference_groups"] is None:
         exclusions = Exclusions()

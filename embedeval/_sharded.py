@@ -34,6 +34,7 @@ from ._engine import RetrievalTask, run_local
 from ._errors import FileFormatError, InputError, InputTypeError
 from ._progress import progress_bar
 from ._scale import engine_layout, group_exclusions
+from ._symmetric import symmetric_view
 from ._validation import check_int
 from .knn import (
     _FMAX,
@@ -268,6 +269,8 @@ def _shard_search(
     search = PreparedSearch.build(task.query, xb, task.distance).with_duplicates(
         layout.duplicates, layout.representatives, slice(a, b)
     )
+    # Leave-one-out: the symmetric engine's canonical keys (embedeval._symmetric).
+    search = symmetric_view(task, search, layout.threshold, layout.duplicates, col_offset=a)
     if groups is None:
         return search, Exclusions()
     return search, Exclusions(query_groups=groups[0], reference_groups=groups[1][a:b])

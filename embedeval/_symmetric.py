@@ -65,6 +65,9 @@ __all__ = [
     "run_symmetric",
     "schedule",
     "symmetric_applies",
+    "symmetric_points",
+    "symmetric_view",
+    "task_points",
     "tile_product",
     "uses_symmetric_engine",
 ]
@@ -104,6 +107,38 @@ def symmetric_points(search: PreparedSearch, distance: str) -> tuple[np.ndarray,
     if distance == "euclidean":
         return np.ascontiguousarray(ref[:, :-1]), np.ascontiguousarray(ref[:, -1])
     return np.ascontiguousarray(ref), None
+
+
+_POINTS_CACHE: dict[str, Any] = {}
+
+
+def task_points(task: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`symmetric_points` of a leave-one-out task's set (remembered for the last set, so
+    that a backend asking once per shard prepares it once)."""
+    cached = _POINTS_CACHE.get("last")
+    if cached is not None and cached[0] is task.reference and cached[1] == task.distance:
+        return cached[2]
+    ref = task.reference
+    points = symmetric_points(PreparedSearch.build(ref[:1], ref, task.distance), task.distance)
+    _POINTS_CACHE["last"] = (ref, task.distance, points)
+    return points
+
+
+def symmetric_view(
+    task: Any,
+    search: PreparedSearch,
+    threshold: str | None,
+    duplicates: Any,
+    row_offset: int = 0,
+    col_offset: int = 0,
+) -> PreparedSearch:
+    """``search`` (rows from ``row_offset``, columns from ``col_offset`` of the whole set) with
+    the canonical leave-one-out keys when ``task`` is served by the symmetric engine
+    (:func:`symmetric_applies`), so that other backends reproduce its keys; else ``search``."""
+    if not symmetric_applies(task, threshold, duplicates):
+        return search
+    points, sq = task_points(task)
+    return SymmetricSearch.wrap(search, points, sq, row_offset, col_offset)
 
 
 def tile_product(points: np.ndarray, a: int, b: int) -> np.ndarray:
@@ -174,12 +209,15 @@ class SymmetricSearch(PreparedSearch):
 
     @classmethod
     def wrap(
-        cls, search: PreparedSearch, full: PreparedSearch, distance: str, row_offset: int = 0,
+        cls,
+        search: PreparedSearch,
+        points: np.ndarray,
+        sq: np.ndarray | None,
+        row_offset: int = 0,
         col_offset: int = 0,
-    ) -> SymmetricSearch:  # fmt: skip
-        """``search`` (the caller's block or shard of the set) with canonical keys taken from
-        ``full``, a search prepared over the whole set."""
-        points, sq = symmetric_points(full, distance)
+    ) -> SymmetricSearch:
+        """``search`` (the caller's block or shard of the set) with canonical keys from the
+        whole set's ``points`` and ``sq`` (:func:`symmetric_points`)."""
         fields = {f.name: getattr(search, f.name) for f in dataclasses.fields(PreparedSearch)}
         return cls(**fields, points=points, sq=sq, row_offset=row_offset, col_offset=col_offset)
 

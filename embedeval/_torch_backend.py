@@ -362,6 +362,7 @@ def _engine_search(
     everything after the product is this module's.  ``None`` on other devices."""
     if device.type != "cpu" or not opts.engine_keys:
         return None
+    from ._symmetric import SymmetricSearch, symmetric_applies, symmetric_points
     from .knn import PreparedSearch, block_layout, reference_duplicates, representatives
 
     xq = to_host(task.query)
@@ -370,6 +371,8 @@ def _engine_search(
     dups = reference_duplicates(xb, task.distance)
     search = PreparedSearch.build(xq, xb, task.distance)
     search = search.with_duplicates(dups, representatives(xb, dups, task.distance), slice(0, n_ref))
+    if symmetric_applies(task, label, dups):  # leave-one-out: the engine's canonical keys
+        search = SymmetricSearch.wrap(search, *symmetric_points(search, task.distance))
     n_groups = 0 if dups is None else dups.n_groups
     _, block, _ = block_layout(
         need, n_ref, label is not None, opts.block_size, opts.memory_budget, n_groups
