@@ -25,7 +25,7 @@ from ._errors import InputError, InputTypeError
 from ._kernels import chunk_metrics
 from ._progress import progress_bar
 from ._scale import engine_layout, group_exclusions
-from ._symmetric import SymmetricSearch, symmetric_applies, symmetric_points
+from ._symmetric import SymmetricSearch, SymmetricSet, symmetric_applies
 from .knn import (
     DEFAULT_MEMORY_BUDGET,
     Exclusions,
@@ -153,8 +153,8 @@ def _search_blocks(
         shared["duplicates"], shared["representatives"], slice(0, reference.shape[0])
     )
     if settings["symmetric"]:
-        points, sq = symmetric_points(search, settings["distance"])
-        search = SymmetricSearch.wrap(search, points, sq, row_offset=part["q0"])
+        whole = SymmetricSet.from_search(search, settings["distance"])
+        search = SymmetricSearch.wrap(search, whole, row_offset=part["q0"])
     n = part["queries"].shape[0]
     if shared["reference_groups"] is None:
         exclusions = Exclusions()

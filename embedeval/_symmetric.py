@@ -61,14 +61,13 @@ from .knn import (
 __all__ = [
     "TILE",
     "SymmetricSearch",
+    "SymmetricSet",
     "canonical_keys",
     "run_symmetric",
     "schedule",
     "symmetric_applies",
-    "symmetric_points",
     "symmetric_view",
-    "task_points",
-    "tile_product",
+    "task_set",
     "uses_symmetric_engine",
 ]
 
@@ -100,28 +99,70 @@ def uses_symmetric_engine(task: Any) -> bool:
     return symmetric_applies(task, None, reference_duplicates(task.reference, task.distance))
 
 
-def symmetric_points(search: PreparedSearch, distance: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """The rows (normalised for cosine) and, for the Euclidean distance, their squared norms,
-    taken from a search prepared over the whole set (its reference side)."""
-    ref = search.reference_t.T
-    if distance == "euclidean":
-        return np.ascontiguousarray(ref[:, :-1]), np.ascontiguousarray(ref[:, -1])
-    return np.ascontiguousarray(ref), None
+@dataclass(frozen=True)
+class SymmetricSet:
+    """The two factors of the canonical products of a set of n rows, and its squared norms.
+
+    Euclidean: ``left = [x, ||x||^2, 1]`` and ``right = [-2 x, 1, ||x||^2]``, so one product
+    entry is ``D_ij = ||x_i||^2 + ||x_j||^2 - 2 x_i.x_j``, the squared distance, symmetric in
+    i and j; the key of query i is ``D_ij - ||x_i||^2`` (what the one-sided engine ranks by).
+    Cosine / inner product: ``left = -x``, ``right = x`` (normalised for cosine), the entry is
+    the key itself and ``sq`` is None.
+    """
+
+    left: np.ndarray
+    right: np.ndarray
+    sq: np.ndarray | None
+
+    @classmethod
+    def from_search(cls, search: PreparedSearch, distance: str) -> SymmetricSet:
+        """From a search prepared over the whole set (its reference side: the rows, and for
+        the Euclidean distance their squared norms)."""
+        ref = search.reference_t.T
+        if distance != "euclidean":
+            x = np.ascontiguousarray(ref)
+            return cls(np.negative(x), x, None)
+        x, sq = ref[:, :-1], np.ascontiguousarray(ref[:, -1])
+        n, d = x.shape
+        left = np.empty((n, d + 2), dtype=np.float32)
+        right = np.empty((n, d + 2), dtype=np.float32)
+        left[:, :d], left[:, d], left[:, d + 1] = x, sq, 1.0
+        np.multiply(x, np.float32(-2.0), out=right[:, :d])
+        right[:, d], right[:, d + 1] = 1.0, sq
+        return cls(left, right, sq)
+
+    @property
+    def n(self) -> int:
+        return int(self.left.shape[0])
+
+    def product(self, a: int, b: int, out: np.ndarray | None = None) -> np.ndarray:
+        """The canonical product of tiles ``a <= b`` (one BLAS call of fixed shape), as
+        computed: on the diagonal only its strict upper triangle is canonical."""
+        rows = self.left[a * TILE : (a + 1) * TILE]
+        return np.matmul(rows, self.right[b * TILE : (b + 1) * TILE].T, out=out)
+
+    def keys(self, p: np.ndarray, query_rows: np.ndarray) -> np.ndarray:
+        """Keys of queries ``query_rows`` from their canonical product entries ``p`` (one
+        float32 rounding: the engine and :func:`canonical_keys` share this formula)."""
+        if self.sq is None:
+            return p
+        sq = self.sq[query_rows]
+        return np.subtract(p, sq[:, None] if p.ndim == 2 else sq)
 
 
-_POINTS_CACHE: dict[str, Any] = {}
+_SETS: dict[str, Any] = {}
 
 
-def task_points(task: Any) -> tuple[np.ndarray, np.ndarray | None]:
-    """:func:`symmetric_points` of a leave-one-out task's set (remembered for the last set, so
-    that a backend asking once per shard prepares it once)."""
-    cached = _POINTS_CACHE.get("last")
+def task_set(task: Any) -> SymmetricSet:
+    """The :class:`SymmetricSet` of a leave-one-out task (remembered for the last set, so that
+    a backend asking once per shard prepares it once)."""
+    cached = _SETS.get("last")
     if cached is not None and cached[0] is task.reference and cached[1] == task.distance:
         return cached[2]
     ref = task.reference
-    points = symmetric_points(PreparedSearch.build(ref[:1], ref, task.distance), task.distance)
-    _POINTS_CACHE["last"] = (ref, task.distance, points)
-    return points
+    out = SymmetricSet.from_search(PreparedSearch.build(ref[:1], ref, task.distance), task.distance)
+    _SETS["last"] = (ref, task.distance, out)
+    return out
 
 
 def symmetric_view(
@@ -137,60 +178,51 @@ def symmetric_view(
     (:func:`symmetric_applies`), so that other backends reproduce its keys; else ``search``."""
     if not symmetric_applies(task, threshold, duplicates):
         return search
-    points, sq = task_points(task)
-    return SymmetricSearch.wrap(search, points, sq, row_offset, col_offset)
+    return SymmetricSearch.wrap(search, task_set(task), row_offset, col_offset)
 
 
-def tile_product(points: np.ndarray, a: int, b: int) -> np.ndarray:
-    """The canonical product of tiles ``a <= b``: ``X_a X_b^T``, float32, one BLAS call of fixed
-    shape; on the diagonal the lower triangle is the mirror of the upper one, so the entry of
-    (i, j) and (j, i) is one number."""
-    g = np.matmul(points[a * TILE : (a + 1) * TILE], points[b * TILE : (b + 1) * TILE].T)
-    if a == b:
-        lower = np.tri(g.shape[0], k=-1, dtype=bool)
-        np.copyto(g, g.T.copy(), where=lower)
-    return g
-
-
-def keys_from_products(g: np.ndarray, sq_ref: np.ndarray | None) -> np.ndarray:
-    """Ranking keys from canonical products: ``||x_ref||^2 - 2 g`` (one float32 rounding) or
-    ``-g``; the engine and :func:`canonical_keys` use this one formula."""
-    if sq_ref is None:
-        return np.negative(g)
-    return np.subtract(sq_ref, 2 * g)
+def _mirrored(whole: SymmetricSet, a: int) -> np.ndarray:
+    """The diagonal tile ``a`` with its lower triangle taken from the upper one."""
+    p = whole.product(a, a)
+    lower = np.tri(p.shape[0], k=-1, dtype=bool)
+    np.copyto(p, p.T.copy(), where=lower)
+    return p
 
 
 def canonical_keys(
-    points: np.ndarray,
-    sq: np.ndarray | None,
-    rows: np.ndarray,
-    c0: int,
-    c1: int,
-    out: np.ndarray | None = None,
+    whole: SymmetricSet, rows: np.ndarray, c0: int, c1: int, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """Canonical leave-one-out keys of rows ``rows`` (global indices) against columns
-    ``[c0, c1)``: every entry from the tile product :func:`tile_product` of its two tiles.
+    """Canonical leave-one-out keys of rows ``rows`` (global indices, increasing) against
+    columns ``[c0, c1)``: every entry from the product of its two tiles, lower tile first.
 
     Examples
     --------
     >>> x = np.array([[0.0], [1.0], [3.0]], dtype=np.float32)
-    >>> canonical_keys(x, (x * x).ravel(), np.array([0, 2]), 0, 3).tolist()
+    >>> whole = SymmetricSet.from_search(PreparedSearch.build(x, x, "euclidean"), "euclidean")
+    >>> canonical_keys(whole, np.array([0, 2]), 0, 3).tolist()
     [[0.0, 1.0, 9.0], [0.0, -5.0, -9.0]]
     """
     rows = np.asarray(rows, dtype=np.int64)
     if out is None:
         out = np.empty((rows.size, c1 - c0), dtype=np.float32)
     tile_of = rows // TILE
-    for a in np.unique(tile_of):
+    for a in np.unique(tile_of).tolist():
         sel = np.flatnonzero(tile_of == a)
         local = rows[sel] - a * TILE
+        if local.size and local[-1] - local[0] == local.size - 1:  # a run: slice, no gather
+            local = slice(int(local[0]), int(local[-1]) + 1)
+            sel = slice(int(sel[0]), int(sel[-1]) + 1)
         for b in range(c0 // TILE, -(-c1 // TILE)):
-            j0, j1 = max(c0, b * TILE), min(c1, (b + 1) * TILE)
-            if a <= b:
-                g = tile_product(points, int(a), b)[np.ix_(local, np.arange(j0, j1) - b * TILE)]
+            cols = slice(max(c0, b * TILE) - b * TILE, min(c1, (b + 1) * TILE) - b * TILE)
+            if a < b:
+                p = whole.product(a, b)[local][:, cols]
+            elif a == b:
+                p = _mirrored(whole, a)[local][:, cols]
             else:
-                g = tile_product(points, b, int(a))[np.ix_(np.arange(j0, j1) - b * TILE, local)].T
-            out[sel, j0 - c0 : j1 - c0] = keys_from_products(g, None if sq is None else sq[j0:j1])
+                p = whole.product(b, a)[cols][:, local].T
+            out[sel, cols.start + b * TILE - c0 : cols.stop + b * TILE - c0] = whole.keys(
+                p, rows[sel]
+            )
     return out
 
 
@@ -202,24 +234,18 @@ class SymmetricSearch(PreparedSearch):
     subsample) stay the plain product's: thresholds need not be canonical, since the candidates
     are verified and every candidate's key is."""
 
-    points: np.ndarray | None = None
-    sq: np.ndarray | None = None
+    whole: SymmetricSet | None = None
     row_offset: int = 0
     col_offset: int = 0
 
     @classmethod
     def wrap(
-        cls,
-        search: PreparedSearch,
-        points: np.ndarray,
-        sq: np.ndarray | None,
-        row_offset: int = 0,
-        col_offset: int = 0,
+        cls, search: PreparedSearch, whole: SymmetricSet, row_offset: int = 0, col_offset: int = 0
     ) -> SymmetricSearch:
-        """``search`` (the caller's block or shard of the set) with canonical keys from the
-        whole set's ``points`` and ``sq`` (:func:`symmetric_points`)."""
+        """``search`` (the caller's block or shard of the set) with canonical keys from
+        ``whole``."""
         fields = {f.name: getattr(search, f.name) for f in dataclasses.fields(PreparedSearch)}
-        return cls(**fields, points=points, sq=sq, row_offset=row_offset, col_offset=col_offset)
+        return cls(**fields, whole=whole, row_offset=row_offset, col_offset=col_offset)
 
     def keys(
         self, rows: slice | np.ndarray, cols: slice = slice(None), out=None, tie: bool = True
@@ -229,9 +255,8 @@ class SymmetricSearch(PreparedSearch):
         c0, c1, _ = cols.indices(self.n_reference)
         if isinstance(rows, slice):
             rows = np.arange(*rows.indices(self.queries.shape[0]))
-        shift = self.col_offset
         glob = np.asarray(rows, dtype=np.int64) + self.row_offset
-        return canonical_keys(self.points, self.sq, glob, c0 + shift, c1 + shift, out)
+        return canonical_keys(self.whole, glob, c0 + self.col_offset, c1 + self.col_offset, out)
 
 
 @dataclass
@@ -239,29 +264,24 @@ class _Plan:
     """What every tile of one leave-one-out run needs."""
 
     task: Any
-    points: np.ndarray
-    sq: np.ndarray | None
+    whole: SymmetricSet
     need: np.ndarray
     tau: np.ndarray
-    min_sq: np.ndarray | None  # smallest squared norm per tile (the bound of the prefilter)
+    limit: np.ndarray  # per query: the largest product entry its key can pass tau with
     groups: np.ndarray | None
     col_bits: int
     triangles: dict = dataclasses.field(default_factory=dict)
     local: threading.local = dataclasses.field(default_factory=threading.local)
 
     def buffers(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """The canonical product of tiles ``a <= b``, unmirrored (the engine reads the upper
-        triangle of diagonal tiles), in this thread's reused buffer, and a mask buffer."""
-        if getattr(self.local, "g", None) is None:
-            self.local.g = np.empty(TILE * TILE, dtype=np.float32)
+        """The canonical product of tiles ``a <= b`` in this thread's reused buffer (as
+        computed: the engine reads only the upper triangle of a diagonal tile), and a mask."""
+        if getattr(self.local, "p", None) is None:
+            self.local.p = np.empty(TILE * TILE, dtype=np.float32)
             self.local.mask = np.empty(TILE * TILE, dtype=bool)
-        m = min(TILE, self.n - a * TILE)
-        w = min(TILE, self.n - b * TILE)
-        g = self.local.g[: m * w].reshape(m, w)
-        np.matmul(
-            self.points[a * TILE : a * TILE + m], self.points[b * TILE : b * TILE + w].T, out=g
-        )
-        return g, self.local.mask[: m * w].reshape(m, w)
+        m, w = min(TILE, self.n - a * TILE), min(TILE, self.n - b * TILE)
+        p = self.whole.product(a, b, out=self.local.p[: m * w].reshape(m, w))
+        return p, self.local.mask[: m * w].reshape(m, w)
 
     def upper(self, m: int) -> np.ndarray:
         """The strict upper triangle of an m x m tile (cached per size)."""
@@ -272,45 +292,42 @@ class _Plan:
 
     @property
     def n(self) -> int:
-        return int(self.points.shape[0])
+        return self.whole.n
 
     @property
     def n_tiles(self) -> int:
         return -(-self.n // TILE)
 
-    def bound(self, tau: np.ndarray, other: int) -> np.ndarray:
-        """Smallest ``G_ij`` with which a key can be <= tau, slightly lowered (float32 keys
-        round; the exact test on the survivors decides)."""
-        if self.sq is None:
-            return np.negative(tau)
-        t = np.clip(tau.astype(np.float64), -3e38, 3e38)
-        s = float(self.min_sq[other])
-        lo = (s - t - (abs(s) + np.abs(t)) * 2.0**-20) / 2 - 1e-37
-        return np.nextafter(lo.astype(np.float32), np.float32(-np.inf))
+
+def entry_limits(tau: np.ndarray, sq: np.ndarray | None) -> np.ndarray:
+    """Per query, a float32 bound on the product entry ``p`` above which its key
+    ``p - ||x_q||^2`` (or ``p``) cannot be <= tau: ``tau + ||x_q||^2`` rounded generously up
+    (the exact key of the few entries below it decides)."""
+    if sq is None:
+        return tau
+    t = np.clip(tau.astype(np.float64), -3e38, 3e38)
+    s = sq.astype(np.float64)
+    hi = t + s + (np.abs(t) + np.abs(s)) * 2.0**-20 + 1e-37
+    return np.nextafter(hi.astype(np.float32), np.float32(np.inf))
 
 
 def _make_plan(task: Any, pool: Any) -> _Plan:
     n = task.n_query
     search = PreparedSearch.build(task.query, task.reference, task.distance)
-    points, sq = symmetric_points(search, task.distance)
+    whole = SymmetricSet.from_search(search, task.distance)
     depth, _ = task.depth()
     need = np.minimum(depth, task.n_valid)
     subsample = column_subsample(need, n)
-    starts = range(0, n, 512)
 
     def block_tau(s: int) -> np.ndarray:
         e = min(s + 512, n)
         return depth_thresholds(search, s, e, need[s:e], subsample, task.exclusions)
 
-    tau = np.concatenate(list(pool_map(pool, block_tau, starts)))
+    tau = np.concatenate(list(pool_map(pool, block_tau, range(0, n, 512))))
     tau[need <= 0] = -np.inf
-    min_sq = None
-    if sq is not None:
-        pad = np.full(-(-n // TILE) * TILE, np.inf, dtype=np.float32)
-        pad[:n] = sq
-        min_sq = pad.reshape(-1, TILE).min(axis=1)
+    limit = entry_limits(tau, whole.sq)
     col_bits = max(1, int(n - 1).bit_length())
-    return _Plan(task, points, sq, need, tau, min_sq, task.exclusions.query_groups, col_bits)
+    return _Plan(task, whole, need, tau, limit, task.exclusions.query_groups, col_bits)
 
 
 def pool_map(pool: Any, fn: Callable[[Any], Any], items: Any) -> Any:
@@ -319,16 +336,16 @@ def pool_map(pool: Any, fn: Callable[[Any], Any], items: Any) -> Any:
 
 
 def _codes(
-    plan: _Plan, q: np.ndarray, r: np.ndarray, g: np.ndarray, q0: int, r0: int
+    plan: _Plan, q: np.ndarray, r: np.ndarray, p: np.ndarray, q0: int, r0: int
 ) -> np.ndarray:
     """Packed codes (query row in its tile, key bits, reference) of the pairs (query ``q0 + q``,
-    reference ``r0 + r``) with canonical products ``g`` whose exact key passes the query's tau
-    and whose reference the query may see."""
-    ref = r + r0
-    key = keys_from_products(g, None if plan.sq is None else plan.sq[ref])
-    keep = key <= plan.tau[q + q0]
+    reference ``r0 + r``) with canonical product entries ``p`` whose exact key passes the
+    query's tau and whose reference the query may see."""
+    query, ref = q + q0, r + r0
+    key = plan.whole.keys(p, query)
+    keep = key <= plan.tau[query]
     if plan.groups is not None:
-        keep &= plan.groups[q + q0] != plan.groups[ref]
+        keep &= plan.groups[query] != plan.groups[ref]
     code = q[keep].astype(np.uint64) << np.uint64(32 + plan.col_bits)
     code |= sortable_bits(key[keep]).astype(np.uint64) << np.uint64(plan.col_bits)
     code |= ref[keep].astype(np.uint64)
@@ -340,44 +357,46 @@ def _tile_hits(plan: _Plan, a: int, b: int, sides: str) -> tuple[Any, Any]:
     (``"r"`` in ``sides``) and for the queries of tile ``b`` (``"c"``).  On the diagonal only
     the strict upper triangle is read, for both sides (its entry of (i, j) is the canonical
     entry of (j, i) too, and the diagonal is the queries themselves)."""
-    g, mask = plan.buffers(a, b)
-    lo_r = plan.bound(plan.tau[a * TILE : a * TILE + g.shape[0]], b) if "r" in sides else None
-    lo_c = plan.bound(plan.tau[b * TILE : b * TILE + g.shape[1]], a) if "c" in sides else None
-    # One comparison with the loosest bound of the tile finds a superset of both sides'
-    # survivors; when it is sparse (the usual case) the per-row and per-column bounds are then
+    p, mask = plan.buffers(a, b)
+    hi_r = plan.limit[a * TILE : a * TILE + p.shape[0]] if "r" in sides else None
+    hi_c = plan.limit[b * TILE : b * TILE + p.shape[1]] if "c" in sides else None
+    # One comparison with the loosest limit of the tile finds a superset of both sides'
+    # survivors; when it is sparse (the usual case) the per-row and per-column limits are then
     # tested on the survivors alone, else on the whole tile.
-    floor = min(x.min(initial=np.inf) for x in (lo_r, lo_c) if x is not None)
-    np.greater_equal(g, floor, out=mask)
+    ceiling = max(x.max(initial=-np.inf) for x in (hi_r, hi_c) if x is not None)
+    np.less_equal(p, ceiling, out=mask)
     if a == b:
-        mask &= plan.upper(g.shape[0])
-    if np.count_nonzero(mask) * 16 <= mask.size:
-        i, j = np.divmod(np.flatnonzero(mask), g.shape[1])
-        vals = g[i, j]
-        rows = cols = None
-        if lo_r is not None:
-            ok = vals >= lo_r[i]
-            rows = _codes(plan, i[ok], j[ok], vals[ok], a * TILE, b * TILE)
-        if lo_c is not None:
-            ok = vals >= lo_c[j]
-            cols = _codes(plan, j[ok], i[ok], vals[ok], b * TILE, a * TILE)
-        return rows, cols
-    return tuple(
-        None if lo is None else _dense_side(plan, g, mask, lo, a, b, side == "c")
-        for side, lo in (("r", lo_r), ("c", lo_c))
-    )
+        mask &= plan.upper(p.shape[0])
+    if np.count_nonzero(mask) * 16 > mask.size:
+        return tuple(
+            None if hi is None else _dense_side(plan, p, mask, hi, a, b, side == "c")
+            for side, hi in (("r", hi_r), ("c", hi_c))
+        )
+    flat = np.flatnonzero(mask)
+    i, j = np.divmod(flat, p.shape[1])
+    vals = p.ravel()[flat]
+    rows = cols = None
+    if hi_r is not None:
+        ok = vals <= hi_r[i]
+        rows = _codes(plan, i[ok], j[ok], vals[ok], a * TILE, b * TILE)
+    if hi_c is not None:
+        ok = vals <= hi_c[j]
+        cols = _codes(plan, j[ok], i[ok], vals[ok], b * TILE, a * TILE)
+    return rows, cols
 
 
 def _dense_side(
-    plan: _Plan, g: np.ndarray, mask: np.ndarray, lo: np.ndarray, a: int, b: int, col: bool
+    plan: _Plan, p: np.ndarray, mask: np.ndarray, hi: np.ndarray, a: int, b: int, col: bool
 ) -> np.ndarray:
-    """One side's codes of a tile where many entries pass: its own bound over the whole tile."""
-    np.greater_equal(g, lo[None, :] if col else lo[:, None], out=mask)
+    """One side's codes of a tile where many entries pass: its own limits over the whole tile."""
+    np.less_equal(p, hi[None, :] if col else hi[:, None], out=mask)
     if a == b:
-        mask &= plan.upper(g.shape[0])
-    i, j = np.divmod(np.flatnonzero(mask), g.shape[1])
+        mask &= plan.upper(p.shape[0])
+    flat = np.flatnonzero(mask)
+    i, j = np.divmod(flat, p.shape[1])
     if col:
-        return _codes(plan, j, i, g[i, j], b * TILE, a * TILE)
-    return _codes(plan, i, j, g[i, j], a * TILE, b * TILE)
+        return _codes(plan, j, i, p.ravel()[flat], b * TILE, a * TILE)
+    return _codes(plan, i, j, p.ravel()[flat], a * TILE, b * TILE)
 
 
 def schedule(n_tiles: int, window: int) -> list[tuple[int, int, str]]:
@@ -404,7 +423,7 @@ def _redo(plan: _Plan, q0: int, short: np.ndarray) -> np.ndarray:
     """Codes of every valid reference of the (rare) queries ``short`` (tile rows from ``q0``)
     whose candidates came out fewer than their depth."""
     n = plan.n
-    keys = canonical_keys(plan.points, plan.sq, short + q0, 0, n)
+    keys = canonical_keys(plan.whole, short + q0, 0, n)
     q = np.repeat(short, n)
     ref = np.tile(np.arange(n), short.size)
     valid = q + q0 != ref

@@ -362,7 +362,7 @@ def _engine_search(
     everything after the product is this module's.  ``None`` on other devices."""
     if device.type != "cpu" or not opts.engine_keys:
         return None
-    from ._symmetric import SymmetricSearch, symmetric_applies, symmetric_points
+    from ._symmetric import SymmetricSearch, SymmetricSet, symmetric_applies
     from .knn import PreparedSearch, block_layout, reference_duplicates, representatives
 
     xq = to_host(task.query)
@@ -372,7 +372,7 @@ def _engine_search(
     search = PreparedSearch.build(xq, xb, task.distance)
     search = search.with_duplicates(dups, representatives(xb, dups, task.distance), slice(0, n_ref))
     if symmetric_applies(task, label, dups):  # leave-one-out: the engine's canonical keys
-        search = SymmetricSearch.wrap(search, *symmetric_points(search, task.distance))
+        search = SymmetricSearch.wrap(search, SymmetricSet.from_search(search, task.distance))
     n_groups = 0 if dups is None else dups.n_groups
     _, block, _ = block_layout(
         need, n_ref, label is not None, opts.block_size, opts.memory_budget, n_groups

@@ -11,6 +11,7 @@ import pytest
 import embedeval._engine as engine
 import embedeval._symmetric as sym
 from embedeval import evaluate
+from embedeval.knn import PreparedSearch
 from tests import oracle
 
 METRICS = ["precision_at_1", "r_precision", "map_at_r", "recall_at_5", "precision_at_3"]
@@ -136,19 +137,27 @@ def test_short_thresholds_are_redone_over_every_reference(monkeypatch):
 
 
 def test_canonical_keys_of_i_j_and_j_i_come_from_one_product():
-    # Cosine keys are -G: the key of (i, j) equals the key of (j, i) bit for bit, across tiles
-    # and on the diagonal tile; the Euclidean keys are ||x_j||^2 - 2 G_ij from the same G.
+    # Both keys of a pair come from one product entry: the entry of the lower tile's row and
+    # the higher tile's column (on a diagonal tile, the upper triangle), less the query's own
+    # squared norm (Euclidean) or as it is (cosine).
     rng = np.random.default_rng(13)
     x = rng.standard_normal((2300, 24)).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
     rows = np.array([0, 5, 1023, 1024, 2299])
-    k = sym.canonical_keys(x, None, rows, 0, 2300)
-    np.testing.assert_array_equal(k[:, rows], k[:, rows].T)
-    sq = np.einsum("ij,ij->i", x, x)
-    e = sym.canonical_keys(x, sq, rows, 0, 2300)
-    np.testing.assert_array_equal(e, np.subtract(sq[None, :], 2 * -k))
-    # Against a float64 product: only float32 rounding apart.
-    np.testing.assert_allclose(-k, x[rows].astype(np.float64) @ x.T.astype(np.float64), atol=1e-5)
+    t = sym.TILE
+    for distance in ("euclidean", "cosine"):
+        whole = sym.SymmetricSet.from_search(PreparedSearch.build(x, x, distance), distance)
+        k = sym.canonical_keys(whole, rows, 0, 2300)
+        for i, j in [(0, 1), (0, 2), (1, 2), (2, 3), (3, 4), (0, 4)]:
+            lo, hi = rows[i], rows[j]  # lo < hi
+            entry = whole.product(lo // t, hi // t)[lo % t, hi % t]
+            own = np.float32(0) if whole.sq is None else whole.sq
+            assert k[i, hi] == (entry if whole.sq is None else entry - own[lo])
+            assert k[j, lo] == (entry if whole.sq is None else entry - own[hi])
+        ref = oracle.pairwise(x[rows], x, distance)
+        want = (
+            ref if distance == "cosine" else ref**2 - (x[rows].astype(float) ** 2).sum(1)[:, None]
+        )
+        np.testing.assert_allclose(k, want, rtol=0, atol=1e-4)
 
 
 def test_schedule_multiplies_every_pair_once_per_side():
