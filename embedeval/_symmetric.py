@@ -1,35 +1,39 @@
 """Leave-one-out with every distance computed once: the symmetric exact engine.
 
-When the reference set is the query set (``evaluate(x, y)``), the product matrix is symmetric:
-the dot product of i and j is the dot product of j and i.  The rows are cut into square tiles of
-:data:`TILE` rows, and for each pair of tiles ``a <= b`` one product ``G = X_a X_b^T`` is
-computed.  It feeds both sides: the queries of tile ``a`` against the references of tile ``b``
-(keys ``||x_j||^2 - 2 G_ij`` for the Euclidean distance, ``-G_ij`` for cosine / inner product),
-and the queries of tile ``b`` against the references of tile ``a`` (the same entries, read
-transposed, with ``||x_i||^2``).  Half the products of the one-sided engine, the same memory
-bound: no n x n matrix, only the candidates of the queries not finished yet.
+When the reference set is the query set (``evaluate(x, y)``), the distance matrix is symmetric.
+The rows are cut into square tiles of :data:`TILE` rows, and for each pair of tiles ``a <= b``
+one product is computed, ``[x, ||x||^2, 1]_a . [-2 x, 1, ||x||^2]_b^T``: its entry ``D_ij`` is
+the squared distance of i and j (cosine / inner product: ``-x_a . x_b^T``, the key itself).  It
+feeds both sides: the queries of tile ``a`` against the references of tile ``b`` and, read
+transposed, the queries of tile ``b`` against the references of tile ``a``.  The key of query q
+is ``D_qr - ||x_q||^2`` (``||x_r||^2 - 2 x_q.x_r``, what the one-sided engine ranks by).  Half
+the products of the one-sided engine and its memory bound: no n x n matrix, only the candidates
+of queries whose last tile has not been multiplied yet.
 
 Keys are *canonical*: the key of (i, j) always comes from the product of the whole tiles
-``min(a, b)`` x ``max(a, b)`` (in a tile on the diagonal, from its upper triangle), so the
-product shapes, hence the float32 rounding, are fixed whoever asks.  :func:`canonical_keys`
-gives those keys for any rows and columns, and :class:`SymmetricSearch` hands them to the
-sharded, Dask and CPU torch backends, which stay bit-identical to this engine.  Because the
-Euclidean key is formed after the product (not inside it, as the one-sided engine's augmented
-product does), leave-one-out keys may differ from a query/reference split's keys by float32
-rounding; values are equal wherever rounding does not decide a tie.
+``min(a, b)`` x ``max(a, b)`` (in a tile on the diagonal, from its strict upper triangle), so
+product shapes, hence float32 rounding, are fixed whoever asks, and (i, j) and (j, i) share one
+entry.  :func:`canonical_keys` gives those keys for any rows and columns, and
+:class:`SymmetricSearch` hands them to the sharded, Dask and CPU torch backends, which stay
+bit-identical to this engine.  Because the Euclidean key is formed after the product rather than
+inside a query-by-reference product, leave-one-out keys may differ from an explicit reference's
+keys by float32 rounding; values are equal wherever rounding does not decide a tie.
 
-Candidate selection per tile: the per-query depth thresholds tau are read off the engine's
-seeded column subsample (:func:`embedeval.knn.depth_thresholds`); a tile entry can pass only if
-``G_ij`` is at least a per-row (or per-column) bound derived from tau and the smallest squared
-norm of the other tile, so one comparison pass per side over the products finds the few
-survivors, and exact keys are computed for those alone.  Tiles are processed row stripe by row
-stripe, so after stripe ``a`` the queries of tile ``a`` have every candidate: they are sorted and
-scored (in the worker threads) and dropped.
+Candidate selection: the per-query depth thresholds tau are read off the engine's seeded column
+subsample (:func:`embedeval.knn.depth_thresholds`).  A product entry can pass only if it is at
+most ``tau_q + ||x_q||^2`` (rounded generously up); one comparison of the tile with the largest
+such limit of its rows and columns finds a superset of both sides' survivors, the per-query
+limits are tested on those few, and exact keys are computed for the rest alone (a tile where
+many entries pass is compared side by side instead).  Tiles run row stripe by row stripe
+(:func:`schedule`), so after stripe ``a`` the queries of tile ``a`` have every candidate: they
+are sorted and scored in the worker threads and dropped.  When deep rankings would make the
+waiting candidates exceed the memory budget, pairs of tiles farther apart than a window are
+multiplied once per side instead.
 
 Not taken (the one-sided engine runs instead): identical rows (their keys must be exact ties,
 which the one-sided engine's shared per-group keys guarantee), full-depth ``map`` / ``mrr``
-with ``k=None`` (whole rows are needed before any selection), more than 2**22 rows, and depths
-whose pending candidates would not fit the memory budget.
+with ``k=None`` (whole rows are needed before any selection), ``ref_includes_query=True`` and
+more than 2**22 rows.
 """
 
 from __future__ import annotations
@@ -336,20 +340,19 @@ def pool_map(pool: Any, fn: Callable[[Any], Any], items: Any) -> Any:
 
 
 def _codes(
-    plan: _Plan, q: np.ndarray, r: np.ndarray, p: np.ndarray, q0: int, r0: int
-) -> np.ndarray:
-    """Packed codes (query row in its tile, key bits, reference) of the pairs (query ``q0 + q``,
-    reference ``r0 + r``) with canonical product entries ``p`` whose exact key passes the
-    query's tau and whose reference the query may see."""
-    query, ref = q + q0, r + r0
+    plan: _Plan, query: np.ndarray, ref: np.ndarray, p: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Packed codes (query row in its tile, key bits, reference) of the pairs (``query``,
+    ``ref``) with canonical product entries ``p`` whose exact key passes the query's tau and
+    whose reference the query may see, and which pairs those are (a mask)."""
     key = plan.whole.keys(p, query)
     keep = key <= plan.tau[query]
     if plan.groups is not None:
         keep &= plan.groups[query] != plan.groups[ref]
-    code = q[keep].astype(np.uint64) << np.uint64(32 + plan.col_bits)
+    code = (query[keep] & (TILE - 1)).astype(np.uint64) << np.uint64(32 + plan.col_bits)
     code |= sortable_bits(key[keep]).astype(np.uint64) << np.uint64(plan.col_bits)
     code |= ref[keep].astype(np.uint64)
-    return code
+    return code, keep
 
 
 def _tile_hits(plan: _Plan, a: int, b: int, sides: str) -> tuple[Any, Any]:
@@ -362,27 +365,31 @@ def _tile_hits(plan: _Plan, a: int, b: int, sides: str) -> tuple[Any, Any]:
     hi_c = plan.limit[b * TILE : b * TILE + p.shape[1]] if "c" in sides else None
     # One comparison with the loosest limit of the tile finds a superset of both sides'
     # survivors; when it is sparse (the usual case) the per-row and per-column limits are then
-    # tested on the survivors alone, else on the whole tile.
+    # tested on the survivors alone, else on the whole tile, side by side.
     ceiling = max(x.max(initial=-np.inf) for x in (hi_r, hi_c) if x is not None)
     np.less_equal(p, ceiling, out=mask)
     if a == b:
         mask &= plan.upper(p.shape[0])
-    if np.count_nonzero(mask) * 16 > mask.size:
+    flat = np.flatnonzero(mask)
+    if flat.size * 16 > mask.size:
         return tuple(
             None if hi is None else _dense_side(plan, p, mask, hi, a, b, side == "c")
             for side, hi in (("r", hi_r), ("c", hi_c))
         )
-    flat = np.flatnonzero(mask)
     i, j = np.divmod(flat, p.shape[1])
     vals = p.ravel()[flat]
-    rows = cols = None
-    if hi_r is not None:
-        ok = vals <= hi_r[i]
-        rows = _codes(plan, i[ok], j[ok], vals[ok], a * TILE, b * TILE)
-    if hi_c is not None:
-        ok = vals <= hi_c[j]
-        cols = _codes(plan, j[ok], i[ok], vals[ok], b * TILE, a * TILE)
-    return rows, cols
+    # Both sides in one pass: the row side's pairs (i, j), then the column side's (j, i).
+    on_r = vals <= hi_r[i] if hi_r is not None else np.zeros(vals.size, dtype=bool)
+    on_c = vals <= hi_c[j] if hi_c is not None else np.zeros(vals.size, dtype=bool)
+    gi, gj = i + a * TILE, j + b * TILE
+    query = np.concatenate((gi[on_r], gj[on_c]))
+    ref = np.concatenate((gj[on_r], gi[on_c]))
+    code, keep = _codes(plan, query, ref, np.concatenate((vals[on_r], vals[on_c])))
+    n_r = int(np.count_nonzero(keep[: int(np.count_nonzero(on_r))]))
+    return (
+        code[:n_r] if hi_r is not None else None,
+        code[n_r:] if hi_c is not None else None,
+    )
 
 
 def _dense_side(
@@ -394,9 +401,9 @@ def _dense_side(
         mask &= plan.upper(p.shape[0])
     flat = np.flatnonzero(mask)
     i, j = np.divmod(flat, p.shape[1])
-    if col:
-        return _codes(plan, j, i, p.ravel()[flat], b * TILE, a * TILE)
-    return _codes(plan, i, j, p.ravel()[flat], a * TILE, b * TILE)
+    gi, gj = i + a * TILE, j + b * TILE
+    query, ref = (gj, gi) if col else (gi, gj)
+    return _codes(plan, query, ref, p.ravel()[flat])[0]
 
 
 def schedule(n_tiles: int, window: int) -> list[tuple[int, int, str]]:

@@ -176,10 +176,10 @@ def test_schedule_multiplies_every_pair_once_per_side():
 
 
 def test_local_sharded_and_dask_are_bit_identical_on_leave_one_out():
-    # 40,000 rows: more than 16 column tiles, so the sharded backend really splits the set.
+    # 33,000 rows: more than 16 column tiles of 2,048, so the sharded backend splits the set.
     rng = np.random.default_rng(21)
-    x = rng.standard_normal((40_000, 6)).astype(np.float32)
-    y = rng.integers(0, 4000, len(x))
+    x = rng.standard_normal((33_000, 6)).astype(np.float32)
+    y = rng.integers(0, 3000, len(x))
     g = rng.integers(0, 3000, len(x))
     kw = dict(metrics=["precision_at_1", "map_at_r", "recall_at_10"], progress=False)
     for extra in ({}, {"query_groups": g}):
