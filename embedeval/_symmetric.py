@@ -21,10 +21,9 @@ keys by float32 rounding; values are equal wherever rounding does not decide a t
 
 Candidate selection: the per-query depth thresholds tau are read off the engine's seeded column
 subsample (:func:`embedeval.knn.depth_thresholds`).  A product entry can pass only if it is at
-most ``tau_q + ||x_q||^2`` (rounded generously up); one comparison of the tile with the largest
-such limit of its rows and columns finds a superset of both sides' survivors, the per-query
-limits are tested on those few, and exact keys are computed for the rest alone (a tile where
-many entries pass is compared side by side instead).  Tiles run row stripe by row stripe
+most ``tau_q + ||x_q||^2`` (rounded generously up); one comparison pass per side finds the few
+entries at or below their query's limit, and exact keys are computed for those alone.
+Tiles run row stripe by row stripe
 (:func:`schedule`), so after stripe ``a`` the queries of tile ``a`` have every candidate: they
 are sorted and scored in the worker threads and dropped.  When deep rankings would make the
 waiting candidates exceed the memory budget, pairs of tiles farther apart than a window are
@@ -339,12 +338,10 @@ def pool_map(pool: Any, fn: Callable[[Any], Any], items: Any) -> Any:
     return map(fn, items) if pool is None else pool.map(fn, items)
 
 
-def _codes(
-    plan: _Plan, query: np.ndarray, ref: np.ndarray, p: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _codes(plan: _Plan, query: np.ndarray, ref: np.ndarray, p: np.ndarray) -> np.ndarray:
     """Packed codes (query row in its tile, key bits, reference) of the pairs (``query``,
     ``ref``) with canonical product entries ``p`` whose exact key passes the query's tau and
-    whose reference the query may see, and which pairs those are (a mask)."""
+    whose reference the query may see."""
     key = plan.whole.keys(p, query)
     keep = key <= plan.tau[query]
     if plan.groups is not None:
@@ -352,7 +349,7 @@ def _codes(
     code = (query[keep] & (TILE - 1)).astype(np.uint64) << np.uint64(32 + plan.col_bits)
     code |= sortable_bits(key[keep]).astype(np.uint64) << np.uint64(plan.col_bits)
     code |= ref[keep].astype(np.uint64)
-    return code, keep
+    return code
 
 
 def _tile_hits(plan: _Plan, a: int, b: int, sides: str) -> tuple[Any, Any]:
@@ -361,49 +358,27 @@ def _tile_hits(plan: _Plan, a: int, b: int, sides: str) -> tuple[Any, Any]:
     the strict upper triangle is read, for both sides (its entry of (i, j) is the canonical
     entry of (j, i) too, and the diagonal is the queries themselves)."""
     p, mask = plan.buffers(a, b)
-    hi_r = plan.limit[a * TILE : a * TILE + p.shape[0]] if "r" in sides else None
-    hi_c = plan.limit[b * TILE : b * TILE + p.shape[1]] if "c" in sides else None
-    # One comparison with the loosest limit of the tile finds a superset of both sides'
-    # survivors; when it is sparse (the usual case) the per-row and per-column limits are then
-    # tested on the survivors alone, else on the whole tile, side by side.
-    ceiling = max(x.max(initial=-np.inf) for x in (hi_r, hi_c) if x is not None)
-    np.less_equal(p, ceiling, out=mask)
-    if a == b:
-        mask &= plan.upper(p.shape[0])
-    flat = np.flatnonzero(mask)
-    if flat.size * 16 > mask.size:
-        return tuple(
-            None if hi is None else _dense_side(plan, p, mask, hi, a, b, side == "c")
-            for side, hi in (("r", hi_r), ("c", hi_c))
-        )
-    i, j = np.divmod(flat, p.shape[1])
-    vals = p.ravel()[flat]
-    # Both sides in one pass: the row side's pairs (i, j), then the column side's (j, i).
-    on_r = vals <= hi_r[i] if hi_r is not None else np.zeros(vals.size, dtype=bool)
-    on_c = vals <= hi_c[j] if hi_c is not None else np.zeros(vals.size, dtype=bool)
-    gi, gj = i + a * TILE, j + b * TILE
-    query = np.concatenate((gi[on_r], gj[on_c]))
-    ref = np.concatenate((gj[on_r], gi[on_c]))
-    code, keep = _codes(plan, query, ref, np.concatenate((vals[on_r], vals[on_c])))
-    n_r = int(np.count_nonzero(keep[: int(np.count_nonzero(on_r))]))
-    return (
-        code[:n_r] if hi_r is not None else None,
-        code[n_r:] if hi_c is not None else None,
-    )
+    rows = _side(plan, p, mask, a, b, False) if "r" in sides else None
+    cols = _side(plan, p, mask, a, b, True) if "c" in sides and a != b else None
+    return rows, cols
 
 
-def _dense_side(
-    plan: _Plan, p: np.ndarray, mask: np.ndarray, hi: np.ndarray, a: int, b: int, col: bool
-) -> np.ndarray:
-    """One side's codes of a tile where many entries pass: its own limits over the whole tile."""
-    np.less_equal(p, hi[None, :] if col else hi[:, None], out=mask)
+def _side(plan: _Plan, p: np.ndarray, mask: np.ndarray, a: int, b: int, col: bool) -> np.ndarray:
+    """One side's codes of the product ``p`` of tiles ``a <= b``: a comparison of the tile
+    with each query's limit finds the few entries whose exact key can pass (one pass per side
+    costs less than one pass with the tile's loosest limit: the extraction scales with the
+    survivors), then :func:`_codes` decides on those alone."""
+    if col:
+        np.less_equal(p, plan.limit[b * TILE : b * TILE + p.shape[1]][None, :], out=mask)
+    else:
+        np.less_equal(p, plan.limit[a * TILE : a * TILE + p.shape[0]][:, None], out=mask)
     if a == b:
         mask &= plan.upper(p.shape[0])
     flat = np.flatnonzero(mask)
     i, j = np.divmod(flat, p.shape[1])
     gi, gj = i + a * TILE, j + b * TILE
     query, ref = (gj, gi) if col else (gi, gj)
-    return _codes(plan, query, ref, p.ravel()[flat])[0]
+    return _codes(plan, query, ref, p.ravel()[flat])
 
 
 def schedule(n_tiles: int, window: int) -> list[tuple[int, int, str]]:
