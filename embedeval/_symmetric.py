@@ -359,7 +359,7 @@ def _tile_hits(plan: _Plan, a: int, b: int, sides: str) -> tuple[Any, Any]:
     entry of (j, i) too, and the diagonal is the queries themselves)."""
     p, mask = plan.buffers(a, b)
     rows = _side(plan, p, mask, a, b, False) if "r" in sides else None
-    cols = _side(plan, p, mask, a, b, True) if "c" in sides and a != b else None
+    cols = _side(plan, p, mask, a, b, True) if "c" in sides else None
     return rows, cols
 
 
