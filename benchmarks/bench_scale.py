@@ -1,10 +1,10 @@
-"""Benchmarks of the scaled backends (issue 6): approximate index, its reported error, Dask.
+"""Benchmarks of the scaled backends: approximate index, its reported error, Dask.
 
 Cases (run one at a time; each prints a JSON line and a short table):
 
 * ``approx``  — N vectors (default 1,000,000), d=128, 10,000 classes, seeded synthetic clusters
-  (L2-normalised float32, generated in blocks into a memory-mapped file under /tmp, never
-  committed), evaluated end to end with an IVF index trained on 64 rows per list
+  (L2-normalised float32, generated in blocks into a memory-mapped file in the temporary
+  directory, never committed), evaluated end to end with an IVF index trained on 64 rows per list
   (``train_index(..., training_rows=)``, then passed to ``evaluate``); reports wall time, the
   index's timings and the exact-sample error (|MAP@R(approx) - MAP@R(exact)| on 10,000 queries).
 * ``medium``  — the same generator at 100,000 vectors: a full exact run beside the approximate
@@ -29,12 +29,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 
 import numpy as np
 
 D = 128
 N_CLASSES = 10_000
+# Generated data and exact neighbours are cached here between runs (never committed).
+CACHE_DIR = tempfile.gettempdir()
+
+
+def cluster_cache_path(n: int, n_classes: int, seed: int, spread: float, tag: str = "") -> str:
+    """File that ``make_clusters`` writes its vectors to (and reads them back from)."""
+    name = f"embedeval_bench_scale_{n}_{n_classes}_{seed}_{spread}{tag}.f32"
+    return os.path.join(CACHE_DIR, name)
 
 
 def make_clusters(
@@ -45,7 +54,7 @@ def make_clusters(
     spread: float = 0.12,
     intrinsic_dim: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded clusters, L2-normalised, written in blocks to a memory-mapped file in /tmp.
+    """Seeded clusters, L2-normalised, written in blocks to a memory-mapped file in ``CACHE_DIR``.
 
     ``intrinsic_dim=None`` (the original, hard setting): class centres on the unit sphere of
     R^128 plus isotropic Gaussian noise (``spread`` per dimension) in all 128 dimensions.
@@ -55,7 +64,7 @@ def make_clusters(
     have a low one.  The default setting's files and values are unchanged.
     """
     tag = "" if intrinsic_dim is None else f"_r{intrinsic_dim}"
-    path = f"/tmp/embedeval_bench_scale_{n}_{n_classes}_{seed}_{spread}{tag}.f32"
+    path = cluster_cache_path(n, n_classes, seed, spread, tag)
     rng = np.random.default_rng(seed)
     r = D if intrinsic_dim is None else int(intrinsic_dim)
     centers = rng.standard_normal((n_classes, r)).astype(np.float32)
@@ -146,8 +155,9 @@ def case_sweep(args: argparse.Namespace) -> list[dict]:
     """A cheap pilot of index configurations at full size: each index is trained and filled
     with all N vectors, but only a seeded sample of ``--exact-sample`` queries is searched
     (faiss alone, k = --k) and compared with brute-force neighbours (``IndexFlatL2``, cached in
-    /tmp).  Full-search time is extrapolated as sample time x N / sample; the MAP@R here is a
-    plain re-implementation (leave-one-out, R = class size - 1), not embedeval's."""
+    the temporary directory).  Full-search time is extrapolated as sample time x N / sample;
+    the MAP@R here is a plain re-implementation (leave-one-out, R = class size - 1), not
+    embedeval's."""
     import faiss
 
     from embedeval._approx import train_index
@@ -161,9 +171,10 @@ def case_sweep(args: argparse.Namespace) -> list[dict]:
     sample = np.sort(rng.choice(np.flatnonzero(counts[y] > 1), args.exact_sample, replace=False))
     r_q = counts[y[sample]] - 1
     depth = 256
-    gt_path = (
-        f"/tmp/embedeval_bench_scale_gt_{args.n}_{args.classes}_{args.spread}_{args.intrinsic_dim}_"
-        f"{args.exact_sample}.npy"
+    gt_path = os.path.join(
+        CACHE_DIR,
+        f"embedeval_bench_scale_gt_{args.n}_{args.classes}_{args.spread}_{args.intrinsic_dim}_"
+        f"{args.exact_sample}.npy",
     )
     if os.path.exists(gt_path):
         truth = np.load(gt_path)
@@ -190,8 +201,8 @@ def case_sweep(args: argparse.Namespace) -> list[dict]:
     exact_lists = lists(truth, depth - 1)
     exact_map = map_at_r(exact_lists)
     out = []
-    for spec in args.configs:
-        key, *opts = spec.split("|")  # "IVF4096,Flat|nprobe=8,16" or "HNSW32|efSearch=128"
+    for config in args.configs:
+        key, *opts = config.split("|")  # "IVF4096,Flat|nprobe=8,16" or "HNSW32|efSearch=128"
         param, values = opts[0].split("=") if opts else ("", "0")
         t0 = time.perf_counter()
         trained = train_index(

@@ -14,13 +14,12 @@ import importlib
 from typing import Any
 
 from ._errors import EmbedevalError, EmbedevalWarning, FileFormatError, InputError, InputTypeError
+from ._version import __version__
 
 # Imported eagerly (numpy only) because these functions share their module's name: a lazy import
 # of the submodule would leave ``embedeval.evaluate`` / ``embedeval.compare`` bound to the module.
 from .compare import bootstrap_ci, compare
 from .evaluate import evaluate
-
-__version__ = "0.1.0"
 
 _LAZY_SUBMODULES = (
     "ranking",
@@ -28,6 +27,7 @@ _LAZY_SUBMODULES = (
     "confidence",
     "calibration",
     "openset",
+    "rejection",
     "plots",
     "datasets",
     "io",

@@ -11,8 +11,9 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-__all__ = ["DISTRIBUTION", "atomic_path", "install_hint", "write_text"]
+__all__ = ["DISTRIBUTION", "atomic_path", "install_hint", "run_stamp", "write_text"]
 
 #: The name on PyPI (the import name and the command stay ``embedeval``).
 DISTRIBUTION = "embedeval-exact"
@@ -60,3 +61,15 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
     return Path(path)
+
+
+def run_stamp() -> dict[str, Any]:
+    """When and with which version a result was computed (the CLI adds the input files)."""
+    from datetime import datetime, timezone
+
+    from ._version import __version__
+
+    return {
+        "embedeval_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }

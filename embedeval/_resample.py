@@ -39,6 +39,20 @@ def replicates(
     return {key: np.asarray(v) for key, v in out.items()}
 
 
+def bootstrap_p(diff_reps: np.ndarray) -> float:
+    """Two-sided bootstrap p-value of a difference: twice the smaller share of replicates on
+    either side of 0 (1 when every replicate is 0).
+
+    >>> bootstrap_p(np.array([0.1, 0.2, -0.1, 0.3]))
+    0.5
+    """
+    if np.all(diff_reps == 0):
+        return 1.0
+    below = np.mean(diff_reps <= 0)
+    above = np.mean(diff_reps >= 0)
+    return float(min(1.0, 2 * min(below, above)))
+
+
 def percentile_interval(reps: np.ndarray, ci: float) -> tuple[float, float]:
     """(q_{(1-ci)/2}, q_{(1+ci)/2}) of the finite replicates, numpy's linear interpolation."""
     finite = reps[np.isfinite(reps)]
@@ -198,7 +212,6 @@ def confidence_rows(
     share of query-wise swaps with the baseline whose |difference| reaches the observed one
     (``test="permutation"``, (hits + 1) / (n_boot + 1)).
     """
-    from .compare import _bootstrap_p
 
     rows: list[dict[str, object]] = []
     all_reps = paired_confidence_replicates(runs, keys, n_boot=n_boot, seed=seed)
@@ -225,7 +238,7 @@ def confidence_rows(
                 dlo, dhi = percentile_interval(d, ci)
                 observed = values[i] - values[base]
                 if test == "bootstrap":
-                    p = _bootstrap_p(d) if d.size else math.nan
+                    p = bootstrap_p(d) if d.size else math.nan
                 else:
                     pair = [runs[base], runs[i]]
                     swaps = paired_confidence_replicates(

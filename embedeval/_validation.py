@@ -89,6 +89,43 @@ def check_probability(value: Any, name: str, *, open_left: bool = True) -> float
     return value
 
 
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` if it is a bool, else an error: a string such as "False" is truthy and would
+    silently flip a sign convention.
+
+    >>> check_bool(True, "higher_is_confident")
+    True
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{name} must be True or False; got {value!r}.")
+    return bool(value)
+
+
+def check_level(ci: Any, name: str = "ci") -> float:
+    """A confidence level strictly between 0 and 1, as a float.
+
+    >>> check_level(0.95)
+    0.95
+    """
+    if isinstance(ci, (bool, np.bool_)) or not isinstance(ci, numbers.Real) or not 0 < ci < 1:
+        raise InputError(f"{name} must be a confidence level strictly between 0 and 1; got {ci!r}.")
+    return float(ci)
+
+
+def check_fractions(fractions: Any, name: str = "rejection_fractions") -> np.ndarray:
+    """Rejection fractions as a 1-D float array of numbers in [0, 1), or a clear error.
+
+    >>> check_fractions((0.0, 0.25)).tolist()
+    [0.0, 0.25]
+    """
+    fr = np.asarray([check_probability(f, name, open_left=False) for f in np.atleast_1d(fractions)])
+    if fr.size == 0:
+        raise InputError(f"{name} is empty; pass fractions such as (0.0, 0.1, 0.2).")
+    if np.any(fr >= 1):
+        raise InputError(f"{name} must be < 1 (something must remain to evaluate); got {fr}.")
+    return fr
+
+
 def host_array(x: Any) -> Any:
     """A torch tensor (any device, with or without grad) as a host numpy array; else ``x``.
 

@@ -194,7 +194,7 @@ def calibration_summary(
     (0.575, 0.4713)
     """
     from ._resample import statistic_ci
-    from .compare import _check_level
+    from ._validation import check_level
 
     s, c = _unit_confidence(correct, confidence)
     bins = check_int(bins, "bins")
@@ -205,7 +205,7 @@ def calibration_summary(
         (codes,), _ = factorize(y)
     out: dict[str, Any] = dict(_calibration_values(s, c, codes, bins))
     if ci is not None:
-        level = _check_level(ci)
+        level = check_level(ci)
         arrays = [s, c] if codes is None else [s, c, codes]
 
         def stat(*a: np.ndarray) -> dict[str, float]:

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
 from ._errors import EmbedevalError, FileFormatError, InputError
 from ._files import write_text
+from ._version import __version__
 
 EPILOG_EVALUATE = """examples:
   embedeval evaluate ckpt_epoch10.npz
@@ -656,9 +656,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     _say(repr(cmp))
     if args.json:
-        from .result import _run_stamp
+        from ._files import run_stamp
 
-        data = {**cmp.to_dict(), "provenance": {**_run_stamp(), **_provenance(args)}}
+        data = {**cmp.to_dict(), "provenance": {**run_stamp(), **_provenance(args)}}
         write_text(args.json, json.dumps(data, indent=2, allow_nan=False) + "\n")
     if args.markdown:
         write_text(args.markdown, cmp.to_markdown())

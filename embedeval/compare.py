@@ -14,7 +14,6 @@ import csv
 import io
 import json
 import math
-import numbers
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,18 +22,22 @@ from typing import Any
 import numpy as np
 
 from ._errors import InputError, InputTypeError
+from ._files import write_text
 from ._progress import progress_bar
-from ._validation import as_labels, as_vector, check_choice, check_int, factorize, suggest
+from ._resample import bootstrap_p
+from ._validation import (
+    as_labels,
+    as_vector,
+    check_choice,
+    check_int,
+    check_level,
+    factorize,
+    suggest,
+)
 
 __all__ = ["Comparison", "bootstrap_ci", "compare"]
 
 _CHUNK = 1 << 20  # resample-matrix elements per chunk: bounded memory for any n_boot
-
-
-def _check_level(ci: Any) -> float:
-    if isinstance(ci, (bool, np.bool_)) or not isinstance(ci, numbers.Real) or not 0 < ci < 1:
-        raise InputError(f"ci must be a confidence level strictly between 0 and 1; got {ci!r}.")
-    return float(ci)
 
 
 def _resampled_means(
@@ -146,7 +149,7 @@ def bootstrap_ci(
             "per_query must be a dict of metric -> per-query values or an EvaluationResult; "
             f"got {type(per_query).__name__}."
         )
-    ci = _check_level(ci)
+    ci = check_level(ci)
     n_boot = check_int(n_boot, "n_boot")
     seed = check_int(seed, "seed", minimum=0)
     average = check_choice(average, "average", ("micro", "macro"))
@@ -236,9 +239,7 @@ class Comparison:
         """JSON text of :meth:`to_dict`; also written atomically to ``path`` when given."""
         text = json.dumps(self.to_dict(), indent=indent, allow_nan=False)
         if path is not None:
-            from .result import _write_atomic
-
-            _write_atomic(_as_path(path), text)
+            write_text(_as_path(path), text)
         return text
 
     def _cells(self) -> tuple[list[str], list[list[str]]]:
@@ -419,7 +420,7 @@ def compare(
             "Pass distinct names=."
         )
     test = check_choice(test, "test", ("bootstrap", "permutation"))
-    ci = _check_level(ci)
+    ci = check_level(ci)
     n_boot = check_int(n_boot, "n_boot")
     seed = check_int(seed, "seed", minimum=0)
     if isinstance(baseline, str):
@@ -514,7 +515,7 @@ def compare(
                 observed = _point(vals[:, i] - vals[:, base], groups)
                 lo, hi = np.quantile(diff_reps, [tail, 1 - tail])
                 if test == "bootstrap":
-                    p = _bootstrap_p(diff_reps)
+                    p = bootstrap_p(diff_reps)
                 else:
                     p = _permutation_p(vals[:, i] - vals[:, base], groups, n_boot, seed)
                 row.update(
@@ -562,14 +563,6 @@ def _point(diff: np.ndarray, groups: np.ndarray | None) -> float:
         return float(diff.mean())
     n = int(groups.max()) + 1
     return float((np.bincount(groups, weights=diff, minlength=n) / np.bincount(groups)).mean())
-
-
-def _bootstrap_p(diff_reps: np.ndarray) -> float:
-    if np.all(diff_reps == 0):
-        return 1.0
-    below = np.mean(diff_reps <= 0)
-    above = np.mean(diff_reps >= 0)
-    return float(min(1.0, 2 * min(below, above)))
 
 
 def _permutation_p(diff: np.ndarray, groups: np.ndarray | None, n_perm: int, seed: int) -> float:

@@ -20,14 +20,20 @@ from typing import Any
 import numpy as np
 
 from ._errors import EmbedevalWarning, InputError, InputTypeError
-from ._validation import as_vector, check_choice, check_int, check_probability
+from ._validation import (
+    as_vector,
+    check_bool,
+    check_choice,
+    check_int,
+    check_level,
+    check_probability,
+)
 
 __all__ = [
     "CalibrationCurve",
     "CoverageCurve",
     "ErrorRejectCurve",
     "RankCorrelation",
-    "RejectBothCurve",
     "SigmaRegression",
     "best_threshold_accuracy",
     "confidence_auroc",
@@ -40,22 +46,15 @@ __all__ = [
     "hpd_interval",
     "maximum_calibration_error",
     "rank_correlation",
-    "reject_both_curve",
     "sigma_regression",
     "vmf_credible_cap",
 ]
 
 
-def _check_bool(value: Any, name: str) -> None:
-    # A string such as "False" is truthy: it would silently flip the sign convention.
-    if not isinstance(value, (bool, np.bool_)):
-        raise InputError(f"{name} must be True or False; got {value!r}.")
-
-
 def _scores_and_confidence(
     scores: Any, confidence: Any, higher_is_confident: bool, name: str = "scores"
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    _check_bool(higher_is_confident, "higher_is_confident")
+    check_bool(higher_is_confident, "higher_is_confident")
     s = as_vector(scores, name, allow_nan=True)
     c = as_vector(confidence, "confidence", length=s.size, length_of=name)
     if np.any((s < 0) | (s > 1)):
@@ -537,7 +536,7 @@ def rank_correlation(
 
     method = check_choice(method, "method", ("spearman", "kendall"))
     nan_policy = check_choice(nan_policy, "nan_policy", ("raise", "omit", "propagate"))
-    _check_bool(higher_is_uncertain, "higher_is_uncertain")
+    check_bool(higher_is_uncertain, "higher_is_uncertain")
     p = as_vector(predicted, "predicted", allow_nan=True)
     t = as_vector(truth, "truth", length=p.size, length_of="predicted", allow_nan=True)
     bad = np.isnan(p) | np.isnan(t)
@@ -625,14 +624,13 @@ def sigma_regression(
     0.75
     """
     from ._resample import statistic_ci
-    from .compare import _check_level
 
     p = as_vector(predicted, "predicted")
     t = as_vector(truth, "truth", length=p.size, length_of="predicted")
     values = _regression_values(p, t)
     intervals: dict[str, tuple[float, float]] = {}
     if ci is not None:
-        level = _check_level(ci)
+        level = check_level(ci)
         n_boot = check_int(n_boot, "n_boot")
         seed = check_int(seed, "seed", minimum=0)
         intervals = statistic_ci(_regression_values, [p, t], ci=level, n_boot=n_boot, seed=seed)
@@ -1001,90 +999,3 @@ def _correctness_summary(
         out["open_set_auroc"] = det["auroc"]
         out["open_set_fpr_at_95tpr"] = det["fpr_at_tpr"]
     return out
-
-
-def _check_rejection_fractions(fractions: Any, name: str = "rejection_fractions") -> np.ndarray:
-    """Rejection fractions as a 1-D float array of numbers in [0, 1), or a clear error."""
-    fr = np.asarray([check_probability(f, name, open_left=False) for f in np.atleast_1d(fractions)])
-    if fr.size == 0:
-        raise InputError(f"{name} is empty; pass fractions such as (0.0, 0.1, 0.2).")
-    if np.any(fr >= 1):
-        raise InputError(f"{name} must be < 1 (something must remain to evaluate); got {fr}.")
-    return fr
-
-
-@dataclass(frozen=True)
-class RejectBothCurve:
-    """Metrics after removing the least confident items from queries *and* gallery."""
-
-    fractions: np.ndarray
-    metrics: dict[str, np.ndarray]
-    n_kept: np.ndarray
-
-
-def reject_both_curve(
-    embeddings: Any,
-    labels: Any,
-    confidences: Any,
-    *,
-    fractions: Any = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
-    metrics: Any = None,
-    higher_is_confident: bool = True,
-    **evaluate_kwargs: Any,
-) -> RejectBothCurve:
-    """The face-recognition protocol: reject the ⌈f·n⌉ least confident items entirely.
-
-    For each fraction f the rejected items leave both the query set and the gallery
-    (leave-one-out over one set), and the metrics are recomputed on what remains; so, unlike
-    the error-reject curve, a rejected item can no longer be anyone's neighbour.  Ties in
-    confidence are broken by position (earlier rows are kept first), so the result is
-    deterministic.
-
-    Zero division: queries that become lone after the rejection are left out of the averages
-    as in :func:`embedeval.evaluate`; ``fractions`` must stay below 1.
-
-    Examples
-    --------
-    >>> x = [[0.0], [0.1], [1.0], [1.1], [0.5]]
-    >>> cur = reject_both_curve(x, [0, 0, 1, 1, 1], [0.9, 0.9, 0.9, 0.9, 0.1],
-    ...                         fractions=[0.0, 0.2], metrics=["precision_at_1"])
-    >>> cur.metrics["precision_at_1"].tolist()   # the confusing point 0.5 is rejected
-    [0.8, 1.0]
-    """
-    from ._validation import as_embeddings, as_labels
-    from .evaluate import evaluate
-
-    x = as_embeddings(embeddings, "embeddings")
-    y = as_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
-    c = as_vector(confidences, "confidences", length=x.shape[0], length_of="embeddings")
-    _check_bool(higher_is_confident, "higher_is_confident")
-    if not higher_is_confident:
-        c = -c
-    fr = _check_rejection_fractions(fractions, "fractions")
-    groups = evaluate_kwargs.pop("query_groups", None)
-    if groups is not None:  # group ids travel with their items
-        groups = as_labels(groups, "query_groups", length=x.shape[0], length_of="embeddings")
-    order = np.argsort(-c, kind="stable")  # most confident first, ties by position
-    results: dict[str, list[float]] = {}
-    kept = []
-    for f in fr:
-        n_keep = x.shape[0] - math.ceil(f * x.shape[0] - 1e-12)
-        if n_keep < 1:
-            raise InputError(
-                f"fractions holds {f}, which rejects all {x.shape[0]} items and leaves nothing "
-                "to evaluate; use fractions below (n - 1) / n."
-            )
-        keep = np.sort(order[:n_keep])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", EmbedevalWarning)
-            res = evaluate(
-                x[keep],
-                y[keep],
-                metrics=metrics,
-                query_groups=None if groups is None else groups[keep],
-                **evaluate_kwargs,
-            )
-        for name, value in res.metrics.items():
-            results.setdefault(name, []).append(value)
-        kept.append(n_keep)
-    return RejectBothCurve(fr, {k: np.asarray(v) for k, v in results.items()}, np.asarray(kept))

@@ -7,19 +7,27 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import RetrievalTask, run_local
+from ._engine import RetrievalTask
 from ._errors import EmbedevalWarning, InputError, InputTypeError
 from ._registry import MetricInfo, default_metrics
+from ._search import SearchOptions, run_search
 from ._torch_backend import (
-    TorchOptions,
     as_search_input,
     check_lead_on_device,
-    is_device_tensor,
-    run_torch,
     scale_for_range,
     to_host,
 )
-from ._validation import as_embeddings, as_labels, as_vector, check_choice, check_int, factorize
+from ._validation import (
+    as_embeddings,
+    as_labels,
+    as_vector,
+    check_bool,
+    check_choice,
+    check_fractions,
+    check_int,
+    check_level,
+    factorize,
+)
 from .custom import metric_infos
 from .knn import (
     DEFAULT_MEMORY_BUDGET,
@@ -220,30 +228,24 @@ def evaluate(
     # ---- arguments
     default = metrics is None
     infos = metric_infos(metrics, custom_metrics)
-    backend = check_choice(backend, "backend", ("local", "dask", "torch"))
-    torch_options = None
-    if backend == "local" and index is None and shards is None and is_device_tensor(query):
-        backend = "torch"  # GPU tensors are evaluated on their GPU
-    if backend == "torch":
-        if index is not None or shards is not None or client is not None:
-            raise InputError(
-                "backend='torch' is an exact search on one device; index=, shards= and client= "
-                "belong to other backends. Drop them."
-            )
-        torch_options = TorchOptions.make(
-            device,
-            device_memory,
-            tf32,
-            block_size,
-            like=query,
-            progress=progress,
-            memory_budget=memory_budget,
-        )
-    elif device is not None or device_memory is not None or tf32 is not False:
-        raise InputError(
-            "device=, device_memory= and tf32= are options of backend='torch'; pass "
-            "backend='torch' or drop them."
-        )
+    search = SearchOptions.make(
+        like=query,
+        backend=backend,
+        index=index,
+        index_params=index_params,
+        exact_sample=exact_sample,
+        shards=shards,
+        client=client,
+        block_size=block_size,
+        memory_budget=memory_budget,
+        n_threads=n_threads,
+        progress=progress,
+        seed=seed,
+        device=device,
+        device_memory=device_memory,
+        tf32=tf32,
+    )
+    torch_options = search.torch
     reject_from = check_choice(reject_from, "reject_from", ("queries", "both"))
     if reject_from == "both" and (confidences is None or reference is not None):
         raise InputError(
@@ -251,11 +253,9 @@ def evaluate(
             "needs confidences= and leave-one-out evaluation (reference=None)."
         )
     if confidences is not None:
-        from .confidence import _check_bool, _check_rejection_fractions
-
-        _check_bool(higher_is_confident, "higher_is_confident")
+        check_bool(higher_is_confident, "higher_is_confident")
         if reject_from == "both":
-            rejection_fractions = _check_rejection_fractions(rejection_fractions)
+            rejection_fractions = check_fractions(rejection_fractions)
     distance = check_choice(distance, "distance", DISTANCES)
     average = check_choice(average, "average", ("micro", "macro"))
     if isinstance(k, str):
@@ -263,16 +263,10 @@ def evaluate(
     else:
         k = check_int(k, "k", allow_none=True, maximum=2**63 - 1)
     # Validate everything before any work, so a bad ci= does not fail after an hour of search.
-    block_size = check_int(block_size, "block_size", allow_none=True)
-    memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
-    n_threads = check_int(n_threads, "n_threads", allow_none=True)
     if ci is not None:
-        from .compare import _check_level
-
-        ci = _check_level(ci)
+        ci = check_level(ci)
         n_boot = check_int(n_boot, "n_boot")
         seed = check_int(seed, "seed", minimum=0)
-    _check_backend_options(index, index_params, exact_sample, backend, client)
     if not isinstance(ref_includes_query, (bool, np.bool_)):
         raise InputTypeError(
             f"ref_includes_query must be True or False; got {ref_includes_query!r}."
@@ -394,34 +388,9 @@ def evaluate(
         distance=distance,
         scale=scale,
     )
-    approximation: dict[str, Any] = {}
-    if torch_options is not None:
-        per_query, tie_flags = run_torch(task, torch_options)
-    elif index is None and shards is None and backend == "local":
-        per_query, tie_flags = run_local(
-            task,
-            block_size=block_size,
-            memory_budget=memory_budget,
-            progress=progress,
-            n_threads=n_threads,
-        )
-    else:
-        from ._scale import run_scaled
-
-        per_query, tie_flags, approximation = run_scaled(
-            task,
-            index=index,
-            index_params=index_params,
-            exact_sample=10_000 if exact_sample is None else exact_sample,
-            shards=shards,
-            backend=backend,
-            client=client,
-            seed=seed,
-            block_size=block_size,
-            memory_budget=memory_budget,
-            progress=progress,
-        )
-        warn_if_biased(approximation)
+    outcome = run_search(task, search)
+    per_query, tie_flags, approximation = outcome.values, outcome.ties, outcome.approximation
+    warn_if_biased(approximation)
 
     # ---- aggregate
     summary: dict[str, float] = {}
@@ -474,7 +443,7 @@ def evaluate(
         settings["higher_is_confident"] = bool(higher_is_confident)
         settings["reject_from"] = reject_from
         if reject_from == "both":
-            from .confidence import reject_both_curve
+            from .rejection import reject_both_curve
 
             curve = reject_both_curve(
                 xq,
@@ -574,27 +543,6 @@ def _exclusions(
         n_valid = n_valid - own_group_differs
     ex = Exclusions(self_index=self_index, query_groups=qg, reference_groups=rg)
     return ex, relevant.astype(np.int64), n_valid.astype(np.int64)
-
-
-def _check_backend_options(
-    index: Any, index_params: Any, exact_sample: Any, backend: str, client: Any
-) -> None:
-    """Options of one search path given to another are refused, not silently ignored."""
-    if index is None:
-        for name, value in (("index_params", index_params), ("exact_sample", exact_sample)):
-            if value is not None:
-                raise InputError(
-                    f"{name} was given without index; it only applies to approximate search, "
-                    "e.g. index='IVF1024,Flat', index_params={'nprobe': 32}, exact_sample=2000. "
-                    f"Drop {name} for exact search."
-                )
-    else:
-        check_int(exact_sample, "exact_sample", minimum=0, allow_none=True)
-    if client is not None and backend != "dask":
-        raise InputError(
-            "client= is only used with backend='dask' (the backend here is 'local', which "
-            "would ignore it); pass backend='dask' to search on the cluster, or drop client."
-        )
 
 
 def _check_something_remains(fractions: Any, n: int) -> None:

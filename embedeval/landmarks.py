@@ -424,9 +424,9 @@ def evaluate_with_lists(
     if isinstance(k, bool) or (k is not None and not isinstance(k, (int, np.integer))):
         raise InputError(f"k must be None or an int with positives=; got {k!r}.")
     if ci is not None:
-        from .compare import _check_level
+        from ._validation import check_level
 
-        ci = _check_level(ci)
+        ci = check_level(ci)
         n_boot = check_int(n_boot, "n_boot")
         seed = check_int(seed, "seed", minimum=0)
     per_query, ties, infos, info = evaluate_listed(

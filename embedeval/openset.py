@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from ._errors import EmbedevalWarning, InputError
-from ._validation import as_vector, check_probability
-from .confidence import _check_bool, _kept_error_sums
+from ._validation import as_vector, check_bool, check_probability
+from .confidence import _kept_error_sums
 
 __all__ = ["OpenSetCurve", "open_set_detection", "open_set_reject_curve"]
 
@@ -23,7 +23,7 @@ __all__ = ["OpenSetCurve", "open_set_detection", "open_set_reject_curve"]
 def _enrolled_and_confidence(
     in_gallery: Any, confidence: Any, higher_is_confident: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    _check_bool(higher_is_confident, "higher_is_confident")
+    check_bool(higher_is_confident, "higher_is_confident")
     g = as_vector(in_gallery, "in_gallery")
     if not np.isin(g, (0.0, 1.0)).all():
         raise InputError(

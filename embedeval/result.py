@@ -13,22 +13,11 @@ from typing import Any
 import numpy as np
 
 from ._errors import InputError
+from ._files import run_stamp, write_text
 
 __all__ = ["EvaluationResult"]
 
 _FORMAT = "embedeval.EvaluationResult/1"
-
-
-def _run_stamp() -> dict[str, Any]:
-    """When and with which version a result was computed (the CLI adds the input files)."""
-    from datetime import datetime, timezone
-
-    from . import __version__
-
-    return {
-        "embedeval_version": __version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
 
 
 def _canonical(name: object) -> object:
@@ -89,7 +78,7 @@ class EvaluationResult:
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)
     approximation: dict[str, Any] = field(default_factory=dict)
     query_confidences: np.ndarray | None = None
-    provenance: dict[str, Any] = field(default_factory=_run_stamp)
+    provenance: dict[str, Any] = field(default_factory=run_stamp)
 
     # ------------------------------------------------------------------ the dict interface
     # Like the dict PML's AccuracyCalculator returns: keys() are the metric and confidence
@@ -198,7 +187,7 @@ class EvaluationResult:
         """Serialise to JSON; with ``path``, also write it atomically (temp file + rename)."""
         text = json.dumps(self.to_dict(), indent=indent, allow_nan=False)
         if path is not None:
-            _write_atomic(Path(path), text)
+            write_text(Path(path), text)
         return text
 
     @classmethod
@@ -458,12 +447,6 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, float) and math.isnan(obj):
         return None
     return obj
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    from ._files import write_text
-
-    write_text(path, text)
 
 
 def approximation_lines(approx: dict[str, Any]) -> list[str]:

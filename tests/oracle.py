@@ -1,9 +1,10 @@
-"""Independent brute-force oracle for ``embedeval.evaluate`` (written without reading the engine).
+"""Independent brute-force oracle for the retrieval metrics of ``embedeval.evaluate``.
 
-Per query: full float64 distances, a full stable sort by (distance, reference index), excluded
-references removed (self by identity, the first n_query reference rows when
-``ref_includes_query``, same-group references), then every metric straight from SPEC §2.1/§2.2.
-Slow and obvious on purpose: a Python loop per query.
+Written without the package's engine: per query, full float64 distances, a full stable sort by
+(distance, reference index), excluded references removed (self by identity, the first n_query
+reference rows when ``ref_includes_query``, same-group references), then every metric straight
+from its definition. Slow and obvious on purpose: a Python loop per query. Its own checks are
+hand-computed fractions in tests/test_oracle.py.
 """
 
 from __future__ import annotations
@@ -129,6 +130,43 @@ def evaluate(
         else:
             out[m] = sum(per_class[m].values()) / len(per_class[m])
     return out, per_query, per_class
+
+
+def summary(
+    q,
+    ql,
+    r=None,
+    rl=None,
+    *,
+    metrics,
+    k=None,
+    distance="euclidean",
+    average="micro",
+    ref_includes_query=False,
+    qg=None,
+    rg=None,
+):
+    """Return (summary dict, per-query float64 arrays), the two things ``evaluate`` reports."""
+    ranks = rankings(
+        q, ql, r, rl, distance=distance, ref_includes_query=ref_includes_query, qg=qg, rg=rg
+    )
+    if k == "max_bin_count":
+        k = max(sum(rel) for rel, _ in ranks)
+    per_query = {m: np.array([metric_value(m, rel, k) for rel, _ in ranks]) for m in metrics}
+    labels = np.asarray(list(ql), dtype=object)
+    out = {}
+    for m, v in per_query.items():
+        ok = ~np.isnan(v)
+        if not ok.any():
+            out[m] = math.nan
+        elif average == "micro":
+            out[m] = float(np.mean(v[ok]))
+        else:
+            classes = {}
+            for value, label in zip(v[ok], labels[ok], strict=True):
+                classes.setdefault(label, []).append(value)
+            out[m] = float(np.mean([np.mean(vals) for vals in classes.values()]))
+    return out, per_query
 
 
 def tie_straddles(rel, dist, cut):

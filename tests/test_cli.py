@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.core_oracle import oracle
+from tests import oracle
 
 ROOT = Path(__file__).resolve().parents[1]
 X = np.array([[0.0], [1.0], [2.0], [10.0], [11.0]], dtype=np.float32)
@@ -70,7 +70,7 @@ def test_evaluate_prints_and_writes_outputs_matching_the_oracle(files):
     assert proc.returncode == 0, proc.stderr
     assert "map_at_r" in proc.stdout and "5 queries" in proc.stdout
     data = json.loads((files / "out.json").read_text())
-    summary, _ = oracle(X, Y, metrics=["map_at_r", "map", "mrr"])
+    summary, _ = oracle.summary(X, Y, metrics=["map_at_r", "map", "mrr"])
     for m, v in summary.items():
         assert data["metrics"][m] == pytest.approx(v)
     assert set(data) >= {"format", "metrics", "per_query", "per_class", "n_queries", "settings"}
@@ -319,13 +319,13 @@ def test_compare_and_figures_and_demo(files):
     _, x_eval, _, y_eval = model_selection.train_test_split(
         x, y, test_size=0.5, stratify=y, random_state=0
     )
-    expected, _ = oracle(x_eval, y_eval, metrics=["precision_at_1", "map_at_r"])
+    expected, _ = oracle.summary(x_eval, y_eval, metrics=["precision_at_1", "map_at_r"])
     for m, v in expected.items():
         assert report["results"]["raw_pixels"]["metrics"][m] == pytest.approx(v, abs=1e-9), m
 
 
 # A fixed random set with 4 classes, 10 points each: every metric is checked against the
-# brute-force oracle of tests/core_oracle.py, never against embedeval itself.
+# brute-force oracle of tests/oracle.py, never against embedeval itself.
 RNG = np.random.default_rng(7)
 XS = (
     np.repeat(RNG.standard_normal((4, 3)), 10, axis=0) + 0.8 * RNG.standard_normal((40, 3))
@@ -349,7 +349,9 @@ def test_evaluate_split_values_match_the_oracle(tmp_path):
         "--json", "out.json", cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    expected, _ = oracle(XS[:16], YS[:16], XS[16:], YS[16:], metrics=metrics, distance="cosine")
+    expected, _ = oracle.summary(
+        XS[:16], YS[:16], XS[16:], YS[16:], metrics=metrics, distance="cosine"
+    )
     got = _json(tmp_path / "out.json")
     for m in metrics:
         assert got["metrics"][m] == pytest.approx(expected[m], abs=1e-12), m
@@ -364,7 +366,7 @@ def test_evaluate_macro_max_bin_count_ci_and_tables(tmp_path):
         "--per-class", "pc.md", "--per-query", "pq.csv", cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    expected, per_query = oracle(
+    expected, per_query = oracle.summary(
         XS, YS, metrics=["map_at_r", "precision_at_5"], k="max_bin_count", average="macro"
     )
     got = _json(tmp_path / "o.json")
@@ -394,7 +396,7 @@ def test_sigmas_key_means_lower_is_confident(tmp_path):
     np.savez(tmp_path / "s.npz", embeddings=XS, labels=YS, sigmas=sigmas)
     proc = run("evaluate", "s.npz", "--metrics", "precision_at_1", "--json", "o.json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    _, per_query = oracle(XS, YS, metrics=["precision_at_1"])
+    _, per_query = oracle.summary(XS, YS, metrics=["precision_at_1"])
     correct = per_query["precision_at_1"]
     assert 0 < correct.sum() < 40  # both classes of outcome, so AUROC is defined
     expected = sklearn_metrics.roc_auc_score(correct, -sigmas)  # low sigma = confident
@@ -415,7 +417,7 @@ def test_optional_formats_through_the_cli(tmp_path, fmt):
         pq.write_table(table, tmp_path / "e.parquet")
     proc = run("evaluate", f"e.{fmt}", "--metrics", "map_at_r", "--json", "o.json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    expected, _ = oracle(XS, YS, metrics=["map_at_r"])
+    expected, _ = oracle.summary(XS, YS, metrics=["map_at_r"])
     assert _json(tmp_path / "o.json")["metrics"]["map_at_r"] == pytest.approx(expected["map_at_r"])
 
 
@@ -439,8 +441,8 @@ def test_compare_permutation_with_a_named_baseline(tmp_path):
     assert proc.stderr == ""  # progress lines only on a terminal
     assert "diff vs good" in proc.stdout
     rows = {r["checkpoint"]: r for r in _json(tmp_path / "c.json")["rows"]}
-    good, _ = oracle(XS, YS, metrics=["map_at_r"])
-    bad, _ = oracle(noisy, YS, metrics=["map_at_r"])
+    good, _ = oracle.summary(XS, YS, metrics=["map_at_r"])
+    bad, _ = oracle.summary(noisy, YS, metrics=["map_at_r"])
     assert rows["bad"]["diff"] == pytest.approx(bad["map_at_r"] - good["map_at_r"])
 
 
@@ -530,7 +532,7 @@ def test_threads_option_gives_the_oracle_values_for_any_count(tmp_path):
     y = rng.integers(0, 6, 120)
     np.savez(tmp_path / "e.npz", embeddings=x, labels=y)
     metrics = ["map_at_r", "precision_at_1", "mrr"]
-    expected, _ = oracle(x, y, metrics=metrics)
+    expected, _ = oracle.summary(x, y, metrics=metrics)
     for threads in ("1", "3"):
         proc = run(
             "evaluate", "e.npz", "--metrics", *metrics, "--threads", threads,
@@ -563,7 +565,7 @@ def test_max_bin_count_adapts_the_default_metrics_and_drops_recall_at_1(tmp_path
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "o.json").read_text())
     assert list(data["metrics"]) == ["precision_at_1", "r_precision", "map_at_r", "recall_at_9"]
-    want, _ = oracle(x, y, metrics=["precision_at_1", "recall_at_9"], k=9)
+    want, _ = oracle.summary(x, y, metrics=["precision_at_1", "recall_at_9"], k=9)
     assert data["metrics"]["recall_at_9"] == pytest.approx(want["recall_at_9"])
     assert "recall_at_1 " not in proc.stdout
     # without a cap: P@1, R-Prec, MAP@R, R@10 and no recall_at_1
@@ -702,7 +704,7 @@ def test_a_closed_stdout_still_writes_the_outputs(files):
     assert (files / "t.md").exists(), err
     rows = json.loads((files / "c.json").read_text())["rows"]
     assert len(rows) == 20 * 4
-    summary, _ = oracle(X, Y, metrics=metrics)
+    summary, _ = oracle.summary(X, Y, metrics=metrics)
     for row in rows:
         assert row["value"] == pytest.approx(summary[row["metric"]], rel=1e-12)
 
@@ -720,7 +722,7 @@ def test_warnings_print_as_one_clean_line(tmp_path):
 def test_metrics_before_the_file_does_not_swallow_it(files):
     proc = run("evaluate", "--metrics", "map_at_r", "precision_at_1", files / "ckpt.npz")
     assert proc.returncode == 0, proc.stderr
-    summary, _ = oracle(X, Y, metrics=["map_at_r", "precision_at_1"])
+    summary, _ = oracle.summary(X, Y, metrics=["map_at_r", "precision_at_1"])
     assert f"{summary['map_at_r']:.4f}" in proc.stdout
     proc = run("compare", "--metrics", "map_at_r", files / "ckpt.npz", files / "ckpt.npz",
                "--n-boot", "20")  # fmt: skip

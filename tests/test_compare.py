@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+import importlib
+import io
 import itertools
+import json
+import math
 
 import numpy as np
 import pytest
 
 import embedeval as ee
 from embedeval.compare import _permutation_p
+from embedeval.result import EvaluationResult
 
 
 def test_micro_ci_matches_scipy_percentile_bootstrap():
@@ -51,9 +57,17 @@ def test_macro_resamples_classes():
     assert macro[1] * 6 == pytest.approx(round(macro[1] * 6))
 
 
+def _percentile_ci_loop(values, seed, n_boot, ci=0.95):
+    """Percentile interval of resampled means, one documented draw of n indices per replicate."""
+    draws = np.random.default_rng(seed)
+    n = len(values)
+    means = [np.mean(values[draws.integers(0, n, size=n)]) for _ in range(n_boot)]
+    return tuple(np.quantile(means, [(1 - ci) / 2, (1 + ci) / 2]))
+
+
 def test_seed_determinism_and_bad_input():
     v = {"m": np.random.default_rng(0).random(50)}
-    assert ee.bootstrap_ci(v, seed=3) == ee.bootstrap_ci(v, seed=3)
+    assert ee.bootstrap_ci(v, seed=3)["m"] == pytest.approx(_percentile_ci_loop(v["m"], 3, 1000))
     assert ee.bootstrap_ci(v, seed=3) != ee.bootstrap_ci(v, seed=4)
     with pytest.raises(ee.InputError, match="strictly between 0 and 1"):
         ee.bootstrap_ci(v, ci=1.5)
@@ -124,3 +138,544 @@ def test_compare_bad_input():
         ee.compare([good, bad], metrics=["mrr"])
     with pytest.raises(ee.InputError, match="test="):
         ee.compare([good, bad], test="t-test")
+
+
+# More tests of bootstrap CIs and checkpoint comparison (review of embedeval/compare.py).
+
+
+# ``embedeval.compare`` is the function once the package is imported; fetch the module itself
+cmpmod = importlib.import_module("embedeval.compare")
+
+
+def _result(per_query, labels, *, average="micro"):
+    """An EvaluationResult with the given per-query values (NaN = lone); summary by hand."""
+    per_query = {m: np.asarray(v, dtype=np.float64) for m, v in per_query.items()}
+    labels = np.asarray(labels)
+    metrics = {}
+    for m, v in per_query.items():
+        ok = ~np.isnan(v)
+        if average == "micro":
+            metrics[m] = float(v[ok].mean()) if ok.any() else math.nan
+        else:
+            metrics[m] = float(np.mean([v[ok & (labels == c)].mean() for c in set(labels[ok])]))
+    return EvaluationResult(
+        metrics=metrics,
+        per_query=per_query,
+        per_class={},
+        query_labels=labels,
+        n_queries=labels.size,
+        n_lone=int(np.isnan(next(iter(per_query.values()))).sum()),
+        n_ties={m: 0 for m in per_query},
+        settings={"average": average},
+    )
+
+
+def _class_means_loop(values, labels):
+    """Naive oracle: mean per class of the non-NaN values, classes in first-seen order."""
+    sums, counts = {}, {}
+    for v, lab in zip(values, labels, strict=True):
+        if v != v:  # NaN: lone query
+            continue
+        sums[lab] = sums.get(lab, 0.0) + v
+        counts[lab] = counts.get(lab, 0) + 1
+    return np.array([sums[c] / counts[c] for c in sums])
+
+
+def _exact_sign_flip_p(diff):
+    """Naive oracle: share of all 2^n sign patterns with |mean| >= the observed |mean|."""
+    diff = list(diff)
+    obs = abs(sum(diff) / len(diff))
+    hits = total = 0
+    for signs in itertools.product([-1, 1], repeat=len(diff)):
+        total += 1
+        hits += abs(sum(s * d for s, d in zip(signs, diff, strict=True)) / len(diff)) >= obs - 1e-12
+    return hits / total
+
+
+def _row(cmp, checkpoint, metric):
+    return next(r for r in cmp.rows if r["checkpoint"] == checkpoint and r["metric"] == metric)
+
+
+# ---------------------------------------------------------------- the oracles themselves
+
+
+def test_oracles_on_hand_cases():
+    assert list(_class_means_loop([1.0, 0.0, np.nan, 0.5], ["a", "a", "b", "c"])) == [0.5, 0.5]
+    # diff (1, 1, 1): only the two constant sign patterns reach |mean| = 1 -> 2/8
+    assert _exact_sign_flip_p([1.0, 1.0, 1.0]) == 0.25
+    # diff (1, -1): every pattern has |mean| 0 or 1 >= 0 -> 1
+    assert _exact_sign_flip_p([1.0, -1.0]) == 1.0
+
+
+# ---------------------------------------------------------------- bootstrap_ci, micro
+
+
+def test_two_point_sample_hand_quantiles():
+    # Resampling (0, 1) twice gives means 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4.
+    # ci=0.4 asks for the 30th and 70th percentiles: both fall in the 1/2 atom.
+    lo, hi = ee.bootstrap_ci({"m": [0.0, 1.0]}, ci=0.4, n_boot=4000)["m"]
+    assert (lo, hi) == (0.5, 0.5)
+    # ci=0.95: the 2.5th percentile is in the 0 atom, the 97.5th in the 1 atom
+    assert ee.bootstrap_ci({"m": [0.0, 1.0]}, ci=0.95, n_boot=4000)["m"] == (0.0, 1.0)
+
+
+def test_resampling_counts_follow_the_multinomial_law():
+    # values = identity: replicate j is count_j / n, so the counts are visible.  Each row must
+    # sum to n (sampling n with replacement); each count is Binomial(n, 1/n): mean 1,
+    # variance 1 - 1/n.
+    n, n_boot = 8, 20000
+    reps = cmpmod._resampled_means(np.eye(n), None, n_boot, np.random.default_rng(0)) * n
+    assert np.allclose(reps, np.round(reps))
+    assert np.allclose(reps.sum(axis=1), n)
+    assert reps.mean() == pytest.approx(1.0, abs=0.02)
+    assert reps.var() == pytest.approx(1 - 1 / n, abs=0.03)
+    # P(count_j = 0) = (1 - 1/n)^n
+    assert np.mean(reps == 0) == pytest.approx((1 - 1 / n) ** n, abs=0.01)
+
+
+def test_large_normal_sample_matches_the_t_interval():
+    from scipy import stats
+
+    x = np.random.default_rng(11).normal(3.0, 2.0, 3000)
+    lo, hi = ee.bootstrap_ci({"m": x}, ci=0.95, n_boot=4000, seed=5)["m"]
+    t_lo, t_hi = stats.t.interval(0.95, x.size - 1, loc=x.mean(), scale=stats.sem(x))
+    width = t_hi - t_lo
+    assert lo == pytest.approx(t_lo, abs=0.05 * width)
+    assert hi == pytest.approx(t_hi, abs=0.05 * width)
+
+
+def test_coverage_of_the_true_mean_over_repeated_samples():
+    # 300 exponential samples of 80 (skewed): a 90% percentile interval covers the true mean
+    # (1.0) in roughly 90% of them (the percentile method undercovers a little when skewed).
+    rng = np.random.default_rng(3)
+    covered = 0
+    for i in range(300):
+        lo, hi = ee.bootstrap_ci({"m": rng.exponential(1.0, 80)}, ci=0.9, n_boot=400, seed=i)["m"]
+        covered += lo <= 1.0 <= hi
+    assert 0.82 <= covered / 300 <= 0.95
+
+
+def test_chunking_does_not_change_the_intervals(monkeypatch):
+    v = {"a": np.random.default_rng(0).random(500), "b": np.random.default_rng(1).random(500)}
+    whole = ee.bootstrap_ci(v, n_boot=300)
+    monkeypatch.setattr(cmpmod, "_CHUNK", 1200)  # two resamples per chunk
+    assert ee.bootstrap_ci(v, n_boot=300) == whole
+
+
+def test_metrics_share_resamples_and_subsets_agree():
+    rng = np.random.default_rng(2)
+    v = rng.random(200)
+    pq = {"a": v, "b": 1 - v, "c": np.where(np.arange(200) < 20, np.nan, v)}
+    both = ee.bootstrap_ci(pq, n_boot=500)
+    # the same resampled queries: the mean of 1 - v is 1 - the mean of v in every replicate
+    assert both["b"][0] == pytest.approx(1 - both["a"][1], abs=1e-12)
+    assert both["b"][1] == pytest.approx(1 - both["a"][0], abs=1e-12)
+    for m in pq:  # the same draws alone or together (up to BLAS summation order)
+        assert ee.bootstrap_ci(pq, metrics=[m], n_boot=500)[m] == pytest.approx(both[m], abs=1e-12)
+    # a single string is one metric, not a list of letters
+    assert list(ee.bootstrap_ci(pq, metrics="a", n_boot=500)) == ["a"]
+
+
+def test_lone_queries_are_dropped_not_counted_as_zero():
+    # (1, 1, NaN, NaN): only the two 1s are resampled -> a point interval at 1
+    assert ee.bootstrap_ci({"m": [1.0, 1.0, np.nan, np.nan]}, n_boot=50)["m"] == (1.0, 1.0)
+
+
+def test_seed_determinism():
+    v = {"m": np.random.default_rng(0).random(100)}
+    expected = _percentile_ci_loop(v["m"], 7, 200)
+    assert ee.bootstrap_ci(v, seed=7, n_boot=200)["m"] == pytest.approx(expected)
+    assert ee.bootstrap_ci(v, seed=7, n_boot=200) != ee.bootstrap_ci(v, seed=8, n_boot=200)
+
+
+# ---------------------------------------------------------------- bootstrap_ci, macro
+
+
+def test_macro_one_huge_class_and_tiny_ones_hand_quantiles():
+    # 1000 queries of class 0 scoring 1, and three one-query classes scoring 0.
+    values = np.array([1.0] * 1000 + [0.0] * 3)
+    labels = np.array([0] * 1000 + [1, 2, 3])
+    # Macro: 4 classes resampled; a replicate is K/4 with K ~ Binomial(4, 1/4) picks of class 0.
+    # P(K=0) = 0.316, P(K<=1) = 0.738, P(K<=2) = 0.949 -> 10th pct 0, 90th pct 1/2.
+    macro = ee.bootstrap_ci({"m": values}, labels=labels, average="macro", ci=0.8, n_boot=4000)
+    assert macro["m"] == (0.0, 0.5)
+    # Micro: 1003 queries resampled; J ~ Binomial(1003, 3/1003) ~ Poisson(3) zero-scorers.
+    # Poisson(3): P(J<=0) = 0.050, P(J<=1) = 0.199, P(J<=4) = 0.815, P(J<=5) = 0.916
+    # -> 10th pct of J is 1, 90th pct is 5; the mean is 1 - J/1003.
+    micro = ee.bootstrap_ci({"m": values}, labels=labels, average="micro", ci=0.8, n_boot=4000)
+    assert micro["m"] == pytest.approx((1 - 5 / 1003, 1 - 1 / 1003), abs=1e-12)
+
+
+def test_macro_matches_scipy_bootstrap_of_class_means():
+    from scipy import stats
+
+    rng = np.random.default_rng(4)
+    labels = rng.choice(["cat", "dog", "eel", "fox", "gnu", "hen", "ibis", "jay"], 400)
+    values = rng.random(400) + (labels == "cat") * 0.5
+    values[rng.random(400) < 0.1] = np.nan
+    means = _class_means_loop(values, labels)
+    lo, hi = ee.bootstrap_ci(
+        {"m": values}, labels=labels, average="macro", ci=0.9, n_boot=5000, seed=1
+    )["m"]
+    ref = stats.bootstrap(
+        (means,), np.mean, confidence_level=0.9, n_resamples=5000, method="percentile", rng=2
+    ).confidence_interval
+    assert lo == pytest.approx(ref.low, abs=0.01)
+    assert hi == pytest.approx(ref.high, abs=0.01)
+
+
+def test_macro_from_an_evaluation_result_uses_its_labels_and_average():
+    values = np.array([1.0] * 1000 + [0.0] * 3)
+    labels = np.array([0] * 1000 + [1, 2, 3])
+    res = _result({"m": values}, labels, average="macro")
+    assert ee.bootstrap_ci(res, ci=0.8, n_boot=4000)["m"] == (0.0, 0.5)
+
+
+def test_evaluate_with_ci_brackets_the_metric():
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(6), 12)
+    x = rng.standard_normal((6, 4))[y] * 2 + rng.standard_normal((72, 4))
+    for average in ("micro", "macro"):
+        res = ee.evaluate(x, y, metrics=["map_at_r"], ci=0.9, n_boot=300, average=average)
+        lo, hi = res.ci["map_at_r"]
+        assert lo <= res["map_at_r"] <= hi and lo < hi
+
+
+# ---------------------------------------------------------------- compare: paired statistics
+
+
+def _pair(n=300, seed=0, shift=0.05):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, n)
+    a = rng.random(n)
+    b = np.clip(a + shift + 0.1 * rng.standard_normal(n), 0, 1)  # correlated with a
+    return a, b, labels
+
+
+def test_paired_difference_ci_matches_scipy_on_per_query_differences():
+    from scipy import stats
+
+    a, b, labels = _pair()
+    cmp = ee.compare(
+        {"a": _result({"m": a}, labels), "b": _result({"m": b}, labels)},
+        ci=0.9,
+        n_boot=5000,
+        seed=3,
+    )
+    row = _row(cmp, "b", "m")
+    d = b - a
+    assert row["diff"] == pytest.approx(d.mean(), abs=1e-12)
+    ref = stats.bootstrap(
+        (d,), np.mean, confidence_level=0.9, n_resamples=5000, method="percentile", rng=9
+    ).confidence_interval
+    assert row["diff_ci_low"] == pytest.approx(ref.low, abs=0.003)
+    assert row["diff_ci_high"] == pytest.approx(ref.high, abs=0.003)
+    # pairing matters: the paired interval is much narrower than either run's own interval
+    assert row["diff_ci_high"] - row["diff_ci_low"] < 0.5 * (row["ci_high"] - row["ci_low"])
+    base = _row(cmp, "a", "m")
+    assert (base["diff"], base["diff_ci_low"], base["diff_ci_high"], base["p_value"]) == (
+        0.0,
+        0.0,
+        0.0,
+        1.0,
+    )
+
+
+@pytest.mark.parametrize("test", ["bootstrap", "permutation"])
+def test_constant_difference_gives_p_near_zero(test):
+    labels = np.arange(40) % 4
+    a = np.linspace(0, 0.8, 40)
+    cmp = ee.compare(
+        [_result({"m": a}, labels), _result({"m": a + 0.1}, labels)], n_boot=999, test=test
+    )
+    row = _row(cmp, "run1", "m")
+    assert row["diff"] == pytest.approx(0.1)
+    assert row["diff_ci_low"] == pytest.approx(0.1) and row["diff_ci_high"] == pytest.approx(0.1)
+    # bootstrap: no replicate is <= 0 -> 0; permutation (40 queries, random flips): only the
+    # two constant sign patterns reach |0.1| (chance 2^-39), so p = (0 + 1) / (999 + 1)
+    assert row["p_value"] == (0.0 if test == "bootstrap" else pytest.approx(1 / 1000))
+    assert "<1e-03" in repr(cmp)
+
+
+def test_permutation_small_n_is_the_exact_enumeration():
+    labels = np.arange(9) % 3
+    a = np.array([0.2, 0.5, 0.9, 0.1, 0.4, 0.3, 0.8, 0.6, 0.7])
+    b = a + np.array([0.3, -0.1, 0.05, 0.2, 0.0, 0.15, -0.05, 0.25, 0.1])
+    cmp = ee.compare(
+        [_result({"m": a}, labels), _result({"m": b}, labels)], test="permutation", n_boot=10
+    )
+    assert _row(cmp, "run1", "m")["p_value"] == pytest.approx(_exact_sign_flip_p(b - a))
+    # hand case: differences (1, 1, 1) -> 2/8
+    cmp = ee.compare(
+        [_result({"m": [0.0, 0.0, 0.0]}, [0, 1, 2]), _result({"m": [1.0, 1.0, 1.0]}, [0, 1, 2])],
+        test="permutation",
+    )
+    assert _row(cmp, "run1", "m")["p_value"] == 0.25
+
+
+def test_tiny_samples_bootstrap_p_is_anti_conservative_but_permutation_is_exact():
+    # one shared query with difference 0.5: every bootstrap replicate is 0.5 -> p = 0; the two
+    # sign patterns (+0.5, -0.5) both reach |0.5| -> exact permutation p = 2/2 = 1
+    runs = [_result({"m": [0.2, np.nan]}, [0, 1]), _result({"m": [0.7, 0.1]}, [0, 1])]
+    assert _row(ee.compare(runs, n_boot=100), "run1", "m")["p_value"] == 0.0
+    perm = ee.compare(runs, n_boot=100, test="permutation")
+    assert _row(perm, "run1", "m")["p_value"] == 1.0
+    assert _row(perm, "run1", "m")["n_shared"] == 1
+
+
+def test_permutation_large_n_matches_scipy():
+    from scipy import stats
+
+    a, b, labels = _pair(n=60, seed=8, shift=0.02)
+    cmp = ee.compare(
+        [_result({"m": a}, labels), _result({"m": b}, labels)],
+        test="permutation",
+        n_boot=20000,
+    )
+    ref = stats.permutation_test(
+        (b - a,), np.mean, permutation_type="samples", n_resamples=20000, rng=1
+    )
+    assert _row(cmp, "run1", "m")["p_value"] == pytest.approx(ref.pvalue, abs=0.01)
+
+
+def test_bootstrap_p_agrees_with_the_normal_approximation():
+    from scipy import stats
+
+    # a difference of about 1.3 standard errors: p near 0.2, where a missing factor 2 shows
+    a, b, labels = _pair(n=400, seed=11, shift=0.005)
+    cmp = ee.compare([_result({"m": a}, labels), _result({"m": b}, labels)], n_boot=8000)
+    d = b - a
+    z = d.mean() / (d.std(ddof=1) / np.sqrt(d.size))
+    assert _row(cmp, "run1", "m")["p_value"] == pytest.approx(2 * stats.norm.sf(abs(z)), abs=0.03)
+
+
+def test_macro_paired_tests_work_on_classes():
+    from scipy import stats
+
+    rng = np.random.default_rng(6)
+    labels = np.repeat(["a", "b", "c", "d", "e", "f", "g"], [50, 2, 3, 8, 1, 20, 4])
+    a = rng.random(labels.size)
+    b = np.clip(a + 0.1 * rng.standard_normal(labels.size) + 0.03, 0, 1)
+    ra, rb = _result({"m": a}, labels, average="macro"), _result({"m": b}, labels, average="macro")
+    class_diff = _class_means_loop(b, labels) - _class_means_loop(a, labels)
+    perm = ee.compare([ra, rb], test="permutation")
+    row = _row(perm, "run1", "m")
+    assert row["diff"] == pytest.approx(class_diff.mean(), abs=1e-12)
+    assert row["diff"] == pytest.approx(rb["m"] - ra["m"], abs=1e-12)
+    # 7 classes -> the exact enumeration of 2^7 class-level sign flips
+    assert row["p_value"] == pytest.approx(_exact_sign_flip_p(class_diff))
+    boot = ee.compare([ra, rb], n_boot=5000, ci=0.9)
+    ref = stats.bootstrap(
+        (class_diff,), np.mean, confidence_level=0.9, n_resamples=5000, method="percentile", rng=4
+    ).confidence_interval
+    r = _row(boot, "run1", "m")
+    assert r["diff_ci_low"] == pytest.approx(ref.low, abs=0.01)
+    assert r["diff_ci_high"] == pytest.approx(ref.high, abs=0.01)
+
+
+def test_queries_lone_in_any_run_are_dropped_with_a_count():
+    a = np.array([0.5, 0.7, np.nan, 0.1, 0.9, 0.4])
+    b = np.array([0.6, np.nan, 0.3, 0.2, 1.0, 0.5])
+    labels = [0, 0, 1, 1, 2, 2]
+    cmp = ee.compare([_result({"m": a}, labels), _result({"m": b}, labels)], n_boot=200)
+    row = _row(cmp, "run1", "m")
+    assert row["n_shared"] == 4
+    # the difference is over queries 0, 3, 4, 5: (0.1 + 0.1 + 0.1 + 0.1) / 4
+    assert row["diff"] == pytest.approx(0.1)
+    # while each value is its own run's mean over its own non-lone queries
+    assert row["value"] == pytest.approx((0.6 + 0.3 + 0.2 + 1.0 + 0.5) / 5)
+
+
+def test_no_shared_query_gives_nan_differences_not_a_p_value_of_one():
+    labels = [0, 1]
+    cmp = ee.compare(
+        [_result({"m": [0.5, np.nan]}, labels), _result({"m": [np.nan, 0.5]}, labels)], n_boot=50
+    )
+    row = _row(cmp, "run1", "m")
+    assert row["n_shared"] == 0
+    assert all(math.isnan(row[k]) for k in ("diff", "diff_ci_low", "diff_ci_high", "p_value"))
+    assert json.loads(cmp.to_json())["rows"][1]["p_value"] is None
+
+
+def test_real_checkpoints_via_evaluate_and_determinism():
+    rng = np.random.default_rng(1)
+    y = np.repeat(np.arange(6), 10)
+    centers = rng.standard_normal((6, 5)) * 2
+    runs = {
+        name: ee.evaluate(centers[y] + s * rng.standard_normal((60, 5)), y)
+        for name, s in (("e1", 2.0), ("e5", 1.0), ("e9", 0.3))
+    }
+    c1 = ee.compare(runs, baseline="e1", n_boot=300, seed=4)
+    c2 = ee.compare(runs, baseline="e1", n_boot=300, seed=4)
+    c3 = ee.compare(runs, baseline="e1", n_boot=300, seed=5)
+    assert c1.rows == c2.rows and c1.rows != c3.rows
+    r = _row(c1, "e9", "map_at_r")
+    assert r["diff"] == pytest.approx(runs["e9"]["map_at_r"] - runs["e1"]["map_at_r"])
+    assert r["diff_ci_low"] > 0 and r["p_value"] < 0.01
+    # default metrics: every per-query metric, ordered metric-major
+    assert c1.metrics == list(runs["e1"].per_query)
+    assert [(r["metric"], r["checkpoint"]) for r in c1.rows] == [
+        (m, n) for m in c1.metrics for n in ("e1", "e5", "e9")
+    ]
+    # baseline by index equals baseline by name
+    assert ee.compare(runs, baseline=0, n_boot=300, seed=4).rows == c1.rows
+
+
+# ---------------------------------------------------------------- Comparison outputs
+
+
+def _small_comparison():
+    labels = np.arange(30) % 3
+    a, b, _ = _pair(n=30, seed=2)
+    return ee.compare(
+        {
+            "base": _result({"m": a, "k": 1 - a}, labels),
+            "new": _result({"m": b, "k": 1 - b}, labels),
+        },
+        n_boot=200,
+    )
+
+
+def test_outputs_round_trip_and_have_stable_keys(tmp_path):
+    cmp = _small_comparison()
+    keys = [
+        "checkpoint",
+        "metric",
+        "value",
+        "ci_low",
+        "ci_high",
+        "diff",
+        "diff_ci_low",
+        "diff_ci_high",
+        "p_value",
+        "n_shared",
+    ]
+    assert all(list(r) == keys for r in cmp.rows) and len(cmp.rows) == 4
+    path = tmp_path / "cmp.json"
+    text = cmp.to_json(path)
+    assert json.loads(path.read_text()) == json.loads(text) == cmp.to_dict()
+    assert json.loads(text)["baseline"] == "base"
+    rows = list(csv.DictReader(io.StringIO(cmp.to_csv())))
+    assert list(rows[0]) == keys and len(rows) == 4
+    assert float(rows[1]["diff"]) == pytest.approx(cmp.rows[1]["diff"])
+    md = cmp.to_markdown().splitlines()
+    assert len(md) == 2 + 4 and all(line.count("|") == 8 for line in md)
+    text = repr(cmp)
+    assert "diff vs base" in text and "95% CI" in text and len(text.splitlines()) == 2 + 4
+
+
+def test_plot_draws_one_band_per_metric():
+    pytest.importorskip("matplotlib", reason="plots need matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cmp = _small_comparison()
+    fig = cmp.plot(metrics=["m"])
+    ax = fig.axes[0]
+    assert len(ax.lines) == 1 and len(ax.collections) == 1
+    assert list(ax.lines[0].get_ydata()) == [r["value"] for r in cmp.rows if r["metric"] == "m"]
+    fig2, ax2 = plt.subplots()
+    assert cmp.plot(ax=ax2) is fig2 and len(ax2.lines) == 2
+    plt.close("all")
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"ci": 0}, "strictly between 0 and 1"),
+        ({"ci": 1}, "strictly between 0 and 1"),
+        ({"ci": float("nan")}, "strictly between 0 and 1"),
+        ({"ci": True}, "strictly between 0 and 1"),
+        ({"ci": "0.95"}, "strictly between 0 and 1"),
+        ({"n_boot": 0}, "n_boot must be >= 1"),
+        ({"n_boot": 10.0}, "Use n_boot=10"),
+        ({"seed": -1}, "seed must be >= 0"),
+        ({"seed": None}, "seed must be an integer"),
+        ({"average": "marco"}, "Did you mean 'macro'"),
+        ({"metrics": ["mapp"]}, "Did you mean 'map'"),
+        ({"labels": [0, 1]}, "labels has 2 values but per_query"),
+        ({"labels": np.zeros((4, 2))}, "labels must be 1-D"),
+        ({"labels": [0.0, np.nan, 1.0, 1.0], "average": "macro"}, "NaN or infinite label"),
+    ],
+)
+def test_bootstrap_ci_bad_arguments(kwargs, match):
+    with pytest.raises(ee.InputError, match=match):
+        ee.bootstrap_ci({"map": [0.1, 0.2, 0.3, 0.4]}, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("per_query", "error", "match"),
+    [
+        ({"m": [0.1, np.inf]}, ee.InputError, r"1 infinite value\(s\), first at index 1"),
+        ({"m": np.ones((3, 2))}, ee.InputError, r"per_query\['m'\] must be 1-D"),
+        ({"m": ["a", "b"]}, ee.InputTypeError, "must be numeric"),
+        ({"m": np.array([0.5, None], dtype=object)}, ee.InputTypeError, "object array"),
+        ([0.1, 0.2], ee.InputTypeError, "dict of metric"),
+        (np.array([0.1, 0.2]), ee.InputTypeError, "dict of metric"),
+    ],
+)
+def test_bootstrap_ci_bad_values(per_query, error, match):
+    with pytest.raises(error, match=match):
+        ee.bootstrap_ci(per_query)
+
+
+def test_compare_bad_input_per_query():
+    labels = [0, 0, 1, 1]
+    r = _result({"m": [0.1, 0.2, 0.3, 0.4]}, labels)
+    r2 = _result({"m": [0.2, 0.2, 0.3, 0.5]}, labels)
+    with pytest.raises(ee.InputError, match="different queries"):
+        ee.compare([r, _result({"m": [0.1, 0.2, 0.3]}, [0, 0, 1])])
+    with pytest.raises(ee.InputError, match=r"different query labels .* first at query 3"):
+        ee.compare([r, _result({"m": [0.1, 0.2, 0.3, 0.4]}, [0, 0, 1, 2])])
+    with pytest.raises(ee.InputError, match="average='macro'.*same average"):
+        ee.compare([r, _result({"m": [0.1, 0.2, 0.3, 0.4]}, labels, average="macro")])
+    with pytest.raises(ee.InputError, match="Did you mean 'new'"):
+        ee.compare({"old": r, "new": r2}, baseline="neww")
+    with pytest.raises(ee.InputError, match="only 2 results"):
+        ee.compare([r, r2], baseline=2)
+    with pytest.raises(ee.InputError, match="baseline must be >= 0"):
+        ee.compare([r, r2], baseline=-1)
+    with pytest.raises(ee.InputError, match="names has 1 entries"):
+        ee.compare([r, r2], names=["x"])
+    with pytest.raises(ee.InputError, match="'x' repeated"):
+        ee.compare([r, r2], names=["x", "x"])
+    with pytest.raises(ee.InputTypeError, match="names must be strings"):
+        ee.compare([r, r2], names=[1, 2])
+    with pytest.raises(ee.InputError, match="results is empty"):
+        ee.compare({})
+    with pytest.raises(ee.InputTypeError, match="Wrap a single result in a list"):
+        ee.compare(r)
+    with pytest.raises(ee.InputTypeError, match="not an EvaluationResult"):
+        ee.compare([r, r2.per_query])
+    with pytest.raises(ee.InputError, match="Did you mean 'm'"):
+        ee.compare([r, r2], metrics="mm")
+    with pytest.raises(ee.InputError, match="strictly between 0 and 1"):
+        ee.compare([r, r2], ci=95)
+    with pytest.raises(ee.InputError, match="n_boot must be >= 1"):
+        ee.compare([r, r2], n_boot=0)
+    with pytest.raises(ee.InputError, match="seed must be >= 0"):
+        ee.compare([r, r2], seed=-3)
+    with pytest.raises(ee.InputError, match="Did you mean 'permutation'"):
+        ee.compare([r, r2], test="permutaton")
+
+
+def test_compare_metric_without_per_query_values():
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 70)
+    x = rng.standard_normal((3, 4))[y] * 3 + rng.standard_normal((210, 4))
+    res = ee.evaluate(x, y, metrics=["nmi", "precision_at_1"])
+    with pytest.raises(ee.InputError, match="nmi/ami have none"):
+        ee.compare([res, res], metrics=["nmi"])
+    only = ee.evaluate(x, y, metrics=["nmi"])
+    with pytest.raises(ee.InputError, match="no metric has per-query values"):
+        ee.compare([only, only])
+
+
+def test_plot_unknown_metric():
+    with pytest.raises(ee.InputError, match="Did you mean 'm'"):
+        _small_comparison().plot(metrics=["mm"])

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +17,8 @@ from hypothesis import strategies as st
 
 import embedeval as ee
 from embedeval import confidence as cf
-from tests.core_oracle import oracle
+from embedeval._errors import InputError
+from tests import oracle
 
 
 def _erc_brute(scores, conf):
@@ -232,7 +238,7 @@ def test_evaluate_with_confidences_end_to_end():
     y = rng.integers(0, 6, 120)
     kappa = rng.random(120)
     res = ee.evaluate(x, y, metrics=["precision_at_1", "map_at_r"], confidences=kappa)
-    _, pq = oracle(x, y, metrics=["precision_at_1", "map_at_r"])
+    _, pq = oracle.summary(x, y, metrics=["precision_at_1", "map_at_r"])
     erc = _erc_brute_large(pq["map_at_r"], kappa)
     assert res["auerc_map_at_r"] == pytest.approx(erc)
     from sklearn.metrics import roc_auc_score
@@ -266,13 +272,13 @@ def test_reject_from_both_matches_brute_force():
     )
     for f in (0.0, 0.2, 0.5):
         keep = np.sort(np.argsort(-conf)[: 30 - math.ceil(f * 30)])
-        summary, _ = oracle(x[keep], y[keep], metrics=["precision_at_1"])
+        summary, _ = oracle.summary(x[keep], y[keep], metrics=["precision_at_1"])
         assert res[f"both_precision_at_1@{f:.2f}"] == pytest.approx(summary["precision_at_1"])
     with pytest.raises(ee.InputError, match="needs confidences"):
         ee.evaluate(x, y, reject_from="both")
 
 
-# ----------------------------------------------------------------- audit of issue 4 (additions)
+# ----------------------------------------------------------------- hand values with ties
 def test_erc_hand_values_map_at_r_valued_errors_with_a_tied_block():
     # MAP@R-like scores 1, 1/2, 5/6, 0, 1/3 -> errors 0, 1/2, 1/6, 1, 2/3; confidences 5, 3, 3,
     # 1, 4.  Most confident first: e=0 (c 5), e=2/3 (c 4), the tied pair {1/2, 1/6} (c 3, mean
@@ -538,7 +544,9 @@ def test_reject_both_with_query_groups_and_tied_confidences_matches_brute_force(
         n_keep = 30 - math.ceil(f * 30)
         order = sorted(range(30), key=lambda i: (-conf[i], i))
         keep = np.sort(order[:n_keep])
-        summary, _ = oracle(x[keep], y[keep], metrics=["precision_at_1", "map_at_r"], qg=g[keep])
+        summary, _ = oracle.summary(
+            x[keep], y[keep], metrics=["precision_at_1", "map_at_r"], qg=g[keep]
+        )
         for m in ("precision_at_1", "map_at_r"):
             assert res[f"both_{m}@{f:.2f}"] == pytest.approx(summary[m]), (m, f)
 
@@ -646,3 +654,432 @@ def test_sign_switches_must_be_booleans(call):
     # a truthy string would silently flip the sign convention
     with pytest.raises(ee.InputError, match="must be True or False"):
         call()
+
+
+# AURC, E-AURC, AUGRC, selective risk and coverage at risk against brute-force oracles.
+
+
+def _risks_over_orders(scores, conf):
+    """(E_k, G_k) for k = 1..n, averaged over every order of the tied confidences."""
+    scores, conf = np.asarray(scores, float), np.asarray(conf, float)
+    n = len(scores)
+    sel, gen = [], []
+    for perm in itertools.permutations(range(n)):
+        order = sorted(perm, key=lambda i: -conf[i])  # stable: ties keep the permutation order
+        errs = 1 - scores[order]
+        sel.append([sum(errs[:k]) / k for k in range(1, n + 1)])
+        gen.append([sum(errs[:k]) / n for k in range(1, n + 1)])
+    return np.mean(sel, axis=0), np.mean(gen, axis=0)
+
+
+def _mean_rule(v):
+    total = 0.0
+    for x in v:  # one term per coverage level k/n
+        total += x
+    return total / len(v)
+
+
+def _trapezoid_rule(v):
+    n = len(v)
+    points = [0.0, *v]  # the curve starts at (coverage 0, value 0)
+    return sum((points[k] + points[k + 1]) / 2 * (1 / n) for k in range(n))
+
+
+def test_four_queries_by_hand():
+    # confidences 0.9, 0.8, 0.2, 0.1 -> errors (most confident first) 0, 0, 1, 1
+    erc = cf.error_reject_curve([1, 1, 0, 0], [0.9, 0.8, 0.2, 0.1])
+    # E_k = 0/1, 0/2, 1/3, 2/4; mean rule: (0 + 0 + 1/3 + 1/2) / 4 = 5/24
+    assert erc.aurc == pytest.approx(5 / 24)
+    # the order is the oracle order, so E-AURC = 0
+    assert erc.eaurc == pytest.approx(0.0)
+    # G_k = 0/4, 0/4, 1/4, 2/4: (0 + 0 + 1/4 + 2/4) / 4 = 3/16
+    assert erc.augrc == pytest.approx(3 / 16)
+    worst = cf.error_reject_curve([1, 1, 0, 0], [0.1, 0.2, 0.8, 0.9])
+    # E_k = 1/1, 2/2, 2/3, 2/4 -> AURC = (1 + 1 + 2/3 + 1/2) / 4 = 19/24; E-AURC = 19/24 - 5/24
+    assert worst.aurc == pytest.approx(19 / 24)
+    assert worst.eaurc == pytest.approx(14 / 24)
+    # G_k = 1/4, 2/4, 2/4, 2/4 -> AUGRC = (1/4 + 1/2 + 1/2 + 1/2) / 4 = 7/16
+    assert worst.augrc == pytest.approx(7 / 16)
+    # trapezoid: (1/4) [1 + 1 + 2/3 + (1/2)/2] = 35/48
+    t = cf.error_reject_curve([1, 1, 0, 0], [0.1, 0.2, 0.8, 0.9], integration="trapezoid")
+    assert t.aurc == pytest.approx(35 / 48)
+    # oracle trapezoid: (1/4) [0 + 0 + 1/3 + (1/2)/2] = 7/48
+    assert t.eaurc == pytest.approx(35 / 48 - 7 / 48)
+    # AUGRC trapezoid: (1/4) [1/4 + 1/2 + 1/2 + (1/2)/2] = 3/8
+    assert t.augrc == pytest.approx(3 / 8)
+
+
+def test_four_queries_with_a_tied_block_by_hand():
+    # errors 1, 0, 0 tied at confidence 0.5 after a correct query at 0.9
+    erc = cf.error_reject_curve([1, 0, 1, 1], [0.9, 0.5, 0.5, 0.5])
+    # k=1: 0; k=2: one of the block kept, expected error 1/3 -> E_2 = (1/3)/2 = 1/6
+    # k=3: two kept, expected error 2/3 -> E_3 = (2/3)/3 = 2/9; k=4: E_4 = 1/4
+    assert erc.error[::-1].tolist() == pytest.approx([0, 1 / 6, 2 / 9, 1 / 4])
+    assert erc.aurc == pytest.approx((0 + 1 / 6 + 2 / 9 + 1 / 4) / 4)
+    # G_k = 0, (1/3)/4, (2/3)/4, 1/4
+    assert erc.augrc == pytest.approx((0 + 1 / 12 + 1 / 6 + 1 / 4) / 4)
+
+
+def test_trapezoid_reproduces_the_probabilistic_embeddings_aurcc():
+    # The verification test case of the probabilistic-embeddings library: correctness
+    # T T T F T T F T T T with confidences below.  Most confident first the errors are
+    # 0 (1.0), 1 (0.9), seven 0s (0.5), 1 (0.1), so E_k = 0, 1/2, 1/3, ..., 1/9, 2/10.
+    correct = [1, 1, 1, 0, 1, 1, 0, 1, 1, 1]
+    conf = [0.5, 0.5, 0.5, 0.1, 0.5, 0.5, 0.9, 0.5, 0.5, 1.0]
+    t = cf.error_reject_curve(correct, conf, integration="trapezoid")
+    expected = 0.1 * (sum(1 / j for j in range(2, 10)) + 2 / 10 / 2)
+    assert t.aurc == pytest.approx(expected)
+    assert round(t.aurc, 5) == 0.19290
+    m = cf.error_reject_curve(correct, conf, integration="mean")
+    assert round(m.aurc, 5) == 0.20290  # trapezoid + E_10 / (2 n) = 0.19290 + 0.2 / 20
+    assert m.aurc == pytest.approx(m.auerc)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("integration", ["mean", "trapezoid"])
+def test_against_enumeration_of_tied_orders(seed, integration):
+    rng = np.random.default_rng(seed)
+    n = 6
+    scores = rng.choice([0.0, 0.25, 1.0], size=n)
+    conf = rng.integers(0, 3, size=n).astype(float)  # many ties
+    sel, gen = _risks_over_orders(scores, conf)
+    rule = _mean_rule if integration == "mean" else _trapezoid_rule
+    erc = cf.error_reject_curve(scores, conf, integration=integration)
+    assert erc.aurc == pytest.approx(rule(sel))
+    assert erc.augrc == pytest.approx(rule(gen))
+    oracle_errs = np.sort(1 - scores)
+    oracle_sel = [oracle_errs[:k].sum() / k for k in range(1, n + 1)]
+    oracle_gen = [oracle_errs[:k].sum() / n for k in range(1, n + 1)]
+    assert erc.eaurc == pytest.approx(rule(sel) - rule(oracle_sel))
+    assert erc.oracle_augrc == pytest.approx(rule(oracle_gen))
+
+
+def test_invariances():
+    rng = np.random.default_rng(3)
+    scores = rng.integers(0, 2, 200).astype(float)
+    conf = rng.normal(size=200).round(1)  # ties
+    base = cf.error_reject_curve(scores, conf)
+    for transformed in (np.exp(conf), 3 * conf + 7, np.arctan(conf)):
+        other = cf.error_reject_curve(scores, transformed)
+        assert other.aurc == pytest.approx(base.aurc)
+        assert other.augrc == pytest.approx(base.augrc)
+        assert other.eaurc == pytest.approx(base.eaurc)
+    perm = rng.permutation(200)
+    shuffled = cf.error_reject_curve(scores[perm], conf[perm])
+    assert shuffled.aurc == pytest.approx(base.aurc)
+    assert shuffled.augrc == pytest.approx(base.augrc)
+    sigma = cf.error_reject_curve(scores, -conf * 2, higher_is_confident=False)
+    assert sigma.aurc == pytest.approx(base.aurc)
+
+
+def test_random_baselines():
+    # A single tied block is a random order: E_k = mean error for every k.
+    scores = np.array([1, 0, 0, 1, 1, 0, 1, 1], float)
+    e = 1 - scores.mean()  # 3/8
+    erc = cf.error_reject_curve(scores, np.zeros(8))
+    assert erc.aurc == pytest.approx(e)
+    n = 8
+    assert erc.augrc == pytest.approx(e * (n + 1) / (2 * n))
+    t = cf.error_reject_curve(scores, np.zeros(8), integration="trapezoid")
+    assert t.augrc == pytest.approx(e / 2)
+
+
+def test_selective_risk_and_coverage_at_risk_by_loops():
+    rng = np.random.default_rng(5)
+    scores = rng.integers(0, 2, 40).astype(float)
+    conf = rng.permutation(40).astype(float)  # no ties: plain sort is the oracle
+    order = np.argsort(-conf)
+    errs = 1 - scores[order]
+    erc = cf.error_reject_curve(scores, conf)
+    for k in range(1, 41):
+        assert erc.selective_risk(k / 40) == pytest.approx(errs[:k].mean())
+    assert erc.selective_risk(0.001) == pytest.approx(errs[0])  # ⌈0.04⌉ = 1 query kept
+    for r in (0.0, 0.1, 0.3, 0.5, 1.0):
+        best = 0.0
+        for k in range(1, 41):
+            if errs[:k].mean() <= r + 1e-12:
+                best = max(best, k / 40)
+        assert erc.coverage_at_risk(r) == best
+
+
+def test_bad_arguments_name_themselves():
+    erc = cf.error_reject_curve([1, 0], [0.5, 0.2])
+    with pytest.raises(InputError, match="coverage"):
+        erc.selective_risk(0)
+    with pytest.raises(InputError, match="risk"):
+        erc.coverage_at_risk(1.5)
+    with pytest.raises(InputError, match="integration"):
+        cf.error_reject_curve([1, 0], [0.5, 0.2], integration="simpson")
+    assert math.isfinite(erc.aurc)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_trapezoid_augrc_equals_the_curve_through_one_point_per_threshold(seed):
+    # Independent construction: one risk-coverage point per distinct confidence (a threshold
+    # keeps every query at or above it, so ties are never split), joined by straight lines
+    # from (0, 0).  G is linear inside a tied block, so this is the block expectation.
+    rng = np.random.default_rng(seed)
+    n = 50
+    scores = rng.choice([0.0, 0.5, 1.0], size=n)
+    conf = rng.integers(0, 8, size=n).astype(float)
+    cov, risk = [0.0], [0.0]
+    for t in sorted(set(conf.tolist()), reverse=True):
+        kept = conf >= t
+        cov.append(kept.sum() / n)
+        risk.append((1 - scores[kept]).sum() / n)
+    area = sum((cov[i + 1] - cov[i]) * (risk[i] + risk[i + 1]) / 2 for i in range(len(cov) - 1))
+    erc = cf.error_reject_curve(scores, conf, integration="trapezoid")
+    assert erc.augrc == pytest.approx(area)
+
+
+# sigma_regression against scikit-learn and a hand-computed case.
+
+
+def test_hand_values():
+    # d = 0.1 - 0.2, 0.3 - 0.1, 0.5 - 0.5, 0.2 - 0.4 = -0.1, 0.2, 0, -0.2
+    r = cf.sigma_regression([0.1, 0.3, 0.5, 0.2], [0.2, 0.1, 0.5, 0.4])
+    assert r.mse == pytest.approx((0.01 + 0.04 + 0 + 0.04) / 4)
+    assert r.mae == pytest.approx((0.1 + 0.2 + 0 + 0.2) / 4)
+    assert r.rmse == pytest.approx(math.sqrt(0.09 / 4))
+    # ȳ = 1.2 / 4 = 0.3; Σ (y - ȳ)² = 0.01 + 0.04 + 0.04 + 0.01 = 0.10
+    assert r.r2 == pytest.approx(1 - 0.09 / 0.10)
+
+
+def test_matches_sklearn_and_ci_brackets_the_value():
+    from sklearn import metrics as skm
+
+    rng = np.random.default_rng(0)
+    t = rng.uniform(0, 1, 300)
+    p = np.clip(t + rng.normal(0, 0.1, 300), 0, 1)
+    r = cf.sigma_regression(p, t, ci=0.9, n_boot=300, seed=1)
+    assert r.mse == pytest.approx(skm.mean_squared_error(t, p))
+    assert r.mae == pytest.approx(skm.mean_absolute_error(t, p))
+    assert r.rmse == pytest.approx(math.sqrt(skm.mean_squared_error(t, p)))
+    assert r.r2 == pytest.approx(skm.r2_score(t, p))
+    for key in ("mse", "mae", "rmse", "r2"):
+        lo, hi = r.ci[key]
+        assert lo < getattr(r, key) < hi
+    # the same seed gives the same intervals; another seed different ones
+    assert cf.sigma_regression(p, t, ci=0.9, n_boot=300, seed=1).ci == r.ci
+    assert cf.sigma_regression(p, t, ci=0.9, n_boot=300, seed=2).ci != r.ci
+
+
+def test_bootstrap_interval_by_loop():
+    # The percentile interval of MAE over resampled pairs, written out with the same draws.
+    p = np.array([0.1, 0.4, 0.35, 0.8, 0.5])
+    t = np.array([0.2, 0.3, 0.3, 0.9, 0.1])
+    r = cf.sigma_regression(p, t, ci=0.8, n_boot=50, seed=3)
+    rng = np.random.default_rng(3)
+    maes = []
+    for _ in range(50):
+        idx = rng.integers(0, 5, size=5)
+        maes.append(sum(abs(p[i] - t[i]) for i in idx) / 5)
+    assert r.ci["mae"] == pytest.approx(tuple(np.quantile(maes, [0.1, 0.9])))
+
+
+def test_constant_truth_and_bad_input():
+    assert math.isnan(cf.sigma_regression([0.1, 0.2], [0.3, 0.3]).r2)
+    with pytest.raises(InputError, match="truth"):
+        cf.sigma_regression([0.1, 0.2], [0.3])
+    with pytest.raises(InputError, match="ci"):
+        cf.sigma_regression([0.1, 0.2], [0.3, 0.1], ci=95)
+
+
+# Confidence metrics through evaluate, its bootstrap intervals, JSON, compare and the CLI.
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _ece_loop(correct, conf, bins=10):
+    total = 0.0
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        members = [i for i in range(len(conf)) if lo < conf[i] <= hi or (b == 0 and conf[i] == 0)]
+        if members:
+            acc = sum(correct[i] for i in members) / len(members)
+            mc = sum(conf[i] for i in members) / len(members)
+            total += len(members) / len(conf) * abs(acc - mc)
+    return total
+
+
+def _aurc_loop(correct, conf):
+    """Mean over k of the error of the k most confident (no ties in these tests)."""
+    order = sorted(range(len(conf)), key=lambda i: -conf[i])
+    return sum(sum(1 - correct[i] for i in order[:k]) / k for k in range(1, len(conf) + 1)) / len(
+        conf
+    )
+
+
+def test_evaluate_reports_the_new_metrics_on_a_hand_case():
+    # 1-D points: 0 and 0.1 (class a), 1 and 3 (class b), 1.05 (class a)
+    x = [[0.0], [0.1], [1.0], [3.0], [1.05]]
+    y = ["a", "a", "b", "b", "a"]
+    conf = [0.9, 0.8, 0.3, 0.6, 0.2]
+    res = ee.evaluate(x, y, confidences=conf, metrics=["precision_at_1"])
+    # nearest neighbours: 0->0.1 (a, right), 0.1->0 (right), 1->1.05 (a, wrong for b),
+    # 3->1.05 (a, wrong), 1.05->1 (b, wrong): correct = 1, 1, 0, 0, 0
+    correct = [1, 1, 0, 0, 0]
+    assert res.per_query["precision_at_1"].tolist() == correct
+    # most confident first: .9 (e0) .8 (e0) .6 (e1) .3 (e1) .2 (e1):
+    # AURC = (0 + 0 + 1/3 + 2/4 + 3/5) / 5
+    assert res.confidence["aurc_precision_at_1"] == pytest.approx((1 / 3 + 1 / 2 + 3 / 5) / 5)
+    # AUGRC = (0 + 0 + 1/5 + 2/5 + 3/5) / 5
+    assert res.confidence["augrc_precision_at_1"] == pytest.approx(6 / 25)
+    # E-AURC: the order is already the oracle's, 0
+    assert res.confidence["eaurc_precision_at_1"] == pytest.approx(0.0)
+    # bins of 0.1: .9 -> (.8, .9] gap |1 - .9|; .8 -> (.7, .8] |1 - .8|; .6 |0 - .6|;
+    # .3 |0 - .3|; .2 |0 - .2| -> ECE = (.1 + .2 + .6 + .3 + .2) / 5
+    assert res.confidence["ece"] == pytest.approx(1.4 / 5)
+    # Brier = (.01 + .04 + .36 + .09 + .04) / 5
+    assert res.confidence["brier"] == pytest.approx(0.54 / 5)
+    # class a: .9 .8 right, .2 wrong -> (.1 + .2 + .2)/3; class b: (.3 + .6)/2
+    assert res.confidence["classwise_ece"] == pytest.approx((0.5 / 3 + 0.9 / 2) / 2)
+
+
+def test_sigma_confidences_skip_calibration_but_keep_ranking_metrics():
+    x = [[0.0], [0.1], [1.0], [3.0], [1.05]]
+    y = [0, 0, 1, 1, 0]
+    res = ee.evaluate(
+        x,
+        y,
+        confidences=[2.0, 3.0, 8.0, 5.0, 9.0],
+        higher_is_confident=False,
+        metrics=["precision_at_1"],
+    )
+    assert "ece" not in res.confidence  # a sigma is no probability of being right
+    assert res.confidence["aurc_precision_at_1"] == pytest.approx((1 / 3 + 1 / 2 + 3 / 5) / 5)
+
+
+def test_open_set_keys_read_lone_queries_as_out_of_gallery():
+    from sklearn.metrics import roc_auc_score
+
+    x = [[0.0], [0.1], [1.0], [1.1], [5.0], [6.0]]
+    y = [0, 0, 1, 1, 2, 3]  # classes 2 and 3 have no other member: lone = out of gallery
+    conf = [0.9, 0.6, 0.8, 0.3, 0.5, 0.1]
+    res = ee.evaluate(x, y, confidences=conf, metrics=["precision_at_1"])
+    enrolled = [1, 1, 1, 1, 0, 0]
+    assert res.confidence["open_set_auroc"] == pytest.approx(roc_auc_score(enrolled, conf))
+    # enrolled .9 .8 .6 .3: TPR >= .95 only at t = .3, which accepts out .5 -> FPR 1/2
+    assert res.confidence["open_set_fpr_at_95tpr"] == pytest.approx(0.5)
+
+
+def test_ci_of_aurc_and_ece_by_loop_with_the_same_draws():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(60, 3))
+    y = rng.integers(0, 6, 60)
+    conf = rng.permutation(60) / 60 + 0.005  # distinct, in (0, 1)
+    res = ee.evaluate(x, y, confidences=conf, metrics=["precision_at_1"], ci=0.8, n_boot=40)
+    correct = res.per_query["precision_at_1"]
+    draws = np.random.default_rng(0)
+    aurcs, eces = [], []
+    for _ in range(40):
+        idx = draws.integers(0, 60, size=60)
+        c, s = conf[idx], correct[idx]
+        # duplicated queries are tied blocks; a tie of equal errors changes nothing, and a
+        # duplicate has the same error, so a plain stable sort gives the expectation here
+        aurcs.append(_aurc_loop(list(s), list(c)))
+        eces.append(_ece_loop(list(s), list(c)))
+    assert res.ci["aurc_precision_at_1"] == pytest.approx(tuple(np.quantile(aurcs, [0.1, 0.9])))
+    assert res.ci["ece"] == pytest.approx(tuple(np.quantile(eces, [0.1, 0.9])))
+
+
+def _two_checkpoints():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(80, 4))
+    y = rng.integers(0, 8, 80)
+    good = rng.permutation(80) / 80 + 0.005
+    a = ee.evaluate(x, y, confidences=good, metrics=["precision_at_1"])
+    b = ee.evaluate(x, y, confidences=good * 0.5, metrics=["precision_at_1"])
+    return a, b, good
+
+
+def test_compare_confidence_metric_paired_interval_by_loop():
+    a, b, conf = _two_checkpoints()
+    cmp = ee.compare({"a": a, "b": b}, metrics=["ece"], ci=0.8, n_boot=50, seed=2)
+    rows = {r["checkpoint"]: r for r in cmp.rows}
+    assert rows["a"]["value"] == pytest.approx(a.confidence["ece"])
+    assert rows["b"]["diff"] == pytest.approx(b.confidence["ece"] - a.confidence["ece"])
+    s = a.per_query["precision_at_1"]
+    draws = np.random.default_rng(2)
+    diffs = []
+    for _ in range(50):
+        idx = draws.integers(0, 80, size=80)
+        diffs.append(
+            _ece_loop(list(s[idx]), list(conf[idx] * 0.5))
+            - _ece_loop(list(s[idx]), list(conf[idx]))
+        )
+    lo, hi = np.quantile(diffs, [0.1, 0.9])
+    assert (rows["b"]["diff_ci_low"], rows["b"]["diff_ci_high"]) == pytest.approx((lo, hi))
+    perm = ee.compare({"a": a, "b": b}, metrics=["ece"], n_boot=50, test="permutation")
+    assert 0 < perm.rows[1]["p_value"] <= 1
+
+
+def test_compare_from_json_and_missing_confidences():
+    a, b, _ = _two_checkpoints()
+    a2 = ee.EvaluationResult.from_dict(json.loads(a.to_json()))
+    assert a2.query_confidences == pytest.approx(a.query_confidences)
+    cmp = ee.compare([a2, b], metrics=["precision_at_1", "augrc_precision_at_1"], n_boot=20)
+    assert cmp.metrics == ["precision_at_1", "augrc_precision_at_1"]
+    bare = ee.EvaluationResult.from_dict(
+        {k: v for k, v in a.to_dict().items() if k != "query_confidences"}
+    )
+    with pytest.raises(ee.InputError, match="confidences"):
+        ee.compare([bare, b], metrics=["augrc_precision_at_1"], n_boot=20)
+
+
+def _compare_cli(tmp_path, *options):
+    """`embedeval compare a.npz b.npz OPTIONS` in a subprocess, with this checkout importable."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "embedeval",
+            "compare",
+            tmp_path / "a.npz",
+            tmp_path / "b.npz",
+            *options,
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=300,
+    )
+
+
+def test_cli_compare_with_confidence_metrics(tmp_path):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, 3))
+    y = rng.integers(0, 5, 40)
+    np.savez(tmp_path / "a.npz", embeddings=x, labels=y, confidences=rng.uniform(0, 1, 40))
+    np.savez(tmp_path / "b.npz", embeddings=x, labels=y, confidences=rng.uniform(0, 1, 40))
+    proc = _compare_cli(
+        tmp_path,
+        "--metrics",
+        "precision_at_1",
+        "--confidence-metrics",
+        "aurc_precision_at_1,ece",
+        "--n-boot",
+        "20",
+        "--json",
+        tmp_path / "c.json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["metrics"] == ["precision_at_1", "aurc_precision_at_1", "ece"]
+    bad = _compare_cli(tmp_path, "--confidence-metrics", "aurcc")
+    assert bad.returncode == 2 and "aurcc" in bad.stderr
+
+
+def test_compare_confidence_metrics_across_runs_with_different_metric_sets():
+    a, _, conf = _two_checkpoints()
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(80, 4))
+    y = a.query_labels
+    c = ee.evaluate(x, y, confidences=conf, metrics=["precision_at_1", "map_at_r"])
+    keys = ["aurc_precision_at_1", "r_auroc", "brier"]
+    cmp = ee.compare({"a": a, "c": c}, metrics=keys, n_boot=30, test="permutation")
+    assert [r["metric"] for r in cmp.rows] == [k for k in keys for _ in range(2)]
+    # identical runs: every swap leaves the difference at 0, so p = (30 + 1) / (30 + 1)
+    same = ee.compare({"a": a, "a2": a}, metrics=["ece"], n_boot=30, test="permutation")
+    assert same.rows[1]["p_value"] == 1.0 and same.rows[1]["diff"] == 0.0

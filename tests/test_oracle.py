@@ -83,3 +83,29 @@ def test_groups_and_ref_includes_query():
     assert math.isnan(pq["map"][0])
     # q1 (group 2): ref0 is group 2 -> removed; ref1 self; refs 0.5(a), 2.0(b) -> 1
     assert pq["map"][1] == 1.0
+
+
+def test_summary_per_query_on_five_points():
+    # 1-D points 0, 1, 2, 10, 11 with labels a b a b b, leave-one-out:
+    # q0: 1b 2a 10b 11b -> map 1/2;  q1: 0a 2a (tie, by index) 10b 11b -> map (1/3 + 2/4)/2
+    # q2: 1b 0a 10b 11b -> map 1/2;  q3: 11b 2a 1b 0a -> map (1 + 2/3)/2;  q4 like q3
+    x5, y5 = [[0.0], [1.0], [2.0], [10.0], [11.0]], ["a", "b", "a", "b", "b"]
+    _, pq = oracle.summary(x5, y5, metrics=["map", "mrr"])
+    assert pq["map"].tolist() == pytest.approx([1 / 2, 5 / 12, 1 / 2, 5 / 6, 5 / 6])
+    assert pq["mrr"].tolist() == pytest.approx([1 / 2, 1 / 3, 1 / 2, 1, 1])
+
+
+def test_summary_micro_and_macro_by_hand():
+    # Same four points as the first cases: per-query precision_at_1 is 1, 1, lone, 0.
+    micro, pq = oracle.summary(X, Y, metrics=["precision_at_1"])
+    macro, _ = oracle.summary(X, Y, metrics=["precision_at_1"], average="macro")
+    assert math.isnan(pq["precision_at_1"][2])
+    assert micro["precision_at_1"] == pytest.approx(float(F(2, 3)))
+    # class a holds the three live queries (b's only query is lone): macro = 2/3 as well
+    assert macro["precision_at_1"] == pytest.approx(float(F(2, 3)))
+    # five points of test_hand_case_macro_and_ties: class 0 mean 2/3, class 1 mean 0
+    xs, ys = [[0.0], [0.1], [0.3], [5.0], [0.2]], [0, 0, 0, 1, 1]
+    macro, _ = oracle.summary(xs, ys, metrics=["precision_at_1"], average="macro")
+    assert macro["precision_at_1"] == pytest.approx(float((F(2, 3) + 0) / 2))
+    only_lone, _ = oracle.summary([[0.0], [1.0]], ["a", "b"], metrics=["map"])
+    assert math.isnan(only_lone["map"])

@@ -141,7 +141,7 @@ def test_mrr_in_float64_where_pml_uses_float32():
     assert res["mrr"] == 1 / 3  # exactly the float64 value
 
 
-# --- added by the core-test helper: other distances, int-k per class, the oracle vs PML ---
+# ---- other distances, int k per class, the independent oracle vs PML
 
 
 def _pml_knn(include, k, avg, q, ql, r, rl, knn_func, per_class=False):

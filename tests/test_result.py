@@ -1,5 +1,7 @@
 """EvaluationResult: access types, to_dict/to_json/from_dict/from_json round trips, repr."""
 
+from __future__ import annotations
+
 import json
 import math
 import warnings
@@ -231,3 +233,37 @@ def test_table_header_names_the_ci_level():
     for level, header in ((0.9, "90% CI"), (0.975, "97.5% CI")):
         table = ee.evaluate(x, y, metrics=["map_at_r"], ci=level, n_boot=20).table()
         assert header in table.splitlines()[0], table
+
+
+# The result object's round trip.
+
+
+def test_result_round_trip_and_repr(tmp_path):
+    x = [[0.0], [1.0], [2.0], [10.0], [11.0], [30.0]]
+    y = ["a", "b", "a", "b", "b", "c"]
+    res = ee.evaluate(x, y, metrics=["precision_at_1", "map_at_r"], ci=0.9, n_boot=50)
+    path = tmp_path / "r.json"
+    text = res.to_json(path)
+    back = ee.EvaluationResult.from_json(path)
+    assert back.metrics == res.metrics
+    assert back.n_lone == 1 and back.n_queries == 6
+    assert math.isnan(back.per_query["map_at_r"][5])
+    np.testing.assert_array_equal(back.per_query["map_at_r"][:5], res.per_query["map_at_r"][:5])
+    assert back.per_class == res.per_class
+    assert back.query_labels.tolist() == y
+    assert ee.EvaluationResult.from_json(text).metrics == res.metrics
+    assert isinstance(res["map_at_r"], float)
+    assert res["mean_average_precision_at_r"] == res["map_at_r"]
+    table = repr(res)
+    assert "map_at_r" in table and "6 queries" in table and "1 lone" in table
+    with pytest.raises(KeyError, match="not computed"):
+        res["mrr"]
+    with pytest.raises(ee.InputError, match="not an embedeval result"):
+        ee.EvaluationResult.from_dict({"metrics": {}})
+
+
+def test_result_round_trip_with_int_labels():
+    res = ee.evaluate([[0.0], [0.1], [5.0], [5.1]], np.array([2**40, 2**40, 7, 7]))
+    back = ee.EvaluationResult.from_dict(res.to_dict())
+    assert set(back.per_class["precision_at_1"]) == {2**40, 7}
+    assert back.query_labels.dtype.kind == "i"

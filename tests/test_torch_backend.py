@@ -3,6 +3,7 @@ bit for bit against the local engine on small-integer data (exact float32 keys, 
 duplicate vectors); GPU-only checks are skipped where no CUDA device is present."""
 
 import dataclasses
+import importlib
 import math
 import subprocess
 import sys
@@ -33,7 +34,7 @@ METRICS = [
 WITH_MINP = [*METRICS, "minp"]  # re-id mINP: compared with the local engine
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (none is visible to torch)")
-EVALUATE = sys.modules["embedeval.evaluate"]
+TORCH_BACKEND = importlib.import_module("embedeval._torch_backend")
 
 
 def ev(*args, **kw):
@@ -164,9 +165,9 @@ def test_bit_identical_to_the_local_engine_on_real_valued_data(distance, k):
 
 
 def _force(monkeypatch, **changes):
-    run = EVALUATE.run_torch
+    run = TORCH_BACKEND.run_torch
     monkeypatch.setattr(
-        EVALUATE, "run_torch", lambda task, o: run(task, dataclasses.replace(o, **changes))
+        TORCH_BACKEND, "run_torch", lambda task, o: run(task, dataclasses.replace(o, **changes))
     )
 
 

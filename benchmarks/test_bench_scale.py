@@ -8,11 +8,11 @@ import os
 import numpy as np
 import pytest
 
-from benchmarks.bench_scale import D, make_clusters
+from benchmarks.bench_scale import D, cluster_cache_path, make_clusters
 
 
 def _cleanup(n, n_classes, seed, spread, tag=""):
-    path = f"/tmp/embedeval_bench_scale_{n}_{n_classes}_{seed}_{spread}{tag}.f32"
+    path = cluster_cache_path(n, n_classes, seed, spread, tag)
     if os.path.exists(path):
         os.remove(path)
 

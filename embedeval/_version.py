@@ -1,0 +1,3 @@
+"""The package version (one place; ``pyproject.toml`` carries the same number)."""
+
+__version__ = "0.1.0"
