@@ -31,8 +31,9 @@ multiplied once per side instead.
 
 Not taken (the one-sided engine runs instead): identical rows (their keys must be exact ties,
 which the one-sided engine's shared per-group keys guarantee), full-depth ``map`` / ``mrr``
-with ``k=None`` (whole rows are needed before any selection), ``ref_includes_query=True`` and
-more than 2**22 rows.
+with ``k=None`` (whole rows are needed before any selection), rankings deeper on average than
+1/32 of a set of more than four tiles (candidate extraction, not the products, dominates),
+``ref_includes_query=True`` and more than 2**22 rows.
 """
 
 from __future__ import annotations
@@ -77,19 +78,28 @@ __all__ = [
 #: Rows per square tile of the canonical products.
 TILE = 1024
 _MAX_ROWS = 1 << 22  # the packed code keeps 10 bits for the row in a tile, 22 for the column
+_DENSE = 32  # mean depth above n / _DENSE: the one-sided engine (see symmetric_applies)
 
 
 def symmetric_applies(task: Any, threshold: str | None, duplicates: Any) -> bool:
     """Whether ``task`` is leave-one-out that the symmetric engine (and canonical keys) serve:
     the reference is the query set, no label threshold, no identical rows (``duplicates`` from
-    :func:`embedeval.knn.reference_duplicates`)."""
-    return (
+    :func:`embedeval.knn.reference_duplicates`), and shallow rankings: in a set of more than
+    four tiles whose queries need on average more than 1/32 of it (e.g. MAP@R over a few large
+    classes), extracting the candidates outweighs the products and the one-sided engine is
+    faster."""
+    if not (
         task.reference is task.query
         and task.exclusions.self_index
         and threshold is None
         and duplicates is None
         and 2 <= task.n_query <= _MAX_ROWS
-    )
+    ):
+        return False
+    if task.n_query <= 4 * TILE:  # small: either engine is quick; keep one path
+        return True
+    depth, _ = task.depth()
+    return float(np.minimum(depth, task.n_valid).mean()) * _DENSE <= task.n_query
 
 
 def uses_symmetric_engine(task: Any) -> bool:
@@ -435,9 +445,9 @@ def _finish(plan: _Plan, a: int, parts: list[np.ndarray]) -> tuple[int, Any]:
 
 def stripe_window(need: np.ndarray, memory_budget: int) -> int:
     """Tiles apart up to which a product serves both sides (:func:`schedule`): the candidates
-    waiting for later stripes (about 1.5 x depth per query) stay within two budgets."""
+    waiting for later stripes (about 1.5 x depth per query) stay within the budget."""
     per_tile = 8 * TILE * (float(np.mean(need * 1.5 + 64)) if need.size else 64.0)
-    return max(1, int(2 * memory_budget // per_tile))
+    return max(1, int(memory_budget // per_tile))
 
 
 def run_symmetric(

@@ -112,12 +112,12 @@ def test_threads_and_memory_budget_do_not_change_a_bit():
     # budget so small that far tile pairs are multiplied once per side.
     rng = np.random.default_rng(11)
     x = rng.standard_normal((3100, 12)).astype(np.float32)
-    y = rng.integers(0, 8, len(x))  # R ~ 390: deep rankings, many near-ties
+    y = rng.integers(0, 40, len(x))  # R ~ 77: deep enough for many near-ties
     runs = [
         evaluate(x, y, metrics=METRICS, n_threads=t, memory_budget=b, progress=False)
         for t, b in ((1, 2**28), (2, 2**28), (2, 2**20))
     ]
-    assert sym.stripe_window(np.full(3100, 400), 2**20) == 1
+    assert sym.stripe_window(np.full(3100, 78), 2**20) == 1
     for other in runs[1:]:
         _same(runs[0], other)
 
@@ -212,3 +212,17 @@ def test_memory_stays_far_below_the_distance_matrix():
     finally:
         tracemalloc.stop()
     assert peak < n * n * 4 / 4  # a quarter of one float32 n x n matrix
+
+
+def test_deep_rankings_take_the_one_sided_engine(monkeypatch):
+    # 5 classes of 900: MAP@R needs 900 of 4,500 rows per query, above 1/32 of the set.
+    rng = np.random.default_rng(24)
+    x = rng.standard_normal((4500, 8)).astype(np.float32)
+    y = np.repeat(np.arange(5), 900)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("deep rankings must take the one-sided engine")
+
+    monkeypatch.setattr(engine, "run_symmetric", refuse)
+    got = evaluate(x, y, metrics=["map_at_r"], progress=False)
+    assert got.n_queries == 4500
