@@ -136,12 +136,9 @@ class SymmetricSet:
             x = np.ascontiguousarray(ref)
             return cls(np.negative(x), x, None)
         x, sq = ref[:, :-1], np.ascontiguousarray(ref[:, -1])
-        n, d = x.shape
-        left = np.empty((n, d + 2), dtype=np.float32)
-        right = np.empty((n, d + 2), dtype=np.float32)
-        left[:, :d], left[:, d], left[:, d + 1] = x, sq, 1.0
-        np.multiply(x, np.float32(-2.0), out=right[:, :d])
-        right[:, d], right[:, d + 1] = 1.0, sq
+        ones = np.ones((x.shape[0], 1), dtype=np.float32)
+        left = np.hstack((x, sq[:, None], ones))
+        right = np.hstack((np.multiply(x, np.float32(-2.0)), ones, sq[:, None]))
         return cls(left, right, sq)
 
     @property
