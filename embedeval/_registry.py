@@ -2,7 +2,9 @@
 
 The registry is the single source of truth for metric names: :func:`parse_metrics` validates a
 user's list against it (with a "did you mean" suggestion), the engine asks it what depth each
-metric needs, and the tests iterate over it.
+metric needs and which kernel (:data:`embedeval._kernels.KERNELS`) computes it, results are
+checked against its value ranges, the :class:`~embedeval.Evaluator` reads its directions, and
+``tests/test_common.py`` runs every entry through the same checks.
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ class MetricInfo:
         The values a query can take.
     function : callable or None
         A user's :class:`~embedeval.RetrievalMetric` function ``fn(relevant, n_relevant)``;
-        ``None`` for the built-in metrics, whose kernels live in :mod:`embedeval._kernels`.
+        ``None`` for the built-in metrics.
+    kernel : str or None
+        The key of the metric's kernel in :data:`embedeval._kernels.KERNELS` (``"custom"``
+        for a user's metric); ``None`` for the cluster metrics.
     """
 
     name: str
@@ -65,6 +70,7 @@ class MetricInfo:
     higher_is_better: bool = True
     value_range: tuple[float, float] = (0.0, 1.0)
     function: Callable[[np.ndarray, np.ndarray], Any] | None = None
+    kernel: str | None = None
 
 
 _FIXED = {
@@ -75,9 +81,16 @@ _FIXED = {
         1,
         "precision_at_1",
         "fraction of queries whose nearest reference has their label",
+        kernel="precision_at_k",
     ),
     "r_precision": MetricInfo(
-        "r_precision", "knn", "r", None, "r_precision", "precision among the R_q nearest references"
+        "r_precision",
+        "knn",
+        "r",
+        None,
+        "r_precision",
+        "precision among the R_q nearest references",
+        kernel="r_precision",
     ),
     "map_at_r": MetricInfo(
         "map_at_r",
@@ -86,6 +99,7 @@ _FIXED = {
         None,
         "mean_average_precision_at_r",
         "mean average precision over the R_q nearest references (MAP@R), divisor R_q",
+        kernel="map_at_r",
     ),
     "map": MetricInfo(
         "map",
@@ -94,6 +108,7 @@ _FIXED = {
         None,
         "mean_average_precision",
         "mean average precision over the full ranking",
+        kernel="map",
     ),
     "mrr": MetricInfo(
         "mrr",
@@ -102,6 +117,7 @@ _FIXED = {
         None,
         "mean_reciprocal_rank",
         "mean reciprocal rank of the first relevant reference",
+        kernel="mrr",
     ),
     "minp": MetricInfo(
         "minp",
@@ -110,6 +126,7 @@ _FIXED = {
         None,
         None,
         "mean inverse negative penalty: R_q / rank of the last relevant reference (re-id mINP)",
+        kernel="minp",
     ),
     "nmi": MetricInfo(
         "nmi",
@@ -175,6 +192,7 @@ def _at_k_info(name: str) -> MetricInfo | None:
             None,
             f"fraction of queries with a relevant reference among the {cutoff} nearest "
             "(metric-learning Recall@k, a hit rate)",
+            kernel="recall_at_k",
         )
     return MetricInfo(
         name,
@@ -183,6 +201,7 @@ def _at_k_info(name: str) -> MetricInfo | None:
         cutoff,
         None,
         f"fraction of relevant references among the {cutoff} nearest",
+        kernel="precision_at_k",
     )
 
 

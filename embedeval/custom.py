@@ -52,6 +52,9 @@ class RetrievalMetric:
         Direction, for checkpoint selection (:class:`embedeval.Evaluator`).
     description : str
         One line for tables.
+    value_range : (float, float)
+        The values ``fn`` may return, ends included (default: any); a value outside raises
+        :class:`~embedeval.InputError` naming the metric, so a wrong formula fails loudly.
 
     Notes
     -----
@@ -79,6 +82,7 @@ class RetrievalMetric:
     depth: str | int = "R"
     higher_is_better: bool = True
     description: str = ""
+    value_range: tuple[float, float] = (-np.inf, np.inf)
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
@@ -93,6 +97,7 @@ class RetrievalMetric:
                 f"RetrievalMetric depth={depth!r} is not valid; use 'R' (R_q items, like MAP@R), "
                 "'all' (the whole ranking) or a positive int."
             )
+        _check_range(self.value_range)
 
 
 def custom_infos(custom_metrics: Any, builtin: Callable[[str], bool]) -> list[Any]:
@@ -138,8 +143,9 @@ def custom_infos(custom_metrics: Any, builtin: Callable[[str], bool]) -> list[An
                 None,
                 metric.description or "custom retrieval metric",
                 higher_is_better=bool(metric.higher_is_better),
-                value_range=(-np.inf, np.inf),
+                value_range=tuple(float(v) for v in metric.value_range),
                 function=metric.fn,
+                kernel="custom",
             )
         )
     return infos
@@ -179,12 +185,40 @@ def call_metric(
     name: str,
     relevant: np.ndarray,
     n_relevant: np.ndarray,
+    value_range: tuple[float, float] = (-np.inf, np.inf),
 ) -> np.ndarray:
-    """Call a custom metric on the non-lone rows and check what it returns."""
+    """Call a custom metric on the non-lone rows and check what it returns (one value per row,
+    within ``value_range``).
+
+    >>> call_metric(lambda rel, n: rel.sum(axis=1) / n, "hits", np.eye(2, dtype=bool),
+    ...             np.array([1, 2]), (0.0, 1.0)).tolist()
+    [1.0, 0.5]
+    """
     value = np.asarray(fn(relevant, n_relevant), dtype=np.float64)
     if value.shape != (relevant.shape[0],):
         raise InputError(
             f"custom metric {name!r} returned shape {value.shape}; it must return one value per "
             f"query of the block, shape ({relevant.shape[0]},)."
         )
+    low, high = value_range
+    outside = (value < low) | (value > high)
+    if outside.any():
+        raise InputError(
+            f"custom metric {name!r} returned {value[outside][0]!r}, outside its value_range "
+            f"{value_range}; fix the function or widen value_range."
+        )
     return value
+
+
+def _check_range(value_range: Any) -> None:
+    try:
+        low, high = (float(v) for v in value_range)
+    except (TypeError, ValueError):
+        raise InputError(
+            f"RetrievalMetric value_range={value_range!r} is not valid; give two numbers "
+            "(low, high), e.g. (0.0, 1.0)."
+        ) from None
+    if not low < high:
+        raise InputError(
+            f"RetrievalMetric value_range={value_range!r} is not valid; low must be below high."
+        )

@@ -25,11 +25,11 @@ import numpy as np
 from ._distributed import active_world, all_gather_arrays
 from ._errors import EmbedevalWarning, InputError, InputTypeError
 from ._registry import PML_ALIASES
+from ._settings import DATA_ARGUMENTS, EvaluationInputs, validate_arguments
 from ._validation import (
     as_embeddings,
     as_labels,
     as_vector,
-    check_choice,
     host_array,
     suggest,
 )
@@ -40,16 +40,6 @@ from .result import EvaluationResult
 __all__ = ["Evaluator"]
 
 _SPLITS = (None, "query", "reference")
-# evaluate()'s data arguments: the Evaluator accumulates these instead of taking them once.
-_DATA_ARGUMENTS = (
-    "query",
-    "query_labels",
-    "reference",
-    "reference_labels",
-    "query_groups",
-    "reference_groups",
-    "confidences",
-)
 
 
 class _Growable:
@@ -140,6 +130,8 @@ class Evaluator:
         Any other keyword argument of :func:`embedeval.evaluate` except the data (embeddings,
         labels, groups, confidences, which come through :meth:`update`): ``ci``,
         ``ref_includes_query``, ``higher_is_confident``, ``block_size``, ``n_threads``, ...
+        Every option is checked when the Evaluator is built, by the same validation stage as
+        :func:`embedeval.evaluate`.
 
     Notes
     -----
@@ -188,16 +180,10 @@ class Evaluator:
         **options: Any,
     ) -> None:
         _check_options(options)
+        self._options = {"metrics": metrics, "k": k, "distance": distance, "average": average}
+        self._options.update(options)
+        _validate_early(self._options)
         infos = metric_infos(metrics, options.get("custom_metrics"))
-        self._options = {
-            "metrics": metrics,
-            "k": k,
-            "distance": check_choice(
-                distance, "distance", ("euclidean", "cosine", "inner_product")
-            ),
-            "average": check_choice(average, "average", ("micro", "macro")),
-            **options,
-        }
         self._directions = {m.name: bool(m.higher_is_better) for m in infos}
         names = list(self._directions)
         if primary_metric is None:
@@ -349,9 +335,9 @@ def _common_dtype(a: np.dtype, b: np.dtype) -> Any:
 
 
 def _check_options(options: dict[str, Any]) -> None:
-    allowed = set(inspect.signature(evaluate).parameters) - set(_DATA_ARGUMENTS)
+    allowed = set(inspect.signature(evaluate).parameters) - set(DATA_ARGUMENTS)
     for name in options:
-        if name in _DATA_ARGUMENTS:
+        if name in DATA_ARGUMENTS:
             raise InputTypeError(
                 f"Evaluator() does not take {name}=; pass the data batch by batch to update()."
             )
@@ -360,6 +346,18 @@ def _check_options(options: dict[str, Any]) -> None:
                 f"Evaluator() got an unexpected keyword argument {name!r}."
                 + suggest(name, sorted(allowed))
             )
+
+
+def _validate_early(options: dict[str, Any]) -> None:
+    """Run evaluate's validation stage on the options now, so that a bad ``ci=`` fails when
+    the Evaluator is built, not after an epoch of accumulation.  The data arrive later:
+    stand-ins say only which arrays the options imply (a gallery for ``ref_includes_query``,
+    confidences for ``reject_from="both"``)."""
+    flag = options.get("ref_includes_query", False)
+    gallery = 0 if isinstance(flag, (bool, np.bool_)) and flag else None
+    conf = 0 if options.get("reject_from") == "both" else None
+    stand_in = EvaluationInputs(None, None, gallery, gallery, confidences=conf)
+    validate_arguments(stand_in, **options)
 
 
 def _as_indices(indices: Any, n: int) -> np.ndarray | None:

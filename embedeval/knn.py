@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ._candidates import Candidates, from_sortable_bits, sortable_bits
 from ._duplicates import DuplicateKeys, DuplicateRows, find_duplicate_rows
 from ._errors import InputError, InputTypeError
 from ._progress import progress_bar
@@ -61,27 +62,6 @@ _BLOCK_CODE_BYTES = 12 << 20
 #: Default working-memory budget of one engine thread, in bytes.  Peak memory is about this times
 #: the number of threads, plus the embeddings themselves and O(n_query) per-query results.
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
-
-
-def sortable_bits(values: np.ndarray) -> np.ndarray:
-    """Map float32 values to uint32 so that unsigned order equals float order (no NaN).
-
-    -0.0 is mapped like +0.0, so values that compare equal get equal bits.
-    """
-    bits = (np.asarray(values, dtype=np.float32) + np.float32(0.0)).view(np.uint32)
-    # Negative values: flip every bit; others: set the sign bit.  The arithmetic shift of the
-    # int32 view gives all ones exactly for the negatives.
-    flip = (bits.view(np.int32) >> np.int32(31)).view(np.uint32)
-    flip |= np.uint32(0x80000000)
-    flip ^= bits
-    return flip
-
-
-def from_sortable_bits(bits: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`sortable_bits`."""
-    bits = bits.astype(np.uint32)
-    positive = (bits >> np.uint32(31)).astype(bool)
-    return np.where(positive, bits & np.uint32(0x7FFFFFFF), ~bits).view(np.float32)
 
 
 @dataclass(frozen=True)
@@ -685,29 +665,6 @@ def _redo_rows(
         parts.append(code)
         counts[redo] = np.bincount(r, minlength=counts.size)[redo]
     return np.concatenate(parts), counts
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """One block of queries with their nearest references, sorted, in CSR form.
-
-    ``queries[i]`` (a global query index) owns ``index[lims[i]:lims[i+1]]`` (reference indices,
-    nearest first) with ranking keys ``bits`` (:func:`sortable_bits` of the float32 key, so equal
-    bits mean an exact tie).  This is faiss's ``(lims, D, I)`` layout for variable-depth results.
-    """
-
-    queries: np.ndarray
-    lims: np.ndarray
-    index: np.ndarray
-    bits: np.ndarray
-
-    @property
-    def counts(self) -> np.ndarray:
-        return np.diff(self.lims)
-
-    def keys(self) -> np.ndarray:
-        """The float32 ranking keys (smaller = nearer)."""
-        return from_sortable_bits(self.bits)
 
 
 def _sort_block(

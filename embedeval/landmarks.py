@@ -35,6 +35,7 @@ import numpy as np
 
 from ._errors import InputError, InputTypeError
 from ._registry import MetricInfo, parse_metrics
+from ._settings import EvaluationInputs, EvaluationSettings
 from ._validation import as_embeddings, check_choice, check_int
 
 __all__ = ["PROTOCOLS", "evaluate_listed", "revisitop_evaluate", "revisitop_lists"]
@@ -385,71 +386,36 @@ def revisitop_evaluate(
     return out
 
 
-def evaluate_with_lists(
-    query: Any,
-    query_labels: Any,
-    reference: Any,
-    reference_labels: Any,
-    *,
-    positives: Any,
-    junk: Any,
-    metrics: Any,
-    k: Any,
-    distance: str,
-    average: str,
-    ci: float | None,
-    n_boot: int,
-    seed: int,
-    block_size: int | None,
-    memory_budget: int,
-    unsupported: dict[str, Any],
-) -> Any:
-    """:func:`embedeval.evaluate` with ``positives=`` / ``junk=``: the thin result layer."""
+def evaluate_with_lists(settings: EvaluationSettings, inputs: EvaluationInputs) -> Any:
+    """:func:`embedeval.evaluate` with ``positives=`` / ``junk=``: the thin result layer.
+
+    ``settings`` come from the same validation stage as every other path
+    (:func:`embedeval._settings.validate_arguments`); the bootstrap intervals are added by
+    :func:`embedeval.evaluate` as on the label path.
+    """
     from .result import EvaluationResult
 
-    if positives is None:
-        raise InputError("junk= was given without positives=; pass both lists per query.")
-    if query_labels is not None or reference_labels is not None:
-        raise InputError(
-            "positives= replaces labels: pass query_labels=None and reference_labels=None "
-            "(relevance comes from the lists)."
-        )
-    given = [name for name, value in unsupported.items() if value]
-    if given:
-        raise InputError(
-            f"{', '.join(given)} cannot be combined with positives= (relevance lists); drop it."
-        )
-    if average != "micro":
-        raise InputError("average='macro' needs classes; with positives= use average='micro'.")
-    if isinstance(k, bool) or (k is not None and not isinstance(k, (int, np.integer))):
-        raise InputError(f"k must be None or an int with positives=; got {k!r}.")
-    if ci is not None:
-        from ._validation import check_level
-
-        ci = check_level(ci)
-        n_boot = check_int(n_boot, "n_boot")
-        seed = check_int(seed, "seed", minimum=0)
+    ms = settings.metrics
     per_query, ties, infos, info = evaluate_listed(
-        query,
-        reference,
-        positives,
-        junk,
-        metrics=metrics,
-        k=k,
-        distance=distance,
-        block_size=block_size,
-        memory_budget=memory_budget,
+        inputs.query,
+        inputs.reference,
+        inputs.positives,
+        inputs.junk,
+        metrics=[m.name for m in ms.infos],
+        k=ms.k,
+        distance=ms.distance,
+        block_size=settings.search.block_size,
+        memory_budget=settings.search.memory_budget,
     )
-    n_q = next(iter(per_query.values())).size if per_query else len(positives)
-    ids = np.arange(n_q)
+    n_q = next(iter(per_query.values())).size if per_query else len(inputs.positives)
     summary = {
         name: (float(np.nanmean(v)) if not np.isnan(v).all() else float("nan"))
         for name, v in per_query.items()
     }
-    settings = {
+    settings_record = {
         "metrics": [m.name for m in infos],
-        "k": k,
-        "k_used": k,
+        "k": ms.k,
+        "k_used": ms.k,
         "distance": info["distance"],
         "average": "micro",
         "relevance": "positives lists (junk removed from the ranking)",
@@ -457,21 +423,13 @@ def evaluate_with_lists(
         "n_junk": info["n_junk"],
         "dim": int(info["dim"]),
     }
-    result = EvaluationResult(
+    return EvaluationResult(
         metrics=summary,
         per_query=per_query,
         per_class={},
-        query_labels=ids,
+        query_labels=np.arange(n_q),
         n_queries=n_q,
         n_lone=int(np.isnan(next(iter(per_query.values()))).sum()) if per_query else 0,
         n_ties={name: int(flags.sum()) for name, flags in ties.items()},
-        settings=settings,
+        settings=settings_record,
     )
-    if ci is not None:
-        from .compare import bootstrap_ci
-
-        result.ci = bootstrap_ci(
-            per_query, labels=ids, average="micro", ci=ci, n_boot=n_boot, seed=seed
-        )
-        settings.update(ci=ci, n_boot=n_boot, seed=seed)
-    return result

@@ -2,24 +2,48 @@
 
 Unlike the error-reject curve of :mod:`embedeval.confidence`, which drops queries from the
 average and keeps the gallery whole, a rejected item here can no longer be anyone's neighbour,
-so every metric is recomputed on what remains.  This module sits above
-:func:`embedeval.evaluate`: it re-runs the evaluation once per rejection fraction.
+so every metric is recomputed on what remains.  Each point of the curve runs the core
+evaluation pipeline (:func:`embedeval._pipeline.evaluate_core`) on the items kept;
+:func:`embedeval.evaluate` calls :func:`rejection_curve` for ``reject_from="both"``.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ._errors import EmbedevalWarning, InputError
+from ._pipeline import evaluate_core
+from ._registry import MetricInfo
+from ._search import SearchOptions
+from ._settings import (
+    DEFAULT_REJECTION_FRACTIONS,
+    SEARCH_ARGUMENTS,
+    ConfidenceSettings,
+    EvaluationInputs,
+    EvaluationSettings,
+    ProtocolSettings,
+    StatisticsSettings,
+    validate_arguments,
+)
 from ._validation import as_embeddings, as_labels, as_vector, check_bool, check_fractions
-from .evaluate import evaluate
 
-__all__ = ["RejectBothCurve", "reject_both_curve"]
+__all__ = [
+    "FORWARDED",
+    "RejectBothCurve",
+    "kept_counts",
+    "reevaluation_settings",
+    "reject_both_curve",
+    "rejection_curve",
+]
+
+#: The keyword arguments of :func:`embedeval.evaluate` that :func:`reject_both_curve` forwards
+#: to each re-evaluation (the others describe another protocol or an add-on).
+FORWARDED = ("metrics", "custom_metrics", "k", "distance", "average", "seed", *SEARCH_ARGUMENTS)
 
 
 @dataclass(frozen=True)
@@ -36,7 +60,7 @@ def reject_both_curve(
     labels: Any,
     confidences: Any,
     *,
-    fractions: Any = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
+    fractions: Any = DEFAULT_REJECTION_FRACTIONS,
     metrics: Any = None,
     higher_is_confident: bool = True,
     **evaluate_kwargs: Any,
@@ -52,6 +76,10 @@ def reject_both_curve(
     Zero division: queries that become lone after the rejection are left out of the averages
     as in :func:`embedeval.evaluate`; ``fractions`` must stay below 1.
 
+    ``evaluate_kwargs`` are options of :func:`embedeval.evaluate` for each re-evaluation
+    (``k``, ``distance``, ``average``, ``query_groups``, ``custom_metrics`` and the search
+    options); they are all checked before the first one runs.
+
     Examples
     --------
     >>> x = [[0.0], [0.1], [1.0], [1.1], [0.5]]
@@ -63,34 +91,95 @@ def reject_both_curve(
     x = as_embeddings(embeddings, "embeddings")
     y = as_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
     c = as_vector(confidences, "confidences", length=x.shape[0], length_of="embeddings")
-    check_bool(higher_is_confident, "higher_is_confident")
-    if not higher_is_confident:
+    if not check_bool(higher_is_confident, "higher_is_confident"):
         c = -c
     fr = check_fractions(fractions, "fractions")
     groups = evaluate_kwargs.pop("query_groups", None)
+    refused = sorted(set(evaluate_kwargs) - set(FORWARDED))
+    if refused:
+        raise InputError(
+            f"reject_both_curve does not take {', '.join(refused)}: each step is a "
+            "leave-one-out evaluation of the kept items without add-ons; it takes "
+            f"{', '.join(FORWARDED)} and query_groups."
+        )
+    inputs = EvaluationInputs(x, y, query_groups=groups)
+    settings = validate_arguments(inputs, metrics=metrics, **evaluate_kwargs)
+    return rejection_curve(settings, x, y, c, groups, fr, name="fractions")
+
+
+def rejection_curve(
+    settings: EvaluationSettings,
+    x: np.ndarray,
+    y: np.ndarray,
+    confidences: np.ndarray,
+    groups: Any,
+    fractions: Any,
+    *,
+    name: str = "rejection_fractions",
+) -> RejectBothCurve:
+    """The reject-both curve of checked arrays (``confidences``: higher = more confident).
+
+    Each step evaluates the kept items leave-one-out with the core pipeline under
+    ``settings``; ``name`` is the argument the fractions came from, for error messages.
+    """
+    fractions = np.asarray(fractions, dtype=np.float64)
+    n_kept = kept_counts(fractions, x.shape[0], name)
     if groups is not None:  # group ids travel with their items
         groups = as_labels(groups, "query_groups", length=x.shape[0], length_of="embeddings")
-    order = np.argsort(-c, kind="stable")  # most confident first, ties by position
+    order = np.argsort(-confidences, kind="stable")  # most confident first, ties by position
     results: dict[str, list[float]] = {}
-    kept = []
-    for f in fr:
-        n_keep = x.shape[0] - math.ceil(f * x.shape[0] - 1e-12)
-        if n_keep < 1:
-            raise InputError(
-                f"fractions holds {f}, which rejects all {x.shape[0]} items and leaves nothing "
-                "to evaluate; use fractions below (n - 1) / n."
-            )
+    for n_keep in n_kept:
         keep = np.sort(order[:n_keep])
+        kept = EvaluationInputs(
+            x[keep], y[keep], query_groups=None if groups is None else groups[keep]
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", EmbedevalWarning)
-            res = evaluate(
-                x[keep],
-                y[keep],
-                metrics=metrics,
-                query_groups=None if groups is None else groups[keep],
-                **evaluate_kwargs,
+            res = evaluate_core(settings, kept)
+        for metric, value in res.metrics.items():
+            results.setdefault(metric, []).append(value)
+    return RejectBothCurve(
+        fractions, {k: np.asarray(v) for k, v in results.items()}, np.asarray(n_kept)
+    )
+
+
+def kept_counts(fractions: Any, n: int, name: str = "rejection_fractions") -> list[int]:
+    """Items kept at each rejection fraction, n - ⌈f·n⌉; an error when one keeps nothing.
+
+    >>> kept_counts(np.array([0.0, 0.25, 0.3]), 4)
+    [4, 3, 2]
+    """
+    kept = []
+    for f in np.atleast_1d(fractions):
+        n_keep = n - math.ceil(float(f) * n - 1e-12)
+        if n_keep < 1:
+            raise InputError(
+                f"{name} holds {float(f)}, which rejects all {n} items and leaves nothing to "
+                "evaluate; use fractions below (n - 1) / n."
             )
-        for name, value in res.metrics.items():
-            results.setdefault(name, []).append(value)
         kept.append(n_keep)
-    return RejectBothCurve(fr, {k: np.asarray(v) for k, v in results.items()}, np.asarray(kept))
+    return kept
+
+
+def reevaluation_settings(
+    settings: EvaluationSettings, infos: tuple[MetricInfo, ...], k: int | None
+) -> EvaluationSettings:
+    """The settings of each step of :func:`embedeval.evaluate`'s reject-both curve.
+
+    The steps compute the given retrieval metrics (``infos``) at depth ``k`` (``"max_bin_count"``
+    stays the value the whole set resolved to), leave-one-out, on the exact local engine with the
+    caller's block size, memory budget and threads, without progress bar or add-ons.
+    """
+    search = settings.search
+    return EvaluationSettings(
+        metrics=replace(settings.metrics, infos=tuple(infos), default=False, k=k),
+        protocol=ProtocolSettings(leave_one_out=True, grouped=settings.protocol.grouped),
+        confidence=ConfidenceSettings(),
+        statistics=StatisticsSettings(),
+        search=SearchOptions.make(
+            block_size=search.block_size,
+            memory_budget=search.memory_budget,
+            n_threads=search.n_threads,
+            progress=False,
+        ),
+    )

@@ -409,6 +409,22 @@ def _check_result_dict(data: Any) -> None:
                 f"({n} labels); got {got}. The result was edited or assembled from different "
                 f"runs. {fix}"
             )
+        _check_value_range(name, values, fix)
+
+
+def _check_value_range(name: str, values: list[Any], fix: str) -> None:
+    """A built-in metric's saved per-query values lie in its registry ``value_range``."""
+    from ._registry import METRICS
+
+    if name not in METRICS:  # a custom metric: its range is not saved
+        return
+    low, high = METRICS[name].value_range
+    outside = [v for v in values if isinstance(v, (int, float)) and not low <= v <= high]
+    if outside:
+        raise InputError(
+            f"data['per_query'][{name!r}] holds {outside[0]!r}, outside the range of {name} "
+            f"[{low}, {high}]; the result was edited or damaged. {fix}"
+        )
 
 
 def _short(value: Any) -> str:
@@ -474,8 +490,9 @@ def _excludes_zero(ci: Any) -> bool:
     return bool(ci) and (ci[0] > 0 or ci[1] < 0)
 
 
-def warn_if_biased(approx: dict[str, Any]) -> None:
-    """Warn when an approximate search moved a metric by more than its sampling noise."""
+def warn_if_biased(approx: dict[str, Any], stacklevel: int = 3) -> None:
+    """Warn when an approximate search moved a metric by more than its sampling noise
+    (``stacklevel`` as in :func:`warnings.warn`: the frame the warning points at)."""
     import warnings
 
     from ._errors import EmbedevalWarning
@@ -494,5 +511,5 @@ def warn_if_biased(approx: dict[str, Any]) -> None:
             f"sampling noise (approximate - exact, with interval): {'; '.join(biased)}. "
             "Use exact search (index=None) for numbers to publish, or search the index deeper.",
             EmbedevalWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )

@@ -335,3 +335,29 @@ def test_three_gloo_processes_with_empty_ranks_string_labels_groups_and_splits(t
                     err_msg=f"rank {k}, case {case}",
                 )
         assert "split=None and others" in got[2]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"ci": 1.5}, "ci must be"),
+        ({"n_threads": 0}, "n_threads"),
+        ({"index_params": {"nprobe": 4}}, "index_params was given without index"),
+        ({"reject_from": "both", "ref_includes_query": True}, "reject_from='both'"),
+        ({"positives": [[0]]}, "positives"),
+    ],
+)
+def test_every_option_is_checked_when_the_evaluator_is_built(kwargs, match):
+    # Used to fail only in compute(), after the whole validation epoch was accumulated.
+    with pytest.raises((ee.InputError, ee.InputTypeError), match=match):
+        ee.Evaluator(**kwargs)
+
+
+def test_a_numpy_bool_ref_includes_query_is_accepted_when_built():
+    ev = ee.Evaluator(metrics=["precision_at_1"], ref_includes_query=np.True_)
+    x = np.array([[0.0], [0.1], [5.0], [5.1]])
+    ev.update(x[:2], [0, 1], split="query")
+    ev.update(x, [0, 1, 0, 1], split="reference")
+    # query 0 (0.0) sees 0.1 (label 1), 5.0 (0), 5.1 (1): nearest is 0.1, a miss; likewise
+    # query 1 (0.1) -> 0.0 (label 0), a miss: P@1 = 0 / 2
+    assert ev.compute()["precision_at_1"] == 0.0

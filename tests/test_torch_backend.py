@@ -20,6 +20,7 @@ from . import oracle
 torch = pytest.importorskip("torch")
 
 from embedeval import _torch_backend as tb  # noqa: E402
+from embedeval import _torch_kernels as tk  # noqa: E402
 
 METRICS = [
     "precision_at_1",
@@ -298,30 +299,19 @@ def test_tf32_setting_is_restored():
     )
     before = getattr(torch.backends.cuda.matmul, flag)
     seen = []
-    run = tb._DeviceKernels.score
+    run = tk.DeviceKernels.score
 
     def spy(self, block):
         seen.append(getattr(torch.backends.cuda.matmul, flag))
         return run(self, block)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(tb._DeviceKernels, "score", spy)
+        mp.setattr(tk.DeviceKernels, "score", spy)
         ev(x, y, backend="torch", device="cpu", tf32=True)
         assert seen[0] in ("tf32", True)  # on during the search
         ev(x, y, backend="torch", device="cpu")
         assert seen[-1] in ("ieee", False)  # off by default
     assert getattr(torch.backends.cuda.matmul, flag) == before
-
-
-def test_numpy_order_sums_equal_numpy_reduceat():
-    rng = np.random.default_rng(3)
-    lengths = rng.integers(0, 700, 120)
-    lengths[:40] = rng.integers(0, 17, 40)
-    data = rng.random(int(lengths.sum())) / rng.integers(1, 60, int(lengths.sum()))
-    starts = np.minimum(np.cumsum(lengths) - lengths, data.size)
-    want = np.where(lengths > 0, np.add.reduceat(np.append(data, 0.0), starts), 0.0)
-    got = tb.numpy_order_sums(torch, torch.from_numpy(data), torch.from_numpy(lengths))
-    np.testing.assert_array_equal(got.numpy(), want)
 
 
 # ------------------------------------------------------------------------------ bad input
