@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import InputError
 from ._progress import progress_bar
 from .knn import (
     DEFAULT_MEMORY_BUDGET,
@@ -109,7 +110,11 @@ def uses_symmetric_engine(task: Any) -> bool:
     _, threshold = task.depth()
     if threshold is not None:
         return False
-    return symmetric_applies(task, None, reference_duplicates(task.reference, task.distance))
+    try:
+        duplicates = reference_duplicates(task.reference, task.distance)
+    except InputError:  # e.g. a zero vector with cosine: the one-sided engine names the query
+        return False
+    return symmetric_applies(task, None, duplicates)
 
 
 @dataclass(frozen=True)
