@@ -12,25 +12,20 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from ._candidates import Candidates
 from ._duplicates import DuplicateRows
-from ._engine import RetrievalTask
 from ._errors import InputError, InputTypeError
+from ._exact import Exclusions, pack_codes, reference_duplicates, sort_block, sorted_candidates
 from ._progress import progress_bar
-from ._scale import group_exclusions, subset_task
+from ._task import RetrievalTask, ScoredBlock, write_back
 from ._validation import check_choice, check_int
-from .knn import (
-    DEFAULT_MEMORY_BUDGET,
-    _sort_block,
-    reference_duplicates,
-    sortable_bits,
-    sorted_candidates,
-)
 
-__all__ = ["run_approximate", "train_index"]
+__all__ = ["search", "train_index"]
 
 #: Rows used to train an index: faiss's k-means uses at most 256 points per centroid anyway.
 _POINTS_PER_CENTROID = 256
@@ -247,26 +242,10 @@ def _set_params(idx: Any, params: dict[str, Any]) -> None:
             ) from exc
 
 
-def run_approximate(
-    task: RetrievalTask,
-    index: Any,
-    *,
-    index_params: dict[str, Any] | None = None,
-    exact_sample: int = 10_000,
-    seed: int = 0,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
-    progress: bool | None = None,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
-    """Approximate per-query values and tie flags, plus the report of their error."""
-    exact_sample = check_int(exact_sample, "exact_sample", minimum=0)
-    seed = check_int(seed, "seed", minimum=0)
-    if index_params is None:
-        index_params = {}
-    if not isinstance(index_params, dict):
-        raise InputTypeError(
-            f"index_params must be a dict such as {{'nprobe': 64}}; got "
-            f"{type(index_params).__name__}."
-        )
+def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
+    """The approximate backend's entry point (see :mod:`embedeval._search`): scored blocks of
+    approximate per-query values and tie flags; returns the report of their error."""
+    index_params = {} if options.index_params is None else dict(options.index_params)
     depth, threshold = task.depth()
     if threshold is not None:
         raise InputError(
@@ -275,8 +254,42 @@ def run_approximate(
             "int k (e.g. k=1000) to evaluate them at a fixed depth, or drop index= for exact "
             "search."
         )
-    _n_query, n_ref = task.n_query, int(task.reference.shape[0])
     timings: dict[str, float] = {}
+    idx, desc, n_train = _filled_index(task, options.index, index_params, options.seed, timings)
+    candidates = np.flatnonzero(task.relevant > 0)
+    n_sample = min(options.exact_sample, candidates.size)
+    rng = np.random.default_rng(options.seed)
+    sample = np.sort(rng.choice(candidates, n_sample, replace=False))
+    ranked = np.minimum(np.maximum(depth - 1, 0), task.n_valid)  # positions the metrics read
+    seen = _SampleRecord(sample, ranked, task.metrics)
+    t0 = time.perf_counter()
+    search_k = yield from _search_all(idx, task, depth, seen, options.memory_budget,
+                                      options.progress)  # fmt: skip
+    timings["search_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    report = _exact_sample(task, seen, options.seed, options.memory_budget)
+    timings["exact_sample_s"] = time.perf_counter() - t0
+    return {
+        "index": desc,
+        "index_params": {str(k): _jsonable(v) for k, v in index_params.items()},
+        "training_rows": n_train,
+        "seed": options.seed,
+        "search_k": int(search_k),
+        **report,
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+    }
+
+
+def _filled_index(
+    task: RetrievalTask,
+    index: Any,
+    index_params: dict[str, Any],
+    seed: int,
+    timings: dict[str, float],
+) -> tuple[Any, str, int]:
+    """The faiss index of ``index`` trained (unless it is) and holding the task's reference,
+    its description and the rows it was trained on; ``timings`` gets train_s and add_s."""
+    n_ref = int(task.reference.shape[0])
     t0 = time.perf_counter()
     idx, desc = _open_index(index, int(task.reference.shape[1]), task.distance)
     n_train = _train(idx, task.reference, task.distance, seed)
@@ -288,75 +301,63 @@ def run_approximate(
     for a in range(0, n_ref, _ADD_BLOCK):
         idx.add(_prepare(task.reference[a : a + _ADD_BLOCK], task.distance))
     timings["add_s"] = time.perf_counter() - t0
-
-    values, ties = task.empty_outputs()
-    candidates = np.flatnonzero(task.relevant > 0)
-    n_sample = min(exact_sample, candidates.size)
-    sample = np.sort(np.random.default_rng(seed).choice(candidates, n_sample, replace=False))
-    ranked = np.minimum(np.maximum(depth - 1, 0), task.n_valid)  # positions the metrics read
-    approx_lists: dict[int, np.ndarray] = {}
-    t0 = time.perf_counter()
-    search_k = _search_all(idx, task, depth, values, ties, sample, ranked, approx_lists,
-                           memory_budget, progress)  # fmt: skip
-    timings["search_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    report = _exact_sample(task, sample, ranked, values, approx_lists, seed, memory_budget)
-    timings["exact_sample_s"] = time.perf_counter() - t0
-    approximation = {
-        "index": desc,
-        "index_params": {str(k): _jsonable(v) for k, v in index_params.items()},
-        "training_rows": n_train,
-        "seed": seed,
-        "search_k": int(search_k),
-        **report,
-        "timings": {k: round(v, 3) for k, v in timings.items()},
-    }
-    return values, ties, approximation
+    return idx, desc, n_train
 
 
 def _jsonable(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
+class _SampleRecord:
+    """The approximate lists and values of the exact-sample queries, kept as blocks go by."""
+
+    def __init__(self, sample: np.ndarray, ranked: np.ndarray, metrics: Any) -> None:
+        self.sample = sample
+        self.ranked = ranked
+        self.lists: dict[int, np.ndarray] = {}
+        self.values = {m.name: np.full(sample.size, np.nan) for m in metrics}
+
+    def keep(self, cands: Candidates, block: ScoredBlock) -> None:
+        """Record the sample queries of one scored block of candidates."""
+        start, stop = int(cands.queries[0]), int(cands.queries[-1]) + 1
+        lo, hi = np.searchsorted(self.sample, [start, stop])
+        for name, v in block.values.items():
+            self.values[name][lo:hi] = v[self.sample[lo:hi] - start]
+        for q in self.sample[lo:hi]:
+            first = cands.lims[q - start]
+            self.lists[int(q)] = cands.index[first : first + self.ranked[q]].copy()
+
+
 def _search_all(
     idx: Any,
     task: RetrievalTask,
     depth: np.ndarray,
-    values: dict[str, np.ndarray],
-    ties: dict[str, np.ndarray],
-    sample: np.ndarray,
-    ranked: np.ndarray,
-    approx_lists: dict[int, np.ndarray],
+    seen: _SampleRecord,
     memory_budget: int,
     progress: bool | None,
-) -> int:
-    """Search every non-lone query, score its cleaned list, keep the sample's lists."""
+) -> Iterator[ScoredBlock]:
+    """Search every non-lone query, yield its cleaned list scored, record the sample's lists;
+    return the largest k asked of faiss."""
     n_query, n_ref = task.n_query, int(task.reference.shape[0])
     col_bits = max(1, int(n_ref - 1).bit_length())
     # Excluded references (self, same group) take slots in faiss's list: ask for that many more.
     k_query = np.where(depth > 0, np.minimum(n_ref, depth + (n_ref - task.n_valid)), 0)
     k_max = int(k_query.max(initial=0))
-    groups = group_exclusions(task)
+    exclusions = task.exclusions.by_group(n_query, n_ref)
     if k_max == 0:
         return 0
     dups = reference_duplicates(task.reference, task.distance)
     block = max(1, min(4096, memory_budget // (k_max * 40), 2 ** (32 - col_bits)))
-    in_sample = np.zeros(n_query, dtype=bool)
-    in_sample[sample] = True
     need = np.minimum(depth, task.n_valid)
     with progress_bar(n_query, "queries", enabled=progress) as bar:
         for start in range(0, n_query, block):
             stop = min(start + block, n_query)
-            code, counts = _block_lists(idx, task, groups, start, stop, k_query[start:stop],
+            code, counts = _block_lists(idx, task, exclusions, start, stop, k_query[start:stop],
                                         need[start:stop], col_bits, dups)  # fmt: skip
-            cands = _sort_block(code, counts, start, col_bits, False)
-            chunk_values, chunk_ties = task.score_block(cands)
-            for name in chunk_values:
-                values[name][start:stop] = chunk_values[name]
-                ties[name][start:stop] = chunk_ties[name]
-            for q in np.flatnonzero(in_sample[start:stop]):
-                lo = cands.lims[q]
-                approx_lists[start + int(q)] = cands.index[lo : lo + ranked[start + q]].copy()
+            cands = sort_block(code, counts, start, col_bits, False)
+            scored = task.scored(cands)
+            seen.keep(cands, scored)
+            yield scored
             bar.update(stop - start)
     return k_max
 
@@ -364,7 +365,7 @@ def _search_all(
 def _block_lists(
     idx: Any,
     task: RetrievalTask,
-    groups: tuple[np.ndarray, np.ndarray] | None,
+    exclusions: Exclusions,
     start: int,
     stop: int,
     k_query: np.ndarray,
@@ -395,9 +396,9 @@ def _block_lists(
             complete = ~got[:, -1] | (k >= n_ref)  # fewer than k came back: nothing was cut
             last = np.where(got, keys, -np.inf).max(axis=1)
             keep = got & (complete[:, None] | (keys < last[:, None]))
-            if groups is not None:
+            if exclusions.reference_groups is not None:
                 safe = np.where(keep, ids, 0)
-                keep &= groups[1][safe] != groups[0][start + rows, None]
+                keep &= exclusions.other_group(start + rows[:, None], safe)
             n_keep = keep.sum(axis=1)
             short = ~complete & (n_keep < need[rows])
             if short.any():
@@ -406,11 +407,8 @@ def _block_lists(
             r, c = np.nonzero(keep)
             r, ref, key = rows[r], ids[r, c], keys[r, c]
             if dups is not None:
-                r, ref, key = _tie_duplicates(r, ref, key, dups, groups, start)
-            code = r.astype(np.uint64) << np.uint64(32 + col_bits)
-            code |= sortable_bits(key).astype(np.uint64) << np.uint64(col_bits)
-            code |= ref.astype(np.uint64)
-            parts.append(code)
+                r, ref, key = _tie_duplicates(r, ref, key, dups, exclusions, start)
+            parts.append(pack_codes(r, key, ref, col_bits))
             counts += np.bincount(r, minlength=counts.size)
         pending = np.concatenate(retry) if retry else np.empty(0, dtype=np.int64)
         kq[pending] = np.minimum(2 * kq[pending], n_ref)
@@ -423,7 +421,7 @@ def _tie_duplicates(
     ref: np.ndarray,
     key: np.ndarray,
     dups: DuplicateRows,
-    groups: tuple[np.ndarray, np.ndarray] | None,
+    exclusions: Exclusions,
     start: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Give identical references one key per query (the smallest faiss returned for any of
@@ -447,8 +445,8 @@ def _tie_duplicates(
     new_ref = dups.members[order][np.repeat(lims[g], sizes) + offsets]
     new_row = np.repeat(pair // n_groups, sizes)
     new_key = np.repeat(shared, sizes)
-    if groups is not None:  # a twin in the query's group (or the query itself) stays out
-        visible = groups[1][new_ref] != groups[0][start + new_row]
+    if exclusions.reference_groups is not None:  # a twin in the query's group stays out
+        visible = exclusions.other_group(start + new_row, new_ref)
         new_row, new_ref, new_key = new_row[visible], new_ref[visible], new_key[visible]
     plain = ~twin
     return (
@@ -459,65 +457,67 @@ def _tie_duplicates(
 
 
 def _exact_sample(
-    task: RetrievalTask,
-    sample: np.ndarray,
-    ranked: np.ndarray,
-    approx_values: dict[str, np.ndarray],
-    approx_lists: dict[int, np.ndarray],
-    seed: int,
-    memory_budget: int,
+    task: RetrievalTask, seen: _SampleRecord, seed: int, memory_budget: int
 ) -> dict[str, Any]:
     """Exact values and neighbour lists of the sample queries, and the error report."""
+    sample = seen.sample
     out: dict[str, Any] = {"n_sample": int(sample.size), "ci": _CI, "n_boot": _N_BOOT}
     if sample.size == 0:
         out.update(knn_recall=None, metrics={})
         return out
-    sub = subset_task(task, sample)
-    sub_depth, _ = sub.depth()
-    exact = {m.name: np.full(sample.size, np.nan) for m in task.metrics}
+    sub = task.subset(sample)
+    exact, exact_ties = sub.empty_outputs()
     recall = np.full(sample.size, np.nan)
+    write_back(exact, exact_ties, _exact_blocks(sub, seen, recall, memory_budget))
+    out["knn_recall"] = float(np.nanmean(recall)) if np.isfinite(recall).any() else None
+    rng = np.random.default_rng(seed)
+    out["metrics"] = {name: _difference(seen.values[name], e, rng) for name, e in exact.items()}
+    return out
+
+
+def _exact_blocks(
+    sub: RetrievalTask, seen: _SampleRecord, recall: np.ndarray, memory_budget: int
+) -> Iterator[ScoredBlock]:
+    """The sample's exact scored blocks; ``recall`` gets each query's kNN recall."""
+    sample, ranked = seen.sample, seen.ranked
     for block in sorted_candidates(
         sub.query,
         sub.reference,
         distance=sub.distance,
-        depth=sub_depth,
+        depth=sub.depth()[0],
         exclusions=sub.exclusions,
         n_valid=sub.n_valid,
         memory_budget=memory_budget,
         progress=False,
     ):
-        chunk_values, _ = sub.score_block(block)
-        for name, v in chunk_values.items():
-            exact[name][block.queries] = v
+        yield sub.scored(block)
         for i, q in enumerate(block.queries):
             d = int(ranked[sample[q]])
             if d == 0:
                 continue
             truth = block.index[block.lims[i] : block.lims[i] + d]
-            found = approx_lists.get(int(sample[q]), np.empty(0, dtype=truth.dtype))
+            found = seen.lists.get(int(sample[q]), np.empty(0, dtype=truth.dtype))
             recall[q] = np.intersect1d(truth, found).size / d
-    out["knn_recall"] = float(np.nanmean(recall)) if np.isfinite(recall).any() else None
-    rng = np.random.default_rng(seed)
-    metrics = {}
-    for name, e in exact.items():
-        a = approx_values[name][sample]
-        ok = ~(np.isnan(a) | np.isnan(e))
-        diff = a[ok] - e[ok]
-        entry = {
-            "exact": float(e[ok].mean()) if ok.any() else None,
-            "approximate": float(a[ok].mean()) if ok.any() else None,
-            "difference": float(diff.mean()) if ok.any() else None,
-            "difference_ci": None,
-        }
-        if diff.size > 1:
-            boots = np.empty(_N_BOOT)
-            step = max(1, 2_000_000 // diff.size)
-            for b0 in range(0, _N_BOOT, step):
-                b1 = min(b0 + step, _N_BOOT)
-                picks = rng.integers(0, diff.size, size=(b1 - b0, diff.size))
-                boots[b0:b1] = diff[picks].mean(axis=1)
-            lo, hi = np.quantile(boots, [(1 - _CI) / 2, (1 + _CI) / 2])
-            entry["difference_ci"] = [float(lo), float(hi)]
-        metrics[name] = entry
-    out["metrics"] = metrics
-    return out
+
+
+def _difference(a: np.ndarray, e: np.ndarray, rng: np.random.Generator) -> dict[str, Any]:
+    """Mean exact and approximate values of the sample, their difference and its percentile
+    bootstrap interval (queries resampled with replacement)."""
+    ok = ~(np.isnan(a) | np.isnan(e))
+    diff = a[ok] - e[ok]
+    entry = {
+        "exact": float(e[ok].mean()) if ok.any() else None,
+        "approximate": float(a[ok].mean()) if ok.any() else None,
+        "difference": float(diff.mean()) if ok.any() else None,
+        "difference_ci": None,
+    }
+    if diff.size > 1:
+        boots = np.empty(_N_BOOT)
+        step = max(1, 2_000_000 // diff.size)
+        for b0 in range(0, _N_BOOT, step):
+            b1 = min(b0 + step, _N_BOOT)
+            picks = rng.integers(0, diff.size, size=(b1 - b0, diff.size))
+            boots[b0:b1] = diff[picks].mean(axis=1)
+        lo, hi = np.quantile(boots, [(1 - _CI) / 2, (1 + _CI) / 2])
+        entry["difference_ci"] = [float(lo), float(hi)]
+    return entry

@@ -1,35 +1,54 @@
-"""How to search: the validated search options of one evaluation, and the backend dispatch.
+"""Search backends behind one interface, and the dispatch to them.
 
-:func:`embedeval.evaluate` separates *what* to compute (a :class:`embedeval._engine.RetrievalTask`:
-embeddings, label codes, exclusions, metrics, depth) from *how* to search for it (a
-:class:`SearchOptions`: backend, approximate index, shards, Dask client, block size, memory,
-threads, progress, torch device).  :meth:`SearchOptions.make` checks every option once, on every
-path, before any work, so an option that the chosen path would ignore is refused rather than
-silently dropped; :func:`run_search` hands the task to the backend the options select.
+A backend is one module with one entry point::
+
+    def search(task: RetrievalTask, options: SearchOptions) -> Iterator[ScoredBlock]
+
+It receives the validated task (:class:`embedeval._task.RetrievalTask`: embeddings, label
+codes, exclusions, metrics, depth) and the validated options
+(:class:`embedeval._options.SearchOptions`), and yields
+:class:`embedeval._task.ScoredBlock` s: the per-query values and tie flags of some query rows.
+:func:`run_search` writes them into the per-query arrays with one function
+(:func:`embedeval._task.write_back`); rows never yielded stay NaN (lone queries).  A backend
+that measures something about its own search (the approximate index's error estimate) returns it
+from the generator; it becomes :attr:`SearchOutcome.approximation`.
+
+The backends: ``local`` (:mod:`embedeval._engine`, the exact streaming engine of
+:mod:`embedeval._exact`), ``sharded`` (:mod:`embedeval._sharded`), ``dask``
+(:mod:`embedeval._dask`), ``approximate`` (:mod:`embedeval._approx`, faiss) and ``torch``
+(:mod:`embedeval._torch_backend`).  :attr:`SearchOptions.engine` picks one.  To add a backend,
+add one module with such a ``search`` function, its name in :data:`BACKEND_MODULES`, and, when
+it takes options of its own, their checks in :meth:`SearchOptions.make` and the rule that
+selects it in :attr:`SearchOptions.engine`; nothing else threads through the package.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ._engine import RetrievalTask, run_local
-from ._errors import InputError, InputTypeError
-from ._validation import check_bool, check_choice, check_int
-from .knn import DEFAULT_MEMORY_BUDGET
+from ._options import BACKENDS, SearchOptions
+from ._task import RetrievalTask, write_back
 
-__all__ = ["BACKENDS", "SearchOptions", "SearchOutcome", "run_search"]
+__all__ = ["BACKENDS", "BACKEND_MODULES", "SearchOptions", "SearchOutcome", "run_search"]
 
-#: The values of ``backend=``.
-BACKENDS = ("local", "dask", "torch")
+#: Backend name (:attr:`SearchOptions.engine`) -> the module whose ``search`` runs it.  Modules
+#: are imported when first used, so optional dependencies (faiss, dask, torch) stay optional.
+BACKEND_MODULES = {
+    "local": "embedeval._engine",
+    "sharded": "embedeval._sharded",
+    "dask": "embedeval._dask",
+    "approximate": "embedeval._approx",
+    "torch": "embedeval._torch_backend",
+}
 
 
 @dataclass(frozen=True)
 class SearchOutcome:
-    """What a backend returns: per-query values (NaN for lone queries), per-query tie flags,
+    """What a search returns: per-query values (NaN for lone queries), per-query tie flags,
     and, for an approximate index, the exact-sample report (``{}`` otherwise)."""
 
     values: dict[str, np.ndarray]
@@ -37,192 +56,9 @@ class SearchOutcome:
     approximation: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class SearchOptions:
-    """Validated search settings (see :func:`embedeval.evaluate` for each option's meaning).
-
-    ``torch`` holds the torch backend's own options when ``backend == "torch"``.
-    """
-
-    backend: str = "local"
-    index: str | None = None
-    index_params: Mapping[str, Any] | None = None
-    exact_sample: int = 10_000
-    shards: Any = None
-    client: Any = None
-    block_size: int | None = None
-    memory_budget: int = DEFAULT_MEMORY_BUDGET
-    n_threads: int | None = None
-    progress: bool | None = None
-    seed: int = 0
-    torch: Any = None
-
-    @classmethod
-    def make(
-        cls,
-        *,
-        like: Any = None,
-        backend: str = "local",
-        index: str | None = None,
-        index_params: Mapping[str, Any] | None = None,
-        exact_sample: int | None = None,
-        shards: Any = None,
-        client: Any = None,
-        block_size: int | None = None,
-        memory_budget: int = DEFAULT_MEMORY_BUDGET,
-        n_threads: int | None = None,
-        progress: bool | None = None,
-        seed: int = 0,
-        device: str | None = None,
-        device_memory: float | None = None,
-        tf32: bool = False,
-    ) -> SearchOptions:
-        """Check every search option, whichever path it belongs to; ``like`` is the query
-        input (GPU tensors select the torch backend by themselves)."""
-        backend = _resolve_backend(backend, like, index, shards)
-        block_size = check_int(block_size, "block_size", allow_none=True)
-        memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
-        n_threads = check_int(n_threads, "n_threads", allow_none=True)
-        if progress is not None:
-            check_bool(progress, "progress")
-        torch_options = _torch_options(
-            backend, like, device, device_memory, tf32, block_size, progress, memory_budget
-        )
-        if torch_options is not None and (
-            index is not None or shards is not None or client is not None
-        ):
-            raise InputError(
-                "backend='torch' is an exact search on one device; index=, shards= and client= "
-                "belong to other backends. Drop them."
-            )
-        exact_sample = _check_index_options(index, index_params, exact_sample)
-        _check_combination(backend, index, shards, client)
-        return cls(
-            backend=backend,
-            index=index,
-            index_params=index_params,
-            exact_sample=10_000 if exact_sample is None else exact_sample,
-            shards=shards,
-            client=client,
-            block_size=block_size,
-            memory_budget=memory_budget,
-            n_threads=n_threads,
-            progress=progress,
-            seed=check_int(seed, "seed", minimum=0),
-            torch=torch_options,
-        )
-
-    @property
-    def exact_local(self) -> bool:
-        """True for the exact, single-process local engine (no index, shards, Dask or torch)."""
-        return self.backend == "local" and self.index is None and self.shards is None
-
-
 def run_search(task: RetrievalTask, options: SearchOptions) -> SearchOutcome:
-    """Hand ``task`` to the backend ``options`` select and return its outcome."""
-    if options.torch is not None:
-        from ._torch_backend import run_torch
-
-        return SearchOutcome(*run_torch(task, options.torch), {})
-    if options.exact_local:
-        values, ties = run_local(
-            task,
-            block_size=options.block_size,
-            memory_budget=options.memory_budget,
-            progress=options.progress,
-            n_threads=options.n_threads,
-        )
-        return SearchOutcome(values, ties, {})
-    from ._scale import run_scaled
-
-    values, ties, approximation = run_scaled(
-        task,
-        index=options.index,
-        index_params=None if options.index_params is None else dict(options.index_params),
-        exact_sample=options.exact_sample,
-        shards=options.shards,
-        backend=options.backend,
-        client=options.client,
-        seed=options.seed,
-        block_size=options.block_size,
-        memory_budget=options.memory_budget,
-        progress=options.progress,
-    )
-    return SearchOutcome(values, ties, approximation)
-
-
-def _resolve_backend(backend: Any, like: Any, index: Any, shards: Any) -> str:
-    backend = check_choice(backend, "backend", BACKENDS)
-    if backend == "local" and index is None and shards is None and like is not None:
-        from ._torch_backend import is_device_tensor
-
-        if is_device_tensor(like):
-            return "torch"  # GPU tensors are evaluated on their GPU
-    return backend
-
-
-def _torch_options(
-    backend: str,
-    like: Any,
-    device: Any,
-    device_memory: Any,
-    tf32: Any,
-    block_size: int | None,
-    progress: bool | None,
-    memory_budget: int,
-) -> Any:
-    if backend != "torch":
-        if device is not None or device_memory is not None or tf32 is not False:
-            raise InputError(
-                "device=, device_memory= and tf32= are options of backend='torch'; pass "
-                "backend='torch' or drop them."
-            )
-        return None
-    from ._torch_backend import TorchOptions
-
-    return TorchOptions.make(
-        device,
-        device_memory,
-        tf32,
-        block_size,
-        like=like,
-        progress=progress,
-        memory_budget=memory_budget,
-    )
-
-
-def _check_index_options(index: Any, index_params: Any, exact_sample: Any) -> int | None:
-    """Options of approximate search without ``index=`` are refused, not silently ignored."""
-    if index is None:
-        for name, value in (("index_params", index_params), ("exact_sample", exact_sample)):
-            if value is not None:
-                raise InputError(
-                    f"{name} was given without index; it only applies to approximate search, "
-                    "e.g. index='IVF1024,Flat', index_params={'nprobe': 32}, exact_sample=2000. "
-                    f"Drop {name} for exact search."
-                )
-        return None
-    if index_params is not None and not isinstance(index_params, Mapping):
-        raise InputTypeError(
-            f"index_params must be a dict of faiss search parameters such as {{'nprobe': 32}}; "
-            f"got {type(index_params).__name__}."
-        )
-    return check_int(exact_sample, "exact_sample", minimum=0, allow_none=True)
-
-
-def _check_combination(backend: str, index: Any, shards: Any, client: Any) -> None:
-    if client is not None and backend != "dask":
-        raise InputError(
-            f"client= is only used with backend='dask' (the backend here is {backend!r}, which "
-            "would ignore it); pass backend='dask' to search on the cluster, or drop client."
-        )
-    if index is not None and (shards is not None or backend != "local"):
-        raise InputError(
-            "index= (approximate search) cannot be combined with shards= or backend='dask'; "
-            "faiss already searches its index in parallel. Drop shards/backend."
-        )
-    if backend == "dask" and shards is not None:
-        raise InputError(
-            "backend='dask' scatters the whole reference to every worker; shards= is for the "
-            "local backend. Drop one of them."
-        )
+    """Run ``task`` on the backend ``options`` select and gather its scored blocks."""
+    backend = importlib.import_module(BACKEND_MODULES[options.engine])
+    values, ties = task.empty_outputs()
+    report = write_back(values, ties, backend.search(task, options))
+    return SearchOutcome(values, ties, report or {})

@@ -25,34 +25,39 @@ collection threshold is raised to it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from ._engine import RetrievalTask, run_local
+from ._engine import local_blocks
 from ._errors import FileFormatError, InputError, InputTypeError
-from ._progress import progress_bar
-from ._scale import engine_layout, group_exclusions
-from ._symmetric import symmetric_view
-from ._validation import check_int
-from .knn import (
-    _FMAX,
-    _TILE,
-    DEFAULT_MEMORY_BUDGET,
-    Exclusions,
-    PreparedSearch,
-    _collect,
-    _depth_thresholds,
-    _sort_block,
-    column_subsample,
-    single_threaded_blas,
-    sortable_bits,
+from ._exact import (
+    KEY_MAX,
+    TILE,
+    EnginePlan,
+    all_valid_codes,
+    collect,
+    finish_label_cutoff,
+    grid_keys,
+    label_cutoff,
+    on_column_grid,
+    sample_thresholds,
+    sort_block,
 )
+from ._progress import progress_bar
+from ._symmetric import symmetric_view
+from ._task import RetrievalTask, ScoredBlock, engine_plan
+from ._threads import single_threaded_blas
 
-__all__ = ["ShardedReference", "run_sharded"]
+__all__ = ["ShardedReference", "search", "shard_bounds"]
 
-_ALIGN = _TILE  # shard boundaries on the engine's column-tile grid
+_ALIGN = TILE  # shard boundaries on the engine's column-tile grid
+
+#: Reads reference rows ``[a, b)`` as float32 (scaled like the task's reference).
+Reader = Callable[[int, int], np.ndarray]
 
 
 class ShardedReference:
@@ -132,7 +137,7 @@ def shard_bounds(n_ref: int, shards: Any, source: ShardedReference | None) -> li
     gives shards as large as the largest piece.  References of at most 16 tiles (32,768 rows)
     are searched by the engine in whole-row products, so they stay one shard.
     """
-    if n_ref <= 16 * _TILE:
+    if not on_column_grid(n_ref):
         return [(0, n_ref)]
     if source is None:
         per = -(-n_ref // shards)
@@ -142,43 +147,16 @@ def shard_bounds(n_ref: int, shards: Any, source: ShardedReference | None) -> li
     return [(a, min(a + per, n_ref)) for a in range(0, n_ref, per)]
 
 
-def run_sharded(
-    task: RetrievalTask,
-    shards: Any,
-    *,
-    block_size: int | None = None,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
-    progress: bool | None = None,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Exact per-query values and tie flags, reading the reference one shard at a time."""
-    # The engine multiplies with one BLAS thread per product; so must the shards, to get its keys.
-    with single_threaded_blas():
-        return _run_sharded(
-            task, shards, block_size=block_size, memory_budget=memory_budget, progress=progress
-        )
-
-
-def _run_sharded(
-    task: RetrievalTask,
-    shards: Any,
-    *,
-    block_size: int | None,
-    memory_budget: int,
-    progress: bool | None,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
+    """The sharded backend's entry point (see :mod:`embedeval._search`): exact scored blocks,
+    reading the reference one shard at a time."""
     n_ref, dim = int(task.reference.shape[0]), int(task.reference.shape[1])
+    shards = options.shards
     source = None
     if isinstance(shards, (list, tuple)):
-        if not shards:
-            raise InputError("shards is an empty list; pass an int or at least one array/path.")
         source = ShardedReference(list(shards), dim, n_ref)
-    else:
-        shards = check_int(shards, "shards")
-    values, ties = task.empty_outputs()
-    if not task.metrics or not (task.relevant > 0).any():
-        return values, ties
-    layout = engine_layout(task, block_size, memory_budget)
-    bounds = shard_bounds(n_ref, shards, source)
+    if not task.has_work:
+        return
 
     def read(a: int, b: int) -> np.ndarray:
         if source is not None:
@@ -186,68 +164,80 @@ def _run_sharded(
             return np.ldexp(rows, task.scale, dtype=np.float32) if task.scale else rows
         return np.ascontiguousarray(task.reference[a:b], dtype=np.float32)
 
+    bounds = shard_bounds(n_ref, shards, source)
     if len(bounds) == 1:  # a reference of at most 16 tiles: the engine's whole-row products
         whole = task if source is None else dataclasses.replace(task, reference=read(0, n_ref))
-        return run_local(
-            whole, block_size=block_size, memory_budget=memory_budget, progress=progress
+        yield from local_blocks(
+            whole,
+            block_size=options.block_size,
+            memory_budget=options.memory_budget,
+            progress=options.progress,
+            n_threads=options.n_threads,
         )
-    groups = group_exclusions(task)
-    need = layout.need
-    n_query, bsz, col_bits = task.n_query, layout.block_size, layout.col_bits
-    counts = np.zeros(n_query, dtype=np.int64)
-    tau = _thresholds(task, read, layout, memory_budget)
-    if layout.threshold is not None:
-        floor = _label_thresholds(task, read, bounds, groups, layout, memory_budget)
-        tau = np.maximum(tau, floor)
+        return
+    # The engine multiplies with one BLAS thread per product; so must the shards, to get its keys.
+    with single_threaded_blas():
+        yield from _sharded_blocks(task, read, bounds, options)
+
+
+def _sharded_blocks(
+    task: RetrievalTask, read: Reader, bounds: list[tuple[int, int]], options: Any
+) -> Iterator[ScoredBlock]:
+    plan = engine_plan(task, options.block_size, options.memory_budget)
+    n_query, n_ref, need = task.n_query, int(task.reference.shape[0]), plan.need
+    tau = _thresholds(task, read, plan)
+    if plan.threshold is not None:
+        tau = np.maximum(tau, _label_thresholds(task, read, bounds, plan))
     tau[need <= 0] = -np.inf
-    tile = _TILE if n_ref > 16 * _TILE else n_ref
+    counts = np.zeros(n_query, dtype=np.int64)
     # Candidates of every query wait for the last shard, so queries go in super-blocks (whole
     # engine blocks) whose candidates fit the budget: full-depth AP keeps most of each ranking.
-    per_query = 8 * (n_ref if layout.threshold == "max" else 2 * int(need.mean()) + 64)
-    supers = _super_blocks(n_query, bsz, per_query, memory_budget)
-    with progress_bar(len(bounds) * len(supers), "shard passes", enabled=progress) as bar:
+    per_query = 8 * (n_ref if plan.threshold == "max" else 2 * int(need.mean()) + 64)
+    supers = _super_blocks(n_query, plan.block_size, per_query, options.memory_budget)
+    with progress_bar(len(bounds) * len(supers), "shard passes", enabled=options.progress) as bar:
         for q0, q1 in supers:
-            starts = range(q0, q1, bsz)
-            parts: list[list[np.ndarray]] = [[] for _ in starts]
-            for a, b in bounds:
-                search, ex = _shard_search(task, read(a, b), groups, a, b, layout)
-                width = min(tile, b - a)
-                keys_buffer = np.empty(min(bsz, q1 - q0) * width, dtype=np.float32)
-                mask_buffer = np.empty(keys_buffer.size, dtype=bool)
-                for i, start in enumerate(starts):
-                    stop = min(start + bsz, q1)
-                    codes, c = _collect(
-                        search,
-                        start,
-                        stop,
-                        tau[start:stop],
-                        width,
-                        keys_buffer,
-                        mask_buffer,
-                        ex,
-                        None,
-                        col_bits,
-                    )
-                    codes += np.uint64(a)  # global reference index (a + col < 2**col_bits)
-                    parts[i].append(codes)
-                    counts[start:stop] += c
-                del search
-                bar.update(1)
+            parts = _collect_shards(task, read, bounds, plan, tau, counts, (q0, q1), bar)
             short = np.flatnonzero(counts[q0:q1] < need[q0:q1]) + q0
             if short.size:
-                _redo_short(
-                    task, read, bounds, groups, short, parts, counts, layout, memory_budget, q0
-                )
-            for i, start in enumerate(starts):
-                stop = min(start + bsz, q1)
+                _redo_short(task, read, bounds, plan, short, parts, counts, q0)
+            for i, start in enumerate(range(q0, q1, plan.block_size)):
+                stop = min(start + plan.block_size, q1)
                 codes = np.concatenate(parts[i])
                 parts[i] = []
-                block = _sort_block(codes, counts[start:stop], start, col_bits, False)
-                chunk_values, chunk_ties = task.score_block(block)
-                for name in chunk_values:
-                    values[name][start:stop] = chunk_values[name]
-                    ties[name][start:stop] = chunk_ties[name]
-    return values, ties
+                yield task.scored(
+                    sort_block(codes, counts[start:stop], start, plan.col_bits, False)
+                )
+
+
+def _collect_shards(
+    task: RetrievalTask,
+    read: Reader,
+    bounds: list[tuple[int, int]],
+    plan: EnginePlan,
+    tau: np.ndarray,
+    counts: np.ndarray,
+    queries: tuple[int, int],
+    bar: Any,
+) -> list[list[np.ndarray]]:
+    """Each engine block of the ``queries`` range: its candidates' codes from every shard
+    (global reference indices), in shard order; ``counts`` gets their number per query."""
+    q0, q1 = queries
+    starts = range(q0, q1, plan.block_size)
+    parts: list[list[np.ndarray]] = [[] for _ in starts]
+    for a, b in bounds:
+        width = min(TILE, b - a)
+        shard = dataclasses.replace(_shard_plan(task, read, a, b, plan), tile=width, threshold=None)
+        keys_buffer = np.empty(min(plan.block_size, q1 - q0) * width, dtype=np.float32)
+        mask_buffer = np.empty(keys_buffer.size, dtype=bool)
+        for i, start in enumerate(starts):
+            stop = min(start + plan.block_size, q1)
+            codes, c = collect(shard, start, stop, tau[start:stop], keys_buffer, mask_buffer)
+            codes += np.uint64(a)  # global reference index (a + col < 2**col_bits)
+            parts[i].append(codes)
+            counts[start:stop] += c
+        del shard
+        bar.update(1)
+    return parts
 
 
 def _super_blocks(
@@ -258,58 +248,44 @@ def _super_blocks(
     return [(s, min(s + step, n_query)) for s in range(0, n_query, step)]
 
 
-def _shard_search(
-    task: RetrievalTask,
-    xb: np.ndarray,
-    groups: tuple[np.ndarray, np.ndarray] | None,
-    a: int,
-    b: int,
-    layout: Any,
-) -> tuple[PreparedSearch, Exclusions]:
-    search = PreparedSearch.build(task.query, xb, task.distance).with_duplicates(
-        layout.duplicates, layout.representatives, slice(a, b)
-    )
+def _shard_plan(task: RetrievalTask, read: Reader, a: int, b: int, plan: EnginePlan) -> EnginePlan:
+    """``plan`` searching the task's queries in reference rows ``[a, b)`` (exclusions and label
+    codes of those columns, identical references tied by their global groups)."""
+    codes = None if plan.reference_codes is None else plan.reference_codes[a:b]
+    shard = plan.searching(task.query, read(a, b), slice(a, b))
     # Leave-one-out: the symmetric engine's canonical keys (embedeval._symmetric).
-    search = symmetric_view(task, search, layout.threshold, layout.duplicates, col_offset=a)
-    if groups is None:
-        return search, Exclusions()
-    return search, Exclusions(query_groups=groups[0], reference_groups=groups[1][a:b])
-
-
-class _SubsampleSearch:
-    """Looks like the engine's PreparedSearch to ``_depth_thresholds`` but holds only the
-    subsample columns (a gathered copy gives the same float32 keys as the engine's view)."""
-
-    def __init__(self, prepared: PreparedSearch, n_reference: int) -> None:
-        self.prepared = prepared
-        self.n_reference = n_reference
-
-    def keys(self, rows: slice, cols: Any = None) -> np.ndarray:
-        return self.prepared.keys(rows)
-
-
-def _thresholds(task: RetrievalTask, read: Any, layout: Any, memory_budget: int) -> np.ndarray:
-    """The local engine's per-query depth thresholds (same subsample, same product shapes)."""
-    n_ref = int(task.reference.shape[0])
-    need = layout.need
-    tau = np.full(task.n_query, _FMAX, dtype=np.float32)
-    subsample = column_subsample(need, n_ref)
-    if subsample is None:
-        return tau
-    gathered = _gather_rows(read, subsample)
-    prepared = PreparedSearch.build(task.query, gathered, task.distance).with_duplicates(
-        layout.duplicates, layout.representatives, subsample
+    search = symmetric_view(task, shard.search, plan.threshold, plan.duplicates, col_offset=a)
+    return dataclasses.replace(
+        shard,
+        search=search,
+        exclusions=plan.exclusions.for_references(slice(a, b)),
+        reference_codes=codes,
     )
-    search = _SubsampleSearch(prepared, n_ref)
-    for start in range(0, task.n_query, layout.block_size):
-        stop = min(start + layout.block_size, task.n_query)
-        tau[start:stop] = _depth_thresholds(
-            search, start, stop, need[start:stop], subsample, task.exclusions
+
+
+def _thresholds(task: RetrievalTask, read: Reader, plan: EnginePlan) -> np.ndarray:
+    """The local engine's per-query depth thresholds (same subsample, same product shapes),
+    reading only the subsample's rows of the reference."""
+    tau = np.full(task.n_query, KEY_MAX, dtype=np.float32)
+    if plan.subsample is None:
+        return tau
+    # A gathered copy of the subsample columns gives the same float32 keys as the engine's view.
+    sample = plan.searching(task.query, _gather_rows(read, plan.subsample), plan.subsample)
+    n_ref = int(task.reference.shape[0])
+    for start in range(0, task.n_query, plan.block_size):
+        stop = min(start + plan.block_size, task.n_query)
+        tau[start:stop] = sample_thresholds(
+            functools.partial(sample.search.keys, slice(start, stop)),
+            start,
+            plan.need[start:stop],
+            plan.subsample,
+            n_ref,
+            plan.exclusions,
         )
     return tau
 
 
-def _gather_rows(read: Any, rows: np.ndarray) -> np.ndarray:
+def _gather_rows(read: Reader, rows: np.ndarray) -> np.ndarray:
     """Rows ``rows`` (sorted) of the reference, reading runs of adjacent rows only."""
     cuts = np.flatnonzero(np.diff(rows) > 1) + 1
     return np.concatenate(
@@ -318,96 +294,54 @@ def _gather_rows(read: Any, rows: np.ndarray) -> np.ndarray:
 
 
 def _label_thresholds(
-    task: RetrievalTask,
-    read: Any,
-    bounds: list[tuple[int, int]],
-    groups: tuple[np.ndarray, np.ndarray] | None,
-    layout: Any,
-    memory_budget: int,
+    task: RetrievalTask, read: Reader, bounds: list[tuple[int, int]], plan: EnginePlan
 ) -> np.ndarray:
-    """Global key of the farthest ("max") or nearest ("min") valid same-label reference."""
-    how = layout.threshold
+    """Global key of the farthest ("max") or nearest ("min") valid same-label reference: the
+    engine's :func:`~embedeval._exact.label_cutoff` of each shard, combined."""
     n_query = task.n_query
-    out = np.full(n_query, -np.inf if how == "max" else np.inf, dtype=np.float32)
+    out = np.full(n_query, -np.inf if plan.threshold == "max" else np.inf, dtype=np.float32)
+    combine = np.maximum if plan.threshold == "max" else np.minimum
     for a, b in bounds:
-        search, _ = _shard_search(task, read(a, b), None, a, b, layout)
-        r_codes = task.reference_codes[a:b]
+        shard = _shard_plan(task, read, a, b, plan)
         # The engine's query blocks: the same product shapes give the same float32 keys.
-        step = layout.block_size
-        for start in range(0, n_query, step):
-            stop = min(start + step, n_query)
-            keys = _tiled(search, slice(start, stop), stop - start)
-            positive = r_codes[None, :] == task.query_codes[start:stop, None]
-            if groups is not None:
-                positive &= groups[1][None, a:b] != groups[0][start:stop, None]
-            if how == "max":
-                best = np.where(positive, keys, -np.inf).max(axis=1)
-                np.maximum(out[start:stop], best, out=out[start:stop])
-            else:
-                best = np.where(positive, keys, np.inf).min(axis=1)
-                np.minimum(out[start:stop], best, out=out[start:stop])
-    out[~np.isfinite(out)] = -np.inf
-    return out
+        for start in range(0, n_query, plan.block_size):
+            stop = min(start + plan.block_size, n_query)
+            keys = grid_keys(shard.search, slice(start, stop), 0, b - a, tiled=True)
+            shard.exclusions.hide(keys, np.arange(start, stop), 0)
+            best = label_cutoff(shard, keys, start, stop, final=False)
+            combine(out[start:stop], best, out=out[start:stop])
+    return finish_label_cutoff(out)
 
 
 def _redo_short(
     task: RetrievalTask,
-    read: Any,
+    read: Reader,
     bounds: list[tuple[int, int]],
-    groups: tuple[np.ndarray, np.ndarray] | None,
+    plan: EnginePlan,
     short: np.ndarray,
     parts: list[list[np.ndarray]],
     counts: np.ndarray,
-    layout: Any,
-    memory_budget: int,
     q0: int = 0,
 ) -> None:
     """Replace the candidates of ``short`` queries by every valid reference of every shard
     (``parts[i]`` holds the block starting at query ``q0 + i * block_size``)."""
-    bsz, col_bits = layout.block_size, layout.col_bits
+    bsz, col_bits = plan.block_size, plan.col_bits
     row_shift = np.uint64(32 + col_bits)
     by_block: dict[int, np.ndarray] = {}
-    for q in short:
-        by_block.setdefault((int(q) - q0) // bsz, [])
-    for i in by_block:
-        start = q0 + i * bsz
+    for i in np.unique((short - q0) // bsz):
+        start = q0 + int(i) * bsz
         rows = short[(short >= start) & (short < start + bsz)] - start
-        by_block[i] = rows
+        by_block[int(i)] = rows
         codes = np.concatenate(parts[i])
         parts[i] = [codes[~np.isin(codes >> row_shift, rows.astype(np.uint64))]]
         counts[start + rows] = 0
     for a, b in bounds:
-        search, ex = _shard_search(task, read(a, b), groups, a, b, layout)
+        shard = _shard_plan(task, read, a, b, plan)
         for i, rows in by_block.items():
             start = q0 + i * bsz
-            codes, c = _all_valid(search, start, rows, ex, col_bits)
+            codes, c = all_valid_codes(
+                shard.search, start, rows, shard.exclusions, col_bits, tiled=True
+            )
             codes += np.uint64(a)
             parts[i].append(codes)
             counts[start + rows] += c
-
-
-def _tiled(search: PreparedSearch, rows: slice | np.ndarray, n_rows: int) -> np.ndarray:
-    """Keys of ``rows`` against the whole shard, in the engine's tile products."""
-    n = search.n_reference
-    out = np.empty((n_rows, n), dtype=np.float32)
-    for c0 in range(0, n, _TILE):
-        out[:, c0 : c0 + _TILE] = search.keys(rows, slice(c0, c0 + _TILE))
-    return out
-
-
-def _all_valid(
-    search: PreparedSearch, start: int, rows: np.ndarray, ex: Exclusions, col_bits: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Packed codes (block row, key bits, shard column) of every valid reference of ``rows``."""
-    n = search.n_reference
-    keys = _tiled(search, start + rows, rows.size)
-    r = np.repeat(rows, n)
-    c = np.tile(np.arange(n, dtype=np.int64), rows.size)
-    v = keys.ravel()
-    excluded = ex.excluded(r + start, c)
-    if excluded is not None:
-        r, c, v = r[~excluded], c[~excluded], v[~excluded]
-    code = sortable_bits(v).astype(np.uint64) << np.uint64(col_bits)
-    code |= r.astype(np.uint64) << np.uint64(32 + col_bits)
-    code |= c.astype(np.uint64)
-    return code, np.bincount(r, minlength=rows.max() + 1)[rows]

@@ -20,7 +20,7 @@ inside a query-by-reference product, leave-one-out keys may differ from an expli
 keys by float32 rounding; values are equal wherever rounding does not decide a tie.
 
 Candidate selection: the per-query depth thresholds tau are read off the engine's seeded column
-subsample (:func:`embedeval.knn.depth_thresholds`).  A product entry can pass only if it is at
+subsample (:func:`embedeval._exact.depth_thresholds`).  A product entry can pass only if it is at
 most ``tau_q + ||x_q||^2`` (rounded generously up); one comparison pass per side finds the few
 entries at or below their query's limit, and exact keys are computed for those alone.
 Tiles run row stripe by row stripe
@@ -42,26 +42,25 @@ import collections
 import concurrent.futures
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ._candidates import Candidates, sortable_bits
 from ._errors import InputError
-from ._progress import progress_bar
-from .knn import (
+from ._exact import (
     DEFAULT_MEMORY_BUDGET,
-    Candidates,
     PreparedSearch,
     column_subsample,
-    default_threads,
     depth_thresholds,
     reference_duplicates,
-    single_threaded_blas,
     sort_block,
-    sortable_bits,
 )
+from ._progress import progress_bar
+from ._task import Columns, RetrievalTask, ScoredBlock, write_back
+from ._threads import default_threads, single_threaded_blas
 
 __all__ = [
     "TILE",
@@ -71,6 +70,7 @@ __all__ = [
     "run_symmetric",
     "schedule",
     "symmetric_applies",
+    "symmetric_blocks",
     "symmetric_view",
     "task_set",
     "uses_symmetric_engine",
@@ -85,7 +85,7 @@ _DENSE = 32  # mean depth above n / _DENSE: the one-sided engine (see symmetric_
 def symmetric_applies(task: Any, threshold: str | None, duplicates: Any) -> bool:
     """Whether ``task`` is leave-one-out that the symmetric engine (and canonical keys) serve:
     the reference is the query set, no label threshold, no identical rows (``duplicates`` from
-    :func:`embedeval.knn.reference_duplicates`), and shallow rankings: in a set of more than
+    :func:`embedeval._exact.reference_duplicates`), and shallow rankings: in a set of more than
     four tiles whose queries need on average more than 1/32 of it (e.g. MAP@R over a few large
     classes), extracting the candidates outweighs the products and the one-sided engine is
     faster."""
@@ -429,7 +429,7 @@ def _redo(plan: _Plan, q0: int, short: np.ndarray) -> np.ndarray:
     return code
 
 
-def _finish(plan: _Plan, a: int, parts: list[np.ndarray]) -> tuple[int, Any]:
+def _finish(plan: _Plan, a: int, parts: list[np.ndarray]) -> ScoredBlock:
     """Sort and score the queries of tile ``a`` once they have every candidate."""
     q0 = a * TILE
     b = min(TILE, plan.n - q0)
@@ -442,7 +442,7 @@ def _finish(plan: _Plan, a: int, parts: list[np.ndarray]) -> tuple[int, Any]:
         codes = np.concatenate((codes, _redo(plan, q0, short)))
         counts = np.bincount((codes >> row_shift).astype(np.int64), minlength=b)
     block: Candidates = sort_block(codes, counts, q0, plan.col_bits, False)
-    return a, plan.task.score_block(block)
+    return ScoredBlock(slice(q0, q0 + b), *plan.task.score_block(block))
 
 
 def stripe_window(need: np.ndarray, memory_budget: int) -> int:
@@ -452,16 +452,15 @@ def stripe_window(need: np.ndarray, memory_budget: int) -> int:
     return max(1, int(memory_budget // per_tile))
 
 
-def run_symmetric(
-    task: Any,
+def symmetric_blocks(
+    task: RetrievalTask,
     *,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress: bool | None = None,
     n_threads: int | None = None,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Leave-one-out per-query values and tie flags, each product computed once (see the
-    module); the values do not depend on ``n_threads``."""
-    values, ties = task.empty_outputs()
+) -> Iterator[ScoredBlock]:
+    """Leave-one-out scored blocks (one per tile of :data:`TILE` queries, as tiles complete),
+    each product computed once (see the module); the values do not depend on ``n_threads``."""
     n_threads = default_threads() if n_threads is None else n_threads
     pool = None
     if n_threads > 1:
@@ -470,20 +469,32 @@ def run_symmetric(
         with single_threaded_blas(), progress_bar(task.n_query, "queries", enabled=progress) as bar:
             plan = _make_plan(task, pool)
             window = stripe_window(plan.need, memory_budget)
-            for a, (chunk_values, chunk_ties) in _stream(plan, pool, n_threads, window):
-                rows = slice(a * TILE, min((a + 1) * TILE, plan.n))
-                for name in chunk_values:
-                    values[name][rows] = chunk_values[name]
-                    ties[name][rows] = chunk_ties[name]
-                bar.update(rows.stop - rows.start)
+            for block in _stream(plan, pool, n_threads, window):
+                yield block
+                bar.update(block.rows.stop - block.rows.start)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+
+
+def run_symmetric(
+    task: RetrievalTask,
+    *,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    progress: bool | None = None,
+    n_threads: int | None = None,
+) -> tuple[Columns, Columns]:
+    """:func:`symmetric_blocks` gathered: per-query values and tie flags."""
+    values, ties = task.empty_outputs()
+    blocks = symmetric_blocks(
+        task, memory_budget=memory_budget, progress=progress, n_threads=n_threads
+    )
+    write_back(values, ties, blocks)
     return values, ties
 
 
-def _stream(plan: _Plan, pool: Any, n_threads: int, window: int) -> Any:
-    """Yield ``(tile, scores)`` as tiles of queries complete: tile products in the order of
+def _stream(plan: _Plan, pool: Any, n_threads: int, window: int) -> Iterator[ScoredBlock]:
+    """Yield the scored blocks of tiles of queries as they complete: tile products in the order of
     :func:`schedule`, at most ``2 * n_threads`` in flight, each finished tile sorted and scored
     in the pool while the next products run."""
     nt = plan.n_tiles

@@ -1,6 +1,6 @@
 """The PyTorch backend: the exact engine's search and metric kernels on a GPU (or the CPU).
 
-:func:`run_torch` consumes the same :class:`~embedeval._engine.RetrievalTask` as the other
+:func:`run_torch` consumes the same :class:`~embedeval._task.RetrievalTask` as the other
 backends and returns the same per-query values and tie flags.  Per block of queries, on the
 device:
 
@@ -39,11 +39,12 @@ from typing import Any
 
 import numpy as np
 
+from ._candidates import Candidates
 from ._errors import InputError, InputTypeError
+from ._exact import DEFAULT_MEMORY_BUDGET
 from ._progress import progress_bar
 from ._torch_kernels import DeviceKernels, from_sortable_bits
 from ._validation import host_array
-from .knn import DEFAULT_MEMORY_BUDGET, Candidates
 
 __all__ = [
     "TorchOptions",
@@ -220,9 +221,9 @@ def as_search_input(x: Any, name: str) -> Any:
 
 
 def scale_for_range(xq: Any, xb: Any, distance: str, same: bool) -> tuple[Any, Any, int]:
-    """:func:`embedeval.knn.range_exponent` for numpy arrays and device tensors alike, and the
+    """:func:`embedeval._exact.range_exponent` for numpy arrays and device tensors alike, and the
     inputs times 2**scale (exact: a power of two)."""
-    from .knn import range_exponent
+    from ._exact import range_exponent
 
     def proxy(x: Any) -> Any:  # a tensor's largest |x| is read on its device, not copied
         if isinstance(x, np.ndarray) or not hasattr(x, "abs"):
@@ -289,8 +290,9 @@ class _Search:
     def _engine_products(self, start: int, stop: int) -> np.ndarray:
         """Keys of rows [start, stop) multiplied exactly as the local engine multiplies them:
         its query blocks (BLAS rounds a product's rows differently for different row counts),
-        its column tiles (:func:`embedeval.knn.grid_keys`) and one BLAS thread per product."""
-        from .knn import grid_keys, single_threaded_blas
+        its column tiles (:func:`embedeval._exact.grid_keys`) and one BLAS thread per product."""
+        from ._exact import grid_keys
+        from ._threads import single_threaded_blas
 
         n_query, n_ref, bs = int(self.queries.shape[0]), self.n_reference, self.engine_block
         out = np.empty((stop - start, n_ref), dtype=np.float32)
@@ -364,8 +366,8 @@ def _engine_search(
     everything after the product is this module's.  ``None`` on other devices."""
     if device.type != "cpu" or not opts.engine_keys:
         return None
+    from ._exact import PreparedSearch, block_layout, reference_duplicates, representatives
     from ._symmetric import SymmetricSearch, SymmetricSet, symmetric_applies
-    from .knn import PreparedSearch, block_layout, reference_duplicates, representatives
 
     xq = to_host(task.query)
     xb = xq if task.reference is task.query else to_host(task.reference)
@@ -604,15 +606,32 @@ def _device(torch: Any, opts: TorchOptions) -> Any:
     return torch.device(opts.device)
 
 
+def search(task: Any, options: Any) -> Iterator[Any]:
+    """The torch backend's entry point (see :mod:`embedeval._search`): the scored blocks of
+    ``task`` computed with ``options.torch`` (:class:`TorchOptions`)."""
+    return torch_blocks(task, options.torch)
+
+
 def run_torch(
     task: Any, options: TorchOptions
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Per-query values (NaN for lone queries) and tie flags of ``task``, computed on
-    ``options.device``; the same contract as :func:`embedeval._engine.run_local`."""
-    torch = import_torch()
+    """:func:`torch_blocks` gathered: per-query values (NaN for lone queries) and tie flags;
+    the same contract as :func:`embedeval._engine.run_local`."""
+    from ._task import write_back
+
     values, ties = task.empty_outputs()
-    if not task.metrics or not (task.relevant > 0).any():
-        return values, ties
+    write_back(values, ties, torch_blocks(task, options))
+    return values, ties
+
+
+def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
+    """Scored blocks (:class:`embedeval._task.ScoredBlock`) of ``task``, searched on
+    ``options.device``."""
+    from ._task import ScoredBlock
+
+    torch = import_torch()
+    if not task.has_work:
+        return
     device = _device(torch, options)
     depth, threshold = task.depth()
     need = np.minimum(depth, task.n_valid)
@@ -629,22 +648,18 @@ def run_torch(
             b = block.lims.numel() - 1
             rows = slice(block.start, block.start + b)
             if host:
-                chunk_values, chunk_ties = task.score_block(block.to_host())
+                yield ScoredBlock(rows, *task.score_block(block.to_host()))
             else:
-                chunk_values, chunk_ties = kernels.score(block)
-            for name in chunk_values:
-                values[name][rows] = chunk_values[name]
-                ties[name][rows] = chunk_ties[name]
+                yield ScoredBlock(rows, *kernels.score(block))
             bar.update(b)
-    return values, ties
 
 
 def torch_neighbors(
     xq: Any, xb: Any, k: int, distance: str, exclude_self: bool, options: TorchOptions
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(distances, indices)`` of the k nearest references, as :func:`embedeval.neighbors`."""
-    from ._engine import RetrievalTask
-    from .knn import Exclusions
+    from ._exact import Exclusions
+    from ._task import RetrievalTask
 
     torch = import_torch()
     n_query = int(xq.shape[0])

@@ -280,13 +280,15 @@ def test_twins_in_a_faiss_list_share_one_key_and_are_all_listed():
     # plain reference 3; query 1 gets 5 at its key, not 2 (same group as the query).
     from embedeval._approx import _tie_duplicates
     from embedeval._duplicates import DuplicateRows
+    from embedeval._exact import Exclusions
 
     dups = DuplicateRows(members=np.array([1, 2, 4, 5, 6]), group=np.array([0, 1, 0, 1, 0]),
                          first=np.array([1, 2]))  # fmt: skip
     row = np.array([0, 0, 0, 1])
     ref = np.array([4, 3, 1, 5])
     key = np.array([2.0, 3.0, 2.5, 1.0], dtype=np.float32)
-    groups = (np.array([10, 20]), np.array([0, 0, 20, 0, 0, 0, 0]))
+    groups = Exclusions(query_groups=np.array([10, 20]),
+                        reference_groups=np.array([0, 0, 20, 0, 0, 0, 0]))  # fmt: skip
     r, c, k = _tie_duplicates(row, ref, key, dups, groups, 0)
     got = sorted(zip(r.tolist(), c.tolist(), k.tolist(), strict=True))
     assert got == [(0, 1, 2.0), (0, 3, 3.0), (0, 4, 2.0), (0, 6, 2.0), (1, 5, 1.0)]

@@ -7,7 +7,7 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import embedeval as ee
-from embedeval import knn
+from embedeval import _exact, knn
 from embedeval._errors import InputError
 from tests import oracle
 
@@ -250,16 +250,16 @@ def test_neighbors_with_threads_equal_a_numpy_brute_force(data):
 
 def test_blocks_come_back_in_order_and_errors_propagate(data, monkeypatch):
     x, y, _ = data
-    original = knn._collect
+    original = _exact.collect
     calls = []
 
-    def failing(search, start, *args, **kwargs):
+    def failing(plan, start, *args, **kwargs):
         calls.append(start)
         if start == 64:
             raise RuntimeError("block 64 failed")
-        return original(search, start, *args, **kwargs)
+        return original(plan, start, *args, **kwargs)
 
-    monkeypatch.setattr(knn, "_collect", failing)
+    monkeypatch.setattr(_exact, "collect", failing)
     with pytest.raises(RuntimeError, match="block 64 failed"):
         ee.evaluate(x, y, block_size=16, n_threads=2, progress=False)
     # At most the blocks in flight beside the failing one were started, not the whole run.
@@ -325,19 +325,18 @@ def test_search_block_sorts_redone_rows_with_whole_row_tiles(monkeypatch):
     x = rng.standard_normal((3000, 5)).astype(np.float32)
     n_rows, need = 64, 1500  # 64 x 1500 candidates: more than one in-cache sort run
     search = knn.PreparedSearch.build(x[:n_rows], x, "euclidean")
-    real = knn._depth_thresholds
+    real = _exact.depth_thresholds
 
     def short_for_odd_rows(search, start, stop, need, subsample, exclusions):
         tau = real(search, start, stop, need, subsample, exclusions)
         tau[1::2] = -1e30  # no candidate at all: these rows must be redone
         return tau
 
-    monkeypatch.setattr(knn, "_depth_thresholds", short_for_odd_rows)
-    buffers = (np.empty(n_rows * 3000, np.float32), np.empty(n_rows * 3000, bool))
-    block = knn.search_block(
-        search, 0, n_rows, np.full(n_rows, need), None, knn.Exclusions(), None, 3000,
-        12, buffers, 1 << 28,
-    )  # fmt: skip
+    monkeypatch.setattr(_exact, "depth_thresholds", short_for_odd_rows)
+    plan = _exact.EnginePlan(need=np.full(n_rows, need), block_size=n_rows, tile=3000, col_bits=12,
+                             subsample=None, distance="euclidean", memory_budget=1 << 28,
+                             search=search)  # fmt: skip
+    block = _exact.search_block(plan, 0, n_rows)
     d64 = ((x[:n_rows, None, :].astype(np.float64) - x[None, :, :]) ** 2).sum(-1)
     for row in range(n_rows):
         got = block.index[block.lims[row] : block.lims[row] + need]

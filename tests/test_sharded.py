@@ -241,7 +241,7 @@ def test_rows_whose_threshold_falls_short_are_redone_exactly(gauss, monkeypatch)
     args = (x[:60], y[:60], x, y)
     local = evaluate(*args, query_groups=g[:60], reference_groups=g, memory_budget=2**20, **kw)
 
-    def too_low(task, read, layout, memory_budget):
+    def too_low(task, read, plan):
         return np.full(task.n_query, -np.finfo(np.float32).max, dtype=np.float32)
 
     monkeypatch.setattr(sharded, "_thresholds", too_low)

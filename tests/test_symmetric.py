@@ -74,7 +74,7 @@ def test_identical_rows_take_the_one_sided_engine_and_match_the_oracle(monkeypat
     def refuse(*args, **kwargs):
         raise AssertionError("identical rows must take the one-sided engine")
 
-    monkeypatch.setattr(engine, "run_symmetric", refuse)
+    monkeypatch.setattr(engine, "symmetric_blocks", refuse)
     _check_oracle(x, y)
 
 
@@ -223,6 +223,6 @@ def test_deep_rankings_take_the_one_sided_engine(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("deep rankings must take the one-sided engine")
 
-    monkeypatch.setattr(engine, "run_symmetric", refuse)
+    monkeypatch.setattr(engine, "symmetric_blocks", refuse)
     got = evaluate(x, y, metrics=["map_at_r"], progress=False)
     assert got.n_queries == 4500

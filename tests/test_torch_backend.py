@@ -166,9 +166,9 @@ def test_bit_identical_to_the_local_engine_on_real_valued_data(distance, k):
 
 
 def _force(monkeypatch, **changes):
-    run = TORCH_BACKEND.run_torch
+    run = TORCH_BACKEND.torch_blocks
     monkeypatch.setattr(
-        TORCH_BACKEND, "run_torch", lambda task, o: run(task, dataclasses.replace(o, **changes))
+        TORCH_BACKEND, "torch_blocks", lambda task, o: run(task, dataclasses.replace(o, **changes))
     )
 
 
