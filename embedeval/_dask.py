@@ -27,6 +27,7 @@ from ._exact import EnginePlan, PreparedSearch, block_buffers, search_block
 from ._kernels import chunk_metrics
 from ._progress import progress_bar
 from ._registry import MetricInfo
+from ._symmetric import SymmetricSearch, SymmetricSet, symmetric_applies
 from ._task import RetrievalTask, ScoredBlock, engine_plan, write_back
 from ._threads import single_threaded_blas
 
@@ -46,6 +47,8 @@ class _Shared:
     reference_codes: np.ndarray
     metrics: tuple[MetricInfo, ...]
     k: int | None
+    #: Leave-one-out served by the symmetric engine: the workers use its canonical keys.
+    symmetric: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
         task.reference_codes,
         task.metrics,
         task.k,
+        symmetric_applies(task, plan.threshold, plan.duplicates),
     )
     futures = []
     try:
@@ -149,9 +153,11 @@ def _search_blocks(shared: _Shared, part: _Part) -> ScoredBlock:
     n = part.queries.shape[0]
     plan = shared.plan.for_queries(slice(part.q0, part.q0 + n))
     search = PreparedSearch(np.array(part.queries, order="C"), reference.T, None)
-    plan = plan.with_search(
-        search.with_duplicates(plan.duplicates, plan.representatives, slice(0, reference.shape[0]))
-    )
+    search = search.with_duplicates(plan.duplicates, plan.representatives, slice(0, len(reference)))
+    if shared.symmetric:
+        whole = SymmetricSet.from_search(search, plan.distance)
+        search = SymmetricSearch.wrap(search, whole, row_offset=part.q0)
+    plan = plan.with_search(search)
     buffers = block_buffers(plan, min(plan.block_size, n))
     values = {m.name: np.full(n, np.nan) for m in shared.metrics}
     ties = {m.name: np.zeros(n, dtype=bool) for m in shared.metrics}

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._exact import DEFAULT_MEMORY_BUDGET, sorted_candidates
+from ._symmetric import symmetric_blocks, uses_symmetric_engine
 from ._task import Columns, RetrievalTask, ScoredBlock, write_back
 
 __all__ = ["RetrievalTask", "ScoredBlock", "local_blocks", "run_local", "search", "write_back"]
@@ -42,6 +43,11 @@ def local_blocks(
     the values do not depend on the number of threads.
     """
     if not task.has_work:
+        return
+    if uses_symmetric_engine(task):  # leave-one-out: each product once (embedeval._symmetric)
+        yield from symmetric_blocks(
+            task, memory_budget=memory_budget, progress=progress, n_threads=n_threads
+        )
         return
     depth, threshold = task.depth()
     yield from sorted_candidates(

@@ -48,6 +48,7 @@ from ._exact import (
     sort_block,
 )
 from ._progress import progress_bar
+from ._symmetric import symmetric_view
 from ._task import RetrievalTask, ScoredBlock, engine_plan
 from ._threads import single_threaded_blas
 
@@ -252,8 +253,13 @@ def _shard_plan(task: RetrievalTask, read: Reader, a: int, b: int, plan: EngineP
     codes of those columns, identical references tied by their global groups)."""
     codes = None if plan.reference_codes is None else plan.reference_codes[a:b]
     shard = plan.searching(task.query, read(a, b), slice(a, b))
+    # Leave-one-out: the symmetric engine's canonical keys (embedeval._symmetric).
+    search = symmetric_view(task, shard.search, plan.threshold, plan.duplicates, col_offset=a)
     return dataclasses.replace(
-        shard, exclusions=plan.exclusions.for_references(slice(a, b)), reference_codes=codes
+        shard,
+        search=search,
+        exclusions=plan.exclusions.for_references(slice(a, b)),
+        reference_codes=codes,
     )
 
 

@@ -367,6 +367,7 @@ def _engine_search(
     if device.type != "cpu" or not opts.engine_keys:
         return None
     from ._exact import PreparedSearch, block_layout, reference_duplicates, representatives
+    from ._symmetric import SymmetricSearch, SymmetricSet, symmetric_applies
 
     xq = to_host(task.query)
     xb = xq if task.reference is task.query else to_host(task.reference)
@@ -374,6 +375,8 @@ def _engine_search(
     dups = reference_duplicates(xb, task.distance)
     search = PreparedSearch.build(xq, xb, task.distance)
     search = search.with_duplicates(dups, representatives(xb, dups, task.distance), slice(0, n_ref))
+    if symmetric_applies(task, label, dups):  # leave-one-out: the engine's canonical keys
+        search = SymmetricSearch.wrap(search, SymmetricSet.from_search(search, task.distance))
     n_groups = 0 if dups is None else dups.n_groups
     _, block, _ = block_layout(
         need, n_ref, label is not None, opts.block_size, opts.memory_budget, n_groups

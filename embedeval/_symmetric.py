@@ -1,0 +1,541 @@
+"""Leave-one-out with every distance computed once: the symmetric exact engine.
+
+When the reference set is the query set (``evaluate(x, y)``), the distance matrix is symmetric.
+The rows are cut into square tiles of :data:`TILE` rows, and for each pair of tiles ``a <= b``
+one product is computed, ``[x, ||x||^2, 1]_a . [-2 x, 1, ||x||^2]_b^T``: its entry ``D_ij`` is
+the squared distance of i and j (cosine / inner product: ``-x_a . x_b^T``, the key itself).  It
+feeds both sides: the queries of tile ``a`` against the references of tile ``b`` and, read
+transposed, the queries of tile ``b`` against the references of tile ``a``.  The key of query q
+is ``D_qr - ||x_q||^2`` (``||x_r||^2 - 2 x_q.x_r``, what the one-sided engine ranks by).  Half
+the products of the one-sided engine and its memory bound: no n x n matrix, only the candidates
+of queries whose last tile has not been multiplied yet.
+
+Keys are *canonical*: the key of (i, j) always comes from the product of the whole tiles
+``min(a, b)`` x ``max(a, b)`` (in a tile on the diagonal, from its strict upper triangle), so
+product shapes, hence float32 rounding, are fixed whoever asks, and (i, j) and (j, i) share one
+entry.  :func:`canonical_keys` gives those keys for any rows and columns, and
+:class:`SymmetricSearch` hands them to the sharded, Dask and CPU torch backends, which stay
+bit-identical to this engine.  Because the Euclidean key is formed after the product rather than
+inside a query-by-reference product, leave-one-out keys may differ from an explicit reference's
+keys by float32 rounding; values are equal wherever rounding does not decide a tie.
+
+Candidate selection: the per-query depth thresholds tau are read off the engine's seeded column
+subsample (:func:`embedeval._exact.depth_thresholds`).  A product entry can pass only if it is at
+most ``tau_q + ||x_q||^2`` (rounded generously up); one comparison pass per side finds the few
+entries at or below their query's limit, and exact keys are computed for those alone.
+Tiles run row stripe by row stripe
+(:func:`schedule`), so after stripe ``a`` the queries of tile ``a`` have every candidate: they
+are sorted and scored in the worker threads and dropped.  When deep rankings would make the
+waiting candidates exceed the memory budget, pairs of tiles farther apart than a window are
+multiplied once per side instead.
+
+Not taken (the one-sided engine runs instead): identical rows (their keys must be exact ties,
+which the one-sided engine's shared per-group keys guarantee), full-depth ``map`` / ``mrr``
+with ``k=None`` (whole rows are needed before any selection), rankings deeper on average than
+1/32 of a set of more than four tiles (candidate extraction, not the products, dominates),
+``ref_includes_query=True`` and more than 2**22 rows.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._candidates import Candidates, sortable_bits
+from ._errors import InputError
+from ._exact import (
+    DEFAULT_MEMORY_BUDGET,
+    PreparedSearch,
+    column_subsample,
+    depth_thresholds,
+    reference_duplicates,
+    sort_block,
+)
+from ._progress import progress_bar
+from ._task import Columns, RetrievalTask, ScoredBlock, write_back
+from ._threads import default_threads, single_threaded_blas
+
+__all__ = [
+    "TILE",
+    "SymmetricSearch",
+    "SymmetricSet",
+    "canonical_keys",
+    "run_symmetric",
+    "schedule",
+    "symmetric_applies",
+    "symmetric_blocks",
+    "symmetric_view",
+    "task_set",
+    "uses_symmetric_engine",
+]
+
+#: Rows per square tile of the canonical products.
+TILE = 1024
+_MAX_ROWS = 1 << 22  # the packed code keeps 10 bits for the row in a tile, 22 for the column
+_DENSE = 32  # mean depth above n / _DENSE: the one-sided engine (see symmetric_applies)
+
+
+def symmetric_applies(task: Any, threshold: str | None, duplicates: Any) -> bool:
+    """Whether ``task`` is leave-one-out that the symmetric engine (and canonical keys) serve:
+    the reference is the query set, no label threshold, no identical rows (``duplicates`` from
+    :func:`embedeval._exact.reference_duplicates`), and shallow rankings: in a set of more than
+    four tiles whose queries need on average more than 1/32 of it (e.g. MAP@R over a few large
+    classes), extracting the candidates outweighs the products and the one-sided engine is
+    faster."""
+    if not (
+        task.reference is task.query
+        and task.exclusions.self_index
+        and threshold is None
+        and duplicates is None
+        and 2 <= task.n_query <= _MAX_ROWS
+    ):
+        return False
+    if task.n_query <= 4 * TILE:  # small: either engine is quick; keep one path
+        return True
+    depth, _ = task.depth()
+    return float(np.minimum(depth, task.n_valid).mean()) * _DENSE <= task.n_query
+
+
+def uses_symmetric_engine(task: Any) -> bool:
+    """:func:`symmetric_applies` for a task (a ``RetrievalTask``), finding its identical rows."""
+    if task.reference is not task.query or not task.exclusions.self_index:
+        return False
+    _, threshold = task.depth()
+    if threshold is not None:
+        return False
+    try:
+        duplicates = reference_duplicates(task.reference, task.distance)
+    except InputError:  # e.g. a zero vector with cosine: the one-sided engine names the query
+        return False
+    return symmetric_applies(task, None, duplicates)
+
+
+@dataclass(frozen=True)
+class SymmetricSet:
+    """The two factors of the canonical products of a set of n rows, and its squared norms.
+
+    Euclidean: ``left = [x, ||x||^2, 1]`` and ``right = [-2 x, 1, ||x||^2]``, so one product
+    entry is ``D_ij = ||x_i||^2 + ||x_j||^2 - 2 x_i.x_j``, the squared distance, symmetric in
+    i and j; the key of query i is ``D_ij - ||x_i||^2`` (what the one-sided engine ranks by).
+    Cosine / inner product: ``left = -x``, ``right = x`` (normalised for cosine), the entry is
+    the key itself and ``sq`` is None.
+    """
+
+    left: np.ndarray
+    right: np.ndarray
+    sq: np.ndarray | None
+
+    @classmethod
+    def from_search(cls, search: PreparedSearch, distance: str) -> SymmetricSet:
+        """From a search prepared over the whole set (its reference side: the rows, and for
+        the Euclidean distance their squared norms)."""
+        ref = search.reference_t.T
+        if distance != "euclidean":
+            x = np.ascontiguousarray(ref)
+            return cls(np.negative(x), x, None)
+        x, sq = ref[:, :-1], np.ascontiguousarray(ref[:, -1])
+        ones = np.ones((x.shape[0], 1), dtype=np.float32)
+        left = np.hstack((x, sq[:, None], ones))
+        right = np.hstack((np.multiply(x, np.float32(-2.0)), ones, sq[:, None]))
+        return cls(left, right, sq)
+
+    @property
+    def n(self) -> int:
+        return int(self.left.shape[0])
+
+    def product(self, a: int, b: int, out: np.ndarray | None = None) -> np.ndarray:
+        """The canonical product of tiles ``a <= b`` (one BLAS call of fixed shape), as
+        computed: on the diagonal only its strict upper triangle is canonical."""
+        rows = self.left[a * TILE : (a + 1) * TILE]
+        return np.matmul(rows, self.right[b * TILE : (b + 1) * TILE].T, out=out)
+
+    def keys(self, p: np.ndarray, query_rows: np.ndarray) -> np.ndarray:
+        """Keys of queries ``query_rows`` from their canonical product entries ``p`` (one
+        float32 rounding: the engine and :func:`canonical_keys` share this formula)."""
+        if self.sq is None:
+            return p
+        sq = self.sq[query_rows]
+        return np.subtract(p, sq[:, None] if p.ndim == 2 else sq)
+
+
+_SETS: dict[str, Any] = {}
+
+
+def task_set(task: Any) -> SymmetricSet:
+    """The :class:`SymmetricSet` of a leave-one-out task (remembered for the last set, so that
+    a backend asking once per shard prepares it once)."""
+    cached = _SETS.get("last")
+    if cached is not None and cached[0] is task.reference and cached[1] == task.distance:
+        return cached[2]
+    ref = task.reference
+    out = SymmetricSet.from_search(PreparedSearch.build(ref[:1], ref, task.distance), task.distance)
+    _SETS["last"] = (ref, task.distance, out)
+    return out
+
+
+def symmetric_view(
+    task: Any,
+    search: PreparedSearch,
+    threshold: str | None,
+    duplicates: Any,
+    row_offset: int = 0,
+    col_offset: int = 0,
+) -> PreparedSearch:
+    """``search`` (rows from ``row_offset``, columns from ``col_offset`` of the whole set) with
+    the canonical leave-one-out keys when ``task`` is served by the symmetric engine
+    (:func:`symmetric_applies`), so that other backends reproduce its keys; else ``search``."""
+    if not symmetric_applies(task, threshold, duplicates):
+        return search
+    return SymmetricSearch.wrap(search, task_set(task), row_offset, col_offset)
+
+
+def _mirrored(whole: SymmetricSet, a: int) -> np.ndarray:
+    """The diagonal tile ``a`` with its lower triangle taken from the upper one."""
+    p = whole.product(a, a)
+    lower = np.tri(p.shape[0], k=-1, dtype=bool)
+    np.copyto(p, p.T.copy(), where=lower)
+    return p
+
+
+def canonical_keys(
+    whole: SymmetricSet, rows: np.ndarray, c0: int, c1: int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Canonical leave-one-out keys of rows ``rows`` (global indices, increasing) against
+    columns ``[c0, c1)``: every entry from the product of its two tiles, lower tile first.
+
+    Examples
+    --------
+    >>> x = np.array([[0.0], [1.0], [3.0]], dtype=np.float32)
+    >>> whole = SymmetricSet.from_search(PreparedSearch.build(x, x, "euclidean"), "euclidean")
+    >>> canonical_keys(whole, np.array([0, 2]), 0, 3).tolist()
+    [[0.0, 1.0, 9.0], [0.0, -5.0, -9.0]]
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    if out is None:
+        out = np.empty((rows.size, c1 - c0), dtype=np.float32)
+    tile_of = rows // TILE
+    for a in np.unique(tile_of).tolist():
+        sel = np.flatnonzero(tile_of == a)
+        local = rows[sel] - a * TILE
+        if local.size and local[-1] - local[0] == local.size - 1:  # a run: slice, no gather
+            local = slice(int(local[0]), int(local[-1]) + 1)
+            sel = slice(int(sel[0]), int(sel[-1]) + 1)
+        for b in range(c0 // TILE, -(-c1 // TILE)):
+            cols = slice(max(c0, b * TILE) - b * TILE, min(c1, (b + 1) * TILE) - b * TILE)
+            if a < b:
+                p = whole.product(a, b)[local][:, cols]
+            elif a == b:
+                p = _mirrored(whole, a)[local][:, cols]
+            else:
+                p = whole.product(b, a)[cols][:, local].T
+            out[sel, cols.start + b * TILE - c0 : cols.stop + b * TILE - c0] = whole.keys(
+                p, rows[sel]
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class SymmetricSearch(PreparedSearch):
+    """A prepared search whose keys against column ranges are the canonical leave-one-out keys
+    (:func:`canonical_keys`); its rows are global rows ``row_offset + i`` and its columns
+    global columns ``col_offset + j``.  Keys against a column index array (the threshold
+    subsample) stay the plain product's: thresholds need not be canonical, since the candidates
+    are verified and every candidate's key is."""
+
+    whole: SymmetricSet | None = None
+    row_offset: int = 0
+    col_offset: int = 0
+
+    @classmethod
+    def wrap(
+        cls, search: PreparedSearch, whole: SymmetricSet, row_offset: int = 0, col_offset: int = 0
+    ) -> SymmetricSearch:
+        """``search`` (the caller's block or shard of the set) with canonical keys from
+        ``whole``."""
+        fields = {f.name: getattr(search, f.name) for f in dataclasses.fields(PreparedSearch)}
+        return cls(**fields, whole=whole, row_offset=row_offset, col_offset=col_offset)
+
+    def keys(
+        self, rows: slice | np.ndarray, cols: slice = slice(None), out=None, tie: bool = True
+    ) -> np.ndarray:
+        if not isinstance(cols, slice):
+            return super().keys(rows, cols, out=out, tie=tie)
+        c0, c1, _ = cols.indices(self.n_reference)
+        if isinstance(rows, slice):
+            rows = np.arange(*rows.indices(self.queries.shape[0]))
+        glob = np.asarray(rows, dtype=np.int64) + self.row_offset
+        return canonical_keys(self.whole, glob, c0 + self.col_offset, c1 + self.col_offset, out)
+
+
+@dataclass
+class _Plan:
+    """What every tile of one leave-one-out run needs."""
+
+    task: Any
+    whole: SymmetricSet
+    need: np.ndarray
+    tau: np.ndarray
+    limit: np.ndarray  # per query: the largest product entry its key can pass tau with
+    groups: np.ndarray | None
+    col_bits: int
+    triangles: dict = dataclasses.field(default_factory=dict)
+    local: threading.local = dataclasses.field(default_factory=threading.local)
+
+    def buffers(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """The canonical product of tiles ``a <= b`` in this thread's reused buffer (as
+        computed: the engine reads only the upper triangle of a diagonal tile), and a mask."""
+        if getattr(self.local, "p", None) is None:
+            self.local.p = np.empty(TILE * TILE, dtype=np.float32)
+            self.local.mask = np.empty(TILE * TILE, dtype=bool)
+        m, w = min(TILE, self.n - a * TILE), min(TILE, self.n - b * TILE)
+        p = self.whole.product(a, b, out=self.local.p[: m * w].reshape(m, w))
+        return p, self.local.mask[: m * w].reshape(m, w)
+
+    def upper(self, m: int) -> np.ndarray:
+        """The strict upper triangle of an m x m tile (cached per size)."""
+        cached = self.triangles.get(m)
+        if cached is None:
+            cached = self.triangles[m] = np.triu(np.ones((m, m), dtype=bool), k=1)
+        return cached
+
+    @property
+    def n(self) -> int:
+        return self.whole.n
+
+    @property
+    def n_tiles(self) -> int:
+        return -(-self.n // TILE)
+
+
+def entry_limits(tau: np.ndarray, sq: np.ndarray | None) -> np.ndarray:
+    """Per query, a float32 bound on the product entry ``p`` above which its key
+    ``p - ||x_q||^2`` (or ``p``) cannot be <= tau: ``tau + ||x_q||^2`` rounded generously up
+    (the exact key of the few entries below it decides)."""
+    if sq is None:
+        return tau
+    t = np.clip(tau.astype(np.float64), -3e38, 3e38)
+    s = sq.astype(np.float64)
+    hi = t + s + (np.abs(t) + np.abs(s)) * 2.0**-20 + 1e-37
+    return np.nextafter(hi.astype(np.float32), np.float32(np.inf))
+
+
+def _make_plan(task: Any, pool: Any) -> _Plan:
+    n = task.n_query
+    search = PreparedSearch.build(task.query, task.reference, task.distance)
+    whole = SymmetricSet.from_search(search, task.distance)
+    depth, _ = task.depth()
+    need = np.minimum(depth, task.n_valid)
+    subsample = column_subsample(need, n)
+
+    def block_tau(s: int) -> np.ndarray:
+        e = min(s + 512, n)
+        return depth_thresholds(search, s, e, need[s:e], subsample, task.exclusions)
+
+    tau = np.concatenate(list(pool_map(pool, block_tau, range(0, n, 512))))
+    tau[need <= 0] = -np.inf
+    limit = entry_limits(tau, whole.sq)
+    col_bits = max(1, int(n - 1).bit_length())
+    return _Plan(task, whole, need, tau, limit, task.exclusions.query_groups, col_bits)
+
+
+def pool_map(pool: Any, fn: Callable[[Any], Any], items: Any) -> Any:
+    """``map`` on ``pool`` (a thread pool, or None: here)."""
+    return map(fn, items) if pool is None else pool.map(fn, items)
+
+
+def _codes(plan: _Plan, query: np.ndarray, ref: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Packed codes (query row in its tile, key bits, reference) of the pairs (``query``,
+    ``ref``) with canonical product entries ``p`` whose exact key passes the query's tau and
+    whose reference the query may see."""
+    key = plan.whole.keys(p, query)
+    keep = key <= plan.tau[query]
+    if plan.groups is not None:
+        keep &= plan.groups[query] != plan.groups[ref]
+    code = (query[keep] & (TILE - 1)).astype(np.uint64) << np.uint64(32 + plan.col_bits)
+    code |= sortable_bits(key[keep]).astype(np.uint64) << np.uint64(plan.col_bits)
+    code |= ref[keep].astype(np.uint64)
+    return code
+
+
+def _tile_hits(plan: _Plan, a: int, b: int, sides: str) -> tuple[Any, Any]:
+    """Candidate codes from the product of tiles ``a <= b``: for the queries of tile ``a``
+    (``"r"`` in ``sides``) and for the queries of tile ``b`` (``"c"``).  On the diagonal only
+    the strict upper triangle is read, for both sides (its entry of (i, j) is the canonical
+    entry of (j, i) too, and the diagonal is the queries themselves)."""
+    p, mask = plan.buffers(a, b)
+    rows = _side(plan, p, mask, a, b, False) if "r" in sides else None
+    cols = _side(plan, p, mask, a, b, True) if "c" in sides else None
+    return rows, cols
+
+
+def _side(plan: _Plan, p: np.ndarray, mask: np.ndarray, a: int, b: int, col: bool) -> np.ndarray:
+    """One side's codes of the product ``p`` of tiles ``a <= b``: a comparison of the tile
+    with each query's limit finds the few entries whose exact key can pass (one pass per side
+    costs less than one pass with the tile's loosest limit: the extraction scales with the
+    survivors), then :func:`_codes` decides on those alone."""
+    if col:
+        np.less_equal(p, plan.limit[b * TILE : b * TILE + p.shape[1]][None, :], out=mask)
+    else:
+        np.less_equal(p, plan.limit[a * TILE : a * TILE + p.shape[0]][:, None], out=mask)
+    if a == b:
+        mask &= plan.upper(p.shape[0])
+    flat = np.flatnonzero(mask)
+    i, j = np.divmod(flat, p.shape[1])
+    gi, gj = i + a * TILE, j + b * TILE
+    query, ref = (gj, gi) if col else (gi, gj)
+    return _codes(plan, query, ref, p.ravel()[flat])
+
+
+def schedule(n_tiles: int, window: int) -> list[tuple[int, int, str]]:
+    """The tile products in the order the engine runs them: ``(a, b, sides)``, row stripe by row
+    stripe.  Pairs less than ``window`` tiles apart are multiplied once for both sides; farther
+    pairs once per side (in the stripe of each), so the candidates waiting for a later stripe
+    come from at most ``window`` stripes and memory stays bounded for deep rankings.
+
+    Examples
+    --------
+    >>> schedule(3, 3)
+    [(0, 0, 'rc'), (0, 1, 'rc'), (0, 2, 'rc'), (1, 1, 'rc'), (1, 2, 'rc'), (2, 2, 'rc')]
+    >>> schedule(3, 1)[3:6]
+    [(0, 1, 'c'), (1, 1, 'rc'), (1, 2, 'r')]
+    """
+    out = []
+    for a in range(n_tiles):
+        out.extend((c, a, "c") for c in range(0, a - window + 1))
+        out.extend((a, b, "rc" if b - a < window else "r") for b in range(a, n_tiles))
+    return out
+
+
+def _redo(plan: _Plan, q0: int, short: np.ndarray) -> np.ndarray:
+    """Codes of every valid reference of the (rare) queries ``short`` (tile rows from ``q0``)
+    whose candidates came out fewer than their depth."""
+    n = plan.n
+    keys = canonical_keys(plan.whole, short + q0, 0, n)
+    q = np.repeat(short, n)
+    ref = np.tile(np.arange(n), short.size)
+    valid = q + q0 != ref
+    if plan.groups is not None:
+        valid &= plan.groups[q + q0] != plan.groups[ref]
+    code = q[valid].astype(np.uint64) << np.uint64(32 + plan.col_bits)
+    code |= sortable_bits(keys.ravel()[valid]).astype(np.uint64) << np.uint64(plan.col_bits)
+    code |= ref[valid].astype(np.uint64)
+    return code
+
+
+def _finish(plan: _Plan, a: int, parts: list[np.ndarray]) -> ScoredBlock:
+    """Sort and score the queries of tile ``a`` once they have every candidate."""
+    q0 = a * TILE
+    b = min(TILE, plan.n - q0)
+    codes = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
+    row_shift = np.uint64(32 + plan.col_bits)
+    counts = np.bincount((codes >> row_shift).astype(np.int64), minlength=b)
+    short = np.flatnonzero(counts < plan.need[q0 : q0 + b])
+    if short.size:  # the subsample margin failed (rare): take every valid reference
+        codes = codes[~np.isin(codes >> row_shift, short.astype(np.uint64))]
+        codes = np.concatenate((codes, _redo(plan, q0, short)))
+        counts = np.bincount((codes >> row_shift).astype(np.int64), minlength=b)
+    block: Candidates = sort_block(codes, counts, q0, plan.col_bits, False)
+    return ScoredBlock(slice(q0, q0 + b), *plan.task.score_block(block))
+
+
+def stripe_window(need: np.ndarray, memory_budget: int) -> int:
+    """Tiles apart up to which a product serves both sides (:func:`schedule`): the candidates
+    waiting for later stripes (about 1.5 x depth per query) stay within the budget."""
+    per_tile = 8 * TILE * (float(np.mean(need * 1.5 + 64)) if need.size else 64.0)
+    return max(1, int(memory_budget // per_tile))
+
+
+def symmetric_blocks(
+    task: RetrievalTask,
+    *,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    progress: bool | None = None,
+    n_threads: int | None = None,
+) -> Iterator[ScoredBlock]:
+    """Leave-one-out scored blocks (one per tile of :data:`TILE` queries, as tiles complete),
+    each product computed once (see the module); the values do not depend on ``n_threads``."""
+    n_threads = default_threads() if n_threads is None else n_threads
+    pool = None
+    if n_threads > 1:
+        pool = concurrent.futures.ThreadPoolExecutor(n_threads, "embedeval-symmetric")
+    try:
+        with single_threaded_blas(), progress_bar(task.n_query, "queries", enabled=progress) as bar:
+            plan = _make_plan(task, pool)
+            window = stripe_window(plan.need, memory_budget)
+            for block in _stream(plan, pool, n_threads, window):
+                yield block
+                bar.update(block.rows.stop - block.rows.start)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+
+
+def run_symmetric(
+    task: RetrievalTask,
+    *,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    progress: bool | None = None,
+    n_threads: int | None = None,
+) -> tuple[Columns, Columns]:
+    """:func:`symmetric_blocks` gathered: per-query values and tie flags."""
+    values, ties = task.empty_outputs()
+    blocks = symmetric_blocks(
+        task, memory_budget=memory_budget, progress=progress, n_threads=n_threads
+    )
+    write_back(values, ties, blocks)
+    return values, ties
+
+
+def _stream(plan: _Plan, pool: Any, n_threads: int, window: int) -> Iterator[ScoredBlock]:
+    """Yield the scored blocks of tiles of queries as they complete: tile products in the order of
+    :func:`schedule`, at most ``2 * n_threads`` in flight, each finished tile sorted and scored
+    in the pool while the next products run."""
+    nt = plan.n_tiles
+    pending: list[list[np.ndarray]] = [[] for _ in range(nt)]
+    pairs = iter(schedule(nt, window))
+    if pool is None:
+        for a, b, sides in pairs:
+            _add_hits(pending, a, b, _tile_hits(plan, a, b, sides))
+            if b == nt - 1 and "r" in sides:  # the last product of stripe a
+                yield _finish(plan, a, pending[a])
+                pending[a] = []
+        return
+    waiting: collections.deque = collections.deque()
+    finishing: collections.deque = collections.deque()
+    for a, b, sides in _take(pairs, 2 * n_threads):
+        waiting.append((a, b, sides, pool.submit(_tile_hits, plan, a, b, sides)))
+    while waiting:
+        a, b, sides, future = waiting.popleft()
+        _add_hits(pending, a, b, future.result())
+        for item in _take(pairs, 1):
+            waiting.append((*item, pool.submit(_tile_hits, plan, *item)))
+        if b == nt - 1 and "r" in sides:
+            finishing.append(pool.submit(_finish, plan, a, pending[a]))
+            pending[a] = []
+        while finishing and finishing[0].done():
+            yield finishing.popleft().result()
+    while finishing:
+        yield finishing.popleft().result()
+
+
+def _take(items: Any, count: int) -> list[Any]:
+    out = []
+    for item in items:
+        out.append(item)
+        if len(out) == count:
+            break
+    return out
+
+
+def _add_hits(pending: list[list[np.ndarray]], a: int, b: int, hits: tuple[Any, Any]) -> None:
+    if hits[0] is not None:
+        pending[a].append(hits[0])
+    if hits[1] is not None:
+        pending[b].append(hits[1])

@@ -1,0 +1,228 @@
+"""The symmetric leave-one-out engine (each product computed once): the brute-force oracle, the
+one-sided engine on well-separated data, and bit-identity across threads and backends."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import embedeval._engine as engine
+import embedeval._symmetric as sym
+from embedeval import evaluate
+from embedeval.knn import PreparedSearch
+from tests import oracle
+
+METRICS = ["precision_at_1", "r_precision", "map_at_r", "recall_at_5", "precision_at_3"]
+
+
+def _same(a, b):
+    assert a.per_query.keys() == b.per_query.keys()
+    for name in a.per_query:
+        np.testing.assert_array_equal(a.per_query[name], b.per_query[name], err_msg=name)
+    assert a.n_ties == b.n_ties
+
+
+def _one_sided(monkeypatch):
+    """Force leave-one-out through the one-sided engine (the path before this engine)."""
+    monkeypatch.setattr(engine, "uses_symmetric_engine", lambda task: False)
+
+
+def _distinct_grid(seed, n, dim, low=-3, high=4):
+    """Distinct small-integer points: every key is an exact float32 integer, so distance ties
+    are exact and the oracle's float64 order is the engine's, yet no two rows are identical."""
+    rng = np.random.default_rng(seed)
+    x = np.unique(rng.integers(low, high, size=(4 * n, dim)), axis=0)
+    x = x[rng.permutation(len(x))[:n]].astype(np.float32)
+    assert len(x) == n
+    return x
+
+
+def _separated(seed, n, dim=16, n_classes=40):
+    """Real-valued clusters far apart relative to their spread: no near-ties decide a value."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, n_classes, n)
+    centers = 10 * rng.standard_normal((n_classes, dim))
+    x = (centers[y] + 0.5 * rng.standard_normal((n, dim))).astype(np.float32)
+    return x, y
+
+
+def _check_oracle(x, y, distance="euclidean", **kw):
+    got = evaluate(x, y, metrics=METRICS, distance=distance, progress=False, **kw)
+    qg = kw.get("query_groups")
+    _, expected, _ = oracle.evaluate(x, y, metrics=METRICS, distance=distance, qg=qg, rg=qg)
+    for m in METRICS:
+        np.testing.assert_allclose(got.per_query[m], expected[m], rtol=0, atol=1e-12, err_msg=m)
+    return got
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+def test_exact_ties_on_distinct_grid_points_match_the_oracle(distance):
+    # 1,500 distinct integer points in 4-D: two tiles, exact ties everywhere (ranked by index).
+    x = _distinct_grid(0, 1500, 4)
+    y = np.random.default_rng(1).integers(0, 30, len(x))
+    got = _check_oracle(x, y, distance)
+    assert got.n_ties["map_at_r"] > 0  # ties do decide values here
+
+
+def test_identical_rows_take_the_one_sided_engine_and_match_the_oracle(monkeypatch):
+    x = _distinct_grid(2, 1200, 4)
+    x[700:760] = x[:60]  # exact duplicates must stay exact ties
+    y = np.random.default_rng(3).integers(0, 25, len(x))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("identical rows must take the one-sided engine")
+
+    monkeypatch.setattr(engine, "symmetric_blocks", refuse)
+    _check_oracle(x, y)
+
+
+@pytest.mark.parametrize("n", [2, 3, 17, 1023, 1024, 1025, 2100])
+def test_odd_sizes_match_the_oracle(n):
+    # n = 2 (one pair), smaller than a tile, exactly a tile, one past it, several tiles.
+    x = _distinct_grid(n, n, 6)
+    y = np.random.default_rng(n).integers(0, max(1, n // 6), n)
+    _check_oracle(x, y)
+
+
+def test_groups_match_the_oracle():
+    x = _distinct_grid(5, 1300, 5)
+    rng = np.random.default_rng(6)
+    y, g = rng.integers(0, 20, len(x)), rng.integers(0, 50, len(x))
+    _check_oracle(x, y, query_groups=g)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine", "inner_product"])
+def test_equal_to_the_one_sided_engine_on_well_separated_data(monkeypatch, distance):
+    x, y = _separated(8, 2600)
+    sym_run = evaluate(x, y, metrics=METRICS, distance=distance, progress=False)
+    split = evaluate(
+        x, y, x, y, ref_includes_query=True, metrics=METRICS, distance=distance, progress=False
+    )
+    _one_sided(monkeypatch)
+    before = evaluate(x, y, metrics=METRICS, distance=distance, progress=False)
+    for other in (split, before):
+        _same(sym_run, other)
+        assert sym_run.metrics == other.metrics
+
+
+def test_threads_and_memory_budget_do_not_change_a_bit():
+    # Real-valued data (rounding matters) in several tiles; one thread, two threads, and a
+    # budget so small that far tile pairs are multiplied once per side.
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3100, 12)).astype(np.float32)
+    y = rng.integers(0, 40, len(x))  # R ~ 77: deep enough for many near-ties
+    runs = [
+        evaluate(x, y, metrics=METRICS, n_threads=t, memory_budget=b, progress=False)
+        for t, b in ((1, 2**28), (2, 2**28), (2, 2**20))
+    ]
+    assert sym.stripe_window(np.full(3100, 78), 2**20) == 1
+    for other in runs[1:]:
+        _same(runs[0], other)
+
+
+def test_short_thresholds_are_redone_over_every_reference(monkeypatch):
+    x, y = _separated(12, 1500)
+    expected = evaluate(x, y, metrics=METRICS, progress=False)
+    real = sym.depth_thresholds
+
+    def too_low(search, start, stop, need, subsample, exclusions):
+        tau = real(search, start, stop, need, subsample, exclusions)
+        tau[::3] = -1e30  # no candidate at all: these queries must be redone
+        return tau
+
+    monkeypatch.setattr(sym, "depth_thresholds", too_low)
+    _same(evaluate(x, y, metrics=METRICS, progress=False), expected)
+
+
+def test_canonical_keys_of_i_j_and_j_i_come_from_one_product():
+    # Both keys of a pair come from one product entry: the entry of the lower tile's row and
+    # the higher tile's column (on a diagonal tile, the upper triangle), less the query's own
+    # squared norm (Euclidean) or as it is (cosine).
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2300, 24)).astype(np.float32)
+    rows = np.array([0, 5, 1023, 1024, 2299])
+    t = sym.TILE
+    for distance in ("euclidean", "cosine"):
+        whole = sym.SymmetricSet.from_search(PreparedSearch.build(x, x, distance), distance)
+        k = sym.canonical_keys(whole, rows, 0, 2300)
+        for i, j in [(0, 1), (0, 2), (1, 2), (2, 3), (3, 4), (0, 4)]:
+            lo, hi = rows[i], rows[j]  # lo < hi
+            entry = whole.product(lo // t, hi // t)[lo % t, hi % t]
+            own = np.float32(0) if whole.sq is None else whole.sq
+            assert k[i, hi] == (entry if whole.sq is None else entry - own[lo])
+            assert k[j, lo] == (entry if whole.sq is None else entry - own[hi])
+        ref = oracle.pairwise(x[rows], x, distance)
+        want = (
+            ref if distance == "cosine" else ref**2 - (x[rows].astype(float) ** 2).sum(1)[:, None]
+        )
+        np.testing.assert_allclose(k, want, rtol=0, atol=1e-4)
+
+
+def test_schedule_multiplies_every_pair_once_per_side():
+    for n_tiles, window in ((1, 1), (4, 1), (5, 2), (6, 6)):
+        sides = {}
+        for a, b, s in sym.schedule(n_tiles, window):
+            assert a <= b
+            for side in s:
+                key = (a, b, side) if a != b or side == "r" else None
+                if key:
+                    assert key not in sides
+                    sides[key] = True
+        want = {(a, b, s) for a in range(n_tiles) for b in range(a, n_tiles) for s in "rc"}
+        want -= {(a, a, "c") for a in range(n_tiles)}
+        assert set(sides) == want
+
+
+def test_local_sharded_and_dask_are_bit_identical_on_leave_one_out():
+    # 33,000 rows: more than 16 column tiles of 2,048, so the sharded backend splits the set.
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((33_000, 6)).astype(np.float32)
+    y = rng.integers(0, 3000, len(x))
+    g = rng.integers(0, 3000, len(x))
+    kw = dict(metrics=["precision_at_1", "map_at_r", "recall_at_10"], progress=False)
+    for extra in ({}, {"query_groups": g}):
+        local = evaluate(x, y, **kw, **extra)
+        assert local.n_ties["precision_at_1"] >= 0
+        _same(local, evaluate(x, y, shards=3, **kw, **extra))
+
+
+def test_dask_is_bit_identical_on_leave_one_out():
+    distributed = pytest.importorskip("distributed")
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal((2500, 10)).astype(np.float32)
+    y = rng.integers(0, 30, len(x))
+    kw = dict(metrics=METRICS, progress=False)
+    with distributed.Client(
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False)
+    ) as client:
+        _same(evaluate(x, y, **kw), evaluate(x, y, backend="dask", client=client, **kw))
+
+
+def test_memory_stays_far_below_the_distance_matrix():
+    rng = np.random.default_rng(23)
+    n = 6000
+    x = rng.standard_normal((n, 16)).astype(np.float32)
+    y = rng.integers(0, 600, n)
+    tracemalloc.start()
+    try:
+        evaluate(x, y, metrics=METRICS, progress=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < n * n * 4 / 4  # a quarter of one float32 n x n matrix
+
+
+def test_deep_rankings_take_the_one_sided_engine(monkeypatch):
+    # 5 classes of 900: MAP@R needs 900 of 4,500 rows per query, above 1/32 of the set.
+    rng = np.random.default_rng(24)
+    x = rng.standard_normal((4500, 8)).astype(np.float32)
+    y = np.repeat(np.arange(5), 900)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("deep rankings must take the one-sided engine")
+
+    monkeypatch.setattr(engine, "symmetric_blocks", refuse)
+    got = evaluate(x, y, metrics=["map_at_r"], progress=False)
+    assert got.n_queries == 4500
