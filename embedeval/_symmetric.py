@@ -298,6 +298,12 @@ class _Plan:
         p = self.whole.product(a, b, out=self.local.p[: m * w].reshape(m, w))
         return p, self.local.mask[: m * w].reshape(m, w)
 
+    def second_mask(self, shape: tuple[int, int]) -> np.ndarray:
+        """A second mask buffer of this thread (both sides of a tile at once)."""
+        if getattr(self.local, "mask2", None) is None:
+            self.local.mask2 = np.empty(TILE * TILE, dtype=bool)
+        return self.local.mask2[: shape[0] * shape[1]].reshape(shape)
+
     def upper(self, m: int) -> np.ndarray:
         """The strict upper triangle of an m x m tile (cached per size)."""
         cached = self.triangles.get(m)
@@ -370,8 +376,33 @@ def _tile_hits(plan: _Plan, a: int, b: int, sides: str) -> tuple[Any, Any]:
     the strict upper triangle is read, for both sides (its entry of (i, j) is the canonical
     entry of (j, i) too, and the diagonal is the queries themselves)."""
     p, mask = plan.buffers(a, b)
+    if sides == "rc" and a != b:
+        return _both_sides(plan, p, mask, a, b)
     rows = _side(plan, p, mask, a, b, False) if "r" in sides else None
     cols = _side(plan, p, mask, a, b, True) if "c" in sides else None
+    return rows, cols
+
+
+def _both_sides(
+    plan: _Plan, p: np.ndarray, mask: np.ndarray, a: int, b: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Both sides' codes of an off-diagonal product: one extraction of the entries that pass
+    the row query's limit or the column query's limit (the two masks are OR-ed, so the sparse
+    index extraction, the costliest pass after the product, runs once for both sides)."""
+    row_limit = plan.limit[a * TILE : a * TILE + p.shape[0]]
+    col_limit = plan.limit[b * TILE : b * TILE + p.shape[1]]
+    other = plan.second_mask(mask.shape)
+    np.less_equal(p, row_limit[:, None], out=mask)
+    np.less_equal(p, col_limit[None, :], out=other)
+    np.logical_or(mask, other, out=mask)
+    flat = np.flatnonzero(mask)
+    i, j = np.divmod(flat, p.shape[1])
+    values = p.ravel()[flat]
+    on_row = values <= row_limit[i]
+    on_col = values <= col_limit[j]
+    gi, gj = i + a * TILE, j + b * TILE
+    rows = _codes(plan, gi[on_row], gj[on_row], values[on_row])
+    cols = _codes(plan, gj[on_col], gi[on_col], values[on_col])
     return rows, cols
 
 
