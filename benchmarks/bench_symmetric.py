@@ -4,7 +4,8 @@ For each ``bench_core`` case (see ``benchmarks/_common.py``), in one run and eac
 in its own process, repeated and interleaved (the best of the repeats is kept):
 
 * ``loo``       — ``evaluate(x, y)``: leave-one-out, the symmetric engine where it applies
-* ``one_sided`` — the same leave-one-out through the one-sided engine (every product twice)
+* ``one_sided`` — the same leave-one-out through the one-sided engine (every product twice):
+  ``evaluate(x, y, x.copy(), y, ref_includes_query=True)``, each query excluded by identity
 * ``split``     — ``evaluate(x, y, x.copy(), y)``: an explicit query/reference split of equal
   size, the same amount of work without symmetry (values differ: each query finds its copy)
 * ``faiss``     — ``IndexFlatL2`` + ``search`` with k = max R + 1 (capped at 2,048)
