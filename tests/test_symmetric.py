@@ -11,6 +11,7 @@ import pytest
 import embedeval._engine as engine
 import embedeval._symmetric as sym
 from embedeval import evaluate
+from embedeval._candidates import sortable_bits
 from embedeval.knn import PreparedSearch
 from tests import oracle
 
@@ -226,3 +227,47 @@ def test_deep_rankings_take_the_one_sided_engine(monkeypatch):
     monkeypatch.setattr(engine, "symmetric_blocks", refuse)
     got = evaluate(x, y, metrics=["map_at_r"], progress=False)
     assert got.n_queries == 4500
+
+
+def test_tighten_lowers_thresholds_to_the_need_th_key_and_keeps_its_ties():
+    # One tile of 3 queries with hand-made candidate codes (row, key, reference): query 0 needs
+    # 2 and holds keys 5, 1, 3, 3 -> its threshold becomes 3 and both 3s stay (a tie); query 1
+    # needs 3 but holds 2 -> unchanged; query 2 needs 1 and holds 7, 2 -> 2.
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    whole = sym.SymmetricSet.from_search(PreparedSearch.build(x, x, "cosine"), "cosine")
+    tau = np.full(3, 100.0, dtype=np.float32)
+    plan = sym._Plan(None, whole, np.array([2, 3, 1]), tau, tau.copy(), None, col_bits=4)
+    rows = np.array([0, 0, 0, 0, 1, 1, 2, 2])
+    keys = np.array([5, 1, 3, 3, 4, 6, 7, 2], dtype=np.float32)
+    refs = np.array([1, 2, 3, 4, 5, 6, 7, 8])
+    codes = (
+        (rows.astype(np.uint64) << np.uint64(36))
+        | (sortable_bits(keys).astype(np.uint64) << np.uint64(4))
+        | refs.astype(np.uint64)
+    )
+    kept = sym.tighten(plan, 0, codes.copy())
+    assert plan.tau.tolist() == [3.0, 100.0, 2.0]
+    assert plan.limit.tolist() == [3.0, 100.0, 2.0]  # cosine: the entry is the key
+    assert ((kept >> np.uint64(36)).tolist(), (kept & np.uint64(15)).tolist()) == (
+        [0, 0, 0, 1, 1, 2],
+        [2, 3, 4, 5, 6, 8],
+    )
+
+
+@pytest.mark.parametrize("slack", [0, 10**9])
+def test_tightened_thresholds_keep_the_oracle_values_with_exact_ties(monkeypatch, slack):
+    # 5,000 distinct integer points in 6-D (five tiles, exact distance ties everywhere), about
+    # 50 per class: thresholds tightened after every product (slack 0) or never (slack huge)
+    # give the oracle's values, ties ranked by index.
+    calls = []
+    real = sym.tighten
+    monkeypatch.setattr(sym, "_SLACK", slack)
+    monkeypatch.setattr(sym, "tighten", lambda *a: calls.append(1) or real(*a))
+    # A threshold tightened too far (or ties at it dropped) would leave a query short of its
+    # depth, and the redo over every reference would hide it: none may happen here.
+    monkeypatch.setattr(sym, "_redo", lambda *a: pytest.fail("a query came out short"))
+    x = _distinct_grid(31, 5000, 6)
+    y = np.random.default_rng(32).integers(0, 100, len(x))
+    got = _check_oracle(x, y)
+    assert got.n_ties["map_at_r"] > 0
+    assert (len(calls) > 0) == (slack == 0)
