@@ -360,8 +360,12 @@ def aggregate(
     present = np.flatnonzero(counts)
     class_means = sums[present] / counts[present]
     # tolist() turns numpy scalars into Python ones in one C pass (a loop over classes here
-    # cost as much as a quarter of a small leave-one-out evaluation).
-    per_class = dict(zip(uniques[present].tolist(), class_means.tolist(), strict=True))
+    # cost as much as a quarter of a small leave-one-out evaluation); an object array keeps its
+    # elements as they are, so numpy scalars among mixed labels are converted one by one.
+    keys = uniques[present].tolist()
+    if uniques.dtype == object:
+        keys = [k.item() if isinstance(k, np.generic) else k for k in keys]
+    per_class = dict(zip(keys, class_means.tolist(), strict=True))
     value = float(class_means.mean()) if average == "macro" else float(values[ok].mean())
     return value, per_class
 

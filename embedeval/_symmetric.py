@@ -618,7 +618,8 @@ def tighten(plan: _Plan, tile: int, codes: np.ndarray) -> np.ndarray:
     The subsample thresholds carry a wide safety margin; a few tiles of found candidates give a
     much tighter one, and every later product then lets fewer entries through.  Ties at the new
     threshold stay (``<=``), so the candidates still hold every reference up to the ``need``-th
-    key, ties included, and the sorted result does not depend on when this ran.
+    key, ties included: the values scored from them do not depend on when this ran (only the
+    candidates beyond that key, which no kernel reads, do).
     """
     q0 = tile * TILE
     m = min(TILE, plan.n - q0)

@@ -102,3 +102,11 @@ def test_warnings_point_at_the_caller_of_evaluate():
         ee.evaluate(x, [0, 1, 2, 3, 4, 5])  # every query lone
     assert len(caught) == 2
     assert {w.filename for w in caught} == {__file__}
+
+
+def test_aggregate_keys_are_python_scalars_for_object_labels():
+    uniques = np.empty(2, dtype=object)
+    uniques[:] = [np.int64(7), "a"]
+    value, per_class = aggregate(np.array([1.0, 0.0]), np.array([0, 1]), uniques, "macro")
+    assert value == 0.5 and per_class == {7: 1.0, "a": 0.0}
+    assert [type(k) for k in per_class] == [int, str]

@@ -271,3 +271,65 @@ def test_tightened_thresholds_keep_the_oracle_values_with_exact_ties(monkeypatch
     got = _check_oracle(x, y)
     assert got.n_ties["map_at_r"] > 0
     assert (len(calls) > 0) == (slack == 0)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+def test_tighten_matches_a_plain_loop_on_random_codes(distance):
+    # Random codes with ties, +-0.0, rows short of their need, need 0 (tau -inf) and KEY_MAX,
+    # against a per-row loop: tau, the entry limits and the kept codes.
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(2, 3000))
+        tile = int(rng.integers(0, -(-n // sym.TILE)))
+        m = min(sym.TILE, n - tile * sym.TILE)
+        x = rng.standard_normal((n, 3)).astype(np.float32)
+        whole = sym.SymmetricSet.from_search(PreparedSearch.build(x[:1], x, distance), distance)
+        col_bits = max(1, int(n - 1).bit_length())
+        need = rng.integers(0, 6, n)
+        tau = rng.choice(np.array([3.4e38, 3.0, 0.5, -0.25], np.float32), n)
+        tau[need <= 0] = -np.inf
+        limit = sym.entry_limits(tau, whole.sq)
+        plan = sym._Plan(None, whole, need, tau.copy(), limit.copy(), None, col_bits)
+        rows = rng.integers(0, m, 150)
+        keys = rng.choice(np.array([-1, -0.0, 0, 0.25, 0.5, 1, 2, 3], np.float32), 150)
+        ok = keys <= tau[tile * sym.TILE + rows]
+        rows, keys = rows[ok], keys[ok]
+        refs = rng.choice(n, rows.size, replace=rows.size > n)
+        codes = (
+            (rows.astype(np.uint64) << np.uint64(32 + col_bits))
+            | (sortable_bits(keys).astype(np.uint64) << np.uint64(col_bits))
+            | refs.astype(np.uint64)
+        )
+        kept = sym.tighten(plan, tile, codes.copy())
+        want = tau.copy()
+        for r in range(m):
+            q, sorted_keys = tile * sym.TILE + r, np.sort(keys[rows == r])
+            if need[q] > 0 and sorted_keys.size >= need[q]:
+                want[q] = min(want[q], sorted_keys[need[q] - 1] + np.float32(0))
+        assert np.array_equal(plan.tau, want)
+        changed = want != tau
+        sq = None if whole.sq is None else whole.sq[changed]
+        limit[changed] = sym.entry_limits(want[changed], sq)
+        assert np.array_equal(plan.limit, limit)
+        assert np.array_equal(kept, np.sort(codes[keys <= want[tile * sym.TILE + rows]]))
+
+
+def test_tightening_while_products_finish_out_of_order_changes_no_value(monkeypatch):
+    # Products finish in a shuffled order while thresholds are tightened after every add.
+    import random
+    import time
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((5000, 10)).astype(np.float32)
+    y = rng.integers(0, 120, len(x))
+    monkeypatch.setattr(sym, "_SLACK", 10**9)
+    want = evaluate(x, y, metrics=METRICS, n_threads=1, progress=False)
+    monkeypatch.setattr(sym, "_SLACK", 0)
+    real = sym._tile_hits
+    delays = random.Random(0)
+    monkeypatch.setattr(
+        sym, "_tile_hits", lambda *a: time.sleep(delays.random() * 0.003) or real(*a)
+    )
+    monkeypatch.setattr(sym, "_redo", lambda *a: pytest.fail("a query came out short"))
+    for threads in (2, 4):
+        _same(want, evaluate(x, y, metrics=METRICS, n_threads=threads, progress=False))
