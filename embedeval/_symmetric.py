@@ -65,12 +65,14 @@ from ._task import Columns, RetrievalTask, ScoredBlock, write_back
 from ._threads import default_threads, single_threaded_blas
 
 __all__ = [
+    "STRIP",
     "TILE",
     "SymmetricSearch",
     "SymmetricSet",
     "canonical_keys",
     "run_symmetric",
     "schedule",
+    "strips",
     "symmetric_applies",
     "symmetric_blocks",
     "symmetric_view",
@@ -81,6 +83,8 @@ __all__ = [
 
 #: Rows per square tile of the canonical products.
 TILE = 1024
+#: Rows per strip of a diagonal tile's product (see SymmetricSet.product).
+STRIP = 256
 _MAX_ROWS = 1 << 22  # the packed code keeps 10 bits for the row in a tile, 22 for the column
 _DENSE = 32  # mean depth above n / _DENSE: the one-sided engine (see symmetric_applies)
 _SAMPLE = 256  # columns of the first threshold's subsample (see _subsample)
@@ -156,10 +160,19 @@ class SymmetricSet:
         return int(self.left.shape[0])
 
     def product(self, a: int, b: int, out: np.ndarray | None = None) -> np.ndarray:
-        """The canonical product of tiles ``a <= b`` (one BLAS call of fixed shape), as
-        computed: on the diagonal only its strict upper triangle is canonical."""
+        """The canonical product of tiles ``a <= b``: one BLAS call of fixed shape, or on the
+        diagonal one call per strip of :data:`STRIP` rows ``[r0, r1)`` against the tile's
+        columns ``[r0, m)`` (its strict upper triangle, 5/8 of the tile's work, is what is
+        canonical; entries left of a strip keep what ``out`` held, zeros when it is None)."""
         rows = self.left[a * TILE : (a + 1) * TILE]
-        return np.matmul(rows, self.right[b * TILE : (b + 1) * TILE].T, out=out)
+        cols = self.right[b * TILE : (b + 1) * TILE]
+        if a != b:
+            return np.matmul(rows, cols.T, out=out)
+        if out is None:
+            out = np.zeros((rows.shape[0], rows.shape[0]), dtype=np.float32)
+        for r0, r1 in strips(rows.shape[0]):
+            np.matmul(rows[r0:r1], cols[r0:].T, out=out[r0:r1, r0:])
+        return out
 
     def keys(self, p: np.ndarray, query_rows: np.ndarray) -> np.ndarray:
         """Keys of queries ``query_rows`` from their canonical product entries ``p`` (one
@@ -168,6 +181,17 @@ class SymmetricSet:
             return p
         sq = self.sq[query_rows]
         return np.subtract(p, sq[:, None] if p.ndim == 2 else sq)
+
+
+def strips(m: int) -> list[tuple[int, int]]:
+    """The row strips ``[r0, r1)`` of :data:`STRIP` rows of an ``m``-row diagonal tile.
+
+    Examples
+    --------
+    >>> strips(600)
+    [(0, 256), (256, 512), (512, 600)]
+    """
+    return [(r0, min(r0 + STRIP, m)) for r0 in range(0, m, STRIP)]
 
 
 _SETS: dict[str, Any] = {}
@@ -309,11 +333,11 @@ class _Plan:
             self.local.mask2 = np.empty(TILE * TILE, dtype=bool)
         return self.local.mask2[: shape[0] * shape[1]].reshape(shape)
 
-    def upper(self, m: int) -> np.ndarray:
-        """The strict upper triangle of an m x m tile (cached per size)."""
-        cached = self.triangles.get(m)
+    def upper(self, shape: tuple[int, int]) -> np.ndarray:
+        """The entries right of the diagonal of a ``shape`` block (cached per shape)."""
+        cached = self.triangles.get(shape)
         if cached is None:
-            cached = self.triangles[m] = np.triu(np.ones((m, m), dtype=bool), k=1)
+            cached = self.triangles[shape] = np.triu(np.ones(shape, dtype=bool), k=1)
         return cached
 
     @property
@@ -389,42 +413,69 @@ def _codes(plan: _Plan, query: np.ndarray, ref: np.ndarray, p: np.ndarray) -> np
 
 def _tile_hits(plan: _Plan, a: int, b: int, sides: str) -> tuple[Any, Any]:
     """Candidate codes from the product of tiles ``a <= b``: for the queries of tile ``a``
-    (``"r"`` in ``sides``) and for the queries of tile ``b`` (``"c"``).  On the diagonal only
-    the strict upper triangle is read, for both sides (its entry of (i, j) is the canonical
-    entry of (j, i) too, and the diagonal is the queries themselves)."""
+    (``"r"`` in ``sides``) and for the queries of tile ``b`` (``"c"``)."""
     p, mask = plan.buffers(a, b)
-    if sides == "rc" and a != b:
-        return _both_sides(plan, p, mask, a, b)
+    if a == b:  # the schedule gives every diagonal tile both sides
+        return _diagonal_hits(plan, p, mask, a)
+    if sides == "rc":
+        limits = (plan.limit[a * TILE :][: p.shape[0]], plan.limit[b * TILE :][: p.shape[1]])
+        return _extract(plan, p, (mask, plan.second_mask(mask.shape)), (a * TILE, b * TILE), limits)
     rows = _side(plan, p, mask, a, b, False) if "r" in sides else None
     cols = _side(plan, p, mask, a, b, True) if "c" in sides else None
     return rows, cols
 
 
-def _both_sides(
-    plan: _Plan, p: np.ndarray, mask: np.ndarray, a: int, b: int
+def _diagonal_hits(
+    plan: _Plan, p: np.ndarray, mask: np.ndarray, a: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Both sides' codes of an off-diagonal product: one extraction of the entries that pass
-    the row query's limit or the column query's limit (the two masks are OR-ed, so the sparse
-    index extraction, the costliest pass after the product, runs once for both sides)."""
-    row_limit = plan.limit[a * TILE : a * TILE + p.shape[0]]
-    col_limit = plan.limit[b * TILE : b * TILE + p.shape[1]]
-    other = plan.second_mask(mask.shape)
+    """Both sides' codes of the diagonal tile ``a``, strip by strip (only the strips hold
+    products, see :meth:`SymmetricSet.product`), from the entries above the diagonal: the
+    entry of (i, j) is the canonical entry of (j, i) too, and the diagonal is the queries
+    themselves."""
+    m = p.shape[0]
+    limit = plan.limit[a * TILE :][:m]
+    found = []
+    for r0, r1 in strips(m):
+        shape = (r1 - r0, m - r0)
+        masks = (mask.ravel()[: shape[0] * shape[1]].reshape(shape), plan.second_mask(shape))
+        origin = (a * TILE + r0, a * TILE + r0)
+        found.append(_extract(plan, p[r0:r1, r0:], masks, origin, (limit[r0:r1], limit[r0:]), True))
+    return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+
+
+def _extract(
+    plan: _Plan,
+    p: np.ndarray,
+    masks: tuple[np.ndarray, np.ndarray],
+    origin: tuple[int, int],
+    limits: tuple[np.ndarray, np.ndarray],
+    upper: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Both sides' codes of the products ``p`` (rows and columns from global ``origin``, with
+    those rows' and columns' ``limits``; ``upper``: only entries right of the diagonal that
+    starts at the first row): one extraction of the entries that pass the row query's limit or
+    the column query's limit (the two masks are OR-ed, so the sparse index extraction, the
+    costliest pass after the product, runs once for both sides)."""
+    mask, other = masks
+    row_limit, col_limit = limits
     np.less_equal(p, row_limit[:, None], out=mask)
     np.less_equal(p, col_limit[None, :], out=other)
     np.logical_or(mask, other, out=mask)
+    if upper:
+        mask &= plan.upper(mask.shape)
     flat = np.flatnonzero(mask)
     i, j = np.divmod(flat, p.shape[1])
-    values = p.ravel()[flat]
+    values = p.ravel()[flat] if p.flags.c_contiguous else p[i, j]
     on_row = values <= row_limit[i]
     on_col = values <= col_limit[j]
-    gi, gj = i + a * TILE, j + b * TILE
+    gi, gj = i + origin[0], j + origin[1]
     rows = _codes(plan, gi[on_row], gj[on_row], values[on_row])
     cols = _codes(plan, gj[on_col], gi[on_col], values[on_col])
     return rows, cols
 
 
 def _side(plan: _Plan, p: np.ndarray, mask: np.ndarray, a: int, b: int, col: bool) -> np.ndarray:
-    """One side's codes of the product ``p`` of tiles ``a <= b``: a comparison of the tile
+    """One side's codes of the product ``p`` of tiles ``a < b``: a comparison of the tile
     with each query's limit finds the few entries whose exact key can pass (one pass per side
     costs less than one pass with the tile's loosest limit: the extraction scales with the
     survivors), then :func:`_codes` decides on those alone."""
@@ -432,8 +483,6 @@ def _side(plan: _Plan, p: np.ndarray, mask: np.ndarray, a: int, b: int, col: boo
         np.less_equal(p, plan.limit[b * TILE : b * TILE + p.shape[1]][None, :], out=mask)
     else:
         np.less_equal(p, plan.limit[a * TILE : a * TILE + p.shape[0]][:, None], out=mask)
-    if a == b:
-        mask &= plan.upper(p.shape[0])
     flat = np.flatnonzero(mask)
     i, j = np.divmod(flat, p.shape[1])
     gi, gj = i + a * TILE, j + b * TILE
