@@ -11,7 +11,8 @@ the products of the one-sided engine and its memory bound: no n x n matrix, only
 of queries whose last tile has not been multiplied yet.
 
 Keys are *canonical*: the key of (i, j) always comes from the product of the whole tiles
-``min(a, b)`` x ``max(a, b)`` (in a tile on the diagonal, from its strict upper triangle), so
+``min(a, b)`` x ``max(a, b)`` (in a tile on the diagonal, from its strict upper triangle,
+multiplied in fixed strips of :data:`STRIP` rows), so
 product shapes, hence float32 rounding, are fixed whoever asks, and (i, j) and (j, i) share one
 entry.  :func:`canonical_keys` gives those keys for any rows and columns, and
 :class:`SymmetricSearch` hands them to the sharded, Dask and CPU torch backends, which stay
