@@ -65,6 +65,7 @@ __all__ = [
     "depth_thresholds",
     "grid_keys",
     "label_cutoff",
+    "normalize_rows",
     "pack_codes",
     "plan_search",
     "range_exponent",
@@ -201,7 +202,7 @@ class PreparedSearch:
     @classmethod
     def build(cls, xq: np.ndarray, xb: np.ndarray, distance: str) -> PreparedSearch:
         if distance == "cosine":
-            xq, xb = _normalize(xq, "query"), _normalize(xb, "reference")
+            xq, xb = normalize_rows(xq, "query"), normalize_rows(xb, "reference")
         if distance == "euclidean":
             sq_ref = np.einsum("ij,ij->i", xb, xb, dtype=np.float32)
             ref = np.empty((xb.shape[0], xb.shape[1] + 1), dtype=np.float32)
@@ -272,7 +273,7 @@ def range_exponent(arrays: list[np.ndarray], distance: str, block: int = 65536) 
 def reference_duplicates(xb: np.ndarray, distance: str) -> DuplicateRows | None:
     """Groups of reference rows that are identical as the search sees them (cosine: after
     normalisation, so a vector and its double are one point)."""
-    prepare = (lambda rows: _normalize(rows, "reference")) if distance == "cosine" else None
+    prepare = (lambda rows: normalize_rows(rows, "reference")) if distance == "cosine" else None
     return find_duplicate_rows(xb, prepare)
 
 
@@ -284,7 +285,9 @@ def representatives(xb: Any, dups: DuplicateRows | None, distance: str) -> np.nd
     return PreparedSearch.build(rows[:1], rows, distance).reference_t
 
 
-def _normalize(x: np.ndarray, name: str) -> np.ndarray:
+def normalize_rows(x: np.ndarray, name: str) -> np.ndarray:
+    """``x`` (float32) with every row scaled to unit L2 norm, as cosine ranks; a zero row is an
+    ``InputError`` naming the argument ``name`` and the row."""
     norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(np.float32)
     if (norms == 0).any():
         raise InputError(

@@ -21,7 +21,7 @@ inside a query-by-reference product, leave-one-out keys may differ from an expli
 keys by float32 rounding; values are equal wherever rounding does not decide a tie.
 
 Candidate selection: the first per-query depth thresholds tau are read off a small seeded
-column subsample (:func:`_subsample`, :func:`embedeval._exact.depth_thresholds`).  A product
+column subsample (:func:`_subsample`, :func:`embedeval._exact.sample_thresholds`).  A product
 entry can pass only if it is at most ``tau_q + ||x_q||^2`` (rounded generously up); one
 comparison pass per side finds the few entries at or below their query's limit, and exact keys
 are computed for those alone.  Once a query holds as many candidates as it needs, its tau drops
@@ -57,8 +57,9 @@ from ._errors import InputError
 from ._exact import (
     DEFAULT_MEMORY_BUDGET,
     PreparedSearch,
-    depth_thresholds,
+    normalize_rows,
     reference_duplicates,
+    sample_thresholds,
     sort_block,
 )
 from ._progress import progress_bar
@@ -143,6 +144,24 @@ class SymmetricSet:
     sq: np.ndarray | None
 
     @classmethod
+    def from_rows(cls, x: np.ndarray, distance: str) -> SymmetricSet:
+        """From the set's rows (float32), built in place: the same bits as
+        :meth:`from_search` on a search prepared over ``x``, without preparing one."""
+        if distance == "cosine":
+            x = normalize_rows(x, "reference")
+        if distance != "euclidean":
+            x = np.ascontiguousarray(x, dtype=np.float32)
+            return cls(np.negative(x), x, None)
+        n, d = x.shape
+        sq = np.einsum("ij,ij->i", x, x, dtype=np.float32)  # as PreparedSearch.build has it
+        left = np.empty((n, d + 2), dtype=np.float32)
+        left[:, :d], left[:, d], left[:, d + 1] = x, sq, 1.0
+        right = np.empty((n, d + 2), dtype=np.float32)
+        np.multiply(x, np.float32(-2.0), out=right[:, :d])
+        right[:, d], right[:, d + 1] = 1.0, sq
+        return cls(left, right, sq)
+
+    @classmethod
     def from_search(cls, search: PreparedSearch, distance: str) -> SymmetricSet:
         """From a search prepared over the whole set (its reference side: the rows, and for
         the Euclidean distance their squared norms)."""
@@ -205,7 +224,7 @@ def task_set(task: Any) -> SymmetricSet:
     if cached is not None and cached[0] is task.reference and cached[1] == task.distance:
         return cached[2]
     ref = task.reference
-    out = SymmetricSet.from_search(PreparedSearch.build(ref[:1], ref, task.distance), task.distance)
+    out = SymmetricSet.from_rows(ref, task.distance)
     _SETS["last"] = (ref, task.distance, out)
     return out
 
@@ -364,15 +383,19 @@ def entry_limits(tau: np.ndarray, sq: np.ndarray | None) -> np.ndarray:
 
 def _make_plan(task: Any, pool: Any) -> _Plan:
     n = task.n_query
-    search = PreparedSearch.build(task.query, task.reference, task.distance)
-    whole = SymmetricSet.from_search(search, task.distance)
+    whole = SymmetricSet.from_rows(task.reference, task.distance)
     depth, _ = task.depth()
     need = np.minimum(depth, task.n_valid)
     subsample = _subsample(need, n)
+    sample_t = None if subsample is None else np.ascontiguousarray(whole.right[subsample].T)
 
     def block_tau(s: int) -> np.ndarray:
         e = min(s + 512, n)
-        return depth_thresholds(search, s, e, need[s:e], subsample, task.exclusions)
+
+        def sample_keys() -> np.ndarray:  # the plain product: thresholds need not be canonical
+            return whole.keys(np.matmul(whole.left[s:e], sample_t), np.arange(s, e))
+
+        return sample_thresholds(sample_keys, s, need[s:e], subsample, n, task.exclusions)
 
     tau = np.concatenate(list(pool_map(pool, block_tau, range(0, n, 512))))
     tau[need <= 0] = -np.inf

@@ -126,14 +126,14 @@ def test_threads_and_memory_budget_do_not_change_a_bit():
 def test_short_thresholds_are_redone_over_every_reference(monkeypatch):
     x, y = _separated(12, 1500)
     expected = evaluate(x, y, metrics=METRICS, progress=False)
-    real = sym.depth_thresholds
+    real = sym.sample_thresholds
 
-    def too_low(search, start, stop, need, subsample, exclusions):
-        tau = real(search, start, stop, need, subsample, exclusions)
+    def too_low(*args):
+        tau = real(*args)
         tau[::3] = -1e30  # no candidate at all: these queries must be redone
         return tau
 
-    monkeypatch.setattr(sym, "depth_thresholds", too_low)
+    monkeypatch.setattr(sym, "sample_thresholds", too_low)
     _same(evaluate(x, y, metrics=METRICS, progress=False), expected)
 
 
@@ -333,3 +333,19 @@ def test_tightening_while_products_finish_out_of_order_changes_no_value(monkeypa
     monkeypatch.setattr(sym, "_redo", lambda *a: pytest.fail("a query came out short"))
     for threads in (2, 4):
         _same(want, evaluate(x, y, metrics=METRICS, n_threads=threads, progress=False))
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine", "inner_product"])
+def test_factors_built_from_rows_equal_those_of_a_prepared_search(distance):
+    # Every backend must derive the same canonical products: the engine builds the factors
+    # straight from the rows, the Dask and torch backends from a prepared search.
+    rng = np.random.default_rng(41)
+    base = rng.standard_normal((700, 40)).astype(np.float32)
+    for x in (base, base[:, ::2]):  # contiguous, and a strided view
+        a = sym.SymmetricSet.from_rows(x, distance)
+        b = sym.SymmetricSet.from_search(PreparedSearch.build(x[:1], x, distance), distance)
+        np.testing.assert_array_equal(a.left, b.left)
+        np.testing.assert_array_equal(a.right, b.right)
+        assert (a.sq is None) == (b.sq is None)
+        if a.sq is not None:
+            np.testing.assert_array_equal(a.sq, b.sq)
