@@ -33,6 +33,9 @@ def make_data(case: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     elif case == "map":  # 10,000 vectors in 100 classes of 100
         sizes = [100] * 100
         spread = 6.0
+    elif case == "separated":  # 40,000 vectors in classes of 6 far apart: every value is 1
+        sizes = [6] * 6_666 + [4]
+        spread = 0.15
     else:
         raise ValueError(case)
     labels = np.repeat(np.arange(len(sizes)), sizes)

@@ -14,6 +14,7 @@ METRICS = {
     "sop": ["precision_at_1", "r_precision", "map_at_r"],
     "large": ["precision_at_1", "r_precision", "map_at_r"],
     "map": ["map"],
+    "separated": ["precision_at_1", "r_precision", "map_at_r"],
 }
 PML_NAMES = {
     "precision_at_1": "precision_at_1",

@@ -1,7 +1,8 @@
 """Leave-one-out with each product computed once, against the same work without symmetry.
 
-For each ``bench_core`` case (see ``benchmarks/_common.py``), in one run and each measurement
-in its own process, repeated and interleaved (the best of the repeats is kept):
+For each ``bench_core`` case, and ``separated`` (40,000 rows in classes of six far apart, where
+every value is 1; see ``benchmarks/_common.py``), in one run and each measurement in its own
+process, repeated and interleaved (the best of the repeats is kept):
 
 * ``loo``       — ``evaluate(x, y)``: leave-one-out, the symmetric engine where it applies
 * ``one_sided`` — the same leave-one-out through the one-sided engine (every product twice):
@@ -16,6 +17,7 @@ takes the one-sided engine, so ``loo`` and ``one_sided`` are the same there.  Ru
 
     python -m benchmarks.bench_symmetric                 # sop, large, map; best of 3
     python -m benchmarks.bench_symmetric sop --repeat 2  # some cases
+    python -m benchmarks.bench_symmetric separated       # 40,000 rows in well-separated classes
 """
 
 from __future__ import annotations
