@@ -409,7 +409,7 @@ def _subsample(need: np.ndarray, n: int) -> np.ndarray | None:
     enough to start from no threshold.  Smaller than the one-sided engine's
     (:func:`embedeval._exact.column_subsample`): here the thresholds are soon tightened from the
     candidates found (:func:`tighten`), so a cheaper, looser start is the better trade (60,000
-    rows, 2 cores: 256 columns 7.6 s of CPU, 1,024 columns 8.1 s)."""
+    rows, one thread: 256 columns 7.6 s, 1,024 columns 8.1 s)."""
     m = _SAMPLE if need.max(initial=0) * _SAMPLE < 64 * n else 4 * _SAMPLE
     if n <= 2 * m:
         return None
