@@ -46,6 +46,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -214,18 +215,19 @@ def strips(m: int) -> list[tuple[int, int]]:
     return [(r0, min(r0 + STRIP, m)) for r0 in range(0, m, STRIP)]
 
 
-_SETS: dict[str, Any] = {}
+_SETS: dict[int, SymmetricSet] = {}  # by id of a live task; dropped when the task is freed
+_SETS_LOCK = threading.Lock()
 
 
 def task_set(task: Any) -> SymmetricSet:
-    """The :class:`SymmetricSet` of a leave-one-out task (remembered for the last set, so that
-    a backend asking once per shard prepares it once)."""
-    cached = _SETS.get("last")
-    if cached is not None and cached[0] is task.reference and cached[1] == task.distance:
-        return cached[2]
-    ref = task.reference
-    out = SymmetricSet.from_rows(ref, task.distance)
-    _SETS["last"] = (ref, task.distance, out)
+    """The :class:`SymmetricSet` of a leave-one-out task, prepared once per task (a backend
+    asks once per shard).  Kept only while the task lives: a later evaluation, even of the same
+    array changed in place, prepares its own."""
+    with _SETS_LOCK:
+        out = _SETS.get(id(task))
+        if out is None:
+            out = _SETS[id(task)] = SymmetricSet.from_rows(task.reference, task.distance)
+            weakref.finalize(task, _SETS.pop, id(task), None)
     return out
 
 

@@ -11,7 +11,7 @@ import pytest
 import embedeval._engine as engine
 import embedeval._symmetric as sym
 from embedeval import evaluate
-from embedeval._candidates import sortable_bits
+from embedeval._candidates import from_sortable_bits, sortable_bits
 from embedeval.knn import PreparedSearch
 from tests import oracle
 
@@ -189,6 +189,19 @@ def test_local_sharded_and_dask_are_bit_identical_on_leave_one_out():
         _same(local, evaluate(x, y, shards=3, **kw, **extra))
 
 
+def test_sharded_leave_one_out_sees_an_array_changed_in_place():
+    # The sharded backend prepares the set's factors once per evaluation: a second evaluation
+    # of the same array object, changed in place, must not reuse the first one's.
+    rng = np.random.default_rng(25)
+    x = rng.standard_normal((33_000, 6)).astype(np.float32)
+    y = rng.integers(0, 3000, len(x))
+    kw = dict(metrics=["precision_at_1", "map_at_r"], progress=False)
+    evaluate(x, y, shards=3, **kw)
+    x[:] = rng.standard_normal(x.shape).astype(np.float32)
+    _same(evaluate(x, y, **kw), evaluate(x, y, shards=3, **kw))
+    assert not sym._SETS  # nothing kept once the evaluations are over
+
+
 def test_dask_is_bit_identical_on_leave_one_out():
     distributed = pytest.importorskip("distributed")
     rng = np.random.default_rng(22)
@@ -341,7 +354,7 @@ def test_factors_built_from_rows_equal_those_of_a_prepared_search(distance):
     # straight from the rows, the Dask and torch backends from a prepared search.
     rng = np.random.default_rng(41)
     base = rng.standard_normal((700, 40)).astype(np.float32)
-    for x in (base, base[:, ::2]):  # contiguous, and a strided view
+    for x in (base, base[:, ::2], np.asfortranarray(base)):  # C, strided and Fortran order
         a = sym.SymmetricSet.from_rows(x, distance)
         b = sym.SymmetricSet.from_search(PreparedSearch.build(x[:1], x, distance), distance)
         np.testing.assert_array_equal(a.left, b.left)
@@ -349,3 +362,46 @@ def test_factors_built_from_rows_equal_those_of_a_prepared_search(distance):
         assert (a.sq is None) == (b.sq is None)
         if a.sq is not None:
             np.testing.assert_array_equal(a.sq, b.sq)
+
+
+@pytest.mark.parametrize("n", [257, 1030, 1300])
+@pytest.mark.parametrize("distance", ["euclidean", "cosine", "inner_product"])
+def test_engine_tiles_give_every_canonical_key_once(n, distance):
+    # With every entry passing (tau = +inf) the engine's tiles must hand out each off-diagonal
+    # key exactly once and equal to canonical_keys; its product buffer starts as NaN, so a read
+    # outside a diagonal tile's strips would show as a wrong or missing key.
+    x = np.random.default_rng(n).standard_normal((n, 10)).astype(np.float32)[:, ::2]
+    whole = sym.SymmetricSet.from_rows(x, distance)
+    col_bits = max(1, int(n - 1).bit_length())
+    inf = np.full(n, np.inf, dtype=np.float32)
+    plan = sym._Plan(None, whole, np.ones(n, int), inf.copy(), inf.copy(), None, col_bits)
+    plan.local.p = np.full(sym.TILE * sym.TILE, np.nan, dtype=np.float32)
+    plan.local.mask = np.empty(sym.TILE * sym.TILE, dtype=bool)
+    got = np.full((n, n), np.nan, dtype=np.float32)
+    for a, b, sides in sym.schedule(plan.n_tiles, 1):
+        for tile, codes in zip((a, b), sym._tile_hits(plan, a, b, sides), strict=True):
+            if codes is None:
+                continue
+            q = (codes >> np.uint64(32 + col_bits)).astype(np.int64) + tile * sym.TILE
+            bits = ((codes >> np.uint64(col_bits)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+            r = (codes & np.uint64((1 << col_bits) - 1)).astype(np.int64)
+            assert np.isnan(got[q, r]).all()  # each entry once
+            got[q, r] = from_sortable_bits(bits)
+    want = sym.canonical_keys(whole, np.arange(n), 0, n)
+    off = ~np.eye(n, dtype=bool)
+    assert np.array_equal(got.view(np.uint32)[off], want.view(np.uint32)[off])
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+def test_nearest_neighbours_across_strip_boundaries_match_the_oracle(distance):
+    # Each row at a strip or tile boundary gets its nearest neighbour (same class) in the next
+    # row, on the other side of the boundary.
+    n = 2100
+    x = 10 * _distinct_grid(99, n, 4)
+    y = np.zeros(n, int)
+    y[::2] = 1
+    for r in (255, 511, 767, 1023, 1024 + 255, 2047):
+        x[r + 1] = x[r]
+        x[r + 1, 0] += 1
+        y[r + 1] = y[r]
+    _check_oracle(x, y, distance)
