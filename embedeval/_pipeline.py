@@ -27,7 +27,7 @@ from ._registry import MetricInfo, default_metrics
 from ._search import SearchOutcome, run_search
 from ._settings import EvaluationInputs, EvaluationSettings
 from ._torch_backend import as_search_input, check_lead_on_device, scale_for_range, to_host
-from ._validation import as_embeddings, as_labels, factorize
+from ._validation import as_embeddings, as_labels, check_same_dimension, factorize
 from .custom import metric_infos
 from .knn import Exclusions, check_queries_lead_reference
 from .result import EvaluationResult, warn_if_biased
@@ -142,11 +142,7 @@ def _reference(
     yb = as_labels(
         inputs.reference_labels, "reference_labels", length=xb.shape[0], length_of="reference"
     )
-    if xb.shape[1] != xq.shape[1]:
-        raise InputError(
-            f"query has dimension {xq.shape[1]} but reference has {xb.shape[1]}; both must "
-            "come from the same embedding model."
-        )
+    check_same_dimension(xq, xb, "reference")
     if queries_lead and on_device:
         check_lead_on_device(xq, xb)
     elif queries_lead:

@@ -23,6 +23,7 @@ __all__ = [
     "check_choice",
     "check_int",
     "check_probability",
+    "check_same_dimension",
     "check_same_length",
     "divide",
     "factorize",
@@ -367,6 +368,16 @@ def check_same_length(name_a: str, a: Sized, name_b: str, b: Sized) -> None:
         raise InputError(
             f"{name_a} has {len(a)} items but {name_b} has {len(b)}; they must be aligned "
             "one to one."
+        )
+
+
+def check_same_dimension(query: Any, other: Any, other_name: str) -> None:
+    """Raise when the query embeddings and ``other_name`` (the reference or gallery) have
+    different dimensions, as embeddings of two different models would."""
+    if other.shape[1] != query.shape[1]:
+        raise InputError(
+            f"query has dimension {query.shape[1]} but {other_name} has {other.shape[1]}; both "
+            "must come from the same embedding model."
         )
 
 

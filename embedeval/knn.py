@@ -30,7 +30,7 @@ from ._exact import sort_block as sort_block
 from ._threads import default_threads as default_threads
 from ._threads import in_order as in_order
 from ._threads import single_threaded_blas as single_threaded_blas
-from ._validation import as_embeddings, check_choice, check_int
+from ._validation import as_embeddings, check_choice, check_int, check_same_dimension
 
 __all__ = ["DISTANCES", "default_threads", "neighbors"]
 # The ``X as X`` imports above re-export engine names other modules import from here; their
@@ -159,11 +159,7 @@ def _read(query: Any, reference: Any, exclude_self: Any, options: Any) -> tuple[
         return xq, xq, True if exclude_self is None else bool(exclude_self)
     xb = read(reference, "reference")
     exclude_self = bool(exclude_self)
-    if xb.shape[1] != xq.shape[1]:
-        raise InputError(
-            f"query has dimension {xq.shape[1]} but reference has {xb.shape[1]}; both must "
-            "come from the same embedding model."
-        )
+    check_same_dimension(xq, xb, "reference")
     if exclude_self and options:
         check_lead_on_device(xq, xb)
     elif exclude_self:

@@ -36,7 +36,7 @@ import numpy as np
 from ._errors import InputError, InputTypeError
 from ._registry import MetricInfo, parse_metrics
 from ._settings import EvaluationInputs, EvaluationSettings
-from ._validation import as_embeddings, check_choice, check_int
+from ._validation import as_embeddings, check_choice, check_int, check_same_dimension
 
 __all__ = ["PROTOCOLS", "evaluate_listed", "revisitop_evaluate", "revisitop_lists"]
 
@@ -162,11 +162,7 @@ def _prepare(query, reference, positives, junk, distance, block_size, memory_bud
             "positives= lists index a gallery: pass reference (leave-one-out has no lists)."
         )
     xb = as_embeddings(reference, "reference")
-    if xb.shape[1] != xq.shape[1]:
-        raise InputError(
-            f"query has dimension {xq.shape[1]} but reference has {xb.shape[1]}; both must come "
-            "from the same embedding model."
-        )
+    check_same_dimension(xq, xb, "reference")
     n_q, n_ref = xq.shape[0], xb.shape[0]
     pos = _as_lists(positives, "positives", n_q, n_ref)
     jk = _as_lists([[]] * n_q if junk is None else junk, "junk", n_q, n_ref)

@@ -32,7 +32,14 @@ import numpy as np
 
 from ._curves import threshold_counts
 from ._errors import EmbedevalWarning, InputError, InputTypeError
-from ._validation import as_embeddings, as_labels, as_vector, check_choice, check_int
+from ._validation import (
+    as_embeddings,
+    as_labels,
+    as_vector,
+    check_choice,
+    check_int,
+    check_same_dimension,
+)
 
 __all__ = [
     "DEFAULT_FARS",
@@ -820,11 +827,7 @@ def open_set_identification(
     block_size = check_int(block_size, "block_size")
     xq = as_embeddings(query, "query")
     xg = as_embeddings(gallery, "gallery")
-    if xq.shape[1] != xg.shape[1]:
-        raise InputError(
-            f"query has dimension {xq.shape[1]} but gallery has {xg.shape[1]}; both must come "
-            "from the same embedding model."
-        )
+    check_same_dimension(xq, xg, "gallery")
     yq = as_labels(query_labels, "query_labels", length=xq.shape[0], length_of="query")
     yg = as_labels(gallery_labels, "gallery_labels", length=xg.shape[0], length_of="gallery")
     from ._validation import factorize

@@ -218,3 +218,9 @@ def test_lists_bad_input():
         ee.evaluate(q, None, g, None, positives=np.array([0.5]))
     with pytest.raises(ee.InputError, match="protocol="):
         lm.revisitop_lists([{"easy": [], "hard": [], "junk": []}], "medum")
+
+
+def test_relevance_lists_refuse_a_reference_of_another_dimension():
+    q, g = np.ones((2, 4), dtype=np.float32), np.ones((3, 5), dtype=np.float32)
+    with pytest.raises(ee.InputError, match="query has dimension 4 but reference has 5"):
+        ee.evaluate(q, None, g, None, positives=[[0], [1]], metrics=["map"])

@@ -487,3 +487,9 @@ def test_open_set_identical_gallery_rows_tie_and_rank_by_index():
         query, ["a", "z"], gallery, g_ids, fpir=[1.0], distance="inner_product", block_size=1
     )
     assert got.rank1 == 0.0 and got.dir.tolist() == [0.0]
+
+
+def test_open_set_identification_refuses_a_gallery_of_another_dimension():
+    q, g = np.ones((3, 4), dtype=np.float32), np.ones((5, 6), dtype=np.float32)
+    with pytest.raises(ee.InputError, match="query has dimension 4 but gallery has 6"):
+        ver.open_set_identification(q, [0, 1, 2], g, [0, 1, 2, 3, 4])
