@@ -240,12 +240,6 @@ class PreparedSearch:
             return self
         return dataclasses.replace(self, duplicates=dups.view(reps_t, columns))
 
-    def to_distance(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Turn keys back into what users expect: Euclidean distance or similarity."""
-        if self.query_sq_norms is None:
-            return -keys
-        return np.sqrt(np.maximum(keys + self.query_sq_norms[rows, None], 0))
-
 
 def range_exponent(arrays: list[np.ndarray], distance: str, block: int = 65536) -> int:
     """A power of two ``e`` such that ``x * 2**e`` keeps every key finite and well above the

@@ -113,11 +113,6 @@ class SearchOptions:
             return "sharded"
         return "dask" if self.backend == "dask" else "local"
 
-    @property
-    def exact_local(self) -> bool:
-        """True for the exact, single-process local engine (no index, shards, Dask or torch)."""
-        return self.engine == "local"
-
 
 def _resolve_backend(backend: Any, like: Any, index: Any, shards: Any) -> str:
     backend = check_choice(backend, "backend", BACKENDS)
