@@ -22,7 +22,7 @@ def main() -> None:
     y[:, 0] |= (y.sum(1) == 0).astype(np.int8)
     s = rng.random((N_Q, N))  # distinct scores, so every library ranks identically
     print(f"machine: {machine()}")
-    from embedeval import ranking as rk
+    from embedeval.metrics import ranking as rk
 
     t = time.perf_counter()
     ours = {

@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--subset", type=int, default=6000)
     parser.add_argument("--skip-full", action="store_true")
     args = parser.parse_args()
-    from embedeval.verification import tar_at_far_all_pairs
+    from embedeval.protocols.verification import tar_at_far_all_pairs
 
     print(f"machine: {machine()}")
     x, y = make_data("sop")

@@ -1,17 +1,21 @@
-"""embedeval: evaluate metric-learning embeddings and their uncertainty.
+"""embedeval: evaluate embedding models exactly, and their uncertainty.
 
 The main entry points are :func:`evaluate` (exact, streaming kNN metrics: Precision@1,
 R-Precision, MAP@R, MAP, MRR, Recall@k, NMI/AMI), :func:`neighbors` (exact kNN), :func:`compare`
 (checkpoints on the same queries, returning a :class:`Comparison`), :func:`bootstrap_ci`,
 :class:`Evaluator` (accumulate batches in a training loop) and :func:`train_index` (train a faiss
-index once, reuse it across checkpoints).  The submodules :mod:`~embedeval.ranking`,
-:mod:`~embedeval.classification`, :mod:`~embedeval.confidence`, :mod:`~embedeval.calibration`,
-:mod:`~embedeval.openset`, :mod:`~embedeval.rejection`, :mod:`~embedeval.plots`,
-:mod:`~embedeval.figures`, :mod:`~embedeval.datasets`, :mod:`~embedeval.io`,
-:mod:`~embedeval.compat`, :mod:`~embedeval.integrations` and the protocol modules
-(:mod:`~embedeval.verification`, :mod:`~embedeval.reid`, :mod:`~embedeval.landmarks`) are
-imported on first use, so ``import embedeval`` stays cheap (no faiss, matplotlib, scikit-learn
-or PyTorch).
+index once, reuse it across checkpoints).
+
+The folders are the layers, each importing only from those below it: ``utils`` (foundations),
+``plots`` (figures from arrays), ``metrics`` (statistics on arrays: ``ee.metrics.ranking``,
+``ee.metrics.confidence``, ...), ``engine`` (exact kNN), ``search`` (backends), ``evaluation``
+(the pipeline behind :func:`evaluate`), ``protocols`` (``ee.protocols.verification``,
+``ee.protocols.reid``, ``ee.protocols.landmarks``) and ``report`` (``ee.report.figures``,
+``ee.report.datasets``).  Subpackages and the top-level modules :mod:`~embedeval.io`,
+:mod:`~embedeval.compat`, :mod:`~embedeval.cli` and :mod:`~embedeval.integrations` are imported
+on first use, so ``import embedeval`` stays cheap (no faiss, matplotlib, scikit-learn or
+PyTorch).  The short names of earlier releases (``ee.ranking``, ``ee.plots``, ``ee.reid``, ...)
+still resolve to the same modules.
 """
 
 from __future__ import annotations
@@ -19,43 +23,56 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ._errors import EmbedevalError, EmbedevalWarning, FileFormatError, InputError, InputTypeError
-from ._version import __version__
+from .evaluation.compare import Comparison, bootstrap_ci, compare
+from .evaluation.evaluate import evaluate
+from .utils.errors import (
+    EmbedevalError,
+    EmbedevalWarning,
+    FileFormatError,
+    InputError,
+    InputTypeError,
+)
+from .utils.version import __version__
 
-# Imported eagerly (numpy only) because these functions share their module's name: a lazy import
-# of the submodule would leave ``embedeval.evaluate`` / ``embedeval.compare`` bound to the module.
-from .compare import Comparison, bootstrap_ci, compare
-from .evaluate import evaluate
-
-_LAZY_SUBMODULES = (
-    "ranking",
-    "classification",
-    "confidence",
-    "calibration",
-    "openset",
-    "selective",
-    "uncertainty",
-    "credible",
-    "rejection",
+# The layers, imported on first use.
+_SUBPACKAGES = (
+    "utils",
     "plots",
-    "figures",
-    "datasets",
-    "io",
-    "cli",
-    "compat",
-    "verification",
-    "reid",
-    "landmarks",
+    "metrics",
+    "engine",
+    "search",
+    "evaluation",
+    "protocols",
+    "report",
     "integrations",
 )
+# Public top-level modules, imported on first use.
+_LAZY_SUBMODULES = ("io", "cli", "compat")
+# The short module names of earlier releases, kept so that ``ee.ranking.ndcg`` still works.
+_SHORT_NAMES = {
+    "ranking": "metrics.ranking",
+    "classification": "metrics.classification",
+    "confidence": "metrics.confidence",
+    "calibration": "metrics.calibration",
+    "openset": "metrics.openset",
+    "selective": "metrics.selective",
+    "uncertainty": "metrics.uncertainty",
+    "credible": "metrics.credible",
+    "rejection": "evaluation.rejection",
+    "figures": "report.figures",
+    "datasets": "report.datasets",
+    "verification": "protocols.verification",
+    "reid": "protocols.reid",
+    "landmarks": "protocols.landmarks",
+}
 _LAZY_ATTRIBUTES = {
-    "EvaluationResult": ("result", "EvaluationResult"),
-    "Evaluator": ("evaluator", "Evaluator"),
-    "RetrievalMetric": ("custom", "RetrievalMetric"),
-    "neighbors": ("knn", "neighbors"),
-    "METRICS": ("_registry", "METRICS"),
+    "EvaluationResult": ("evaluation.result", "EvaluationResult"),
+    "Evaluator": ("evaluation.evaluator", "Evaluator"),
+    "RetrievalMetric": ("engine.custom", "RetrievalMetric"),
+    "neighbors": ("search.neighbors", "neighbors"),
+    "METRICS": ("engine.registry", "METRICS"),
     # faiss is imported when an index is first trained, never by ``import embedeval``.
-    "train_index": ("_approx", "train_index"),
+    "train_index": ("search.approximate", "train_index"),
 }
 
 __all__ = [
@@ -75,13 +92,16 @@ __all__ = [
     "evaluate",
     "neighbors",
     "train_index",
+    *_SUBPACKAGES,
     *_LAZY_SUBMODULES,
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY_SUBMODULES:
+    if name in _SUBPACKAGES or name in _LAZY_SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
+    if name in _SHORT_NAMES:
+        return importlib.import_module(f".{_SHORT_NAMES[name]}", __name__)
     if name in _LAZY_ATTRIBUTES:
         module, attribute = _LAZY_ATTRIBUTES[name]
         return getattr(importlib.import_module(f".{module}", __name__), attribute)

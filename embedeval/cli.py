@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import EmbedevalError, FileFormatError, InputError
-from ._files import write_text
-from ._version import __version__
+from .utils.errors import EmbedevalError, FileFormatError, InputError
+from .utils.files import write_text
+from .utils.version import __version__
 
 EPILOG_EVALUATE = """examples:
   embedeval evaluate ckpt_epoch10.npz
@@ -433,7 +433,7 @@ def _load_reference(args: argparse.Namespace, path: str, dim: int) -> dict[str, 
 def _evaluate_file(
     args: argparse.Namespace, path: str, *, with_ci: bool = True, inputs: Any = None
 ) -> Any:
-    from .evaluate import evaluate
+    from .evaluation.evaluate import evaluate
 
     kwargs = _load_inputs(args, path) if inputs is None else inputs
     return evaluate(
@@ -540,7 +540,7 @@ def _check_output(path: str | None, suffixes: tuple[str, ...] | None, flag: str)
 
 
 def _plot_paths(folder: str, fmt: str) -> list[str]:
-    from ._report import PLOT_NAMES
+    from .report.run_figures import PLOT_NAMES
 
     return [str(Path(folder) / f"{name}.{fmt}") for name in PLOT_NAMES]
 
@@ -568,11 +568,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.per_class:
         write_text(args.per_class, _per_class_table(res, Path(args.per_class).suffix.lower()))
     if args.per_query:
-        from ._report import top1
+        from .report.run_figures import top1
 
         write_text(args.per_query, _per_query_table(res, top1(inputs, res, args.threads), inputs))
     if args.plots:
-        from ._report import write_plots
+        from .report.run_figures import write_plots
 
         for path in write_plots(res, inputs, args.plots, args.plot_format):
             _say(f"wrote {path}")
@@ -591,7 +591,7 @@ def _refuse_all_lone(res: Any, path: str) -> None:
 
 
 def _provenance(args: argparse.Namespace) -> dict[str, Any]:
-    from ._report import file_sha256
+    from .report.run_figures import file_sha256
 
     return {
         "command": ["embedeval", *args.argv],
@@ -656,7 +656,7 @@ def _check_paths(args: argparse.Namespace, outputs: Sequence[str | None]) -> Non
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """``embedeval compare``: evaluate each checkpoint, compare them, print and write."""
-    from .compare import compare
+    from .evaluation.compare import compare
 
     _check_output(args.json, (".json",), "--json")
     _check_output(args.markdown, (".md",), "--markdown")
@@ -719,7 +719,7 @@ def _compared_metrics(confidence_metrics: str | None, results: dict[str, Any]) -
 
 def _write_comparison(args: argparse.Namespace, cmp: Any) -> None:
     if args.json:
-        from ._files import run_stamp
+        from .utils.files import run_stamp
 
         data = {**cmp.to_dict(), "provenance": {**run_stamp(), **_provenance(args)}}
         write_text(args.json, json.dumps(data, indent=2, allow_nan=False) + "\n")
@@ -732,8 +732,8 @@ def _write_comparison(args: argparse.Namespace, cmp: Any) -> None:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    """``embedeval figures``: :func:`embedeval.figures.generate_figures` into ``--out``."""
-    from .figures import generate_figures
+    """``embedeval figures``: :func:`embedeval.report.figures.generate_figures` into ``--out``."""
+    from .report.figures import generate_figures
 
     _check_output(args.out, None, "--out")
     for path in generate_figures(args.out):
@@ -743,7 +743,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``embedeval demo``: the digits demo, its report written to ``--out``."""
-    from ._demo import run_demo
+    from .report.demo import run_demo
 
     _check_output(args.out, None, "--out")
     run_demo(args.out, progress=False if args.quiet else None)

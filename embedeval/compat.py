@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import EmbedevalWarning, InputError, InputTypeError
-from ._validation import host_array
-from .evaluate import evaluate
+from .evaluation.evaluate import evaluate
+from .utils.errors import EmbedevalWarning, InputError, InputTypeError
+from .utils.validation import host_array
 
 __all__ = ["AccuracyCalculator", "UnsupportedCombination"]
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import FileFormatError
-from ._files import install_hint
-from ._validation import as_embeddings, as_labels, as_vector
+from .utils.errors import FileFormatError
+from .utils.files import install_hint
+from .utils.validation import as_embeddings, as_labels, as_vector
 
 __all__ = ["EmbeddingFile", "load_array", "load_embeddings"]
 

@@ -16,8 +16,8 @@ import pytest
 faiss = pytest.importorskip("faiss", reason="approximate search needs faiss")
 
 from embedeval import evaluate  # noqa: E402
-from embedeval._approx import train_index  # noqa: E402
-from embedeval._errors import InputError, InputTypeError  # noqa: E402
+from embedeval.search.approximate import train_index  # noqa: E402
+from embedeval.utils.errors import InputError, InputTypeError  # noqa: E402
 
 METRICS = ["precision_at_1", "r_precision", "map_at_r", "recall_at_5", "precision_at_3"]
 
@@ -278,9 +278,9 @@ def test_twins_in_a_faiss_list_share_one_key_and_are_all_listed():
     # 4 (key 2.0) and 1 (key 2.5, rounded apart) but not 6; query 1's list holds 5 only, and
     # its own group holds reference 2.  Expected: query 0 gets 1, 4, 6 at key 2.0 plus its
     # plain reference 3; query 1 gets 5 at its key, not 2 (same group as the query).
-    from embedeval._approx import _tie_duplicates
-    from embedeval._duplicates import DuplicateRows
-    from embedeval._exact import Exclusions
+    from embedeval.engine.duplicates import DuplicateRows
+    from embedeval.engine.exact import Exclusions
+    from embedeval.search.approximate import _tie_duplicates
 
     dups = DuplicateRows(members=np.array([1, 2, 4, 5, 6]), group=np.array([0, 1, 0, 1, 0]),
                          first=np.array([1, 2]))  # fmt: skip

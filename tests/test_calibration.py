@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from embedeval import calibration as cb
-from embedeval import confidence as cf
-from embedeval._errors import InputError
+from embedeval.metrics import calibration as cb
+from embedeval.metrics import confidence as cf
+from embedeval.utils.errors import InputError
 
 
 def _ece_loop(correct, conf, edges):

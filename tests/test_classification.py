@@ -1,4 +1,4 @@
-"""embedeval.classification against scikit-learn on random data with ties."""
+"""embedeval.metrics.classification against scikit-learn on random data with ties."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import embedeval as ee
-from embedeval import classification as cl
+from embedeval.metrics import classification as cl
 
 RNG = np.random.default_rng(0)
 

@@ -838,7 +838,7 @@ def test_distance_histograms_count_each_item_once_with_ref_includes_query():
     from scipy.spatial.distance import cdist
 
     import embedeval as ee
-    from embedeval._report import _pair_distances
+    from embedeval.report.run_figures import _pair_distances
 
     rng = np.random.default_rng(4)
     x = rng.standard_normal((60, 3)).astype(np.float32)
@@ -904,7 +904,7 @@ def test_per_class_plot_shows_the_worst_30_by_default():
 
 
 def test_distance_histogram_samples_positives_by_class():
-    from embedeval.datasets import positive_negative_distances
+    from embedeval.report.datasets import positive_negative_distances
 
     # 10,000 classes of 2: a uniform pair shares a class with probability 1/19,999
     rng = np.random.default_rng(0)
@@ -975,7 +975,7 @@ def test_result_behaves_like_a_dict():
 
 def test_approximate_results_say_so_and_warn_when_biased():
     import embedeval as ee
-    from embedeval._errors import EmbedevalWarning
+    from embedeval.utils.errors import EmbedevalWarning
 
     rng = np.random.default_rng(0)
     x, y = _clusters(50, 40, dim=16, seed=0, spread=1.5)

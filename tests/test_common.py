@@ -1,4 +1,4 @@
-"""Checks every metric of the registry passes, driven by ``embedeval._registry.METRICS``.
+"""Checks every metric of the registry passes, driven by ``embedeval.engine.registry.METRICS``.
 
 Each retrieval metric (and the custom-metric machinery, through three user metrics) is run
 through the same checks: its registry entry is complete, its values lie in ``value_range`` and
@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval import _kernels, _torch_kernels
-from embedeval._errors import InputError, InputTypeError
-from embedeval._registry import METRICS, PML_ALIASES, parse_metrics
-from embedeval.custom import custom_infos
+from embedeval.engine import kernels as _kernels
+from embedeval.engine import torch_kernels as _torch_kernels
+from embedeval.engine.custom import custom_infos
+from embedeval.engine.registry import METRICS, PML_ALIASES, parse_metrics
+from embedeval.utils.errors import InputError, InputTypeError
 
 from . import oracle
 

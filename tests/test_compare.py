@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval._resample import permutation_p
-from embedeval.result import EvaluationResult
+from embedeval.evaluation.result import EvaluationResult
+from embedeval.metrics.resample import permutation_p
 
 
 def test_micro_ci_matches_scipy_percentile_bootstrap():
@@ -143,8 +143,9 @@ def test_compare_bad_input():
 # More tests of bootstrap CIs and checkpoint comparison (review of embedeval/compare.py).
 
 
-# ``embedeval.compare`` is the function once the package is imported; fetch the module itself
-resample = importlib.import_module("embedeval._resample")
+# ``embedeval.evaluation.compare`` is the function once the package is imported; fetch the module
+# itself
+resample = importlib.import_module("embedeval.metrics.resample")
 
 
 def _result(per_query, labels, *, average="micro"):

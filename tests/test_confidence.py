@@ -1,4 +1,5 @@
-"""embedeval.confidence against hand values, brute force, scikit-learn, scipy and Monte Carlo."""
+"""embedeval.metrics.confidence against hand values, brute force, scikit-learn, scipy and Monte
+Carlo."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import embedeval as ee
-from embedeval import confidence as cf
-from embedeval._errors import InputError
+from embedeval.metrics import confidence as cf
+from embedeval.utils.errors import InputError
 from tests import oracle
 
 
@@ -1087,7 +1088,7 @@ def test_compare_confidence_metrics_across_runs_with_different_metric_sets():
 
 def test_every_confidence_name_is_importable_from_the_confidence_module():
     # the split modules are re-exported: the names users and the docs call stay where they were
-    import embedeval.confidence as conf
+    import embedeval.metrics.confidence as conf
 
     names = [
         "CalibrationCurve", "CoverageCurve", "ErrorRejectCurve", "RankCorrelation",

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval import classification as cl
-from embedeval import confidence as cf
-from embedeval import openset, ranking
+from embedeval.metrics import classification as cl
+from embedeval.metrics import confidence as cf
+from embedeval.metrics import openset, ranking
 
 RNG = np.random.default_rng(1234)
 

@@ -13,7 +13,7 @@ distributed = pytest.importorskip(
 )
 
 from embedeval import evaluate  # noqa: E402
-from embedeval._errors import InputError, InputTypeError  # noqa: E402
+from embedeval.utils.errors import InputError, InputTypeError  # noqa: E402
 
 N_REF = 40_000  # above 16 tiles: the engine multiplies in 2048-column tiles
 
@@ -79,7 +79,7 @@ def test_small_blocks_are_cut_where_the_engine_cuts(client, data):
 
 
 def test_keyboard_interrupt_cancels_futures(client, data, monkeypatch):
-    import embedeval._dask as dask_backend
+    import embedeval.search.dask_backend as dask_backend
 
     class _Bar:
         def update(self, n):

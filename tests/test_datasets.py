@@ -1,4 +1,5 @@
-"""embedeval.datasets: toy spaces obey their definitions; simulations touch what they should."""
+"""embedeval.report.datasets: toy spaces obey their definitions; simulations touch what they
+should."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval import datasets as ds
+from embedeval.report import datasets as ds
 
 # The documented bands, copied by hand (not read from the module).
 DOCUMENTED_BANDS = {

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import embedeval as ee
-from embedeval._errors import EmbedevalWarning
+from embedeval.utils.errors import EmbedevalWarning
 from tests import oracle
 
 ALL = ["precision_at_1", "r_precision", "map_at_r", "map", "mrr", "recall_at_1", "recall_at_2"]

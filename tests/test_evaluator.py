@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval.evaluator import _Growable
+from embedeval.evaluation.evaluator import _Growable
 
 from . import oracle
 

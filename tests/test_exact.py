@@ -1,11 +1,11 @@
-"""The exact engine's building blocks (embedeval._exact) against plain loops."""
+"""The exact engine's building blocks (embedeval.engine.exact) against plain loops."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from embedeval._exact import (
+from embedeval.engine.exact import (
     EnginePlan,
     Exclusions,
     PreparedSearch,

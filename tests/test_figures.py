@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 
 from matplotlib.image import imread  # noqa: E402
 
-from embedeval.figures import FIGURES, generate_figures  # noqa: E402
+from embedeval.report.figures import FIGURES, generate_figures  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DOCUMENTED_NAMES = {
@@ -43,7 +43,8 @@ def _pixels(path):
 
 
 def test_the_command_line_writes_the_public_functions_figures(generated, tmp_path, capsys):
-    # `embedeval figures --out DIR` and embedeval.figures.generate_figures are one public way to
+    # `embedeval figures --out DIR` and embedeval.report.figures.generate_figures are one public
+    # way to
     # regenerate the figures: same files, same bytes, one path printed per figure.
     import embedeval as ee
     from embedeval.cli import main

@@ -34,7 +34,7 @@ def test_import_loads_no_heavy_dependency():
     heavy = ("faiss", "matplotlib", "sklearn", "torch")
     proc = _fresh_python(
         "import sys, embedeval as ee\n"
-        "ee.train_index, ee.Comparison, ee.figures.generate_figures, ee.plots.plot_roc\n"
+        "ee.train_index, ee.Comparison, ee.report.figures.generate_figures, ee.plots.plot_roc\n"
         f"print([m for m in {heavy!r} if m in sys.modules])"
     )
     assert proc.returncode == 0, proc.stderr
@@ -44,9 +44,20 @@ def test_import_loads_no_heavy_dependency():
 def test_every_public_name_resolves():
     for name in ee.__all__:
         assert getattr(ee, name) is not None, name
-    assert {"Comparison", "train_index", "figures", "rejection", "integrations"} <= set(dir(ee))
+    folders = {"utils", "plots", "metrics", "engine", "search", "evaluation", "protocols", "report"}
+    assert {"Comparison", "train_index", "integrations", *folders} <= set(dir(ee))
     with pytest.raises(AttributeError, match="no attribute '_approx_private'"):
         ee._approx_private  # noqa: B018
+
+
+def test_short_names_of_earlier_releases_are_the_layered_modules():
+    import embedeval.metrics.ranking
+    import embedeval.protocols.reid
+    import embedeval.report.figures
+
+    assert ee.ranking is embedeval.metrics.ranking
+    assert ee.reid is embedeval.protocols.reid
+    assert ee.figures is embedeval.report.figures
 
 
 def test_compare_returns_the_exported_comparison():
@@ -56,7 +67,7 @@ def test_compare_returns_the_exported_comparison():
     runs["b"] = ee.evaluate(x[::-1].copy(), y, metrics=["precision_at_1"])
     cmp = ee.compare(runs, n_boot=50)
     assert isinstance(cmp, ee.Comparison)
-    assert sys.modules["embedeval.compare"].Comparison is ee.Comparison
+    assert sys.modules["embedeval.evaluation.compare"].Comparison is ee.Comparison
 
 
 def _precision_at_1_leave_one_out(x: np.ndarray, y: np.ndarray) -> float:
@@ -114,8 +125,11 @@ def test_the_private_module_pattern_catches_what_it_should():
     for bad in (
         "embedeval._approx.train_index(ref)",
         "from embedeval._figures import generate_figures",
-        "from embedeval.knn import _sort_block",
+        "from embedeval.search.neighbors import _sort_block",
     ):
         assert _PRIVATE.search(bad), bad
-    for good in ("embedeval.train_index(ref)", "from embedeval.figures import generate_figures"):
+    for good in (
+        "embedeval.train_index(ref)",
+        "from embedeval.report.figures import generate_figures",
+    ):
         assert not _PRIVATE.search(good), good

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 import embedeval as ee
-from embedeval import _kernels
-from embedeval._candidates import Candidates, sortable_bits
-from embedeval._registry import METRICS
+from embedeval.engine import kernels as _kernels
+from embedeval.engine.candidates import Candidates, sortable_bits
+from embedeval.engine.registry import METRICS
 
 
 def test_minp_flags_a_last_relevant_item_that_ties_across_the_cap():

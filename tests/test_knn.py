@@ -7,8 +7,9 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import embedeval as ee
-from embedeval import _exact, knn
-from embedeval._errors import InputError
+from embedeval.engine import exact as _exact
+from embedeval.search import neighbors as knn
+from embedeval.utils.errors import InputError
 from tests import oracle
 
 

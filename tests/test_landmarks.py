@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval import landmarks as lm
+from embedeval.protocols import landmarks as lm
 
 
 def full_ranking(q, g):

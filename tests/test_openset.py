@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from embedeval import openset as os_
-from embedeval._errors import InputError
+from embedeval.metrics import openset as os_
+from embedeval.utils.errors import InputError
 
 
 def test_detection_by_hand():

@@ -8,13 +8,8 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval._pipeline import (
-    aggregate,
-    exclusion_counts,
-    plan_search,
-    prepare_data,
-)
-from embedeval._settings import EvaluationInputs, validate_arguments
+from embedeval.evaluation.settings import EvaluationInputs, validate_arguments
+from embedeval.evaluation.stages import aggregate, exclusion_counts, plan_search, prepare_data
 
 
 def _brute_counts(qy, ry, qg, rg, self_index):

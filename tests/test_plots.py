@@ -7,7 +7,7 @@ import pytest
 
 import embedeval as ee
 from embedeval import plots
-from embedeval import verification as ver
+from embedeval.protocols import verification as ver
 
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 from matplotlib.image import imread  # noqa: E402
 
 from embedeval import InputError, InputTypeError  # noqa: E402
-from embedeval.confidence import error_reject_curve  # noqa: E402
+from embedeval.metrics.confidence import error_reject_curve  # noqa: E402
 
 
 def _check_png(path, min_w=400, min_h=300):

@@ -1,4 +1,5 @@
-"""embedeval.ranking against hand values, scikit-learn, ranx and enumeration of tie orders."""
+"""embedeval.metrics.ranking against hand values, scikit-learn, ranx and enumeration of tie
+orders."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import embedeval as ee
-from embedeval import ranking as rk
+from embedeval.metrics import ranking as rk
 
 
 def test_hand_examples_from_the_issue():
@@ -710,7 +711,8 @@ def test_micro_set_metrics_equal_sklearn_on_the_pooled_flags():
     assert rk.fallout(y, p, average="micro") == pytest.approx(((1 - y) * p).sum() / (1 - y).sum())
 
 
-# Tie handling in embedeval.ranking against brute-force enumeration of every order of tied items.
+# Tie handling in embedeval.metrics.ranking against brute-force enumeration of every order of tied
+# items.
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::embedeval.EmbedevalWarning")

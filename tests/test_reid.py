@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval import reid
+from embedeval.protocols import reid
 
 
 def market_loop(dist, q_ids, g_ids, q_cams, g_cams, max_rank):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval import rejection
-from embedeval.rejection import kept_counts, reject_both_curve
+from embedeval.evaluation import rejection
+from embedeval.evaluation.rejection import kept_counts, reject_both_curve
 
 X = np.array([[0.0], [0.1], [1.0], [1.1], [0.5], [0.6]], dtype=np.float32)
 Y = np.array([0, 0, 1, 1, 1, 0])

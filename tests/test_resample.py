@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embedeval import _resample as rs
+from embedeval.metrics import resample as rs
 
 
 def _plain_draws(seed: int, n: int, n_boot: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The backend interface (embedeval._search): one module per backend, one write-back."""
+"""The backend interface (embedeval.search.dispatch): one module per backend, one write-back."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval import _search
-from embedeval._errors import InputError
-from embedeval._search import BACKEND_MODULES, SearchOptions, run_search
-from embedeval._task import ScoredBlock
+from embedeval.engine.task import ScoredBlock
+from embedeval.search import dispatch as _search
+from embedeval.search.dispatch import BACKEND_MODULES, SearchOptions, run_search
+from embedeval.utils.errors import InputError
 
 
 @pytest.mark.parametrize("name", sorted(BACKEND_MODULES))
@@ -64,9 +64,9 @@ def test_a_new_backend_is_one_module(monkeypatch):
 
 
 def test_run_search_returns_the_backend_report(monkeypatch):
-    from embedeval._exact import Exclusions
-    from embedeval._registry import METRICS
-    from embedeval._task import RetrievalTask
+    from embedeval.engine.exact import Exclusions
+    from embedeval.engine.registry import METRICS
+    from embedeval.engine.task import RetrievalTask
 
     def search(task, options):
         yield ScoredBlock(slice(0, 2), {"precision_at_1": np.array([0.5, 1.0])},

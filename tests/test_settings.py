@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval import _pipeline, landmarks
-from embedeval._settings import EvaluationInputs, validate_arguments
+from embedeval.evaluation import stages as _pipeline
+from embedeval.evaluation.settings import EvaluationInputs, validate_arguments
+from embedeval.protocols import landmarks
 
 X = np.random.default_rng(0).normal(size=(12, 3)).astype(np.float32)
 Y = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3])
@@ -187,8 +188,8 @@ def test_default_metrics_are_marked_for_the_plan_stage():
 def test_every_parameter_of_evaluate_reaches_the_validation_stage():
     import inspect
 
-    from embedeval._search import SearchOptions
-    from embedeval._settings import DATA_ARGUMENTS, SEARCH_ARGUMENTS
+    from embedeval.evaluation.settings import DATA_ARGUMENTS, SEARCH_ARGUMENTS
+    from embedeval.search.dispatch import SearchOptions
 
     evaluate_params = set(inspect.signature(ee.evaluate).parameters)
     named = set(inspect.signature(validate_arguments).parameters) - {"inputs", "search"}

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from embedeval import evaluate
-from embedeval._errors import FileFormatError, InputError, InputTypeError
-from embedeval.knn import PreparedSearch, grid_keys
+from embedeval.engine.exact import PreparedSearch, grid_keys
+from embedeval.utils.errors import FileFormatError, InputError, InputTypeError
 
 N_REF = 40_000  # above 16 tiles of 2048 columns: the engine multiplies in tiles, shards apply
 
@@ -234,7 +234,7 @@ def test_bad_combinations(gauss):
 def test_rows_whose_threshold_falls_short_are_redone_exactly(gauss, monkeypatch):
     # Force the rare case where the subsample threshold keeps too few candidates: every query
     # is then searched again over every valid reference of every shard.
-    import embedeval._sharded as sharded
+    import embedeval.search.sharded as sharded
 
     x, y, g = gauss
     kw = dict(metrics=["precision_at_1", "map_at_r", "recall_at_10"])

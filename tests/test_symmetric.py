@@ -8,11 +8,11 @@ import tracemalloc
 import numpy as np
 import pytest
 
-import embedeval._engine as engine
-import embedeval._symmetric as sym
+import embedeval.engine.symmetric as sym
+import embedeval.search.local as engine
 from embedeval import evaluate
-from embedeval._candidates import from_sortable_bits, sortable_bits
-from embedeval.knn import PreparedSearch
+from embedeval.engine.candidates import from_sortable_bits, sortable_bits
+from embedeval.engine.exact import PreparedSearch
 from tests import oracle
 
 METRICS = ["precision_at_1", "r_precision", "map_at_r", "recall_at_5", "precision_at_3"]

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval._errors import InputError, InputTypeError
+from embedeval.utils.errors import InputError, InputTypeError
 
 from . import oracle
 
 torch = pytest.importorskip("torch")
 
-from embedeval import _torch_backend as tb  # noqa: E402
-from embedeval import _torch_kernels as tk  # noqa: E402
+from embedeval.engine import torch_kernels as tk  # noqa: E402
+from embedeval.search import torch_backend as tb  # noqa: E402
 
 METRICS = [
     "precision_at_1",
@@ -35,7 +35,7 @@ METRICS = [
 WITH_MINP = [*METRICS, "minp"]  # re-id mINP: compared with the local engine
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (none is visible to torch)")
-TORCH_BACKEND = importlib.import_module("embedeval._torch_backend")
+TORCH_BACKEND = importlib.import_module("embedeval.search.torch_backend")
 
 
 def ev(*args, **kw):

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embedeval import _kernels
-from embedeval._registry import METRICS
+from embedeval.engine import kernels as _kernels
+from embedeval.engine.registry import METRICS
 
 torch = pytest.importorskip("torch")
 
-from embedeval import _torch_kernels as tk  # noqa: E402
+from embedeval.engine import torch_kernels as tk  # noqa: E402
 
 
 def test_numpy_order_sums_equal_numpy_reduceat():

@@ -10,7 +10,7 @@ import pytest
 from sklearn.metrics import roc_curve
 
 import embedeval as ee
-from embedeval import verification as ver
+from embedeval.protocols import verification as ver
 
 # ---------------------------------------------------------------------------- oracles
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import InputError
-from ..evaluator import Evaluator
+from ..evaluation.evaluator import Evaluator
+from ..utils.errors import InputError
 
 try:
     from lightning.pytorch.callbacks import Callback
@@ -110,6 +110,6 @@ class EmbeddingEvaluation(Callback):
 
 
 def _distributed() -> bool:
-    from .._distributed import active_world
+    from ..utils.distributed import active_world
 
     return active_world() is not None

@@ -1,0 +1,21 @@
+"""The exact streaming kNN engine: query blocks, depth thresholds, candidate extraction, identical
+rows as exact ties, the leave-one-out engine that computes each product once, and the per-metric
+kernels that score ranked candidates (with the metric registry and user-defined metrics)."""
+
+from ..utils.lazy import lazy_modules
+
+__getattr__, __dir__ = lazy_modules(
+    __name__,
+    (
+        "candidates",
+        "custom",
+        "duplicates",
+        "exact",
+        "kernels",
+        "registry",
+        "symmetric",
+        "task",
+        "threads",
+        "torch_kernels",
+    ),
+)

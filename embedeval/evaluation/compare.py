@@ -1,0 +1,729 @@
+"""Bootstrap confidence intervals and paired comparison of checkpoints.
+
+``bootstrap_ci`` gives percentile intervals for every metric of one result: queries are resampled
+with replacement for ``average="micro"``; whole classes are resampled for ``"macro"`` (the
+statistic is a mean over classes, so classes are the sampling unit).  ``compare`` puts several
+results on the same queries side by side, with the difference to a baseline, a paired bootstrap
+interval of that difference (the same resampled queries for both runs) and a two-sided p-value
+from a paired bootstrap or a sign-flip permutation test.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..metrics.confidence import summary_arrays, summary_statistic
+from ..metrics.resample import (
+    bootstrap_p,
+    draw_indices,
+    percentile_interval,
+    permutation_p,
+    resampled_means,
+)
+from ..utils.errors import InputError, InputTypeError
+from ..utils.files import write_text
+from ..utils.progress import progress_bar
+from ..utils.validation import (
+    as_labels,
+    as_vector,
+    check_choice,
+    check_int,
+    check_level,
+    factorize,
+    suggest,
+)
+
+__all__ = ["Comparison", "bootstrap_ci", "compare"]
+
+
+def bootstrap_ci(
+    per_query: Mapping[str, Any] | Any,
+    *,
+    labels: Any = None,
+    average: str = "micro",
+    ci: float = 0.95,
+    n_boot: int = 1000,
+    seed: int = 0,
+    metrics: Sequence[str] | None = None,
+    progress: bool | None = False,
+) -> dict[str, tuple[float, float]]:
+    """Percentile bootstrap confidence intervals of per-query metric means.
+
+    Parameters
+    ----------
+    per_query : dict of str to array, or EvaluationResult
+        Per-query values (NaN = lone query, left out).  An ``EvaluationResult`` brings its own
+        labels and averaging.
+    labels : array-like, optional
+        Query labels; required for ``average="macro"``.
+    average : {"micro", "macro"}
+        Resample queries (micro) or classes (macro: the statistic is the mean of class means).
+    ci : float
+        Confidence level, e.g. 0.95 -> the 2.5th and 97.5th percentiles of the replicates.
+    n_boot : int
+        Number of bootstrap resamples.
+    seed : int
+        Seed of ``numpy.random.default_rng``; results are reproducible.
+    metrics : str or sequence of str, optional
+        Which metrics (default: every key of ``per_query``).
+    progress : bool, optional
+        Show the resampling's own progress bar (``None``: only on a terminal).
+
+    Returns
+    -------
+    dict of str to (low, high)
+
+    Notes
+    -----
+    Micro: with the n non-lone values v_1..v_n, replicate b draws n indices uniformly with
+    replacement and computes theta*_b = (1/n) sum_i c_bi v_i (c_bi = times query i was drawn).
+    Macro: with the C class means m_c (over each class's non-lone queries), replicate b draws C
+    classes with replacement and computes theta*_b = (1/C) sum_c c_bc m_c.  The interval is
+    (q_{(1-ci)/2}, q_{(1+ci)/2}) of the B replicates, ``numpy.quantile``'s default linear
+    interpolation between order statistics (the tie rule: equal replicates are one atom).
+
+    Metrics with the same lone queries share the same resamples, so their intervals are jointly
+    consistent.  Zero division: a metric whose every query is lone gets ``(nan, nan)``.  One
+    query (or class) gives a zero-width interval at its value.
+
+    Differences from ``scipy.stats.bootstrap``: its default is BCa; this is the percentile
+    method (``method="percentile"`` there), and the macro statistic resamples classes, which
+    scipy cannot express for a mean of group means.  PML's AccuracyCalculator has no intervals.
+
+    Examples
+    --------
+    >>> lo, hi = bootstrap_ci({"precision_at_1": [1, 1, 1, 1]})["precision_at_1"]
+    >>> (lo, hi)
+    (1.0, 1.0)
+    >>> # two values: replicate means 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4
+    >>> bootstrap_ci({"m": [0.0, 1.0]}, ci=0.4, n_boot=2000)["m"]
+    (0.5, 0.5)
+    """
+    from .result import EvaluationResult
+
+    if isinstance(per_query, EvaluationResult):
+        labels = per_query.query_labels if labels is None else labels
+        average = per_query.settings.get("average", average)
+        per_query = per_query.per_query
+    ci = check_level(ci)
+    n_boot = check_int(n_boot, "n_boot")
+    seed = check_int(seed, "seed", minimum=0)
+    average = check_choice(average, "average", ("micro", "macro"))
+    columns, codes = _bootstrap_columns(per_query, labels, average, metrics)
+    out: dict[str, tuple[float, float]] = {name: (math.nan, math.nan) for name in columns}
+    # Metrics with the same lone (NaN) queries share one set of resamples: one draw serves
+    # them all, and their intervals come from the same resampled query sets.
+    by_mask: dict[bytes, list[str]] = {}
+    for name, values in columns.items():
+        by_mask.setdefault(np.isnan(values).tobytes(), []).append(name)
+    with progress_bar(n_boot * len(by_mask), "bootstrap resamples", enabled=progress) as bar:
+        for group_names in by_mask.values():
+            stack = np.stack([columns[name] for name in group_names], axis=1)
+            bounds = _mean_intervals(
+                stack, codes if average == "macro" else None, ci, n_boot, seed, bar
+            )
+            for j, name in enumerate(group_names):
+                out[name] = (float(bounds[0, j]), float(bounds[1, j]))
+    return out
+
+
+def _bootstrap_columns(
+    per_query: Any, labels: Any, average: str, metrics: Any
+) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The checked per-query columns of :func:`bootstrap_ci` and the label codes (or None)."""
+    if not isinstance(per_query, Mapping):
+        raise InputTypeError(
+            "per_query must be a dict of metric -> per-query values or an EvaluationResult; "
+            f"got {type(per_query).__name__}."
+        )
+    names = _metric_list(metrics, list(per_query), "per_query")
+    if average == "macro" and labels is None:
+        raise InputError("average='macro' resamples classes, so labels are required.")
+    codes = None
+    if labels is not None:
+        (codes,), _ = factorize(as_labels(labels, "labels"))
+    columns = {}
+    for name in names:
+        values = as_vector(
+            per_query[name], f"per_query[{name!r}]", allow_nan=True, allow_empty=True
+        )
+        if codes is not None and codes.size != values.size:
+            raise InputError(
+                f"labels has {codes.size} values but per_query[{name!r}] has {values.size}; "
+                "pass one label per query."
+            )
+        columns[name] = values
+    return columns, codes
+
+
+def _mean_intervals(
+    stack: np.ndarray, codes: np.ndarray | None, ci: float, n_boot: int, seed: int, bar: Any
+) -> np.ndarray:
+    """(2, m) percentile bounds of the column means of ``stack`` over its non-NaN rows (NaN
+    when none); with ``codes`` the classes are resampled (mean of class means)."""
+    ok = ~np.isnan(stack[:, 0])
+    if not ok.any():
+        bar.update(n_boot)
+        return np.full((2, stack.shape[1]), math.nan)
+    groups = None
+    if codes is not None:
+        (groups,), _ = factorize(codes[ok])
+    reps = resampled_means(stack[ok], groups, n_boot, np.random.default_rng(seed), bar)
+    tail = (1 - ci) / 2
+    return np.quantile(reps, [tail, 1 - tail], axis=0)
+
+
+def _metric_list(metrics: Any, available: list[str], where: str) -> list[str]:
+    """``metrics`` as a list of known names (a single string is one metric, not its letters)."""
+    if metrics is None:
+        return available
+    names = [metrics] if isinstance(metrics, str) else list(metrics)
+    for m in names:
+        if m not in available:
+            raise InputError(
+                f"metric {m!r} is not in {where} with per-query values (nmi/ami have none); "
+                f"available: {', '.join(available)}.{suggest(str(m), available)}"
+            )
+    return names
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Checkpoints side by side against a baseline (see :func:`compare`).
+
+    ``rows`` holds one dict per (checkpoint, metric) with the stable keys ``checkpoint``,
+    ``metric``, ``value``, ``ci_low``, ``ci_high``, ``diff``, ``diff_ci_low``, ``diff_ci_high``,
+    ``p_value`` (the baseline's own diff is 0 and its p-value 1) and ``n_shared``.
+    """
+
+    rows: list[dict[str, Any]]
+    baseline: str
+    names: list[str]
+    metrics: list[str]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict (NaN becomes None) with a ``format`` tag and the settings."""
+        return {
+            "format": "embedeval.Comparison/1",
+            "baseline": self.baseline,
+            "checkpoints": self.names,
+            "metrics": self.metrics,
+            "settings": self.settings,
+            "rows": [{k: _json_num(v) for k, v in row.items()} for row in self.rows],
+        }
+
+    def to_json(self, path: str | os.PathLike | None = None, *, indent: int = 2) -> str:
+        """JSON text of :meth:`to_dict`; also written atomically to ``path`` when given."""
+        text = json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        if path is not None:
+            write_text(_as_path(path), text)
+        return text
+
+    def _cells(self) -> tuple[list[str], list[list[str]]]:
+        level = round(100 * self.settings.get("ci", 0.95))
+        head = [
+            "checkpoint",
+            "metric",
+            "value",
+            f"{level}% CI",
+            "diff vs " + self.baseline,
+            "diff CI",
+            "p",
+        ]
+        body = []
+        for r in self.rows:
+            body.append(
+                [
+                    r["checkpoint"],
+                    r["metric"],
+                    _fmt(r["value"]),
+                    f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]",
+                    "—" if r["checkpoint"] == self.baseline else f"{r['diff']:+.4f}",
+                    ""
+                    if r["checkpoint"] == self.baseline
+                    else f"[{r['diff_ci_low']:+.4f}, {r['diff_ci_high']:+.4f}]",
+                    "" if r["checkpoint"] == self.baseline else _fmt_p(r["p_value"], self.settings),
+                ]
+            )
+        return head, body
+
+    def to_markdown(self) -> str:
+        """The table of ``repr`` as a Markdown table (4 decimals; p below 1/n_boot as '<')."""
+        head, body = self._cells()
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(row) + " |" for row in body]
+        return "\n".join(lines) + "\n"
+
+    def to_csv(self) -> str:
+        """``rows`` as CSV text, full precision, header = the stable row keys."""
+        buf = io.StringIO()
+        keys = list(self.rows[0]) if self.rows else []
+        writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self.rows)
+        return buf.getvalue()
+
+    def __repr__(self) -> str:
+        head, body = self._cells()
+        widths = [max(len(c) for c in col) for col in zip(head, *body, strict=True)]
+        lines = [
+            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in [head, *body]
+        ]
+        lines.insert(1, "-" * len(lines[0]))
+        return "\n".join(lines)
+
+    def plot(self, ax: Any = None, metrics: Sequence[str] | None = None) -> Any:
+        """Metric value across checkpoints with CI bands; returns the matplotlib Figure."""
+        from ..plots import plot_checkpoints
+
+        metrics = _metric_list(metrics, self.metrics, "this comparison")
+        values, lows, highs = {}, {}, {}
+        for m in metrics:
+            rows = [r for r in self.rows if r["metric"] == m]
+            values[m] = np.array([r["value"] for r in rows])
+            lows[m] = np.array([r["ci_low"] for r in rows])
+            highs[m] = np.array([r["ci_high"] for r in rows])
+        return plot_checkpoints(
+            self.names,
+            values,
+            lows,
+            highs,
+            ax=ax,
+            title=f"Checkpoints vs {self.baseline} "
+            f"({round(100 * self.settings.get('ci', 0.95))}% CI)",
+        )
+
+
+def compare(
+    results: Sequence[Any] | Mapping[str, Any],
+    *,
+    names: Sequence[str] | None = None,
+    baseline: int | str = 0,
+    metrics: Sequence[str] | None = None,
+    ci: float = 0.95,
+    n_boot: int = 1000,
+    seed: int = 0,
+    test: str = "bootstrap",
+) -> Comparison:
+    """Compare evaluation results on the same queries, with CIs and paired tests.
+
+    Parameters
+    ----------
+    results : sequence or dict of EvaluationResult
+        One result per checkpoint, all on the same queries (same count and labels).
+    names : sequence of str, optional
+        Checkpoint names (default: the dict keys, or ``run0``, ``run1``, ...).
+    baseline : int or str
+        The checkpoint the others are compared with.
+    metrics : sequence of str, optional
+        Default: the per-query metrics all results share.
+    ci, n_boot, seed
+        Bootstrap settings (see :func:`bootstrap_ci`).
+    test : {"bootstrap", "permutation"}
+        Paired bootstrap: p = 2 x min(share of resampled mean differences <= 0, >= 0), capped at
+        1.  Permutation: random sign flips of the per-query differences (exact enumeration for at
+        most 12 queries), p = share of |mean| >= the observed |mean|.
+
+    Returns
+    -------
+    Comparison
+        One row per (metric, checkpoint), metric-major: the checkpoint's value and its own
+        bootstrap CI, the difference to the baseline, its paired CI and p-value, ``n_shared``.
+
+    Notes
+    -----
+    Queries lone in any run are dropped from every paired statistic (``n_shared`` counts the
+    rest), so ``diff`` can differ from the difference of the two ``value`` columns when runs
+    have different lone queries.  If no query is shared, diff, its CI and p are NaN.  With
+    ``average="macro"`` results, classes are resampled / flipped as units (the difference is
+    the mean over classes of the class-mean differences).  Every checkpoint must use the same
+    ``average``.
+
+    The paired bootstrap resamples the same queries for every run, so the replicate of the
+    difference is d*_b = theta*_b(run) - theta*_b(baseline), and its percentile interval is
+    the CI of the difference.  Both tests assume the queries (or classes) are independent
+    units; the sign-flip test also assumes that, under the null, each per-query difference is
+    symmetric around 0 (exchangeable labels "run" / "baseline").  It matches
+    ``scipy.stats.permutation_test(..., permutation_type="samples")`` on the differences,
+    except that the Monte Carlo p-value here is (hits + 1) / (n_boot + 1) and two-sided by
+    |mean| (scipy doubles the smaller tail; for the symmetric sign-flip distribution these
+    agree).  A bootstrap p of 0 means no replicate crossed 0: read it as p < 1 / n_boot.
+
+    Examples
+    --------
+    >>> import embedeval as ee
+    >>> x = [[0.0], [0.2], [1.0], [1.2], [2.0], [2.2]]
+    >>> y = [0, 0, 1, 1, 2, 2]
+    >>> a = ee.evaluate(x, y)
+    >>> b = ee.evaluate([[0.0], [1.0], [0.2], [2.0], [1.2], [2.2]], y)  # a worse checkpoint
+    >>> cmp = compare({"good": a, "worse": b}, metrics=["precision_at_1"], n_boot=200)
+    >>> [round(r["value"], 3) for r in cmp.rows]
+    [1.0, 0.0]
+    """
+    runs, names = _as_runs(results, names)
+    test = check_choice(test, "test", ("bootstrap", "permutation"))
+    ci = check_level(ci)
+    n_boot = check_int(n_boot, "n_boot")
+    seed = check_int(seed, "seed", minimum=0)
+    base = _baseline_index(baseline, names, len(runs))
+    average = _common_average(runs, names)
+    shared = [m for m in runs[0].per_query if all(m in r.per_query for r in runs)]
+    if not shared:
+        raise InputError(
+            "no metric has per-query values in every result (nmi/ami have none); evaluate the "
+            "checkpoints with a kNN metric such as 'map_at_r'."
+        )
+    metrics, conf_keys = _split_confidence_metrics(metrics, shared, runs, names)
+    metrics = _metric_list(metrics, shared, "every result")
+    settings = {"ci": ci, "n_boot": n_boot, "seed": seed, "test": test, "average": average}
+    rows = _metric_rows(runs, names, base, metrics, settings)
+    if conf_keys:
+        rows += confidence_rows(
+            runs, names, base, conf_keys, ci=ci, n_boot=n_boot, seed=seed, test=test
+        )
+    return Comparison(rows, names[base], names, [*metrics, *conf_keys], settings)
+
+
+def _as_runs(results: Any, names: Any) -> tuple[list[Any], list[str]]:
+    """The results as a list of EvaluationResult and their checked, unique names."""
+    from .result import EvaluationResult
+
+    if isinstance(results, Mapping):
+        names = list(results) if names is None else list(names)
+        runs = list(results.values())
+    else:
+        if isinstance(results, (EvaluationResult, str)) or not isinstance(results, Sequence):
+            raise InputTypeError(
+                "results must be a list or dict of EvaluationResult (one per checkpoint); got "
+                f"{type(results).__name__}. Wrap a single result in a list."
+            )
+        runs = list(results)
+        names = [f"run{i}" for i in range(len(runs))] if names is None else list(names)
+    if not runs:
+        raise InputError("results is empty; pass at least one EvaluationResult.")
+    for i, r in enumerate(runs):
+        if not isinstance(r, EvaluationResult):
+            raise InputTypeError(
+                f"results[{i}] is a {type(r).__name__}, not an EvaluationResult; evaluate each "
+                "checkpoint with embedeval.evaluate first."
+            )
+    if len(names) != len(runs):
+        raise InputError(f"names has {len(names)} entries but there are {len(runs)} results.")
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise InputTypeError(
+                f"names[{i}] is {name!r} of type {type(name).__name__}; checkpoint names must "
+                f"be strings (e.g. str({name!r}))."
+            )
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise InputError(
+            f"checkpoint names must be unique; {', '.join(map(repr, repeated))} repeated. "
+            "Pass distinct names=."
+        )
+    return runs, names
+
+
+def _baseline_index(baseline: Any, names: list[str], n_runs: int) -> int:
+    if isinstance(baseline, str):
+        if baseline not in names:
+            raise InputError(
+                f"baseline={baseline!r} is not one of the checkpoints "
+                f"({', '.join(names)}).{suggest(baseline, names)}"
+            )
+        return names.index(baseline)
+    base = check_int(baseline, "baseline", minimum=0)
+    if base >= n_runs:
+        raise InputError(f"baseline={base} but there are only {n_runs} results.")
+    return base
+
+
+def _common_average(runs: list[Any], names: list[str]) -> str:
+    """The ``average`` every run shares, after checking that all are on the same queries."""
+    first = runs[0]
+    first_labels = np.asarray(first.query_labels, dtype=object)
+    average = first.settings.get("average", "micro")
+    for name, r in zip(names, runs, strict=True):
+        if r.n_queries != first.n_queries:
+            raise InputError(
+                f"checkpoint {name!r} was evaluated on different queries ({r.n_queries} queries) "
+                f"than {names[0]!r} ({first.n_queries}); paired comparison needs the same "
+                "queries in the same order."
+            )
+        labels = np.asarray(r.query_labels, dtype=object)
+        if not np.array_equal(labels, first_labels):
+            bad = np.flatnonzero(labels != first_labels)
+            i = int(bad[0])
+            raise InputError(
+                f"checkpoint {name!r} has different query labels than {names[0]!r} at "
+                f"{bad.size} of {r.n_queries} queries, first at query {i} ({labels[i]!r} vs "
+                f"{first_labels[i]!r}); paired comparison needs the same queries in the same "
+                "order."
+            )
+        if r.settings.get("average", "micro") != average:
+            raise InputError(
+                f"checkpoint {name!r} was evaluated with average="
+                f"{r.settings.get('average', 'micro')!r} but {names[0]!r} with "
+                f"average={average!r}; evaluate every checkpoint with the same average."
+            )
+    return average
+
+
+def _row(name: str, metric: str, value: float, ci: tuple[float, float], n: int) -> dict[str, Any]:
+    """A comparison row with the baseline's neutral difference (0, CI [0, 0], p = 1)."""
+    return {
+        "checkpoint": name,
+        "metric": metric,
+        "value": value,
+        "ci_low": ci[0],
+        "ci_high": ci[1],
+        "diff": 0.0,
+        "diff_ci_low": 0.0,
+        "diff_ci_high": 0.0,
+        "p_value": 1.0,
+        "n_shared": n,
+    }
+
+
+def _metric_rows(
+    runs: list[Any], names: list[str], base: int, metrics: list[str], settings: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Rows of the per-query metrics: own intervals, paired differences to the baseline."""
+    ci, n_boot, seed = settings["ci"], settings["n_boot"], settings["seed"]
+    average = settings["average"]
+    labels = runs[0].query_labels
+    (codes,), _ = factorize(np.asarray(labels))
+    # Each run's own intervals: one call per run, so its metrics share one set of resamples.
+    own_ci = [
+        bootstrap_ci(
+            {m: r.per_query[m] for m in metrics},
+            labels=labels,
+            average=average,
+            ci=ci,
+            n_boot=n_boot,
+            seed=seed,
+        )
+        for r in runs
+    ]
+    rows = []
+    for m in metrics:
+        stack = np.stack([r.per_query[m] for r in runs], axis=1)
+        ok = ~np.isnan(stack).any(axis=1)
+        groups = None
+        if average == "macro":
+            (groups,), _ = factorize(codes[ok])
+        vals = stack[ok]
+        rng = np.random.default_rng(seed)
+        reps = resampled_means(vals, groups, n_boot, rng) if vals.size else None
+        for i, name in enumerate(names):
+            row = _row(
+                name, m, float(runs[i].metrics.get(m, math.nan)), own_ci[i][m], int(ok.sum())
+            )
+            if i != base:
+                row.update(_paired_difference(vals, groups, reps, i, base, settings))
+            rows.append(row)
+    return rows
+
+
+def _paired_difference(
+    vals: np.ndarray,
+    groups: np.ndarray | None,
+    reps: np.ndarray | None,
+    i: int,
+    base: int,
+    settings: dict[str, Any],
+) -> dict[str, float]:
+    """diff, its paired percentile interval and p-value of run ``i`` against ``base``."""
+    if reps is None:  # no query is non-lone in every run
+        return {
+            "diff": math.nan,
+            "diff_ci_low": math.nan,
+            "diff_ci_high": math.nan,
+            "p_value": math.nan,
+        }
+    tail = (1 - settings["ci"]) / 2
+    diff_reps = reps[:, i] - reps[:, base]
+    observed = _point(vals[:, i] - vals[:, base], groups)
+    lo, hi = np.quantile(diff_reps, [tail, 1 - tail])
+    if settings["test"] == "bootstrap":
+        p = bootstrap_p(diff_reps)
+    else:
+        n_boot, seed = settings["n_boot"], settings["seed"]
+        p = permutation_p(vals[:, i] - vals[:, base], groups, n_boot, seed)
+    return {
+        "diff": float(observed),
+        "diff_ci_low": float(lo),
+        "diff_ci_high": float(hi),
+        "p_value": float(p),
+    }
+
+
+def _split_confidence_metrics(
+    metrics: Any, shared: list[str], runs: list[Any], names: list[str]
+) -> tuple[Any, list[str]]:
+    """Separate confidence metrics (``aurc_map_at_r``, ``ece``, ...) from per-query ones.
+
+    A confidence metric is compared by recomputing it on paired resamples, which needs every
+    run's per-query confidences (``evaluate(..., confidences=...)``).
+    """
+    if metrics is None:
+        return None, []
+    requested = [metrics] if isinstance(metrics, str) else list(metrics)
+    conf_keys = [m for m in requested if m not in shared and any(m in r.confidence for r in runs)]
+    for key in conf_keys:
+        for name, r in zip(names, runs, strict=True):
+            if key not in r.confidence or r.query_confidences is None:
+                raise InputError(
+                    f"confidence metric {key!r} cannot be compared: checkpoint {name!r} was "
+                    "evaluated without its per-query confidences; evaluate every checkpoint "
+                    "with evaluate(..., confidences=...)."
+                )
+    return [m for m in requested if m not in conf_keys], conf_keys
+
+
+def _point(diff: np.ndarray, groups: np.ndarray | None) -> float:
+    if groups is None:
+        return float(diff.mean())
+    n = int(groups.max()) + 1
+    return float((np.bincount(groups, weights=diff, minlength=n) / np.bincount(groups)).mean())
+
+
+def _fmt_p(p: float, settings: dict[str, Any]) -> str:
+    # A resampling p-value cannot resolve below 1 / n_boot: say "<" rather than print 0.
+    floor = 1.0 / settings.get("n_boot", 1000)
+    return f"<{floor:.0e}" if p < floor else f"{p:.4f}"
+
+
+def _fmt(v: float) -> str:
+    return "nan" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
+
+
+def _json_num(v: Any) -> Any:
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _as_path(path: str | os.PathLike):
+    from pathlib import Path
+
+    return Path(path)
+
+
+def _needed_metrics(per_query: dict[str, np.ndarray], keys: Sequence[str]) -> list[str]:
+    """The per-query metrics the confidence ``keys`` are computed from (the rest is skipped)."""
+    names = [m for m in per_query if any(k.endswith("_" + m) for k in keys)]
+    if any(not any(k.endswith("_" + m) for m in per_query) for k in keys):
+        # r_auroc, ece, brier, open-set ...: computed from precision_at_1 (else recall_at_1)
+        names += [next(m for m in ("precision_at_1", "recall_at_1") if m in per_query)]
+    return list(dict.fromkeys(names))
+
+
+def paired_confidence_replicates(
+    runs: Sequence[Any],
+    keys: Sequence[str],
+    *,
+    n_boot: int,
+    seed: int,
+    swap: bool = False,
+) -> dict[str, np.ndarray]:
+    """Per key, (n_boot, n_runs) replicates of confidence metrics on shared resamples.
+
+    Every run sees the same resampled query indices in a replicate (the draws of
+    :func:`embedeval.metrics.resample.draw_indices`), so differences between runs are paired.  With
+    ``swap=True`` a replicate instead exchanges, query by query with probability 1/2, the
+    (per-query values, confidence) of each run with those of run 0 (a paired permutation of two
+    runs).
+    """
+    rng = np.random.default_rng(seed)
+    prepared = []
+    for r in runs:
+        per_query = {m: r.per_query[m] for m in _needed_metrics(r.per_query, keys)}
+        names, arrays = summary_arrays(per_query, r.query_confidences, r.query_labels)
+        higher = bool(r.settings.get("higher_is_confident", True))
+        prepared.append((summary_statistic(names, higher, True, list(keys)), arrays))
+    n = prepared[0][1][1].size
+    out = {k: np.empty((n_boot, len(runs))) for k in keys}
+    for b in range(n_boot):
+        if swap:
+            flip = rng.integers(0, 2, size=n).astype(bool)
+            draws = [_swapped(arrays, prepared[0][1], flip) for _, arrays in prepared]
+        else:
+            (idx,) = next(draw_indices(rng, n, 1, 1))
+            draws = [[a[idx] for a in arrays] for _, arrays in prepared]
+        for i, ((stat, _), drawn) in enumerate(zip(prepared, draws, strict=True)):
+            for k, v in stat(*drawn).items():
+                out[k][b, i] = v
+    return out
+
+
+def _swapped(arrays: list[np.ndarray], base: list[np.ndarray], flip: np.ndarray) -> list:
+    """``arrays`` with the rows where ``flip`` holds taken from ``base`` instead."""
+    return [
+        np.where(flip if a.ndim == 1 else flip[:, None], bb, a)
+        for a, bb in zip(arrays, base, strict=True)
+    ]
+
+
+def confidence_rows(
+    runs: Sequence[Any],
+    names: Sequence[str],
+    base: int,
+    keys: Sequence[str],
+    *,
+    ci: float,
+    n_boot: int,
+    seed: int,
+    test: str,
+) -> list[dict[str, Any]]:
+    """:func:`compare` rows for confidence metrics (AURC, ECE, R-AUROC, ...).
+
+    Each replicate recomputes the metric for every run on the same resampled queries; a run's
+    interval is the percentile interval of its replicates, the difference's interval that of
+    the paired differences, and p is the paired bootstrap p-value (``test="bootstrap"``) or the
+    share of query-wise swaps with the baseline whose |difference| reaches the observed one
+    (``test="permutation"``, (hits + 1) / (n_boot + 1)).
+    """
+    rows: list[dict[str, Any]] = []
+    all_reps = paired_confidence_replicates(runs, keys, n_boot=n_boot, seed=seed)
+    for key in keys:
+        reps = all_reps[key]
+        values = [float(r.confidence[key]) for r in runs]
+        for i, name in enumerate(names):
+            own = percentile_interval(reps[:, i], ci)
+            row = _row(name, key, values[i], own, int(runs[i].n_queries))
+            if i == base:
+                rows.append(row)
+                continue
+            d = reps[:, i] - reps[:, base]
+            d = d[np.isfinite(d)]
+            dlo, dhi = percentile_interval(d, ci)
+            observed = values[i] - values[base]
+            if test == "bootstrap":
+                p = bootstrap_p(d) if d.size else math.nan
+            else:
+                p = _swap_p([runs[base], runs[i]], key, observed, n_boot, seed)
+            row.update(diff=observed, diff_ci_low=dlo, diff_ci_high=dhi, p_value=float(p))
+            rows.append(row)
+    return rows
+
+
+def _swap_p(pair: list[Any], key: str, observed: float, n_boot: int, seed: int) -> float:
+    """Share of query-wise swaps of the pair whose |difference| reaches |observed|."""
+    swaps = paired_confidence_replicates(pair, [key], n_boot=n_boot, seed=seed, swap=True)[key]
+    stat = np.abs(swaps[:, 1] - swaps[:, 0])
+    hits = int(np.sum(stat >= abs(observed) - 1e-12))
+    return (hits + 1) / (n_boot + 1)

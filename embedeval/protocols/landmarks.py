@@ -1,0 +1,426 @@
+"""Instance retrieval with per-query relevance lists: revisited Oxford / Paris (landmarks).
+
+Landmark benchmarks have no class labels: each query lists its own positive and junk gallery
+items.  :func:`evaluate_listed` (reached through ``evaluate(query, None, reference, None,
+positives=..., junk=...)``) ranks every reference for each query, removes the query's junk items
+from the ranking, and computes embedeval's metrics on what is left with R_q = number of
+positives.  :func:`revisitop_lists` builds the Easy / Medium / Hard lists from revisitop-style
+ground truth, and :func:`revisitop_evaluate` reports mAP and mP@k computed the way the revisited
+benchmark's own evaluation computes them, next to embedeval's step AP.
+
+Two AP rules
+------------
+With the positives at 1-based ranks r_1 < r_2 < ... < r_R of the junk-free ranking:
+
+* **step AP** (``map`` everywhere in embedeval, PML, trec_eval): (1/R) sum_j j / r_j.
+* **trapezoid AP** (revisitop): (1/R) sum_j (p_before_j + j / r_j) / 2, with p_before_j =
+  (j - 1) / (r_j - 1) the precision just before the j-th positive (1 when r_j = 1): the area under
+  the precision-recall curve with linear interpolation between its points.  Since
+  (j - 1) / (r_j - 1) <= j / r_j, it is never higher than the step AP; they agree when every
+  positive precedes every negative (AP = 1).
+
+revisitop's mP@k divides by min(k, r_R) instead of k (a query with fewer than k positives ranked
+at the top still gets 1); embedeval's ``precision_at_k`` divides by k.
+
+Ties: the ranking orders equal distances by ascending reference index, as everywhere in
+embedeval (revisitop's own code uses numpy's default, unstable sort).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..engine.registry import MetricInfo, parse_metrics
+from ..evaluation.settings import EvaluationInputs, EvaluationSettings
+from ..utils.errors import InputError, InputTypeError
+from ..utils.validation import as_embeddings, check_choice, check_int, check_same_dimension
+
+__all__ = ["PROTOCOLS", "evaluate_listed", "revisitop_evaluate", "revisitop_lists"]
+
+#: Which revisitop lists are positive and which are junk under each protocol.
+PROTOCOLS = {
+    "easy": (("easy",), ("junk", "hard")),
+    "medium": (("easy", "hard"), ("junk",)),
+    "hard": (("hard",), ("junk", "easy")),
+}
+
+
+# ---------------------------------------------------------------------------- lists
+def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query reference-index lists as CSR (lims, sorted unique indices)."""
+    if isinstance(lists, np.ndarray) and lists.dtype != object:
+        if lists.ndim != 2 or lists.dtype.kind not in "iu":
+            raise InputTypeError(
+                f"{name} must be a list with one list of reference indices per query (or a 2-D "
+                f"integer array, one row per query); got an array of dtype {lists.dtype} and "
+                f"shape {lists.shape}."
+            )
+        lists = [row.tolist() for row in lists]
+    try:
+        rows = list(lists)
+    except TypeError:
+        raise InputTypeError(
+            f"{name} must be a list with one list of reference indices per query; got "
+            f"{type(lists).__name__}."
+        ) from None
+    if len(rows) != n_query:
+        raise InputError(f"{name} has {len(rows)} lists but there are {n_query} queries.")
+    parts = []
+    for i, row in enumerate(rows):
+        arr = np.asarray(row if row is not None else [], dtype=object).ravel()
+        if arr.size and not all(isinstance(v, (int, np.integer)) for v in arr):
+            raise InputTypeError(f"{name}[{i}] must hold integer reference indices; got {row!r}.")
+        arr = np.unique(arr.astype(np.int64))
+        if arr.size and (arr[0] < 0 or arr[-1] >= n_ref):
+            raise InputError(
+                f"{name}[{i}] holds index {int(arr[0] if arr[0] < 0 else arr[-1])}, outside the "
+                f"reference set (0..{n_ref - 1})."
+            )
+        parts.append(arr)
+    lims = np.zeros(n_query + 1, np.int64)
+    np.cumsum([p.size for p in parts], out=lims[1:])
+    return lims, np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def revisitop_lists(gnd: Sequence[dict[str, Any]], protocol: str) -> tuple[list, list]:
+    """Positive and junk lists of one revisited-benchmark protocol.
+
+    Easy: positives = easy, junk = junk + hard.  Medium: positives = easy + hard, junk = junk.
+    Hard: positives = hard, junk = junk + easy.  ``gnd`` holds one dict per query with
+    ``"easy"``, ``"hard"`` and ``"junk"`` lists of reference indices (revisitop's ``gnd``).
+
+    Examples
+    --------
+    >>> revisitop_lists([{"easy": [0], "hard": [2], "junk": [1]}], "hard")
+    ([[2]], [[0, 1]])
+    """
+    protocol = check_choice(protocol, "protocol", tuple(PROTOCOLS))
+    pos_keys, junk_keys = PROTOCOLS[protocol]
+    positives, junk = [], []
+    for i, g in enumerate(gnd):
+        missing = [k for k in ("easy", "hard", "junk") if k not in g]
+        if missing:
+            raise InputError(f"gnd[{i}] has no {', '.join(map(repr, missing))} list.")
+        positives.append(sorted(int(v) for k in pos_keys for v in g[k]))
+        junk.append(sorted(int(v) for k in junk_keys for v in g[k]))
+    return positives, junk
+
+
+# ---------------------------------------------------------------------------- streamed ranking
+def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
+    """Per query block: its junk-free ranking as CSR candidates and the positive flags."""
+    from ..engine.candidates import Candidates, sortable_bits
+    from ..engine.exact import PreparedSearch, reference_duplicates, representatives
+
+    n_q, n_ref = xq.shape[0], xb.shape[0]
+    # Identical references share one key (as in the kNN engine), so they tie and rank by index.
+    dups = reference_duplicates(xb, distance)
+    search = PreparedSearch.build(xq, xb, distance).with_duplicates(
+        dups, representatives(xb, dups, distance), slice(0, n_ref)
+    )
+    cols = np.arange(n_ref)
+    for a in range(0, n_q, block_size):
+        b = min(a + block_size, n_q)
+        keys = search.keys(slice(a, b))
+        j_rows, j_cols = _csr_pairs(junk, a, b)
+        keys[j_rows, j_cols] = np.inf  # junk sinks to the end and is cut off below
+        order = np.argsort(keys, axis=1, kind="stable")  # ties by ascending reference index
+        n_valid = n_ref - np.diff(junk[0][a : b + 1])
+        keep = cols[None, :] < n_valid[:, None]
+        index = order[keep]
+        rows = np.repeat(np.arange(b - a), n_valid)
+        is_pos = np.zeros((b - a, n_ref), bool)
+        p_rows, p_cols = _csr_pairs(pos, a, b)
+        is_pos[p_rows, p_cols] = True
+        lims = np.zeros(b - a + 1, np.int64)
+        np.cumsum(n_valid, out=lims[1:])
+        block = Candidates(
+            np.arange(a, b), lims, np.arange(index.size), sortable_bits(keys[rows, index])
+        )
+        yield block, is_pos[rows, index], n_valid
+
+
+def _csr_pairs(lists, a, b):
+    lims, idx = lists
+    counts = np.diff(lims[a : b + 1])
+    return np.repeat(np.arange(b - a), counts), idx[lims[a] : lims[b]]
+
+
+def _prepare(query, reference, positives, junk, distance, block_size, memory_budget):
+    distance = check_choice(distance, "distance", ("euclidean", "cosine", "inner_product"))
+    xq = as_embeddings(query, "query")
+    if reference is None:
+        raise InputError(
+            "positives= lists index a gallery: pass reference (leave-one-out has no lists)."
+        )
+    xb = as_embeddings(reference, "reference")
+    check_same_dimension(xq, xb, "reference")
+    n_q, n_ref = xq.shape[0], xb.shape[0]
+    pos = _as_lists(positives, "positives", n_q, n_ref)
+    jk = _as_lists([[]] * n_q if junk is None else junk, "junk", n_q, n_ref)
+    both = _overlap(pos, jk)
+    if both is not None:
+        raise InputError(
+            f"reference {both[1]} is both a positive and junk for query {both[0]}; junk is "
+            "removed from the ranking, so an item cannot be both."
+        )
+    block_size = check_int(block_size, "block_size", allow_none=True)
+    memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
+    if block_size is None:
+        block_size = max(1, min(n_q, memory_budget // (48 * n_ref)))
+    return xq, xb, pos, jk, distance, block_size
+
+
+def _overlap(pos, junk):
+    p_rows, p_cols = _csr_pairs(pos, 0, pos[0].size - 1)
+    j_rows, j_cols = _csr_pairs(junk, 0, junk[0].size - 1)
+    n = max(int(p_cols.max(initial=0)), int(j_cols.max(initial=0))) + 1
+    common = np.intersect1d(p_rows * n + p_cols, j_rows * n + j_cols)
+    return None if common.size == 0 else divmod(int(common[0]), n)
+
+
+def evaluate_listed(
+    query: Any,
+    reference: Any,
+    positives: Any,
+    junk: Any = None,
+    *,
+    metrics: Any = None,
+    k: int | None = None,
+    distance: str = "euclidean",
+    block_size: int | None = None,
+    memory_budget: int = 256 * 2**20,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[MetricInfo], dict[str, Any]]:
+    """Per-query metric values and tie flags with relevance given as lists of reference indices.
+
+    For each query, every reference is ranked (equal distances by ascending index), its ``junk``
+    items are removed, and the metrics are computed on the rest with R_q = ``len(positives[q])``
+    (NaN when a query has no positive).  Queries are processed in blocks of ``block_size``
+    against all references, so memory is O(block_size x n_reference).
+
+    Returns ``(per_query, ties, infos, info)``; :func:`embedeval.evaluate` wraps it in an
+    :class:`~embedeval.evaluation.result.EvaluationResult`.
+
+    Examples
+    --------
+    >>> pq, _, _, _ = evaluate_listed([[0.0]], [[1.0], [2.0], [3.0]], [[2]], [[0]],
+    ...                               metrics=["map"])
+    >>> pq["map"].tolist()  # junk 0 removed: the positive is 2nd of 2
+    [0.5]
+    """
+    infos = [m for m in parse_metrics(metrics) if m.kind == "knn"]
+    if len(infos) != len(parse_metrics(metrics)):
+        raise InputError("nmi / ami need class labels; they are not defined for positives lists.")
+    xq, xb, pos, jk, distance, block_size = _prepare(
+        query, reference, positives, junk, distance, block_size, memory_budget
+    )
+    k = check_int(k, "k", allow_none=True)
+    too_deep = [m.name for m in infos if k is not None and m.depth == "fixed" and m.cutoff > k]
+    if too_deep:
+        raise InputError(f"k={k} caps the ranking, but {', '.join(too_deep)} need(s) more.")
+    from ..engine.kernels import chunk_metrics
+
+    n_q = xq.shape[0]
+    relevant = np.diff(pos[0])
+    values = {m.name: np.full(n_q, np.nan) for m in infos}
+    ties = {m.name: np.zeros(n_q, bool) for m in infos}
+    for block, is_pos, n_valid in _ranked_blocks(xq, xb, distance, pos, jk, block_size):
+        rows = block.queries
+        v, t = chunk_metrics(
+            block,
+            np.ones(rows.size, np.int32),
+            is_pos.astype(np.int32),  # candidate i is relevant when its "label" equals 1
+            relevant[rows],
+            n_valid,
+            infos,
+            k,
+        )
+        for name in v:
+            values[name][rows] = v[name]
+            ties[name][rows] = t[name]
+    info = {"distance": distance, "n_reference": xb.shape[0], "dim": xq.shape[1], "k": k}
+    info["n_junk"] = int(jk[1].size)
+    return values, ties, infos, info
+
+
+# ---------------------------------------------------------------------------- revisitop
+def trapezoid_ap(ranks: np.ndarray, lims: np.ndarray) -> np.ndarray:
+    """Trapezoid AP per query from the 0-based, increasing positive ranks of each query (CSR),
+    NaN for a query without positives.
+
+    Examples
+    --------
+    >>> # positives at 0-based ranks 1 and 3: ((0/1 + 1/2) / 2 + (1/3 + 2/4) / 2) / 2 = 1/3
+    >>> trapezoid_ap(np.array([1, 3]), np.array([0, 2])).round(4).tolist()
+    [0.3333]
+    """
+    counts = np.diff(lims)
+    j = np.arange(ranks.size) - np.repeat(lims[:-1], counts)  # positives before this one
+    before = np.where(ranks == 0, 1.0, j / np.maximum(ranks, 1))
+    at = (j + 1) / (ranks + 1.0)
+    terms = (before + at) / 2.0
+    sums = (
+        np.add.reduceat(np.append(terms, 0.0), lims[:-1]) if ranks.size else np.zeros(counts.size)
+    )
+    out = np.full(counts.size, np.nan)
+    has = counts > 0
+    out[has] = sums[has] / counts[has]
+    return out
+
+
+def _revisitop_precision(ranks: np.ndarray, lims: np.ndarray, kappa: int) -> np.ndarray:
+    """revisitop's mP@k per query: positives within min(k, last positive rank), divided by it."""
+    counts = np.diff(lims)
+    out = np.full(counts.size, np.nan)
+    has = np.flatnonzero(counts > 0)
+    last = ranks[lims[has + 1] - 1] + 1  # 1-based rank of the last positive
+    kq = np.minimum(last, kappa)
+    # Positives of a row are increasing, so counting those within kq is a flag sum per row.
+    limit = np.zeros(counts.size, np.int64)
+    limit[has] = kq
+    inside = (ranks + 1 <= np.repeat(limit, counts)).astype(np.float64)
+    within = np.add.reduceat(np.append(inside, 0.0), lims[:-1])[has]
+    out[has] = within / kq
+    return out
+
+
+def positive_ranks(
+    query: Any,
+    reference: Any,
+    positives: Any,
+    junk: Any = None,
+    *,
+    distance: str = "cosine",
+    block_size: int | None = None,
+    memory_budget: int = 256 * 2**20,
+) -> tuple[np.ndarray, np.ndarray]:
+    """0-based ranks of each query's positives in its junk-free ranking, as CSR (ranks, lims).
+
+    Examples
+    --------
+    >>> positive_ranks([[0.0]], [[1.0], [2.0], [3.0]], [[2]], [[0]], distance="euclidean")
+    (array([1]), array([0, 1]))
+    """
+    xq, xb, pos, jk, distance, block_size = _prepare(
+        query, reference, positives, junk, distance, block_size, memory_budget
+    )
+    parts = []
+    for block, is_pos, _ in _ranked_blocks(xq, xb, distance, pos, jk, block_size):
+        hit = np.flatnonzero(is_pos)
+        row = np.searchsorted(block.lims, hit, side="right") - 1
+        parts.append(hit - block.lims[row])
+    lims = pos[0]
+    return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), lims
+
+
+def revisitop_evaluate(
+    query: Any,
+    reference: Any,
+    gnd: Sequence[dict[str, Any]],
+    *,
+    protocols: Sequence[str] = ("easy", "medium", "hard"),
+    kappas: Sequence[int] = (1, 5, 10),
+    distance: str = "cosine",
+    block_size: int | None = None,
+    memory_budget: int = 256 * 2**20,
+) -> dict[str, dict[str, Any]]:
+    """mAP and mP@k of the revisited Oxford / Paris protocols, as the benchmark computes them.
+
+    For each protocol: ``"map"`` (trapezoid AP, the published tables' number), ``"map_step"``
+    (embedeval's step AP, equal to ``evaluate(..., positives=..., junk=...)["map"]``),
+    ``"mp@k"`` for each k in ``kappas`` (revisitop's rule), ``"ap"`` (per-query trapezoid AP,
+    NaN for a query without positives) and ``"n_queries"`` (queries with positives, the
+    denominator).  Mean values are fractions in [0, 1] (the tables print them x 100).
+
+    Examples
+    --------
+    >>> gnd = [{"easy": [0], "hard": [2], "junk": [1]}]
+    >>> out = revisitop_evaluate([[0.0]], [[1.0], [2.0], [3.0]], gnd, protocols=["medium"],
+    ...                          distance="euclidean")
+    >>> round(out["medium"]["map"], 4), out["medium"]["map_step"]  # positives at ranks 1, 2
+    (1.0, 1.0)
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for protocol in protocols:
+        pos, junk = revisitop_lists(gnd, protocol)
+        ranks, lims = positive_ranks(
+            query,
+            reference,
+            pos,
+            junk,
+            distance=distance,
+            block_size=block_size,
+            memory_budget=memory_budget,
+        )
+        ap = trapezoid_ap(ranks, lims)
+        counts = np.diff(lims)
+        j = np.arange(ranks.size) - np.repeat(lims[:-1], counts)
+        step_terms = np.append((j + 1) / (ranks + 1.0), 0.0)
+        step = np.full(counts.size, np.nan)
+        has = counts > 0
+        if ranks.size:
+            step[has] = np.add.reduceat(step_terms, lims[:-1])[has] / counts[has]
+        res: dict[str, Any] = {
+            "map": float(np.nanmean(ap)) if has.any() else float("nan"),
+            "map_step": float(np.nanmean(step)) if has.any() else float("nan"),
+            "ap": ap,
+            "n_queries": int(has.sum()),
+        }
+        for kappa in kappas:
+            kappa = check_int(kappa, "kappas")
+            prec = _revisitop_precision(ranks, lims, kappa)
+            res[f"mp@{kappa}"] = float(np.nanmean(prec)) if has.any() else float("nan")
+        out[protocol] = res
+    return out
+
+
+def evaluate_with_lists(settings: EvaluationSettings, inputs: EvaluationInputs) -> Any:
+    """:func:`embedeval.evaluate` with ``positives=`` / ``junk=``: the thin result layer.
+
+    ``settings`` come from the same validation stage as every other path
+    (:func:`embedeval.evaluation.settings.validate_arguments`); the bootstrap intervals are added by
+    :func:`embedeval.evaluate` as on the label path.
+    """
+    from ..evaluation.result import EvaluationResult
+
+    ms = settings.metrics
+    per_query, ties, infos, info = evaluate_listed(
+        inputs.query,
+        inputs.reference,
+        inputs.positives,
+        inputs.junk,
+        metrics=[m.name for m in ms.infos],
+        k=ms.k,
+        distance=ms.distance,
+        block_size=settings.search.block_size,
+        memory_budget=settings.search.memory_budget,
+    )
+    n_q = next(iter(per_query.values())).size if per_query else len(inputs.positives)
+    summary = {
+        name: (float(np.nanmean(v)) if not np.isnan(v).all() else float("nan"))
+        for name, v in per_query.items()
+    }
+    settings_record = {
+        "metrics": [m.name for m in infos],
+        "k": ms.k,
+        "k_used": ms.k,
+        "distance": info["distance"],
+        "average": "micro",
+        "relevance": "positives lists (junk removed from the ranking)",
+        "n_reference": info["n_reference"],
+        "n_junk": info["n_junk"],
+        "dim": int(info["dim"]),
+    }
+    return EvaluationResult(
+        metrics=summary,
+        per_query=per_query,
+        per_class={},
+        query_labels=np.arange(n_q),
+        n_queries=n_q,
+        n_lone=int(np.isnan(next(iter(per_query.values()))).sum()) if per_query else 0,
+        n_ties={name: int(flags.sum()) for name, flags in ties.items()},
+        settings=settings_record,
+    )

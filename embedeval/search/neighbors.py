@@ -1,0 +1,250 @@
+"""Exact k nearest neighbours: :func:`neighbors`, and the distances the package supports.
+
+The search itself is the exact, streaming engine of :mod:`embedeval.engine.exact` (how it works, and
+why it is exact, is described there); ``backend="torch"`` runs the same search with PyTorch
+(:mod:`embedeval.search.torch_backend`).  This module chooses between them and shapes the result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..engine.candidates import Candidates as Candidates
+from ..engine.candidates import from_sortable_bits as from_sortable_bits
+from ..engine.candidates import sortable_bits as sortable_bits
+from ..engine.exact import DEFAULT_MEMORY_BUDGET as DEFAULT_MEMORY_BUDGET
+from ..engine.exact import Exclusions, sorted_candidates
+from ..engine.exact import PreparedSearch as PreparedSearch
+from ..engine.exact import block_layout as block_layout
+from ..engine.exact import column_subsample as column_subsample
+from ..engine.exact import depth_thresholds as depth_thresholds
+from ..engine.exact import grid_keys as grid_keys
+from ..engine.exact import range_exponent as range_exponent
+from ..engine.exact import reference_duplicates as reference_duplicates
+from ..engine.exact import representatives as representatives
+from ..engine.exact import search_block as search_block
+from ..engine.exact import sort_block as sort_block
+from ..engine.threads import default_threads as default_threads
+from ..engine.threads import in_order as in_order
+from ..engine.threads import single_threaded_blas as single_threaded_blas
+from ..utils.errors import InputError, InputTypeError
+from ..utils.validation import as_embeddings, check_choice, check_int, check_same_dimension
+
+__all__ = ["DISTANCES", "default_threads", "neighbors"]
+# The ``X as X`` imports above re-export engine names other modules import from here; their
+# home is embedeval.engine.exact, embedeval.engine.threads and embedeval.engine.candidates.
+
+DISTANCES = ("euclidean", "cosine", "inner_product")
+
+
+def neighbors(
+    query: Any,
+    k: int,
+    reference: Any = None,
+    *,
+    distance: str = "euclidean",
+    exclude_self: bool | None = None,
+    block_size: int | None = None,
+    progress: bool | None = False,
+    n_threads: int | None = None,
+    backend: str = "local",
+    device: str | None = None,
+    device_memory: float | None = None,
+    tf32: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact k nearest neighbours, streamed in query blocks.
+
+    Parameters
+    ----------
+    query : array-like, shape (n_query, dim)
+        Query vectors (float16/32/64, lists, memory-mapped arrays, torch CPU tensors).
+    k : int
+        Neighbours per query; clamped to the number of references each query can see.
+    reference : array-like, shape (n_reference, dim), optional
+        The searched set.  ``None`` searches the query set itself.
+    distance : {"euclidean", "cosine", "inner_product"}
+        Euclidean ranks like squared L2; cosine L2-normalises both sides first.
+    exclude_self : bool, optional
+        Exclude each query's own row (query i is reference i).  Defaults to ``True`` when
+        ``reference`` is None and ``False`` otherwise; ``True`` with a reference requires the
+        queries to be the first reference rows (identity, not position, is what is excluded).
+    block_size : int, optional
+        Queries per block (default: from a 256 MB working budget).
+    progress : bool, optional
+        Show a progress bar (``None``: only on a terminal).
+    n_threads : int, optional
+        Threads searching query blocks (default: the usable cores, at most 8); the result does
+        not depend on it.
+    backend, device, device_memory, tf32 :
+        ``backend="torch"`` searches with PyTorch on ``device`` (GPU tensors select it by
+        themselves); see :func:`embedeval.evaluate`.
+
+    Returns
+    -------
+    distances : ndarray of float32, shape (n_query, k')
+        The Euclidean distance (the square root of squared L2, not squared), the cosine
+        similarity, or the inner product; nearest first, so similarities are descending.
+    indices : ndarray of int64, shape (n_query, k')
+        Reference row indices.  ``k' = min(k, references available)``.
+
+    Notes
+    -----
+    Ties (equal distances) are ordered by ascending reference index, which is what faiss's flat
+    index does; unlike faiss, a ``k`` larger than the reference set is clamped, never padded
+    with index -1.  Identical reference vectors are at exactly the same distance (see the
+    README's conventions).  Inputs so large or so small that float32 keys would overflow or
+    underflow (beyond about 2**60 or below 2**-40) are searched after scaling by a power of two,
+    which changes no ranking; distances are returned in the input's units.
+
+    Examples
+    --------
+    >>> x = [[0.0], [1.0], [3.0], [7.0]]
+    >>> d, i = neighbors(x, 2)
+    >>> i.tolist()
+    [[1, 2], [0, 2], [1, 0], [2, 1]]
+    >>> d.tolist()
+    [[1.0, 3.0], [1.0, 2.0], [2.0, 3.0], [4.0, 6.0]]
+    """
+    distance = check_choice(distance, "distance", DISTANCES)
+    k = check_int(k, "k", maximum=2**63 - 1)
+    n_threads = check_int(n_threads, "n_threads", allow_none=True)
+    if exclude_self is not None and not isinstance(exclude_self, (bool, np.bool_)):
+        raise InputTypeError(
+            f"exclude_self must be True, False or None; got {exclude_self!r} of type "
+            f"{type(exclude_self).__name__}."
+        )
+    options = _torch_options(query, backend, device, device_memory, tf32, block_size)
+    xq, xb, exclude_self = _read(query, reference, exclude_self, options)
+    from .torch_backend import scale_for_range
+
+    xq, xb, scale = scale_for_range(xq, xb, distance, same=reference is None)
+    k_eff = min(k, xb.shape[0] - int(exclude_self))
+    if options:
+        from .torch_backend import torch_neighbors
+
+        dist, idx = torch_neighbors(xq, xb, k_eff, distance, exclude_self, options)
+    else:
+        dist, idx = _exact_neighbors(
+            xq, xb, k_eff, distance, exclude_self, block_size, progress, n_threads
+        )
+    return _unscale(dist, scale, distance), idx
+
+
+def _torch_options(
+    query: Any, backend: Any, device: Any, device_memory: Any, tf32: Any, block_size: Any
+) -> Any:
+    """The torch backend's options when ``backend="torch"`` (or a GPU tensor) selects it, else
+    ``None`` (refusing its options)."""
+    from .torch_backend import TorchOptions, is_device_tensor
+
+    backend = check_choice(backend, "backend", ("local", "torch"))
+    if backend == "local" and is_device_tensor(query):
+        backend = "torch"
+    if backend == "torch":
+        return TorchOptions.make(device, device_memory, tf32, block_size, like=query)
+    if device is not None or device_memory is not None or tf32 is not False:
+        raise InputError("device=, device_memory= and tf32= need backend='torch'.")
+    return None
+
+
+def _read(query: Any, reference: Any, exclude_self: Any, options: Any) -> tuple[Any, Any, bool]:
+    """Query and reference as search input, and whether each query's own row is excluded."""
+    from .torch_backend import as_search_input, check_lead_on_device
+
+    read = as_search_input if options else as_embeddings
+    xq = read(query, "query")
+    if reference is None:
+        return xq, xq, True if exclude_self is None else bool(exclude_self)
+    xb = read(reference, "reference")
+    exclude_self = bool(exclude_self)
+    check_same_dimension(xq, xb, "reference")
+    if exclude_self and options:
+        check_lead_on_device(xq, xb)
+    elif exclude_self:
+        check_queries_lead_reference(xq, xb, "exclude_self")
+    return xq, xb, exclude_self
+
+
+def _exact_neighbors(
+    xq: np.ndarray,
+    xb: np.ndarray,
+    k: int,
+    distance: str,
+    exclude_self: bool,
+    block_size: int | None,
+    progress: bool | None,
+    n_threads: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``k`` candidates of every query from the exact engine, as distances."""
+    n_query = xq.shape[0]
+    dist = np.empty((n_query, k), dtype=np.float32)
+    idx = np.empty((n_query, k), dtype=np.int64)
+    if k == 0:
+        return dist, idx
+    q_norms = np.einsum("ij,ij->i", xq, xq, dtype=np.float32) if distance == "euclidean" else None
+    for block in sorted_candidates(
+        xq,
+        xb,
+        distance=distance,
+        depth=np.full(n_query, k),
+        exclusions=Exclusions(self_index=exclude_self),
+        block_size=block_size,
+        progress=progress,
+        n_threads=n_threads,
+    ):
+        take = (block.lims[:-1, None] + np.arange(k)).ravel()
+        rows = block.queries
+        key = from_sortable_bits(block.bits[take]).reshape(rows.size, k)
+        if distance == "euclidean":
+            dist[rows] = np.sqrt(np.maximum(key + q_norms[rows, None], 0))
+        else:
+            dist[rows] = -key
+        idx[rows] = block.index[take].reshape(rows.size, k)
+    return dist, idx
+
+
+def _unscale(dist: np.ndarray, scale: int, distance: str) -> np.ndarray:
+    """Distances of inputs scaled by 2**scale back in the caller's units (a similarity beyond
+    float32's range is +-inf)."""
+    if not scale:
+        return dist
+    with np.errstate(over="ignore"):
+        return np.ldexp(dist, -scale if distance == "euclidean" else -2 * scale)
+
+
+def check_queries_lead_reference(
+    xq: np.ndarray, xb: np.ndarray, argument: str = "ref_includes_query"
+) -> None:
+    """Check PML's ``ref_includes_query`` convention: the queries are the first reference rows.
+
+    ``argument`` is the caller's name for the option that asked for it (``evaluate``'s
+    ``ref_includes_query``, ``neighbors``' ``exclude_self``); the message names it and gives
+    that caller's fix.
+    """
+    fix = (
+        "Pass reference=None to search the query set itself (each query's own row excluded), "
+        "or exclude_self=False for a reference set that does not contain the queries."
+        if argument == "exclude_self"
+        else "Pass reference=None for leave-one-out, or ref_includes_query=False for a disjoint "
+        "gallery."
+    )
+    n = xq.shape[0]
+    if xb.shape[0] < n:
+        raise InputError(
+            f"{argument}=True needs the {n} queries to be the first rows of reference, "
+            f"but reference has only {xb.shape[0]} rows. {fix}"
+        )
+    step = 65536
+    for s in range(0, n, step):
+        e = min(s + step, n)
+        a, b = np.asarray(xq[s:e]), np.asarray(xb[s:e])
+        differ = np.flatnonzero((a != b).any(axis=1))
+        if differ.size:
+            row = s + int(differ[0])
+            raise InputError(
+                f"{argument}=True needs the queries to be the first rows of reference "
+                f"(query i is reference i, PML's convention), but query row {row} differs "
+                f"from reference row {row}. {fix}"
+            )

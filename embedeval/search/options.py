@@ -1,0 +1,204 @@
+"""How to search: the validated search options of one evaluation.
+
+:func:`embedeval.evaluate` separates *what* to compute (a
+:class:`embedeval.engine.task.RetrievalTask`:
+embeddings, label codes, exclusions, metrics, depth) from *how* to search for it (a
+:class:`SearchOptions`: backend, approximate index, shards, Dask client, block size, memory,
+threads, progress, torch device).  :meth:`SearchOptions.make` checks every option once, on every
+path, before any work, so an option that the chosen path would ignore is refused rather than
+silently dropped; :attr:`SearchOptions.engine` names the backend module that will run the search
+(:mod:`embedeval.search.dispatch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine.exact import DEFAULT_MEMORY_BUDGET
+from ..utils.errors import InputError, InputTypeError
+from ..utils.validation import check_bool, check_choice, check_int
+
+__all__ = ["BACKENDS", "SearchOptions"]
+
+#: The values of ``backend=``.
+BACKENDS = ("local", "dask", "torch")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Validated search settings (see :func:`embedeval.evaluate` for each option's meaning).
+
+    ``torch`` holds the torch backend's own options when ``backend == "torch"``.
+    """
+
+    backend: str = "local"
+    index: str | None = None
+    index_params: Mapping[str, Any] | None = None
+    exact_sample: int = 10_000
+    shards: Any = None
+    client: Any = None
+    block_size: int | None = None
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
+    n_threads: int | None = None
+    progress: bool | None = None
+    seed: int = 0
+    torch: Any = None
+
+    @classmethod
+    def make(
+        cls,
+        *,
+        like: Any = None,
+        backend: str = "local",
+        index: str | None = None,
+        index_params: Mapping[str, Any] | None = None,
+        exact_sample: int | None = None,
+        shards: Any = None,
+        client: Any = None,
+        block_size: int | None = None,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
+        n_threads: int | None = None,
+        progress: bool | None = None,
+        seed: int = 0,
+        device: str | None = None,
+        device_memory: float | None = None,
+        tf32: bool = False,
+    ) -> SearchOptions:
+        """Check every search option, whichever path it belongs to; ``like`` is the query
+        input (GPU tensors select the torch backend by themselves)."""
+        backend = _resolve_backend(backend, like, index, shards)
+        block_size = check_int(block_size, "block_size", allow_none=True)
+        memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
+        n_threads = check_int(n_threads, "n_threads", allow_none=True)
+        if progress is not None:
+            check_bool(progress, "progress")
+        torch_options = _torch_options(
+            backend, like, device, device_memory, tf32, block_size, progress, memory_budget
+        )
+        if torch_options is not None and (
+            index is not None or shards is not None or client is not None
+        ):
+            raise InputError(
+                "backend='torch' is an exact search on one device; index=, shards= and client= "
+                "belong to other backends. Drop them."
+            )
+        exact_sample = _check_index_options(index, index_params, exact_sample)
+        _check_combination(backend, index, shards, client)
+        shards = _check_shards(shards)
+        return cls(
+            backend=backend,
+            index=index,
+            index_params=index_params,
+            exact_sample=10_000 if exact_sample is None else exact_sample,
+            shards=shards,
+            client=client,
+            block_size=block_size,
+            memory_budget=memory_budget,
+            n_threads=n_threads,
+            progress=progress,
+            seed=check_int(seed, "seed", minimum=0),
+            torch=torch_options,
+        )
+
+    @property
+    def engine(self) -> str:
+        """The backend that runs the search: ``"torch"``, ``"approximate"`` (``index=``),
+        ``"sharded"`` (``shards=``), ``"dask"`` or ``"local"``."""
+        if self.torch is not None:
+            return "torch"
+        if self.index is not None:
+            return "approximate"
+        if self.shards is not None:
+            return "sharded"
+        return "dask" if self.backend == "dask" else "local"
+
+
+def _resolve_backend(backend: Any, like: Any, index: Any, shards: Any) -> str:
+    backend = check_choice(backend, "backend", BACKENDS)
+    if backend == "local" and index is None and shards is None and like is not None:
+        from .torch_backend import is_device_tensor
+
+        if is_device_tensor(like):
+            return "torch"  # GPU tensors are evaluated on their GPU
+    return backend
+
+
+def _torch_options(
+    backend: str,
+    like: Any,
+    device: Any,
+    device_memory: Any,
+    tf32: Any,
+    block_size: int | None,
+    progress: bool | None,
+    memory_budget: int,
+) -> Any:
+    if backend != "torch":
+        if device is not None or device_memory is not None or tf32 is not False:
+            raise InputError(
+                "device=, device_memory= and tf32= are options of backend='torch'; pass "
+                "backend='torch' or drop them."
+            )
+        return None
+    from .torch_backend import TorchOptions
+
+    return TorchOptions.make(
+        device,
+        device_memory,
+        tf32,
+        block_size,
+        like=like,
+        progress=progress,
+        memory_budget=memory_budget,
+    )
+
+
+def _check_index_options(index: Any, index_params: Any, exact_sample: Any) -> int | None:
+    """Options of approximate search without ``index=`` are refused, not silently ignored."""
+    if index is None:
+        for name, value in (("index_params", index_params), ("exact_sample", exact_sample)):
+            if value is not None:
+                raise InputError(
+                    f"{name} was given without index; it only applies to approximate search, "
+                    "e.g. index='IVF1024,Flat', index_params={'nprobe': 32}, exact_sample=2000. "
+                    f"Drop {name} for exact search."
+                )
+        return None
+    if index_params is not None and not isinstance(index_params, Mapping):
+        raise InputTypeError(
+            f"index_params must be a dict of faiss search parameters such as {{'nprobe': 32}}; "
+            f"got {type(index_params).__name__}."
+        )
+    return check_int(exact_sample, "exact_sample", minimum=0, allow_none=True)
+
+
+def _check_combination(backend: str, index: Any, shards: Any, client: Any) -> None:
+    if client is not None and backend != "dask":
+        raise InputError(
+            f"client= is only used with backend='dask' (the backend here is {backend!r}, which "
+            "would ignore it); pass backend='dask' to search on the cluster, or drop client."
+        )
+    if index is not None and (shards is not None or backend != "local"):
+        raise InputError(
+            "index= (approximate search) cannot be combined with shards= or backend='dask'; "
+            "faiss already searches its index in parallel. Drop shards/backend."
+        )
+    if backend == "dask" and shards is not None:
+        raise InputError(
+            "backend='dask' scatters the whole reference to every worker; shards= is for the "
+            "local backend. Drop one of them."
+        )
+
+
+def _check_shards(shards: Any) -> Any:
+    """``shards``: ``None``, an int >= 1, or a non-empty list of arrays / ``.npy`` paths (the
+    pieces themselves are checked against the reference by the sharded backend)."""
+    if shards is None:
+        return None
+    if isinstance(shards, (list, tuple)):
+        if not shards:
+            raise InputError("shards is an empty list; pass an int or at least one array/path.")
+        return shards
+    return check_int(shards, "shards")

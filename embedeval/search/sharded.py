@@ -1,0 +1,348 @@
+"""Sharded exact search: the reference in pieces (memory-mapped files larger than RAM included),
+merged exactly, bit-identical to the local engine.
+
+Algorithm (one read of each shard):
+
+1. Per query block, the depth threshold tau is computed exactly as the local engine does (same
+   seeded column subsample of the *global* reference, same product shape), so it is the same
+   float32 number.
+2. Each shard, loaded once, collects for every query block every valid reference with key
+   <= tau, in the engine's 2048-column tiles on the global column grid (shards are aligned to
+   that grid), and packs it with its *global* column index.  The union over shards is exactly
+   the local engine's candidate set: same keys, same ties, same tie order after the sort.
+3. A query whose union came out short of its depth (the subsample margin failed, rare) is
+   redone with every valid reference of every shard.
+4. The merged, sorted rows are scored by the same kernels.
+
+Candidates wait for the last shard, so queries go in super-blocks (whole engine blocks) sized
+by the memory budget; each super-block reads every shard once.
+
+For ``map`` / ``mrr`` with ``k=None`` every reference up to the farthest (nearest) same-label
+reference is needed: a first pass over the shards finds that global per-query key, and the
+collection threshold is raised to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ..engine.exact import (
+    KEY_MAX,
+    TILE,
+    EnginePlan,
+    all_valid_codes,
+    collect,
+    finish_label_cutoff,
+    grid_keys,
+    label_cutoff,
+    on_column_grid,
+    sample_thresholds,
+    sort_block,
+)
+from ..engine.symmetric import symmetric_view
+from ..engine.task import RetrievalTask, ScoredBlock, engine_plan
+from ..engine.threads import single_threaded_blas
+from ..utils.errors import FileFormatError, InputError, InputTypeError
+from ..utils.progress import progress_bar
+from .local import local_blocks
+
+__all__ = ["ShardedReference", "search", "shard_bounds"]
+
+_ALIGN = TILE  # shard boundaries on the engine's column-tile grid
+
+#: Reads reference rows ``[a, b)`` as float32 (scaled like the task's reference).
+Reader = Callable[[int, int], np.ndarray]
+
+
+class ShardedReference:
+    """The reference as a list of row blocks (arrays or memory-mapped ``.npy`` files).
+
+    Rows ``[a, b)`` of the concatenation are read with :meth:`rows`, copying only that window.
+    """
+
+    def __init__(self, pieces: list[Any], dim: int, n_rows: int) -> None:
+        arrays = [_open_piece(p, i, dim) for i, p in enumerate(pieces)]
+        sizes = np.array([a.shape[0] for a in arrays], dtype=np.int64)
+        if int(sizes.sum()) != n_rows:
+            raise InputError(
+                f"shards hold {int(sizes.sum())} rows in total ({sizes.tolist()}) but the "
+                f"reference has {n_rows}; the shards, concatenated in order, must be the "
+                "reference."
+            )
+        self.arrays = arrays
+        self.offsets = np.concatenate(([0], np.cumsum(sizes)))
+        self.largest = int(sizes.max())
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        parts = []
+        for i, arr in enumerate(self.arrays):
+            lo, hi = max(a, self.offsets[i]), min(b, self.offsets[i + 1])
+            if lo < hi:
+                parts.append(arr[lo - self.offsets[i] : hi - self.offsets[i]])
+        out = np.ascontiguousarray(
+            parts[0] if len(parts) == 1 else np.concatenate(parts), dtype=np.float32
+        )
+        finite = np.isfinite(out).all(axis=1)
+        if not finite.all():
+            bad = np.flatnonzero(~finite)
+            raise InputError(
+                f"shards have NaN or infinite values in {bad.size} row(s) of reference rows "
+                f"{a}..{b - 1}, first at reference row {a + int(bad[0])}; repair them."
+            )
+        return out
+
+
+def _open_piece(piece: Any, i: int, dim: int) -> np.ndarray:
+    if isinstance(piece, (str, os.PathLike)):
+        path = os.fspath(piece)
+        if not path.endswith(".npy"):
+            raise FileFormatError(
+                f"shards[{i}]={path!r} is not a .npy file; shards may be arrays or .npy paths "
+                "(memory-mapped, never unpickled)."
+            )
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError as exc:
+            raise FileFormatError(f"shards[{i}]: no such file {path!r}.") from exc
+        except ValueError as exc:
+            raise FileFormatError(
+                f"shards[{i}]={path!r} cannot be memory-mapped without unpickling ({exc}); save "
+                "it with np.save(path, float32_array)."
+            ) from exc
+    elif isinstance(piece, np.ndarray):
+        arr = piece
+    else:
+        raise InputTypeError(
+            f"shards[{i}] must be a numpy array or a .npy path; got {type(piece).__name__}."
+        )
+    if arr.dtype.kind not in "fiu":
+        raise InputTypeError(f"shards[{i}] must be numeric; got dtype {arr.dtype}.")
+    if arr.ndim != 2 or arr.shape[1] != dim or arr.shape[0] == 0:
+        raise InputError(
+            f"shards[{i}] must have shape (n_rows > 0, {dim}) like the reference; got {arr.shape}."
+        )
+    return arr
+
+
+def shard_bounds(n_ref: int, shards: Any, source: ShardedReference | None) -> list[tuple[int, int]]:
+    """Shard boundaries on the engine's tile grid (multiples of 2048 rows).
+
+    An int asks for that many shards of equal size, rounded up to the grid; a list of pieces
+    gives shards as large as the largest piece.  References of at most 16 tiles (32,768 rows)
+    are searched by the engine in whole-row products, so they stay one shard.
+    """
+    if not on_column_grid(n_ref):
+        return [(0, n_ref)]
+    if source is None:
+        per = -(-n_ref // shards)
+    else:
+        per = source.largest
+    per = max(_ALIGN, -(-per // _ALIGN) * _ALIGN)
+    return [(a, min(a + per, n_ref)) for a in range(0, n_ref, per)]
+
+
+def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
+    """The sharded backend's entry point (see :mod:`embedeval.search.dispatch`): exact scored
+    blocks,
+    reading the reference one shard at a time."""
+    n_ref, dim = int(task.reference.shape[0]), int(task.reference.shape[1])
+    shards = options.shards
+    source = None
+    if isinstance(shards, (list, tuple)):
+        source = ShardedReference(list(shards), dim, n_ref)
+    if not task.has_work:
+        return
+
+    def read(a: int, b: int) -> np.ndarray:
+        if source is not None:
+            rows = source.rows(a, b)
+            return np.ldexp(rows, task.scale, dtype=np.float32) if task.scale else rows
+        return np.ascontiguousarray(task.reference[a:b], dtype=np.float32)
+
+    bounds = shard_bounds(n_ref, shards, source)
+    if len(bounds) == 1:  # a reference of at most 16 tiles: the engine's whole-row products
+        whole = task if source is None else dataclasses.replace(task, reference=read(0, n_ref))
+        yield from local_blocks(
+            whole,
+            block_size=options.block_size,
+            memory_budget=options.memory_budget,
+            progress=options.progress,
+            n_threads=options.n_threads,
+        )
+        return
+    # The engine multiplies with one BLAS thread per product; so must the shards, to get its keys.
+    with single_threaded_blas():
+        yield from _sharded_blocks(task, read, bounds, options)
+
+
+def _sharded_blocks(
+    task: RetrievalTask, read: Reader, bounds: list[tuple[int, int]], options: Any
+) -> Iterator[ScoredBlock]:
+    plan = engine_plan(task, options.block_size, options.memory_budget)
+    n_query, n_ref, need = task.n_query, int(task.reference.shape[0]), plan.need
+    tau = _thresholds(task, read, plan)
+    if plan.threshold is not None:
+        tau = np.maximum(tau, _label_thresholds(task, read, bounds, plan))
+    tau[need <= 0] = -np.inf
+    counts = np.zeros(n_query, dtype=np.int64)
+    # Candidates of every query wait for the last shard, so queries go in super-blocks (whole
+    # engine blocks) whose candidates fit the budget: full-depth AP keeps most of each ranking.
+    per_query = 8 * (n_ref if plan.threshold == "max" else 2 * int(need.mean()) + 64)
+    supers = _super_blocks(n_query, plan.block_size, per_query, options.memory_budget)
+    with progress_bar(len(bounds) * len(supers), "shard passes", enabled=options.progress) as bar:
+        for q0, q1 in supers:
+            parts = _collect_shards(task, read, bounds, plan, tau, counts, (q0, q1), bar)
+            short = np.flatnonzero(counts[q0:q1] < need[q0:q1]) + q0
+            if short.size:
+                _redo_short(task, read, bounds, plan, short, parts, counts, q0)
+            for i, start in enumerate(range(q0, q1, plan.block_size)):
+                stop = min(start + plan.block_size, q1)
+                codes = np.concatenate(parts[i])
+                parts[i] = []
+                yield task.scored(
+                    sort_block(codes, counts[start:stop], start, plan.col_bits, False)
+                )
+
+
+def _collect_shards(
+    task: RetrievalTask,
+    read: Reader,
+    bounds: list[tuple[int, int]],
+    plan: EnginePlan,
+    tau: np.ndarray,
+    counts: np.ndarray,
+    queries: tuple[int, int],
+    bar: Any,
+) -> list[list[np.ndarray]]:
+    """Each engine block of the ``queries`` range: its candidates' codes from every shard
+    (global reference indices), in shard order; ``counts`` gets their number per query."""
+    q0, q1 = queries
+    starts = range(q0, q1, plan.block_size)
+    parts: list[list[np.ndarray]] = [[] for _ in starts]
+    for a, b in bounds:
+        width = min(TILE, b - a)
+        shard = dataclasses.replace(_shard_plan(task, read, a, b, plan), tile=width, threshold=None)
+        keys_buffer = np.empty(min(plan.block_size, q1 - q0) * width, dtype=np.float32)
+        mask_buffer = np.empty(keys_buffer.size, dtype=bool)
+        for i, start in enumerate(starts):
+            stop = min(start + plan.block_size, q1)
+            codes, c = collect(shard, start, stop, tau[start:stop], keys_buffer, mask_buffer)
+            codes += np.uint64(a)  # global reference index (a + col < 2**col_bits)
+            parts[i].append(codes)
+            counts[start:stop] += c
+        del shard
+        bar.update(1)
+    return parts
+
+
+def _super_blocks(
+    n_query: int, block_size: int, per_query: int, memory_budget: int
+) -> list[tuple[int, int]]:
+    """Query ranges of whole engine blocks whose candidates take about 4 x the budget."""
+    step = max(1, (4 * memory_budget) // max(1, block_size * per_query)) * block_size
+    return [(s, min(s + step, n_query)) for s in range(0, n_query, step)]
+
+
+def _shard_plan(task: RetrievalTask, read: Reader, a: int, b: int, plan: EnginePlan) -> EnginePlan:
+    """``plan`` searching the task's queries in reference rows ``[a, b)`` (exclusions and label
+    codes of those columns, identical references tied by their global groups)."""
+    codes = None if plan.reference_codes is None else plan.reference_codes[a:b]
+    shard = plan.searching(task.query, read(a, b), slice(a, b))
+    # Leave-one-out: the symmetric engine's canonical keys (embedeval.engine.symmetric).
+    search = symmetric_view(task, shard.search, plan.threshold, plan.duplicates, col_offset=a)
+    return dataclasses.replace(
+        shard,
+        search=search,
+        exclusions=plan.exclusions.for_references(slice(a, b)),
+        reference_codes=codes,
+    )
+
+
+def _thresholds(task: RetrievalTask, read: Reader, plan: EnginePlan) -> np.ndarray:
+    """The local engine's per-query depth thresholds (same subsample, same product shapes),
+    reading only the subsample's rows of the reference."""
+    tau = np.full(task.n_query, KEY_MAX, dtype=np.float32)
+    if plan.subsample is None:
+        return tau
+    # A gathered copy of the subsample columns gives the same float32 keys as the engine's view.
+    sample = plan.searching(task.query, _gather_rows(read, plan.subsample), plan.subsample)
+    n_ref = int(task.reference.shape[0])
+    for start in range(0, task.n_query, plan.block_size):
+        stop = min(start + plan.block_size, task.n_query)
+        tau[start:stop] = sample_thresholds(
+            functools.partial(sample.search.keys, slice(start, stop)),
+            start,
+            plan.need[start:stop],
+            plan.subsample,
+            n_ref,
+            plan.exclusions,
+        )
+    return tau
+
+
+def _gather_rows(read: Reader, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` (sorted) of the reference, reading runs of adjacent rows only."""
+    cuts = np.flatnonzero(np.diff(rows) > 1) + 1
+    return np.concatenate(
+        [read(int(run[0]), int(run[-1]) + 1) for run in np.split(rows, cuts)], axis=0
+    )
+
+
+def _label_thresholds(
+    task: RetrievalTask, read: Reader, bounds: list[tuple[int, int]], plan: EnginePlan
+) -> np.ndarray:
+    """Global key of the farthest ("max") or nearest ("min") valid same-label reference: the
+    engine's :func:`~embedeval.engine.exact.label_cutoff` of each shard, combined."""
+    n_query = task.n_query
+    out = np.full(n_query, -np.inf if plan.threshold == "max" else np.inf, dtype=np.float32)
+    combine = np.maximum if plan.threshold == "max" else np.minimum
+    for a, b in bounds:
+        shard = _shard_plan(task, read, a, b, plan)
+        # The engine's query blocks: the same product shapes give the same float32 keys.
+        for start in range(0, n_query, plan.block_size):
+            stop = min(start + plan.block_size, n_query)
+            keys = grid_keys(shard.search, slice(start, stop), 0, b - a, tiled=True)
+            shard.exclusions.hide(keys, np.arange(start, stop), 0)
+            best = label_cutoff(shard, keys, start, stop, final=False)
+            combine(out[start:stop], best, out=out[start:stop])
+    return finish_label_cutoff(out)
+
+
+def _redo_short(
+    task: RetrievalTask,
+    read: Reader,
+    bounds: list[tuple[int, int]],
+    plan: EnginePlan,
+    short: np.ndarray,
+    parts: list[list[np.ndarray]],
+    counts: np.ndarray,
+    q0: int = 0,
+) -> None:
+    """Replace the candidates of ``short`` queries by every valid reference of every shard
+    (``parts[i]`` holds the block starting at query ``q0 + i * block_size``)."""
+    bsz, col_bits = plan.block_size, plan.col_bits
+    row_shift = np.uint64(32 + col_bits)
+    by_block: dict[int, np.ndarray] = {}
+    for i in np.unique((short - q0) // bsz):
+        start = q0 + int(i) * bsz
+        rows = short[(short >= start) & (short < start + bsz)] - start
+        by_block[int(i)] = rows
+        codes = np.concatenate(parts[i])
+        parts[i] = [codes[~np.isin(codes >> row_shift, rows.astype(np.uint64))]]
+        counts[start + rows] = 0
+    for a, b in bounds:
+        shard = _shard_plan(task, read, a, b, plan)
+        for i, rows in by_block.items():
+            start = q0 + i * bsz
+            codes, c = all_valid_codes(
+                shard.search, start, rows, shard.exclusions, col_bits, tiled=True
+            )
+            codes += np.uint64(a)
+            parts[i].append(codes)
+            counts[start + rows] += c

@@ -1,0 +1,696 @@
+"""The PyTorch backend: the exact engine's search and metric kernels on a GPU (or the CPU).
+
+:func:`run_torch` consumes the same :class:`~embedeval.engine.task.RetrievalTask` as the other
+backends and returns the same per-query values and tie flags.  Per block of queries, on the
+device:
+
+1. keys ``||r||^2 - 2 q.r`` (Euclidean) or ``-q.r`` (cosine, inner product) in float32, TF32 off
+   unless asked for; identical reference rows get their first member's key (so they tie and
+   rank by index); excluded references (self, same group) get ``+inf``;
+2. a per-query cut-off at that query's depth: an order statistic of a fixed column sample with a
+   safety margin (the exact order statistic of the whole row when the sample cannot tell, or
+   when the cut-off kept too few), raised to the farthest / nearest same-label reference for
+   full-depth MAP / MRR, and never above the largest finite key;
+3. every key at or below the cut-off is kept (ties at the cut are kept whole) and the kept
+   (row, key, reference) triples are sorted as packed int64 codes, i.e. by key and then by
+   ascending reference index;
+4. the metric kernels (:mod:`embedeval.engine.torch_kernels`, a port of
+:mod:`embedeval.engine.kernels`:
+   searchsorted, cumulative counts, segment sums in numpy's summation order), so only per-query
+   values leave the device, and they are bit-identical to the local engine's whenever the keys
+   are.
+
+On the CPU the products of step 1 are the local engine's own (same code, block layout and
+single-threaded BLAS), so ``device="cpu"`` reproduces the local engine bit for bit on any data;
+on a GPU, cuBLAS sums the same float32 products in another order, so references closer than
+float32 resolution may swap (identical results on exactly representable data).
+
+Memory is bounded by query blocks sized from a budget (default half the free device memory);
+no buffer grows with n_query x depth.  torch is imported only when this backend is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..engine.candidates import Candidates
+from ..engine.exact import DEFAULT_MEMORY_BUDGET
+from ..engine.torch_kernels import DeviceKernels, from_sortable_bits
+from ..utils.errors import InputError, InputTypeError
+from ..utils.progress import progress_bar
+from ..utils.validation import host_array
+
+__all__ = [
+    "TorchOptions",
+    "as_search_input",
+    "is_device_tensor",
+    "run_torch",
+    "torch_neighbors",
+]
+
+_FMAX = float(np.finfo(np.float32).max)
+_SAMPLE = 4096
+_TOPK_MAX = 2048  # deepest order statistic taken by topk rather than a full sort
+_MAX_BLOCK = 8192
+_BYTES_PER_KEY = 12  # keys, the comparison mask, exclusion / label masks and their temporaries
+_BYTES_PER_CANDIDATE = 80  # packed codes, their sort, decoded index / bits, kernel arrays
+_INSTALL = 'pip install torch (or the package\'s extra: pip install "embedeval-exact[torch]")'
+
+
+def import_torch() -> Any:
+    """``torch``, or an :class:`InputError` saying how to install it."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise InputError(
+            f"backend='torch' needs PyTorch, which is not installed; {_INSTALL}. The default "
+            "backend='local' runs without it."
+        ) from exc
+    return torch
+
+
+def is_device_tensor(x: Any) -> bool:
+    """True for a torch tensor on an accelerator (checked without importing torch)."""
+    if not type(x).__module__.startswith("torch"):
+        return False
+    device = getattr(x, "device", None)
+    return getattr(device, "type", "cpu") != "cpu"
+
+
+@dataclass(frozen=True)
+class TorchOptions:
+    """How the torch backend runs.
+
+    ``device``: a torch device string (``"cuda"``, ``"cuda:1"``, ``"cpu"``).  ``memory``: the
+    working-memory budget in bytes, or a fraction of the device's free memory (``None``: half
+    the free memory on a GPU, 512 MiB on the CPU).  ``tf32``: allow TF32 products (faster on
+    Ampere and later, ~10-bit mantissa products: rankings of near neighbours may change).
+    ``block_size``: queries per block (default: from the budget).  ``kernels``: ``"torch"``
+    (on the device) or ``"numpy"`` (sorted candidates scored on the host).  ``progress``: a
+    progress bar on stderr (``None``: only on a terminal).  ``engine_keys``: on the CPU, compute
+    the keys with the local engine's product code in its block layout (``memory_budget`` is
+    that engine's), so that the two agree bit for bit on any data.
+    """
+
+    device: str = "cpu"
+    memory: float | int | None = None
+    tf32: bool = False
+    block_size: int | None = None
+    kernels: str = "torch"
+    progress: bool | None = False
+    engine_keys: bool = True
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
+
+    @classmethod
+    def make(
+        cls,
+        device: Any,
+        memory: Any = None,
+        tf32: Any = False,
+        block_size: int | None = None,
+        like: Any = None,
+        progress: bool | None = False,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    ) -> TorchOptions:
+        """Validated options; ``device=None`` takes the device of tensor ``like`` (or cuda when
+        available, else the CPU)."""
+        torch = import_torch()
+        if device is None:
+            if is_device_tensor(like):
+                device = str(like.device)
+            else:
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+        if not isinstance(device, (str, torch.device)):
+            raise InputTypeError(
+                f"device must be a string such as 'cuda', 'cuda:0' or 'cpu'; got {device!r}."
+            )
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, ValueError) as exc:
+            raise InputError(
+                f"device={device!r} is not a torch device; use 'cuda', 'cuda:0' or 'cpu'."
+            ) from exc
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise InputError(
+                f"device={device!r}, but PyTorch sees no CUDA GPU (torch.cuda.is_available() is "
+                "False: a CPU-only torch build or no driver). Use device='cpu' or the default "
+                "backend='local'."
+            )
+        if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InputError(
+                f"device={device!r}, but only {torch.cuda.device_count()} CUDA device(s) exist."
+            )
+        if memory is not None:
+            ok = isinstance(memory, numbers.Real) and not isinstance(memory, bool)
+            if not ok or not (0 < memory <= 1 or (memory >= 1 << 20 and float(memory) % 1 == 0)):
+                raise InputError(
+                    f"device_memory must be a fraction of the free device memory in (0, 1] or a "
+                    f"number of bytes >= 1 MiB; got {memory!r}."
+                )
+        if not isinstance(tf32, (bool, np.bool_)):
+            raise InputTypeError(f"tf32 must be True or False; got {tf32!r}.")
+        return cls(
+            str(dev), memory, bool(tf32), block_size, progress=progress, memory_budget=memory_budget
+        )
+
+
+def _budget(torch: Any, device: Any, memory: float | int | None) -> int:
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        if memory is None:
+            return int(free * 0.5)
+        return int(free * memory) if memory <= 1 else int(memory)
+    if memory is None:
+        return 2 * DEFAULT_MEMORY_BUDGET
+    return int(memory) if memory > 1 else int(memory * 4 * DEFAULT_MEMORY_BUDGET)
+
+
+@contextlib.contextmanager
+def _matmul_precision(torch: Any, tf32: bool) -> Iterator[None]:
+    """TF32 on or off for CUDA float32 products during this call only (restored afterwards).
+
+    PyTorch >= 2.9 keeps the setting in ``torch.backends.cuda.matmul.fp32_precision``; reading
+    the legacy ``get_float32_matmul_precision`` fails once a user has set the new one, so the
+    new flag is used where it exists and the legacy ``allow_tf32`` otherwise.
+    """
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        name, value = "fp32_precision", ("tf32" if tf32 else "ieee")
+    else:  # pragma: no cover - PyTorch < 2.9
+        name, value = "allow_tf32", tf32
+    before = getattr(matmul, name)
+    setattr(matmul, name, value)
+    try:
+        yield
+    finally:
+        setattr(matmul, name, before)
+
+
+def as_search_input(x: Any, name: str) -> Any:
+    """A torch tensor stays a tensor on its device (checked: 2-D, floating point, finite; cast
+    to float32 there, so bfloat16 works too); anything else goes through the CPU engine's
+    validation."""
+    if not (type(x).__module__.startswith("torch") and hasattr(x, "is_floating_point")):
+        from ..utils.validation import as_embeddings
+
+        return as_embeddings(x, name)
+    torch = import_torch()
+    if not x.is_floating_point():
+        raise InputTypeError(
+            f"{name} is a {x.dtype} tensor; embeddings must be floating point ({name}.float())."
+        )
+    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+        raise InputError(
+            f"{name} must be a non-empty 2-D tensor (n_items, dim); got {tuple(x.shape)}."
+        )
+    x = x.detach().to(torch.float32)
+    finite = torch.isfinite(x).all(dim=1)
+    if not bool(finite.all()):
+        bad = torch.nonzero(~finite).flatten()
+        raise InputError(
+            f"{name} has NaN or infinite values in {bad.numel()} row(s), first at row "
+            f"{int(bad[0])}; drop or repair those rows before evaluating."
+        )
+    return x
+
+
+def scale_for_range(xq: Any, xb: Any, distance: str, same: bool) -> tuple[Any, Any, int]:
+    """:func:`embedeval.engine.exact.range_exponent` for numpy arrays and device tensors alike, and
+    the
+    inputs times 2**scale (exact: a power of two)."""
+    from ..engine.exact import range_exponent
+
+    def proxy(x: Any) -> Any:  # a tensor's largest |x| is read on its device, not copied
+        if isinstance(x, np.ndarray) or not hasattr(x, "abs"):
+            return x
+        return np.full((1, x.shape[1]), float(x.abs().max()) if x.numel() else 0.0)
+
+    scale = range_exponent([proxy(xq)] if same else [proxy(xq), proxy(xb)], distance)
+    if scale:
+        xq = _times_power_of_two(xq, scale)
+        xb = xq if same else _times_power_of_two(xb, scale)
+    return xq, xb, scale
+
+
+def _times_power_of_two(x: Any, scale: int) -> Any:
+    if isinstance(x, np.ndarray):
+        return np.ldexp(x, scale, dtype=np.float32)
+    half = scale // 2  # two factors, each within float32's range
+    return x * 2.0**half * 2.0 ** (scale - half)
+
+
+def check_lead_on_device(xq: Any, xb: Any) -> None:
+    """``ref_includes_query`` for device tensors: the queries are the first reference rows."""
+    torch = import_torch()
+    device = next((a.device for a in (xq, xb) if hasattr(a, "device")), "cpu")
+    n = xq.shape[0]
+    lead = torch.as_tensor(xb[:n], device=device) if xb.shape[0] >= n else None
+    if lead is None or not bool((lead == torch.as_tensor(xq, device=device)).all()):
+        raise InputError(
+            "ref_includes_query=True needs the queries to be the first rows of reference (query "
+            "i is reference i), but they are not. Pass reference=None for leave-one-out, or "
+            "ref_includes_query=False for a disjoint gallery."
+        )
+
+
+def to_host(x: Any) -> np.ndarray:
+    """A device tensor copied to a float32 numpy array (for NMI/AMI, which run on the CPU)."""
+    return np.asarray(host_array(x), dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------------- search
+
+
+@dataclass
+class _Search:
+    """Device-side query and reference matrices, duplicate map and exclusion codes."""
+
+    torch: Any
+    queries: Any  # float32 (n_query, dim), normalised for cosine
+    reference: Any  # float32 (n_ref, dim)
+    sq_ref: Any | None  # ||r||^2 for the Euclidean key
+    dup_members: Any | None  # reference rows that have an identical earlier twin
+    dup_first: Any | None  # that twin (first member of the group), aligned with dup_members
+    self_index: bool
+    query_groups: Any | None
+    reference_groups: Any | None
+    #: On the CPU: the local engine's own product code and query-block size (see _prepare).
+    engine: Any | None = None
+    engine_block: int = 0
+
+    @property
+    def n_reference(self) -> int:
+        return int(self.reference.shape[0])
+
+    def _engine_products(self, start: int, stop: int) -> np.ndarray:
+        """Keys of rows [start, stop) multiplied exactly as the local engine multiplies them:
+        its query blocks (BLAS rounds a product's rows differently for different row counts),
+        its column tiles (:func:`embedeval.engine.exact.grid_keys`) and one BLAS thread per
+        product."""
+        from ..engine.exact import grid_keys
+        from ..engine.threads import single_threaded_blas
+
+        n_query, n_ref, bs = int(self.queries.shape[0]), self.n_reference, self.engine_block
+        out = np.empty((stop - start, n_ref), dtype=np.float32)
+        with single_threaded_blas():
+            for e0 in range(start - start % bs, stop, bs):
+                e1 = min(e0 + bs, n_query)
+                a, b = max(e0, start), min(e1, stop)
+                keys = grid_keys(self.engine, slice(e0, e1), 0, n_ref)
+                out[a - start : b - start] = keys[a - e0 : b - e0]
+        return out
+
+    def keys(self, start: int, stop: int) -> Any:
+        """Ranking keys of queries [start, stop) against every reference, exclusions at +inf."""
+        torch = self.torch
+        q = self.queries[start:stop]
+        if self.engine is not None:
+            keys = torch.from_numpy(self._engine_products(start, stop))
+        # One product, nothing more over the block: a 1-D bias lets cuBLAS add ||r||^2 in the
+        # product's epilogue, and negating the (small) query block is exact.
+        elif self.sq_ref is not None:
+            keys = torch.addmm(self.sq_ref, q, self.reference.T, beta=1.0, alpha=-2.0)
+        else:
+            keys = torch.mm(-q, self.reference.T)
+        if self.dup_members is not None:
+            keys[:, self.dup_members] = keys[:, self.dup_first]
+        if self.self_index:
+            rows = torch.arange(start, min(stop, self.n_reference), device=keys.device)
+            keys[rows - start, rows] = math.inf
+        if self.reference_groups is not None:
+            same = self.query_groups[start:stop, None] == self.reference_groups[None, :]
+            keys.masked_fill_(same, math.inf)
+        return keys
+
+
+def _prepare(torch: Any, task: Any, device: Any, engine: tuple[Any, int] | None) -> _Search:
+    """Device-side matrices of ``task``.  With ``engine`` (on the CPU: see
+    :func:`_engine_search`), the keys are the local engine's own products."""
+
+    def put(x: Any) -> Any:
+        if isinstance(x, np.ndarray):
+            x = torch.from_numpy(np.ascontiguousarray(x))
+        return x.to(device=device, dtype=torch.float32)
+
+    xq = put(task.query)
+    xb = xq if task.reference is task.query else put(task.reference)
+    sq_ref = None
+    if task.distance == "cosine":
+        xq = _normalize(torch, xq, "query")
+        xb = xq if task.reference is task.query else _normalize(torch, xb, "reference")
+    elif task.distance == "euclidean":
+        sq_ref = (xb * xb).sum(dim=1)
+    members, first = _duplicate_rows(torch, xb)
+    ex = task.exclusions
+
+    def codes(a: Any) -> Any:
+        return None if a is None else torch.as_tensor(np.asarray(a, dtype=np.int64), device=device)
+
+    search, block = (None, 0) if engine is None else engine
+    return _Search(
+        torch, xq, xb, sq_ref, members, first, bool(ex.self_index),
+        codes(ex.query_groups), codes(ex.reference_groups), search, block,
+    )  # fmt: skip
+
+
+def _engine_search(
+    task: Any, need: np.ndarray, label: Any, opts: TorchOptions, device: Any
+) -> tuple[Any, int] | None:
+    """On the CPU: the local engine's prepared product (identical references tied as it ties
+    them) and its query-block size for ``task``, so that both engines see bit-identical float32
+    keys on any data (PyTorch's and numpy's BLAS sum a dot product in different orders);
+    everything after the product is this module's.  ``None`` on other devices."""
+    if device.type != "cpu" or not opts.engine_keys:
+        return None
+    from ..engine.exact import PreparedSearch, block_layout, reference_duplicates, representatives
+    from ..engine.symmetric import SymmetricSearch, SymmetricSet, symmetric_applies
+
+    xq = to_host(task.query)
+    xb = xq if task.reference is task.query else to_host(task.reference)
+    n_ref = int(xb.shape[0])
+    dups = reference_duplicates(xb, task.distance)
+    search = PreparedSearch.build(xq, xb, task.distance)
+    search = search.with_duplicates(dups, representatives(xb, dups, task.distance), slice(0, n_ref))
+    if symmetric_applies(task, label, dups):  # leave-one-out: the engine's canonical keys
+        search = SymmetricSearch.wrap(search, SymmetricSet.from_search(search, task.distance))
+    n_groups = 0 if dups is None else dups.n_groups
+    _, block, _ = block_layout(
+        need, n_ref, label is not None, opts.block_size, opts.memory_budget, n_groups
+    )
+    return search, block
+
+
+def _normalize(torch: Any, x: Any, name: str) -> Any:
+    # Norms in float64 then rounded to float32, as the CPU engine does.
+    norms = torch.sqrt((x.double() * x.double()).sum(dim=1)).float()
+    zero = torch.nonzero(norms == 0).flatten()
+    if zero.numel():
+        raise InputError(
+            f"distance='cosine' needs non-zero vectors; {zero.numel()} row(s) of {name} are all "
+            f"zero (first at row {int(zero[0])}). Drop them or use distance='euclidean'."
+        )
+    return x / norms[:, None]
+
+
+def _duplicate_rows(torch: Any, x: Any, chunk: int = 65536) -> tuple[Any, Any]:
+    """(members, first member of their group) for reference rows with an identical earlier row.
+
+    A random linear hash of each row's bits (int64 arithmetic wraps) finds candidate groups in
+    one pass; only rows whose hash repeats are compared exactly.
+    """
+    n, dim = x.shape
+    gen = np.random.default_rng(0).integers(1, 2**62, dim, dtype=np.int64) | 1
+    mult = torch.as_tensor(gen, device=x.device)
+    hashes = torch.empty(n, dtype=torch.int64, device=x.device)
+    for a in range(0, n, chunk):
+        bits = (x[a : a + chunk] + 0.0).view(torch.int32).to(torch.int64)
+        hashes[a : a + chunk] = (bits * mult).sum(dim=1)
+    sorted_h, order = torch.sort(hashes, stable=True)
+    same = sorted_h[1:] == sorted_h[:-1]
+    repeated = torch.zeros(n, dtype=torch.bool, device=x.device)
+    repeated[1:] |= same
+    repeated[:-1] |= same
+    candidates = torch.sort(order[repeated]).values
+    if candidates.numel() == 0:
+        return None, None
+    rows = x[candidates] + 0.0
+    _, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), n, dtype=torch.int64, device=x.device)
+    first.scatter_reduce_(0, inverse, candidates, reduce="amin")
+    first_of = first[inverse]
+    twin = first_of != candidates
+    if not bool(twin.any()):
+        return None, None
+    return candidates[twin], first_of[twin]
+
+
+def _sortable(torch: Any, keys: Any) -> Any:
+    """float32 keys as int64 in [0, 2**32) whose order is the float order (-0.0 as +0.0)."""
+    bits = (keys + 0.0).view(torch.int32).to(torch.int64)
+    low = bits & 0xFFFFFFFF
+    return torch.where(bits < 0, 0xFFFFFFFF - low, low | 0x80000000)
+
+
+def _block_size(need: np.ndarray, n_ref: int, label: bool, budget: int, given: int | None) -> int:
+    # At most 2**31 keys per block: some CUDA kernels (nonzero among them in older PyTorch)
+    # index with 32-bit integers.
+    cap = max(1, (2**31 - 1) // n_ref)
+    if given is not None:
+        return min(int(given), cap)
+    expected = n_ref if label else min(n_ref, int(need.max(initial=0) * 1.5) + 256)
+    per_row = n_ref * _BYTES_PER_KEY + expected * _BYTES_PER_CANDIDATE
+    return int(max(1, min(_MAX_BLOCK, budget // per_row, cap)))
+
+
+def _exact_tau(torch: Any, keys: Any, rows: Any, need: Any, chunk: int) -> Any:
+    """The need-th smallest key of each of ``rows`` (-inf for need 0): a partial selection
+    (``topk``) of ``chunk`` rows at a time, or a sort when the deepest need is large."""
+    out = torch.empty(rows.shape, dtype=torch.float32, device=keys.device)
+    deepest = int(need.max()) if need.numel() else 0
+    for a in range(0, rows.numel(), chunk):
+        part = keys[rows[a : a + chunk]]
+        if 0 < deepest <= min(_TOPK_MAX, keys.shape[1] // 4):
+            ordered = torch.topk(part, deepest, dim=1, largest=False, sorted=True).values
+        else:
+            ordered = torch.sort(part, dim=1).values
+        at = (need[a : a + chunk] - 1).clamp(min=0, max=keys.shape[1] - 1)
+        out[a : a + chunk] = ordered.gather(1, at[:, None])[:, 0]
+    return torch.where(need > 0, out, torch.full_like(out, -math.inf))
+
+
+def _thresholds(torch: Any, keys: Any, need: Any, sample: Any, chunk: int) -> Any:
+    """Per-row cut-offs meant to keep at least ``need`` keys: the (j+1)-th smallest of the
+    column sample's m keys with j = s*need + 4*sqrt(s*need) + 2 and s = m / n_reference (four
+    binomial standard deviations of margin), or the exact order statistic when j >= m.  The
+    caller redoes the rare row that comes out short."""
+    b, n_ref = keys.shape
+    tau = torch.full((b,), math.inf, dtype=torch.float32, device=keys.device)
+    exact = need > 0
+    if sample is not None:
+        m = sample.numel()
+        expected = need.double() * (m / n_ref)
+        j = torch.ceil(expected + 4.0 * expected.sqrt() + 2.0).long()
+        usable = (j < m) & (need > 0)
+        if bool(usable.any()):
+            rows = torch.nonzero(usable).flatten()
+            part = keys[:, sample][rows]
+            deepest = int(j[rows].max()) + 1
+            if deepest <= _TOPK_MAX:  # a partial selection is much cheaper than a sort
+                part = torch.topk(part, deepest, dim=1, largest=False, sorted=True).values
+            else:
+                part = torch.sort(part, dim=1).values
+            tau[rows] = part.gather(1, j[rows, None])[:, 0]
+        exact = (need > 0) & ~usable
+    tau[need == 0] = -math.inf
+    rows = torch.nonzero(exact).flatten()
+    if rows.numel():
+        tau[rows] = _exact_tau(torch, keys, rows, need[rows], chunk)
+    return tau
+
+
+def _cap(torch: Any, tau: Any, label_tau: Any | None) -> Any:
+    """Raise cut-offs to the label threshold; never above the largest finite key, so that
+    excluded references (+inf) are never candidates."""
+    if label_tau is not None:
+        tau = torch.maximum(tau, label_tau)
+    return tau.clamp(max=_FMAX)
+
+
+def _label_tau(torch: Any, keys: Any, how: str, q_codes: Any, r_codes: Any) -> Any:
+    """Key of the farthest ("max") or nearest ("min") visible same-label reference per row."""
+    positive = (q_codes[:, None] == r_codes[None, :]) & (keys <= _FMAX)
+    if how == "max":
+        return torch.where(positive, keys, -math.inf).amax(dim=1)
+    out = torch.where(positive, keys, math.inf).amin(dim=1)
+    return torch.where(torch.isfinite(out), out, torch.full_like(out, -math.inf))
+
+
+@dataclass
+class _DeviceCandidates:
+    """Sorted candidates on the device (CSR, like
+    :class:`~embedeval.engine.candidates.Candidates`)."""
+
+    start: int
+    lims: Any  # int64 (b + 1,)
+    index: Any  # int64 reference indices, nearest first, ties by ascending index
+    bits: Any  # int64 sortable key bits (equal = exact tie)
+
+    def to_host(self) -> Candidates:
+        b = self.lims.numel() - 1
+        return Candidates(
+            np.arange(self.start, self.start + b),
+            self.lims.cpu().numpy(),
+            self.index.cpu().numpy(),
+            self.bits.cpu().numpy().astype(np.uint32),
+        )
+
+
+def _collect(
+    torch: Any, keys: Any, tau: Any, need: Any, label_tau: Any | None, start: int, chunk: int
+) -> _DeviceCandidates:
+    """Every (row, reference) with key <= tau[row], sorted by (row, key, reference index); a
+    row whose sampled cut-off kept fewer than ``need`` keys gets the exact one first."""
+    b, n_ref = keys.shape
+    tau = _cap(torch, tau, label_tau)
+    # One pass over the keys (the comparison); row counts come from the few kept positions.
+    bounds = torch.arange(b + 1, device=keys.device) * n_ref
+    flat = torch.nonzero((keys <= tau[:, None]).view(-1)).flatten()
+    lims = torch.searchsorted(flat, bounds)
+    short = torch.nonzero(lims[1:] - lims[:-1] < need).flatten()
+    if short.numel():  # rare: the sampled cut-off of these rows kept too few; redo them exactly
+        redo = _exact_tau(torch, keys, short, need[short], chunk)
+        tau[short] = _cap(torch, redo, None if label_tau is None else label_tau[short])
+        flat = torch.nonzero((keys <= tau[:, None]).view(-1)).flatten()
+        lims = torch.searchsorted(flat, bounds)
+    col_bits = max(1, (n_ref - 1).bit_length())
+    if col_bits > 30:
+        raise InputError("the torch backend supports at most 2**30 reference vectors.")
+    # (row in chunk, key bits, reference) packed in 63 bits: one sort orders by key, then index.
+    rows_per_sort = 1 << (31 - col_bits)
+    low = (1 << col_bits) - 1
+    row = torch.div(flat, n_ref, rounding_mode="floor")
+    col = flat - row * n_ref
+    code = (_sortable(torch, keys.view(-1)[flat]) << col_bits) | col
+    del flat, col
+    lims_host = lims.cpu().numpy()
+    for r0 in range(0, b, rows_per_sort):
+        r1 = min(r0 + rows_per_sort, b)
+        a, e = int(lims_host[r0]), int(lims_host[r1])
+        if e > a:
+            seg = code[a:e] | ((row[a:e] - r0) << (32 + col_bits))
+            code[a:e] = torch.sort(seg).values
+    index = code & low
+    bits = (code >> col_bits) & 0xFFFFFFFF
+    return _DeviceCandidates(start, lims, index, bits)
+
+
+def _candidate_blocks(
+    torch: Any, search: _Search, need: np.ndarray, label: Any, opts: TorchOptions
+) -> Iterator[_DeviceCandidates]:
+    """Sorted candidates of each query block (see the module for the steps)."""
+    device = search.queries.device
+    n_query, n_ref = int(search.queries.shape[0]), search.n_reference
+    budget = _budget(torch, device, opts.memory)
+    block = _block_size(need, n_ref, label is not None, budget, opts.block_size)
+    if search.engine_block:  # whole local-engine blocks (see _prepare)
+        block = search.engine_block * max(1, block // search.engine_block)
+    sort_rows = max(1, budget // (4 * 16 * n_ref))  # rows per exact sort (values + indices)
+    sample = None
+    # A sample of ~1/64 of the columns (at least _SAMPLE): the margin of the cut-off, hence the
+    # surplus of candidates to sort, shrinks as the sample grows (1M references: ~6x depth 101
+    # with 15,625 columns instead of ~15x with 4,096).
+    m = min(max(_SAMPLE, n_ref // 64), 16 * _SAMPLE)
+    if n_ref > 2 * m:
+        picked = np.sort(np.random.default_rng(0).choice(n_ref, m, replace=False))
+        sample = torch.as_tensor(picked, device=device)
+    need_t = torch.as_tensor(need, device=device)
+    codes = None
+    if label is not None:
+        codes = (torch.as_tensor(label[1], device=device), torch.as_tensor(label[2], device=device))
+    for start in range(0, n_query, block):
+        stop = min(start + block, n_query)
+        keys = search.keys(start, stop)
+        label_tau = None
+        if codes is not None:
+            label_tau = _label_tau(torch, keys, label[0], codes[0][start:stop], codes[1])
+        need_b = need_t[start:stop]
+        tau = _thresholds(torch, keys, need_b, sample, sort_rows)
+        yield _collect(torch, keys, tau, need_b, label_tau, start, sort_rows)
+        del keys
+
+
+def _device(torch: Any, opts: TorchOptions) -> Any:
+    return torch.device(opts.device)
+
+
+def search(task: Any, options: Any) -> Iterator[Any]:
+    """The torch backend's entry point (see :mod:`embedeval.search.dispatch`): the scored blocks of
+    ``task`` computed with ``options.torch`` (:class:`TorchOptions`)."""
+    return torch_blocks(task, options.torch)
+
+
+def run_torch(
+    task: Any, options: TorchOptions
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """:func:`torch_blocks` gathered: per-query values (NaN for lone queries) and tie flags;
+    the same contract as :func:`embedeval.search.local.run_local`."""
+    from ..engine.task import write_back
+
+    values, ties = task.empty_outputs()
+    write_back(values, ties, torch_blocks(task, options))
+    return values, ties
+
+
+def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
+    """Scored blocks (:class:`embedeval.engine.task.ScoredBlock`) of ``task``, searched on
+    ``options.device``."""
+    from ..engine.task import ScoredBlock
+
+    torch = import_torch()
+    if not task.has_work:
+        return
+    device = _device(torch, options)
+    depth, threshold = task.depth()
+    need = np.minimum(depth, task.n_valid)
+    label = None if threshold is None else (threshold, task.query_codes, task.reference_codes)
+    # Custom metrics (Python callables over host arrays) and any metric without a port here
+    # are scored on the host, from the same device ranking.
+    host = options.kernels == "numpy" or not all(map(DeviceKernels.supports, task.metrics))
+    bar = progress_bar(task.n_query, "queries", enabled=options.progress)
+    with torch.no_grad(), _matmul_precision(torch, options.tf32), bar as bar:
+        engine = _engine_search(task, need, label, options, device)
+        search = _prepare(torch, task, device, engine)
+        kernels = None if host else DeviceKernels(torch, task, device)
+        for block in _candidate_blocks(torch, search, need, label, options):
+            b = block.lims.numel() - 1
+            rows = slice(block.start, block.start + b)
+            if host:
+                yield ScoredBlock(rows, *task.score_block(block.to_host()))
+            else:
+                yield ScoredBlock(rows, *kernels.score(block))
+            bar.update(b)
+
+
+def torch_neighbors(
+    xq: Any, xb: Any, k: int, distance: str, exclude_self: bool, options: TorchOptions
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(distances, indices)`` of the k nearest references, as :func:`embedeval.neighbors`."""
+    from ..engine.exact import Exclusions
+    from ..engine.task import RetrievalTask
+
+    torch = import_torch()
+    n_query = int(xq.shape[0])
+    dist = np.empty((n_query, k), dtype=np.float32)
+    idx = np.empty((n_query, k), dtype=np.int64)
+    if k == 0:
+        return dist, idx
+    device = _device(torch, options)
+    zeros = np.zeros(n_query, dtype=np.int64)
+    task = RetrievalTask(
+        xq, xb, zeros, np.zeros(int(xb.shape[0]), dtype=np.int64), zeros, zeros,
+        Exclusions(self_index=exclude_self), (), None, distance,
+    )  # fmt: skip
+    need = np.full(n_query, k, dtype=np.int64)
+    with torch.no_grad(), _matmul_precision(torch, options.tf32):
+        search = _prepare(torch, task, device, _engine_search(task, need, None, options, device))
+        q_norms = (search.queries * search.queries).sum(dim=1)
+        for block in _candidate_blocks(torch, search, need, None, options):
+            b = block.lims.numel() - 1
+            take = (block.lims[:-1, None] + torch.arange(k, device=device)).flatten()
+            bits = block.bits[take].reshape(b, k)
+            key = from_sortable_bits(torch, bits)
+            rows = slice(block.start, block.start + b)
+            if distance == "euclidean":
+                key = torch.sqrt((key + q_norms[rows, None]).clamp(min=0))
+            else:
+                key = -key
+            dist[rows] = key.cpu().numpy()
+            idx[rows] = block.index[take].reshape(b, k).cpu().numpy()
+    return dist, idx

@@ -1,0 +1,75 @@
+"""Atomic output: write to a temporary file beside the target, then rename over it.
+
+A failed or interrupted run therefore never leaves a half-written file, and never clobbers an
+existing output (the rename only happens after the write succeeded).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DISTRIBUTION", "atomic_path", "install_hint", "run_stamp", "write_text"]
+
+#: The name on PyPI (the import name and the command stay ``embedeval``).
+DISTRIBUTION = "embedeval-exact"
+
+
+def install_hint(extra: str) -> str:
+    """How to install an optional extra, released or from a clone.
+
+    >>> print(install_hint("dask"))
+    pip install "embedeval-exact[dask]" (from a clone of the repository: pip install ".[dask]")
+    """
+    return (
+        f'pip install "{DISTRIBUTION}[{extra}]" (from a clone of the repository: '
+        f'pip install ".[{extra}]")'
+    )
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path to write; on success it replaces ``path`` (mode 0666 & ~umask)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{target.name}.", suffix=target.suffix or ".tmp", dir=target.parent
+    )
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~_umask())
+        os.replace(tmp_path, target)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+    return Path(path)
+
+
+def run_stamp() -> dict[str, Any]:
+    """When and with which version a result was computed (the CLI adds the input files)."""
+    from datetime import datetime, timezone
+
+    from .version import __version__
+
+    return {
+        "embedeval_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }

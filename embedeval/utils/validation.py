@@ -1,0 +1,414 @@
+"""Argument and array validation shared by every public function.
+
+Validation happens once, before any work, and raises :class:`~embedeval.utils.errors.InputError`
+(a ``ValueError``) or :class:`~embedeval.utils.errors.InputTypeError` (a ``TypeError``) with a
+message
+that names the argument, states the rule, echoes what was found and suggests the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import numbers
+from collections.abc import Iterable, Sequence, Sized
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError, InputTypeError
+
+__all__ = [
+    "as_embeddings",
+    "as_labels",
+    "as_vector",
+    "check_choice",
+    "check_int",
+    "check_probability",
+    "check_same_dimension",
+    "check_same_length",
+    "divide",
+    "factorize",
+    "host_array",
+    "suggest",
+]
+
+
+def suggest(name: str, choices: Iterable[str]) -> str:
+    """Return ``" Did you mean 'x'?"`` for the nearest choice, or ``""`` when none is close."""
+    close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.5)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
+    """Check that ``value`` is one of ``choices`` (strings) and return it."""
+    if not isinstance(value, str) or value not in choices:
+        hint = suggest(value, choices) if isinstance(value, str) else ""
+        raise InputError(
+            f"{name}={value!r} is not valid; use one of {', '.join(map(repr, choices))}.{hint}"
+        )
+    return value
+
+
+def check_int(
+    value: Any,
+    name: str,
+    *,
+    minimum: int | None = 1,
+    allow_none: bool = False,
+    maximum: int | None = None,
+) -> int | None:
+    """Check that ``value`` is an integer (not a bool, not a float) ``>= minimum`` (and
+    ``<= maximum`` when given)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        extra = " or None" if allow_none else ""
+        raise InputError(
+            f"{name} must be an integer{extra}; got {value!r} of type {type(value).__name__}."
+            + (f" Use {name}={int(value)}." if _is_whole_float(value) else "")
+        )
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise InputError(f"{name} must be >= {minimum}; got {value}.")
+    if maximum is not None and value > maximum:
+        raise InputError(f"{name} must be <= {maximum}; got {value}.")
+    return value
+
+
+def _is_whole_float(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and float(value).is_integer()
+
+
+def check_probability(value: Any, name: str, *, open_left: bool = True) -> float:
+    """Check that ``value`` is a real number in (0, 1] (or [0, 1] when ``open_left=False``)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise InputError(f"{name} must be a number in (0, 1]; got {value!r}.")
+    value = float(value)
+    low_ok = value > 0 if open_left else value >= 0
+    if not (low_ok and value <= 1):
+        interval = "(0, 1]" if open_left else "[0, 1]"
+        raise InputError(f"{name} must be in {interval}; got {value}.")
+    return value
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` if it is a bool, else an error: a string such as "False" is truthy and would
+    silently flip a sign convention.
+
+    >>> check_bool(True, "higher_is_confident")
+    True
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{name} must be True or False; got {value!r}.")
+    return bool(value)
+
+
+def check_level(ci: Any, name: str = "ci") -> float:
+    """A confidence level strictly between 0 and 1, as a float.
+
+    >>> check_level(0.95)
+    0.95
+    """
+    if isinstance(ci, (bool, np.bool_)) or not isinstance(ci, numbers.Real) or not 0 < ci < 1:
+        raise InputError(f"{name} must be a confidence level strictly between 0 and 1; got {ci!r}.")
+    return float(ci)
+
+
+def check_fractions(fractions: Any, name: str = "rejection_fractions") -> np.ndarray:
+    """Rejection fractions as a 1-D float array of numbers in [0, 1), or a clear error.
+
+    >>> check_fractions((0.0, 0.25)).tolist()
+    [0.0, 0.25]
+    """
+    fr = np.asarray([check_probability(f, name, open_left=False) for f in np.atleast_1d(fractions)])
+    if fr.size == 0:
+        raise InputError(f"{name} is empty; pass fractions such as (0.0, 0.1, 0.2).")
+    if np.any(fr >= 1):
+        raise InputError(f"{name} must be < 1 (something must remain to evaluate); got {fr}.")
+    return fr
+
+
+def host_array(x: Any) -> Any:
+    """A torch tensor (any device, with or without grad) as a host numpy array; else ``x``.
+
+    bfloat16 / float16 tensors become float32 (exact: every such value is a float32; numpy has
+    no bfloat16).  Works without importing torch: a tensor is recognised by its methods.
+    """
+    if not (hasattr(x, "detach") and hasattr(x, "cpu") and hasattr(x, "numpy")):
+        return x
+    t = x.detach()
+    if t.is_floating_point() and t.element_size() < 4:
+        t = t.float()
+    return t.cpu().numpy()
+
+
+def _asarray(x: Any, name: str) -> np.ndarray:
+    if x is None:
+        raise InputError(f"{name} is required; got None.")
+    if isinstance(x, np.ndarray):
+        return x
+    x = host_array(x)
+    try:
+        return np.asarray(x)
+    except (ValueError, TypeError) as exc:  # ragged lists and the like
+        raise InputError(f"{name} cannot be read as an array: {exc}") from exc
+
+
+def _describe_bad_rows(bad: np.ndarray) -> str:
+    rows = np.flatnonzero(bad)
+    return f"{rows.size} row(s), first at row {int(rows[0])}"
+
+
+def as_embeddings(
+    x: Any,
+    name: str = "embeddings",
+    *,
+    dtype: Any = np.float32,
+    allow_empty: bool = False,
+) -> np.ndarray:
+    """Return ``x`` as a finite 2-D float array of ``dtype`` (no copy when it already is one).
+
+    Memory-mapped float32 arrays stay memory-mapped.  float16/float64 inputs are converted.
+    """
+    arr = _asarray(x, name)
+    if arr.dtype == object:
+        raise InputTypeError(
+            f"{name} is an object array; pass a numeric array (e.g. np.stack(list_of_vectors))."
+        )
+    if arr.dtype.kind not in "fiub":
+        raise InputTypeError(f"{name} must be numeric; got dtype {arr.dtype}.")
+    if arr.ndim != 2:
+        hint = (
+            " Use x.reshape(1, -1) for a single vector or x.reshape(-1, 1) for 1-D features."
+            if arr.ndim == 1
+            else " Flatten the trailing axes first, e.g. x.reshape(len(x), -1)."
+            if arr.ndim > 2
+            else ""
+        )
+        raise InputError(f"{name} must be 2-D (n_items, dim); got shape {arr.shape}.{hint}")
+    if (arr.shape[0] == 0 and not allow_empty) or arr.shape[1] == 0:
+        raise InputError(f"{name} is empty (shape {arr.shape}); pass at least one vector.")
+    if arr.dtype != dtype:
+        arr = arr.astype(dtype)
+    if arr.dtype.kind == "f":
+        finite = _rows_finite(arr)
+        if not finite.all():
+            raise InputError(
+                f"{name} has NaN or infinite values in {_describe_bad_rows(~finite)}; "
+                "drop or repair those rows before evaluating."
+            )
+    return arr
+
+
+def _rows_finite(arr: np.ndarray, block: int = 65536) -> np.ndarray:
+    # Blocked so that a memory-mapped file is scanned without materialising a full boolean copy.
+    out = np.empty(arr.shape[0], dtype=bool)
+    for start in range(0, arr.shape[0], block):
+        out[start : start + block] = np.isfinite(arr[start : start + block]).all(axis=1)
+    return out
+
+
+def as_vector(
+    x: Any,
+    name: str,
+    *,
+    length: int | None = None,
+    length_of: str | None = None,
+    dtype: Any = np.float64,
+    allow_nan: bool = False,
+    allow_empty: bool = False,
+) -> np.ndarray:
+    """Return ``x`` as a 1-D numeric array of ``dtype`` (checked length and finiteness)."""
+    arr = _asarray(x, name)
+    if arr.dtype == object:
+        raise InputTypeError(f"{name} is an object array; pass numbers.")
+    if arr.dtype.kind not in "fiub":
+        raise InputTypeError(f"{name} must be numeric; got dtype {arr.dtype}.")
+    if arr.ndim != 1:
+        raise InputError(f"{name} must be 1-D; got shape {arr.shape}.")
+    if arr.size == 0 and not allow_empty:
+        raise InputError(f"{name} is empty; pass at least one value.")
+    if length is not None and arr.shape[0] != length:
+        other = f" (the length of {length_of})" if length_of else ""
+        raise InputError(f"{name} has {arr.shape[0]} values but {length} are needed{other}.")
+    arr = arr.astype(dtype, copy=False)
+    if arr.dtype.kind == "f":
+        bad = np.isinf(arr) if allow_nan else ~np.isfinite(arr)
+        if bad.any():
+            what = "infinite" if allow_nan else "NaN or infinite"
+            rows = np.flatnonzero(bad)
+            raise InputError(
+                f"{name} has {rows.size} {what} value(s), first at index {int(rows[0])}; "
+                "drop or repair them."
+            )
+    return arr
+
+
+def as_labels(
+    y: Any, name: str = "labels", *, length: int | None = None, length_of: str | None = None
+) -> np.ndarray:
+    """Return labels as a 1-D array, never cast to float.
+
+    Integers keep their dtype (2**24 and 2**24 + 1 stay distinct), strings stay strings, other
+    hashables become an object array.  Float labels are accepted only when they are whole numbers
+    and NaN-free, because a label of 0.5 is almost always a mistake.
+    """
+    arr = _asarray(y, name)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise InputError(
+            f"{name} must be 1-D (one label per item); got shape {arr.shape}. "
+            "Multi-label targets are not supported."
+        )
+    if arr.size == 0:
+        raise InputError(f"{name} is empty; pass one label per item.")
+    if length is not None and arr.shape[0] != length:
+        other = f" rows of {length_of}" if length_of else " items"
+        raise InputError(
+            f"{name} has {arr.shape[0]} labels but there are {length}{other}; "
+            "pass one label per embedding row."
+        )
+    if arr.dtype.kind == "f":
+        if not np.isfinite(arr).all():
+            rows = np.flatnonzero(~np.isfinite(arr))
+            raise InputError(
+                f"{name} has {rows.size} NaN or infinite label(s), first at index {int(rows[0])}."
+            )
+        fractional = np.flatnonzero(arr != np.round(arr))
+        if fractional.size:
+            i = int(fractional[0])
+            raise InputError(
+                f"{name} has {fractional.size} non-integer float label(s), first at index {i} "
+                f"({arr[i]!r}); labels are class ids: pass integers or strings."
+            )
+    elif arr.dtype == object:
+        for i, v in enumerate(arr):
+            try:
+                hash(v)
+            except TypeError as exc:
+                raise InputTypeError(
+                    f"{name} must hold hashable values (ints, strings, tuples); the value at "
+                    f"index {i} is {v!r} of type {type(v).__name__} ({exc})."
+                ) from exc
+        # None (and a float NaN, as pandas stores a missing string) is a missing label, not a
+        # class of its own: every None would silently become relevant to every other None.
+        missing = np.fromiter((_is_missing(v) for v in arr), dtype=bool, count=arr.size)
+        if missing.any():
+            rows = np.flatnonzero(missing)
+            i = int(rows[0])
+            raise InputError(
+                f"{name} has {rows.size} missing label(s) (None or NaN), first at index {i} "
+                f"({arr[i]!r}); every item needs a class label: drop those rows (with their "
+                "embeddings) or give them a label."
+            )
+    return arr
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, (float, np.floating)) and value != value)
+
+
+def factorize(*label_arrays: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """Map several label arrays onto shared integer codes ``0..n_classes-1``.
+
+    Returns ``(codes_per_array, uniques)``; ``uniques[codes] == labels``.  Exact for integers of
+    any size and for strings (numpy's ``unique``); other hashables go through a dictionary.
+    """
+    sizes = [len(a) for a in label_arrays]
+    kinds = {a.dtype.kind for a in label_arrays}
+    if len(label_arrays) > 1 and len(kinds) > 1:
+        label_arrays = _common_exact_dtype(label_arrays, kinds)
+    joined = np.concatenate(label_arrays)
+    if joined.dtype == object:
+        table: dict[Any, int] = {}
+        codes = np.fromiter(
+            (table.setdefault(v, len(table)) for v in joined), dtype=np.int64, count=joined.size
+        )
+        uniques = np.empty(len(table), dtype=object)
+        uniques[:] = list(table)
+        # Order classes by first appearance is fine for hashables that do not sort.
+    else:
+        uniques, codes = np.unique(joined, return_inverse=True)
+        codes = codes.astype(np.int64, copy=False).ravel()
+    out = np.split(codes, np.cumsum(sizes)[:-1])
+    return out, uniques
+
+
+def _common_exact_dtype(arrays: tuple[np.ndarray, ...], kinds: set[str]) -> tuple[np.ndarray, ...]:
+    """The label arrays in one dtype that compares them exactly.
+
+    numpy promotes uint64 with int64 (and integers with floats) to float64, which merges
+    labels such as 2**60 and 2**60 + 1.  Whole-number labels of any numeric kind become int64
+    when every value fits, uint64 when none is negative, and Python objects (exact, slower)
+    otherwise; strings mixed with numbers are compared as Python objects.
+    """
+    if not kinds <= set("iubf"):
+        return tuple(a.astype(object) for a in arrays)
+    lows, highs = [], []
+    for a in arrays:
+        if a.size:
+            lo, hi = a.min(), a.max()
+            lows.append(int(lo))
+            highs.append(int(hi))
+    low, high = min(lows, default=0), max(highs, default=0)
+    if "f" in kinds and max(abs(low), abs(high)) >= 2**53:
+        # Whole floats that large are not exact integers of the user's data: keep them exact
+        # as Python numbers (int == float compares exactly in Python).
+        return tuple(a.astype(object) for a in arrays)
+    if high < 2**63:
+        return tuple(a.astype(np.int64) for a in arrays)
+    if low >= 0:
+        return tuple(a.astype(np.uint64) for a in arrays)
+    return tuple(a.astype(object) for a in arrays)
+
+
+def check_same_length(name_a: str, a: Sized, name_b: str, b: Sized) -> None:
+    """Raise when two aligned inputs differ in length."""
+    if len(a) != len(b):
+        raise InputError(
+            f"{name_a} has {len(a)} items but {name_b} has {len(b)}; they must be aligned "
+            "one to one."
+        )
+
+
+def check_same_dimension(query: Any, other: Any, other_name: str) -> None:
+    """Raise when the query embeddings and ``other_name`` (the reference or gallery) have
+    different dimensions, as embeddings of two different models would."""
+    if other.shape[1] != query.shape[1]:
+        raise InputError(
+            f"query has dimension {query.shape[1]} but {other_name} has {other.shape[1]}; both "
+            "must come from the same embedding model."
+        )
+
+
+def divide(num: Any, den: Any, zero_division: Any, message: str) -> np.ndarray:
+    """``num / den`` elementwise, where a zero denominator follows the ``zero_division`` policy:
+    ``"warn"`` (0.0 and an :class:`EmbedevalWarning` saying ``message``) or a number (0.0, 1.0,
+    nan) used silently."""
+    import warnings
+
+    from .errors import EmbedevalWarning
+
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    zero = den == 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = num / np.where(zero, 1, den)
+    if isinstance(zero_division, str) and zero_division == "warn":
+        fill = 0.0
+    elif isinstance(zero_division, (int, float)) and not isinstance(zero_division, bool):
+        fill = float(zero_division)
+    else:
+        raise InputError(
+            f"zero_division must be 'warn' or a number (0.0, 1.0, nan); got {zero_division!r}."
+        )
+    if zero.any():
+        if zero_division == "warn":
+            warnings.warn(
+                f"{message.format(n=int(zero.sum()))}; set to 0.0 (zero_division='warn'; pass "
+                "zero_division=0.0, 1.0 or nan to choose).",
+                EmbedevalWarning,
+                stacklevel=4,
+            )
+        out[zero] = fill
+    return out
