@@ -306,27 +306,40 @@ def evaluate_listed(
 
 
 # ---------------------------------------------------------------------------- revisitop
-def trapezoid_ap(ranks: np.ndarray, lims: np.ndarray) -> np.ndarray:
+def trapezoid_ap(
+    ranks: np.ndarray, lims: np.ndarray, n_relevant: np.ndarray | None = None
+) -> np.ndarray:
     """Trapezoid AP per query from the 0-based, increasing positive ranks of each query (CSR),
     NaN for a query without positives.
+
+    With the positives at 0-based ranks r_0 < r_1 < ... of the ranking, AP = (1/R) sum_j
+    (p_before_j + (j + 1) / (r_j + 1)) / 2 with p_before_j = j / r_j (1 when r_j = 0).  R is the
+    number of ranks given, or ``n_relevant`` per query when given (positives the ranking does
+    not reach, e.g. beyond a depth cap, then count in R and add nothing; a query with
+    n_relevant = 0 gets NaN).
 
     Examples
     --------
     >>> # positives at 0-based ranks 1 and 3: ((0/1 + 1/2) / 2 + (1/3 + 2/4) / 2) / 2 = 1/3
     >>> trapezoid_ap(np.array([1, 3]), np.array([0, 2])).round(4).tolist()
     [0.3333]
+    >>> # the same two found, out of R = 4: (1/4 + 5/12) / 4 = 1/6
+    >>> trapezoid_ap(np.array([1, 3]), np.array([0, 2]), np.array([4])).round(4).tolist()
+    [0.1667]
     """
     counts = np.diff(lims)
     j = np.arange(ranks.size) - np.repeat(lims[:-1], counts)  # positives before this one
     before = np.where(ranks == 0, 1.0, j / np.maximum(ranks, 1))
     at = (j + 1) / (ranks + 1.0)
     terms = (before + at) / 2.0
-    sums = (
-        np.add.reduceat(np.append(terms, 0.0), lims[:-1]) if ranks.size else np.zeros(counts.size)
-    )
-    out = np.full(counts.size, np.nan)
     has = counts > 0
-    out[has] = sums[has] / counts[has]
+    sums = np.zeros(counts.size)
+    if ranks.size:  # reduceat gives an empty segment the next term: masked by ``has``
+        sums[has] = np.add.reduceat(np.append(terms, 0.0), lims[:-1])[has]
+    denominator = counts if n_relevant is None else np.asarray(n_relevant)
+    out = np.full(counts.size, np.nan)
+    defined = denominator > 0
+    out[defined] = sums[defined] / denominator[defined]
     return out
 
 
