@@ -204,7 +204,7 @@ def test_lists_as_2d_integer_array():
 
 def test_lists_bad_input():
     q, g = [[0.0]], [[1.0], [2.0]]
-    with pytest.raises(ee.InputError, match="both a positive and junk"):
+    with pytest.raises(ee.InputError, match="both a positive and junk for query 0"):
         ee.evaluate(q, None, g, None, positives=[[0]], junk=[[0]])
     with pytest.raises(ee.InputError, match="replaces labels"):
         ee.evaluate(q, [0], g, [0, 1], positives=[[0]])
@@ -218,6 +218,92 @@ def test_lists_bad_input():
         ee.evaluate(q, None, g, None, positives=np.array([0.5]))
     with pytest.raises(ee.InputError, match="protocol="):
         lm.revisitop_lists([{"easy": [], "hard": [], "junk": []}], "medum")
+
+
+# ---------------------------------------------------------------------------- repeated indices
+# A database at 0, 1, ..., 5 on a line and queries at 0: reference j is at distance j, so the
+# ranking is 0, 1, 2, ... (0-based rank j for reference j).
+
+LINE = np.arange(6.0)[:, None]
+
+
+def test_distinct_positives_by_hand():
+    # Positive {1}: 2nd of the ranking.  Step AP = 1/2; trapezoid AP = (0/1 + 1/2) / 2 = 1/4.
+    res = ee.evaluate([[0.0]], None, LINE, None, positives=[[1]], metrics=["map"])
+    assert res["map"] == 0.5
+    ranks, lims = lm.positive_ranks([[0.0]], LINE, [[1]], distance="euclidean")
+    assert lm.trapezoid_ap(ranks, lims).tolist() == [0.25]
+    # Medium with easy {1, 3}, hard {}: positives at 0-based ranks 1 and 3.  Step AP =
+    # (1/2 + 2/4) / 2 = 1/2; trapezoid AP = ((0/1 + 1/2) / 2 + (1/3 + 2/4) / 2) / 2 = 1/3.
+    gnd = [{"easy": [1, 3], "hard": [], "junk": []}]
+    out = lm.revisitop_evaluate([[0.0]], LINE, gnd, protocols=["medium"], distance="euclidean")
+    assert out["medium"]["map"] == pytest.approx(1 / 3)
+    assert out["medium"]["map_step"] == pytest.approx(1 / 2)
+
+
+def test_a_repeated_positive_is_refused_naming_query_and_index():
+    # Counted once, positives [1, 1] would give step AP 1/2 (trapezoid 1/4); counted as
+    # revisitop's code counts them (R = 2), 1/4 (trapezoid 1/8).  Neither reading is safe.
+    with pytest.raises(
+        ee.InputError,
+        match=r"positives\[0\] \(query 0\) lists reference index 1 2 times.*distinct "
+        r"positives.*np\.unique\(positives\[0\]\)",
+    ):
+        ee.evaluate([[0.0]], None, LINE, None, positives=[[1, 1]], metrics=["map"])
+    # The query is named by its position; the same check on every path that reads lists.
+    two = [[0.0], [0.0]]
+    with pytest.raises(ee.InputError, match=r"positives\[1\] \(query 1\).*index 4 3 times"):
+        lm.positive_ranks(two, LINE, [[2], [4, 0, 4, 4]], distance="euclidean")
+    with pytest.raises(ee.InputError, match=r"positives\[1\] \(query 1\).*index 5 2 times"):
+        ee.evaluate(two, None, LINE, None, positives=np.array([[1, 2], [5, 5]]))
+
+
+def test_a_repeated_junk_index_is_refused_naming_query_and_index():
+    with pytest.raises(
+        ee.InputError,
+        match=r"junk\[1\] \(query 1\) lists reference index 3 2 times.*"
+        r"np\.unique\(junk\[1\]\)",
+    ):
+        ee.evaluate([[0.0], [0.0]], None, LINE, None, positives=[[1], [2]], junk=[[], [3, 0, 3]])
+
+
+def test_positive_and_junk_of_one_query_is_refused_naming_both_lists():
+    with pytest.raises(
+        ee.InputError,
+        match=r"reference 3 is both a positive and junk for query 1 \(in positives\[1\] and "
+        r"junk\[1\]\).*Remove it from one",
+    ):
+        ee.evaluate([[0.0], [0.0]], None, LINE, None, positives=[[1], [2, 3]], junk=[[3], [0, 3]])
+
+
+@pytest.mark.parametrize("protocol", ["easy", "medium", "hard"])
+def test_revisitop_lists_refuse_an_index_with_two_labels(protocol):
+    # easy = [1, 3], hard = [3]: under Medium revisitop's code would count 3 twice in R (AP
+    # ((0/1 + 1/2) / 2 + (1/3 + 2/4) / 2) / 3 = 2/9 instead of the 1/3 above); under Easy and
+    # Hard, 3 would be a positive and junk at once.  Refused under every protocol, naming the
+    # query (by position in gnd), the index and the two lists.
+    gnd = [{"easy": [0], "hard": [], "junk": []}, {"easy": [1, 3], "hard": [3], "junk": []}]
+    with pytest.raises(
+        ee.InputError,
+        match=r"gnd\[1\] \(query 1\) lists reference index 3 in both 'easy' and 'hard'.*"
+        r"Keep the index in one list",
+    ):
+        lm.revisitop_lists(gnd, protocol)
+    with pytest.raises(ee.InputError, match=r"gnd\[1\] \(query 1\).*both 'easy' and 'hard'"):
+        lm.revisitop_evaluate([[0.0], [0.0]], LINE, gnd, protocols=[protocol])
+    gnd[1] = {"easy": [1], "hard": [2], "junk": [5, 2]}
+    with pytest.raises(ee.InputError, match=r"index 2 in both 'hard' and 'junk'"):
+        lm.revisitop_lists(gnd, protocol)
+
+
+def test_revisitop_lists_refuse_a_repeat_within_one_list():
+    gnd = [{"easy": [2, 4, 2], "hard": [], "junk": []}]
+    with pytest.raises(
+        ee.InputError,
+        match=r"gnd\[0\]\['easy'\] \(query 0\) lists reference index 2 more than once.*"
+        r"np\.unique\(gnd\[0\]\['easy'\]\)",
+    ):
+        lm.revisitop_lists(gnd, "hard")  # refused even where 'easy' only becomes junk
 
 
 def test_relevance_lists_refuse_a_reference_of_another_dimension():

@@ -196,3 +196,130 @@ def test_minp_hidden_by_k_is_zero_on_the_torch_backend_too():
     x = [[0.0], [1.0], [2.0], [3.0], [4.0]]
     got = ee.evaluate(x, list("aabba"), metrics=["minp"], k=3, backend="torch", device="cpu")
     np.testing.assert_allclose(got.per_query["minp"], [0.0, 0.0, 1 / 2, 1 / 1, 0.0])
+
+
+# ---------------------------------------------------------------------------- ap_rule
+
+
+def baseline_compute_map_loop(dist, q_ids, q_cams, g_ids, g_cams, k=None):
+    """Per query, the AP of Market-1501's official evaluation as Person_reID_baseline_pytorch's
+    compute_mAP ports it, written from its description.  Rank the gallery by distance (ties by
+    gallery index, embedeval's rule); good = same identity, other camera; junk = identity -1 and
+    same identity same camera, removed from the ranking; distractors (an identity no query has)
+    stay.  For the i-th good match (i = 0, 1, ...) at 0-based row r of the junk-free ranking:
+    precision = (i + 1) / (r + 1), old_precision = i / r (1 when r = 0), and
+    ap += (1 / ngood) * (old_precision + precision) / 2.  None when the query has no good match.
+    ``k``: only rows r < k are read (ngood unchanged)."""
+    aps = []
+    for q in range(dist.shape[0]):
+        order = sorted(range(dist.shape[1]), key=lambda j: (dist[q, j], j))
+        good = [j for j in order if g_ids[j] == q_ids[q] and g_cams[j] != q_cams[q]]
+        junk = [
+            j for j in order if g_ids[j] == -1 or (g_ids[j] == q_ids[q] and g_cams[j] == q_cams[q])
+        ]
+        if not good:
+            aps.append(None)
+            continue
+        ranking = [j for j in order if j not in junk]
+        ngood = len(good)
+        ap, i = 0.0, 0
+        for r, j in enumerate(ranking):
+            if k is not None and r >= k:
+                break
+            if j in good:
+                precision = (i + 1) / (r + 1)
+                old_precision = i / r if r != 0 else 1.0
+                ap += (1.0 / ngood) * (old_precision + precision) / 2
+                i += 1
+        aps.append(ap)
+    return aps
+
+
+def test_trapezoid_ap_rule_by_hand():
+    # Query at 0: identity 1, camera 0.  Gallery: junk (-1) at 0.2 (dropped), identity 1 from
+    # camera 0 at 0.5 (hidden), then identity 2 at 1, identity 1 at 2 and 3 (cameras 1, 2), a
+    # distractor (identity 9) at 4.  The matches are 2nd and 3rd.
+    # Step: (1/2 + 2/3) / 2 = 7/12.  Trapezoid: ((0/1 + 1/2) / 2 + (1/2 + 2/3) / 2) / 2 = 5/12.
+    g = [[0.2], [0.5], [1.0], [2.0], [3.0], [4.0]]
+    args = ([[0.0]], [1], [0], g, [-1, 1, 2, 1, 1, 9], [1, 0, 1, 1, 2, 0])
+    step = reid.evaluate_reid(*args, metrics=["map"])
+    trap = reid.evaluate_reid(*args, metrics=["map"], ap_rule="trapezoid")
+    assert step["map"] == pytest.approx(7 / 12, abs=1e-15)
+    assert trap["map"] == pytest.approx(5 / 12, abs=1e-15)
+    assert trap.per_query["map"][0] == pytest.approx(0.4166666666666667, abs=1e-15)
+    assert step.settings["ap_rule"] == "step" and trap.settings["ap_rule"] == "trapezoid"
+
+
+def market_with_ties(seed, integer):
+    """market_like plus what real galleries have: duplicated gallery rows (exact ties), a
+    distractor identity no query has, and queries without any valid match (an identity absent
+    from the gallery; an identity seen only from the query's own camera)."""
+    q, qi, qc, g, gi, gc = market_like(seed, integer=integer)
+    rng = np.random.default_rng(100 + seed)
+    twins = rng.choice(g.shape[0], 15, replace=False)
+    g = np.concatenate([g, g[twins], g[:5] + 0.5])
+    gi = np.concatenate([gi, gi[twins], np.full(5, 99)])  # 99: distractors
+    gc = np.concatenate([gc, rng.integers(0, 3, 15), np.zeros(5, int)])
+    q = np.concatenate([q, q[:2]])
+    qi = np.concatenate([qi, [50, 51]])  # 50: nowhere in the gallery
+    qc = np.concatenate([qc, [1, 2]])
+    g = np.concatenate([g, q[-1:]])
+    gi = np.concatenate([gi, [51]])  # 51: only from camera 2, the query's own
+    gc = np.concatenate([gc, [2]])
+    return q.astype(np.float32), qi, qc, g.astype(np.float32), gi, gc
+
+
+@pytest.mark.parametrize("integer", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_trapezoid_ap_rule_matches_the_baseline_loop_per_query(seed, integer):
+    q, qi, qc, g, gi, gc = market_with_ties(seed, integer)
+    res = reid.evaluate_reid(q, qi, qc, g, gi, gc, ap_rule="trapezoid")
+    # Squared distances of small integers are exact (ties included); the float values are
+    # separated enough for float32 and float64 to rank alike.
+    dist = ((q[:, None, :].astype(np.float64) - g[None, :, :]) ** 2).sum(-1)
+    want = baseline_compute_map_loop(dist, qi, qc, gi, gc)
+    got = res.per_query["map"]
+    assert [w is None for w in want] == np.isnan(got).tolist()
+    assert want[-2] is None and want[-1] is None  # the two queries without a valid match
+    np.testing.assert_allclose(got[~np.isnan(got)], [w for w in want if w is not None], atol=1e-12)
+    assert res["map"] == pytest.approx(np.mean([w for w in want if w is not None]), abs=1e-12)
+    if integer:
+        assert res.n_ties["map"] > 0  # the data has exact ties between matches and non-matches
+    # The step AP of the same ranking is never below the trapezoid AP.
+    step = reid.evaluate_reid(q, qi, qc, g, gi, gc).per_query["map"]
+    assert (step[~np.isnan(step)] >= got[~np.isnan(got)] - 1e-15).all()
+
+
+def test_trapezoid_ap_rule_with_a_depth_cap_matches_the_loop():
+    q, qi, qc, g, gi, gc = market_with_ties(0, True)
+    res = reid.evaluate_reid(q, qi, qc, g, gi, gc, ap_rule="trapezoid", metrics=["map"], k=5)
+    dist = ((q[:, None, :].astype(np.float64) - g[None, :, :]) ** 2).sum(-1)
+    want = baseline_compute_map_loop(dist, qi, qc, gi, gc, k=5)
+    got = res.per_query["map"]
+    np.testing.assert_allclose(got[~np.isnan(got)], [w for w in want if w is not None], atol=1e-12)
+
+
+def test_trapezoid_map_is_reported_as_map_everywhere():
+    q, qi, qc, g, gi, gc = market_with_ties(1, False)
+    rng = np.random.default_rng(0)
+    res = reid.evaluate_reid(
+        q, qi, qc, g, gi, gc, ap_rule="trapezoid", ci=0.9, n_boot=50, confidences=rng.random(32)
+    )
+    assert list(res.metrics) == list(reid.DEFAULT_REID_METRICS)
+    assert res.settings["metrics"] == list(reid.DEFAULT_REID_METRICS)
+    assert "aurc_map" in res.confidence and "aurc_map" in res.ci
+    lo, hi = res.ci["map"]
+    assert lo <= res["map"] <= hi
+    assert "trapezoid" not in res.to_json().replace('"ap_rule": "trapezoid"', "")
+    # The other metrics do not depend on the AP rule.
+    step = reid.evaluate_reid(q, qi, qc, g, gi, gc, ci=0.9, n_boot=50, confidences=rng.random(32))
+    for name in ("minp", "precision_at_1", "mrr"):
+        np.testing.assert_array_equal(res.per_query[name], step.per_query[name])
+
+
+def test_ap_rule_bad_input():
+    q, qi, qc, g, gi, gc = market_like(0)
+    with pytest.raises(ee.InputError, match=r"ap_rule='trapezium' is not valid.*'trapezoid'"):
+        reid.evaluate_reid(q, qi, qc, g, gi, gc, ap_rule="trapezium")
+    with pytest.raises(ee.InputError, match=r"ap_rule='trapezoid'.*has no 'map'"):
+        reid.evaluate_reid(q, qi, qc, g, gi, gc, ap_rule="trapezoid", metrics=["minp"])

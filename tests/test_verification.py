@@ -247,6 +247,81 @@ def test_pair_scores_three_distances_by_hand():
     np.testing.assert_allclose(ver.pair_scores(a, b, distance="euclidean"), [5.0, np.sqrt(5)])
 
 
+def test_pair_scores_sqeuclidean_by_hand_and_against_numpy():
+    # (3-6)^2 + (4-8)^2 = 9 + 16 = 25; (1-0)^2 + (0-2)^2 = 1 + 4 = 5; a pair with itself: 0.
+    a = np.array([[3.0, 4.0], [1.0, 0.0], [2.0, -1.0]])
+    b = np.array([[6.0, 8.0], [0.0, 2.0], [2.0, -1.0]])
+    assert ver.pair_scores(a, b, distance="sqeuclidean").tolist() == [25.0, 5.0, 0.0]
+    # Random float32 rows: the plain sum of squared differences, in float64.
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((50, 16)).astype(np.float32)
+    b = rng.standard_normal((50, 16)).astype(np.float32)
+    want = np.sum((a.astype(np.float64) - b.astype(np.float64)) ** 2, 1)
+    got = ver.pair_scores(a, b, distance="sqeuclidean")
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=0)
+    assert got.dtype == np.float64
+
+
+def lfw_grid_loop(dist, same, grid, n_folds):
+    """The insightface / facenet 10-fold accuracy (their calculate_roc / calculate_accuracy),
+    written from its description: folds from scikit-learn's ``KFold(n_folds, shuffle=False)``;
+    per fold, the training accuracy of ``dist < t`` for every grid value, the first grid value
+    with the best one, and the accuracy of that threshold on the held-out fold."""
+    from sklearn.model_selection import KFold
+
+    accs = []
+    for train, test in KFold(n_splits=n_folds, shuffle=False).split(np.arange(len(dist))):
+        best_t, best_acc = None, -1.0
+        for t in grid:
+            acc = np.mean((dist[train] < t) == same[train])
+            if acc > best_acc:  # strict: a later grid value with the same accuracy loses
+                best_t, best_acc = t, acc
+        accs.append(np.mean((dist[test] < best_t) == same[test]))
+    return accs
+
+
+@pytest.mark.parametrize("n_pairs", [600, 605])
+def test_kfold_accuracy_reproduces_the_insightface_recipe_fold_by_fold(n_pairs):
+    # The standard recipe in one call: squared distances of unit vectors, grid 0..4 step 0.01.
+    # kfold_accuracy's folds are consecutive blocks, the first n % 10 one pair larger (605 pairs:
+    # five folds of 61, five of 60), which is KFold(10, shuffle=False); among grid values with
+    # equal training accuracy both take the first (the smallest).  The scripts accept d < t and
+    # embedeval d <= t: they can differ only for a distance exactly on a grid value, and no
+    # distance here is one (checked).
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((n_pairs, 16))
+    a /= np.linalg.norm(a, axis=1, keepdims=True)
+    same = rng.random(n_pairs) < 0.5
+    other = rng.standard_normal((n_pairs, 16))
+    other /= np.linalg.norm(other, axis=1, keepdims=True)
+    b = np.where(same[:, None], a + 0.35 * rng.standard_normal((n_pairs, 16)), other)
+    b /= np.linalg.norm(b, axis=1, keepdims=True)
+    a, b = a.astype(np.float32), b.astype(np.float32)  # embeddings are searched in float32
+    dist = np.sum((a.astype(np.float64) - b.astype(np.float64)) ** 2, 1)
+    grid = np.arange(0, 4, 0.01)
+    assert not np.isin(dist, grid).any()
+    want = lfw_grid_loop(dist, same, grid, 10)
+    mean, std, per_fold = ver.kfold_accuracy(
+        ver.pair_scores(a, b, distance="sqeuclidean"),
+        same,
+        thresholds=grid,
+        higher_is_similar=False,
+    )
+    assert per_fold.tolist() == want
+    assert mean == pytest.approx(np.mean(want)) and std == pytest.approx(np.std(want))
+    assert 0.5 < mean < 1.0  # neither trivial nor perfect: the threshold matters
+
+
+def test_sqeuclidean_is_refused_where_embeddings_are_scored_internally():
+    x, labels = np.eye(4), [0, 0, 1, 1]
+    with pytest.raises(ee.InputError, match=r"sqeuclidean.*pair_scores only.*'euclidean'"):
+        ver.tar_at_far_all_pairs(x, labels, distance="sqeuclidean")
+    with pytest.raises(ee.InputError, match=r"sqeuclidean.*pair_scores only.*square them"):
+        ver.open_set_identification(x, [0, 1, 2, 3], x[:2], [0, 1], distance="sqeuclidean")
+    with pytest.raises(ee.InputError, match=r"distance='manhattan'.*'sqeuclidean'"):
+        ver.pair_scores(x, x, distance="manhattan")
+
+
 def all_pair_scores_loop(x, labels, distance):
     scores, genuine = [], []
     n = len(x)
@@ -449,8 +524,10 @@ def test_all_pairs_recovers_from_a_misplaced_bracket(monkeypatch):
 
 
 def test_kfold_accuracy_on_a_grid_matches_published_loop():
-    # The published LFW scripts: Euclidean distances, a grid 0..4 step 0.01, per fold the first
-    # grid value with the best training accuracy (accept distance < t), accuracy on the fold.
+    # The grid procedure of the published LFW scripts on arbitrary distances: a grid 0..4 step
+    # 0.01, per fold the first grid value with the best training accuracy (accept distance < t),
+    # accuracy on the fold.  (The scripts feed it squared distances of unit vectors: see the
+    # insightface test above.)
     rng = np.random.default_rng(8)
     same = rng.random(600) < 0.5
     dist = np.where(same, rng.normal(0.9, 0.25, 600), rng.normal(1.5, 0.25, 600)).clip(0, 4)

@@ -148,7 +148,9 @@ def evaluate(
         Relevance given per query as reference indices instead of labels (landmark retrieval:
         revisited Oxford / Paris): pass ``query_labels=None`` and ``reference_labels=None``.
         Each query's ``junk`` items are removed from its ranking before every metric, and
-        R_q = ``len(positives[q])``.  See :mod:`embedeval.protocols.landmarks`.
+        R_q = ``len(positives[q])``; a list may not repeat an index, nor hold one in both lists
+        of a query (an error names the query and the index).  See
+        :mod:`embedeval.protocols.landmarks`.
 
     Returns
     -------

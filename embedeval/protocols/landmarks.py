@@ -4,7 +4,8 @@ Landmark benchmarks have no class labels: each query lists its own positive and 
 items.  :func:`evaluate_listed` (reached through ``evaluate(query, None, reference, None,
 positives=..., junk=...)``) ranks every reference for each query, removes the query's junk items
 from the ranking, and computes embedeval's metrics on what is left with R_q = number of
-positives.  :func:`revisitop_lists` builds the Easy / Medium / Hard lists from revisitop-style
+(distinct) positives; a list that repeats an index is malformed ground truth and is refused.
+:func:`revisitop_lists` builds the Easy / Medium / Hard lists from revisitop-style
 ground truth, and :func:`revisitop_evaluate` reports mAP and mP@k computed the way the revisited
 benchmark's own evaluation computes them, next to embedeval's step AP.
 
@@ -49,6 +50,16 @@ PROTOCOLS = {
 
 
 # ---------------------------------------------------------------------------- lists
+#: Why a repeated index is refused rather than counted once or twice: the two readings give
+#: different numbers (revisitop's code counts every entry of the positives list in R_q).
+_REPEAT_REASON = {
+    "positives": "R_q is the number of distinct positives; revisitop's code would count the "
+    "repeat in R_q",
+    "junk": "junk, like the positives, is a set of references; a repeat usually means two "
+    "lists that overlap were concatenated",
+}
+
+
 def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-query reference-index lists as CSR (lims, sorted unique indices)."""
     if isinstance(lists, np.ndarray) and lists.dtype != object:
@@ -73,7 +84,16 @@ def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarr
         arr = np.asarray(row if row is not None else [], dtype=object).ravel()
         if arr.size and not all(isinstance(v, (int, np.integer)) for v in arr):
             raise InputTypeError(f"{name}[{i}] must hold integer reference indices; got {row!r}.")
-        arr = np.unique(arr.astype(np.int64))
+        arr = np.sort(arr.astype(np.int64))
+        repeated = arr[1:][arr[1:] == arr[:-1]]
+        if repeated.size:
+            v = int(repeated[0])
+            raise InputError(
+                f"{name}[{i}] (query {i}) lists reference index {v} "
+                f"{int((arr == v).sum())} times; a query's {name} list must not repeat an "
+                f"index ({_REPEAT_REASON[name]}). Remove the repeats, e.g. with "
+                f"np.unique({name}[{i}])."
+            )
         if arr.size and (arr[0] < 0 or arr[-1] >= n_ref):
             raise InputError(
                 f"{name}[{i}] holds index {int(arr[0] if arr[0] < 0 else arr[-1])}, outside the "
@@ -92,6 +112,13 @@ def revisitop_lists(gnd: Sequence[dict[str, Any]], protocol: str) -> tuple[list,
     Hard: positives = hard, junk = junk + easy.  ``gnd`` holds one dict per query with
     ``"easy"``, ``"hard"`` and ``"junk"`` lists of reference indices (revisitop's ``gnd``).
 
+    The three lists of a query must be disjoint and free of repeats, whatever the protocol:
+    the revisited annotation gives each (query, image) pair one label, and revisitop's
+    evaluation concatenates the lists and counts every entry of the positives in R_q, so an
+    index both easy and hard would count twice in R_q under Medium, and an index both easy and
+    junk would be a positive and junk at once under Easy.  Such ground truth is refused, naming
+    the query and the index, rather than silently de-duplicated.
+
     Examples
     --------
     >>> revisitop_lists([{"easy": [0], "hard": [2], "junk": [1]}], "hard")
@@ -104,9 +131,33 @@ def revisitop_lists(gnd: Sequence[dict[str, Any]], protocol: str) -> tuple[list,
         missing = [k for k in ("easy", "hard", "junk") if k not in g]
         if missing:
             raise InputError(f"gnd[{i}] has no {', '.join(map(repr, missing))} list.")
+        _check_labels_exclusive(g, i)
         positives.append(sorted(int(v) for k in pos_keys for v in g[k]))
         junk.append(sorted(int(v) for k in junk_keys for v in g[k]))
     return positives, junk
+
+
+def _check_labels_exclusive(g: dict[str, Any], i: int) -> None:
+    """One label per (query, image): no repeat within gnd[i]'s easy / hard / junk lists and no
+    index in two of them."""
+    seen: dict[int, str] = {}
+    for key in ("easy", "hard", "junk"):
+        for v in g[key]:
+            v = int(v)
+            if v not in seen:
+                seen[v] = key
+                continue
+            if seen[v] == key:
+                raise InputError(
+                    f"gnd[{i}][{key!r}] (query {i}) lists reference index {v} more than once; "
+                    f"remove the repeats, e.g. with np.unique(gnd[{i}][{key!r}])."
+                )
+            raise InputError(
+                f"gnd[{i}] (query {i}) lists reference index {v} in both {seen[v]!r} and "
+                f"{key!r}; each image has one label per query (joined by a protocol, the lists "
+                "would count it twice in R_q or make it a positive and junk at once). Keep the "
+                "index in one list."
+            )
 
 
 # ---------------------------------------------------------------------------- streamed ranking
@@ -164,8 +215,9 @@ def _prepare(query, reference, positives, junk, distance, block_size, memory_bud
     both = _overlap(pos, jk)
     if both is not None:
         raise InputError(
-            f"reference {both[1]} is both a positive and junk for query {both[0]}; junk is "
-            "removed from the ranking, so an item cannot be both."
+            f"reference {both[1]} is both a positive and junk for query {both[0]} (in "
+            f"positives[{both[0]}] and junk[{both[0]}]); junk is removed from the ranking, so an "
+            "item cannot be both. Remove it from one of the two lists."
         )
     block_size = check_int(block_size, "block_size", allow_none=True)
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
@@ -197,9 +249,11 @@ def evaluate_listed(
     """Per-query metric values and tie flags with relevance given as lists of reference indices.
 
     For each query, every reference is ranked (equal distances by ascending index), its ``junk``
-    items are removed, and the metrics are computed on the rest with R_q = ``len(positives[q])``
-    (NaN when a query has no positive).  Queries are processed in blocks of ``block_size``
-    against all references, so memory is O(block_size x n_reference).
+    items are removed, and the metrics are computed on the rest with R_q = ``len(positives[q])``,
+    the number of distinct positives (NaN when a query has no positive).  A ``positives`` or
+    ``junk`` list that repeats an index, or an index both positive and junk for one query, is
+    an :class:`~embedeval.InputError` naming the query and the index.  Queries are processed in
+    blocks of ``block_size`` against all references, so memory is O(block_size x n_reference).
 
     Returns ``(per_query, ties, infos, info)``; :func:`embedeval.evaluate` wraps it in an
     :class:`~embedeval.evaluation.result.EvaluationResult`.
@@ -247,27 +301,40 @@ def evaluate_listed(
 
 
 # ---------------------------------------------------------------------------- revisitop
-def trapezoid_ap(ranks: np.ndarray, lims: np.ndarray) -> np.ndarray:
+def trapezoid_ap(
+    ranks: np.ndarray, lims: np.ndarray, n_relevant: np.ndarray | None = None
+) -> np.ndarray:
     """Trapezoid AP per query from the 0-based, increasing positive ranks of each query (CSR),
     NaN for a query without positives.
+
+    With the positives at 0-based ranks r_0 < r_1 < ... of the ranking, AP = (1/R) sum_j
+    (p_before_j + (j + 1) / (r_j + 1)) / 2 with p_before_j = j / r_j (1 when r_j = 0).  R is the
+    number of ranks given, or ``n_relevant`` per query when given (positives the ranking does
+    not reach, e.g. beyond a depth cap, then count in R and add nothing; a query with
+    n_relevant = 0 gets NaN).
 
     Examples
     --------
     >>> # positives at 0-based ranks 1 and 3: ((0/1 + 1/2) / 2 + (1/3 + 2/4) / 2) / 2 = 1/3
     >>> trapezoid_ap(np.array([1, 3]), np.array([0, 2])).round(4).tolist()
     [0.3333]
+    >>> # the same two found, out of R = 4: (1/4 + 5/12) / 4 = 1/6
+    >>> trapezoid_ap(np.array([1, 3]), np.array([0, 2]), np.array([4])).round(4).tolist()
+    [0.1667]
     """
     counts = np.diff(lims)
     j = np.arange(ranks.size) - np.repeat(lims[:-1], counts)  # positives before this one
     before = np.where(ranks == 0, 1.0, j / np.maximum(ranks, 1))
     at = (j + 1) / (ranks + 1.0)
     terms = (before + at) / 2.0
-    sums = (
-        np.add.reduceat(np.append(terms, 0.0), lims[:-1]) if ranks.size else np.zeros(counts.size)
-    )
-    out = np.full(counts.size, np.nan)
     has = counts > 0
-    out[has] = sums[has] / counts[has]
+    sums = np.zeros(counts.size)
+    if ranks.size:  # reduceat gives an empty segment the next term: masked by ``has``
+        sums[has] = np.add.reduceat(np.append(terms, 0.0), lims[:-1])[has]
+    denominator = counts if n_relevant is None else np.asarray(n_relevant)
+    out = np.full(counts.size, np.nan)
+    defined = denominator > 0
+    out[defined] = sums[defined] / denominator[defined]
     return out
 
 

@@ -7,6 +7,15 @@ Queries left with no correct match are lone and excluded from every average.  Th
 then :func:`evaluate`'s: ``map`` (AP over the full ranking), ``minp`` (Ye et al.'s mINP),
 ``precision_at_1`` (rank-1) and the CMC curve, ``result.cmc(max_rank)``.
 
+Two AP rules (``ap_rule=``), with the correct matches at 1-based ranks r_1 < ... < r_R of the
+query's ranking (hidden and junk items removed):
+
+* ``"step"`` (default; torchreid, fast-reid, and most recent papers): AP = (1/R) sum_j j / r_j.
+* ``"trapezoid"`` (Market-1501's official MATLAB evaluation and Person_reID_baseline_pytorch's
+  ``compute_mAP``; revisitop uses the same rule): AP = (1/R) sum_j ((j - 1) / (r_j - 1) +
+  j / r_j) / 2, the first term 1 when r_j = 1.  Never above the step AP; matches at ranks 2 and
+  3 give 7/12 step and 5/12 trapezoid.
+
 The exclusion is the group mechanism of :func:`evaluate`: a reference is hidden from a query when
 their group ids are equal, so a group id per (identity, camera) pair hides exactly the
 same-identity-same-camera items (:func:`identity_camera_groups`).  Other identities seen from the
@@ -22,12 +31,19 @@ import numpy as np
 
 from ..evaluation.result import EvaluationResult
 from ..utils.errors import InputError
-from ..utils.validation import as_labels, factorize
+from ..utils.validation import as_labels, check_choice, factorize
 
-__all__ = ["DEFAULT_REID_METRICS", "evaluate_reid", "identity_camera_groups"]
+__all__ = ["AP_RULES", "DEFAULT_REID_METRICS", "evaluate_reid", "identity_camera_groups"]
 
 #: What re-identification papers report (CMC rank-1 is ``precision_at_1``).
 DEFAULT_REID_METRICS = ("map", "minp", "precision_at_1", "mrr")
+
+#: The rules ``evaluate_reid(ap_rule=...)`` computes ``map`` with (see the module docstring).
+AP_RULES = ("step", "trapezoid")
+
+# The trapezoid AP is computed as a custom metric of the same search under this name, then
+# renamed "map" in every part of the result (an identifier no one would give a metric).
+_TRAPEZOID = "map_ap_rule_trapezoid"
 
 
 def identity_camera_groups(
@@ -64,6 +80,7 @@ def evaluate_reid(
     junk_ids: Sequence[Any] = (-1,),
     metrics: Any = DEFAULT_REID_METRICS,
     distance: str = "euclidean",
+    ap_rule: str = "step",
     **options: Any,
 ) -> EvaluationResult:
     """Evaluate re-identification embeddings with the Market-1501 convention.
@@ -73,6 +90,19 @@ def evaluate_reid(
     its options, e.g. ``ci=0.95``, through ``options``).  ``result.cmc(50)`` gives the CMC curve
     (``"mrr"`` must stay among the metrics for it).
 
+    Parameters
+    ----------
+    ap_rule : {"step", "trapezoid"}
+        The AP that ``map`` holds, per query and averaged, recorded in
+        ``result.settings["ap_rule"]``.  With the correct matches at 1-based ranks r_1 < ... <
+        r_R of the ranking (hidden and junk items removed; equal distances by ascending gallery
+        index): ``"step"`` (default), (1/R) sum_j j / r_j, what torchreid and fast-reid report;
+        ``"trapezoid"``, (1/R) sum_j ((j - 1) / (r_j - 1) + j / r_j) / 2 with the first term 1
+        when r_j = 1, what Market-1501's official evaluation and Person_reID_baseline_pytorch
+        report.  The trapezoid AP is computed from the same ranking as every other metric, and
+        its intervals, ties and per-class values are reported under ``map`` like the step AP's.
+        With an int ``k`` the matches beyond k add nothing (R stays the number of matches).
+
     Examples
     --------
     >>> q = [[0.0], [5.0]]
@@ -80,7 +110,18 @@ def evaluate_reid(
     >>> res = evaluate_reid(q, [1, 2], [0, 0], g, [1, 1, 2, -1], [0, 1, 1, 1])
     >>> res["map"], res.settings["n_reference"]  # the same-camera 1 at 0.1 is hidden
     (1.0, 3)
+
+    Matches at ranks 2 and 3: step AP (1/2 + 2/3) / 2 = 7/12, trapezoid AP
+    ((0/1 + 1/2) / 2 + (1/2 + 2/3) / 2) / 2 = 5/12.
+
+    >>> g = [[1.0], [2.0], [3.0]]
+    >>> args = ([[0.0]], [1], [0], g, [2, 1, 1], [0, 1, 2])
+    >>> round(evaluate_reid(*args, metrics=["map"])["map"], 4)
+    0.5833
+    >>> round(evaluate_reid(*args, metrics=["map"], ap_rule="trapezoid")["map"], 4)
+    0.4167
     """
+    ap_rule = check_choice(ap_rule, "ap_rule", AP_RULES)
     gi = as_labels(gallery_ids, "gallery_ids")
     junk = list(junk_ids)
     keep = ~np.isin(gi, np.asarray(junk)) if junk else np.ones(gi.size, bool)
@@ -99,6 +140,11 @@ def evaluate_reid(
     qg, gg = identity_camera_groups(query_ids, query_cameras, gi[keep], gc[keep])
     from ..evaluation.evaluate import evaluate
 
+    order = None
+    if ap_rule == "trapezoid":
+        order, metrics, options["custom_metrics"] = _trapezoid_request(
+            metrics, options.get("custom_metrics")
+        )
     res = evaluate(
         query,
         query_ids,
@@ -110,7 +156,66 @@ def evaluate_reid(
         reference_groups=gg,
         **options,
     )
+    if order is not None:
+        _rename_trapezoid(res, order)
     res.settings["protocol"] = "reid: same identity and camera hidden, junk ids dropped"
     res.settings["junk_ids"] = list(junk_ids)
     res.settings["n_junk"] = int((~keep).sum())
+    res.settings["ap_rule"] = ap_rule
     return res
+
+
+def _trapezoid_ap(relevant: np.ndarray, n_relevant: np.ndarray) -> np.ndarray:
+    """The trapezoid AP of each ranked row (a custom metric of the whole ranking)."""
+    from .landmarks import trapezoid_ap
+
+    rows, ranks = np.nonzero(relevant)  # row by row, ranks increasing within a row
+    lims = np.searchsorted(rows, np.arange(relevant.shape[0] + 1))
+    return trapezoid_ap(ranks, lims, n_relevant)
+
+
+def _trapezoid_request(
+    metrics: Any, custom_metrics: Any
+) -> tuple[list[str], list[str], dict[str, Any]]:
+    """The metrics asked for (canonical names, in order), the built-in ones to compute (all but
+    ``map``) and the custom metrics with the trapezoid AP added."""
+    from ..engine.custom import RetrievalMetric
+    from ..engine.registry import parse_metrics
+
+    names = [m.name for m in parse_metrics(metrics)]
+    if "map" not in names:
+        raise InputError(
+            f"ap_rule='trapezoid' sets how 'map' is computed, but metrics={names} has no 'map'; "
+            "add it, or leave ap_rule at 'step'."
+        )
+    custom = dict(custom_metrics or {})
+    if _TRAPEZOID in custom:
+        raise InputError(f"custom_metrics: {_TRAPEZOID!r} is reserved by ap_rule='trapezoid'.")
+    custom[_TRAPEZOID] = RetrievalMetric(
+        _trapezoid_ap,
+        depth="all",
+        description="mean average precision, trapezoid rule (Market-1501's evaluation)",
+        value_range=(0.0, 1.0),
+    )
+    return names, [n for n in names if n != "map"], custom
+
+
+def _rename_trapezoid(res: EvaluationResult, order: list[str]) -> None:
+    """Report the trapezoid AP as ``map`` wherever a metric name appears (values, per query,
+    per class, ties, intervals, confidence statistics such as ``aurc_map``, the approximate
+    search report), with ``map`` where it was asked for among the metrics."""
+
+    def renamed(d: dict[str, Any]) -> dict[str, Any]:
+        d = {k.replace(_TRAPEZOID, "map"): v for k, v in d.items()}
+        return {**{n: d[n] for n in order if n in d}, **d}
+
+    res.metrics = renamed(res.metrics)
+    res.per_query = renamed(res.per_query)
+    res.per_class = renamed(res.per_class)
+    res.n_ties = renamed(res.n_ties)
+    res.ci = renamed(res.ci)
+    res.confidence = renamed(res.confidence)
+    if isinstance(res.approximation.get("metrics"), dict):
+        res.approximation["metrics"] = renamed(res.approximation["metrics"])
+    listed = [str(n).replace(_TRAPEZOID, "map") for n in res.settings.get("metrics", [])]
+    res.settings["metrics"] = list(renamed(dict.fromkeys(listed)))

@@ -61,6 +61,9 @@ __all__ = [
 DEFAULT_FARS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 
 _SCORE_DISTANCES = ("cosine", "inner_product", "euclidean")
+#: pair_scores also gives squared Euclidean distances (scipy's name), the scores LFW scripts
+#: threshold; the functions that score embeddings themselves refuse it (:func:`_search_distance`).
+_PAIR_DISTANCES = (*_SCORE_DISTANCES, "sqeuclidean")
 
 
 @dataclass(frozen=True)
@@ -368,16 +371,23 @@ def kfold_accuracy(
     """Verification accuracy with a threshold chosen on the other folds (LFW's protocol).
 
     Pairs are split into ``n_folds`` consecutive folds in the order given (LFW's ``pairs.txt``
-    holds 10 folds of 600 pairs in order), or by the fold id in ``folds``.  For each fold, the
-    threshold that maximises accuracy on the other folds is chosen among the midpoints between
+    holds 10 folds of 600 pairs in order), or by the fold id in ``folds``.  With n pairs the
+    first ``n % n_folds`` folds hold one pair more than the others (``np.array_split``; the same
+    folds as scikit-learn's ``KFold(n_folds, shuffle=False)``).  For each fold, the threshold
+    that maximises accuracy on the other folds is chosen among the midpoints between
     consecutive distinct training scores (and one point above and one below all of them); ties
     in training accuracy go to the highest threshold.  Accuracy = (accepted genuine + rejected
     impostor) / pairs on the held-out fold.
 
     ``thresholds`` (in the scores' own units) restricts the choice to a grid, as published LFW
-    scripts do (e.g. ``np.arange(0, 4, 0.01)`` on Euclidean distances): the first grid value with
-    the best training accuracy is taken.  Those scripts accept ``distance < t`` where embedeval
-    accepts ``distance <= t``; the two differ only for a distance exactly on a grid value.
+    scripts do: insightface and facenet scan ``np.arange(0, 4, 0.01)`` over the *squared*
+    Euclidean distances of L2-normalised embeddings, ``sum((e1 - e2) ** 2)``, which lie in
+    [0, 4] -- ``pair_scores(e1, e2, distance="sqeuclidean")`` with ``higher_is_similar=False``
+    (the same grid on plain Euclidean distances, in [0, 2], is a different, coarser recipe).
+    Among grid values with the best training accuracy the first in the order given is taken
+    (for an ascending grid, the smallest).  Those scripts accept ``distance < t`` where
+    embedeval accepts ``distance <= t``; the two differ only for a distance exactly on a grid
+    value.
 
     Returns
     -------
@@ -443,6 +453,18 @@ def _best_threshold(s: np.ndarray, g: np.ndarray) -> float:
 
 
 # ---------------------------------------------------------------------------- from embeddings
+def _search_distance(distance: Any) -> str:
+    """``distance`` of the functions that score embeddings themselves (all pairs, open-set
+    search): cosine, inner product or Euclidean; ``"sqeuclidean"`` is refused with the fix."""
+    if distance == "sqeuclidean":
+        raise InputError(
+            "distance='sqeuclidean' is offered by pair_scores only; use distance='euclidean' "
+            "here: squaring keeps the order of the distances, so the rates are the same, and "
+            "the thresholds reported are Euclidean distances (square them for squared ones)."
+        )
+    return check_choice(distance, "distance", _SCORE_DISTANCES)
+
+
 def _prepare(x: np.ndarray, distance: str, name: str) -> np.ndarray:
     if distance == "cosine":
         # Norms in the rows' own precision: float32 for the products, float64 for pair_scores.
@@ -472,18 +494,25 @@ def _block_scores(a: np.ndarray, b: np.ndarray, distance: str, b_sq: np.ndarray 
 
 
 def pair_scores(x1: Any, x2: Any, *, distance: str = "cosine") -> np.ndarray:
-    """Score of each pair (x1[i], x2[i]): cosine similarity, inner product or Euclidean distance.
+    """Score of each pair (x1[i], x2[i]): cosine similarity, inner product, Euclidean or squared
+    Euclidean distance.
 
     Cosine and inner product are similarities (pass them to :func:`tar_at_far` and friends as
-    they are); the Euclidean distance is a distance (pass ``higher_is_similar=False``).
-    Computed in float64 from the float32 embeddings.
+    they are); ``"euclidean"``, ||a - b||, and ``"sqeuclidean"``, ||a - b||^2 = sum_d (a_d -
+    b_d)^2, are distances (pass ``higher_is_similar=False``).  Squaring keeps the order of the
+    scores, so every rate is the same for both distances; only thresholds differ.  The squared
+    distance is what LFW-style scripts threshold (insightface, facenet: ``np.arange(0, 4, 0.01)``
+    over unit vectors, for which ||a - b||^2 = 2 - 2 cos(a, b) lies in [0, 4]; see
+    :func:`kfold_accuracy`).  Computed in float64 from the float32 embeddings.
 
     Examples
     --------
     >>> pair_scores([[3.0, 4.0], [1.0, 0.0]], [[3.0, 4.0], [0.0, 2.0]], distance="euclidean")
     array([0.        , 2.23606798])
+    >>> pair_scores([[3.0, 4.0], [1.0, 0.0]], [[3.0, 4.0], [0.0, 2.0]], distance="sqeuclidean")
+    array([0., 5.])
     """
-    distance = check_choice(distance, "distance", _SCORE_DISTANCES)
+    distance = check_choice(distance, "distance", _PAIR_DISTANCES)
     a = as_embeddings(x1, "x1").astype(np.float64)
     b = as_embeddings(x2, "x2").astype(np.float64)
     if a.shape != b.shape:
@@ -491,8 +520,9 @@ def pair_scores(x1: Any, x2: Any, *, distance: str = "cosine") -> np.ndarray:
             f"x1 has shape {a.shape} but x2 has {b.shape}; pass the two sides of each pair as "
             "arrays of the same shape (row i of x1 pairs with row i of x2)."
         )
-    if distance == "euclidean":
-        return np.sqrt(np.einsum("ij,ij->i", a - b, a - b))
+    if distance in ("euclidean", "sqeuclidean"):
+        squared = np.einsum("ij,ij->i", a - b, a - b)
+        return np.sqrt(squared) if distance == "euclidean" else squared
     if distance == "cosine":
         a, b = _prepare(a, distance, "x1"), _prepare(b, distance, "x2")
     return np.einsum("ij,ij->i", a, b)
@@ -546,7 +576,7 @@ def tar_at_far_all_pairs(
     >>> tar_at_far_all_pairs(x, [0, 0, 1, 1], far=[0.25]).tar.tolist()
     [1.0]
     """
-    distance = check_choice(distance, "distance", _SCORE_DISTANCES)
+    distance = _search_distance(distance)
     fars = _check_fars(far)
     block_size = check_int(block_size, "block_size", allow_none=True)
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
@@ -822,7 +852,7 @@ def open_set_identification(
     >>> r.rank1, r.dir.tolist(), r.n_nonmated
     (1.0, [1.0], 2)
     """
-    distance = check_choice(distance, "distance", _SCORE_DISTANCES)
+    distance = _search_distance(distance)
     rank = check_int(rank, "rank")
     block_size = check_int(block_size, "block_size")
     xq = as_embeddings(query, "query")
