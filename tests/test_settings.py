@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import embedeval as ee
+from embedeval.evaluation import relevance_lists
 from embedeval.evaluation import stages as _pipeline
 from embedeval.evaluation.settings import EvaluationInputs, validate_arguments
-from embedeval.protocols import landmarks
 
 X = np.random.default_rng(0).normal(size=(12, 3)).astype(np.float32)
 Y = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3])
@@ -88,7 +88,7 @@ def no_search(monkeypatch):
         raise AssertionError("the search ran before the bad option was refused")
 
     monkeypatch.setattr(_pipeline, "run_search", fail)
-    monkeypatch.setattr(landmarks, "evaluate_listed", fail)
+    monkeypatch.setattr(relevance_lists, "evaluate_listed", fail)
 
 
 def _names(message: str, argument: str) -> bool:

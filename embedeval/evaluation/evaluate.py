@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.exact import DEFAULT_MEMORY_BUDGET
-from ..protocols.landmarks import evaluate_with_lists
 from ..utils.validation import as_embeddings, as_vector
 from .rejection import kept_counts, reevaluation_settings, rejection_curve
+from .relevance_lists import evaluate_with_lists
 from .result import EvaluationResult
 from .settings import DATA_ARGUMENTS, EvaluationInputs, EvaluationSettings, validate_arguments
 from .stages import EvaluationData, SearchPlan, evaluate_prepared, prepare_data

@@ -1,11 +1,11 @@
 """Instance retrieval with per-query relevance lists: revisited Oxford / Paris (landmarks).
 
 Landmark benchmarks have no class labels: each query lists its own positive and junk gallery
-items.  :func:`evaluate_listed` (reached through ``evaluate(query, None, reference, None,
-positives=..., junk=...)``) ranks every reference for each query, removes the query's junk items
-from the ranking, and computes embedeval's metrics on what is left with R_q = number of
-(distinct) positives; a list that repeats an index is malformed ground truth and is refused.
-:func:`revisitop_lists` builds the Easy / Medium / Hard lists from revisitop-style
+items.  ``evaluate(query, None, reference, None, positives=..., junk=...)`` (see
+:mod:`embedeval.evaluation.relevance_lists`) ranks every reference for each query, removes the
+query's junk items from the ranking, and computes embedeval's metrics on what is left with R_q =
+number of (distinct) positives; a list that repeats an index is malformed ground truth and is
+refused.  :func:`revisitop_lists` builds the Easy / Medium / Hard lists from revisitop-style
 ground truth, and :func:`revisitop_evaluate` reports mAP and mP@k computed the way the revisited
 benchmark's own evaluation computes them, next to embedeval's step AP.
 
@@ -34,12 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.registry import MetricInfo, parse_metrics
-from ..evaluation.settings import EvaluationInputs, EvaluationSettings
-from ..utils.errors import InputError, InputTypeError
-from ..utils.validation import as_embeddings, check_choice, check_int, check_same_dimension
+from ..evaluation.relevance_lists import positive_ranks
+from ..utils.errors import InputError
+from ..utils.validation import check_choice, check_int
 
-__all__ = ["PROTOCOLS", "evaluate_listed", "revisitop_evaluate", "revisitop_lists"]
+__all__ = ["PROTOCOLS", "revisitop_evaluate", "revisitop_lists", "trapezoid_ap"]
 
 #: Which revisitop lists are positive and which are junk under each protocol.
 PROTOCOLS = {
@@ -47,62 +46,6 @@ PROTOCOLS = {
     "medium": (("easy", "hard"), ("junk",)),
     "hard": (("hard",), ("junk", "easy")),
 }
-
-
-# ---------------------------------------------------------------------------- lists
-#: Why a repeated index is refused rather than counted once or twice: the two readings give
-#: different numbers (revisitop's code counts every entry of the positives list in R_q).
-_REPEAT_REASON = {
-    "positives": "R_q is the number of distinct positives; revisitop's code would count the "
-    "repeat in R_q",
-    "junk": "junk, like the positives, is a set of references; a repeat usually means two "
-    "lists that overlap were concatenated",
-}
-
-
-def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-query reference-index lists as CSR (lims, sorted unique indices)."""
-    if isinstance(lists, np.ndarray) and lists.dtype != object:
-        if lists.ndim != 2 or lists.dtype.kind not in "iu":
-            raise InputTypeError(
-                f"{name} must be a list with one list of reference indices per query (or a 2-D "
-                f"integer array, one row per query); got an array of dtype {lists.dtype} and "
-                f"shape {lists.shape}."
-            )
-        lists = [row.tolist() for row in lists]
-    try:
-        rows = list(lists)
-    except TypeError:
-        raise InputTypeError(
-            f"{name} must be a list with one list of reference indices per query; got "
-            f"{type(lists).__name__}."
-        ) from None
-    if len(rows) != n_query:
-        raise InputError(f"{name} has {len(rows)} lists but there are {n_query} queries.")
-    parts = []
-    for i, row in enumerate(rows):
-        arr = np.asarray(row if row is not None else [], dtype=object).ravel()
-        if arr.size and not all(isinstance(v, (int, np.integer)) for v in arr):
-            raise InputTypeError(f"{name}[{i}] must hold integer reference indices; got {row!r}.")
-        arr = np.sort(arr.astype(np.int64))
-        repeated = arr[1:][arr[1:] == arr[:-1]]
-        if repeated.size:
-            v = int(repeated[0])
-            raise InputError(
-                f"{name}[{i}] (query {i}) lists reference index {v} "
-                f"{int((arr == v).sum())} times; a query's {name} list must not repeat an "
-                f"index ({_REPEAT_REASON[name]}). Remove the repeats, e.g. with "
-                f"np.unique({name}[{i}])."
-            )
-        if arr.size and (arr[0] < 0 or arr[-1] >= n_ref):
-            raise InputError(
-                f"{name}[{i}] holds index {int(arr[0] if arr[0] < 0 else arr[-1])}, outside the "
-                f"reference set (0..{n_ref - 1})."
-            )
-        parts.append(arr)
-    lims = np.zeros(n_query + 1, np.int64)
-    np.cumsum([p.size for p in parts], out=lims[1:])
-    return lims, np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def revisitop_lists(gnd: Sequence[dict[str, Any]], protocol: str) -> tuple[list, list]:
@@ -160,146 +103,6 @@ def _check_labels_exclusive(g: dict[str, Any], i: int) -> None:
             )
 
 
-# ---------------------------------------------------------------------------- streamed ranking
-def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
-    """Per query block: its junk-free ranking as CSR candidates and the positive flags."""
-    from ..engine.candidates import Candidates, sortable_bits
-    from ..engine.exact import PreparedSearch, reference_duplicates, representatives
-
-    n_q, n_ref = xq.shape[0], xb.shape[0]
-    # Identical references share one key (as in the kNN engine), so they tie and rank by index.
-    dups = reference_duplicates(xb, distance)
-    search = PreparedSearch.build(xq, xb, distance).with_duplicates(
-        dups, representatives(xb, dups, distance), slice(0, n_ref)
-    )
-    cols = np.arange(n_ref)
-    for a in range(0, n_q, block_size):
-        b = min(a + block_size, n_q)
-        keys = search.keys(slice(a, b))
-        j_rows, j_cols = _csr_pairs(junk, a, b)
-        keys[j_rows, j_cols] = np.inf  # junk sinks to the end and is cut off below
-        order = np.argsort(keys, axis=1, kind="stable")  # ties by ascending reference index
-        n_valid = n_ref - np.diff(junk[0][a : b + 1])
-        keep = cols[None, :] < n_valid[:, None]
-        index = order[keep]
-        rows = np.repeat(np.arange(b - a), n_valid)
-        is_pos = np.zeros((b - a, n_ref), bool)
-        p_rows, p_cols = _csr_pairs(pos, a, b)
-        is_pos[p_rows, p_cols] = True
-        lims = np.zeros(b - a + 1, np.int64)
-        np.cumsum(n_valid, out=lims[1:])
-        block = Candidates(
-            np.arange(a, b), lims, np.arange(index.size), sortable_bits(keys[rows, index])
-        )
-        yield block, is_pos[rows, index], n_valid
-
-
-def _csr_pairs(lists, a, b):
-    lims, idx = lists
-    counts = np.diff(lims[a : b + 1])
-    return np.repeat(np.arange(b - a), counts), idx[lims[a] : lims[b]]
-
-
-def _prepare(query, reference, positives, junk, distance, block_size, memory_budget):
-    distance = check_choice(distance, "distance", ("euclidean", "cosine", "inner_product"))
-    xq = as_embeddings(query, "query")
-    if reference is None:
-        raise InputError(
-            "positives= lists index a gallery: pass reference (leave-one-out has no lists)."
-        )
-    xb = as_embeddings(reference, "reference")
-    check_same_dimension(xq, xb, "reference")
-    n_q, n_ref = xq.shape[0], xb.shape[0]
-    pos = _as_lists(positives, "positives", n_q, n_ref)
-    jk = _as_lists([[]] * n_q if junk is None else junk, "junk", n_q, n_ref)
-    both = _overlap(pos, jk)
-    if both is not None:
-        raise InputError(
-            f"reference {both[1]} is both a positive and junk for query {both[0]} (in "
-            f"positives[{both[0]}] and junk[{both[0]}]); junk is removed from the ranking, so an "
-            "item cannot be both. Remove it from one of the two lists."
-        )
-    block_size = check_int(block_size, "block_size", allow_none=True)
-    memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
-    if block_size is None:
-        block_size = max(1, min(n_q, memory_budget // (48 * n_ref)))
-    return xq, xb, pos, jk, distance, block_size
-
-
-def _overlap(pos, junk):
-    p_rows, p_cols = _csr_pairs(pos, 0, pos[0].size - 1)
-    j_rows, j_cols = _csr_pairs(junk, 0, junk[0].size - 1)
-    n = max(int(p_cols.max(initial=0)), int(j_cols.max(initial=0))) + 1
-    common = np.intersect1d(p_rows * n + p_cols, j_rows * n + j_cols)
-    return None if common.size == 0 else divmod(int(common[0]), n)
-
-
-def evaluate_listed(
-    query: Any,
-    reference: Any,
-    positives: Any,
-    junk: Any = None,
-    *,
-    metrics: Any = None,
-    k: int | None = None,
-    distance: str = "euclidean",
-    block_size: int | None = None,
-    memory_budget: int = 256 * 2**20,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[MetricInfo], dict[str, Any]]:
-    """Per-query metric values and tie flags with relevance given as lists of reference indices.
-
-    For each query, every reference is ranked (equal distances by ascending index), its ``junk``
-    items are removed, and the metrics are computed on the rest with R_q = ``len(positives[q])``,
-    the number of distinct positives (NaN when a query has no positive).  A ``positives`` or
-    ``junk`` list that repeats an index, or an index both positive and junk for one query, is
-    an :class:`~embedeval.InputError` naming the query and the index.  Queries are processed in
-    blocks of ``block_size`` against all references, so memory is O(block_size x n_reference).
-
-    Returns ``(per_query, ties, infos, info)``; :func:`embedeval.evaluate` wraps it in an
-    :class:`~embedeval.evaluation.result.EvaluationResult`.
-
-    Examples
-    --------
-    >>> pq, _, _, _ = evaluate_listed([[0.0]], [[1.0], [2.0], [3.0]], [[2]], [[0]],
-    ...                               metrics=["map"])
-    >>> pq["map"].tolist()  # junk 0 removed: the positive is 2nd of 2
-    [0.5]
-    """
-    infos = [m for m in parse_metrics(metrics) if m.kind == "knn"]
-    if len(infos) != len(parse_metrics(metrics)):
-        raise InputError("nmi / ami need class labels; they are not defined for positives lists.")
-    xq, xb, pos, jk, distance, block_size = _prepare(
-        query, reference, positives, junk, distance, block_size, memory_budget
-    )
-    k = check_int(k, "k", allow_none=True)
-    too_deep = [m.name for m in infos if k is not None and m.depth == "fixed" and m.cutoff > k]
-    if too_deep:
-        raise InputError(f"k={k} caps the ranking, but {', '.join(too_deep)} need(s) more.")
-    from ..engine.kernels import chunk_metrics
-
-    n_q = xq.shape[0]
-    relevant = np.diff(pos[0])
-    values = {m.name: np.full(n_q, np.nan) for m in infos}
-    ties = {m.name: np.zeros(n_q, bool) for m in infos}
-    for block, is_pos, n_valid in _ranked_blocks(xq, xb, distance, pos, jk, block_size):
-        rows = block.queries
-        v, t = chunk_metrics(
-            block,
-            np.ones(rows.size, np.int32),
-            is_pos.astype(np.int32),  # candidate i is relevant when its "label" equals 1
-            relevant[rows],
-            n_valid,
-            infos,
-            k,
-        )
-        for name in v:
-            values[name][rows] = v[name]
-            ties[name][rows] = t[name]
-    info = {"distance": distance, "n_reference": xb.shape[0], "dim": xq.shape[1], "k": k}
-    info["n_junk"] = int(jk[1].size)
-    return values, ties, infos, info
-
-
 # ---------------------------------------------------------------------------- revisitop
 def trapezoid_ap(
     ranks: np.ndarray, lims: np.ndarray, n_relevant: np.ndarray | None = None
@@ -352,35 +155,6 @@ def _revisitop_precision(ranks: np.ndarray, lims: np.ndarray, kappa: int) -> np.
     within = np.add.reduceat(np.append(inside, 0.0), lims[:-1])[has]
     out[has] = within / kq
     return out
-
-
-def positive_ranks(
-    query: Any,
-    reference: Any,
-    positives: Any,
-    junk: Any = None,
-    *,
-    distance: str = "cosine",
-    block_size: int | None = None,
-    memory_budget: int = 256 * 2**20,
-) -> tuple[np.ndarray, np.ndarray]:
-    """0-based ranks of each query's positives in its junk-free ranking, as CSR (ranks, lims).
-
-    Examples
-    --------
-    >>> positive_ranks([[0.0]], [[1.0], [2.0], [3.0]], [[2]], [[0]], distance="euclidean")
-    (array([1]), array([0, 1]))
-    """
-    xq, xb, pos, jk, distance, block_size = _prepare(
-        query, reference, positives, junk, distance, block_size, memory_budget
-    )
-    parts = []
-    for block, is_pos, _ in _ranked_blocks(xq, xb, distance, pos, jk, block_size):
-        hit = np.flatnonzero(is_pos)
-        row = np.searchsorted(block.lims, hit, side="right") - 1
-        parts.append(hit - block.lims[row])
-    lims = pos[0]
-    return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), lims
 
 
 def revisitop_evaluate(
@@ -442,52 +216,3 @@ def revisitop_evaluate(
             res[f"mp@{kappa}"] = float(np.nanmean(prec)) if has.any() else float("nan")
         out[protocol] = res
     return out
-
-
-def evaluate_with_lists(settings: EvaluationSettings, inputs: EvaluationInputs) -> Any:
-    """:func:`embedeval.evaluate` with ``positives=`` / ``junk=``: the thin result layer.
-
-    ``settings`` come from the same validation stage as every other path
-    (:func:`embedeval.evaluation.settings.validate_arguments`); the bootstrap intervals are added by
-    :func:`embedeval.evaluate` as on the label path.
-    """
-    from ..evaluation.result import EvaluationResult
-
-    ms = settings.metrics
-    per_query, ties, infos, info = evaluate_listed(
-        inputs.query,
-        inputs.reference,
-        inputs.positives,
-        inputs.junk,
-        metrics=[m.name for m in ms.infos],
-        k=ms.k,
-        distance=ms.distance,
-        block_size=settings.search.block_size,
-        memory_budget=settings.search.memory_budget,
-    )
-    n_q = next(iter(per_query.values())).size if per_query else len(inputs.positives)
-    summary = {
-        name: (float(np.nanmean(v)) if not np.isnan(v).all() else float("nan"))
-        for name, v in per_query.items()
-    }
-    settings_record = {
-        "metrics": [m.name for m in infos],
-        "k": ms.k,
-        "k_used": ms.k,
-        "distance": info["distance"],
-        "average": "micro",
-        "relevance": "positives lists (junk removed from the ranking)",
-        "n_reference": info["n_reference"],
-        "n_junk": info["n_junk"],
-        "dim": int(info["dim"]),
-    }
-    return EvaluationResult(
-        metrics=summary,
-        per_query=per_query,
-        per_class={},
-        query_labels=np.arange(n_q),
-        n_queries=n_q,
-        n_lone=int(np.isnan(next(iter(per_query.values()))).sum()) if per_query else 0,
-        n_ties={name: int(flags.sum()) for name, flags in ties.items()},
-        settings=settings_record,
-    )
