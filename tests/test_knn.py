@@ -7,8 +7,8 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import embedeval as ee
+from embedeval.engine import candidates, threads
 from embedeval.engine import exact as _exact
-from embedeval.search import neighbors as knn
 from embedeval.utils.errors import InputError
 from tests import oracle
 
@@ -274,8 +274,8 @@ def test_in_order_keeps_the_order_of_items():
         time.sleep(0.02 if i == 0 else 0.0)
         return i * i
 
-    assert list(knn.in_order(slow_first, range(7), 3)) == [(i, i * i) for i in range(7)]
-    assert list(knn.in_order(slow_first, range(3), 1)) == [(0, 0), (1, 1), (2, 4)]
+    assert list(threads.in_order(slow_first, range(7), 3)) == [(i, i * i) for i in range(7)]
+    assert list(threads.in_order(slow_first, range(3), 1)) == [(0, 0), (1, 1), (2, 4)]
 
 
 @pytest.mark.parametrize("bad", [0, -2, 1.5, "2", True])
@@ -309,12 +309,12 @@ def test_sortable_bits_orders_like_the_floats():
         [-np.inf, -3.5, -1e-30, -0.0, 0.0, 1e-38, 2.0, np.finfo(np.float32).max, np.inf],
         dtype=np.float32,
     )
-    bits = knn.sortable_bits(v)
+    bits = candidates.sortable_bits(v)
     assert np.all(np.diff(bits.astype(np.int64)) >= 0)
     assert bits[3] == bits[4]  # -0.0 == 0.0, so equal keys
     assert np.all(np.diff(bits.astype(np.int64))[[0, 1, 2, 4, 5, 6, 7]] > 0)
     np.testing.assert_array_equal(
-        knn.from_sortable_bits(bits)[[0, 1, 2, 4, 5, 6, 7, 8]], v[[0, 1, 2, 4, 5, 6, 7, 8]]
+        candidates.from_sortable_bits(bits)[[0, 1, 2, 4, 5, 6, 7, 8]], v[[0, 1, 2, 4, 5, 6, 7, 8]]
     )
 
 
@@ -325,7 +325,7 @@ def test_search_block_sorts_redone_rows_with_whole_row_tiles(monkeypatch):
     rng = np.random.default_rng(9)
     x = rng.standard_normal((3000, 5)).astype(np.float32)
     n_rows, need = 64, 1500  # 64 x 1500 candidates: more than one in-cache sort run
-    search = knn.PreparedSearch.build(x[:n_rows], x, "euclidean")
+    search = _exact.PreparedSearch.build(x[:n_rows], x, "euclidean")
     real = _exact.depth_thresholds
 
     def short_for_odd_rows(search, start, stop, need, subsample, exclusions):

@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.arrays import as_search_input, check_lead_on_device, scale_for_range, to_host
 from ..engine.custom import metric_infos
 from ..engine.exact import Exclusions
 from ..engine.registry import MetricInfo, default_metrics
 from ..search.dispatch import SearchOutcome, run_search
 from ..search.local import RetrievalTask
 from ..search.neighbors import check_queries_lead_reference
-from ..search.torch_backend import as_search_input, check_lead_on_device, scale_for_range, to_host
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.validation import as_embeddings, as_labels, check_same_dimension, factorize
 from .result import EvaluationResult, warn_if_biased

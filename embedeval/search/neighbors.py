@@ -1,7 +1,7 @@
 """Exact k nearest neighbours: :func:`neighbors`, and the distances the package supports.
 
-The search itself is the exact, streaming engine of :mod:`embedeval.engine.exact` (how it works, and
-why it is exact, is described there); ``backend="torch"`` runs the same search with PyTorch
+The search itself is the exact, streaming engine of :mod:`embedeval.engine.exact` (how it works,
+and why it is exact, is described there); ``backend="torch"`` runs the same search with PyTorch
 (:mod:`embedeval.search.torch_backend`).  This module chooses between them and shapes the result.
 """
 
@@ -11,30 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.candidates import Candidates as Candidates
-from ..engine.candidates import from_sortable_bits as from_sortable_bits
-from ..engine.candidates import sortable_bits as sortable_bits
-from ..engine.exact import DEFAULT_MEMORY_BUDGET as DEFAULT_MEMORY_BUDGET
+from ..engine.candidates import from_sortable_bits
 from ..engine.exact import Exclusions, sorted_candidates
-from ..engine.exact import PreparedSearch as PreparedSearch
-from ..engine.exact import block_layout as block_layout
-from ..engine.exact import column_subsample as column_subsample
-from ..engine.exact import depth_thresholds as depth_thresholds
-from ..engine.exact import grid_keys as grid_keys
-from ..engine.exact import range_exponent as range_exponent
-from ..engine.exact import reference_duplicates as reference_duplicates
-from ..engine.exact import representatives as representatives
-from ..engine.exact import search_block as search_block
-from ..engine.exact import sort_block as sort_block
-from ..engine.threads import default_threads as default_threads
-from ..engine.threads import in_order as in_order
-from ..engine.threads import single_threaded_blas as single_threaded_blas
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import as_embeddings, check_choice, check_int, check_same_dimension
 
-__all__ = ["DISTANCES", "default_threads", "neighbors"]
-# The ``X as X`` imports above re-export engine names other modules import from here; their
-# home is embedeval.engine.exact, embedeval.engine.threads and embedeval.engine.candidates.
+__all__ = ["DISTANCES", "neighbors"]
 
 DISTANCES = ("euclidean", "cosine", "inner_product")
 
@@ -117,7 +99,7 @@ def neighbors(
         )
     options = _torch_options(query, backend, device, device_memory, tf32, block_size)
     xq, xb, exclude_self = _read(query, reference, exclude_self, options)
-    from .torch_backend import scale_for_range
+    from ..engine.arrays import scale_for_range
 
     xq, xb, scale = scale_for_range(xq, xb, distance, same=reference is None)
     k_eff = min(k, xb.shape[0] - int(exclude_self))
@@ -137,7 +119,8 @@ def _torch_options(
 ) -> Any:
     """The torch backend's options when ``backend="torch"`` (or a GPU tensor) selects it, else
     ``None`` (refusing its options)."""
-    from .torch_backend import TorchOptions, is_device_tensor
+    from ..engine.arrays import is_device_tensor
+    from .options import TorchOptions
 
     backend = check_choice(backend, "backend", ("local", "torch"))
     if backend == "local" and is_device_tensor(query):
@@ -151,7 +134,7 @@ def _torch_options(
 
 def _read(query: Any, reference: Any, exclude_self: Any, options: Any) -> tuple[Any, Any, bool]:
     """Query and reference as search input, and whether each query's own row is excluded."""
-    from .torch_backend import as_search_input, check_lead_on_device
+    from ..engine.arrays import as_search_input, check_lead_on_device
 
     read = as_search_input if options else as_embeddings
     xq = read(query, "query")

@@ -12,15 +12,19 @@ silently dropped; :attr:`SearchOptions.engine` names the backend module that wil
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from ..engine.arrays import import_torch, is_device_tensor
 from ..engine.exact import DEFAULT_MEMORY_BUDGET
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import check_bool, check_choice, check_int
 
-__all__ = ["BACKENDS", "SearchOptions"]
+__all__ = ["BACKENDS", "SearchOptions", "TorchOptions"]
 
 #: The values of ``backend=``.
 BACKENDS = ("local", "dask", "torch")
@@ -118,8 +122,6 @@ class SearchOptions:
 def _resolve_backend(backend: Any, like: Any, index: Any, shards: Any) -> str:
     backend = check_choice(backend, "backend", BACKENDS)
     if backend == "local" and index is None and shards is None and like is not None:
-        from .torch_backend import is_device_tensor
-
         if is_device_tensor(like):
             return "torch"  # GPU tensors are evaluated on their GPU
     return backend
@@ -142,8 +144,6 @@ def _torch_options(
                 "backend='torch' or drop them."
             )
         return None
-    from .torch_backend import TorchOptions
-
     return TorchOptions.make(
         device,
         device_memory,
@@ -202,3 +202,80 @@ def _check_shards(shards: Any) -> Any:
             raise InputError("shards is an empty list; pass an int or at least one array/path.")
         return shards
     return check_int(shards, "shards")
+
+
+@dataclass(frozen=True)
+class TorchOptions:
+    """How the torch backend runs.
+
+    ``device``: a torch device string (``"cuda"``, ``"cuda:1"``, ``"cpu"``).  ``memory``: the
+    working-memory budget in bytes, or a fraction of the device's free memory (``None``: half
+    the free memory on a GPU, 512 MiB on the CPU).  ``tf32``: allow TF32 products (faster on
+    Ampere and later, ~10-bit mantissa products: rankings of near neighbours may change).
+    ``block_size``: queries per block (default: from the budget).  ``kernels``: ``"torch"``
+    (on the device) or ``"numpy"`` (sorted candidates scored on the host).  ``progress``: a
+    progress bar on stderr (``None``: only on a terminal).  ``engine_keys``: on the CPU, compute
+    the keys with the local engine's product code in its block layout (``memory_budget`` is
+    that engine's), so that the two agree bit for bit on any data.
+    """
+
+    device: str = "cpu"
+    memory: float | int | None = None
+    tf32: bool = False
+    block_size: int | None = None
+    kernels: str = "torch"
+    progress: bool | None = False
+    engine_keys: bool = True
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
+
+    @classmethod
+    def make(
+        cls,
+        device: Any,
+        memory: Any = None,
+        tf32: Any = False,
+        block_size: int | None = None,
+        like: Any = None,
+        progress: bool | None = False,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    ) -> TorchOptions:
+        """Validated options; ``device=None`` takes the device of tensor ``like`` (or cuda when
+        available, else the CPU)."""
+        torch = import_torch()
+        if device is None:
+            if is_device_tensor(like):
+                device = str(like.device)
+            else:
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+        if not isinstance(device, (str, torch.device)):
+            raise InputTypeError(
+                f"device must be a string such as 'cuda', 'cuda:0' or 'cpu'; got {device!r}."
+            )
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, ValueError) as exc:
+            raise InputError(
+                f"device={device!r} is not a torch device; use 'cuda', 'cuda:0' or 'cpu'."
+            ) from exc
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise InputError(
+                f"device={device!r}, but PyTorch sees no CUDA GPU (torch.cuda.is_available() is "
+                "False: a CPU-only torch build or no driver). Use device='cpu' or the default "
+                "backend='local'."
+            )
+        if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InputError(
+                f"device={device!r}, but only {torch.cuda.device_count()} CUDA device(s) exist."
+            )
+        if memory is not None:
+            ok = isinstance(memory, numbers.Real) and not isinstance(memory, bool)
+            if not ok or not (0 < memory <= 1 or (memory >= 1 << 20 and float(memory) % 1 == 0)):
+                raise InputError(
+                    f"device_memory must be a fraction of the free device memory in (0, 1] or a "
+                    f"number of bytes >= 1 MiB; got {memory!r}."
+                )
+        if not isinstance(tf32, (bool, np.bool_)):
+            raise InputTypeError(f"tf32 must be True or False; got {tf32!r}.")
+        return cls(
+            str(dev), memory, bool(tf32), block_size, progress=progress, memory_budget=memory_budget
+        )

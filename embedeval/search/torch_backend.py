@@ -33,24 +33,21 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..engine.arrays import import_torch, to_host
 from ..engine.candidates import Candidates
 from ..engine.exact import DEFAULT_MEMORY_BUDGET
 from ..engine.torch_kernels import DeviceKernels, from_sortable_bits
-from ..utils.errors import InputError, InputTypeError
+from ..utils.errors import InputError
 from ..utils.progress import progress_bar
-from ..utils.validation import host_array
+from .options import TorchOptions
 
 __all__ = [
-    "TorchOptions",
-    "as_search_input",
-    "is_device_tensor",
     "run_torch",
     "torch_neighbors",
 ]
@@ -61,104 +58,6 @@ _TOPK_MAX = 2048  # deepest order statistic taken by topk rather than a full sor
 _MAX_BLOCK = 8192
 _BYTES_PER_KEY = 12  # keys, the comparison mask, exclusion / label masks and their temporaries
 _BYTES_PER_CANDIDATE = 80  # packed codes, their sort, decoded index / bits, kernel arrays
-_INSTALL = 'pip install torch (or the package\'s extra: pip install "embedeval-exact[torch]")'
-
-
-def import_torch() -> Any:
-    """``torch``, or an :class:`InputError` saying how to install it."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise InputError(
-            f"backend='torch' needs PyTorch, which is not installed; {_INSTALL}. The default "
-            "backend='local' runs without it."
-        ) from exc
-    return torch
-
-
-def is_device_tensor(x: Any) -> bool:
-    """True for a torch tensor on an accelerator (checked without importing torch)."""
-    if not type(x).__module__.startswith("torch"):
-        return False
-    device = getattr(x, "device", None)
-    return getattr(device, "type", "cpu") != "cpu"
-
-
-@dataclass(frozen=True)
-class TorchOptions:
-    """How the torch backend runs.
-
-    ``device``: a torch device string (``"cuda"``, ``"cuda:1"``, ``"cpu"``).  ``memory``: the
-    working-memory budget in bytes, or a fraction of the device's free memory (``None``: half
-    the free memory on a GPU, 512 MiB on the CPU).  ``tf32``: allow TF32 products (faster on
-    Ampere and later, ~10-bit mantissa products: rankings of near neighbours may change).
-    ``block_size``: queries per block (default: from the budget).  ``kernels``: ``"torch"``
-    (on the device) or ``"numpy"`` (sorted candidates scored on the host).  ``progress``: a
-    progress bar on stderr (``None``: only on a terminal).  ``engine_keys``: on the CPU, compute
-    the keys with the local engine's product code in its block layout (``memory_budget`` is
-    that engine's), so that the two agree bit for bit on any data.
-    """
-
-    device: str = "cpu"
-    memory: float | int | None = None
-    tf32: bool = False
-    block_size: int | None = None
-    kernels: str = "torch"
-    progress: bool | None = False
-    engine_keys: bool = True
-    memory_budget: int = DEFAULT_MEMORY_BUDGET
-
-    @classmethod
-    def make(
-        cls,
-        device: Any,
-        memory: Any = None,
-        tf32: Any = False,
-        block_size: int | None = None,
-        like: Any = None,
-        progress: bool | None = False,
-        memory_budget: int = DEFAULT_MEMORY_BUDGET,
-    ) -> TorchOptions:
-        """Validated options; ``device=None`` takes the device of tensor ``like`` (or cuda when
-        available, else the CPU)."""
-        torch = import_torch()
-        if device is None:
-            if is_device_tensor(like):
-                device = str(like.device)
-            else:
-                device = "cuda" if torch.cuda.is_available() else "cpu"
-        if not isinstance(device, (str, torch.device)):
-            raise InputTypeError(
-                f"device must be a string such as 'cuda', 'cuda:0' or 'cpu'; got {device!r}."
-            )
-        try:
-            dev = torch.device(device)
-        except (RuntimeError, ValueError) as exc:
-            raise InputError(
-                f"device={device!r} is not a torch device; use 'cuda', 'cuda:0' or 'cpu'."
-            ) from exc
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise InputError(
-                f"device={device!r}, but PyTorch sees no CUDA GPU (torch.cuda.is_available() is "
-                "False: a CPU-only torch build or no driver). Use device='cpu' or the default "
-                "backend='local'."
-            )
-        if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InputError(
-                f"device={device!r}, but only {torch.cuda.device_count()} CUDA device(s) exist."
-            )
-        if memory is not None:
-            ok = isinstance(memory, numbers.Real) and not isinstance(memory, bool)
-            if not ok or not (0 < memory <= 1 or (memory >= 1 << 20 and float(memory) % 1 == 0)):
-                raise InputError(
-                    f"device_memory must be a fraction of the free device memory in (0, 1] or a "
-                    f"number of bytes >= 1 MiB; got {memory!r}."
-                )
-        if not isinstance(tf32, (bool, np.bool_)):
-            raise InputTypeError(f"tf32 must be True or False; got {tf32!r}.")
-        return cls(
-            str(dev), memory, bool(tf32), block_size, progress=progress, memory_budget=memory_budget
-        )
 
 
 def _budget(torch: Any, device: Any, memory: float | int | None) -> int:
@@ -191,78 +90,6 @@ def _matmul_precision(torch: Any, tf32: bool) -> Iterator[None]:
         yield
     finally:
         setattr(matmul, name, before)
-
-
-def as_search_input(x: Any, name: str) -> Any:
-    """A torch tensor stays a tensor on its device (checked: 2-D, floating point, finite; cast
-    to float32 there, so bfloat16 works too); anything else goes through the CPU engine's
-    validation."""
-    if not (type(x).__module__.startswith("torch") and hasattr(x, "is_floating_point")):
-        from ..utils.validation import as_embeddings
-
-        return as_embeddings(x, name)
-    torch = import_torch()
-    if not x.is_floating_point():
-        raise InputTypeError(
-            f"{name} is a {x.dtype} tensor; embeddings must be floating point ({name}.float())."
-        )
-    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
-        raise InputError(
-            f"{name} must be a non-empty 2-D tensor (n_items, dim); got {tuple(x.shape)}."
-        )
-    x = x.detach().to(torch.float32)
-    finite = torch.isfinite(x).all(dim=1)
-    if not bool(finite.all()):
-        bad = torch.nonzero(~finite).flatten()
-        raise InputError(
-            f"{name} has NaN or infinite values in {bad.numel()} row(s), first at row "
-            f"{int(bad[0])}; drop or repair those rows before evaluating."
-        )
-    return x
-
-
-def scale_for_range(xq: Any, xb: Any, distance: str, same: bool) -> tuple[Any, Any, int]:
-    """:func:`embedeval.engine.exact.range_exponent` for numpy arrays and device tensors alike, and
-    the
-    inputs times 2**scale (exact: a power of two)."""
-    from ..engine.exact import range_exponent
-
-    def proxy(x: Any) -> Any:  # a tensor's largest |x| is read on its device, not copied
-        if isinstance(x, np.ndarray) or not hasattr(x, "abs"):
-            return x
-        return np.full((1, x.shape[1]), float(x.abs().max()) if x.numel() else 0.0)
-
-    scale = range_exponent([proxy(xq)] if same else [proxy(xq), proxy(xb)], distance)
-    if scale:
-        xq = _times_power_of_two(xq, scale)
-        xb = xq if same else _times_power_of_two(xb, scale)
-    return xq, xb, scale
-
-
-def _times_power_of_two(x: Any, scale: int) -> Any:
-    if isinstance(x, np.ndarray):
-        return np.ldexp(x, scale, dtype=np.float32)
-    half = scale // 2  # two factors, each within float32's range
-    return x * 2.0**half * 2.0 ** (scale - half)
-
-
-def check_lead_on_device(xq: Any, xb: Any) -> None:
-    """``ref_includes_query`` for device tensors: the queries are the first reference rows."""
-    torch = import_torch()
-    device = next((a.device for a in (xq, xb) if hasattr(a, "device")), "cpu")
-    n = xq.shape[0]
-    lead = torch.as_tensor(xb[:n], device=device) if xb.shape[0] >= n else None
-    if lead is None or not bool((lead == torch.as_tensor(xq, device=device)).all()):
-        raise InputError(
-            "ref_includes_query=True needs the queries to be the first rows of reference (query "
-            "i is reference i), but they are not. Pass reference=None for leave-one-out, or "
-            "ref_includes_query=False for a disjoint gallery."
-        )
-
-
-def to_host(x: Any) -> np.ndarray:
-    """A device tensor copied to a float32 numpy array (for NMI/AMI, which run on the CPU)."""
-    return np.asarray(host_array(x), dtype=np.float32)
 
 
 # ---------------------------------------------------------------------------------- search
