@@ -399,7 +399,7 @@ def run_limited_case(args: argparse.Namespace, path: str) -> dict:
     if lr.returncode == 0 and lr.stdout.strip():
         out = json.loads(lr.stdout.strip().splitlines()[-1])
     if "unavailable" in out:
-        state = f"not run: evaluate_qrels {out['unavailable']}"
+        state = f"not run: {out['unavailable']}"
     elif lr.completed:
         state = (
             f"COMPLETED in {out['seconds']:.2f} s (peak RSS {out['peak_mb']:.0f} MB, anonymous "
