@@ -15,7 +15,8 @@ non-relevant document, on which the tie rules of the tools differ.  Ids are stri
 Cases (each in a fresh process: wall time, CPU time, peak RSS and the sampled peaks of its
 anonymous and file-backed parts):
 
-1. ``product``   numpy ``queries @ chunk.T`` over corpus chunks of 50,000: the physical limit.
+1. ``product``   numpy ``queries @ chunk.T`` over corpus chunks of 50,000 into one reused result
+   buffer: the physical limit.
 2. ``faiss``     faiss ``IndexFlatIP`` (rows normalised chunk by chunk on the way in), top-depth
    search, the run dict, then ``pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10",
    "map_cut.100", "recall.100", "recall.<depth>", "P.10"})`` on it: what BEIR's and MTEB's faiss
