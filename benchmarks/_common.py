@@ -53,17 +53,69 @@ def peak_rss_mb() -> float:
     return kb / 1024
 
 
-def run_child(module: str, *args: str) -> dict:
-    """Run ``python -m module args`` and parse the JSON line it prints last."""
+def child_setup() -> tuple[dict[str, str], str]:
+    """Environment and working directory of a child: the repository root first on the path."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    return env, root
+
+
+def run_child(module: str, *args: str) -> dict:
+    """Run ``python -m module args`` and parse the JSON line it prints last."""
+    env, root = child_setup()
     proc = subprocess.run(
         [sys.executable, "-m", module, *args], capture_output=True, text=True, env=env, cwd=root
     )
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def rss_parts_mb() -> dict[str, float]:
+    """The current resident memory split as the kernel counts it (``/proc/self/status``):
+    ``RssAnon`` (private, allocated), ``RssFile`` (pages of mapped files, including a
+    memory-mapped data file, reclaimable when clean) and ``RssShmem``."""
+    parts = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(("RssAnon:", "RssFile:", "RssShmem:")):
+                key, value = line.split(":", 1)
+                parts[key] = int(value.split()[0]) / 1024
+    return parts
+
+
+class PeakSampler:
+    """Largest ``RssAnon`` and ``RssFile`` seen while the block runs, sampled every
+    ``interval`` seconds by a background thread (``ru_maxrss`` gives only their peak sum)."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.interval = interval
+        self.peak_anon_mb = 0.0
+        self.peak_file_mb = 0.0
+
+    def _sample(self) -> None:
+        parts = rss_parts_mb()
+        self.peak_anon_mb = max(self.peak_anon_mb, parts.get("RssAnon", 0.0))
+        self.peak_file_mb = max(self.peak_file_mb, parts.get("RssFile", 0.0))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> PeakSampler:
+        import threading
+
+        self._sample()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
 
 
 def machine() -> str:
