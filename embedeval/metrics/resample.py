@@ -94,10 +94,37 @@ def resampled_means(
         m = picks.shape[0]
         picks += (np.arange(m, dtype=np.int64) * n)[:, None]
         counts = np.bincount(picks.ravel(), minlength=m * n).reshape(m, n)
-        out.append(counts.astype(np.float64) @ values / n)
+        out.append(_row_products(counts.astype(np.float64), values) / n)
         if bar is not None:
             bar.update(m)
     return np.concatenate(out)
+
+
+_TILE = 16  # rows per product: every replicate is computed by a product of the same shape
+
+
+def _row_products(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``counts @ values`` computed in products of a fixed shape (the last tile zero-padded).
+
+    BLAS rounds a row's dot products differently in products of different heights, so a plain
+    product of the whole block would make a replicate depend on how many others share its block
+    (that is, on ``CHUNK`` and ``n_boot``); fixed tiles make each replicate a function of its own
+    draws only.
+
+    Examples
+    --------
+    >>> c = np.arange(40.0).reshape(20, 2)
+    >>> v = np.array([[1.0], [2.0]])
+    >>> bool(np.array_equal(_row_products(c, v), c @ v))
+    True
+    """
+    m = counts.shape[0]
+    padded = np.zeros((-(-m // _TILE) * _TILE, counts.shape[1]))
+    padded[:m] = counts
+    out = np.empty((padded.shape[0], values.shape[1]))
+    for start in range(0, padded.shape[0], _TILE):
+        np.matmul(padded[start : start + _TILE], values, out=out[start : start + _TILE])
+    return out[:m]
 
 
 def mean_difference_interval(
