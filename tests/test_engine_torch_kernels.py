@@ -1,5 +1,5 @@
 """The torch twins of the metric kernels: numpy's summation order and bit-for-bit parity with
-the numpy kernels (the backend itself is tested in tests/test_torch_backend.py)."""
+the numpy kernels (the backend itself is tested in tests/test_search_torch_backend.py)."""
 
 from __future__ import annotations
 
