@@ -43,8 +43,8 @@ th,td{border:1px solid #ddd;padding:.25em .6em;text-align:left;vertical-align:to
 th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 table.sortable th{cursor:pointer}dl.kv{display:grid;grid-template-columns:max-content auto;
 gap:.15em 1em}dl.kv dt{font-weight:600}dl.kv dd{margin:0;word-break:break-all}
-figure{display:inline-block;margin:.5em 1em 1em 0;vertical-align:top}
-figure img{max-width:540px;width:100%;border:1px solid #eee}figcaption{color:#444;font-size:.9em}
+figure{display:inline-block;width:min(480px,100%);margin:.5em 1em 1em 0;vertical-align:top}
+figure img{width:100%;border:1px solid #eee}figcaption{color:#444;font-size:.9em}
 .gallery td{text-align:center;min-width:72px}.gallery td.q{background:#eef3fb}
 .ok{background:#e3f4e3;border:2px solid #2a8a2a}.bad{background:#fbe5e5;border:2px solid #c03030}
 .sym{font-weight:700;font-size:1.1em}.ok .sym{color:#1e6e1e}.bad .sym{color:#a01818}
@@ -164,7 +164,7 @@ def evaluation_html(
     gallery_k = check_int(gallery_k, "gallery_k")
     thumbnail = check_int(thumbnail, "thumbnail", minimum=8, maximum=512)
     title = title or "embedeval report"
-    body = [f"<h1>{_e(title)}</h1>", _subtitle(res)]
+    body = [f"<h1>{_e(title)}</h1>", _subtitle(res), _NAV]
     if res.approximation:
         body.append(_approximation(res))
     body += [_what(res), _metrics(res)]
@@ -178,6 +178,13 @@ def evaluation_html(
         body.append(_gallery(res, inputs, gallery, gallery_metric, gallery_k, media))
         media.warn()
     return _page(title, body)
+
+
+_NAV = (
+    '<p class="sub">Sections: <a href="#s-what">what was evaluated</a> · <a href="#s-metrics">'
+    'metrics</a> · <a href="#s-classes">per class</a> · <a href="#s-figures">figures</a> · '
+    '<a href="#s-gallery">failure gallery</a></p>'
+)
 
 
 def _subtitle(res: Any) -> str:
@@ -217,7 +224,7 @@ def _what(res: Any) -> str:
     command = " ".join(p.get("command", [])) if p.get("command") else None
     extra = {"command": command} if command else {}
     return (
-        "<h2>What was evaluated</h2>"
+        '<h2 id="s-what">What was evaluated</h2>'
         + files
         + _kv({**sizes, **extra})
         + "<details><summary>Every setting</summary>"
@@ -279,8 +286,8 @@ def _per_class(res: Any) -> str:
         for lab in order
     ]
     return (
-        f"<h2>Per class</h2><p class='sub'>{len(order)} classes, worst {_e(main)} first; click a "
-        "column to sort.</p>"
+        "<h2 id='s-classes'>Per class</h2>"
+        f"<p class='sub'>{len(order)} classes, worst {_e(main)} first; click a column to sort.</p>"
         + _table(["label", "queries", *metrics], rows, cls="sortable", ident="per-class")
     )
 
@@ -295,7 +302,8 @@ def _figures(res: Any, inputs: dict[str, Any] | None) -> str:
                 f'<figure id="fig-{name}"><img src="{uri}" alt="{_e(title)}">'
                 f"<figcaption>{_e(title)}</figcaption></figure>"
             )
-    return "<h2>Figures</h2>" + ("".join(parts) or "<p>No figure applies to this run.</p>")
+    empty = "<p>No figure applies to this run.</p>"
+    return '<h2 id="s-figures">Figures</h2>' + ("".join(parts) or empty)
 
 
 # ----------------------------------------------------------------------------- failure gallery
@@ -353,20 +361,22 @@ class _Media:
         texts = self.ref_texts if reference else self.texts
         out = ""
         if images is not None:
-            uri = self._thumbnail(str(images[row]))
+            item = images[row]
+            uri = self._thumbnail(item) if _is_path(item) else _array_uri(item, self.size)
             out += (
-                f'<img src="{uri}" alt="row {row}" loading="eager">'
+                f'<img src="{uri}" alt="row {row}">'
                 if uri
-                else f'<span class="ph" title="{_e(images[row])}">image<br>unavailable</span>'
+                else f'<span class="ph" title="{_e(item)}">image<br>unavailable</span>'
             )
         if texts is not None:
             out += f'<span class="cap">{_e(texts[row])}</span>'
         return out
 
-    def _thumbnail(self, path: str) -> str | None:
-        if path not in self.cache:
-            self.cache[path] = _thumbnail(path, self.size, self.failed)
-        return self.cache[path]
+    def _thumbnail(self, path: Any) -> str | None:
+        key = str(path)
+        if key not in self.cache:
+            self.cache[key] = _thumbnail(key, self.size, self.failed)
+        return self.cache[key]
 
     def warn(self) -> None:
         if self.failed:
@@ -388,6 +398,27 @@ def _listed(values: Any, name: str) -> list[Any] | None:
             "on the command line pass a file with one entry per line."
         )
     return list(values)
+
+
+def _is_path(item: Any) -> bool:
+    return isinstance(item, (str, os.PathLike))
+
+
+def _array_uri(pixels: Any, size: int) -> str:
+    """An image given as an array (H x W grey or H x W x 3 RGB, uint8, or floats in [0, 1]) as a
+    PNG data URI, scaled to fit ``size`` x ``size``; small images are enlarged pixel by pixel."""
+    from PIL import Image
+
+    a = np.asarray(pixels)
+    if a.dtype != np.uint8:
+        a = (np.clip(a.astype(np.float64), 0.0, 1.0) * 255).round().astype(np.uint8)
+    im = Image.fromarray(a)
+    scale = size / max(im.size)
+    shape = (max(1, round(im.size[0] * scale)), max(1, round(im.size[1] * scale)))
+    im = im.resize(shape, Image.Resampling.NEAREST if scale > 1 else Image.Resampling.LANCZOS)
+    buf = io.BytesIO()
+    im.save(buf, format="PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def _thumbnail(path: str, size: int, failed: list[str]) -> str | None:
@@ -412,7 +443,7 @@ def _thumbnail(path: str, size: int, failed: list[str]) -> str | None:
 def _gallery(
     res: Any, inputs: dict[str, Any] | None, n: int, metric: str | None, k: int, media: _Media
 ) -> str:
-    head = "<h2>Failure gallery</h2>"
+    head = '<h2 id="s-gallery">Failure gallery</h2>'
     if inputs is None or inputs.get("query") is None:
         return head + (
             "<p>The gallery needs the embeddings: pass <code>query=</code> (and "
