@@ -590,3 +590,25 @@ def test_the_report_renders_in_headless_chromium(run_files):
     assert len(page.rows["gallery-worst"]) == 5 and len(page.rows["gallery-confident"]) == 5
     assert any(t == "table" and a.get("id") == "metrics" for t, a in page.tags)
     assert "https://" not in dom and "http://" not in dom
+
+
+def test_per_class_table_worst_first_with_class_sizes(tmp_path):
+    y = np.r_[Y, [0, 0]]  # class 0 has two more queries
+    x = np.r_[X, [[9.0, 9.0], [9.0, 9.0]]].astype(np.float32)
+    res = ee.evaluate(x, y, metrics=["map_at_r"], progress=False)
+    out = res.to_html(tmp_path / "pc.html", query=x, gallery=0, figures=False)
+    _, _, per_class = oracle.evaluate(x, y, metrics=["map_at_r"])
+    expected = sorted(per_class["map_at_r"].items(), key=lambda kv: (kv[1], str(kv[0])))
+    values = [float(v) for v in _cells(out, "per-class", 2)]
+    sizes = [int(v) for v in _cells(out, "per-class", 1)]
+    assert values == pytest.approx([v for _, v in expected], abs=1e-12)
+    assert sizes == [int((y == lab).sum()) for lab, _ in expected]
+
+
+def test_an_approximate_run_shows_its_error_report(tmp_path):
+    pytest.importorskip("faiss")
+    res = ee.evaluate(X, Y, metrics=["map_at_r"], index="HNSW8", exact_sample=20, progress=False)
+    out = res.to_html(tmp_path / "a.html", query=X, gallery=2, figures=False)
+    page = parse(out)
+    assert any(a.get("id") == "approximation" for _, a in page.tags)
+    assert "APPROXIMATE search (HNSW8)" in "".join(page.text)
