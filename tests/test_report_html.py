@@ -612,3 +612,16 @@ def test_an_approximate_run_shows_its_error_report(tmp_path):
     page = parse(out)
     assert any(a.get("id") == "approximation" for _, a in page.tags)
     assert "APPROXIMATE search (HNSW8)" in "".join(page.text)
+
+
+def test_a_relevance_list_run_has_a_page_without_gallery(tmp_path):
+    q = np.array([[0.0, 0.0]])
+    g = np.array([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [0.0, 4.0]])
+    res = ee.evaluate(q, None, g, None, positives=[[1, 3]], junk=[[0]], metrics=["map"])
+    out = res.to_html(tmp_path / "l.html")
+    shown = {
+        a["data-metric"]: float(a["data-value"]) for t, a in parse(out).tags if "data-metric" in a
+    }
+    assert shown == {"map": pytest.approx((1 / 1 + 2 / 3) / 2)}  # ranks 1 and 3 once 0 is junk
+    with pytest.raises(InputError, match="positives="):
+        res.to_html(tmp_path / "l2.html", query=q)

@@ -366,6 +366,11 @@ class EvaluationResult:
             if reference is not None:
                 raise InputError("reference= needs query= too (the gallery searches from it).")
             return None
+        if "relevance" in self.settings:
+            raise InputError(
+                "this result was evaluated with positives=/junk= lists, not labels: its page "
+                "has no gallery nor distance figures. Call to_html(path) without query=."
+            )
         n = len(query)
         if n != self.n_queries:
             raise InputError(
