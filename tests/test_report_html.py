@@ -625,3 +625,23 @@ def test_a_relevance_list_run_has_a_page_without_gallery(tmp_path):
     assert shown == {"map": pytest.approx((1 / 1 + 2 / 3) / 2)}  # ranks 1 and 3 once 0 is junk
     with pytest.raises(InputError, match="positives="):
         res.to_html(tmp_path / "l2.html", query=q)
+
+
+def test_gallery_with_ref_includes_query_skips_the_own_row(tmp_path):
+    xb, yb = X, Y  # the 10 queries are the first 10 reference rows (PML's convention)
+    res = ee.evaluate(X[:10], Y[:10], xb, yb, ref_includes_query=True, metrics=["map_at_r"])
+    out = res.to_html(
+        tmp_path / "r.html",
+        query=X[:10],
+        reference=xb,
+        reference_labels=yb,
+        gallery=10,
+        gallery_k=3,
+        figures=False,
+    )
+    for row in parse(out).rows["gallery-worst"]:
+        q = row["query"]
+        d = np.sqrt(((xb.astype(np.float64) - X[q]) ** 2).sum(axis=1))
+        j = [c for c in np.lexsort((np.arange(len(xb)), d)).tolist() if c != q]
+        assert [int(c["data-index"]) for c in row["cells"]] == j[:3]
+        assert row["first"] == first_relevant([bool(yb[c] == Y[q]) for c in j])
