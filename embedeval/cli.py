@@ -243,6 +243,17 @@ def add_search_options(p: argparse.ArgumentParser) -> Any:
         help="Dask scheduler address, e.g. tcp://10.0.0.5:8786 (implies --backend dask); "
         "--backend dask without it starts a local in-process cluster for the run",
     )
+    _add_scale_options(g)
+    g.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (it is only shown when stderr is a terminal)",
+    )
+    return g
+
+
+def _add_scale_options(g: Any) -> None:
+    """Sharded and approximate search, and the working memory."""
     g.add_argument(
         "--shards",
         type=_positive_int,
@@ -277,12 +288,6 @@ def add_search_options(p: argparse.ArgumentParser) -> Any:
         metavar="BYTES",
         help="working memory per thread, e.g. 256M or 2G (default: 256M)",
     )
-    g.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress bar (it is only shown when stderr is a terminal)",
-    )
-    return g
 
 
 def _index_param(value: str) -> tuple[str, Any]:
