@@ -159,6 +159,14 @@ def evaluation_html(
     ``query_labels``, ``reference``, ``reference_labels``, ``ref_includes_query``, groups):
     with them the page adds the distance histograms, the k sweep and the failure gallery.  See
     :meth:`EvaluationResult.to_html` for the other options.
+
+    Examples
+    --------
+    >>> import embedeval as ee
+    >>> res = ee.evaluate([[0.0], [0.1], [1.0], [1.2]], [0, 0, 1, 1], progress=False)
+    >>> page = evaluation_html(res, figures=False)
+    >>> page.startswith("<!DOCTYPE html>"), 'data-metric="map_at_r"' in page
+    (True, True)
     """
     gallery = check_int(gallery, "gallery", minimum=0)
     gallery_k = check_int(gallery_k, "gallery_k")
@@ -538,7 +546,17 @@ def _gallery_row(
 # ----------------------------------------------------------------------------- comparison page
 def comparison_html(cmp: Any, *, title: str | None = None, figures: bool = True) -> str:
     """The HTML page of a :class:`~embedeval.evaluation.compare.Comparison`: the checkpoint table
-    with intervals and paired differences against the baseline, and its plot."""
+    with intervals and paired differences against the baseline, and its plot.
+
+    Examples
+    --------
+    >>> import embedeval as ee
+    >>> x, y = [[0.0], [0.1], [1.0], [1.2]], [0, 0, 1, 1]
+    >>> runs = {"a": ee.evaluate(x, y), "b": ee.evaluate([[0.0], [0.9], [1.0], [1.2]], y)}
+    >>> page = comparison_html(ee.compare(runs, n_boot=20), figures=False)
+    >>> page.count('data-checkpoint="b"')  # one row per metric
+    4
+    """
     title = title or "embedeval comparison"
     s = cmp.settings
     sub = (
