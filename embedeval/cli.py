@@ -832,6 +832,7 @@ def _write_report(args: argparse.Namespace, res: Any, inputs: dict[str, Any]) ->
             gallery_metric=args.gallery_metric,
             gallery_k=args.gallery_k,
             thumbnail=args.thumbnail,
+            title=f"embedeval report: {Path(args.file).name}",
             **media,
         )
     for w in caught:
