@@ -365,7 +365,7 @@ def _dask_client(address: str | None) -> Iterator[Any]:
             client = (
                 Client(address, timeout=10)
                 if address
-                else Client(processes=False, dashboard_address=None, scheduler_port=0)
+                else Client(processes=False, dashboard_address=":0", scheduler_port=0)
             )
     except (OSError, TimeoutError, ValueError) as exc:
         raise InputError(

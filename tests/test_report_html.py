@@ -432,7 +432,7 @@ def test_cli_dask_backend_on_a_scheduler_started_here(run_files):
         protocol="tcp",
         host="127.0.0.1",
         scheduler_port=0,
-        dashboard_address=None,
+        dashboard_address=":0",  # any free port: no warning about a port in use
     ) as cluster:
         proc = run(
             "evaluate",
