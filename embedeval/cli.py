@@ -13,6 +13,7 @@ Each subcommand is two functions: ``_add_<name>_command`` declares its options (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
@@ -21,7 +22,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,7 @@ def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
     _add_metric_options(p.add_argument_group("metrics"))
     _add_confidence_options(p.add_argument_group("confidences"))
     _add_statistics_options(p.add_argument_group("statistics"))
-    _add_search_options(p.add_argument_group("search"))
+    add_search_options(p)
 
 
 def _add_protocol_options(g: Any) -> None:
@@ -207,8 +208,16 @@ def _add_statistics_options(g: Any) -> None:
     )
 
 
-def _add_search_options(g: Any) -> None:
-    """How the exact search runs (never what it finds)."""
+def add_search_options(p: argparse.ArgumentParser) -> Any:
+    """Add the "search" argument group (how the search runs, never what it finds) to a command;
+    :func:`search_arguments` turns the parsed values into :func:`embedeval.evaluate` keywords.
+    Returns the group."""
+    g = p.add_argument_group(
+        "search",
+        "Which engine searches: local (default, exact, threads), torch (--device), dask "
+        "(--scheduler, or a local in-process cluster without it), sharded (--shards) or an "
+        "approximate faiss index (--index). An option the chosen search would ignore is an error.",
+    )
     g.add_argument(
         "--threads",
         type=_positive_int,
@@ -218,10 +227,155 @@ def _add_search_options(g: Any) -> None:
         "the numbers do not depend on it",
     )
     g.add_argument(
+        "--backend",
+        choices=("local", "torch", "dask"),
+        default=None,
+        help="search backend (default: local; torch with --device, dask with --scheduler)",
+    )
+    g.add_argument(
+        "--device",
+        metavar="DEVICE",
+        help="torch device of the torch backend: cpu, cuda or cuda:N (implies --backend torch)",
+    )
+    g.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Dask scheduler address, e.g. tcp://10.0.0.5:8786 (implies --backend dask); "
+        "--backend dask without it starts a local in-process cluster for the run",
+    )
+    _add_scale_options(g)
+    g.add_argument(
         "--quiet",
         action="store_true",
         help="no progress bar (it is only shown when stderr is a terminal)",
     )
+    return g
+
+
+def _add_scale_options(g: Any) -> None:
+    """Sharded and approximate search, and the working memory."""
+    g.add_argument(
+        "--shards",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="split the reference set into N shards merged exactly (same numbers)",
+    )
+    g.add_argument(
+        "--index",
+        metavar="FACTORY",
+        help="approximate search with a faiss index factory string, e.g. HNSW32 or IVF1024,Flat; "
+        "the result reports its error against exact search on --exact-sample queries",
+    )
+    g.add_argument(
+        "--index-param",
+        action="append",
+        type=_index_param,
+        metavar="NAME=VALUE",
+        help="search-time parameter of --index, e.g. nprobe=64 or efSearch=128 (repeatable)",
+    )
+    g.add_argument(
+        "--exact-sample",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="queries also searched exactly to measure --index's error (default: 10000)",
+    )
+    g.add_argument(
+        "--memory-budget",
+        type=_bytes,
+        default=None,
+        metavar="BYTES",
+        help="working memory per thread, e.g. 256M or 2G (default: 256M)",
+    )
+
+
+def _index_param(value: str) -> tuple[str, Any]:
+    name, sep, text = value.partition("=")
+    if not sep or not name.strip() or not text.strip():
+        raise argparse.ArgumentTypeError(f"must be NAME=VALUE, e.g. nprobe=64; got {value!r}")
+    for kind in (int, float):
+        try:
+            return name.strip(), kind(text)
+        except ValueError:
+            pass
+    return name.strip(), text.strip()
+
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _bytes(value: str) -> int:
+    match = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)i?B?\s*", value, flags=re.IGNORECASE)
+    if not match or int(match.group(1)) == 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of bytes, optionally with K, M, G or T (e.g. 512M); "
+            f"got {value!r}"
+        )
+    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+@contextlib.contextmanager
+def search_arguments(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    """The "search" options of :func:`add_search_options` as :func:`embedeval.evaluate` keyword
+    arguments; a Dask client it opens is closed on leaving.
+
+    Only options given on the command line are passed, so :func:`embedeval.evaluate` refuses an
+    option the chosen search would ignore (``--index-param`` without ``--index``, ``--device``
+    with ``--backend local``, ...) with its own message.
+    """
+    backend = args.backend
+    if backend is None:
+        backend = "torch" if args.device else "dask" if args.scheduler else "local"
+    kwargs: dict[str, Any] = {"backend": backend, "n_threads": args.threads}
+    named = {
+        "device": args.device,
+        "shards": args.shards,
+        "index": args.index,
+        "index_params": dict(args.index_param) if args.index_param else None,
+        "exact_sample": args.exact_sample,
+        "memory_budget": args.memory_budget,
+    }
+    kwargs.update({k: v for k, v in named.items() if v is not None})
+    if backend != "dask":
+        if args.scheduler:
+            raise InputError(
+                f"--scheduler {args.scheduler} is only used by --backend dask (the backend here "
+                f"is {backend}); drop --scheduler or pass --backend dask."
+            )
+        yield kwargs
+        return
+    with _dask_client(args.scheduler) as client:
+        yield {**kwargs, "client": client}
+
+
+@contextlib.contextmanager
+def _dask_client(address: str | None) -> Iterator[Any]:
+    """A client of the scheduler at ``address``, or of a local in-process cluster (threads)."""
+    try:
+        from distributed import Client
+    except ImportError as exc:
+        raise InputError(
+            "--backend dask needs Dask's distributed scheduler: pip install 'dask[distributed]'."
+        ) from exc
+    try:
+        with warnings.catch_warnings():
+            # A local cluster's dashboard moving to a free port is no news to the user.
+            warnings.filterwarnings("ignore", message=r"Port \d+ is already in use")
+            client = (
+                Client(address, timeout=10)
+                if address
+                else Client(processes=False, dashboard_address=":0", scheduler_port=0)
+            )
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise InputError(
+            f"--scheduler {address}: cannot connect ({_one_line(exc)}); check the address "
+            "(tcp://HOST:PORT) and that the scheduler is running."
+        ) from exc
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -269,11 +423,57 @@ def _add_evaluate_command(sub: Any) -> None:
         help="write figures of this run to DIR: per-class (worst 30), distance histograms, "
         "k-sweep, and with confidences the error-vs-reject and confidence-vs-recall curves",
     )
+    _add_report_options(p, o)
     o.add_argument(
         "--plot-format",
         default="png",
         choices=("png", "svg", "pdf"),
         help="format of the --plots figures (default: png, at 200 dpi)",
+    )
+
+
+def _add_report_options(p: argparse.ArgumentParser, outputs: Any) -> None:
+    """``--report`` and what its failure gallery shows."""
+    outputs.add_argument(
+        "--report",
+        metavar="OUT",
+        help="write one self-contained HTML page (.html): settings, metrics with CIs, per-class "
+        "table, figures and a failure gallery (the worst queries and what they retrieved)",
+    )
+    g = p.add_argument_group("report gallery")
+    g.add_argument(
+        "--images",
+        metavar="FILE",
+        help="image paths, one per query row (relative to FILE's folder), shown as thumbnails",
+    )
+    g.add_argument("--reference-images", metavar="FILE", help="image paths, one per reference row")
+    g.add_argument("--texts", metavar="FILE", help="captions, one line per query row")
+    g.add_argument("--reference-texts", metavar="FILE", help="captions, one per reference row")
+    g.add_argument(
+        "--gallery",
+        type=int,
+        default=20,
+        metavar="N",
+        help="queries per gallery table (default: 20; 0: no gallery)",
+    )
+    g.add_argument(
+        "--gallery-metric",
+        metavar="NAME",
+        help="the worst queries by this metric (default: map_at_r, else r_precision, else P@1)",
+    )
+    g.add_argument(
+        "--gallery-k",
+        type=_positive_int,
+        default=5,
+        metavar="K",
+        help="references shown per query (default: 5)",
+    )
+    g.add_argument(
+        "--thumbnail",
+        type=_positive_int,
+        default=64,
+        metavar="PX",
+        help="thumbnail size in pixels (default: 64)",
     )
 
 
@@ -313,6 +513,12 @@ def _add_compare_command(sub: Any) -> None:
     p.add_argument("--plot", metavar="OUT", help="metric-vs-checkpoint figure (.png/.svg/.pdf)")
     p.add_argument("--json", metavar="OUT", help="write the comparison table as JSON")
     p.add_argument("--markdown", metavar="OUT", help="write the comparison table as Markdown")
+    p.add_argument(
+        "--report",
+        metavar="OUT",
+        help="write a self-contained HTML page (.html): the table with intervals and paired "
+        "differences, and the plot",
+    )
     p.add_argument(
         "--confidence-metrics",
         default=None,
@@ -431,13 +637,19 @@ def _load_reference(args: argparse.Namespace, path: str, dim: int) -> dict[str, 
 
 
 def _evaluate_file(
-    args: argparse.Namespace, path: str, *, with_ci: bool = True, inputs: Any = None
+    args: argparse.Namespace,
+    path: str,
+    search: dict[str, Any],
+    *,
+    with_ci: bool = True,
+    inputs: Any = None,
 ) -> Any:
     from .evaluation.evaluate import evaluate
 
     kwargs = _load_inputs(args, path) if inputs is None else inputs
     return evaluate(
         **kwargs,
+        **search,
         metrics=args.metrics,
         k=args.k,
         distance=args.distance,
@@ -446,7 +658,6 @@ def _evaluate_file(
         n_boot=args.n_boot,
         seed=args.seed,
         progress=False if args.quiet else None,
-        n_threads=args.threads,
     )
 
 
@@ -551,18 +762,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     _check_output(args.per_query, (".csv",), "--per-query")
     _check_output(args.json, (".json",), "--json")
     _check_output(args.plots, None, "--plots")
+    _check_output(args.report, (".html",), "--report")
+    _check_report_options(args)
     plot_files = _plot_paths(args.plots, args.plot_format) if args.plots else []
-    _check_paths(args, [args.json, args.per_class, args.per_query, *plot_files])
+    _check_paths(args, [args.json, args.per_class, args.per_query, args.report, *plot_files])
     inputs = _load_inputs(args, args.file)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, search_arguments(args) as search:
         warnings.simplefilter("always")
-        res = _evaluate_file(args, args.file, inputs=inputs)
+        res = _evaluate_file(args, args.file, search, inputs=inputs)
     _refuse_all_lone(res, args.file)  # before the warnings: the error says it all, once
     for w in caught:
         _show_warning(w.message, w.category)
     res.provenance.update(_provenance(args))
     _say(f"{args.file}: {_summary(res)}")
     _say(res.table())
+    _write_evaluation(args, res, inputs)
+    return 0
+
+
+def _write_evaluation(args: argparse.Namespace, res: Any, inputs: dict[str, Any]) -> None:
+    """Every output of ``evaluate`` that was asked for."""
     if args.json:
         res.to_json(args.json)
     if args.per_class:
@@ -576,7 +795,67 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
         for path in write_plots(res, inputs, args.plots, args.plot_format):
             _say(f"wrote {path}")
-    return 0
+    if args.report:
+        _write_report(args, res, inputs)
+        _say(f"wrote {args.report}")
+
+
+def _check_report_options(args: argparse.Namespace) -> None:
+    if args.report:
+        return
+    given = [
+        f for f in ("images", "reference_images", "texts", "reference_texts") if getattr(args, f)
+    ]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise InputError(f"{flag} is shown in the HTML report: add --report OUT.html, or drop it.")
+
+
+def _write_report(args: argparse.Namespace, res: Any, inputs: dict[str, Any]) -> None:
+    n_ref = res.settings.get("n_reference", 0)
+    media = {
+        "images": _row_list("--images", args.images, res.n_queries, paths=True),
+        "reference_images": _row_list("--reference-images", args.reference_images, n_ref, True),
+        "texts": _row_list("--texts", args.texts, res.n_queries),
+        "reference_texts": _row_list("--reference-texts", args.reference_texts, n_ref),
+    }
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res.to_html(
+            args.report,
+            query=inputs["query"],
+            reference=inputs.get("reference"),
+            reference_labels=inputs.get("reference_labels"),
+            query_groups=inputs.get("query_groups"),
+            reference_groups=inputs.get("reference_groups"),
+            gallery=args.gallery,
+            gallery_metric=args.gallery_metric,
+            gallery_k=args.gallery_k,
+            thumbnail=args.thumbnail,
+            title=f"embedeval report: {Path(args.file).name}",
+            **media,
+        )
+    for w in caught:
+        _show_warning(w.message, w.category)
+
+
+def _row_list(flag: str, path: str | None, n: int, paths: bool = False) -> list[str] | None:
+    """A file of one entry per line (UTF-8), as a list of ``n`` entries; image paths relative to
+    the list file's folder."""
+    if path is None:
+        return None
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    if lines and not lines[-1].strip():
+        lines = lines[:-1]
+    if len(lines) != n:
+        raise InputError(
+            f"{flag} {path} has {len(lines)} lines but there are {n} rows; write one entry per "
+            "embedding row, in the same order."
+        )
+    if paths:
+        folder = Path(path).parent
+        lines = [str(folder / line.strip()) for line in lines]
+    return lines
 
 
 def _refuse_all_lone(res: Any, path: str) -> None:
@@ -614,7 +893,10 @@ def natural_key(path: str) -> list[Any]:
 
 
 def _input_paths(args: argparse.Namespace) -> list[tuple[str, str]]:
-    flags = ("labels", "reference", "reference_labels", "groups", "reference_groups", "confidences")
+    flags = (
+        *("labels", "reference", "reference_labels", "groups", "reference_groups", "confidences"),
+        *("images", "reference_images", "texts", "reference_texts"),
+    )
     named = [("--" + f.replace("_", "-"), getattr(args, f, None)) for f in flags]
     files = [args.file] if getattr(args, "file", None) else list(getattr(args, "files", []))
     return [("input", f) for f in files] + [(flag, p) for flag, p in named if p]
@@ -661,23 +943,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _check_output(args.json, (".json",), "--json")
     _check_output(args.markdown, (".md",), "--markdown")
     _check_output(args.plot, (".png", ".svg", ".pdf"), "--plot")
+    _check_output(args.report, (".html",), "--report")
     show = not args.quiet and sys.stderr.isatty()
     if not args.keep_order:  # the shell gives epoch_1, epoch_10, epoch_5: plot epoch_5 second
         args.files = sorted(args.files, key=natural_key)
-    _check_paths(args, [args.json, args.markdown, args.plot])
+    _check_paths(args, [args.json, args.markdown, args.plot, args.report])
     names = _checkpoint_names(args.files)
     if args.baseline is not None and args.baseline not in names:
         raise InputError(
             f"--baseline {args.baseline!r} is not one of the checkpoints "
             f"({', '.join(names)}); pass one of those names (file stems)."
         )
-    results = {}
-    for name, f in zip(names, args.files, strict=True):
-        if show:
-            print(f"evaluating {f} ...", file=sys.stderr)
-        # compare() draws its own (paired) resamples; a per-file bootstrap would be wasted work
-        results[name] = _evaluate_file(args, f, with_ci=False)
-        _refuse_all_lone(results[name], f)
+    with search_arguments(args) as search:
+        results = _evaluate_checkpoints(args, names, search, show)
     cmp = compare(
         results,
         metrics=_compared_metrics(args.confidence_metrics, results),
@@ -690,6 +968,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _say(repr(cmp))
     _write_comparison(args, cmp)
     return 0
+
+
+def _evaluate_checkpoints(
+    args: argparse.Namespace, names: list[str], search: dict[str, Any], show: bool
+) -> dict[str, Any]:
+    results = {}
+    for name, f in zip(names, args.files, strict=True):
+        if show:
+            print(f"evaluating {f} ...", file=sys.stderr)
+        # compare() draws its own (paired) resamples; a per-file bootstrap would be wasted work
+        results[name] = _evaluate_file(args, f, search, with_ci=False)
+        _refuse_all_lone(results[name], f)
+    return results
 
 
 def _checkpoint_names(files: Sequence[str]) -> list[str]:
@@ -729,6 +1020,9 @@ def _write_comparison(args: argparse.Namespace, cmp: Any) -> None:
         from .plots import save_figure
 
         save_figure(cmp.plot(), args.plot, dpi=200)
+    if args.report:
+        cmp.to_html(args.report)
+        _say(f"wrote {args.report}")
 
 
 def cmd_figures(args: argparse.Namespace) -> int:

@@ -312,6 +312,10 @@ def test_compare_and_figures_and_demo(files):
     assert "## What it shows" in (files / "demo" / "report.md").read_text()
     assert "What it shows" in proc.stdout
     assert len(report["findings"]) == 4  # two checkpoints x (P@1, MAP@R) against raw pixels
+    page = (files / "demo" / "report.html").read_text(encoding="utf-8")
+    assert len(page.encode()) < 10 * 2**20 and "http://" not in page and "https://" not in page
+    assert page.count('class="gallery-row"') == 12
+    assert "https://" not in (files / "demo" / "comparison.html").read_text(encoding="utf-8")
     # The raw-pixel numbers of the demo, recomputed by the brute-force oracle on the same split.
     datasets = pytest.importorskip("sklearn.datasets")
     model_selection = pytest.importorskip("sklearn.model_selection")

@@ -421,3 +421,44 @@ def test_neighbors_match_faiss_on_random_data():
     fd, fi = index.search(x[:500], 8)
     assert (i == fi).mean() > 0.999  # float32 rounding may swap near-equal neighbours
     np.testing.assert_allclose(d**2, fd, rtol=1e-4, atol=1e-4)
+
+
+def _brute_groups(q, r, k, gq, gr, exclude_self):
+    """Euclidean brute force skipping same-group references (and the own row), padded with -1."""
+    q, r = np.asarray(q, dtype=np.float64), np.asarray(r, dtype=np.float64)
+    idx = np.full((len(q), k), -1)
+    for i in range(len(q)):
+        d = np.sqrt(((r - q[i]) ** 2).sum(axis=1))
+        cand = [j for j in range(len(r)) if gr[j] != gq[i] and not (exclude_self and j == i)]
+        cand.sort(key=lambda j: (d[j], j))
+        idx[i, : len(cand[:k])] = cand[:k]
+    return idx
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_groups_exclude_same_group_references_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 3, size=(30, 2)).astype(np.float64)  # duplicates and exact ties
+    g = rng.integers(0, 4, size=30)
+    d, i = ee.neighbors(x, 5, query_groups=g)
+    np.testing.assert_array_equal(i, _brute_groups(x, x, 5, g, g, True))
+    r, gr = x[5:], g[5:]
+    d, i = ee.neighbors(x[:8], 4, r, query_groups=g[:8], reference_groups=gr)
+    np.testing.assert_array_equal(i, _brute_groups(x[:8], r, 4, g[:8], gr, False))
+    np.testing.assert_allclose(d, np.sqrt(((x[:8, None] - r[i]) ** 2).sum(-1)), atol=1e-6)
+
+
+def test_groups_pad_queries_that_see_fewer_references():
+    x = np.array([[0.0], [1.0], [2.0], [3.0]])
+    # Query 0 and 1 share group "a" with three of the four rows: each sees one reference.
+    d, i = ee.neighbors(x, 2, query_groups=["a", "a", "a", "b"])
+    assert i.tolist() == [[3, -1], [3, -1], [3, -1], [2, 1]]
+    assert d[0, 0] == 3.0 and np.isnan(d[0, 1]) and d[3].tolist() == [1.0, 2.0]
+
+
+def test_groups_are_refused_where_they_cannot_apply():
+    x = np.zeros((3, 2))
+    with pytest.raises(InputError, match="reference_groups"):
+        ee.neighbors(x, 1, x, query_groups=[0, 1, 2])
+    with pytest.raises(InputError, match="query_groups"):
+        ee.neighbors(x, 1, query_groups=[0, 1])

@@ -17,6 +17,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -256,6 +257,15 @@ class Comparison:
                 ]
             )
         return head, body
+
+    def to_html(
+        self, path: str | os.PathLike, *, title: str | None = None, figures: bool = True
+    ) -> Path:
+        """Write one self-contained HTML page (atomically): the checkpoint table with intervals
+        and paired differences against the baseline, sortable, and its plot; returns the path."""
+        from .html import comparison_html, write_html
+
+        return write_html(path, comparison_html(self, title=title, figures=figures))
 
     def to_markdown(self) -> str:
         """The table of ``repr`` as a Markdown table (4 decimals; p below 1/n_boot as '<')."""

@@ -275,6 +275,125 @@ class EvaluationResult:
             out[f"{prefix}{name}_ci_high"] = float(hi)
         return out
 
+    def to_html(
+        self,
+        path: str | os.PathLike,
+        *,
+        query: Any = None,
+        reference: Any = None,
+        reference_labels: Any = None,
+        query_groups: Any = None,
+        reference_groups: Any = None,
+        images: Any = None,
+        reference_images: Any = None,
+        texts: Any = None,
+        reference_texts: Any = None,
+        gallery: int = 20,
+        gallery_metric: str | None = None,
+        gallery_k: int = 5,
+        thumbnail: int = 64,
+        figures: bool = True,
+        title: str | None = None,
+    ) -> Path:
+        """Write one self-contained HTML page of this result (atomically); returns the path.
+
+        The page shows what was evaluated (sizes, every setting, version, time, input files),
+        the metrics with their intervals and tie counts, an approximate run's error report,
+        the per-class table (worst first, sortable), the figures of the run and the failure
+        gallery.  It references no network address: CSS, figures and thumbnails are inline.
+
+        The result keeps numbers, not embeddings: pass the arrays given to
+        :func:`embedeval.evaluate` (``query``, and ``reference``, ``reference_labels`` and the
+        groups when the run had them; the query labels and confidences are the result's own)
+        to add the distance histograms, the k sweep and the gallery.  Without ``query`` the
+        page has the numbers, the per-class figure and the confidence figures.
+
+        Parameters
+        ----------
+        images, reference_images : sequence of paths or arrays, optional
+            One image per query / reference row, shown downscaled (``thumbnail`` pixels, with
+            Pillow) in the gallery: a file path, or the pixels (H x W grey or H x W x 3, uint8
+            or floats in [0, 1]).  An unreadable file becomes a placeholder and one
+            :class:`~embedeval.utils.errors.EmbedevalWarning`.  Leave-one-out: ``images`` serves
+            both.
+        texts, reference_texts : sequence of str, optional
+            A caption per row instead of (or beside) images.
+        gallery : int
+            Queries per gallery table: the ``gallery`` worst by ``gallery_metric`` (default:
+            MAP@R, else R-Precision, else P@1) and, with confidences, the ``gallery`` most
+            confident errors (top-1 not relevant).  0 leaves the gallery out.
+        gallery_k : int
+            References shown per query (its nearest that count, from the exact engine with the
+            run's exclusions); the rank of the first relevant one is shown when deeper.
+        figures : bool
+            False leaves the figures out (faster, smaller).
+
+        Examples
+        --------
+        >>> import embedeval as ee, tempfile, os
+        >>> x, y = [[0.0], [0.1], [1.0], [1.2]], [0, 0, 1, 1]
+        >>> res = ee.evaluate(x, y, progress=False)
+        >>> out = res.to_html(os.path.join(tempfile.mkdtemp(), "run.html"), query=x, figures=False)
+        >>> "<table" in out.read_text(encoding="utf-8")
+        True
+        """
+        from .html import evaluation_html, write_html
+
+        inputs = self._html_inputs(
+            query, reference, reference_labels, query_groups, reference_groups
+        )
+        page = evaluation_html(
+            self,
+            inputs,
+            images=images,
+            reference_images=reference_images,
+            texts=texts,
+            reference_texts=reference_texts,
+            gallery=gallery,
+            gallery_metric=gallery_metric,
+            gallery_k=gallery_k,
+            thumbnail=thumbnail,
+            figures=figures,
+            title=title,
+        )
+        return write_html(path, page)
+
+    def _html_inputs(
+        self, query: Any, reference: Any, reference_labels: Any, query_groups: Any, ref_groups: Any
+    ) -> dict[str, Any] | None:
+        """The evaluation's inputs for the page, checked against this result's sizes."""
+        if query is None:
+            if reference is not None:
+                raise InputError("reference= needs query= too (the gallery searches from it).")
+            return None
+        if "relevance" in self.settings:
+            raise InputError(
+                "this result was evaluated with positives=/junk= lists, not labels: its page "
+                "has no gallery nor distance figures. Call to_html(path) without query=."
+            )
+        n = len(query)
+        if n != self.n_queries:
+            raise InputError(
+                f"query has {n} rows but this result has {self.n_queries} queries; pass the "
+                "query embeddings that were evaluated."
+            )
+        loo = bool(self.settings.get("leave_one_out", reference is None))
+        if loo != (reference is None) or (reference is not None and reference_labels is None):
+            raise InputError(
+                "reference= and reference_labels= must be given exactly when the evaluation had "
+                f"a reference set (this one {'did not' if loo else 'did'})."
+            )
+        return {
+            "query": query,
+            "query_labels": self.query_labels,
+            "reference": reference,
+            "reference_labels": reference_labels,
+            "ref_includes_query": bool(self.settings.get("ref_includes_query", False)),
+            "query_groups": query_groups,
+            "reference_groups": ref_groups,
+            "confidences": self.query_confidences,
+        }
+
     # ------------------------------------------------------------------ display
     def table(self) -> str:
         """The summary as an aligned text table (metric, value, CI, ties)."""

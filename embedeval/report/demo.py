@@ -77,7 +77,8 @@ def run_demo(
     progress: bool | None = None,
     stream: Any = None,
 ) -> dict[str, Any]:
-    """Run the demo, print the comparison and write ``report.json``, ``report.md`` and figures.
+    """Run the demo, print the comparison and write ``report.html`` (NCA-16's page with its
+    failure gallery), ``comparison.html``, ``report.json``, ``report.md`` and figures.
 
     Parameters
     ----------
@@ -127,8 +128,21 @@ def run_demo(
     write_text(out / "report.json", json.dumps(report, indent=2, allow_nan=False))
     write_text(out / "report.md", _markdown(cmp, findings, sorted(figures)))
     _save_figures(figures, out)
+    # The learned metric's page, its failure gallery showing the digits themselves.
+    pixels = 255 - embeddings["raw_pixels"].reshape(-1, 8, 8) * 15
+    results["nca16"].to_html(
+        out / "report.html",
+        query=embeddings["nca16"],
+        images=pixels.astype(np.uint8),
+        gallery=12,
+        gallery_k=6,
+        thumbnail=40,
+        title="embedeval demo: digits embedded by NCA-16",
+    )
+    cmp.to_html(out / "comparison.html", title="embedeval demo: three embeddings of the digits")
     print(
-        f"\nreport written to {out.resolve()}/ (report.json, report.md, {len(figures)} figures)",
+        f"\nreport written to {out.resolve()}/ (report.html, comparison.html, report.json, "
+        f"report.md, {len(figures)} figures)",
         file=stream,
     )
     return report

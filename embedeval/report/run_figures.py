@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..evaluation.figures import pair_distances as _pair_distances  # noqa: F401
 from ..utils.validation import factorize
 
 #: The figures ``--plots`` writes; the confidence ones only when confidences are given.
@@ -20,7 +21,6 @@ PLOT_NAMES = (
     "error_reject_curve",
     "confidence_recall",
 )
-_K_SWEEP = (1, 2, 5, 10, 20, 50, 100)
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -78,16 +78,13 @@ def top1(inputs: dict[str, Any], res: Any, n_threads: int | None) -> tuple[np.nd
 def write_plots(res: Any, inputs: dict[str, Any], folder: str, fmt: str = "png") -> list[Path]:
     """Write the figures of one evaluation to ``folder``; returns the paths written."""
     from .. import plots
+    from ..evaluation.figures import run_figures
 
     out = Path(folder)
-    figures = {"per_class": _per_class(res), "distance_histograms": _histograms(res, inputs)}
-    figures["k_sweep"] = _k_sweep(res, inputs)
-    conf = inputs.get("confidences")
-    if conf is not None:
-        figures.update(_confidence_figures(res, conf, bool(inputs.get("higher_is_confident"))))
     written = []
-    for name, fig in figures.items():
-        if fig is None:
+    for name, fig in run_figures(res, inputs).items():
+        if name not in PLOT_NAMES:
+            _close(fig)
             continue
         written.append(plots.save_figure(fig, out / f"{name}.{fmt}", dpi=200))
         _close(fig)
@@ -98,90 +95,3 @@ def _close(fig: Any) -> None:
     import matplotlib.pyplot as plt
 
     plt.close(fig)
-
-
-def _main_metric(res: Any) -> str | None:
-    for name in ("map_at_r", "r_precision", "precision_at_1", *res.per_query):
-        if res.per_class.get(name):
-            return name
-    return None
-
-
-def _per_class(res: Any) -> Any:
-    from .. import plots
-
-    name = _main_metric(res)
-    if name is None:
-        return None
-    table = res.per_class[name]
-    return plots.plot_per_class(list(table), list(table.values()), metric=name)
-
-
-def _pair_distances(res: Any, inputs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Sampled positive and negative pair distances over the run's items, each item once."""
-    from .datasets import positive_negative_distances
-
-    if inputs.get("reference") is None:
-        x, y = inputs["query"], inputs["query_labels"]
-    elif inputs.get("ref_includes_query"):
-        # The queries are the first reference rows: adding them again would pair every query
-        # with its own copy, a spurious spike of positives at distance 0.
-        x, y = inputs["reference"], inputs["reference_labels"]
-    else:
-        x = np.concatenate([np.asarray(inputs["query"]), np.asarray(inputs["reference"])])
-        y = np.concatenate([np.asarray(inputs["query_labels"]), inputs["reference_labels"]])
-    distance = "cosine" if res.settings["distance"] == "cosine" else "euclidean"
-    return positive_negative_distances(x, y, max_pairs=20_000, distance=distance, seed=0)
-
-
-def _histograms(res: Any, inputs: dict[str, Any]) -> Any:
-    from .. import plots
-
-    distance = "cosine" if res.settings["distance"] == "cosine" else "euclidean"
-    pos, neg = _pair_distances(res, inputs)
-    if pos.size == 0 or neg.size == 0:
-        return None
-    unit = "cosine distance (1 - similarity)" if distance == "cosine" else "Euclidean distance"
-    return plots.plot_distance_histograms(pos, neg, unit=unit)
-
-
-def _k_sweep(res: Any, inputs: dict[str, Any]) -> Any:
-    from .. import plots
-    from ..evaluation.evaluate import evaluate
-
-    n_ref = res.settings["n_reference"]
-    ks = [k for k in _K_SWEEP if k <= n_ref] or [1]
-    kw = {k: v for k, v in inputs.items() if k not in ("confidences", "higher_is_confident")}
-    sweep = evaluate(
-        **kw,
-        metrics=[f"recall_at_{k}" for k in ks] + [f"precision_at_{k}" for k in ks],
-        distance=res.settings["distance"],
-        average=res.settings["average"],
-        progress=False,
-    )
-    values = {
-        "Recall@k (hit rate)": [sweep[f"recall_at_{k}"] for k in ks],
-        "Precision@k": [sweep[f"precision_at_{k}"] for k in ks],
-    }
-    return plots.plot_k_sweep(ks, values, title="Retrieval quality against the depth k")
-
-
-def _confidence_figures(res: Any, conf: Any, higher: bool) -> dict[str, Any]:
-    from .. import plots
-    from ..metrics.confidence import confidence_recall_curve, error_reject_curve
-
-    out: dict[str, Any] = {}
-    name = _main_metric(res)
-    if name is None:
-        return out
-    curve = error_reject_curve(res.per_query[name], conf, higher_is_confident=higher)
-    out["error_reject_curve"] = plots.plot_error_reject_curve(curve, label=name)
-    hit = "precision_at_1" if "precision_at_1" in res.per_query else name
-    values = res.per_query[hit]
-    ok = ~np.isnan(values)
-    kappa = np.asarray(conf, dtype=np.float64)[ok]
-    crc = confidence_recall_curve(
-        values[ok], kappa, bins=10, strategy="quantile", higher_is_confident=higher
-    )
-    out["confidence_recall"] = plots.plot_confidence_recall(crc, metric=hit, sigma=not higher)
-    return out

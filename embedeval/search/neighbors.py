@@ -14,7 +14,14 @@ import numpy as np
 from ..engine.candidates import from_sortable_bits
 from ..engine.exact import Exclusions, sorted_candidates
 from ..utils.errors import InputError, InputTypeError
-from ..utils.validation import as_embeddings, check_choice, check_int, check_same_dimension
+from ..utils.validation import (
+    as_embeddings,
+    as_labels,
+    check_choice,
+    check_int,
+    check_same_dimension,
+    factorize,
+)
 
 __all__ = ["DISTANCES", "neighbors"]
 
@@ -35,6 +42,8 @@ def neighbors(
     device: str | None = None,
     device_memory: float | None = None,
     tf32: bool = False,
+    query_groups: Any = None,
+    reference_groups: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest neighbours, streamed in query blocks.
 
@@ -62,6 +71,10 @@ def neighbors(
     backend, device, device_memory, tf32 :
         ``backend="torch"`` searches with PyTorch on ``device`` (GPU tensors select it by
         themselves); see :func:`embedeval.evaluate`.
+    query_groups, reference_groups : array-like, optional
+        Group ids (camera, sequence, ...): a query never sees a reference of its own group, as
+        in :func:`embedeval.evaluate`.  With ``reference=None`` pass only ``query_groups``.
+        Local backend only.
 
     Returns
     -------
@@ -69,7 +82,8 @@ def neighbors(
         The Euclidean distance (the square root of squared L2, not squared), the cosine
         similarity, or the inner product; nearest first, so similarities are descending.
     indices : ndarray of int64, shape (n_query, k')
-        Reference row indices.  ``k' = min(k, references available)``.
+        Reference row indices.  ``k' = min(k, references available)``.  With groups a query
+        can see fewer than ``k'`` references: its row is padded with index -1 and distance NaN.
 
     Notes
     -----
@@ -99,6 +113,12 @@ def neighbors(
         )
     options = _torch_options(query, backend, device, device_memory, tf32, block_size)
     xq, xb, exclude_self = _read(query, reference, exclude_self, options)
+    exclusions = _exclusions(xq, xb, exclude_self, query_groups, reference_groups, reference)
+    if options and exclusions.reference_groups is not None:
+        raise InputError(
+            "query_groups= and reference_groups= need backend='local'; drop the groups or the "
+            "torch backend."
+        )
     from ..engine.arrays import scale_for_range
 
     xq, xb, scale = scale_for_range(xq, xb, distance, same=reference is None)
@@ -109,7 +129,7 @@ def neighbors(
         dist, idx = torch_neighbors(xq, xb, k_eff, distance, exclude_self, options)
     else:
         dist, idx = _exact_neighbors(
-            xq, xb, k_eff, distance, exclude_self, block_size, progress, n_threads
+            xq, xb, k_eff, distance, exclusions, block_size, progress, n_threads
         )
     return _unscale(dist, scale, distance), idx
 
@@ -150,20 +170,52 @@ def _read(query: Any, reference: Any, exclude_self: Any, options: Any) -> tuple[
     return xq, xb, exclude_self
 
 
+def _exclusions(
+    xq: np.ndarray, xb: np.ndarray, exclude_self: bool, gq: Any, gb: Any, reference: Any
+) -> Exclusions:
+    """The references each query may not see: its own row, and its group's references."""
+    if gq is None and gb is None:
+        return Exclusions(self_index=exclude_self)
+    if gq is None or (gb is None and reference is not None):
+        raise InputError(
+            "pass both query_groups= and reference_groups= (with reference=None, only "
+            "query_groups=)."
+        )
+    q = as_labels(gq, "query_groups", length=xq.shape[0], length_of="query")
+    r = q if gb is None else as_labels(gb, "reference_groups", length=xb.shape[0])
+    (cq, cb), _ = factorize(q, r)
+    return Exclusions(self_index=exclude_self, query_groups=cq, reference_groups=cb)
+
+
+def _visible(exclusions: Exclusions, n_query: int, n_reference: int) -> np.ndarray:
+    """References each query can see: all, less its own row and its group's references."""
+    n = np.full(n_query, n_reference - int(exclusions.self_index), dtype=np.int64)
+    if exclusions.reference_groups is not None:
+        cq, cb = exclusions.query_groups, exclusions.reference_groups
+        same = np.bincount(cb, minlength=int(max(cq.max(initial=0), cb.max(initial=0))) + 1)[cq]
+        # With self-exclusion the own row is in the query's group: counted once, not twice.
+        n = n_reference - same
+        if exclusions.self_index:
+            own = cb[: min(n_query, n_reference)] != cq[: min(n_query, n_reference)]
+            n[: own.size] -= own
+    return n
+
+
 def _exact_neighbors(
     xq: np.ndarray,
     xb: np.ndarray,
     k: int,
     distance: str,
-    exclude_self: bool,
+    exclusions: Exclusions,
     block_size: int | None,
     progress: bool | None,
     n_threads: int | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The first ``k`` candidates of every query from the exact engine, as distances."""
+    """The first ``k`` candidates of every query from the exact engine, as distances (rows
+    that see fewer references padded with -1 and NaN)."""
     n_query = xq.shape[0]
-    dist = np.empty((n_query, k), dtype=np.float32)
-    idx = np.empty((n_query, k), dtype=np.int64)
+    dist = np.full((n_query, k), np.nan, dtype=np.float32)
+    idx = np.full((n_query, k), -1, dtype=np.int64)
     if k == 0:
         return dist, idx
     q_norms = np.einsum("ij,ij->i", xq, xq, dtype=np.float32) if distance == "euclidean" else None
@@ -172,19 +224,20 @@ def _exact_neighbors(
         xb,
         distance=distance,
         depth=np.full(n_query, k),
-        exclusions=Exclusions(self_index=exclude_self),
+        exclusions=exclusions,
+        n_valid=_visible(exclusions, n_query, xb.shape[0]),
         block_size=block_size,
         progress=progress,
         n_threads=n_threads,
     ):
-        take = (block.lims[:-1, None] + np.arange(k)).ravel()
         rows = block.queries
-        key = from_sortable_bits(block.bits[take]).reshape(rows.size, k)
-        if distance == "euclidean":
-            dist[rows] = np.sqrt(np.maximum(key + q_norms[rows, None], 0))
-        else:
-            dist[rows] = -key
-        idx[rows] = block.index[take].reshape(rows.size, k)
+        count = np.minimum(np.diff(block.lims), k)
+        r, c = np.nonzero(np.arange(k)[None, :] < count[:, None])
+        take = block.lims[:-1][r] + c
+        key = from_sortable_bits(block.bits[take])
+        q = rows[r]
+        dist[q, c] = np.sqrt(np.maximum(key + q_norms[q], 0)) if q_norms is not None else -key
+        idx[q, c] = block.index[take]
     return dist, idx
 
 

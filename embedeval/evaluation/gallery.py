@@ -1,0 +1,170 @@
+"""The failure gallery of an evaluation: which queries did worst, and what they retrieved.
+
+Pure data (no HTML): :func:`worst_queries` and :func:`confident_errors` choose query rows,
+:func:`gallery_rows` gives each its top-k counted references from the exact engine
+(:func:`embedeval.search.neighbors.neighbors`, with the run's exclusions: the query's own row
+for leave-one-out and PML's ``ref_includes_query``, and every reference of its group), so the
+gallery shows exactly the ranking the metrics were read from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..engine.exact import Exclusions
+from ..search.neighbors import neighbors
+from ..utils.errors import InputError
+from ..utils.validation import as_embeddings, as_labels, factorize
+
+__all__ = ["GalleryRow", "confident_errors", "gallery_rows", "worst_queries"]
+
+
+@dataclass(frozen=True)
+class GalleryRow:
+    """One query of the gallery and what it retrieved.
+
+    ``ranks``, ``indices``, ``distances`` and ``relevant`` describe its top-k counted references
+    (rank 1 = nearest; references the protocol excludes are skipped and not counted);
+    ``first_relevant`` is the rank of its nearest relevant reference (None when it has none).
+    """
+
+    query: int
+    indices: np.ndarray
+    distances: np.ndarray
+    relevant: np.ndarray
+    first_relevant: int | None
+
+    @property
+    def ranks(self) -> np.ndarray:
+        return np.arange(1, self.indices.size + 1)
+
+
+def worst_queries(values: Any, n: int) -> np.ndarray:
+    """The ``n`` query rows with the lowest metric value, lowest first; NaN (lone queries) never
+    chosen; equal values ordered by query row.
+
+    >>> worst_queries([0.5, float("nan"), 0.0, 0.5, 1.0], 3).tolist()
+    [2, 0, 3]
+    """
+    v = np.asarray(values, dtype=np.float64)
+    rows = np.flatnonzero(~np.isnan(v))
+    return rows[np.argsort(v[rows], kind="stable")][: max(int(n), 0)]
+
+
+def confident_errors(hits: Any, confidences: Any, n: int, higher_is_confident: bool) -> np.ndarray:
+    """The ``n`` most confident errors: query rows whose nearest counted reference is not
+    relevant (``hits == 0``, the per-query Precision@1), most confident first; equal
+    confidences ordered by query row.
+
+    >>> confident_errors([0, 1, 0, 0], [0.2, 0.9, 0.8, 0.8], 2, True).tolist()
+    [2, 3]
+    """
+    h = np.asarray(hits, dtype=np.float64)
+    c = np.asarray(confidences, dtype=np.float64)
+    rows = np.flatnonzero(h == 0)
+    key = -c[rows] if higher_is_confident else c[rows]
+    return rows[np.argsort(key, kind="stable")][: max(int(n), 0)]
+
+
+def gallery_rows(
+    rows: Any,
+    k: int,
+    *,
+    query: Any,
+    query_labels: Any,
+    reference: Any = None,
+    reference_labels: Any = None,
+    ref_includes_query: bool = False,
+    query_groups: Any = None,
+    reference_groups: Any = None,
+    distance: str = "euclidean",
+) -> list[GalleryRow]:
+    """Top-``k`` counted references of the query ``rows``, relevant ones marked, and the rank of
+    the first relevant reference (searched deeper when it lies beyond ``k``).
+
+    The arguments are those of :func:`embedeval.evaluate`; a reference is relevant when its
+    label equals the query's.
+
+    Examples
+    --------
+    >>> r = gallery_rows([0], 2, query=[[0.0], [1.0], [3.0]], query_labels=[0, 1, 0])
+    >>> r[0].indices.tolist(), r[0].relevant.tolist(), r[0].first_relevant
+    ([1, 2], [False, True], 2)
+    """
+    xq = as_embeddings(query, "query")
+    yq = as_labels(query_labels, "query_labels", length=xq.shape[0], length_of="query")
+    xb, yb = xq, yq
+    if reference is not None:
+        xb = as_embeddings(reference, "reference")
+        yb = as_labels(reference_labels, "reference_labels", length=xb.shape[0])
+    (cq, cb), _ = factorize(yq, yb)
+    rows = np.asarray(rows, dtype=np.int64)
+    gq, gb = _group_codes(
+        xq.shape[0],
+        xb.shape[0],
+        reference is None or ref_includes_query,
+        query_groups,
+        reference_groups,
+        reference is None,
+    )
+    search = _searcher(xq, xb, gq, gb, distance)
+    dist, idx = search(rows, k)
+    first = _first_relevant(search, rows, idx, cq, cb, k, xb.shape[0])
+    out = []
+    for n, q in enumerate(rows.tolist()):
+        ok = idx[n] >= 0
+        j = idx[n][ok]
+        out.append(GalleryRow(q, j, dist[n][ok], cb[j] == cq[q], first[n]))
+    return out
+
+
+def _group_codes(
+    n_q: int, n_b: int, self_index: bool, gq: Any, gb: Any, leave_one_out: bool
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The run's exclusions as group codes, which follow a subset of query rows (self-exclusion
+    is positional and would not)."""
+    if gq is not None and gb is None and leave_one_out:
+        gb = gq
+    if (gq is None) != (gb is None):
+        raise InputError("pass both query_groups= and reference_groups=, or neither.")
+    if gq is not None:
+        (cq, cb), _ = factorize(as_labels(gq, "query_groups"), as_labels(gb, "reference_groups"))
+        ex = Exclusions(self_index=self_index, query_groups=cq, reference_groups=cb)
+    else:
+        ex = Exclusions(self_index=self_index)
+    ex = ex.by_group(n_q, n_b)
+    return ex.query_groups, ex.reference_groups
+
+
+def _searcher(xq: np.ndarray, xb: np.ndarray, gq: Any, gb: Any, distance: str) -> Any:
+    def search(rows: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        groups = {} if gq is None else {"query_groups": gq[rows], "reference_groups": gb}
+        return neighbors(
+            xq[rows], depth, xb, distance=distance, exclude_self=False, n_threads=1, **groups
+        )
+
+    return search
+
+
+def _first_relevant(
+    search: Any, rows: np.ndarray, idx: np.ndarray, cq: np.ndarray, cb: np.ndarray, k: int, n_b: int
+) -> list[int | None]:
+    """Rank of each row's nearest relevant reference; rows without one in the top ``k`` are
+    searched again, each time 8 times deeper, until it is found or every reference was seen."""
+    first: list[int | None] = [None] * rows.size
+    todo = np.arange(rows.size)
+    depth, found = k, idx
+    while todo.size:
+        hit = (found >= 0) & (cb[np.maximum(found, 0)] == cq[rows[todo], None])
+        has = hit.any(axis=1)
+        for n, r in zip(todo[has].tolist(), hit[has].argmax(axis=1).tolist(), strict=True):
+            first[n] = r + 1
+        todo = todo[~has]
+        if not todo.size or depth >= n_b:
+            break
+        depth = min(depth * 8, n_b)
+        _, found = search(rows[todo], depth)
+    return first
