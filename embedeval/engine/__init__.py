@@ -4,18 +4,4 @@ kernels that score ranked candidates (with the metric registry and user-defined 
 
 from ..utils.lazy import lazy_modules
 
-__getattr__, __dir__ = lazy_modules(
-    __name__,
-    (
-        "candidates",
-        "custom",
-        "duplicates",
-        "exact",
-        "kernels",
-        "registry",
-        "symmetric",
-        "task",
-        "threads",
-        "torch_kernels",
-    ),
-)
+__getattr__, __dir__ = lazy_modules(__name__, __path__)

@@ -94,6 +94,65 @@ def gallery_rows(
     >>> r[0].indices.tolist(), r[0].relevant.tolist(), r[0].first_relevant
     ([1, 2], [False, True], 2)
     """
+    rows = np.asarray(rows, dtype=np.int64)
+    search, cq, cb, n_b = _prepare(
+        query, query_labels, reference, reference_labels,
+        ref_includes_query, query_groups, reference_groups, distance,
+    )  # fmt: skip
+    dist, idx = search(rows, k)
+    first = _first_relevant(search, rows, idx, cq, cb, k, n_b)
+    out = []
+    for n, q in enumerate(rows.tolist()):
+        ok = idx[n] >= 0
+        j = idx[n][ok]
+        out.append(GalleryRow(q, j, dist[n][ok], cb[j] == cq[q], first[n]))
+    return out
+
+
+def ranked_relevance(
+    depth: int,
+    *,
+    query: Any,
+    query_labels: Any,
+    reference: Any = None,
+    reference_labels: Any = None,
+    ref_includes_query: bool = False,
+    query_groups: Any = None,
+    reference_groups: Any = None,
+    distance: str = "euclidean",
+) -> np.ndarray:
+    """For every query, whether each of its ``depth`` nearest counted references is relevant
+    (same label): a boolean (n_query, depth) array, False where fewer references are counted.
+
+    The search is the gallery's (exact, the run's exclusions), so the k sweep of a page is read
+    from the same neighbours as its gallery, without a second evaluation.
+
+    Examples
+    --------
+    >>> ranked_relevance(2, query=[[0.0], [1.0], [3.0]], query_labels=[0, 1, 0]).tolist()
+    [[False, True], [False, False], [False, True]]
+    """
+    search, cq, cb, _ = _prepare(
+        query, query_labels, reference, reference_labels,
+        ref_includes_query, query_groups, reference_groups, distance,
+    )  # fmt: skip
+    _, idx = search(np.arange(cq.size), depth)
+    counted = idx >= 0
+    return counted & (cb[np.where(counted, idx, 0)] == cq[:, None])
+
+
+def _prepare(
+    query: Any,
+    query_labels: Any,
+    reference: Any,
+    reference_labels: Any,
+    ref_includes_query: bool,
+    query_groups: Any,
+    reference_groups: Any,
+    distance: str,
+) -> tuple[Any, np.ndarray, np.ndarray, int]:
+    """The search with the run's exclusions, the label codes of both sides and the number of
+    references."""
     xq = as_embeddings(query, "query")
     yq = as_labels(query_labels, "query_labels", length=xq.shape[0], length_of="query")
     xb, yb = xq, yq
@@ -101,7 +160,6 @@ def gallery_rows(
         xb = as_embeddings(reference, "reference")
         yb = as_labels(reference_labels, "reference_labels", length=xb.shape[0])
     (cq, cb), _ = factorize(yq, yb)
-    rows = np.asarray(rows, dtype=np.int64)
     gq, gb = _group_codes(
         xq.shape[0],
         xb.shape[0],
@@ -110,15 +168,7 @@ def gallery_rows(
         reference_groups,
         reference is None,
     )
-    search = _searcher(xq, xb, gq, gb, distance)
-    dist, idx = search(rows, k)
-    first = _first_relevant(search, rows, idx, cq, cb, k, xb.shape[0])
-    out = []
-    for n, q in enumerate(rows.tolist()):
-        ok = idx[n] >= 0
-        j = idx[n][ok]
-        out.append(GalleryRow(q, j, dist[n][ok], cb[j] == cq[q], first[n]))
-    return out
+    return _searcher(xq, xb, gq, gb, distance), cq, cb, xb.shape[0]
 
 
 def _group_codes(

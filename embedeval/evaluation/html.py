@@ -207,7 +207,7 @@ def _subtitle(res: Any) -> str:
 
 
 def _approximation(res: Any) -> str:
-    from .result import approximation_lines
+    from .approximation import approximation_lines
 
     lines = approximation_lines(res.approximation)
     text = "<br>".join(_e(line) for line in lines)

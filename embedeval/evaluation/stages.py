@@ -31,7 +31,8 @@ from ..search.local import RetrievalTask
 from ..search.neighbors import check_queries_lead_reference
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.validation import as_embeddings, as_labels, check_same_dimension, factorize
-from .result import EvaluationResult, warn_if_biased
+from .approximation import warn_if_biased
+from .result import EvaluationResult
 from .settings import EvaluationInputs, EvaluationSettings
 
 __all__ = [

@@ -10,19 +10,4 @@ The public modules are :mod:`~embedeval.metrics.ranking`, :mod:`~embedeval.metri
 
 from ..utils.lazy import lazy_modules
 
-__getattr__, __dir__ = lazy_modules(
-    __name__,
-    (
-        "calibration",
-        "classification",
-        "confidence",
-        "credible",
-        "curves",
-        "openset",
-        "ranking",
-        "resample",
-        "scores",
-        "selective",
-        "uncertainty",
-    ),
-)
+__getattr__, __dir__ = lazy_modules(__name__, __path__)

@@ -3,11 +3,4 @@ re-identification, landmark retrieval (revisited Oxford / Paris) and judged-rele
 
 from ..utils.lazy import lazy_modules
 
-__getattr__, __dir__ = lazy_modules(
-    __name__,
-    (
-        "landmarks",
-        "reid",
-        "verification",
-    ),
-)
+__getattr__, __dir__ = lazy_modules(__name__, __path__)

@@ -3,12 +3,4 @@ the synthetic data they are drawn from."""
 
 from ..utils.lazy import lazy_modules
 
-__getattr__, __dir__ = lazy_modules(
-    __name__,
-    (
-        "datasets",
-        "demo",
-        "figures",
-        "run_figures",
-    ),
-)
+__getattr__, __dir__ = lazy_modules(__name__, __path__)

@@ -4,16 +4,4 @@ local engine, shards, Dask, an approximate faiss index and PyTorch; their option
 
 from ..utils.lazy import lazy_modules
 
-__getattr__, __dir__ = lazy_modules(
-    __name__,
-    (
-        "approximate",
-        "dask_backend",
-        "dispatch",
-        "local",
-        "neighbors",
-        "options",
-        "sharded",
-        "torch_backend",
-    ),
-)
+__getattr__, __dir__ = lazy_modules(__name__, __path__)

@@ -3,15 +3,4 @@ bars, gathering across processes and the version.  Nothing here imports another 
 
 from .lazy import lazy_modules
 
-__getattr__, __dir__ = lazy_modules(
-    __name__,
-    (
-        "distributed",
-        "errors",
-        "files",
-        "lazy",
-        "progress",
-        "validation",
-        "version",
-    ),
-)
+__getattr__, __dir__ = lazy_modules(__name__, __path__)
