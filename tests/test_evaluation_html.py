@@ -650,3 +650,42 @@ def test_gallery_with_ref_includes_query_skips_the_own_row(tmp_path):
         j = [c for c in np.lexsort((np.arange(len(xb)), d)).tolist() if c != q]
         assert [int(c["data-index"]) for c in row["cells"]] == j[:3]
         assert row["first"] == first_relevant([bool(yb[c] == Y[q]) for c in j])
+
+
+@pytest.mark.parametrize("average", ["micro", "macro"])
+@pytest.mark.parametrize("split", ["loo", "groups", "reference"])
+def test_k_sweep_values_match_the_brute_force(average, split):
+    from embedeval.evaluation.figures import k_sweep_values
+
+    rng = np.random.default_rng(11)
+    x = rng.integers(-2, 3, size=(60, 3)).astype(np.float32)
+    x[10:14] = x[0]  # duplicates: exact ties
+    y = rng.integers(0, 5, 60)
+    y[59] = 9  # a lone query
+    kw: dict = {"query": x, "query_labels": y}
+    ref = {}
+    if split == "groups":
+        kw["query_groups"] = rng.integers(0, 4, 60)
+        ref = {"qg": kw["query_groups"], "rg": kw["query_groups"]}
+    if split == "reference":
+        kw = {
+            "query": x[:20],
+            "query_labels": y[:20],
+            "reference": x[20:],
+            "reference_labels": y[20:],
+        }
+    ks = [1, 2, 5, 10]
+    names = [f"recall_at_{k}" for k in ks] + [f"precision_at_{k}" for k in ks]
+    res = ee.evaluate(**kw, metrics=["map_at_r"], average=average, progress=False)
+    got = k_sweep_values(res, kw, ks)
+    q, ql = kw["query"], kw["query_labels"]
+    r, rl = kw.get("reference"), kw.get("reference_labels")
+    expected, _ = oracle.summary(
+        q, list(ql), r, None if rl is None else list(rl), metrics=names, average=average, **ref
+    )
+    assert got["Recall@k (hit rate)"] == pytest.approx(
+        [expected[f"recall_at_{k}"] for k in ks], abs=1e-12
+    )
+    assert got["Precision@k"] == pytest.approx(
+        [expected[f"precision_at_{k}"] for k in ks], abs=1e-12
+    )
