@@ -37,15 +37,18 @@ import numpy as np
 
 from .candidates import Candidates, sortable_bits
 from .custom import call_metric, relevance_matrix
+from .labels import match_pairs
 from .registry import MetricInfo
 
 __all__ = [
     "KERNELS",
+    "NoTies",
     "RankedHits",
     "TieFinder",
     "average_precision",
     "chunk_metrics",
     "custom_metric",
+    "hits_from_ranks",
     "inverse_negative_penalty",
     "map_at_r",
     "needed_depth",
@@ -55,6 +58,7 @@ __all__ = [
     "ranked_example",
     "recall_at_k",
     "reciprocal_rank",
+    "score_hits",
 ]
 
 Kernel = Callable[["RankedHits", MetricInfo], tuple[np.ndarray, np.ndarray]]
@@ -129,7 +133,7 @@ class RankedHits:
     relevant: np.ndarray
     n_valid: np.ndarray
     k: int | None
-    ties: TieFinder
+    ties: TieFinder | NoTies
 
     @property
     def depth_cap(self) -> np.ndarray:
@@ -181,7 +185,7 @@ def rank_hits(
     code equals its query's."""
     counts = block.counts
     lims = block.lims
-    rel = reference_codes[block.index] == np.repeat(query_codes, counts)
+    rel = match_pairs(np.repeat(query_codes, counts, axis=0), reference_codes[block.index])
     hit = np.flatnonzero(rel)
     row_start = np.searchsorted(hit, lims[:-1])
     n_hits = np.diff(np.append(row_start, hit.size))
@@ -190,6 +194,47 @@ def rank_hits(
     ties = TieFinder(block, rel)
     return RankedHits(
         lims, counts, hit, row_start, n_hits, hit_pos, found, relevant, n_valid, k, ties
+    )
+
+
+def hits_from_ranks(
+    n_hits: np.ndarray,
+    hit_pos: np.ndarray,
+    relevant: np.ndarray,
+    n_valid: np.ndarray,
+    k: int | None,
+) -> RankedHits:
+    """The :class:`RankedHits` of rows whose every relevant reference is located by its rank
+    alone (:mod:`embedeval.engine.deep`), without the candidates around them.
+
+    ``hit_pos`` holds the 0-based ranks of each row's relevant references, row after row, each
+    row's increasing (``n_hits`` per row).  The rows stand for whole rankings of ``n_valid``
+    items, so every window of a kernel reads them as it reads sorted candidates; they must hold
+    no block of equal keys mixing relevant and non-relevant items (:class:`NoTies`).
+
+    >>> hits = hits_from_ranks(np.array([2]), np.array([1, 2]), np.array([2]), np.array([5]), None)
+    >>> hits.hit.tolist(), hits.found.tolist(), hits.last_hit_rank().tolist()
+    ([1, 2], [1, 2], [3])
+    """
+    counts = np.asarray(n_valid, dtype=np.int64)
+    lims = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=lims[1:])
+    row_start = np.zeros(counts.size, dtype=np.int64)
+    np.cumsum(n_hits[:-1], out=row_start[1:])
+    hit = hit_pos + np.repeat(lims[:-1], n_hits)
+    found = np.arange(1, hit.size + 1) - np.repeat(row_start, n_hits)
+    return RankedHits(
+        lims,
+        counts,
+        hit,
+        row_start,
+        n_hits,
+        hit_pos,
+        found,
+        relevant,
+        n_valid,
+        k,
+        NoTies(counts.size),
     )
 
 
@@ -246,7 +291,14 @@ def chunk_metrics(
     ([0.5], [0.5833333333333333], [False])
     """
     hits = rank_hits(block, query_codes, reference_codes, relevant, n_valid, k)
-    lone = relevant == 0
+    return score_hits(hits, metrics)
+
+
+def score_hits(
+    hits: RankedHits, metrics: list[MetricInfo]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """:func:`chunk_metrics` from the block's :class:`RankedHits`."""
+    lone = hits.relevant == 0
     values: dict[str, np.ndarray] = {}
     flags: dict[str, np.ndarray] = {}
     for m in metrics:
@@ -586,6 +638,19 @@ KERNELS: dict[str, Kernel] = {
     "mrr": reciprocal_rank,
     "custom": custom_metric,
 }
+
+
+class NoTies:
+    """The :class:`TieFinder` of rows without a block of equal keys that mixes relevant and
+    non-relevant items: no value depends on the order of ties, so no query is flagged."""
+
+    def __init__(self, n_rows: int) -> None:
+        self.n_rows = n_rows
+
+    def _none(self, *args: object) -> np.ndarray:
+        return np.zeros(self.n_rows, dtype=bool)
+
+    straddle = within = hit_rate_changes = can_pull_in = _none
 
 
 class TieFinder:

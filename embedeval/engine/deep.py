@@ -1,0 +1,242 @@
+"""Deep rankings from the ranks of the relevant references alone.
+
+Full-depth average precision, the inverse negative penalty and every window metric need, per
+query, only the rank of each relevant reference: AP = sum over relevant ranks i of
+found(i) / i, divided by R_q.  When rankings are deep (the last relevant reference is, for most
+queries, a large part of the way down the whole reference set) the candidate engine of
+:mod:`embedeval.engine.exact` extracts, packs into 64-bit codes and sorts nearly every key of
+every row.  This engine instead, for each block of queries:
+
+1. computes the block's whole-row keys exactly as the candidate engine does (same products,
+   same shapes, so the same float32 keys; identical references share one key; excluded pairs
+   are ``+inf``);
+2. sorts each row's float32 keys alone (no reference index, half the bytes of a packed code)
+   and gathers the keys of the relevant references, sorted by (key, reference index);
+3. locates each relevant key in its sorted row by binary search: ``lt`` keys are strictly
+   nearer, ``eq`` are equal;
+4. a row where some relevant key equals a non-relevant one (a tie block that mixes the two, so
+   the reference-index order decides ranks and tie flags) is scored from its sorted candidates
+   by the candidate engine's kernels, from the same keys; every other row gets its relevant
+   references' ranks ``lt + (relevant items with an equal key and a smaller index)`` and no
+   tie flag (:func:`embedeval.engine.kernels.hits_from_ranks`).
+
+Values are bit-identical to the candidate engine's: the same keys, the same ranks, the same
+kernels (sums in rank order).  What the rows cost is one float32 sort per row instead of an
+extraction, a pack and a 64-bit sort of the keys up to the last relevant one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..utils.progress import progress_bar
+from .candidates import Candidates, from_sortable_bits
+from .exact import (
+    KEY_MAX,
+    EnginePlan,
+    PreparedSearch,
+    grid_keys,
+    pack_codes,
+    plan_search,
+    sort_block,
+)
+from .kernels import hits_from_ranks, score_hits
+from .labels import match_matrix
+from .task import RetrievalTask, ScoredBlock
+from .threads import in_order, single_threaded_blas
+
+__all__ = [
+    "RelevantRanks",
+    "deep_applies",
+    "deep_blocks",
+    "locate",
+    "relevant_ranks",
+    "score_ranks",
+]
+
+#: Mean depth (ranked items a query needs) above n_reference / _DEEP takes this engine.
+_DEEP = 8
+
+
+@dataclass(frozen=True)
+class RelevantRanks:
+    """The relevant references of a block of query rows located in their whole rankings.
+
+    ``clean`` (block-relative rows) hold no tie block mixing relevant and non-relevant items:
+    their ranks are ``hit_pos`` (``n_hits`` per clean row, increasing within a row).  ``mixed``
+    rows are left to the candidate engine; ``candidates`` holds their sorted whole rows.
+    """
+
+    clean: np.ndarray
+    n_hits: np.ndarray
+    hit_pos: np.ndarray
+    mixed: np.ndarray
+    candidates: Candidates | None
+
+
+def deep_applies(task: RetrievalTask) -> bool:
+    """Whether the local engine ranks ``task`` here: full-depth AP / mINP (the label
+    threshold ``"max"``, ``k=None``) or, without it, rankings deeper on average than
+    1/:data:`_DEEP` of the references.  Shallower rankings keep the candidate engine, whose
+    extraction then touches few keys; MRR alone keeps it too (it reads up to the first hit)."""
+    if not task.has_work:
+        return False
+    depth, threshold = task.depth()
+    if threshold == "max":
+        return True
+    if threshold is not None:
+        return False
+    n_ref = int(task.reference.shape[0])
+    return float(np.minimum(depth, task.n_valid).mean()) * _DEEP > n_ref
+
+
+def locate(sorted_rows: np.ndarray, rows: np.ndarray, keys: np.ndarray, right: bool) -> np.ndarray:
+    """Per item, the number of keys of its row of ``sorted_rows`` below ``keys`` (``right``:
+    at or below): a binary search of every item at once (rows hold thousands of keys, items
+    are few, so a vectorised search beats a loop of ``np.searchsorted`` over rows).
+
+    >>> s = np.array([[0.0, 1.0, 1.0, 3.0], [2.0, 2.0, 5.0, 6.0]], dtype=np.float32)
+    >>> locate(s, np.array([0, 1]), np.array([1.0, 2.0], np.float32), False).tolist()
+    [1, 0]
+    >>> locate(s, np.array([0, 1]), np.array([1.0, 2.0], np.float32), True).tolist()
+    [3, 2]
+    """
+    n = sorted_rows.shape[1]
+    flat = sorted_rows.ravel()
+    base = rows.astype(np.int64) * n
+    lo = np.zeros(rows.size, dtype=np.int64)
+    hi = np.full(rows.size, n, dtype=np.int64)
+    for _ in range(int(n).bit_length()):
+        mid = (lo + hi) >> 1
+        value = flat[base + np.minimum(mid, n - 1)]
+        below = (value <= keys) if right else (value < keys)
+        below &= mid < hi
+        lo = np.where(below, mid + 1, lo)
+        hi = np.where(below, hi, mid)
+    return lo
+
+
+def relevant_ranks(
+    plan: EnginePlan, keys: np.ndarray, query_codes: np.ndarray, reference_codes: np.ndarray
+) -> RelevantRanks:
+    """The :class:`RelevantRanks` of a block of query rows from their whole-row ``keys`` (valid
+    keys finite, excluded pairs ``+inf``) and label codes (:mod:`embedeval.engine.labels`)."""
+    b, n = keys.shape
+    relevant = match_matrix(query_codes, reference_codes)
+    relevant &= keys <= KEY_MAX
+    flat = np.flatnonzero(relevant)
+    row = flat // n
+    # Sorted by (row, key, reference index): the order of the relevant items in the ranking.
+    code = pack_codes(row, keys.ravel()[flat], flat - row * n, plan.col_bits)
+    code.sort()
+    row = (code >> np.uint64(32 + plan.col_bits)).astype(np.int64)
+    bits = ((code >> np.uint64(plan.col_bits)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    rel_keys = from_sortable_bits(bits)
+    sorted_rows = np.sort(keys, axis=1)
+    lt = locate(sorted_rows, row, rel_keys, False)
+    # Relevant items with an equal key in the same row: a run of equal (row, key) codes.
+    new = np.ones(code.size, dtype=bool)
+    new[1:] = (row[1:] != row[:-1]) | (bits[1:] != bits[:-1])
+    firsts = np.flatnonzero(new)
+    run_len = np.diff(np.append(firsts, code.size))
+    run_start = np.repeat(firsts, run_len)
+    # The equal keys of a row are the sorted positions [lt, lt + eq): the run is mixed when
+    # the key after its relevant items is still equal (a non-relevant reference ties with it).
+    after = lt + np.repeat(run_len, run_len)
+    inside = after < n
+    mixed_item = np.zeros(code.size, dtype=bool)
+    mixed_item[inside] = sorted_rows.ravel()[row[inside] * n + after[inside]] == rel_keys[inside]
+    is_mixed = np.zeros(b, dtype=bool)
+    is_mixed[row[mixed_item]] = True
+    mixed = np.flatnonzero(is_mixed)
+    keep = ~is_mixed[row]
+    hit_pos = (lt + np.arange(code.size) - run_start)[keep]
+    clean = np.flatnonzero(~is_mixed)
+    n_hits = np.bincount(row[keep], minlength=b)[clean]
+    candidates = _whole_rows(plan, mixed, keys) if mixed.size else None
+    return RelevantRanks(clean, n_hits, hit_pos, mixed, candidates)
+
+
+def _whole_rows(plan: EnginePlan, rows: np.ndarray, keys: np.ndarray) -> Candidates:
+    """Sorted candidates of block ``rows`` (their queries block-relative: see
+    :func:`score_ranks`): every valid reference of each, from ``keys``."""
+    sub = keys[rows]
+    r, c = np.nonzero(sub <= KEY_MAX)
+    codes = pack_codes(r, sub[r, c], c, plan.col_bits)
+    counts = np.bincount(r, minlength=rows.size)
+    block = sort_block(codes, counts, 0, plan.col_bits, True)
+    return Candidates(rows, block.lims, block.index, block.bits)
+
+
+def score_ranks(task: RetrievalTask, start: int, ranks: RelevantRanks) -> ScoredBlock:
+    """The scored block of query rows from ``start`` given their :class:`RelevantRanks`."""
+    b = ranks.clean.size + ranks.mixed.size
+    values, ties = {}, {}
+    rows = start + ranks.clean
+    hits = hits_from_ranks(
+        ranks.n_hits, ranks.hit_pos, task.relevant[rows], task.n_valid[rows], task.k
+    )
+    parts = [(ranks.clean, score_hits(hits, list(task.metrics)))]
+    if ranks.candidates is not None:
+        block = ranks.candidates
+        mixed = Candidates(start + block.queries, block.lims, block.index, block.bits)
+        parts.append((ranks.mixed, task.score_block(mixed)))
+    for name in parts[0][1][0]:
+        values[name] = np.empty(b)
+        ties[name] = np.empty(b, dtype=bool)
+        for at, (v, t) in parts:
+            values[name][at] = v[name]
+            ties[name][at] = t[name]
+    return ScoredBlock(slice(start, start + b), values, ties)
+
+
+def deep_blocks(
+    task: RetrievalTask,
+    *,
+    block_size: int | None = None,
+    memory_budget: int,
+    progress: bool | None = None,
+    n_threads: int | None = None,
+) -> Iterator[ScoredBlock]:
+    """The local engine's scored blocks of ``task`` through :func:`relevant_ranks` (the same
+    plan, products and threads as :func:`embedeval.engine.exact.sorted_candidates`)."""
+    depth, threshold = task.depth()
+    n_query, n_ref = task.n_query, int(task.reference.shape[0])
+    search = PreparedSearch.build(task.query, task.reference, task.distance)
+    plan = plan_search(
+        task.reference,
+        n_query=n_query,
+        distance=task.distance,
+        depth=depth,
+        exclusions=task.exclusions,
+        n_valid=task.n_valid,
+        # The candidate engine's plan: the same block layout, hence the same product shapes
+        # and float32 keys.
+        positive_threshold=task.positive_threshold(threshold),
+        block_size=block_size,
+        memory_budget=memory_budget,
+    )
+    search = search.with_duplicates(plan.duplicates, plan.representatives, slice(0, n_ref))
+    plan = plan.with_search(search)
+    size = plan.block_size
+    buffers = threading.local()
+
+    def one_block(start: int) -> ScoredBlock:
+        stop = min(start + size, n_query)
+        if getattr(buffers, "keys", None) is None:
+            buffers.keys = np.empty(min(size, n_query) * n_ref, dtype=np.float32)
+        out = buffers.keys[: (stop - start) * n_ref].reshape(stop - start, n_ref)
+        keys = grid_keys(search, slice(start, stop), 0, n_ref, out)
+        plan.exclusions.hide(keys, np.arange(start, stop), 0, groups=True)
+        ranks = relevant_ranks(plan, keys, task.query_codes[start:stop], task.reference_codes)
+        return score_ranks(task, start, ranks)
+
+    starts = range(0, n_query, size)
+    with progress_bar(n_query, "queries", enabled=progress) as bar, single_threaded_blas():
+        for start, result in in_order(one_block, starts, n_threads):
+            yield result
+            bar.update(min(start + size, n_query) - start)
