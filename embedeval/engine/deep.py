@@ -39,6 +39,7 @@ from .exact import (
     KEY_MAX,
     EnginePlan,
     PreparedSearch,
+    depth_thresholds,
     grid_keys,
     pack_codes,
     plan_search,
@@ -121,10 +122,22 @@ def locate(sorted_rows: np.ndarray, rows: np.ndarray, keys: np.ndarray, right: b
 
 
 def relevant_ranks(
-    plan: EnginePlan, keys: np.ndarray, query_codes: np.ndarray, reference_codes: np.ndarray
+    plan: EnginePlan,
+    keys: np.ndarray,
+    query_codes: np.ndarray,
+    reference_codes: np.ndarray,
+    tau: np.ndarray,
+    need: np.ndarray,
 ) -> RelevantRanks:
     """The :class:`RelevantRanks` of a block of query rows from their whole-row ``keys`` (valid
-    keys finite, excluded pairs ``+inf``) and label codes (:mod:`embedeval.engine.labels`)."""
+    keys finite, excluded pairs ``+inf``) and label codes (:mod:`embedeval.engine.labels`).
+
+    Only keys up to a per-row cut-off are sorted: ``tau`` (a depth threshold, see
+    :func:`embedeval.engine.exact.depth_thresholds`), raised under the label threshold
+    (``plan.threshold``) to the row's farthest relevant key; a row with fewer than ``need``
+    keys under it is sorted whole.  Relevant references past the cut-off lie past every
+    window a kernel reads, and are left out.
+    """
     b, n = keys.shape
     relevant = match_matrix(query_codes, reference_codes)
     relevant &= keys <= KEY_MAX
@@ -136,7 +149,14 @@ def relevant_ranks(
     row = (code >> np.uint64(32 + plan.col_bits)).astype(np.int64)
     bits = ((code >> np.uint64(plan.col_bits)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     rel_keys = from_sortable_bits(bits)
-    sorted_rows = np.sort(keys, axis=1)
+    cut = np.minimum(tau, KEY_MAX).astype(np.float32)
+    if plan.threshold == "max" and code.size:
+        last = np.flatnonzero(np.append(row[1:] != row[:-1], True))
+        cut[row[last]] = np.maximum(cut[row[last]], rel_keys[last])
+    sorted_rows, cut = _sorted_rows(keys, cut, need)
+    inside = rel_keys <= cut[row]
+    if not inside.all():
+        code, row, bits, rel_keys = code[inside], row[inside], bits[inside], rel_keys[inside]
     lt = locate(sorted_rows, row, rel_keys, False)
     # Relevant items with an equal key in the same row: a run of equal (row, key) codes.
     new = np.ones(code.size, dtype=bool)
@@ -147,9 +167,11 @@ def relevant_ranks(
     # The equal keys of a row are the sorted positions [lt, lt + eq): the run is mixed when
     # the key after its relevant items is still equal (a non-relevant reference ties with it).
     after = lt + np.repeat(run_len, run_len)
-    inside = after < n
+    width = sorted_rows.shape[1]
+    inside = after < width
     mixed_item = np.zeros(code.size, dtype=bool)
-    mixed_item[inside] = sorted_rows.ravel()[row[inside] * n + after[inside]] == rel_keys[inside]
+    at = row[inside] * width + after[inside]
+    mixed_item[inside] = sorted_rows.ravel()[at] == rel_keys[inside]
     is_mixed = np.zeros(b, dtype=bool)
     is_mixed[row[mixed_item]] = True
     mixed = np.flatnonzero(is_mixed)
@@ -159,6 +181,32 @@ def relevant_ranks(
     n_hits = np.bincount(row[keep], minlength=b)[clean]
     candidates = _whole_rows(plan, mixed, keys) if mixed.size else None
     return RelevantRanks(clean, n_hits, hit_pos, mixed, candidates)
+
+
+def _sorted_rows(
+    keys: np.ndarray, cut: np.ndarray, need: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's keys up to its ``cut``, sorted and padded with ``+inf`` (the whole row
+    when fewer than ``need`` keys lie under the cut, or when most rows keep most keys), and
+    the cut-offs used."""
+    b, n = keys.shape
+    mask = keys <= cut[:, None]
+    counts = np.count_nonzero(mask, axis=1)
+    short = counts < need
+    if short.any():
+        cut[short] = KEY_MAX
+        mask[short] = keys[short] <= KEY_MAX
+        counts[short] = np.count_nonzero(mask[short], axis=1)
+    width = int(counts.max(initial=0))
+    # Compacting costs a pass and a scatter; it pays when the sort shrinks by half or more.
+    if 2 * width > n:
+        return np.sort(keys, axis=1), np.full(b, KEY_MAX, dtype=np.float32)
+    out = np.full((b, max(width, 1)), np.inf, dtype=np.float32)
+    starts = np.cumsum(counts) - counts
+    col = np.arange(int(counts.sum())) - np.repeat(starts, counts)
+    out[np.repeat(np.arange(b), counts), col] = keys[mask]
+    out.sort(axis=1)
+    return out, cut
 
 
 def _whole_rows(plan: EnginePlan, rows: np.ndarray, keys: np.ndarray) -> Candidates:
@@ -231,8 +279,11 @@ def deep_blocks(
             buffers.keys = np.empty(min(size, n_query) * n_ref, dtype=np.float32)
         out = buffers.keys[: (stop - start) * n_ref].reshape(stop - start, n_ref)
         keys = grid_keys(search, slice(start, stop), 0, n_ref, out)
+        need = plan.need[start:stop]
+        tau = depth_thresholds(search, start, stop, need, plan.subsample, plan.exclusions)
         plan.exclusions.hide(keys, np.arange(start, stop), 0, groups=True)
-        ranks = relevant_ranks(plan, keys, task.query_codes[start:stop], task.reference_codes)
+        codes = task.query_codes[start:stop]
+        ranks = relevant_ranks(plan, keys, codes, task.reference_codes, tau, need)
         return score_ranks(task, start, ranks)
 
     starts = range(0, n_query, size)

@@ -50,6 +50,7 @@ __all__ = [
     "custom_metric",
     "hits_from_ranks",
     "inverse_negative_penalty",
+    "map_at_k",
     "map_at_r",
     "needed_depth",
     "precision_at_k",
@@ -453,6 +454,57 @@ def map_at_r(hits: RankedHits, m: MetricInfo) -> tuple[np.ndarray, np.ndarray]:
     return hits.precision_sums(window) / np.maximum(hits.relevant, 1), hits.ties.within(window)
 
 
+def map_at_k(hits: RankedHits, m: MetricInfo) -> tuple[np.ndarray, np.ndarray]:
+    """Average precision over the top k divided by the relevant items found there (the
+    per-query mAP@k of the hashing literature, e.g. mAP@5000 on NUS-WIDE / MS-COCO).
+
+    Formula: ``AP@k = sum(P@i for relevant ranks i <= w) / #{relevant items in the first w}``
+    with ``w = min(k, n_valid)``, and 0 when the first w hold no relevant item.  Unlike
+    ``map`` and ``map_at_r`` (divisor R_q), a query is not penalised for relevant references
+    beyond the top k; open-metric-learning's ``map@k`` divides by ``min(k, R_q)`` instead.
+    Tie: a mixed block with an item within the first w (the sum and the count may change).
+
+    Parameters
+    ----------
+    hits : RankedHits
+        The block's relevant candidates.
+    m : MetricInfo
+        The registry entry; ``m.cutoff`` is k.
+
+    Returns
+    -------
+    value, tie : ndarray
+        float64 values and bool tie flags, one per query.
+
+    Examples
+    --------
+    Top 3 of the first row: (1/1 + 2/3) / 2; the second row has no hit in its top 3; in the
+    third, ranks 3 and 4 tie:
+
+    >>> from embedeval.engine.registry import METRICS
+    >>> hits = ranked_example([[1, 0, 1, 1], [0, 0, 0, 1], [1, 0, 0, 1]],
+    ...                       keys=[[0, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 2]])
+    >>> value, tie = map_at_k(hits, METRICS["map_at_3"])
+    >>> value.tolist(), tie.tolist()
+    ([0.8333333333333333, 0.0, 1.0], [False, False, True])
+    """
+    window = np.minimum(m.cutoff, hits.n_valid)
+    found = hits.hits_within(window)
+    value = hits.precision_sums(window) / np.maximum(found, 1)
+    tie = hits.ties.within(window)
+    # A mixed block with one item inside the window changes the value only through which kind
+    # that item is; the two values can coincide (S / f = (f + 1) / w), so compare them.
+    rows = np.flatnonzero(hits.ties.one_inside(window) & ~hits.ties.within(window - 1))
+    if rows.size:
+        w = window[rows]
+        before = hits.hits_within(window - 1)[rows]
+        sums = hits.precision_sums(window - 1)[rows]
+        inside = (sums + (before + 1.0) / w) / (before + 1.0)
+        outside = np.where(before > 0, sums / np.maximum(before, 1), 0.0)
+        tie[rows] = ~np.isclose(inside, outside, rtol=1e-12, atol=0.0)
+    return value, tie
+
+
 def average_precision(hits: RankedHits, m: MetricInfo) -> tuple[np.ndarray, np.ndarray]:
     """Average precision over the whole ranking (the per-query MAP), divisor R_q.
 
@@ -633,6 +685,7 @@ KERNELS: dict[str, Kernel] = {
     "recall_at_k": recall_at_k,
     "r_precision": r_precision,
     "map_at_r": map_at_r,
+    "map_at_k": map_at_k,
     "map": average_precision,
     "minp": inverse_negative_penalty,
     "mrr": reciprocal_rank,
@@ -650,7 +703,7 @@ class NoTies:
     def _none(self, *args: object) -> np.ndarray:
         return np.zeros(self.n_rows, dtype=bool)
 
-    straddle = within = hit_rate_changes = can_pull_in = _none
+    straddle = within = hit_rate_changes = can_pull_in = one_inside = _none
 
 
 class TieFinder:
@@ -726,6 +779,15 @@ class TieFinder:
         non_relevant = last - first + 1 - relevant_in_block
         inside = self.block.lims[rows] + window[rows] - first  # block items within the window
         out[rows] = (hits_before_block == 0) & (non_relevant >= inside)
+        return out
+
+    def one_inside(self, window: np.ndarray) -> np.ndarray:
+        """Rows whose first ``window`` items cut a mixed block after its first item."""
+        out = np.zeros(self.block.counts.size, dtype=bool)
+        if self.any:
+            rows, runs = self._cut(window)
+            one = self.block.lims[rows] + window[rows] - 1 == self.run_first[runs]
+            out[rows[one]] = True
         return out
 
     def within(self, window: np.ndarray) -> np.ndarray:
