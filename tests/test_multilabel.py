@@ -31,9 +31,7 @@ def brute_rankings(xq, yq, xr=None, yr=None, qg=None, rg=None, distance="euclide
             dist.append(math.fsum((a - b) ** 2) if distance == "euclidean" else -math.fsum(a * b))
             refs.append(j)
         order = sorted(range(len(refs)), key=lambda t: (dist[t], refs[t]))
-        shared = [
-            int(any(yq[i][c] and yr[refs[t]][c] for c in range(len(yq[i])))) for t in order
-        ]
+        shared = [int(any(yq[i][c] and yr[refs[t]][c] for c in range(len(yq[i])))) for t in order]
         out.append(shared)
     return out
 
