@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval.engine.deep import deep_applies, deep_blocks, locate
+from embedeval.engine.deep import deep_applies, deep_blocks
 from embedeval.engine.exact import DEFAULT_MEMORY_BUDGET, sorted_candidates
 from embedeval.engine.task import write_back
 from embedeval.evaluation.settings import EvaluationInputs, validate_arguments
@@ -85,8 +85,10 @@ def test_deep_engine_with_reference_and_groups_matches_oracle():
 
 @pytest.mark.parametrize("kind", ["integer", "float"])
 @pytest.mark.parametrize("distance", ["euclidean", "cosine"])
-@pytest.mark.parametrize("metrics", [["map"], ["map", "minp", "precision_at_1"], METRICS[:3]])
-@pytest.mark.parametrize("k", [None, 150])
+@pytest.mark.parametrize(
+    "metrics", [["map"], ["map", "minp", "precision_at_1"], ["map", *METRICS[:3], "mrr"]]
+)
+@pytest.mark.parametrize("k", [None])
 def test_deep_engine_is_the_candidate_engine_bit_for_bit(kind, distance, metrics, k):
     x, y = _data(kind, n=400)
     task = _task(x, y, metrics=metrics, k=k, distance=distance)
@@ -100,18 +102,10 @@ def test_deep_engine_is_the_candidate_engine_bit_for_bit(kind, distance, metrics
             assert np.array_equal(ties[m], want_ties[m]), m
 
 
-def test_deep_applies_to_full_depth_and_deep_windows_only():
-    x, y = _data("float", n=400, classes=40)  # R_q about 9: shallow windows
+def test_deep_applies_to_full_depth_rankings_only():
+    x, y = _data("float", n=400, classes=2)  # R_q about 200 of 399: deep windows
     assert deep_applies(_task(x, y, metrics=["map"]))
+    assert deep_applies(_task(x, y, metrics=["map_at_r", "minp"]))
     assert not deep_applies(_task(x, y, metrics=["map_at_r"]))
     assert not deep_applies(_task(x, y, metrics=["mrr"]))
-    x, y = _data("float", n=400, classes=2)  # R_q about 200 of 399: deep windows
-    assert deep_applies(_task(x, y, metrics=["map_at_r"]))
-
-
-def test_locate_counts_keys_below_and_at_each_key():
-    rows = np.array([[0.0, 1.0, 1.0, 1.0, 4.0], [-1.0, 2.0, 2.0, 9.0, 9.0]], np.float32)
-    at = np.array([0, 0, 0, 1, 1, 1])
-    keys = np.array([-5.0, 1.0, 5.0, 2.0, 9.0, 10.0], np.float32)
-    assert locate(rows, at, keys, False).tolist() == [0, 1, 5, 1, 3, 5]
-    assert locate(rows, at, keys, True).tolist() == [0, 4, 5, 3, 5, 5]
+    assert not deep_applies(_task(x, y, metrics=["map"], k=50))
