@@ -181,3 +181,18 @@ def test_cluster_metrics_are_refused():
     x, y = _data(n=40)
     with pytest.raises(InputError, match="nmi"):
         ee.evaluate(x, y, metrics=["map", "nmi"])
+
+
+def test_macro_intervals_and_the_torch_backend_are_refused_before_the_search():
+    x, y = _data(n=40)
+    with pytest.raises(InputError, match="average='micro'"):
+        ee.evaluate(x, y, metrics=["map"], ci=0.9, n_boot=10, average="macro")
+    with pytest.raises(InputError, match="backend='local'"):
+        ee.evaluate(x, y, metrics=["map"], backend="torch")
+
+
+def test_micro_intervals_resample_queries():
+    x, y = _data(n=60)
+    res = ee.evaluate(x, y, metrics=["map"], ci=0.9, n_boot=200, seed=0, progress=False)
+    low, high = res.ci["map"]
+    assert low <= res.metrics["map"] <= high

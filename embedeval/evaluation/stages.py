@@ -382,6 +382,11 @@ def _check_label_sets(settings: EvaluationSettings) -> None:
             f"metrics: {', '.join(cluster)} compare clusters with one label per item; with "
             "multi-label labels (a 2-D indicator array) drop them or pass one label per item."
         )
+    if settings.statistics.ci is not None and settings.metrics.average == "macro":
+        raise InputError(
+            "ci= with average='macro' resamples classes, which multi-label labels (a 2-D "
+            "indicator array) do not partition; use average='micro' (queries are resampled)."
+        )
     if settings.search.engine == "torch":
         raise InputError(
             "backend='torch' does not support multi-label labels (a 2-D indicator array) yet; "
