@@ -57,7 +57,7 @@ def make_split(case: str, seed: int = 0) -> dict[str, np.ndarray]:
     """
     rng = np.random.default_rng(seed)
     if case == "reid":
-        n_q, n_g, d, n_id, spread = 3_368, 15_913, 2_048, 751, 3.0
+        n_q, n_g, d, n_id, spread = 3_368, 15_913, 2_048, 751, 10.0
     elif case == "hashing":
         n_q, n_g, d, n_id, spread = 5_000, 50_000, 64, 10, 6.0
     else:

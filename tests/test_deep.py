@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval.engine.deep import deep_applies, deep_blocks
+from embedeval.engine.deep import deep_applies, deep_blocks, locate
 from embedeval.engine.exact import DEFAULT_MEMORY_BUDGET, sorted_candidates
 from embedeval.engine.task import write_back
 from embedeval.evaluation.settings import EvaluationInputs, validate_arguments
@@ -62,9 +62,9 @@ def _deep_engine(task, block_size=None):
 # (cosine keys are rounded quotients, and random floats have near-ties float32 cannot tell
 # apart; the bit-for-bit test below covers those against the candidate engine).
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
-@pytest.mark.parametrize("classes", [2, 3, 7])
+@pytest.mark.parametrize("classes", [3, 60])
 def test_deep_engine_matches_oracle(distance, classes):
-    x, y = _data("integer", classes=classes)
+    x, y = _data("integer", n=300, classes=classes)
     res = ee.evaluate(x, y, metrics=METRICS, distance=distance, progress=False)
     _, per_query = oracle.summary(x, y, metrics=METRICS, distance=distance)
     for m in METRICS:
@@ -72,7 +72,7 @@ def test_deep_engine_matches_oracle(distance, classes):
 
 
 def test_deep_engine_with_reference_and_groups_matches_oracle():
-    x, y = _data("integer", n=300)
+    x, y = _data("integer", n=300, classes=30)
     g = np.random.default_rng(1).integers(0, 4, 300)
     xq, yq, gq, xr, yr, gr = x[:90], y[:90], g[:90], x[90:], y[90:], g[90:]
     res = ee.evaluate(
@@ -90,7 +90,7 @@ def test_deep_engine_with_reference_and_groups_matches_oracle():
 )
 @pytest.mark.parametrize("k", [None])
 def test_deep_engine_is_the_candidate_engine_bit_for_bit(kind, distance, metrics, k):
-    x, y = _data(kind, n=400)
+    x, y = _data(kind, n=400, classes=80)
     task = _task(x, y, metrics=metrics, k=k, distance=distance)
     if not deep_applies(task):
         pytest.skip("shallow: the candidate engine runs")
@@ -102,10 +102,20 @@ def test_deep_engine_is_the_candidate_engine_bit_for_bit(kind, distance, metrics
             assert np.array_equal(ties[m], want_ties[m]), m
 
 
-def test_deep_applies_to_full_depth_rankings_only():
-    x, y = _data("float", n=400, classes=2)  # R_q about 200 of 399: deep windows
+def test_deep_applies_to_full_depth_rankings_with_few_relevant_references():
+    x, y = _data("float", n=400, classes=80)  # R_q about 4 of 399
     assert deep_applies(_task(x, y, metrics=["map"]))
     assert deep_applies(_task(x, y, metrics=["map_at_r", "minp"]))
     assert not deep_applies(_task(x, y, metrics=["map_at_r"]))
     assert not deep_applies(_task(x, y, metrics=["mrr"]))
     assert not deep_applies(_task(x, y, metrics=["map"], k=50))
+    x, y = _data("float", n=400, classes=2)  # R_q about 200: the candidate engine
+    assert not deep_applies(_task(x, y, metrics=["map"]))
+
+
+def test_locate_counts_keys_below_and_at_each_key():
+    rows = np.array([[0.0, 1.0, 1.0, 1.0, 4.0], [-1.0, 2.0, 2.0, 9.0, 9.0]], np.float32)
+    at = np.array([0, 0, 0, 1, 1, 1])
+    keys = np.array([-5.0, 1.0, 5.0, 2.0, 9.0, 10.0], np.float32)
+    assert locate(rows, at, keys, False).tolist() == [0, 1, 5, 1, 3, 5]
+    assert locate(rows, at, keys, True).tolist() == [0, 4, 5, 3, 5, 5]

@@ -196,3 +196,19 @@ def test_micro_intervals_resample_queries():
     res = ee.evaluate(x, y, metrics=["map"], ci=0.9, n_boot=200, seed=0, progress=False)
     low, high = res.ci["map"]
     assert low <= res.metrics["map"] <= high
+
+
+def test_sparse_label_sets_take_the_deep_engine_and_match_brute_force():
+    from embedeval.engine.deep import deep_applies
+    from embedeval.evaluation.settings import EvaluationInputs, validate_arguments
+    from embedeval.evaluation.stages import plan_search, prepare_data
+
+    rng = np.random.default_rng(7)
+    x = rng.integers(-2, 3, size=(500, 4)).astype(np.float32)
+    x[40:60] = x[0:20]
+    y = (rng.random((500, 200)) < 0.006).astype(np.int64)
+    inputs = EvaluationInputs(x, y)
+    settings = validate_arguments(inputs, metrics=METRICS)
+    assert deep_applies(plan_search(settings, prepare_data(settings, inputs)).task)
+    res = ee.evaluate(x, y, metrics=METRICS, progress=False)
+    _check(res, brute_rankings(x, y))
