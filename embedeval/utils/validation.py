@@ -258,8 +258,8 @@ def as_labels(
         arr = arr[:, 0]
     if arr.ndim != 1:
         raise InputError(
-            f"{name} must be 1-D (one label per item); got shape {arr.shape}. "
-            "Multi-label targets are not supported."
+            f"{name} must be 1-D (one label per item); got shape {arr.shape}. For several "
+            "labels per item pass a 2-D 0/1 indicator array of shape (n, n_labels)."
         )
     if arr.size == 0:
         raise InputError(f"{name} is empty; pass one label per item.")
