@@ -46,6 +46,39 @@ def make_data(case: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(x[perm]), labels[perm].astype(np.int64)
 
 
+def make_split(case: str, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded query / gallery cases shaped like the re-identification and hashing protocols.
+
+    * ``reid``: 3,368 queries x 15,913 gallery, d=2,048 (Market-1501's shape), 751 identities
+      over 6 cameras; a query excludes the gallery images of its identity and camera (the
+      groups are identity x camera).
+    * ``hashing``: 5,000 queries x 50,000 database items, d=64, 10 classes (CIFAR-10-like
+      hashing protocol).
+    """
+    rng = np.random.default_rng(seed)
+    if case == "reid":
+        n_q, n_g, d, n_id, spread = 3_368, 15_913, 2_048, 751, 10.0
+    elif case == "hashing":
+        n_q, n_g, d, n_id, spread = 5_000, 50_000, 64, 10, 6.0
+    else:
+        raise ValueError(case)
+    centers = rng.standard_normal((n_id, d)).astype(np.float32)
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+        ids = rng.integers(0, n_id, n)
+        x = centers[ids] + spread * rng.standard_normal((n, d)).astype(np.float32) / 3
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        return np.ascontiguousarray(x), ids.astype(np.int64)
+
+    xq, yq = draw(n_q)
+    xr, yr = draw(n_g)
+    out = {"xq": xq, "yq": yq, "xr": xr, "yr": yr}
+    if case == "reid":
+        out["gq"] = yq * 6 + rng.integers(0, 6, n_q)
+        out["gr"] = yr * 6 + rng.integers(0, 6, n_g)
+    return out
+
+
 def peak_rss_mb() -> float:
     import resource
 

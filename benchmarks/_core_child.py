@@ -8,14 +8,22 @@ import warnings
 
 import numpy as np
 
-from benchmarks._common import Timer, make_data, peak_rss_mb
+from benchmarks._common import Timer, make_data, make_split, peak_rss_mb
 
 METRICS = {
     "sop": ["precision_at_1", "r_precision", "map_at_r"],
     "large": ["precision_at_1", "r_precision", "map_at_r"],
     "map": ["map"],
     "separated": ["precision_at_1", "r_precision", "map_at_r"],
+    "reid": ["map", "precision_at_1"],
+    "hashing": ["map"],
 }
+#: Query / gallery cases (the others are leave-one-out).
+SPLIT = ("reid", "hashing")
+#: Deep rankings: timed against the product and "product + sort every row" of their shape.
+DEEP = ("large", "map", "reid", "hashing")
+#: Queries whose values are checked against the brute force (float64, stable sort).
+N_CHECK = 100
 PML_NAMES = {
     "precision_at_1": "precision_at_1",
     "r_precision": "r_precision",
@@ -24,11 +32,78 @@ PML_NAMES = {
 }
 
 
+def product(xq: np.ndarray, xr: np.ndarray, sort: bool) -> None:
+    """The blocked float32 product of the evaluation's shape (keys ``||r||^2 - 2 q.r``), and,
+    with ``sort``, ``np.sort`` of every row of keys: what a plain script pays."""
+    norms = np.einsum("ij,ij->i", xr, xr)
+    for s in range(0, xq.shape[0], 1024):
+        g = xq[s : s + 1024] @ xr.T
+        g *= -2
+        g += norms
+        if sort:
+            g.sort(axis=1)
+
+
+def brute_values(data: dict, metrics: list[str], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-query values of ``rows`` from float64 distances, a stable sort by (distance,
+    reference index), exclusions (self, same group) removed, and the definitions."""
+    xq, yq, xr, yr = data["xq"], data["yq"], data["xr"], data["yr"]
+    out = {m: np.full(rows.size, np.nan) for m in metrics}
+    for t, i in enumerate(rows):
+        d = ((xr.astype(np.float64) - xq[i].astype(np.float64)) ** 2).sum(axis=1)
+        keep = np.ones(xr.shape[0], dtype=bool)
+        if data.get("loo"):
+            keep[i] = False
+        if "gq" in data:
+            keep &= data["gr"] != data["gq"][i]
+        j = np.flatnonzero(keep)
+        rel = yr[j[np.lexsort((j, d[j]))]] == yq[i]
+        n_rel = int(rel.sum())
+        if n_rel == 0:
+            continue
+        prec = np.cumsum(rel) / np.arange(1, rel.size + 1)
+        for m in metrics:
+            if m == "map":
+                out[m][t] = prec[rel].sum() / n_rel
+            elif m == "precision_at_1":
+                out[m][t] = float(rel[0])
+            elif m == "r_precision":
+                out[m][t] = rel[:n_rel].sum() / n_rel
+            elif m == "map_at_r":
+                out[m][t] = prec[:n_rel][rel[:n_rel]].sum() / n_rel
+    return out
+
+
 def main(method: str, case: str) -> None:
-    x, y = make_data(case)
+    if case in SPLIT:
+        data = make_split(case)
+    else:
+        x, y = make_data(case)
+        data = {"xq": x, "yq": y, "xr": x, "yr": y, "loo": True}
     base = peak_rss_mb()
     values: dict[str, float] = {}
-    if method in ("embedeval", "embedeval_1t"):
+    check: dict[str, float] = {}
+    if method in ("product", "product_sort"):
+        with Timer() as t:
+            product(data["xq"], data["xr"], method == "product_sort")
+    elif method in ("embedeval", "embedeval_1t") and case in DEEP:
+        import embedeval as ee
+
+        threads = 1 if method == "embedeval_1t" else None
+        args = (data["xq"], data["yq"]) if case not in SPLIT else (
+            data["xq"], data["yq"], data["xr"], data["yr"])  # fmt: skip
+        groups = (
+            {"query_groups": data["gq"], "reference_groups": data["gr"]} if "gq" in data else {}
+        )
+        with Timer() as t:
+            res = ee.evaluate(*args, metrics=METRICS[case], progress=False, n_threads=threads,
+                              **groups)  # fmt: skip
+        values = dict(res.metrics)
+        rows = np.random.default_rng(1).choice(data["xq"].shape[0], N_CHECK, replace=False)
+        want = brute_values(data, METRICS[case], rows)
+        for m in METRICS[case]:
+            check[m] = float(np.nanmax(np.abs(res.per_query[m][rows] - want[m])))
+    elif method in ("embedeval", "embedeval_1t"):
         import embedeval as ee
 
         threads = 1 if method == "embedeval_1t" else None  # None: every usable core
@@ -82,6 +157,7 @@ def main(method: str, case: str) -> None:
                 "peak_mb": peak_rss_mb(),
                 "baseline_mb": base,
                 "values": values,
+                "check": check,
             }
         )
     )

@@ -89,6 +89,14 @@ def metric_value(name, rel, k):
     if name.startswith("recall_at_"):
         j = int(name[len("recall_at_") :])
         return 1.0 if any(rel[:j]) else 0.0
+    if name.startswith("map_at_"):  # hashing mAP@k: divided by the hits in the top k
+        j = int(name[len("map_at_") :])
+        hits, s = 0, 0.0
+        for i in range(min(j, len(rel))):
+            if rel[i]:
+                hits += 1
+                s += hits / (i + 1)
+        return s / hits if hits else 0.0
     if name.startswith("precision_at_"):
         j = int(name[len("precision_at_") :])
         return sum(rel[:j]) / j

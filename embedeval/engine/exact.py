@@ -49,6 +49,7 @@ from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import Candidates, sortable_bits
 from .duplicates import DuplicateKeys, DuplicateRows, find_duplicate_rows
+from .labels import match_matrix
 from .threads import in_order, single_threaded_blas
 
 __all__ = [
@@ -766,7 +767,7 @@ def label_cutoff(
     excluded pairs at +inf).  With ``final``, a row without one gets ``-inf`` (no raise of its
     threshold); ``final=False`` leaves +-inf there, so that cut-offs of several column ranges
     (shards) combine with max / min before :func:`finish_label_cutoff`."""
-    positive = plan.reference_codes[None, :] == plan.query_codes[start:stop, None]
+    positive = match_matrix(plan.query_codes[start:stop], plan.reference_codes)
     positive &= keys <= KEY_MAX
     if plan.threshold == "max":
         out = np.where(positive, keys, -np.inf).max(axis=1)

@@ -37,16 +37,20 @@ import numpy as np
 
 from .candidates import Candidates, sortable_bits
 from .custom import call_metric, relevance_matrix
+from .labels import match_pairs
 from .registry import MetricInfo
 
 __all__ = [
     "KERNELS",
+    "NoTies",
     "RankedHits",
     "TieFinder",
     "average_precision",
     "chunk_metrics",
     "custom_metric",
+    "hits_from_ranks",
     "inverse_negative_penalty",
+    "map_at_k",
     "map_at_r",
     "needed_depth",
     "precision_at_k",
@@ -55,6 +59,7 @@ __all__ = [
     "ranked_example",
     "recall_at_k",
     "reciprocal_rank",
+    "score_hits",
 ]
 
 Kernel = Callable[["RankedHits", MetricInfo], tuple[np.ndarray, np.ndarray]]
@@ -129,7 +134,7 @@ class RankedHits:
     relevant: np.ndarray
     n_valid: np.ndarray
     k: int | None
-    ties: TieFinder
+    ties: TieFinder | NoTies
 
     @property
     def depth_cap(self) -> np.ndarray:
@@ -181,7 +186,7 @@ def rank_hits(
     code equals its query's."""
     counts = block.counts
     lims = block.lims
-    rel = reference_codes[block.index] == np.repeat(query_codes, counts)
+    rel = match_pairs(np.repeat(query_codes, counts, axis=0), reference_codes[block.index])
     hit = np.flatnonzero(rel)
     row_start = np.searchsorted(hit, lims[:-1])
     n_hits = np.diff(np.append(row_start, hit.size))
@@ -190,6 +195,47 @@ def rank_hits(
     ties = TieFinder(block, rel)
     return RankedHits(
         lims, counts, hit, row_start, n_hits, hit_pos, found, relevant, n_valid, k, ties
+    )
+
+
+def hits_from_ranks(
+    n_hits: np.ndarray,
+    hit_pos: np.ndarray,
+    relevant: np.ndarray,
+    n_valid: np.ndarray,
+    k: int | None,
+) -> RankedHits:
+    """The :class:`RankedHits` of rows whose every relevant reference is located by its rank
+    alone (:mod:`embedeval.engine.deep`), without the candidates around them.
+
+    ``hit_pos`` holds the 0-based ranks of each row's relevant references, row after row, each
+    row's increasing (``n_hits`` per row).  The rows stand for whole rankings of ``n_valid``
+    items, so every window of a kernel reads them as it reads sorted candidates; they must hold
+    no block of equal keys mixing relevant and non-relevant items (:class:`NoTies`).
+
+    >>> hits = hits_from_ranks(np.array([2]), np.array([1, 2]), np.array([2]), np.array([5]), None)
+    >>> hits.hit.tolist(), hits.found.tolist(), hits.last_hit_rank().tolist()
+    ([1, 2], [1, 2], [3])
+    """
+    counts = np.asarray(n_valid, dtype=np.int64)
+    lims = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=lims[1:])
+    row_start = np.zeros(counts.size, dtype=np.int64)
+    np.cumsum(n_hits[:-1], out=row_start[1:])
+    hit = hit_pos + np.repeat(lims[:-1], n_hits)
+    found = np.arange(1, hit.size + 1) - np.repeat(row_start, n_hits)
+    return RankedHits(
+        lims,
+        counts,
+        hit,
+        row_start,
+        n_hits,
+        hit_pos,
+        found,
+        relevant,
+        n_valid,
+        k,
+        NoTies(counts.size),
     )
 
 
@@ -246,7 +292,14 @@ def chunk_metrics(
     ([0.5], [0.5833333333333333], [False])
     """
     hits = rank_hits(block, query_codes, reference_codes, relevant, n_valid, k)
-    lone = relevant == 0
+    return score_hits(hits, metrics)
+
+
+def score_hits(
+    hits: RankedHits, metrics: list[MetricInfo]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """:func:`chunk_metrics` from the block's :class:`RankedHits`."""
+    lone = hits.relevant == 0
     values: dict[str, np.ndarray] = {}
     flags: dict[str, np.ndarray] = {}
     for m in metrics:
@@ -399,6 +452,57 @@ def map_at_r(hits: RankedHits, m: MetricInfo) -> tuple[np.ndarray, np.ndarray]:
     """
     window = hits.r_window()
     return hits.precision_sums(window) / np.maximum(hits.relevant, 1), hits.ties.within(window)
+
+
+def map_at_k(hits: RankedHits, m: MetricInfo) -> tuple[np.ndarray, np.ndarray]:
+    """Average precision over the top k divided by the relevant items found there (the
+    per-query mAP@k of the hashing literature, e.g. mAP@5000 on NUS-WIDE / MS-COCO).
+
+    Formula: ``AP@k = sum(P@i for relevant ranks i <= w) / #{relevant items in the first w}``
+    with ``w = min(k, n_valid)``, and 0 when the first w hold no relevant item.  Unlike
+    ``map`` and ``map_at_r`` (divisor R_q), a query is not penalised for relevant references
+    beyond the top k; open-metric-learning's ``map@k`` divides by ``min(k, R_q)`` instead.
+    Tie: a mixed block with an item within the first w (the sum and the count may change).
+
+    Parameters
+    ----------
+    hits : RankedHits
+        The block's relevant candidates.
+    m : MetricInfo
+        The registry entry; ``m.cutoff`` is k.
+
+    Returns
+    -------
+    value, tie : ndarray
+        float64 values and bool tie flags, one per query.
+
+    Examples
+    --------
+    Top 3 of the first row: (1/1 + 2/3) / 2; the second row has no hit in its top 3; in the
+    third, ranks 3 and 4 tie:
+
+    >>> from embedeval.engine.registry import METRICS
+    >>> hits = ranked_example([[1, 0, 1, 1], [0, 0, 0, 1], [1, 0, 0, 1]],
+    ...                       keys=[[0, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 2]])
+    >>> value, tie = map_at_k(hits, METRICS["map_at_3"])
+    >>> value.tolist(), tie.tolist()
+    ([0.8333333333333333, 0.0, 1.0], [False, False, True])
+    """
+    window = np.minimum(m.cutoff, hits.n_valid)
+    found = hits.hits_within(window)
+    value = hits.precision_sums(window) / np.maximum(found, 1)
+    tie = hits.ties.within(window)
+    # A mixed block with one item inside the window changes the value only through which kind
+    # that item is; the two values can coincide (S / f = (f + 1) / w), so compare them.
+    rows = np.flatnonzero(hits.ties.one_inside(window) & ~hits.ties.within(window - 1))
+    if rows.size:
+        w = window[rows]
+        before = hits.hits_within(window - 1)[rows]
+        sums = hits.precision_sums(window - 1)[rows]
+        inside = (sums + (before + 1.0) / w) / (before + 1.0)
+        outside = np.where(before > 0, sums / np.maximum(before, 1), 0.0)
+        tie[rows] = ~np.isclose(inside, outside, rtol=1e-12, atol=0.0)
+    return value, tie
 
 
 def average_precision(hits: RankedHits, m: MetricInfo) -> tuple[np.ndarray, np.ndarray]:
@@ -581,11 +685,25 @@ KERNELS: dict[str, Kernel] = {
     "recall_at_k": recall_at_k,
     "r_precision": r_precision,
     "map_at_r": map_at_r,
+    "map_at_k": map_at_k,
     "map": average_precision,
     "minp": inverse_negative_penalty,
     "mrr": reciprocal_rank,
     "custom": custom_metric,
 }
+
+
+class NoTies:
+    """The :class:`TieFinder` of rows without a block of equal keys that mixes relevant and
+    non-relevant items: no value depends on the order of ties, so no query is flagged."""
+
+    def __init__(self, n_rows: int) -> None:
+        self.n_rows = n_rows
+
+    def _none(self, *args: object) -> np.ndarray:
+        return np.zeros(self.n_rows, dtype=bool)
+
+    straddle = within = hit_rate_changes = can_pull_in = one_inside = _none
 
 
 class TieFinder:
@@ -661,6 +779,15 @@ class TieFinder:
         non_relevant = last - first + 1 - relevant_in_block
         inside = self.block.lims[rows] + window[rows] - first  # block items within the window
         out[rows] = (hits_before_block == 0) & (non_relevant >= inside)
+        return out
+
+    def one_inside(self, window: np.ndarray) -> np.ndarray:
+        """Rows whose first ``window`` items cut a mixed block after its first item."""
+        out = np.zeros(self.block.counts.size, dtype=bool)
+        if self.any:
+            rows, runs = self._cut(window)
+            one = self.block.lims[rows] + window[rows] - 1 == self.run_first[runs]
+            out[rows[one]] = True
         return out
 
     def within(self, window: np.ndarray) -> np.ndarray:

@@ -173,7 +173,7 @@ def default_metrics(depth: int | None) -> tuple[str, ...]:
     return DEFAULT_METRICS[:-1] + ((f"recall_at_{depth}",) if depth > 1 else ())
 
 
-_AT_K = re.compile(r"^(recall|precision)_at_([1-9][0-9]*)$")
+_AT_K = re.compile(r"^(recall|precision|map)_at_([1-9][0-9]*)$")
 
 
 def _at_k_info(name: str) -> MetricInfo | None:
@@ -183,6 +183,17 @@ def _at_k_info(name: str) -> MetricInfo | None:
     family, cutoff = match.group(1), int(match.group(2))
     if family == "precision" and cutoff == 1:
         return _FIXED["precision_at_1"]
+    if family == "map":
+        return MetricInfo(
+            name,
+            "knn",
+            "fixed",
+            cutoff,
+            None,
+            f"average precision over the {cutoff} nearest, divided by the relevant references "
+            f"found there (the hashing mAP@{cutoff}; 0 when none)",
+            kernel="map_at_k",
+        )
     if family == "recall":
         return MetricInfo(
             name,
@@ -218,13 +229,15 @@ class _Registry(dict):
         return super().__contains__(key) or (isinstance(key, str) and _at_k_info(key) is not None)
 
 
-#: Every metric :func:`embedeval.evaluate` knows, by canonical name.  ``recall_at_{k}`` and
-#: ``precision_at_{k}`` exist for every positive integer k; the common ones are listed.
+#: Every metric :func:`embedeval.evaluate` knows, by canonical name.  ``recall_at_{k}``,
+#: ``precision_at_{k}`` and ``map_at_{k}`` exist for every positive integer k; the common ones
+#: are listed.
 METRICS: dict[str, MetricInfo] = _Registry(
     {
         **_FIXED,
         **{f"recall_at_{k}": _at_k_info(f"recall_at_{k}") for k in (1, 5, 10, 100)},
         **{f"precision_at_{k}": _at_k_info(f"precision_at_{k}") for k in (5, 10, 100)},
+        **{f"map_at_{k}": _at_k_info(f"map_at_{k}") for k in (10, 100)},
     }
 )
 
@@ -255,10 +268,11 @@ def parse_metrics(metrics: str | Iterable[str] | None) -> list[MetricInfo]:
             raise InputTypeError(f"metrics must hold strings; got {raw!r}.")
         name = PML_ALIASES.get(raw, raw)
         if name not in METRICS:
-            known = [*_FIXED, *PML_ALIASES, "recall_at_10", "precision_at_10"]
+            known = [*_FIXED, *PML_ALIASES, "recall_at_10", "precision_at_10", "map_at_100"]
             raise InputError(
                 f"metrics: unknown metric {raw!r}.{suggest(raw, known)} Known metrics: "
-                f"{', '.join(_FIXED)}, recall_at_<k>, precision_at_<k> (k a positive integer)."
+                f"{', '.join(_FIXED)}, recall_at_<k>, precision_at_<k>, map_at_<k> (k a positive "
+                "integer)."
             )
         out.setdefault(name, METRICS[name])
     return list(out.values())

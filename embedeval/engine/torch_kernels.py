@@ -217,6 +217,33 @@ def map_at_r(hits: DeviceHits, m: Any) -> tuple[Any, Any]:
     return value, hits.ties.within(window)
 
 
+def map_at_k(hits: DeviceHits, m: Any) -> tuple[Any, Any]:
+    """:func:`embedeval.engine.kernels.map_at_k` on the device (same formula, tie rule and sums).
+
+    >>> import pytest
+    >>> torch = pytest.importorskip("torch")
+    >>> from embedeval.engine.registry import METRICS
+    >>> rows, keys = [[1, 0, 1, 1], [1, 0, 0, 1]], [[0, 1, 2, 3], [0, 1, 2, 2]]
+    >>> value, tie = map_at_k(device_example(torch, rows, keys=keys), METRICS["map_at_3"])
+    >>> value.tolist(), tie.tolist()
+    ([0.8333333333333333, 1.0], [False, True])
+    """
+    torch = hits.torch
+    window = hits.n_valid.clamp(max=m.cutoff)
+    found = hits.hits_within(window)
+    value = hits.precision_sums(window) / found.clamp(min=1).double()
+    tie = hits.ties.within(window)
+    rows = torch.nonzero(hits.ties.one_inside(window) & ~hits.ties.within(window - 1)).flatten()
+    if rows.numel():
+        w = window[rows].double()
+        before = hits.hits_within(window - 1)[rows].double()
+        sums = hits.precision_sums(window - 1)[rows]
+        inside = (sums + (before + 1.0) / w) / (before + 1.0)
+        outside = torch.where(before > 0, sums / before.clamp(min=1.0), torch.zeros_like(sums))
+        tie[rows] = ~torch.isclose(inside, outside, rtol=1e-12, atol=0.0)
+    return value, tie
+
+
 def average_precision(hits: DeviceHits, m: Any) -> tuple[Any, Any]:
     """:func:`embedeval.engine.kernels.average_precision` on the device (same formula, tie rule and
     sums).
@@ -290,6 +317,7 @@ KERNELS = {
     "recall_at_k": recall_at_k,
     "r_precision": r_precision,
     "map_at_r": map_at_r,
+    "map_at_k": map_at_k,
     "map": average_precision,
     "minp": inverse_negative_penalty,
     "mrr": reciprocal_rank,
@@ -400,6 +428,13 @@ class DeviceTies:
         non_relevant = last - first + 1 - in_block
         inside = self.lims[rows] + window[rows] - first
         out[rows] = (hits_before == 0) & (non_relevant >= inside)
+        return out
+
+    def one_inside(self, window: Any) -> Any:
+        out = self._false()
+        if self.any:
+            rows, runs = self._cut(window)
+            out[rows[self.lims[rows] + window[rows] - 1 == self.run_first[runs]]] = True
         return out
 
     def within(self, window: Any) -> Any:

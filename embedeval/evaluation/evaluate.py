@@ -269,9 +269,12 @@ def _add_intervals(result: EvaluationResult, settings: EvaluationSettings) -> No
     from .compare import bootstrap_ci
 
     stats = settings.statistics
+    # Micro intervals resample queries and need no labels; multi-label labels (2-D) have no
+    # class per query (macro intervals are refused for them before the search).
+    labels = None if result.settings.get("multi_label") else result.query_labels
     result.ci = bootstrap_ci(
         result.per_query,
-        labels=result.query_labels,
+        labels=labels,
         average=settings.metrics.average,
         ci=stats.ci,
         n_boot=stats.n_boot,
@@ -283,7 +286,7 @@ def _add_intervals(result: EvaluationResult, settings: EvaluationSettings) -> No
             confidence_ci(
                 result.per_query,
                 result.query_confidences,
-                labels=result.query_labels,
+                labels=labels,
                 higher_is_confident=settings.confidence.higher_is_confident,
                 ci=stats.ci,
                 n_boot=stats.n_boot,

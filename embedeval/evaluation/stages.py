@@ -25,12 +25,20 @@ import numpy as np
 from ..engine.arrays import as_search_input, check_lead_on_device, scale_for_range, to_host
 from ..engine.custom import metric_infos
 from ..engine.exact import Exclusions
+from ..engine.labels import is_label_sets, match_matrix, match_pairs, pack_label_sets
 from ..engine.registry import MetricInfo, default_metrics
 from ..search.dispatch import SearchOutcome, run_search
 from ..search.local import RetrievalTask
 from ..search.neighbors import check_queries_lead_reference
 from ..utils.errors import EmbedevalWarning, InputError
-from ..utils.validation import as_embeddings, as_labels, check_same_dimension, factorize
+from ..utils.validation import (
+    as_embeddings,
+    as_label_indicator,
+    as_labels,
+    check_same_dimension,
+    factorize,
+    is_label_indicator,
+)
 from .approximation import warn_if_biased
 from .result import EvaluationResult
 from .settings import EvaluationInputs, EvaluationSettings
@@ -52,7 +60,9 @@ class EvaluationData:
 
     ``query`` / ``reference`` are the embeddings times 2**``scale`` (numpy, or tensors on their
     device for the torch backend; the same object when leave-one-out); ``query_codes`` /
-    ``reference_codes`` index ``uniques``; ``relevant`` is R_q and ``n_valid`` the number of
+    ``reference_codes`` index ``uniques``, or, for multi-label data (``query_labels`` a 2-D
+    bool indicator array), are the packed label sets of :mod:`embedeval.engine.labels` and
+    ``uniques`` the label columns; ``relevant`` is R_q and ``n_valid`` the number of
     references each query can see.
     """
 
@@ -107,18 +117,26 @@ def prepare_data(settings: EvaluationSettings, inputs: EvaluationInputs) -> Eval
         xq = as_search_input(inputs.query, "query")
     else:
         xq = as_embeddings(inputs.query, "query")
-    yq = as_labels(inputs.query_labels, "query_labels", length=xq.shape[0], length_of="query")
+    multi = is_label_indicator(inputs.query_labels)
+    check = as_label_indicator if multi else as_labels
+    yq = check(inputs.query_labels, "query_labels", length=xq.shape[0], length_of="query")
     leave_one_out = settings.protocol.leave_one_out
     self_index = leave_one_out or settings.protocol.ref_includes_query
     if leave_one_out:
         xb, yb = xq, yq
     else:
-        xb, yb = _reference(inputs, xq, on_device, self_index)
+        xb, yb = _reference(inputs, xq, on_device, self_index, yq.shape[1] if multi else None)
     # Keys would overflow or underflow float32: rank the data times 2**scale.
     xq, xb, scale = scale_for_range(xq, xb, settings.metrics.distance, same=leave_one_out)
-    q_codes, r_codes, uniques = _label_codes(yq, yb, leave_one_out)
+    if multi:
+        q_codes = pack_label_sets(yq)
+        r_codes = q_codes if leave_one_out else pack_label_sets(yb)
+        uniques = np.arange(yq.shape[1])
+    else:
+        q_codes, r_codes, uniques = _label_codes(yq, yb, leave_one_out)
     if self_index and not leave_one_out:
-        differ = np.flatnonzero(q_codes != r_codes[: xq.shape[0]])
+        own = r_codes[: xq.shape[0]]
+        differ = np.flatnonzero((q_codes != own).any(axis=1) if multi else q_codes != own)
         if differ.size:
             raise InputError(
                 "ref_includes_query=True, but query_labels and the first reference_labels differ "
@@ -134,17 +152,22 @@ def prepare_data(settings: EvaluationSettings, inputs: EvaluationInputs) -> Eval
 
 
 def _reference(
-    inputs: EvaluationInputs, xq: Any, on_device: bool, queries_lead: bool
+    inputs: EvaluationInputs, xq: Any, on_device: bool, queries_lead: bool, n_labels: int | None
 ) -> tuple[Any, np.ndarray]:
     """The gallery and its labels, checked against the queries (``queries_lead``: PML's
-    ``ref_includes_query``, the queries are the first reference rows)."""
+    ``ref_includes_query``, the queries are the first reference rows; ``n_labels``: the
+    columns of the queries' label indicator array, None for single labels)."""
     if on_device:
         xb = as_search_input(inputs.reference, "reference")
     else:
         xb = as_embeddings(inputs.reference, "reference")
-    yb = as_labels(
-        inputs.reference_labels, "reference_labels", length=xb.shape[0], length_of="reference"
-    )
+    n_ref, name = xb.shape[0], "reference_labels"
+    if n_labels is not None:
+        yb = as_label_indicator(
+            inputs.reference_labels, name, length=n_ref, length_of="reference", n_labels=n_labels
+        )
+    else:
+        yb = as_labels(inputs.reference_labels, name, length=n_ref, length_of="reference")
     check_same_dimension(xq, xb, "reference")
     if queries_lead and on_device:
         check_lead_on_device(xq, xb)
@@ -189,6 +212,10 @@ def exclusion_counts(
     >>> r_q.tolist(), n_valid.tolist()  # leave-one-out: 2 - 1, 2 - 1, 1 - 1 same-label others
     ([1, 1, 0], [2, 2, 2])
     """
+    if is_label_sets(q_codes):
+        return _label_set_counts(
+            q_codes, r_codes, self_index, leave_one_out, query_groups, reference_groups
+        )
     n_query, n_ref = q_codes.shape[0], r_codes.shape[0]
     n_classes = int(max(q_codes.max(), r_codes.max())) + 1
     relevant = np.bincount(r_codes, minlength=n_classes)[q_codes].astype(np.int64)
@@ -223,6 +250,73 @@ def exclusion_counts(
     return ex, relevant.astype(np.int64), n_valid.astype(np.int64)
 
 
+def _label_set_counts(
+    q_sets: np.ndarray,
+    r_sets: np.ndarray,
+    self_index: bool,
+    leave_one_out: bool,
+    query_groups: Any,
+    reference_groups: Any,
+) -> tuple[Exclusions, np.ndarray, np.ndarray]:
+    """:func:`exclusion_counts` of packed label sets: R_q counts the references sharing at
+    least one label with the query, outside its group and other than itself.
+
+    The references are counted per distinct label set (few, in multi-label data sets), and
+    the excluded ones (the query itself, its group) subtracted pair by pair.
+
+    >>> sets = np.array([[1], [3], [2], [0]], dtype=np.uint64)  # {0}, {0, 1}, {1}, {}
+    >>> _, r_q, n_valid = _label_set_counts(sets, sets, True, True, None, None)
+    >>> r_q.tolist(), n_valid.tolist()
+    ([1, 2, 1, 0], [3, 3, 3, 3])
+    """
+    zeros_q = np.zeros(q_sets.shape[0], dtype=np.int32)
+    zeros_r = zeros_q if leave_one_out else np.zeros(r_sets.shape[0], dtype=np.int32)
+    ex, _, n_valid = exclusion_counts(
+        zeros_q, zeros_r, self_index, leave_one_out, query_groups, reference_groups
+    )
+    distinct_r, r_counts = np.unique(r_sets, axis=0, return_counts=True)
+    distinct_q, q_inverse = np.unique(q_sets, axis=0, return_inverse=True)
+    totals = np.empty(distinct_q.shape[0], dtype=np.int64)
+    step = max(1, (1 << 24) // max(1, distinct_r.shape[0]))
+    for a in range(0, distinct_q.shape[0], step):  # bounded memory: blocks of distinct sets
+        totals[a : a + step] = match_matrix(distinct_q[a : a + step], distinct_r) @ r_counts
+    relevant = totals[q_inverse.ravel()]
+    if self_index:
+        # The own row shares its labels with the query unless it has none; with groups it is
+        # counted below when it lies in the query's group.
+        own_counted = np.zeros(q_sets.shape[0], dtype=bool)
+        if ex.query_groups is not None:
+            own_counted = ex.reference_groups[: q_sets.shape[0]] == ex.query_groups
+        relevant -= (q_sets != 0).any(axis=1) & ~own_counted
+    if ex.query_groups is not None:
+        relevant -= _same_group_matches(q_sets, r_sets, ex.query_groups, ex.reference_groups)
+    return ex, relevant, n_valid
+
+
+def _same_group_matches(
+    q_sets: np.ndarray, r_sets: np.ndarray, qg: np.ndarray, rg: np.ndarray
+) -> np.ndarray:
+    """Per query, the references of its own group sharing a label with it, pair by pair in
+    chunks of at most 2**22 pairs."""
+    order = np.argsort(rg, kind="stable")
+    lo = np.searchsorted(rg[order], qg, side="left")
+    sizes = np.searchsorted(rg[order], qg, side="right") - lo
+    ends = np.cumsum(sizes)
+    out = np.zeros(q_sets.shape[0], dtype=np.int64)
+    start = 0
+    while start < q_sets.shape[0]:
+        before = ends[start - 1] if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, before + (1 << 22), side="right")))
+        size = sizes[start:stop]
+        q = np.repeat(np.arange(start, stop), size)
+        offsets = np.arange(q.size) - np.repeat(np.cumsum(size) - size, size)
+        ref = order[np.repeat(lo[start:stop], size) + offsets]
+        shared = match_pairs(q_sets[q], r_sets[ref])
+        out[start:stop] = np.bincount(q[shared] - start, minlength=stop - start)
+        start = stop
+    return out
+
+
 # ---------------------------------------------------------------------------- plan
 def plan_search(settings: EvaluationSettings, data: EvaluationData) -> SearchPlan:
     """Resolve the depth and the metrics, check the cut-offs, and build the retrieval task.
@@ -240,6 +334,8 @@ def plan_search(settings: EvaluationSettings, data: EvaluationData) -> SearchPla
     (2, 'recall_at_2')
     """
     ms = settings.metrics
+    if is_label_sets(data.query_codes):
+        _check_label_sets(settings)
     max_relevant = int(data.relevant.max(initial=0))
     k_used = max(max_relevant, 1) if ms.k == "max_bin_count" else ms.k
     infos = ms.infos
@@ -279,6 +375,26 @@ def plan_search(settings: EvaluationSettings, data: EvaluationData) -> SearchPla
     return SearchPlan(infos, k_used, task)
 
 
+def _check_label_sets(settings: EvaluationSettings) -> None:
+    """Refuse what multi-label relevance does not define or no backend supports."""
+    cluster = [m.name for m in settings.metrics.infos if m.kind == "cluster"]
+    if cluster:
+        raise InputError(
+            f"metrics: {', '.join(cluster)} compare clusters with one label per item; with "
+            "multi-label labels (a 2-D indicator array) drop them or pass one label per item."
+        )
+    if settings.statistics.ci is not None and settings.metrics.average == "macro":
+        raise InputError(
+            "ci= with average='macro' resamples classes, which multi-label labels (a 2-D "
+            "indicator array) do not partition; use average='micro' (queries are resampled)."
+        )
+    if settings.search.engine == "torch":
+        raise InputError(
+            "backend='torch' does not support multi-label labels (a 2-D indicator array) yet; "
+            "use backend='local' (the default)."
+        )
+
+
 # ---------------------------------------------------------------------------- summarise
 def summarise(
     settings: EvaluationSettings, data: EvaluationData, plan: SearchPlan, outcome: SearchOutcome
@@ -289,8 +405,13 @@ def summarise(
     average = settings.metrics.average
     summary: dict[str, float] = {}
     per_class: dict[str, dict[Any, float]] = {}
+    multi = is_label_sets(data.query_codes)
     for m in plan.infos:
-        if m.kind == "knn":
+        if m.kind == "knn" and multi:
+            summary[m.name], per_class[m.name] = aggregate_label_sets(
+                outcome.values[m.name], data.query_labels, average
+            )
+        elif m.kind == "knn":
             summary[m.name], per_class[m.name] = aggregate(
                 outcome.values[m.name], data.query_codes, data.uniques, average
             )
@@ -332,8 +453,43 @@ def _settings_record(
         "groups": settings.protocol.grouped,
         "n_reference": data.n_reference,
         "dim": int(data.query.shape[1]),
-        "n_classes": len(np.unique(data.query_codes)),
+        "n_classes": _n_classes(data),
+        "multi_label": is_label_sets(data.query_codes),
     }
+
+
+def _n_classes(data: EvaluationData) -> int:
+    """Distinct query labels (multi-label: labels some query has)."""
+    if is_label_sets(data.query_codes):
+        return int(np.asarray(data.query_labels).any(axis=0).sum())
+    return len(np.unique(data.query_codes))
+
+
+def aggregate_label_sets(
+    values: np.ndarray, indicator: np.ndarray, average: str
+) -> tuple[float, dict[Any, float]]:
+    """:func:`aggregate` for multi-label queries (``indicator``: bool, queries x labels): a
+    query counts in the class of each of its labels; micro is the mean over queries, macro
+    the mean of the per-label means; per-class means are keyed by label column.
+
+    >>> v = np.array([1.0, 0.0, 0.5, np.nan])
+    >>> ind = np.array([[1, 0], [1, 1], [0, 1], [1, 1]], dtype=bool)
+    >>> aggregate_label_sets(v, ind, "macro")  # label 0: (1 + 0) / 2, label 1: (0 + 0.5) / 2
+    (0.375, {0: 0.5, 1: 0.25})
+    """
+    ok = ~np.isnan(values)
+    if not ok.any():
+        return float("nan"), {}
+    query, label = np.nonzero(np.asarray(indicator)[ok])
+    n_labels = indicator.shape[1]
+    sums = np.bincount(label, weights=values[ok][query], minlength=n_labels)
+    counts = np.bincount(label, minlength=n_labels)
+    present = np.flatnonzero(counts)
+    class_means = sums[present] / counts[present]
+    per_class = dict(zip(present.tolist(), class_means.tolist(), strict=True))
+    if average == "macro":
+        return float(class_means.mean()) if present.size else float("nan"), per_class
+    return float(values[ok].mean()), per_class
 
 
 def aggregate(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ..engine.deep import deep_applies, deep_blocks
 from ..engine.exact import DEFAULT_MEMORY_BUDGET, sorted_candidates
 from ..engine.symmetric import symmetric_blocks, uses_symmetric_engine
 from ..engine.task import Columns, RetrievalTask, ScoredBlock, write_back
@@ -47,6 +48,15 @@ def local_blocks(
     if uses_symmetric_engine(task):  # leave-one-out: each product once (embedeval.engine.symmetric)
         yield from symmetric_blocks(
             task, memory_budget=memory_budget, progress=progress, n_threads=n_threads
+        )
+        return
+    if deep_applies(task):  # deep rankings: the ranks of the relevant references alone
+        yield from deep_blocks(
+            task,
+            block_size=block_size,
+            memory_budget=memory_budget,
+            progress=progress,
+            n_threads=n_threads,
         )
         return
     depth, threshold = task.depth()

@@ -258,8 +258,8 @@ def as_labels(
         arr = arr[:, 0]
     if arr.ndim != 1:
         raise InputError(
-            f"{name} must be 1-D (one label per item); got shape {arr.shape}. "
-            "Multi-label targets are not supported."
+            f"{name} must be 1-D (one label per item); got shape {arr.shape}. For several "
+            "labels per item pass a 2-D 0/1 indicator array of shape (n, n_labels)."
         )
     if arr.size == 0:
         raise InputError(f"{name} is empty; pass one label per item.")
@@ -303,6 +303,56 @@ def as_labels(
                 "embeddings) or give them a label."
             )
     return arr
+
+
+def is_label_indicator(y: Any) -> bool:
+    """Whether ``y`` is given as a 2-D label indicator array (several labels per item), the
+    multilabel format of scikit-learn: shape (n, n_labels) with at least two columns."""
+    return y is not None and np.ndim(host_array(y)) == 2 and np.shape(host_array(y))[1] >= 2
+
+
+def as_label_indicator(
+    y: Any,
+    name: str = "labels",
+    *,
+    length: int | None = None,
+    length_of: str | None = None,
+    n_labels: int | None = None,
+) -> np.ndarray:
+    """Return a 2-D 0/1 label indicator array (n, n_labels) as bool; ``n_labels``: the number
+    of columns it must have (the query's, for the reference).
+
+    >>> as_label_indicator([[1, 0], [1, 1]]).tolist()
+    [[True, False], [True, True]]
+    """
+    arr = _asarray(y, name)
+    if arr.ndim != 2 or arr.shape[1] < 2:
+        raise InputError(
+            f"{name} must be a 2-D 0/1 indicator array (n, n_labels) like the queries' labels; "
+            f"got shape {arr.shape}. Give query and reference labels in the same format."
+        )
+    if length is not None and arr.shape[0] != length:
+        other = f" rows of {length_of}" if length_of else " items"
+        raise InputError(
+            f"{name} has {arr.shape[0]} rows but there are {length}{other}; pass one row of "
+            "label indicators per embedding row."
+        )
+    if n_labels is not None and arr.shape[1] != n_labels:
+        raise InputError(
+            f"{name} has {arr.shape[1]} label columns but the query labels have {n_labels}; "
+            "both indicator arrays must list the same labels in the same columns."
+        )
+    if arr.dtype != bool:
+        if arr.dtype.kind not in "iuf":
+            raise InputTypeError(f"{name} must hold 0/1 numbers or booleans; got {arr.dtype}.")
+        bad = np.flatnonzero(((arr != 0) & (arr != 1)).any(axis=1))
+        if bad.size:
+            i = int(bad[0])
+            raise InputError(
+                f"{name} must hold only 0 and 1 (label indicators); row {i} is "
+                f"{arr[i].tolist()!r}. Multi-label targets are 0/1 columns, one per label."
+            )
+    return arr.astype(bool)
 
 
 def _is_missing(value: Any) -> bool:

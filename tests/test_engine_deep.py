@@ -1,0 +1,121 @@
+"""The deep-ranking engine (ranks of the relevant references alone) against the brute-force
+oracle and against the candidate engine it replaces (bit for bit: same keys, same kernels)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+from embedeval.engine.deep import deep_applies, deep_blocks, locate
+from embedeval.engine.exact import DEFAULT_MEMORY_BUDGET, sorted_candidates
+from embedeval.engine.task import write_back
+from embedeval.evaluation.settings import EvaluationInputs, validate_arguments
+from embedeval.evaluation.stages import plan_search, prepare_data
+from tests import oracle
+
+METRICS = ["precision_at_1", "r_precision", "map_at_r", "map", "mrr", "recall_at_5"]
+
+
+def _data(kind: str, n: int = 240, classes: int = 3, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    if kind == "integer":  # exact ties everywhere, and duplicated rows
+        x = rng.integers(-2, 3, size=(n, 6)).astype(np.float32)
+        x[10:20] = x[0:10]
+    else:
+        x = rng.standard_normal((n, 16)).astype(np.float32)
+        x[5:8] = x[0:3]
+    return x, rng.integers(0, classes, n)
+
+
+def _task(x, y, xr=None, yr=None, **kwargs):
+    inputs = EvaluationInputs(x, y, xr, yr, kwargs.pop("query_groups", None))
+    settings = validate_arguments(inputs, **kwargs)
+    return plan_search(settings, prepare_data(settings, inputs)).task
+
+
+def _candidate_engine(task):
+    depth, threshold = task.depth()
+    values, ties = task.empty_outputs()
+    blocks = sorted_candidates(
+        task.query,
+        task.reference,
+        distance=task.distance,
+        depth=depth,
+        exclusions=task.exclusions,
+        n_valid=task.n_valid,
+        positive_threshold=task.positive_threshold(threshold),
+        finish=task.scored,
+    )
+    write_back(values, ties, blocks)
+    return values, ties
+
+
+def _deep_engine(task, block_size=None):
+    values, ties = task.empty_outputs()
+    blocks = deep_blocks(task, block_size=block_size, memory_budget=DEFAULT_MEMORY_BUDGET)
+    write_back(values, ties, blocks)
+    return values, ties
+
+
+# Integer vectors: float32 keys are exact, so float32 and the oracle's float64 rank alike
+# (cosine keys are rounded quotients, and random floats have near-ties float32 cannot tell
+# apart; the bit-for-bit test below covers those against the candidate engine).
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+@pytest.mark.parametrize("classes", [3, 60])
+def test_deep_engine_matches_oracle(distance, classes):
+    x, y = _data("integer", n=300, classes=classes)
+    res = ee.evaluate(x, y, metrics=METRICS, distance=distance, progress=False)
+    _, per_query = oracle.summary(x, y, metrics=METRICS, distance=distance)
+    for m in METRICS:
+        np.testing.assert_allclose(res.per_query[m], per_query[m], rtol=1e-12, err_msg=m)
+
+
+def test_deep_engine_with_reference_and_groups_matches_oracle():
+    x, y = _data("integer", n=300, classes=30)
+    g = np.random.default_rng(1).integers(0, 4, 300)
+    xq, yq, gq, xr, yr, gr = x[:90], y[:90], g[:90], x[90:], y[90:], g[90:]
+    res = ee.evaluate(
+        xq, yq, xr, yr, metrics=METRICS, query_groups=gq, reference_groups=gr, progress=False
+    )
+    _, per_query = oracle.summary(xq, yq, xr, yr, metrics=METRICS, qg=gq, rg=gr)
+    for m in METRICS:
+        np.testing.assert_allclose(res.per_query[m], per_query[m], rtol=1e-12, err_msg=m)
+
+
+@pytest.mark.parametrize("kind", ["integer", "float"])
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+@pytest.mark.parametrize(
+    "metrics", [["map"], ["map", "minp", "precision_at_1"], ["map", *METRICS[:3], "mrr"]]
+)
+@pytest.mark.parametrize("k", [None])
+def test_deep_engine_is_the_candidate_engine_bit_for_bit(kind, distance, metrics, k):
+    x, y = _data(kind, n=400, classes=80)
+    task = _task(x, y, metrics=metrics, k=k, distance=distance)
+    if not deep_applies(task):
+        pytest.skip("shallow: the candidate engine runs")
+    want_values, want_ties = _candidate_engine(task)
+    for block_size in (None, 37):
+        values, ties = _deep_engine(task, block_size)
+        for m in metrics:
+            assert np.array_equal(values[m], want_values[m], equal_nan=True), m
+            assert np.array_equal(ties[m], want_ties[m]), m
+
+
+def test_deep_applies_to_full_depth_rankings_with_few_relevant_references():
+    x, y = _data("float", n=400, classes=80)  # R_q about 4 of 399
+    assert deep_applies(_task(x, y, metrics=["map"]))
+    assert deep_applies(_task(x, y, metrics=["map_at_r", "minp"]))
+    assert not deep_applies(_task(x, y, metrics=["map_at_r"]))
+    assert not deep_applies(_task(x, y, metrics=["mrr"]))
+    assert not deep_applies(_task(x, y, metrics=["map"], k=50))
+    x, y = _data("float", n=400, classes=2)  # R_q about 200: the candidate engine
+    assert not deep_applies(_task(x, y, metrics=["map"]))
+
+
+def test_locate_counts_keys_below_and_at_each_key():
+    rows = np.array([[0.0, 1.0, 1.0, 1.0, 4.0], [-1.0, 2.0, 2.0, 9.0, 9.0]], np.float32)
+    at = np.array([0, 0, 0, 1, 1, 1])
+    keys = np.array([-5.0, 1.0, 5.0, 2.0, 9.0, 10.0], np.float32)
+    assert locate(rows, at, keys, False).tolist() == [0, 1, 5, 1, 3, 5]
+    assert locate(rows, at, keys, True).tolist() == [0, 4, 5, 3, 5, 5]
