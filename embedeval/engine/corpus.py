@@ -55,6 +55,7 @@ __all__ = [
     "scan_ranks",
     "scan_top",
     "tie_keys",
+    "torch_product",
 ]
 
 #: The code of an empty slot (fewer documents than ``depth``): after every real code.
@@ -62,6 +63,7 @@ EMPTY = np.uint64(np.iinfo(np.uint64).max)
 DISTANCES = ("cosine", "inner_product", "euclidean")
 _CHUNK_BYTES = 32 << 20  # score matrix of one query chunk and block
 _MERGE_BYTES = 64 << 20  # padded merge buffer of one query chunk
+_MIN_BLOCK = 32  # rows: thinner products take other BLAS paths, with other float32 rounding
 
 
 def tie_keys(doc_ids: Sequence[str] | None, n_rows: int, ties: str) -> np.ndarray:
@@ -121,15 +123,18 @@ def block_bounds(n_rows: int, depth: int, block: int) -> list[tuple[int, int]]:
     ``block`` rows (the running cut-off lets about ``depth`` candidates through per block).
 
     >>> block_bounds(10, 2, 4)
-    [(0, 4), (4, 8), (8, 10)]
-    >>> block_bounds(100, 10, 64)
-    [(0, 20), (20, 40), (40, 80), (80, 100)]
+    [(0, 10)]
+    >>> block_bounds(200, 10, 64)
+    [(0, 32), (32, 64), (64, 128), (128, 200)]
     """
     bounds, start = [], 0
     while start < n_rows:
-        size = min(block, max(2 * depth, start, 1))
-        bounds.append((start, min(n_rows, start + size)))
-        start += size
+        size = min(block, max(2 * depth, start, _MIN_BLOCK))
+        stop = min(n_rows, start + size)
+        if n_rows - stop < _MIN_BLOCK:  # no thin tail: BLAS rounds thin products differently
+            stop = n_rows
+        bounds.append((start, stop))
+        start = stop
     return bounds
 
 
@@ -190,8 +195,38 @@ Product = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def numpy_product(q: np.ndarray, blk: np.ndarray) -> np.ndarray:
-    """``q @ blk.T`` in float32 (one BLAS thread: see :mod:`embedeval.engine.threads`)."""
+    """``q @ blk.T`` in float32 (one BLAS thread: see :mod:`embedeval.engine.threads`); a
+    single query row goes through the matrix product too (a vector product rounds
+    differently), so a query's scores do not depend on its chunk."""
+    if q.shape[0] == 1:
+        return (np.concatenate([q, q]) @ blk.T)[:1]
     return q @ blk.T
+
+
+def torch_product(device: str) -> Product:
+    """A product on a torch device: the block (and once, the query chunk) moved there, the
+    float32 result brought back.  Another library's float32 sums may differ in the last bit
+    from numpy's, which can only reorder documents whose scores are that close."""
+    import torch
+
+    dev = torch.device(device)
+    cache: dict[int, object] = {}
+
+    def product(q: np.ndarray, blk: np.ndarray) -> np.ndarray:
+        tq = cache.get(q.__array_interface__["data"][0])
+        if tq is None:  # each query chunk moves once
+            tq = torch.from_numpy(np.ascontiguousarray(q)).to(dev)
+            cache[q.__array_interface__["data"][0]] = tq
+        tb = cache.get(("block", id(blk)))
+        if tb is None:  # each block moves once, whatever the number of query chunks
+            tb = torch.from_numpy(blk).to(dev)
+            cache.pop("last", None)
+            for k in [k for k in cache if isinstance(k, tuple)]:
+                cache.pop(k, None)
+            cache[("block", id(blk))] = tb
+        return (tq @ tb.T).cpu().numpy()
+
+    return product
 
 
 @dataclass

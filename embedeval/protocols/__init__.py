@@ -7,6 +7,7 @@ __getattr__, __dir__ = lazy_modules(
     __name__,
     (
         "landmarks",
+        "qrels",
         "reid",
         "verification",
     ),
