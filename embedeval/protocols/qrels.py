@@ -370,15 +370,7 @@ def evaluate_qrels(
     parsed = parse_ir_metrics(metrics)
     level = check_int(relevance_level, "relevance_level", minimum=None)
     depth, full = _depth(parsed, run_depth)
-    q_all = as_embeddings(queries, "queries")
-    docs = _corpus(corpus)
-    if docs.shape[1] != q_all.shape[1]:
-        raise InputError(
-            f"queries have dimension {q_all.shape[1]} but the corpus has {docs.shape[1]}; embed "
-            "both with the same model."
-        )
-    qids = _ids(query_ids, q_all.shape[0], "query_ids", "query")
-    dids = _ids(doc_ids, docs.shape[0], "doc_ids", "corpus")
+    q_all, docs, qids, dids = _inputs(queries, corpus, query_ids, doc_ids)
     judgments = _qrels(qrels)
     absent = _missing(judgments, qids, missing, "queries")
     doc_index = {d: i for i, d in enumerate(dids)}
@@ -386,11 +378,20 @@ def evaluate_qrels(
     eval_ids = [qids[i] for i in eval_pos.tolist()]
     judged = _judgments(judgments, eval_ids, doc_index)
     scan = _plan(
-        q_all[eval_pos], docs, depth, tie_keys(dids, len(dids), ties), ties,
+        q_all[eval_pos],
+        docs,
+        depth,
+        tie_keys(dids, len(dids), ties),
+        ties,
         _exclusions(exclude, ignore_identical_ids, eval_ids, doc_index),
-        distance=distance, block_size=block_size, memory_budget=memory_budget,
-        n_threads=n_threads, progress=progress, backend=backend, device=device,
-    )  # fmt: skip
+        distance=distance,
+        block_size=block_size,
+        memory_budget=memory_budget,
+        n_threads=n_threads,
+        progress=progress,
+        backend=backend,
+        device=device,
+    )
     top, pair_scores = scan_top(docs, scan, Pairs(judged.query, np.maximum(judged.rows, 0)))
     pair_scores[judged.rows < 0] = np.nan
     row_of_key = None if ties == "index" else np.argsort(scan.keys).astype(np.int64)
@@ -402,15 +403,40 @@ def evaluate_qrels(
     settings = {
         "metrics": [m.name for m in parsed], "distance": distance, "ties": ties,
         "relevance_level": level, "gain": gain, "missing": missing,
-        "ignore_identical_ids": ignore_identical_ids, "n_excluded": int(scan.excluded.row.size),
-        "depth": depth, "n_query": q_all.shape[0], "n_reference": docs.shape[0],
-        "n_judgments": int(judged.rows.size), "n_judged_not_in_corpus":
-        int(np.count_nonzero(judged.rows < 0)), "backend": backend, "device": device,
-        "block_size": scan.block, "average": "micro", "ci": ci, "n_boot": n_boot, "seed": seed,
+        "ignore_identical_ids": ignore_identical_ids, "backend": backend, "device": device,
+        "ci": ci, "n_boot": n_boot, "seed": seed,
+        **_counts(scan, depth, q_all, docs, judged),
     }  # fmt: skip
     return _result(
         values, qids, eval_pos, absent, settings, eval_ids, top_rows, code_scores(top), dids
     )
+
+
+def _inputs(
+    queries: Any, corpus: Any, query_ids: Any, doc_ids: Any
+) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
+    """Checked queries (float32, in memory), corpus (as given), and the ids as strings."""
+    q_all = as_embeddings(queries, "queries")
+    docs = _corpus(corpus)
+    if docs.shape[1] != q_all.shape[1]:
+        raise InputError(
+            f"queries have dimension {q_all.shape[1]} but the corpus has {docs.shape[1]}; embed "
+            "both with the same model."
+        )
+    qids = _ids(query_ids, q_all.shape[0], "query_ids", "query")
+    dids = _ids(doc_ids, docs.shape[0], "doc_ids", "corpus")
+    return q_all, docs, qids, dids
+
+
+def _counts(
+    scan: CorpusScan, depth: int, queries: np.ndarray, docs: np.ndarray, judged: _Judgments
+) -> dict[str, Any]:
+    return {
+        "depth": depth, "n_query": int(queries.shape[0]), "n_reference": int(docs.shape[0]),
+        "n_judgments": int(judged.rows.size),
+        "n_judged_not_in_corpus": int(np.count_nonzero(judged.rows < 0)),
+        "n_excluded": int(scan.excluded.row.size), "block_size": scan.block, "average": "micro",
+    }  # fmt: skip
 
 
 def _refuse_distributed(shards: Any, client: Any) -> None:
@@ -448,9 +474,17 @@ def _plan(
     q, norms = prepare_queries(queries, distance)
     product = numpy_product if backend == "local" else torch_product(device or "cpu")
     return CorpusScan(
-        q, norms, distance, depth, keys, excluded, block=block_size, n_threads=threads,
-        progress=progress, product=product,
-    )  # fmt: skip
+        q,
+        norms,
+        distance,
+        depth,
+        keys,
+        excluded,
+        block=block_size,
+        n_threads=threads,
+        progress=progress,
+        product=product,
+    )
 
 
 def _result(
@@ -474,12 +508,20 @@ def _result(
         per_query[name] = full
     means = {name: _mean(v) for name, v in per_query.items()}
     res = QrelsResult(
-        metrics=means, per_query=per_query, per_class={},
+        metrics=means,
+        per_query=per_query,
+        per_class={},
         query_labels=np.asarray([*qids, *absent], dtype=object),
-        n_queries=int(eval_pos.size + len(absent)), n_lone=int(n - eval_pos.size), n_ties={},
-        settings=settings, n_missing=len(absent), run_ids=eval_ids, run_rows=top_rows,
-        run_scores=top_scores, doc_ids=dids,
-    )  # fmt: skip
+        n_queries=int(eval_pos.size + len(absent)),
+        n_lone=int(n - eval_pos.size),
+        n_ties={},
+        settings=settings,
+        n_missing=len(absent),
+        run_ids=eval_ids,
+        run_rows=top_rows,
+        run_scores=top_scores,
+        doc_ids=dids,
+    )
     if settings["ci"] is not None:
         res.ci = bootstrap_ci(
             per_query, ci=settings["ci"], n_boot=settings["n_boot"], seed=settings["seed"]
