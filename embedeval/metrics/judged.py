@@ -305,7 +305,8 @@ class _Queries:
 
     def total(self, values: np.ndarray, mask: np.ndarray, qid: np.ndarray) -> np.ndarray:
         """Per-query sum of ``values[mask]``, added in rank order (trec_eval's order)."""
-        return np.bincount(qid[mask], weights=values[mask], minlength=self.n)
+        # (bincount gives int64 when there are no entries at all)
+        return np.bincount(qid[mask], weights=values[mask], minlength=self.n).astype(np.float64)
 
     def in_top(self, k: int | None) -> np.ndarray:
         return self.rank != NOT_RANKED if k is None else self.rank <= k
@@ -313,7 +314,7 @@ class _Queries:
 
 def _ratio(num: np.ndarray, den: np.ndarray | float) -> np.ndarray:
     den = np.broadcast_to(np.asarray(den, dtype=np.float64), num.shape)
-    out = np.zeros_like(num)
+    out = np.zeros(num.shape, dtype=np.float64)
     np.divide(num, den, out=out, where=den > 0)
     return out
 
