@@ -267,6 +267,21 @@ def _check_csr(lims: Any, ranks: Any, grades: Any) -> tuple[np.ndarray, np.ndarr
     return lims, ranks, grades
 
 
+def _sort_within(qid: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """The order sorting entries by ``key`` (>= 0) inside each query; query blocks stay put.
+
+    One argsort of ``qid * span + key`` (ten times faster than ``np.lexsort``), with the
+    unranked sentinel mapped just past the largest rank so the product cannot overflow.
+    """
+    finite = key != NOT_RANKED
+    top = int(key[finite].max(initial=0)) + 1
+    key = np.where(finite, key, top)
+    span = top + 1
+    if qid.size and int(qid[-1]) + 1 > (2**62) // span:
+        return np.lexsort((key, qid))
+    return np.argsort(qid * span + key, kind="stable")
+
+
 class _Queries:
     """The judged documents of every query sorted by (query, rank), with per-query counts."""
 
@@ -274,8 +289,7 @@ class _Queries:
         self.n = lims.size - 1
         self.starts = lims[:-1]
         qid = np.repeat(np.arange(self.n), np.diff(lims))
-        # Sorting keeps each query's block in place (qid is the primary key and already sorted).
-        order = np.lexsort((ranks, qid))
+        order = _sort_within(qid, ranks)
         self.qid, self.rank, self.grade = qid, ranks[order], grades[order]
         ranked = self.rank != NOT_RANKED
         same = ranked[1:] & (self.rank[1:] == self.rank[:-1]) & (qid[1:] == qid[:-1])
@@ -305,7 +319,8 @@ class _Queries:
 
     def total(self, values: np.ndarray, mask: np.ndarray, qid: np.ndarray) -> np.ndarray:
         """Per-query sum of ``values[mask]``, added in rank order (trec_eval's order)."""
-        return np.bincount(qid[mask], weights=values[mask], minlength=self.n)
+        # (bincount gives int64 when there are no entries at all)
+        return np.bincount(qid[mask], weights=values[mask], minlength=self.n).astype(np.float64)
 
     def in_top(self, k: int | None) -> np.ndarray:
         return self.rank != NOT_RANKED if k is None else self.rank <= k
@@ -313,7 +328,7 @@ class _Queries:
 
 def _ratio(num: np.ndarray, den: np.ndarray | float) -> np.ndarray:
     den = np.broadcast_to(np.asarray(den, dtype=np.float64), num.shape)
-    out = np.zeros_like(num)
+    out = np.zeros(num.shape, dtype=np.float64)
     np.divide(num, den, out=out, where=den > 0)
     return out
 
@@ -329,7 +344,8 @@ def _ndcg(qs: _Queries, k: int | None, gain: str) -> np.ndarray:
     rank = np.where(top, qs.rank, 1).astype(np.float64)
     dcg = qs.total(gains / np.log2(rank + 1.0), top, qs.qid)
     # The ideal ranking: every judged grade of the query, best first, cut at k.
-    order = np.lexsort((-gains, qs.qid))
+    clipped = np.maximum(qs.grade, 0)
+    order = _sort_within(qs.qid, clipped.max(initial=0) - clipped)
     ideal = gains[order]
     position = np.arange(1, ideal.size + 1) - qs.starts[qs.qid]
     keep = (ideal > 0) & (True if k is None else position <= k)
