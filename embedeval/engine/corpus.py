@@ -15,12 +15,16 @@ or the document's position in descending string order of the ids (``ties="trec_e
 scores by document id descending, trec_eval's order).  A code is a total order, so the top-depth
 list under it is unique and exact; "equal scores" means equal float32 scores.
 
-1. :func:`scan_top` keeps each query's ``depth`` smallest codes: a block's candidates are the
-   scores at or above the query's current cut-off score (the score of its depth-th code so
-   far), merged with the kept codes by one ``np.partition``.  The first block holds
-   ``2 x depth`` rows and each next block at most as many rows as were seen before it (then
-   ``block`` rows), so a block brings about ``depth`` candidates per query, not a corpus row.
-   It also picks out the scores of chosen (query, document) pairs from the products.
+1. :func:`scan_top` keeps each query's ``depth`` smallest codes.  A block's candidates are the
+   scores at or above the larger of a *floor* and the score of the query's depth-th code so
+   far.  The floor (:func:`sample_floor`) is a high order statistic of the query's scores
+   against a fixed random sample of 4,096 corpus rows, set so that about twice ``depth``
+   documents of the corpus reach it: so about 2 x depth candidates per query over the whole
+   corpus, merged into the kept codes by an ``np.partition`` now and then.  Exactness does
+   not rest on the estimate: if at least ``depth`` documents reached the floor, no document
+   below it can be in the top; a query where fewer did (about one in a million) has its
+   chunk scanned again without a floor.  It also picks out the scores of chosen (query,
+   document) pairs from the products.
 2. :func:`scan_ranks` gives the exact rank of chosen pairs beyond the top-depth: it counts, per
    block, the documents that beat each pair (higher score, or an equal score and a smaller tie
    key).  Same products (same shapes), so the same float32 scores.
@@ -52,6 +56,7 @@ __all__ = [
     "merge_top",
     "pack_codes",
     "prepare_queries",
+    "sample_floor",
     "scan_ranks",
     "scan_top",
     "tie_keys",
@@ -118,20 +123,19 @@ def code_rows(codes: np.ndarray, row_of_key: np.ndarray | None) -> np.ndarray:
     return np.where(codes == EMPTY, -1, rows)
 
 
-def block_bounds(n_rows: int, depth: int, block: int) -> list[tuple[int, int]]:
-    """Corpus blocks: ``2 x depth`` rows first, then at most as many as seen so far, then
-    ``block`` rows (the running cut-off lets about ``depth`` candidates through per block).
+def block_bounds(n_rows: int, block: int) -> list[tuple[int, int]]:
+    """Corpus blocks of ``block`` rows; a thin tail joins the block before it (a product with
+    few columns takes another BLAS path, with another float32 rounding).
 
-    >>> block_bounds(10, 2, 4)
-    [(0, 10)]
-    >>> block_bounds(200, 10, 64)
-    [(0, 32), (32, 64), (64, 128), (128, 200)]
+    >>> block_bounds(100, 40)
+    [(0, 40), (40, 100)]
+    >>> block_bounds(200, 64)
+    [(0, 64), (64, 128), (128, 200)]
     """
     bounds, start = [], 0
     while start < n_rows:
-        size = min(block, max(2 * depth, start, _MIN_BLOCK))
-        stop = min(n_rows, start + size)
-        if n_rows - stop < _MIN_BLOCK:  # no thin tail: BLAS rounds thin products differently
+        stop = min(n_rows, start + block)
+        if n_rows - stop < _MIN_BLOCK:
             stop = n_rows
         bounds.append((start, stop))
         start = stop
@@ -149,23 +153,37 @@ def prepare_queries(queries: np.ndarray, distance: str) -> tuple[np.ndarray, np.
 
 
 def _normalized(x: np.ndarray) -> np.ndarray:
+    """Unit rows in float32 (``x / ||x||``; a zero row stays zero)."""
     norm = np.sqrt(np.einsum("ij,ij->i", x, x))
     norm[norm == 0] = 1  # a zero row stays zero: every score 0
     return x / norm[:, None]
 
 
-def corpus_block(corpus: np.ndarray, start: int, stop: int, distance: str) -> np.ndarray:
-    """Rows ``start:stop`` as float32 (unit rows for cosine), checked finite: the only copy of
-    corpus rows ever made."""
-    blk = np.ascontiguousarray(corpus[start:stop], dtype=np.float32)
-    finite = np.isfinite(blk).all(axis=1)
+def corpus_block(
+    corpus: np.ndarray, start: int, stop: int, distance: str, out: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``start:stop`` as float32 (unit rows for cosine) and their squared norms (before
+    normalising), checked finite: the only copy of corpus rows ever made (into ``out`` when
+    given)."""
+    raw = np.asarray(corpus[start:stop])
+    if out is None and distance != "cosine" and raw.dtype == np.float32:
+        blk = raw  # used as it is: nothing is written into it
+    else:
+        blk = np.empty((stop - start, raw.shape[1]), np.float32) if out is None else out
+        blk[...] = raw
+    sq = np.einsum("ij,ij->i", blk, blk)
+    finite = np.isfinite(sq)
     if not finite.all():
         row = start + int(np.flatnonzero(~finite)[0])
         raise InputError(
-            f"corpus row {row} holds NaN or infinite values; remove or repair it "
-            "(embeddings must be finite)."
+            f"corpus row {row} holds NaN, infinite or huge (|x| > 1e19) values; remove or "
+            "repair it (embeddings must be finite)."
         )
-    return _normalized(blk) if distance == "cosine" else blk
+    if distance == "cosine":
+        norm = np.sqrt(sq)
+        norm[norm == 0] = 1  # a zero row stays zero: every score 0
+        np.divide(blk, norm[:, None], out=blk)  # a private copy (see above)
+    return blk, sq
 
 
 @dataclass
@@ -276,13 +294,24 @@ class CorpusScan:
 
 
 def _blocks(corpus: np.ndarray, scan: CorpusScan, unit: str) -> Iterator[tuple]:
-    """``(start, block, block norms)`` over the corpus, with a progress bar over its rows."""
-    n = corpus.shape[0]
+    """``(start, block, block squared norms)`` over the corpus, with a progress bar over its
+    rows; each block is read and normalised by every thread, into one reused buffer."""
+    n, dim = corpus.shape
+    direct = scan.distance != "cosine" and corpus.dtype == np.float32 and corpus.flags.c_contiguous
+    buffer = None if direct else np.empty((min(n, scan.block + _MIN_BLOCK), dim), np.float32)
     with progress_bar(n, unit, enabled=scan.progress) as bar:
-        for start, stop in block_bounds(n, scan.depth, scan.block):
-            blk = corpus_block(corpus, start, stop, scan.distance)
-            norms = np.einsum("ij,ij->i", blk, blk) if scan.distance == "euclidean" else None
-            yield start, blk, norms
+        for start, stop in block_bounds(n, scan.block):
+            step = max(_MIN_BLOCK, -(-(stop - start) // scan.n_threads))
+            parts = [(a, min(stop, a + step)) for a in range(start, stop, step)]
+
+            def read(i: int, start: int = start, parts: list = parts) -> tuple:
+                a, b = parts[i]
+                out = None if direct else buffer[a - start : b - start]
+                return corpus_block(corpus, a, b, scan.distance, out)
+
+            done = [r for _, r in in_order(read, range(len(parts)), scan.n_threads)]
+            blk = np.asarray(corpus[start:stop]) if direct else buffer[: stop - start]
+            yield start, blk, np.concatenate([d[1] for d in done])
             bar.update(stop - start)
 
 
@@ -319,11 +348,70 @@ def _cutoff(top: np.ndarray) -> np.ndarray:
     return np.where(worst == EMPTY, np.float32(-np.inf), code_scores(worst)).astype(np.float32)
 
 
+class _ChunkTop:
+    """One query chunk's kept codes and the candidates waiting to be merged into them."""
+
+    def __init__(self, n: int, depth: int, floor: np.ndarray) -> None:
+        self.top = np.full((n, depth), EMPTY, dtype=np.uint64)
+        self.floor = floor
+        self.cut = floor.copy()  # candidates: scores >= cut
+        self.passed = np.zeros(n, dtype=np.int64)
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self.n_pending = 0
+        self.cap = max(4 * n * depth, 1 << 16)
+
+    def add(self, rows: np.ndarray, codes: np.ndarray) -> None:
+        self.passed += np.bincount(rows, minlength=self.passed.size)
+        self.pending.append((rows, codes))
+        self.n_pending += rows.size
+        if self.n_pending > self.cap:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            rows = np.concatenate([r for r, _ in self.pending])
+            codes = np.concatenate([c for _, c in self.pending])
+            order = np.argsort(rows, kind="stable")
+            self.top = merge_top(self.top, rows[order], codes[order])
+            self.pending, self.n_pending = [], 0
+        self.cut = np.maximum(self.floor, _cutoff(self.top))
+
+
+def sample_floor(corpus: np.ndarray, scan: CorpusScan, size: int = 4096) -> np.ndarray:
+    """Per query, a score that about ``2 x depth`` documents reach (a high order statistic of
+    the scores against a fixed random sample of corpus rows), or -inf where the corpus is too
+    small for it to help.  Only a filter: :func:`scan_top` checks that enough documents
+    reached it and redoes the queries where too few did.
+    """
+    n_q, n = scan.queries.shape[0], corpus.shape[0]
+    m = min(n, size)
+    k = scan.depth * m / n
+    kq = int(np.ceil(k + 4.5 * np.sqrt(k) + 5))  # P(fewer than depth reach it) ~ 1e-6
+    if n < 8 * scan.depth or kq >= m:
+        return np.full(n_q, -np.inf, dtype=np.float32)
+    rows = np.sort(np.random.default_rng(0).choice(n, m, replace=False))
+    sample = _normalized(np.asarray(corpus[rows], np.float32)) if scan.distance == "cosine" else (
+        np.asarray(corpus[rows], np.float32)
+    )  # fmt: skip
+    s = scan.queries @ sample.T
+    if scan.distance == "euclidean":
+        s = 2 * s - np.einsum("ij,ij->i", sample, sample)[None, :] - scan.query_norms[:, None]
+    return np.partition(s, m - kq, axis=1)[:, m - kq].astype(np.float32)
+
+
 def scan_top(
-    corpus: np.ndarray, scan: CorpusScan, pairs: Pairs | None = None
+    corpus: np.ndarray,
+    scan: CorpusScan,
+    pairs: Pairs | None = None,
+    floor: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each query's ``depth`` smallest codes, sorted (:data:`EMPTY` pads a short corpus), and
     the float32 scores of ``pairs`` (NaN where excluded).
+
+    Candidates are the scores at or above the larger of the query's ``floor`` (default
+    :func:`sample_floor`) and the score of its depth-th code so far.  The result is exact when
+    at least ``depth`` documents passed (none below the floor can then be in the top); the
+    chunks of the queries where fewer did are scanned again without a floor.
 
     >>> c = np.float32([[1, 0], [0, 1], [1, 0]])
     >>> scan = CorpusScan(np.float32([[1, 0]]), None, "inner_product", 2,
@@ -331,15 +419,33 @@ def scan_top(
     >>> code_rows(scan_top(c, scan)[0], None).tolist()
     [[0, 2]]
     """
-    n_q, depth = scan.queries.shape[0], scan.depth
-    tops = [
-        np.full((min(scan.chunk, n_q - c * scan.chunk), depth), EMPTY, dtype=np.uint64)
-        for c in range(scan.n_chunks)
-    ]
     pairs = pairs or Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
     pairs.group(scan.chunk, scan.n_chunks)
     pair_scores = np.full(pairs.query.size, np.nan, dtype=np.float32)
+    floor = sample_floor(corpus, scan) if floor is None else floor
+    tops = _scan_chunks(corpus, scan, pairs, pair_scores, floor, range(scan.n_chunks))
+    short = [c for c, t in tops.items() if np.any((t.passed < scan.depth) & (t.floor > -np.inf))]
+    if short:  # the floor was too high for some query (rare): those chunks again, exactly
+        lowest = np.full_like(floor, -np.inf)
+        tops.update(_scan_chunks(corpus, scan, pairs, pair_scores, lowest, short))
+    top = np.concatenate([tops[c].top for c in range(scan.n_chunks)])
+    return np.sort(top, axis=1), pair_scores
 
+
+def _scan_chunks(
+    corpus: np.ndarray,
+    scan: CorpusScan,
+    pairs: Pairs,
+    pair_scores: np.ndarray,
+    floor: np.ndarray,
+    chunks: Sequence[int],
+) -> dict[int, _ChunkTop]:
+    """One pass over the corpus for the given query chunks."""
+    n_q = scan.queries.shape[0]
+    tops = {}
+    for c in chunks:
+        lo, hi = c * scan.chunk, min(n_q, (c + 1) * scan.chunk)
+        tops[c] = _ChunkTop(hi - lo, scan.depth, floor[lo:hi])
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs"):
 
@@ -347,14 +453,14 @@ def scan_top(
                 s = scan.scores(c, blk, norms, start)
                 p = pairs.in_block(c, start, start + blk.shape[0])
                 pair_scores[p] = s[pairs.query[p] - c * scan.chunk, pairs.row[p] - start]
-                r, col = np.nonzero(s >= _cutoff(tops[c])[:, None])
-                codes = pack_codes(s[r, col], scan.keys[start + col])
-                tops[c] = merge_top(tops[c], r, codes)
+                r, col = np.nonzero(s >= tops[c].cut[:, None])
+                tops[c].add(r, pack_codes(s[r, col], scan.keys[start + col]))
 
-            for _ in in_order(work, range(scan.n_chunks), scan.n_threads):
+            for _ in in_order(work, list(chunks), scan.n_threads):
                 pass
-    top = np.concatenate(tops) if tops else np.zeros((0, depth), np.uint64)
-    return np.sort(top, axis=1), pair_scores
+    for t in tops.values():
+        t.flush()
+    return tops
 
 
 def scan_ranks(
