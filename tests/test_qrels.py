@@ -370,3 +370,101 @@ def test_torch_cuda_backend():
     gpu = ee.evaluate_qrels(queries, corpus, qrels, backend="torch", device="cuda", **kw)
     for name in ("ndcg@10", "map"):
         np.testing.assert_array_equal(gpu.per_query[name], base.per_query[name])
+
+
+# ---------------------------------------------------------------------------- engine pieces
+def test_scan_top_redoes_queries_whose_floor_was_too_high():
+    from embedeval.engine.corpus import CorpusScan, Pairs, code_rows, scan_top, tie_keys
+
+    rng = np.random.default_rng(13)
+    corpus = rng.integers(-3, 4, (500, 4)).astype(np.float32)
+    queries = rng.integers(-3, 4, (9, 4)).astype(np.float32)
+    none = Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    scan = CorpusScan(
+        queries,
+        None,
+        "inner_product",
+        30,
+        tie_keys(None, 500, "index"),
+        none,
+        block=64,
+        n_threads=2,
+    )
+    floor = np.full(9, 1e9, dtype=np.float32)  # nothing reaches it: every chunk is redone
+    top, _ = scan_top(corpus, scan, floor=floor)
+    scores = queries @ corpus.T
+    for i in range(9):
+        expected = sorted(range(500), key=lambda j: (-scores[i, j], j))[:30]
+        assert code_rows(top[i], None).tolist() == expected
+
+
+# ---------------------------------------------------------------------------- memory limit
+CHILD = """
+import json, sys
+import numpy as np
+import embedeval as ee
+corpus = np.load(sys.argv[1], mmap_mode="r")
+queries = np.load(sys.argv[2])
+qrels = json.loads(open(sys.argv[3]).read())
+res = ee.evaluate_qrels(queries, corpus, qrels, query_ids=range(len(queries)),
+                        doc_ids=range(len(corpus)), metrics=["ndcg@10", "map", "recall@100"],
+                        block_size=8192, n_threads=2)
+print(json.dumps({k: v.tolist() for k, v in res.per_query.items()}))
+"""
+
+
+def test_memmapped_corpus_larger_than_the_memory_limit(tmp_path):
+    import json
+    import os
+    import sys
+
+    memlimit = pytest.importorskip("benchmarks._memlimit")
+    if memlimit.memory_cgroup() is None:
+        pytest.skip("no writable memory cgroup (needs root and a memory controller)")
+    rng = np.random.default_rng(14)
+    n, dim, n_q = 100_000, 768, 40  # a 307 MB float32 corpus file under a 200 MiB limit
+    path = tmp_path / "corpus.npy"
+    corpus = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, dim))
+    for s in range(0, n, 10_000):
+        corpus[s : s + 10_000] = rng.standard_normal((min(10_000, n - s), dim), np.float32)
+    corpus.flush()
+    queries = (corpus[:n_q] + 0.5 * rng.standard_normal((n_q, dim), np.float32)).astype(np.float32)
+    del corpus
+    qrels = {str(i): {str(i): 2, str(int(rng.integers(n))): 1, str(n + i): 1} for i in range(n_q)}
+    np.save(tmp_path / "queries.npy", queries)
+    (tmp_path / "qrels.json").write_text(json.dumps(qrels))
+    fd = os.open(path, os.O_RDONLY)  # the file's pages out of the cache: the child reads them
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    argv = [
+        sys.executable,
+        "-c",
+        CHILD,
+        str(path),
+        str(tmp_path / "queries.npy"),
+        str(tmp_path / "qrels.json"),
+    ]
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "2"}
+    r = memlimit.run_limited(argv, 200, env=env, timeout=300)
+    assert r.completed, r.stderr[-2000:]
+    assert r.peak_mb is None or r.peak_mb <= 200
+    got = json.loads(r.stdout)
+    in_memory = np.load(path)  # in this process: no limit
+    expected = ee.evaluate_qrels(
+        queries,
+        in_memory,
+        qrels,
+        query_ids=range(n_q),
+        doc_ids=range(n),
+        metrics=["ndcg@10", "map", "recall@100"],
+    )
+    for name, values in expected.per_query.items():
+        np.testing.assert_array_equal(np.asarray(got[name]), values)
+    # independent check of one metric: recall@100 from a brute-force float32 cosine ranking
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
+    scores = unit(queries) @ unit(in_memory).T
+    for i in range(n_q):
+        top = set(np.argsort(-scores[i], kind="stable")[:100].tolist())
+        rel = [int(d) for d in qrels[str(i)]]
+        assert got["recall@100"][i] == pytest.approx(sum(d in top for d in rel) / 3, abs=1e-12)
