@@ -122,8 +122,9 @@ def test_a_run_searched_to_a_depth_matches_trec_eval_on_the_cut_run():
 
 
 def test_negative_grades_give_no_gain_and_count_as_judged_non_relevant():
-    # pytrec_eval reads grade -1 (trec_eval's "not in pool") safely but corrupts memory on
-    # grades <= -2, so deeper negatives are checked by hand: gain 0, never relevant, judged.
+    # trec_eval assumes grades >= 0: -1 is its marker for a document absent from the qrels
+    # (handled safely), grades <= -2 crash pytrec_eval, so deeper negatives are checked by hand:
+    # gain 0, never relevant, judged.
     qrels = {"q": {"a": -1, "b": 2, "c": 1}}
     run = {"q": {"a": 3.0, "b": 2.0, "x": 1.5, "c": 1.0}}
     expected = trec_eval(qrels, run, {"ndcg", "map", "P.2"})["q"]

@@ -21,7 +21,7 @@ of query q, retrieved or not.  Every quotient with a zero denominator is 0, as i
 ``mrr@k``, ``mrr``  1 / rank of the first relevant document if that rank is <= k, else 0
 ``map@k``, ``map``  Σ over relevant d with rank(d) <= k of P@rank(d), divided by R_q
 ``r_precision``     relevant in the top R_q / R_q
-``judged@k``        judged documents (any grade) in the top k / k
+``judged@k``        judged documents (any grade) in the top k / k (k even when fewer exist)
 ``ndcg@k``, ``ndcg``  DCG@k / ideal DCG@k, DCG@k = Σ_{rank <= k} gain(grade) / log2(rank + 1)
 ==================  =====================================================================
 
@@ -74,9 +74,7 @@ NOT_RANKED: int = int(np.iinfo(np.int64).max)
 #: What :func:`parse_ir_metrics` returns for ``metrics=None`` (the BEIR / MTEB retrieval set).
 DEFAULT_IR_METRICS = ("ndcg@10", "map@100", "mrr@10", "recall@100", "recall@1000", "precision@10")
 
-_KINDS = ("ndcg", "map", "mrr", "precision", "recall", "hit_rate", "r_precision", "judged")
 _NEEDS_K = ("precision", "recall", "hit_rate", "judged")
-_OPTIONAL_K = ("ndcg", "map", "mrr")
 
 # Every spelling (lower case) of a metric family: canonical, trec_eval, ranx and ir_measures.
 _ALIASES = {
