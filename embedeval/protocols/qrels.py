@@ -93,7 +93,12 @@ class QrelsResult(EvaluationResult):
         ``ties="trec_eval"``."""
         from .qrels_files import write_trec_run
 
-        write_trec_run(path, self.run(depth), tag=tag)
+        depth = self.run_rows.shape[1] if depth is None else check_int(depth, "depth")
+        rows = self.run_rows[:, :depth]
+        kept = rows >= 0
+        lims = np.concatenate([[0], np.cumsum(kept.sum(axis=1))])
+        docs = np.asarray(self.doc_ids, dtype=object)[rows[kept]]
+        write_trec_run(path, self.run_ids, lims, docs, self.run_scores[:, :depth][kept], tag=tag)
 
     def __repr__(self) -> str:
         s = self.settings
@@ -135,10 +140,8 @@ def _corpus(corpus: Any) -> np.ndarray:
 
 def _qrels(qrels: Any) -> dict[str, dict[str, int]]:
     """``{qid: {docid: grade}}`` from a dict or a TREC / BEIR qrels file."""
-    try:
-        from .qrels_files import read_qrels
-    except ImportError:  # pragma: no cover
-        return {str(q): {str(d): int(g) for d, g in docs.items()} for q, docs in qrels.items()}
+    from .qrels_files import read_qrels
+
     return read_qrels(qrels)
 
 
