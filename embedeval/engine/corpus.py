@@ -35,6 +35,7 @@ never counted.
 
 from __future__ import annotations
 
+import mmap
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ __all__ = [
     "merge_top",
     "pack_codes",
     "prepare_queries",
+    "release_pages",
     "sample_floor",
     "scan_ranks",
     "scan_top",
@@ -327,7 +329,27 @@ def _blocks(corpus: np.ndarray, scan: CorpusScan, unit: str) -> Iterator[tuple]:
             done = [r for _, r in in_order(read, range(len(parts)), scan.n_threads)]
             blk = np.asarray(corpus[start:stop]) if direct else buffer[: stop - start]
             yield start, blk, np.concatenate([d[1] for d in done])
+            release_pages(corpus, start, stop)
             bar.update(stop - start)
+
+
+def release_pages(corpus: np.ndarray, start: int, stop: int) -> None:
+    """Unmap rows ``start:stop`` of a memory-mapped corpus from this process once read: they
+    stay in the page cache (the kernel keeps or drops them), but no longer count in the
+    process's resident memory, which then stays that of one block.  Anything else: nothing."""
+    mm = getattr(corpus, "_mmap", None)
+    if mm is None or not corpus.flags.c_contiguous or stop <= start:
+        return
+    try:
+        base = np.frombuffer(mm, dtype=np.uint8).ctypes.data
+        lo = corpus[start:stop].ctypes.data - base
+        hi = lo + (stop - start) * corpus.strides[0]
+        page = mmap.PAGESIZE
+        lo, hi = -(-lo // page) * page, hi // page * page
+        if hi > lo:
+            mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+    except (AttributeError, BufferError, OSError, ValueError):  # pragma: no cover
+        pass  # only a memory saving
 
 
 def merge_top(top: np.ndarray, rows: np.ndarray, codes: np.ndarray) -> np.ndarray:
@@ -408,6 +430,7 @@ def sample_floor(corpus: np.ndarray, scan: CorpusScan, size: int = 4096) -> np.n
     sample = _normalized(np.asarray(corpus[rows], np.float32)) if scan.distance == "cosine" else (
         np.asarray(corpus[rows], np.float32)
     )  # fmt: skip
+    release_pages(corpus, 0, n)  # the sampled rows' pages
     s = scan.queries @ sample.T
     if scan.distance == "euclidean":
         s = 2 * s - np.einsum("ij,ij->i", sample, sample)[None, :] - scan.query_norms[:, None]
