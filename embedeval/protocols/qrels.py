@@ -100,6 +100,21 @@ class QrelsResult(EvaluationResult):
         docs = np.asarray(self.doc_ids, dtype=object)[rows[kept]]
         write_trec_run(path, self.run_ids, lims, docs, self.run_scores[:, :depth][kept], tag=tag)
 
+    def table(self) -> str:
+        """The means as an aligned text table (metric, value, and the CI when computed)."""
+        level = self.settings.get("ci") or 0.95
+        rows = [("metric", "value", f"{level * 100:g}% CI" if self.ci else "")]
+        for name, value in self.metrics.items():
+            lo_hi = self.ci.get(name)
+            rows.append(
+                (name, f"{value:.4f}", f"[{lo_hi[0]:.4f}, {lo_hi[1]:.4f}]" if lo_hi else "")
+            )
+        width = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines = [
+            "  ".join(c.ljust(w) for c, w in zip(r, width, strict=True)).rstrip() for r in rows
+        ]
+        return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
     def __repr__(self) -> str:
         s = self.settings
         head = (
