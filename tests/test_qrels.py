@@ -468,3 +468,41 @@ def test_memmapped_corpus_larger_than_the_memory_limit(tmp_path):
         top = set(np.argsort(-scores[i], kind="stable")[:100].tolist())
         rel = [int(d) for d in qrels[str(i)]]
         assert got["recall@100"][i] == pytest.approx(sum(d in top for d in rel) / 3, abs=1e-12)
+
+
+def test_only_missing_judged_queries():
+    corpus = np.eye(4, dtype=np.float32)
+    res = ee.evaluate_qrels(
+        corpus[:2],
+        corpus,
+        {"other": {"0": 1}},
+        query_ids=["a", "b"],
+        doc_ids=range(4),
+        metrics=["map", "precision@2"],
+        missing="zero",
+    )
+    # "other" has no embedding: it counts as 0; a and b have no judgments: skipped
+    assert res["map"] == 0.0 and res.n_missing == 1 and res.n_skipped == 2
+    assert np.isnan(res.per_query["map"][:2]).all()
+    assert res.n_evaluated == 1 and res.run() == {}  # no query was ranked
+
+
+def test_zero_query_ties_with_every_document():
+    # a zero query scores 0 against every document under cosine: one tie over the corpus
+    rng = np.random.default_rng(15)
+    corpus = rng.standard_normal((3000, 8)).astype(np.float32)
+    queries = np.zeros((2, 8), np.float32)
+    qrels = {"0": {"5": 1, "2999": 1}, "1": {"17": 2}}
+    res = ee.evaluate_qrels(
+        queries,
+        corpus,
+        qrels,
+        query_ids=["0", "1"],
+        doc_ids=range(3000),
+        metrics=["precision@10", "map", "mrr"],
+        block_size=700,
+    )
+    # ties="index": rank = row + 1
+    assert res.per_query["mrr"].tolist() == [1 / 6, 1 / 18]
+    assert res.per_query["map"].tolist() == pytest.approx([(1 / 6 + 2 / 3000) / 2, 1 / 18])
+    assert res.per_query["precision@10"].tolist() == [0.1, 0.0]

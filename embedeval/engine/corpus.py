@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import mmap
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -245,7 +246,9 @@ def torch_product(device: str) -> Product:
             cache[q.__array_interface__["data"][0]] = tq
         tb = cache.get(("block", id(blk)))
         if tb is None:  # each block moves once, whatever the number of query chunks
-            tb = torch.from_numpy(blk).to(dev)
+            with warnings.catch_warnings():  # a read-only memory map is only read here
+                warnings.simplefilter("ignore", UserWarning)
+                tb = torch.from_numpy(blk).to(dev)
             cache.pop("last", None)
             for k in [k for k in cache if isinstance(k, tuple)]:
                 cache.pop(k, None)

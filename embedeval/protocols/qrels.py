@@ -485,8 +485,9 @@ def _plan(
     """The scan: prepared queries, block size from the memory budget, the product."""
     budget = check_int(memory_budget, "memory_budget")
     if block_size is None:
-        # the block's float32 copy plus its score matrix within the budget
-        block_size = int(np.clip(budget // (8 * corpus.shape[1]), 1024, 65536))
+        # a quarter of the budget for the block's float32 copy: the rest holds one score
+        # block per thread (32 MiB each), the sample and the candidates
+        block_size = int(np.clip(budget // (16 * corpus.shape[1]), 1024, 65536))
     block_size = check_int(block_size, "block_size")
     threads = check_int(n_threads, "n_threads", allow_none=True)
     q, norms = prepare_queries(queries, distance)
