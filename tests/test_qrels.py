@@ -362,7 +362,15 @@ def test_float16_memmap_and_torch_backend(tmp_path):
         np.testing.assert_array_equal(tq.per_query[name], base.per_query[name])
 
 
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _has_cuda(), reason="needs torch with a CUDA device")
 def test_torch_cuda_backend():
     queries, corpus, qids, dids, qrels = make_case(12)
     kw = dict(query_ids=qids, doc_ids=dids, metrics=["ndcg@10", "map"], distance="inner_product")

@@ -70,7 +70,7 @@ __all__ = [
 #: The code of an empty slot (fewer documents than ``depth``): after every real code.
 EMPTY = np.uint64(np.iinfo(np.uint64).max)
 DISTANCES = ("cosine", "inner_product", "euclidean")
-_CHUNK_BYTES = 32 << 20  # score matrix of one query chunk and block
+_CHUNK_BYTES = 16 << 20  # score matrix of one query chunk and block
 _MERGE_BYTES = 64 << 20  # padded merge buffer of one query chunk
 _MIN_BLOCK = 32  # rows: thinner products take other BLAS paths, with other float32 rounding
 

@@ -486,7 +486,7 @@ def _plan(
     budget = check_int(memory_budget, "memory_budget")
     if block_size is None:
         # a quarter of the budget for the block's float32 copy: the rest holds one score
-        # block per thread (32 MiB each), the sample and the candidates
+        # block per thread (16 MiB each), the sample and the candidates
         block_size = int(np.clip(budget // (16 * corpus.shape[1]), 1024, 65536))
     block_size = check_int(block_size, "block_size")
     threads = check_int(n_threads, "n_threads", allow_none=True)
