@@ -35,8 +35,9 @@ never counted.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
-import threading
+import queue
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ __all__ = [
     "pack_codes",
     "prepare_queries",
     "release_pages",
+    "rows_searchsorted",
     "sample_floor",
     "scan_ranks",
     "scan_top",
@@ -117,6 +119,26 @@ def code_scores(codes: np.ndarray) -> np.ndarray:
     high = (codes >> np.uint64(32)).astype(np.uint32)
     out = from_sortable_bits(~high)
     return np.where(codes == EMPTY, np.float32(np.nan), out)
+
+
+def rows_searchsorted(sorted_rows: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For each ``values[i]``, the number of entries of ``sorted_rows[rows[i]]`` (each row
+    ascending) below it: one vectorised binary search, O(len(values) log width) memory and time.
+
+    >>> rows_searchsorted(np.array([[1, 3, 5], [2, 4, 6]]), np.array([0, 1, 1]),
+    ...                   np.array([4, 1, 6])).tolist()
+    [2, 0, 2]
+    """
+    lo = np.zeros(values.size, dtype=np.int64)
+    hi = np.full(values.size, sorted_rows.shape[1], dtype=np.int64)
+    while True:
+        active = np.flatnonzero(lo < hi)
+        if not active.size:
+            return lo
+        mid = (lo[active] + hi[active]) // 2
+        below = sorted_rows[rows[active], mid] < values[active]
+        lo[active[below]] = mid[below] + 1
+        hi[active[~below]] = mid[~below]
 
 
 def code_rows(codes: np.ndarray, row_of_key: np.ndarray | None) -> np.ndarray:
@@ -279,7 +301,7 @@ class CorpusScan:
     product: Product = numpy_product
     chunk: int = field(init=False)
     n_chunks: int = field(init=False)
-    _local: threading.local = field(init=False, repr=False, default_factory=threading.local)
+    _buffers: queue.SimpleQueue = field(init=False, repr=False, default_factory=queue.SimpleQueue)
 
     def __post_init__(self) -> None:
         n_q = self.queries.shape[0]
@@ -290,16 +312,21 @@ class CorpusScan:
         self.n_chunks = max(1, -(-n_q // self.chunk))
         self.excluded.group(self.chunk, self.n_chunks)
 
-    def scores(self, c: int, blk: np.ndarray, blk_norms: np.ndarray | None, start: int):
-        """Float32 scores of query chunk ``c`` against a block, excluded pairs NaN."""
+    @contextlib.contextmanager
+    def scores(
+        self, c: int, blk: np.ndarray, blk_norms: np.ndarray | None, start: int
+    ) -> Iterator[np.ndarray]:
+        """Float32 scores of query chunk ``c`` against a block, excluded pairs NaN, in a
+        result buffer taken from a pool (as many as threads at work) and given back after."""
         lo = c * self.chunk
         q = self.queries[lo : lo + self.chunk]
-        if self.product is numpy_product:
-            # one result buffer per thread: a fresh one per product costs its page faults
+        flat = None
+        if self.product is numpy_product:  # a fresh result per product costs its page faults
+            try:
+                flat = self._buffers.get_nowait()
+            except queue.Empty:
+                flat = np.empty(self.chunk * (self.block + _MIN_BLOCK), dtype=np.float32)
             size = q.shape[0] * blk.shape[0]
-            flat = getattr(self._local, "buffer", None)
-            if flat is None or flat.size < size:
-                flat = self._local.buffer = np.empty(size, dtype=np.float32)
             s = numpy_product(q, blk, flat[:size].reshape(q.shape[0], blk.shape[0]))
         else:
             s = np.asarray(self.product(q, blk), dtype=np.float32)
@@ -310,7 +337,11 @@ class CorpusScan:
         ex = self.excluded.in_block(c, start, start + blk.shape[0])
         if ex.size:
             s[self.excluded.query[ex] - lo, self.excluded.row[ex] - start] = np.nan
-        return s
+        try:
+            yield s
+        finally:
+            if flat is not None:
+                self._buffers.put(flat)
 
 
 def _blocks(corpus: np.ndarray, scan: CorpusScan, unit: str) -> Iterator[tuple]:
@@ -398,11 +429,11 @@ class _ChunkTop:
         self.passed = np.zeros(n, dtype=np.int64)
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []
         self.n_pending = 0
-        self.cap = max(4 * n * depth, 1 << 16)
+        self.cap = max(n * depth, 1 << 16)  # pending candidates: about 12 bytes each
 
     def add(self, rows: np.ndarray, codes: np.ndarray) -> None:
         self.passed += np.bincount(rows, minlength=self.passed.size)
-        self.pending.append((rows, codes))
+        self.pending.append((rows.astype(np.int32), codes))
         self.n_pending += rows.size
         if self.n_pending > self.cap:
             self.flush()
@@ -470,7 +501,9 @@ def scan_top(
         lowest = np.full_like(floor, -np.inf)
         tops.update(_scan_chunks(corpus, scan, pairs, pair_scores, lowest, short))
     top = np.concatenate([tops[c].top for c in range(scan.n_chunks)])
-    return np.sort(top, axis=1), pair_scores
+    del tops
+    top.sort(axis=1)
+    return top, pair_scores
 
 
 def _scan_chunks(
@@ -491,12 +524,13 @@ def _scan_chunks(
         for start, blk, norms in _blocks(corpus, scan, "docs"):
 
             def work(c: int, start=start, blk=blk, norms=norms) -> None:
-                s = scan.scores(c, blk, norms, start)
-                p = pairs.in_block(c, start, start + blk.shape[0])
-                pair_scores[p] = s[pairs.query[p] - c * scan.chunk, pairs.row[p] - start]
-                # flat indices: 2-D np.nonzero is ~15x slower on a sparse mask
-                r, col = np.divmod(np.flatnonzero(s >= tops[c].cut[:, None]), s.shape[1])
-                tops[c].add(r, pack_codes(s[r, col], scan.keys[start + col]))
+                with scan.scores(c, blk, norms, start) as s:
+                    p = pairs.in_block(c, start, start + blk.shape[0])
+                    pair_scores[p] = s[pairs.query[p] - c * scan.chunk, pairs.row[p] - start]
+                    # flat indices: 2-D np.nonzero is ~15x slower on a sparse mask
+                    r, col = np.divmod(np.flatnonzero(s >= tops[c].cut[:, None]), s.shape[1])
+                    codes = pack_codes(s[r, col], scan.keys[start + col])
+                tops[c].add(r, codes)
 
             for _ in in_order(work, list(chunks), scan.n_threads):
                 pass
@@ -527,23 +561,23 @@ def scan_ranks(
         a, b = np.searchsorted(q_sorted, [lo, hi])
         if a == b:
             return
-        s = scan.scores(c, blk, norms, start)
-        idx, qs, sl = order[a:b], q_sorted[a:b] - lo, slot[a:b]
-        table = np.full((hi - lo, width), np.float32(np.inf), dtype=np.float32)
-        table[qs, sl] = pair_scores[idx]  # +inf pads: nothing beats it, nothing equals it
-        n_equal = np.zeros(idx.size, dtype=np.int64)
-        for j in range(int(sl.max()) + 1):
-            col, mine = table[:, j : j + 1], sl == j
-            beats[idx[mine]] += np.count_nonzero(s > col, axis=1)[qs[mine]]
-            n_equal[mine] = np.count_nonzero(s == col, axis=1)[qs[mine]]
-        own = (pairs.row[idx] >= start) & (pairs.row[idx] < start + blk.shape[0])
-        tied = np.flatnonzero(n_equal > own)  # equal to another document than itself
-        step = max(1, _CHUNK_BYTES // (4 * max(1, blk.shape[0])))
-        for t0 in range(0, tied.size, step):  # rare: only tied pairs, in bounded batches
-            t = tied[t0 : t0 + step]
-            rr, cc = np.nonzero(s[qs[t]] == pair_scores[idx[t]][:, None])
-            wins = scan.keys[start + cc] < pair_keys[idx[t]][rr]
-            beats[idx[t]] += np.bincount(rr, weights=wins, minlength=t.size).astype(np.int64)
+        with scan.scores(c, blk, norms, start) as s:
+            idx, qs, sl = order[a:b], q_sorted[a:b] - lo, slot[a:b]
+            table = np.full((hi - lo, width), np.float32(np.inf), dtype=np.float32)
+            table[qs, sl] = pair_scores[idx]  # +inf pads: nothing beats it, nothing equals it
+            n_equal = np.zeros(idx.size, dtype=np.int64)
+            for j in range(int(sl.max()) + 1):
+                col, mine = table[:, j : j + 1], sl == j
+                beats[idx[mine]] += np.count_nonzero(s > col, axis=1)[qs[mine]]
+                n_equal[mine] = np.count_nonzero(s == col, axis=1)[qs[mine]]
+            own = (pairs.row[idx] >= start) & (pairs.row[idx] < start + blk.shape[0])
+            tied = np.flatnonzero(n_equal > own)  # equal to another document than itself
+            step = max(1, _CHUNK_BYTES // (4 * max(1, blk.shape[0])))
+            for t0 in range(0, tied.size, step):  # rare: only tied pairs, in bounded batches
+                t = tied[t0 : t0 + step]
+                rr, cc = np.nonzero(s[qs[t]] == pair_scores[idx[t]][:, None])
+                wins = scan.keys[start + cc] < pair_keys[idx[t]][rr]
+                beats[idx[t]] += np.bincount(rr, weights=wins, minlength=t.size).astype(np.int64)
 
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs (ranks)"):

@@ -25,7 +25,9 @@ from ..engine.corpus import (
     code_rows,
     code_scores,
     numpy_product,
+    pack_codes,
     prepare_queries,
+    rows_searchsorted,
     scan_ranks,
     scan_top,
     tie_keys,
@@ -246,25 +248,20 @@ def _ranks(
     corpus: np.ndarray,
     scan: CorpusScan,
     judged: _Judgments,
-    top_rows: np.ndarray,
+    top: np.ndarray,
     pair_scores: np.ndarray,
     full: bool,
     level: int,
 ) -> np.ndarray:
     """The 1-based rank of each judged document (NOT_RANKED: not retrieved or beyond depth)."""
-    n_rows, depth = corpus.shape[0], top_rows.shape[1]
     q = judged.query
     ranks = np.full(q.size, NOT_RANKED, dtype=np.int64)
-    flat = np.flatnonzero(top_rows.ravel() >= 0)
-    key = (flat // depth) * n_rows + top_rows.ravel()[flat]
-    order = np.argsort(key)
-    key, position = key[order], flat[order] % depth
-    present = np.flatnonzero(judged.rows >= 0)
-    want = q[present] * n_rows + judged.rows[present]
-    if key.size:
-        at = np.minimum(np.searchsorted(key, want), key.size - 1)
-        hit = key[at] == want
-        ranks[present[hit]] = position[at[hit]] + 1
+    present = np.flatnonzero((judged.rows >= 0) & ~np.isnan(pair_scores))
+    if present.size and top.shape[1]:
+        codes = pack_codes(pair_scores[present], scan.keys[judged.rows[present]])
+        at = rows_searchsorted(top, q[present], codes)
+        found = top[q[present], np.minimum(at, top.shape[1] - 1)] == codes
+        ranks[present[found]] = at[found] + 1
     if full:
         # only a relevant document's rank enters a full-depth metric (nDCG: a positive grade)
         beyond = (ranks == NOT_RANKED) & (judged.rows >= 0) & ~np.isnan(pair_scores)
@@ -413,8 +410,8 @@ def evaluate_qrels(
     top, pair_scores = scan_top(docs, scan, Pairs(judged.query, np.maximum(judged.rows, 0)))
     pair_scores[judged.rows < 0] = np.nan
     row_of_key = None if ties == "index" else np.argsort(scan.keys).astype(np.int64)
+    ranks = _ranks(docs, scan, judged, top, pair_scores, full, level)
     top_rows = code_rows(top, row_of_key)
-    ranks = _ranks(docs, scan, judged, top_rows, pair_scores, full, level)
     values = judged_metric_values(
         parsed, judged.lims, ranks, judged.grades, relevance_level=level, gain=gain
     )
@@ -487,7 +484,7 @@ def _plan(
     if block_size is None:
         # a quarter of the budget for the block's float32 copy: the rest holds one score
         # block per thread (16 MiB each), the sample and the candidates
-        block_size = int(np.clip(budget // (16 * corpus.shape[1]), 1024, 65536))
+        block_size = int(np.clip(budget // (32 * corpus.shape[1]), 1024, 65536))
     block_size = check_int(block_size, "block_size")
     threads = check_int(n_threads, "n_threads", allow_none=True)
     q, norms = prepare_queries(queries, distance)
