@@ -312,6 +312,10 @@ class CorpusScan:
         self.n_chunks = max(1, -(-n_q // self.chunk))
         self.excluded.group(self.chunk, self.n_chunks)
 
+    def release_buffers(self) -> None:
+        """Free the pooled score buffers (a later pass allocates them again)."""
+        self._buffers = queue.SimpleQueue()
+
     @contextlib.contextmanager
     def scores(
         self, c: int, blk: np.ndarray, blk_norms: np.ndarray | None, start: int
@@ -461,14 +465,18 @@ def sample_floor(corpus: np.ndarray, scan: CorpusScan, size: int = 4096) -> np.n
     if n < 8 * scan.depth or kq >= m:
         return np.full(n_q, -np.inf, dtype=np.float32)
     rows = np.sort(np.random.default_rng(0).choice(n, m, replace=False))
-    sample = _normalized(np.asarray(corpus[rows], np.float32)) if scan.distance == "cosine" else (
-        np.asarray(corpus[rows], np.float32)
-    )  # fmt: skip
+    sample = np.asarray(corpus[rows], dtype=np.float32)  # a copy: normalised in place
     release_pages(corpus, 0, n)  # the sampled rows' pages
-    s = scan.queries @ sample.T
-    if scan.distance == "euclidean":
-        s = 2 * s - np.einsum("ij,ij->i", sample, sample)[None, :] - scan.query_norms[:, None]
-    return np.partition(s, m - kq, axis=1)[:, m - kq].astype(np.float32)
+    sq = np.einsum("ij,ij->i", sample, sample)
+    if scan.distance == "cosine":
+        np.divide(sample, np.where(sq > 0, np.sqrt(sq), 1)[:, None], out=sample)
+    floor = np.empty(n_q, dtype=np.float32)
+    for lo in range(0, n_q, 256):  # bounded temporaries: 256 x 4,096 scores at a time
+        s = scan.queries[lo : lo + 256] @ sample.T
+        if scan.distance == "euclidean":
+            s = 2 * s - sq[None, :] - scan.query_norms[lo : lo + 256, None]
+        floor[lo : lo + 256] = np.partition(s, m - kq, axis=1)[:, m - kq]
+    return floor
 
 
 def scan_top(
@@ -534,6 +542,7 @@ def _scan_chunks(
 
             for _ in in_order(work, list(chunks), scan.n_threads):
                 pass
+    scan.release_buffers()
     for t in tops.values():
         t.flush()
     return tops
@@ -587,4 +596,5 @@ def scan_ranks(
                 scan.n_threads,
             ):
                 pass
+    scan.release_buffers()
     return beats + 1

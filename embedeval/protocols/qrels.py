@@ -482,7 +482,7 @@ def _plan(
     """The scan: prepared queries, block size from the memory budget, the product."""
     budget = check_int(memory_budget, "memory_budget")
     if block_size is None:
-        # a quarter of the budget for the block's float32 copy: the rest holds one score
+        # an eighth of the budget for the block's float32 copy: the rest holds one score
         # block per thread (16 MiB each), the sample and the candidates
         block_size = int(np.clip(budget // (32 * corpus.shape[1]), 1024, 65536))
     block_size = check_int(block_size, "block_size")
