@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from embedeval.metrics.judged import (
     DEFAULT_IR_METRICS,
@@ -47,7 +49,7 @@ TREC_MEASURES = {
 
 
 # --------------------------------------------------------------------------- helpers
-def random_collection(seed: int, n_queries: int = 60, n_docs: int = 40, low_grade: int = -1):
+def random_collection(seed: int, n_queries: int = 60, n_docs: int = 40, low_grade: int = -3):
     """Random graded qrels and runs with distinct scores, as trec_eval dicts.
 
     Covers judged documents not retrieved, unjudged retrieved ones, grade 0 and negative
@@ -79,8 +81,16 @@ def to_csr(qrels: dict, run: dict, depth: int | None = None):
 
 
 def trec_eval(qrels: dict, run: dict, measures: set, level: int = 1) -> dict:
+    """pytrec_eval's values, negative grades given as 0.
+
+    trec_eval assumes grades >= 0 and uses -1 and -2 as its own markers: negative grades
+    corrupt its memory (a crash at -2, a hang after a few hundred evaluations at -1).  A
+    negative grade means judged non-relevant, exactly like 0, so the oracle gets 0.
+    """
     pytrec_eval = pytest.importorskip("pytrec_eval")
-    return pytrec_eval.RelevanceEvaluator(qrels, measures, relevance_level=level).evaluate(run)
+    clipped = {q: {d: max(g, 0) for d, g in docs.items()} for q, docs in qrels.items()}
+    evaluator = pytrec_eval.RelevanceEvaluator(clipped, measures, relevance_level=level)
+    return evaluator.evaluate(run)
 
 
 # --------------------------------------------------------------------------- pytrec_eval parity
@@ -122,22 +132,60 @@ def test_a_run_searched_to_a_depth_matches_trec_eval_on_the_cut_run():
 
 
 def test_negative_grades_give_no_gain_and_count_as_judged_non_relevant():
-    # trec_eval assumes grades >= 0: -1 is its marker for a document absent from the qrels
-    # (handled safely), grades <= -2 crash pytrec_eval, so deeper negatives are checked by hand:
-    # gain 0, never relevant, judged.
-    qrels = {"q": {"a": -1, "b": 2, "c": 1}}
-    run = {"q": {"a": 3.0, "b": 2.0, "x": 1.5, "c": 1.0}}
-    expected = trec_eval(qrels, run, {"ndcg", "map", "P.2"})["q"]
-    got = judged_metric_values(["ndcg", "map", "precision@2"], *to_csr(qrels, run))
-    assert got["ndcg"][0] == pytest.approx(expected["ndcg"], abs=1e-12)
-    assert got["map"][0] == pytest.approx(expected["map"], abs=1e-12)
-    assert got["precision@2"][0] == pytest.approx(expected["P_2"], abs=1e-12)
+    # By hand (the pytrec_eval oracle above sees negative grades as 0): gain 0, never
+    # relevant, but judged.
     deep = judged_metric_values(
         ["ndcg@2", "judged@2", "precision@2", "mrr"], [0, 3], [1, 2, 3], [-7, 2, 1]
     )
     ideal = 2 / math.log2(2) + 1 / math.log2(3)
     assert deep["ndcg@2"][0] == pytest.approx((2 / math.log2(3)) / ideal, abs=1e-15)
     assert (deep["judged@2"][0], deep["precision@2"][0], deep["mrr"][0]) == (1.0, 0.5, 0.5)
+    exp = judged_metric_values(["ndcg@2"], [0, 3], [1, 2, 3], [-7, 2, 1], gain="exponential")
+    assert exp["ndcg@2"][0] == pytest.approx((3 / math.log2(3)) / (3 + 1 / math.log2(3)), rel=1e-15)
+
+
+@st.composite
+def small_collections(draw):
+    """A few queries over a handful of documents: every overlap of judged and retrieved sets."""
+    n_docs = draw(st.integers(1, 12))
+    qrels, run = {}, {}
+    for q in range(draw(st.integers(1, 4))):
+        judged = draw(
+            st.lists(st.integers(0, n_docs - 1), min_size=1, max_size=n_docs, unique=True)
+        )
+        grades = draw(st.lists(st.integers(-3, 3), min_size=len(judged), max_size=len(judged)))
+        order = draw(st.permutations(range(n_docs)))
+        depth = draw(st.integers(0, n_docs))
+        qrels[f"q{q}"] = {f"d{j}": g for j, g in zip(judged, grades, strict=True)}
+        run[f"q{q}"] = {f"d{d}": float(n_docs - i) for i, d in enumerate(order[:depth])}
+    return qrels, run, draw(st.integers(1, 3))
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_collections())
+def test_small_collections_match_pytrec_eval(collection):
+    qrels, run, level = collection
+    measures = {"ndcg_cut.3", "ndcg", "map_cut.5", "map", "recall.5", "P.5", "recip_rank"}
+    measures |= {"success.1,10", "Rprec"}
+    expected = trec_eval(qrels, run, measures, level)
+    names = {k: v for k, v in TREC_NAMES.items() if k not in ("ndcg_cut_10", "map_cut_100")}
+    names = {k: v for k, v in names.items() if k not in ("recall_100", "P_10")}
+    got = judged_metric_values(list(names.values()), *to_csr(qrels, run), relevance_level=level)
+    for trec_name, name in names.items():
+        want = [expected[q][trec_name] for q in qrels]
+        np.testing.assert_allclose(got[name], want, rtol=0, atol=1e-12, err_msg=name)
+
+
+def test_huge_ranks_sort_like_small_ones():
+    # ranks near 2**62 take the overflow-safe sorting path; the values depend on order only
+    big = 2**61
+    lims, grades = [0, 3, 5], [1, 0, 2, 1, 1]
+    small = judged_metric_values(["map"], lims, [3, 1, 2, 2, 1], grades)
+    huge = judged_metric_values(["map", "mrr"], lims, [big + 2, 1, big, big + 1, 1], grades)
+    assert small["map"].tolist() == [pytest.approx((1 / 2 + 2 / 3) / 2), 1.0]
+    assert huge["map"][0] == pytest.approx((1 / big + 2 / (big + 2)) / 2, rel=1e-12)
+    assert huge["map"][1] == pytest.approx((1 + 2 / (big + 1)) / 2, rel=1e-12)
+    assert huge["mrr"].tolist() == [1 / big, 1.0]
 
 
 # --------------------------------------------------------------------------- ranx, second oracle

@@ -4,10 +4,8 @@ calibration, selective prediction, uncertainty, credible intervals, open-set det
 The public modules are :mod:`~embedeval.metrics.ranking`, :mod:`~embedeval.metrics.classification`,
 :mod:`~embedeval.metrics.confidence` (which re-exports every confidence name),
 :mod:`~embedeval.metrics.calibration`, :mod:`~embedeval.metrics.selective`,
-:mod:`~embedeval.metrics.uncertainty`, :mod:`~embedeval.metrics.credible`,
-:mod:`~embedeval.metrics.openset` and :mod:`~embedeval.metrics.judged` (trec_eval's IR metrics
-from the ranks of judged documents); ``curves``, ``scores`` and ``resample`` are their shared
-helpers.
+:mod:`~embedeval.metrics.uncertainty`, :mod:`~embedeval.metrics.credible` and
+:mod:`~embedeval.metrics.openset`; ``curves``, ``scores`` and ``resample`` are their shared helpers.
 """
 
 from ..utils.lazy import lazy_modules
@@ -20,7 +18,6 @@ __getattr__, __dir__ = lazy_modules(
         "confidence",
         "credible",
         "curves",
-        "judged",
         "openset",
         "ranking",
         "resample",

@@ -268,7 +268,7 @@ def _check_csr(lims: Any, ranks: Any, grades: Any) -> tuple[np.ndarray, np.ndarr
 def _sort_within(qid: np.ndarray, key: np.ndarray) -> np.ndarray:
     """The order sorting entries by ``key`` (>= 0) inside each query; query blocks stay put.
 
-    One argsort of ``qid * span + key`` (ten times faster than ``np.lexsort``), with the
+    One argsort of ``qid * span + key`` (several times faster than ``np.lexsort``), with the
     unranked sentinel mapped just past the largest rank so the product cannot overflow.
     """
     finite = key != NOT_RANKED
@@ -310,10 +310,9 @@ class _Queries:
         nonempty = self.n_relevant > 0
         self.first_rel[nonempty] = rel_rank[first[nonempty]]
 
-    def count(self, mask: np.ndarray, qid: np.ndarray | None = None) -> np.ndarray:
+    def count(self, mask: np.ndarray) -> np.ndarray:
         """Per-query number of entries where ``mask`` holds."""
-        q = self.qid if qid is None else qid
-        return np.bincount(q[mask], minlength=self.n).astype(np.float64)
+        return np.bincount(self.qid[mask], minlength=self.n).astype(np.float64)
 
     def total(self, values: np.ndarray, mask: np.ndarray, qid: np.ndarray) -> np.ndarray:
         """Per-query sum of ``values[mask]``, added in rank order (trec_eval's order)."""

@@ -87,13 +87,13 @@ def _parse_grade(text: str) -> int | None:
 
 
 # --------------------------------------------------------------------------- qrels from a dict
-def _id(value: Any, what: str) -> str:
+def _id(value: Any, what: str, where: str = "qrels") -> str:
     if isinstance(value, str) and value:
         return value
     if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
         return str(int(value))
     raise InputError(
-        f"qrels: {what} {value!r} ({type(value).__name__}) is not a valid id; ids are non-empty "
+        f"{where}: {what} {value!r} ({type(value).__name__}) is not a valid id; ids are non-empty "
         "str or int."
     )
 
@@ -160,7 +160,12 @@ def _first_line_of(path: Path, pair: tuple[str, str], fields_of: Any, doc_field:
 def _judgment(path: Path, number: int, line: str, split: Any, count: int, header: bool):
     fields = split(line)
     layout = "query-id doc-id grade" if count == 3 else "query-id iteration doc-id grade"
-    if len(fields) != count or not all(fields):
+    if len(fields) == count and not all(fields):
+        raise FileFormatError(
+            f"{path}, line {number}: an empty field ({line[:80]!r}); every field of "
+            f"'{layout}' must hold something."
+        )
+    if len(fields) != count:
         raise FileFormatError(
             f"{path}, line {number}: {len(fields)} fields ({line[:80]!r}); every line of this "
             f"file must be '{layout}' ({count} fields, like its first line)."
@@ -245,7 +250,7 @@ def _id_list(values: Any, size: int, name: str) -> list[str]:
     ids = values.tolist() if isinstance(values, np.ndarray) else list(values)
     if len(ids) != size:
         raise InputError(f"{name} must hold {size} ids (one per line of the run); got {len(ids)}.")
-    ids = [v if isinstance(v, str) else _id(v, name[:-1]) for v in ids]
+    ids = [v if isinstance(v, str) else _id(v, "id", name) for v in ids]
     # One regular-expression pass over all ids joined: a TREC line is split on whitespace.
     joined = "\x00".join(ids)
     if _WHITESPACE.search(joined) or "\x00\x00" in f"\x00{joined}\x00":
