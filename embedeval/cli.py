@@ -746,21 +746,8 @@ gives the ids), .safetensors, .parquet.  Id files: one id per line.  Qrels: TREC
 """
 
 
-def _add_retrieve_command(sub: Any) -> None:
-    """``retrieve QUERIES``: judged-relevance IR metrics (qrels) of a query set on a corpus."""
-    p = sub.add_parser(
-        "retrieve",
-        help="IR metrics against qrels (nDCG@10, MAP, MRR, recall@1000, ...), trec_eval's",
-        epilog=EPILOG_RETRIEVE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("queries", help="query embeddings: .npy, .npz, .safetensors or .parquet")
-    i = p.add_argument_group("inputs")
-    i.add_argument("--query-ids", metavar="FILE", help="one query id per line")
-    i.add_argument("--corpus", metavar="FILE", required=True, help="document embeddings")
-    i.add_argument("--doc-ids", metavar="FILE", help="one document id per line")
-    i.add_argument("--qrels", metavar="FILE", required=True, help="TREC or BEIR qrels file")
-    m = p.add_argument_group("metrics and conventions")
+def _add_retrieval_conventions(m: Any) -> None:
+    """``retrieve``'s metrics and the conventions that decide their values."""
     m.add_argument(
         "--metrics",
         nargs="+",
@@ -804,6 +791,23 @@ def _add_retrieve_command(sub: Any) -> None:
         action="store_true",
         help="never retrieve a document whose id is the query's (BEIR, MTEB)",
     )
+
+
+def _add_retrieve_command(sub: Any) -> None:
+    """``retrieve QUERIES``: judged-relevance IR metrics (qrels) of a query set on a corpus."""
+    p = sub.add_parser(
+        "retrieve",
+        help="IR metrics against qrels (nDCG@10, MAP, MRR, recall@1000, ...), trec_eval's",
+        epilog=EPILOG_RETRIEVE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("queries", help="query embeddings: .npy, .npz, .safetensors or .parquet")
+    i = p.add_argument_group("inputs")
+    i.add_argument("--query-ids", metavar="FILE", help="one query id per line")
+    i.add_argument("--corpus", metavar="FILE", required=True, help="document embeddings")
+    i.add_argument("--doc-ids", metavar="FILE", help="one document id per line")
+    i.add_argument("--qrels", metavar="FILE", required=True, help="TREC or BEIR qrels file")
+    _add_retrieval_conventions(p.add_argument_group("metrics and conventions"))
     _add_statistics_options(p.add_argument_group("statistics"))
     _add_search_options(p.add_argument_group("search"))
     o = p.add_argument_group("outputs")
