@@ -73,6 +73,8 @@ _LAZY_ATTRIBUTES = {
     "METRICS": ("engine.registry", "METRICS"),
     # faiss is imported when an index is first trained, never by ``import embedeval``.
     "train_index": ("search.approximate", "train_index"),
+    "evaluate_qrels": ("protocols.qrels", "evaluate_qrels"),
+    "QrelsResult": ("protocols.qrels", "QrelsResult"),
 }
 
 __all__ = [
@@ -83,6 +85,7 @@ __all__ = [
     "EvaluationResult",
     "Evaluator",
     "FileFormatError",
+    "QrelsResult",
     "InputError",
     "InputTypeError",
     "RetrievalMetric",
@@ -90,6 +93,7 @@ __all__ = [
     "bootstrap_ci",
     "compare",
     "evaluate",
+    "evaluate_qrels",
     "neighbors",
     "train_index",
     *_SUBPACKAGES,

@@ -395,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare_command(sub)
     _add_figures_command(sub)
     _add_demo_command(sub)
+    _add_retrieve_command(sub)
     return parser
 
 
@@ -897,6 +898,7 @@ def _input_paths(args: argparse.Namespace) -> list[tuple[str, str]]:
         *("labels", "reference", "reference_labels", "groups", "reference_groups", "confidences"),
         *("images", "reference_images", "texts", "reference_texts"),
     )
+    flags += ("queries", "query_ids", "corpus", "doc_ids", "qrels")  # retrieve
     named = [("--" + f.replace("_", "-"), getattr(args, f, None)) for f in flags]
     files = [args.file] if getattr(args, "file", None) else list(getattr(args, "files", []))
     return [("input", f) for f in files] + [(flag, p) for flag, p in named if p]
@@ -1025,6 +1027,189 @@ def _write_comparison(args: argparse.Namespace, cmp: Any) -> None:
         _say(f"wrote {args.report}")
 
 
+EPILOG_RETRIEVE = """examples:
+  embedeval retrieve queries.npy --query-ids queries.txt --corpus corpus.npy \\
+      --doc-ids docs.txt --qrels qrels/test.tsv
+  embedeval retrieve q.npz --corpus c.npz --qrels test.qrels --ties trec_eval \\
+      --metrics ndcg@10 map recall@1000 --run run.trec --depth 1000 --json res.json
+
+QUERIES and --corpus: .npy (memory-mapped, float32 or float16), .npz (an 'ids' array inside
+gives the ids), .safetensors, .parquet.  Id files: one id per line.  Qrels: TREC
+('qid 0 docid grade') or BEIR tsv.  --ties trec_eval orders equal scores as trec_eval does
+(doc id descending), so trec_eval on the --run file reproduces the numbers.
+"""
+
+
+def _add_retrieval_conventions(m: Any) -> None:
+    """``retrieve``'s metrics and the conventions that decide their values."""
+    m.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="NAME",
+        help="e.g. ndcg@10 map@100 mrr@10 recall@1000 precision@10 (trec_eval "
+        "names too: ndcg_cut_10, P_10, recip_rank); default: that BEIR set",
+    )
+    m.add_argument(
+        "--distance",
+        default="cosine",
+        choices=("cosine", "inner_product", "euclidean"),
+        help="(default: cosine)",
+    )
+    m.add_argument(
+        "--ties",
+        default="index",
+        choices=("index", "trec_eval"),
+        help="equal scores by corpus row (index, default) or doc id descending (trec_eval)",
+    )
+    m.add_argument(
+        "--missing",
+        default="error",
+        choices=("error", "zero"),
+        help="a qrels query without an embedding: an error (default) or 0 (trec_eval -c)",
+    )
+    m.add_argument(
+        "--relevance-level",
+        type=int,
+        default=1,
+        metavar="N",
+        help="relevant means grade >= N (trec_eval -l; default: 1)",
+    )
+    m.add_argument(
+        "--gain",
+        default="linear",
+        choices=("linear", "exponential"),
+        help="nDCG gain: the grade (trec_eval, default) or 2^grade - 1",
+    )
+    m.add_argument(
+        "--ignore-identical-ids",
+        action="store_true",
+        help="never retrieve a document whose id is the query's (BEIR, MTEB)",
+    )
+
+
+def _add_retrieve_command(sub: Any) -> None:
+    """``retrieve QUERIES``: judged-relevance IR metrics (qrels) of a query set on a corpus."""
+    p = sub.add_parser(
+        "retrieve",
+        help="IR metrics against qrels (nDCG@10, MAP, MRR, recall@1000, ...), trec_eval's",
+        epilog=EPILOG_RETRIEVE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("queries", help="query embeddings: .npy, .npz, .safetensors or .parquet")
+    i = p.add_argument_group("inputs")
+    i.add_argument("--query-ids", metavar="FILE", help="one query id per line")
+    i.add_argument("--corpus", metavar="FILE", required=True, help="document embeddings")
+    i.add_argument("--doc-ids", metavar="FILE", help="one document id per line")
+    i.add_argument("--qrels", metavar="FILE", required=True, help="TREC or BEIR qrels file")
+    _add_retrieval_conventions(p.add_argument_group("metrics and conventions"))
+    _add_statistics_options(p.add_argument_group("statistics"))
+    _add_search_options(p.add_argument_group("search"))
+    o = p.add_argument_group("outputs")
+    o.add_argument("--run", metavar="OUT", help="write the ranking as a TREC run file")
+    o.add_argument(
+        "--depth",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="documents per query in --run (default: the deepest cut-off)",
+    )
+    o.add_argument("--json", metavar="OUT", help="write the full result as JSON")
+    o.add_argument("--per-query", metavar="OUT", help="per-query CSV: query id and every metric")
+
+
+def _retrieval_inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """The embeddings, ids and qrels of ``retrieve``; every error names its file."""
+    from .io import load_retrieval_embeddings, read_ids
+    from .protocols.qrels_files import read_qrels
+
+    out: dict[str, Any] = {}
+    for key, path, ids_flag, ids_path in (
+        ("queries", args.queries, "--query-ids", args.query_ids),
+        ("corpus", args.corpus, "--doc-ids", args.doc_ids),
+    ):
+        arr, inner = load_retrieval_embeddings(path)
+        ids = read_ids(ids_path, ids_flag.lstrip("-")) if ids_path else inner
+        if ids is None:
+            raise InputError(
+                f"{path} holds no ids; give {ids_flag} FILE (one id per line) or save them "
+                "inside an .npz as np.savez(path, embeddings=..., ids=...)."
+            )
+        if len(ids) != arr.shape[0]:
+            where = ids_path or f"{path} (ids)"
+            raise InputError(
+                f"{where} has {len(ids)} ids but {path} has {arr.shape[0]} rows; give one id "
+                "per row, in row order."
+            )
+        out[key], out[key + "_ids"] = arr, ids
+    if out["queries"].shape[1] != out["corpus"].shape[1]:
+        raise InputError(
+            f"{args.queries} has dimension {out['queries'].shape[1]} but {args.corpus} has "
+            f"{out['corpus'].shape[1]}; embed both with the same model."
+        )
+    out["qrels"] = read_qrels(args.qrels)
+    return out
+
+
+def cmd_retrieve(args: argparse.Namespace) -> int:
+    """``embedeval retrieve``: check every output, evaluate, print and write."""
+    from .protocols.qrels import evaluate_qrels
+
+    if args.run is not None and Path(args.run).is_dir():
+        raise InputError(f"--run {args.run} is a folder; name a file inside it.")
+    _check_output(args.run, (Path(args.run or "").suffix.lower(),), "--run")
+    _check_output(args.json, (".json",), "--json")
+    _check_output(args.per_query, (".csv",), "--per-query")
+    _check_paths(args, [args.run, args.json, args.per_query])
+    inputs = _retrieval_inputs(args)
+    res = evaluate_qrels(
+        inputs["queries"],
+        inputs["corpus"],
+        inputs["qrels"],
+        query_ids=inputs["queries_ids"],
+        doc_ids=inputs["corpus_ids"],
+        metrics=args.metrics,
+        distance=args.distance,
+        ties=args.ties,
+        relevance_level=args.relevance_level,
+        gain=args.gain,
+        missing=args.missing,
+        ignore_identical_ids=args.ignore_identical_ids,
+        run_depth=args.depth,
+        ci=args.ci,
+        n_boot=args.n_boot,
+        seed=args.seed,
+        n_threads=args.threads,
+        progress=False if args.quiet else None,
+    )
+    res.provenance.update(_provenance(args))
+    _say(
+        f"{args.queries}: {res.n_evaluated} queries evaluated, {res.n_skipped} without "
+        f"judgments skipped, {res.n_missing} missing counted as 0; "
+        f"{res.settings['n_reference']} documents, distance={args.distance}, ties={args.ties}"
+    )
+    _say(res.table())
+    if args.json:
+        res.to_json(args.json)
+    if args.per_query:
+        write_text(args.per_query, _qrels_per_query(res))
+    if args.run:
+        res.write_run(args.run, depth=args.depth)
+        _say(f"wrote {args.run}")
+    return 0
+
+
+def _qrels_per_query(res: Any) -> str:
+    """CSV: one row per query id (skipped ones empty), one column per metric."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    names = list(res.per_query)
+    w.writerow(["query_id", *names])
+    for i, qid in enumerate(res.query_labels.tolist()):
+        vals = [res.per_query[n][i] for n in names]
+        w.writerow([qid, *("" if math.isnan(v) else repr(float(v)) for v in vals)])
+    return buf.getvalue()
+
+
 def cmd_figures(args: argparse.Namespace) -> int:
     """``embedeval figures``: :func:`embedeval.report.figures.generate_figures` into ``--out``."""
     from .report.figures import generate_figures
@@ -1046,6 +1231,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "evaluate": cmd_evaluate,
+    "retrieve": cmd_retrieve,
     "compare": cmd_compare,
     "figures": cmd_figures,
     "demo": cmd_demo,

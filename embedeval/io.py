@@ -29,7 +29,13 @@ from .utils.errors import FileFormatError
 from .utils.files import install_hint
 from .utils.validation import as_embeddings, as_labels, as_vector
 
-__all__ = ["EmbeddingFile", "load_array", "load_embeddings"]
+__all__ = [
+    "EmbeddingFile",
+    "load_array",
+    "load_embeddings",
+    "load_retrieval_embeddings",
+    "read_ids",
+]
 
 EMBEDDING_SUFFIXES = (".npy", ".npz", ".safetensors", ".parquet")
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".tar")
@@ -418,3 +424,84 @@ def _read_text_column(path: Path, what: str) -> np.ndarray:
     if all(v is not None for v in values):
         return np.array(values, dtype=np.float64)
     return np.array(lines)
+
+
+def load_retrieval_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, list[str] | None]:
+    """Embeddings for :func:`embedeval.evaluate_qrels`, and their ids when the file holds them.
+
+    ``.npy``: memory-mapped as stored (float16 stays float16: the corpus is streamed, one
+    block converted at a time); ``.npz``: the ``embeddings`` array and, when present, an
+    ``ids`` array (one id per row); ``.safetensors`` / ``.parquet``: the embeddings as
+    :func:`load_embeddings` reads them.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "c.npz")
+    >>> np.savez(p, embeddings=np.eye(2, dtype=np.float32), ids=np.array(["a", "b"]))
+    >>> x, ids = load_retrieval_embeddings(p)
+    >>> x.shape, ids
+    ((2, 2), ['a', 'b'])
+    """
+    path = Path(path)
+    _exists(path)
+    suffix = path.suffix.lower()
+    ids = None
+    if suffix == ".npy":
+        arr = _np_load(path, True)
+    elif suffix == ".npz":
+
+        def choose(keys: list[str]) -> list[str]:
+            if "embeddings" not in keys:
+                raise FileFormatError(
+                    f"{path} has no 'embeddings' array (it has: {', '.join(keys) or 'nothing'}); "
+                    "save it with np.savez(path, embeddings=..., ids=...)."
+                )
+            return [k for k in ("embeddings", "ids") if k in keys]
+
+        arrays = _read_npz(path, choose)
+        arr = arrays["embeddings"]
+        if "ids" in arrays:
+            ids = [str(v) for v in np.asarray(arrays["ids"]).ravel().tolist()]
+    else:
+        arr = load_embeddings(path).embeddings
+    if arr.ndim != 2 or arr.dtype.kind not in "fiu" or 0 in arr.shape:
+        raise FileFormatError(
+            f"{path}: embeddings must be a non-empty 2-D numeric array (rows, dim); got shape "
+            f"{arr.shape} of dtype {arr.dtype}."
+        )
+    return arr, ids
+
+
+def read_ids(path: str | os.PathLike, what: str = "ids") -> list[str]:
+    """One id per line of a text file (surrounding whitespace removed), unique; the error names
+    the file and the line.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "ids.txt")
+    >>> _ = open(p, "w").write("doc1\\n007\\n")
+    >>> read_ids(p)
+    ['doc1', '007']
+    """
+    path = Path(path)
+    _exists(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise FileFormatError(
+            f"{path} is not a UTF-8 text file; {what} files hold one id per line."
+        ) from None
+    while lines and not lines[-1].strip():
+        lines.pop()
+    seen: dict[str, int] = {}
+    for number, line in enumerate(lines, 1):
+        value = line.strip()
+        if not value:
+            raise FileFormatError(
+                f"{path} line {number} is empty; {what} files hold one id per line, remove it."
+            )
+        if value in seen:
+            raise FileFormatError(
+                f"{path} line {number}: id {value!r} already on line {seen[value]}; ids must be "
+                "unique, remove or rename one."
+            )
+        seen[value] = number
+    return list(seen)

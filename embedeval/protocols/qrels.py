@@ -1,0 +1,550 @@
+"""Judged-relevance retrieval: query and corpus embeddings plus qrels (TREC / BEIR / MS MARCO
+relevance judgments, graded) to trec_eval's numbers, exactly, at corpus scale.
+
+:func:`evaluate_qrels` streams the corpus past the queries (:mod:`embedeval.engine.corpus`):
+each query keeps its exact top-``depth`` list (depth = the deepest cut-off asked, or
+``run_depth``), and for full-depth metrics (``map``, ``ndcg``, ``mrr``, ``r_precision``) the
+exact rank of every relevant judged document beyond it is the number of corpus documents that
+beat it.  The ranks of the judged documents then give every metric
+(:func:`embedeval.metrics.judged.judged_metric_values`, trec_eval's definitions).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..engine.corpus import (
+    DISTANCES,
+    CorpusScan,
+    Pairs,
+    code_rows,
+    code_scores,
+    numpy_product,
+    pack_codes,
+    prepare_queries,
+    rows_searchsorted,
+    scan_ranks,
+    scan_top,
+    tie_keys,
+    torch_product,
+)
+from ..evaluation.compare import bootstrap_ci
+from ..evaluation.result import EvaluationResult
+from ..metrics.judged import NOT_RANKED, IRMetric, judged_metric_values, parse_ir_metrics
+from ..utils.errors import InputError, InputTypeError
+from ..utils.validation import as_embeddings, check_bool, check_choice, check_int, host_array
+
+__all__ = ["QrelsResult", "evaluate_qrels"]
+
+TIES = ("index", "trec_eval")
+MISSING = ("error", "zero")
+_DEFAULT_RUN_DEPTH = 1000  # when only full-depth metrics are asked: BEIR's and MTEB's depth
+_SHOW = 5  # ids echoed in an error message
+
+
+@dataclass(repr=False)
+class QrelsResult(EvaluationResult):
+    """The result of :func:`evaluate_qrels`: an :class:`~embedeval.EvaluationResult` (so
+    ``res[name]``, ``res.metrics``, ``res.per_query``, ``to_json``, :func:`embedeval.compare`
+    and :func:`embedeval.bootstrap_ci` work) plus the top-depth run.
+
+    ``query_labels`` are the query ids: ``query_ids`` in their order, then (``missing="zero"``)
+    the qrels queries without an embedding, whose values are 0.  ``per_query`` is NaN for a
+    query without judgments (skipped).  ``n_queries`` counts the evaluated queries (missing
+    ones included), ``n_lone`` (= ``n_skipped``) the skipped ones.
+    """
+
+    n_missing: int = 0
+    run_ids: list[str] = field(default_factory=list)
+    run_rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    run_scores: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    doc_ids: list[str] = field(default_factory=list)
+
+    @property
+    def n_evaluated(self) -> int:
+        return int(self.n_queries)
+
+    @property
+    def n_skipped(self) -> int:
+        return int(self.n_lone)
+
+    def run(self, depth: int | None = None) -> dict[str, dict[str, float]]:
+        """The ranked lists as ``{query id: {doc id: score}}`` (each query's first ``depth``
+        documents; default: all that were kept), scores as float (the float32 scores)."""
+        depth = self.run_rows.shape[1] if depth is None else check_int(depth, "depth")
+        depth = min(depth, self.run_rows.shape[1])
+        docs = np.asarray(self.doc_ids, dtype=object)
+        out: dict[str, dict[str, float]] = {}
+        for qid, rows, scores in zip(self.run_ids, self.run_rows, self.run_scores, strict=True):
+            keep = rows[:depth] >= 0
+            out[qid] = dict(
+                zip(docs[rows[:depth][keep]].tolist(), scores[:depth][keep].tolist(), strict=True)
+            )
+        return out
+
+    def write_run(
+        self, path: str | os.PathLike, *, depth: int | None = None, tag: str = "embedeval"
+    ) -> None:
+        """Write the run as a TREC run file (``qid Q0 docid rank score tag``, scores ``%.9g``
+        so the float32 scores read back exactly); trec_eval on it gives these numbers under
+        ``ties="trec_eval"``."""
+        from .qrels_files import write_trec_run
+
+        depth = self.run_rows.shape[1] if depth is None else check_int(depth, "depth")
+        rows = self.run_rows[:, :depth]
+        kept = rows >= 0
+        lims = np.concatenate([[0], np.cumsum(kept.sum(axis=1))])
+        docs = np.asarray(self.doc_ids, dtype=object)[rows[kept]]
+        write_trec_run(path, self.run_ids, lims, docs, self.run_scores[:, :depth][kept], tag=tag)
+
+    def table(self) -> str:
+        """The means as an aligned text table (metric, value, and the CI when computed)."""
+        level = self.settings.get("ci") or 0.95
+        rows = [("metric", "value", f"{level * 100:g}% CI" if self.ci else "")]
+        for name, value in self.metrics.items():
+            lo_hi = self.ci.get(name)
+            rows.append(
+                (name, f"{value:.4f}", f"[{lo_hi[0]:.4f}, {lo_hi[1]:.4f}]" if lo_hi else "")
+            )
+        width = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines = [
+            "  ".join(c.ljust(w) for c, w in zip(r, width, strict=True)).rstrip() for r in rows
+        ]
+        return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
+    def __repr__(self) -> str:
+        s = self.settings
+        head = (
+            f"QrelsResult({self.n_evaluated} queries evaluated, {self.n_skipped} skipped "
+            f"(no judgments), {self.n_missing} missing (zero), {s.get('n_reference')} documents, "
+            f"distance={s.get('distance')!r}, ties={s.get('ties')!r}, depth={s.get('depth')})"
+        )
+        return head + "\n" + self.table()
+
+
+# --------------------------------------------------------------------------- inputs
+def _ids(ids: Any, n: int, name: str, rows: str) -> list[str]:
+    """Ids as strings, one per row, unique."""
+    if ids is None:
+        raise InputError(f"{name} is required: one id per {rows} row, e.g. {name}=['1', '2', ...].")
+    arr = host_array(ids)
+    out = [str(v) for v in (arr.tolist() if isinstance(arr, np.ndarray) else list(arr))]
+    if len(out) != n:
+        raise InputError(f"{name} has {len(out)} ids but there are {n} {rows} rows; give one each.")
+    if len(set(out)) != len(out):
+        seen: set[str] = set()
+        dup = next(v for v in out if v in seen or seen.add(v))
+        raise InputError(f"{name} holds {dup!r} more than once; ids must be unique.")
+    return out
+
+
+def _corpus(corpus: Any) -> np.ndarray:
+    """The corpus as a 2-D numeric array, never copied (a memory map stays one)."""
+    arr = host_array(corpus)
+    if not isinstance(arr, np.ndarray):
+        arr = as_embeddings(arr, "corpus")
+    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise InputError(f"corpus must be 2-D (n_documents, dim), not empty; got {arr.shape}.")
+    if arr.dtype.kind not in "fiu":
+        raise InputTypeError(f"corpus must be numeric; got dtype {arr.dtype}.")
+    return arr
+
+
+def _qrels(qrels: Any) -> dict[str, dict[str, int]]:
+    """``{qid: {docid: grade}}`` from a dict or a TREC / BEIR qrels file."""
+    from .qrels_files import read_qrels
+
+    return read_qrels(qrels)
+
+
+def _exclusions(
+    exclude: Any, identical: bool, eval_ids: list[str], doc_index: dict[str, int]
+) -> Pairs:
+    """The (query, corpus row) pairs never retrieved."""
+    qs: list[int] = []
+    rows: list[int] = []
+    if identical:
+        for i, qid in enumerate(eval_ids):
+            if qid in doc_index:
+                qs.append(i)
+                rows.append(doc_index[qid])
+    if exclude is not None:
+        if not isinstance(exclude, Mapping):
+            raise InputTypeError(
+                f"exclude must be a dict {{query id: [doc id, ...]}}; got {type(exclude).__name__}."
+            )
+        position = {qid: i for i, qid in enumerate(eval_ids)}
+        for qid, docs in exclude.items():
+            i = position.get(str(qid))
+            if i is None:
+                continue  # a query without judgments, or not embedded: nothing is ranked for it
+            if isinstance(docs, str):
+                raise InputTypeError(f"exclude[{qid!r}] must be a list of doc ids, not a string.")
+            for d in docs:
+                if str(d) in doc_index:  # a doc outside the corpus is never retrieved anyway
+                    qs.append(i)
+                    rows.append(doc_index[str(d)])
+    pairs = np.unique(np.array([qs, rows], dtype=np.int64).reshape(2, -1), axis=1)
+    return Pairs(pairs[0], pairs[1])
+
+
+@dataclass
+class _Judgments:
+    """Each evaluated query's judged documents in CSR form (corpus row -1: not in the corpus)."""
+
+    lims: np.ndarray
+    rows: np.ndarray
+    grades: np.ndarray
+
+    @property
+    def query(self) -> np.ndarray:
+        return np.repeat(np.arange(self.lims.size - 1), np.diff(self.lims))
+
+
+def _judgments(
+    qrels: dict[str, dict[str, int]], eval_ids: list[str], doc_index: dict[str, int]
+) -> _Judgments:
+    counts = [len(qrels[qid]) for qid in eval_ids]
+    rows = [doc_index.get(d, -1) for qid in eval_ids for d in qrels[qid]]
+    grades = [g for qid in eval_ids for g in qrels[qid].values()]
+    return _Judgments(
+        np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]),
+        np.asarray(rows, dtype=np.int64),
+        np.asarray(grades, dtype=np.int64),
+    )
+
+
+def _missing(
+    qrels: dict[str, dict[str, int]], query_ids: list[str], missing: str, where: str
+) -> list[str]:
+    """qrels queries without an embedding: an error, or (``missing="zero"``) their ids."""
+    known = set(query_ids)
+    absent = [qid for qid in qrels if qid not in known]
+    if absent and missing == "error":
+        shown = ", ".join(map(repr, absent[:_SHOW])) + (", ..." if len(absent) > _SHOW else "")
+        raise InputError(
+            f"{len(absent)} qrels queries have no embedding in {where} ({shown}); embed them, "
+            "drop them from the qrels, or pass missing='zero' to count them as 0 (trec_eval -c)."
+        )
+    return absent
+
+
+def _depth(parsed: list[IRMetric], run_depth: int | None) -> tuple[int, bool]:
+    """The top-depth kept per query, and whether full-depth ranks are needed."""
+    cuts = [m.depth for m in parsed if m.depth is not None]
+    if run_depth is not None:
+        cuts.append(check_int(run_depth, "run_depth"))
+    full = any(m.depth is None for m in parsed)
+    return (max(cuts) if cuts else _DEFAULT_RUN_DEPTH), full
+
+
+# --------------------------------------------------------------------------- ranks
+def _ranks(
+    corpus: np.ndarray,
+    scan: CorpusScan,
+    judged: _Judgments,
+    top: np.ndarray,
+    pair_scores: np.ndarray,
+    full: bool,
+    level: int,
+) -> np.ndarray:
+    """The 1-based rank of each judged document (NOT_RANKED: not retrieved or beyond depth)."""
+    q = judged.query
+    ranks = np.full(q.size, NOT_RANKED, dtype=np.int64)
+    present = np.flatnonzero((judged.rows >= 0) & ~np.isnan(pair_scores))
+    if present.size and top.shape[1]:
+        codes = pack_codes(pair_scores[present], scan.keys[judged.rows[present]])
+        at = rows_searchsorted(top, q[present], codes)
+        found = top[q[present], np.minimum(at, top.shape[1] - 1)] == codes
+        ranks[present[found]] = at[found] + 1
+    if full:
+        # only a relevant document's rank enters a full-depth metric (nDCG: a positive grade)
+        beyond = (ranks == NOT_RANKED) & (judged.rows >= 0) & ~np.isnan(pair_scores)
+        beyond &= judged.grades >= min(level, 1)
+        idx = np.flatnonzero(beyond)
+        if idx.size:
+            pairs = Pairs(q[idx], judged.rows[idx])
+            ranks[idx] = scan_ranks(corpus, scan, pairs, pair_scores[idx])
+    return ranks
+
+
+# --------------------------------------------------------------------------- the API
+def evaluate_qrels(
+    queries: Any,
+    corpus: Any,
+    qrels: Any,
+    *,
+    query_ids: Any,
+    doc_ids: Any,
+    metrics: Any = None,
+    distance: str = "cosine",
+    ties: str = "index",
+    relevance_level: int = 1,
+    gain: str = "linear",
+    missing: str = "error",
+    ignore_identical_ids: bool = False,
+    exclude: Mapping[Any, Sequence[Any]] | None = None,
+    run_depth: int | None = None,
+    ci: float | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    block_size: int | None = None,
+    memory_budget: int = 256 * 2**20,
+    n_threads: int | None = None,
+    progress: bool | None = None,
+    backend: str = "local",
+    device: str | None = None,
+    shards: int | None = None,
+    client: Any = None,
+) -> QrelsResult:
+    """IR metrics of query embeddings against a corpus, judged by qrels, as trec_eval defines
+    them, from an exact ranking of the whole corpus.
+
+    Parameters
+    ----------
+    queries, corpus : array-like (n, dim)
+        numpy arrays, memory-mapped ``.npy`` files (float32 or float16: the corpus is streamed
+        in blocks, never copied whole) or torch tensors.
+    qrels : dict or path
+        ``{query id: {doc id: grade}}`` or a TREC (``qid 0 docid grade``) / BEIR (tsv with a
+        header) qrels file.  Grades are integers; 0 and negative grades are judged
+        non-relevant.
+    query_ids, doc_ids : sequence
+        One id per row (str or int; compared as strings), unique.
+    metrics : list of str, optional
+        IR metric names (:func:`embedeval.metrics.judged.parse_ir_metrics`; trec_eval, ranx and
+        ir_measures spellings too).  Default: ndcg@10, map@100, mrr@10, recall@100,
+        recall@1000, precision@10.
+    distance : {"cosine", "inner_product", "euclidean"}
+        The score is the float32 inner product (cosine: of rows normalised in float32 first),
+        or ``-||q - d||^2`` (as ``2 q.d - ||d||^2 - ||q||^2``).  Larger is better.
+    ties : {"index", "trec_eval"}
+        Order of documents with *equal float32 scores*: by corpus row (``"index"``, faiss's
+        flat index), or by document id descending as strings (``"trec_eval"``: trec_eval and
+        pytrec_eval sort a run this way, so a written run reproduces these numbers exactly).
+    relevance_level : int
+        Relevant means grade >= this (trec_eval ``-l``); nDCG uses every positive grade.
+    gain : {"linear", "exponential"}
+        nDCG gain: the grade (trec_eval) or 2^grade - 1.
+    missing : {"error", "zero"}
+        A qrels query without an embedding: an error listing them, or a 0 for every metric,
+        counted in the mean (trec_eval ``-c``).
+    ignore_identical_ids : bool
+        Never retrieve a document whose id equals the query id (BEIR / MTEB).
+    exclude : dict, optional
+        ``{query id: [doc id, ...]}`` never retrieved for that query.  Excluded and
+        not-indexed judged documents still count in R (the relevant judged documents).
+    run_depth : int, optional
+        Documents kept per query for :meth:`QrelsResult.run` (default: the deepest cut-off,
+        1,000 when only full-depth metrics are asked).
+    ci, n_boot, seed
+        Percentile bootstrap intervals of the means over the evaluated queries.
+    block_size, memory_budget, n_threads, progress
+        Corpus rows per block (default from ``memory_budget``), worker threads, progress bar
+        over the corpus (default: when stderr is a terminal).
+    backend, device
+        ``"local"`` (numpy) or ``"torch"`` (each corpus block moved to ``device`` for its
+        product; the ranking stays on the host).
+    shards, client
+        Not supported here yet: must be None.
+
+    Returns
+    -------
+    QrelsResult
+
+    Notes
+    -----
+    Which queries count (pytrec_eval's rule): every query with an embedding and judgments; a
+    query whose judgments hold nothing relevant scores 0 and counts; a query with an embedding
+    and no judgments is skipped (NaN, ``n_skipped``).  A query's value depends only on the
+    ranks of its judged documents; equal float32 scores are ordered by ``ties``, so the
+    ranking, hence every value, is deterministic.  Memory: the queries, one corpus block and
+    O(n_queries x depth).
+
+    Examples
+    --------
+    >>> import numpy as np, embedeval as ee
+    >>> docs = np.float32([[1, 0], [0.8, 0.6], [0, 1]])
+    >>> qrels = {"q1": {"d2": 1, "d0": 0}}
+    >>> res = ee.evaluate_qrels(np.float32([[1, 0.1]]), docs, qrels, query_ids=["q1"],
+    ...                         doc_ids=["d0", "d1", "d2"], metrics=["mrr", "recall@2"])
+    >>> res["mrr"], res["recall@2"]  # d2 ranks 3rd of 3
+    (0.3333333333333333, 0.0)
+    """
+    distance = check_choice(distance, "distance", DISTANCES)
+    ties = check_choice(ties, "ties", TIES)
+    missing = check_choice(missing, "missing", MISSING)
+    backend = check_choice(backend, "backend", ("local", "torch"))
+    ignore_identical_ids = check_bool(ignore_identical_ids, "ignore_identical_ids")
+    _refuse_distributed(shards, client)
+    parsed = parse_ir_metrics(metrics)
+    level = check_int(relevance_level, "relevance_level", minimum=None)
+    depth, full = _depth(parsed, run_depth)
+    q_all, docs, qids, dids = _inputs(queries, corpus, query_ids, doc_ids)
+    judgments = _qrels(qrels)
+    absent = _missing(judgments, qids, missing, "queries")
+    doc_index = {d: i for i, d in enumerate(dids)}
+    eval_pos = np.array([i for i, qid in enumerate(qids) if qid in judgments], dtype=np.int64)
+    eval_ids = [qids[i] for i in eval_pos.tolist()]
+    judged = _judgments(judgments, eval_ids, doc_index)
+    scan = _plan(
+        q_all[eval_pos],
+        docs,
+        depth,
+        tie_keys(dids, len(dids), ties),
+        ties,
+        _exclusions(exclude, ignore_identical_ids, eval_ids, doc_index),
+        distance=distance,
+        block_size=block_size,
+        memory_budget=memory_budget,
+        n_threads=n_threads,
+        progress=progress,
+        backend=backend,
+        device=device,
+    )
+    top, pair_scores = scan_top(docs, scan, Pairs(judged.query, np.maximum(judged.rows, 0)))
+    pair_scores[judged.rows < 0] = np.nan
+    row_of_key = None if ties == "index" else np.argsort(scan.keys).astype(np.int64)
+    ranks = _ranks(docs, scan, judged, top, pair_scores, full, level)
+    top_rows = code_rows(top, row_of_key)
+    values = judged_metric_values(
+        parsed, judged.lims, ranks, judged.grades, relevance_level=level, gain=gain
+    )
+    settings = {
+        "metrics": [m.name for m in parsed], "distance": distance, "ties": ties,
+        "relevance_level": level, "gain": gain, "missing": missing,
+        "ignore_identical_ids": ignore_identical_ids, "backend": backend, "device": device,
+        "ci": ci, "n_boot": n_boot, "seed": seed,
+        **_counts(scan, depth, q_all, docs, judged),
+    }  # fmt: skip
+    return _result(
+        values, qids, eval_pos, absent, settings, eval_ids, top_rows, code_scores(top), dids
+    )
+
+
+def _inputs(
+    queries: Any, corpus: Any, query_ids: Any, doc_ids: Any
+) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
+    """Checked queries (float32, in memory), corpus (as given), and the ids as strings."""
+    q_all = as_embeddings(queries, "queries")
+    docs = _corpus(corpus)
+    if docs.shape[1] != q_all.shape[1]:
+        raise InputError(
+            f"queries have dimension {q_all.shape[1]} but the corpus has {docs.shape[1]}; embed "
+            "both with the same model."
+        )
+    qids = _ids(query_ids, q_all.shape[0], "query_ids", "query")
+    dids = _ids(doc_ids, docs.shape[0], "doc_ids", "corpus")
+    return q_all, docs, qids, dids
+
+
+def _counts(
+    scan: CorpusScan, depth: int, queries: np.ndarray, docs: np.ndarray, judged: _Judgments
+) -> dict[str, Any]:
+    return {
+        "depth": depth, "n_query": int(queries.shape[0]), "n_reference": int(docs.shape[0]),
+        "n_judgments": int(judged.rows.size),
+        "n_judged_not_in_corpus": int(np.count_nonzero(judged.rows < 0)),
+        "n_excluded": int(scan.excluded.row.size), "block_size": scan.block, "average": "micro",
+    }  # fmt: skip
+
+
+def _refuse_distributed(shards: Any, client: Any) -> None:
+    if shards is not None or client is not None:
+        raise InputError(
+            "shards= and client= (sharded / Dask search) are not supported by evaluate_qrels "
+            "yet; leave them unset (the corpus is streamed in blocks on this machine, and "
+            "backend='torch' moves each block to a GPU)."
+        )
+
+
+def _plan(
+    queries: np.ndarray,
+    corpus: np.ndarray,
+    depth: int,
+    keys: np.ndarray,
+    ties: str,
+    excluded: Pairs,
+    *,
+    distance: str,
+    block_size: int | None,
+    memory_budget: int,
+    n_threads: int | None,
+    progress: bool | None,
+    backend: str,
+    device: str | None,
+) -> CorpusScan:
+    """The scan: prepared queries, block size from the memory budget, the product."""
+    budget = check_int(memory_budget, "memory_budget")
+    if block_size is None:
+        # an eighth of the budget for the block's float32 copy: the rest holds one score
+        # block per thread (16 MiB each), the sample and the candidates
+        block_size = int(np.clip(budget // (32 * corpus.shape[1]), 1024, 65536))
+    block_size = check_int(block_size, "block_size")
+    threads = check_int(n_threads, "n_threads", allow_none=True)
+    q, norms = prepare_queries(queries, distance)
+    product = numpy_product if backend == "local" else torch_product(device or "cpu")
+    return CorpusScan(
+        q,
+        norms,
+        distance,
+        depth,
+        keys,
+        excluded,
+        block=block_size,
+        n_threads=threads,
+        progress=progress,
+        product=product,
+    )
+
+
+def _result(
+    values: dict[str, np.ndarray],
+    qids: list[str],
+    eval_pos: np.ndarray,
+    absent: list[str],
+    settings: dict[str, Any],
+    eval_ids: list[str],
+    top_rows: np.ndarray,
+    top_scores: np.ndarray,
+    dids: list[str],
+) -> QrelsResult:
+    """Per-query values in ``query_ids`` order (NaN: skipped), then the missing queries (0)."""
+    n = len(qids)
+    per_query = {}
+    for name, v in values.items():
+        full = np.full(n + len(absent), np.nan)
+        full[eval_pos] = v
+        full[n:] = 0.0
+        per_query[name] = full
+    means = {name: _mean(v) for name, v in per_query.items()}
+    res = QrelsResult(
+        metrics=means,
+        per_query=per_query,
+        per_class={},
+        query_labels=np.asarray([*qids, *absent], dtype=object),
+        n_queries=int(eval_pos.size + len(absent)),
+        n_lone=int(n - eval_pos.size),
+        n_ties={},
+        settings=settings,
+        n_missing=len(absent),
+        run_ids=eval_ids,
+        run_rows=top_rows,
+        run_scores=top_scores,
+        doc_ids=dids,
+    )
+    if settings["ci"] is not None:
+        res.ci = bootstrap_ci(
+            per_query, ci=settings["ci"], n_boot=settings["n_boot"], seed=settings["seed"]
+        )
+    return res
+
+
+def _mean(v: np.ndarray) -> float:
+    ok = ~np.isnan(v)
+    return float(v[ok].mean()) if ok.any() else float("nan")

@@ -1,0 +1,173 @@
+"""``embedeval retrieve``: the command line of evaluate_qrels, run as a subprocess on files."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from tests.test_cli import _one_line_error, run
+
+pytrec_eval = pytest.importorskip("pytrec_eval")
+
+
+@pytest.fixture()
+def files(tmp_path):
+    """Integer-valued embeddings (exact ties), ids in files and inside an .npz, TREC qrels."""
+    rng = np.random.default_rng(0)
+    corpus = rng.integers(-2, 3, (200, 4)).astype(np.float32)
+    corpus[100:120] = corpus[:20]  # duplicated rows: exact ties under cosine too
+    queries = rng.integers(-2, 3, (15, 4)).astype(np.float32)
+    doc_ids = [f"doc{v}" for v in rng.permutation(1000)[:200]]
+    query_ids = [f"q{i}" for i in range(15)]
+    lines = []
+    for qid in query_ids[:12]:  # q12..q14 have no judgments
+        for d in rng.choice(200, 10, replace=False):
+            lines.append(f"{qid} 0 {doc_ids[d]} {rng.integers(0, 3)}")
+    np.save(tmp_path / "corpus.npy", corpus.astype(np.float16))  # small integers: exact
+    np.savez(tmp_path / "queries.npz", embeddings=queries, ids=np.array(query_ids))
+    (tmp_path / "docs.txt").write_text("\n".join(doc_ids) + "\n")
+    (tmp_path / "qrels.txt").write_text("\n".join(lines) + "\n")
+    return tmp_path, queries, corpus, query_ids, doc_ids
+
+
+def _args(d, *extra):
+    return [
+        "retrieve",
+        d / "queries.npz",
+        "--corpus",
+        d / "corpus.npy",
+        "--doc-ids",
+        d / "docs.txt",
+        "--qrels",
+        d / "qrels.txt",
+        *extra,
+    ]
+
+
+def test_retrieve_matches_pytrec_eval_and_writes_outputs(files):
+    d, queries, corpus, query_ids, doc_ids = files
+    out = d / "out"
+    proc = run(
+        *_args(
+            d,
+            "--ties",
+            "trec_eval",
+            "--metrics",
+            "ndcg@5",
+            "map",
+            "P_5",
+            "recip_rank",
+            "--run",
+            out / "run.trec",
+            "--depth",
+            "200",
+            "--json",
+            out / "res.json",
+            "--per-query",
+            out / "pq.csv",
+        )
+    )
+    assert proc.returncode == 0, proc.stderr
+    qrels = {}
+    for line in (d / "qrels.txt").read_text().splitlines():
+        q, _, doc, g = line.split()
+        qrels.setdefault(q, {})[doc] = int(g)
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
+    scores = unit(queries) @ unit(corpus).T
+    run_dict = {
+        q: {doc: float(s) for doc, s in zip(doc_ids, scores[i].tolist(), strict=True)}
+        for i, q in enumerate(query_ids)
+    }
+    measures = {"ndcg_cut.5", "map", "P.5", "recip_rank"}
+    expected = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run_dict)
+    keys = {"ndcg@5": "ndcg_cut_5", "map": "map", "precision@5": "P_5", "mrr": "recip_rank"}
+    res = json.loads((out / "res.json").read_text())
+    for name, key in keys.items():
+        mean = np.mean([v[key] for v in expected.values()])
+        assert res["metrics"][name] == pytest.approx(mean, abs=1e-12)
+    rows = list(csv.DictReader((out / "pq.csv").open()))
+    assert [r["query_id"] for r in rows] == query_ids
+    for r in rows:
+        if r["query_id"] in expected:
+            assert float(r["map"]) == pytest.approx(expected[r["query_id"]]["map"], abs=1e-12)
+        else:
+            assert r["map"] == ""  # no judgments: skipped
+    # trec_eval on the written run (all 200 documents) gives the same numbers
+    from_file = {}
+    for line in (out / "run.trec").read_text().splitlines():
+        q, _, doc, _, score, _ = line.split()
+        from_file.setdefault(q, {})[doc] = float(score)
+    again = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(from_file)
+    for q in expected:
+        for key in keys.values():
+            assert again[q][key] == pytest.approx(expected[q][key], abs=1e-12)
+
+
+def test_bad_inputs_one_line_exit_2_nothing_written(files):
+    d = files[0]
+    run_file = d / "never.trec"
+    (d / "dup.txt").write_text("a\nb\na\n")
+    proc = run(
+        *_args(d)[:4],
+        "--doc-ids",
+        d / "dup.txt",
+        "--qrels",
+        d / "qrels.txt",
+        "--run",
+        run_file,
+    )
+    _one_line_error(proc, "dup.txt line 3", "'a' already on line 1")
+    (d / "bad.txt").write_text("q1 0 doc1 1\nq2 0 doc2\n")
+    proc = run(*_args(d)[:-1], d / "bad.txt", "--run", run_file)
+    _one_line_error(proc, "bad.txt", "line 2")
+    (d / "grade.txt").write_text("q1 0 doc1 1.5\n")
+    proc = run(*_args(d)[:-1], d / "grade.txt", "--run", run_file)
+    _one_line_error(proc, "grade.txt", "line 1", "integer")
+    np.save(d / "wide.npy", np.zeros((200, 5), np.float32))
+    proc = run(
+        "retrieve",
+        d / "queries.npz",
+        "--corpus",
+        d / "wide.npy",
+        "--doc-ids",
+        d / "docs.txt",
+        "--qrels",
+        d / "qrels.txt",
+        "--run",
+        run_file,
+    )
+    _one_line_error(proc, "dimension 4", "wide.npy has 5")
+    proc = run(
+        "retrieve",
+        d / "corpus.npy",
+        "--corpus",
+        d / "corpus.npy",
+        "--doc-ids",
+        d / "docs.txt",
+        "--qrels",
+        d / "qrels.txt",
+        "--run",
+        run_file,
+    )
+    _one_line_error(proc, "corpus.npy holds no ids", "--query-ids")
+    (d / "short.txt").write_text("doc1\ndoc2\n")
+    proc = run(
+        "retrieve",
+        d / "queries.npz",
+        "--corpus",
+        d / "corpus.npy",
+        "--doc-ids",
+        d / "short.txt",
+        "--qrels",
+        d / "qrels.txt",
+        "--run",
+        run_file,
+    )
+    _one_line_error(proc, "short.txt has 2 ids", "200 rows")
+    (d / "ghost.txt").write_text("ghost 0 doc1 1\n")
+    proc = run(*_args(d)[:-1], d / "ghost.txt", "--run", run_file)
+    _one_line_error(proc, "'ghost'", "missing='zero'")
+    assert not run_file.exists()

@@ -1,0 +1,516 @@
+"""evaluate_qrels against pytrec_eval (trec_eval) on full brute-force runs, and against a
+brute-force ranking oracle written here for ties="index"."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+from embedeval.utils.errors import InputError
+
+pytrec_eval = pytest.importorskip("pytrec_eval")
+
+# our name -> (pytrec_eval measure, key in its output)
+PYTREC = {
+    "ndcg@5": ("ndcg_cut.5", "ndcg_cut_5"),
+    "ndcg@10": ("ndcg_cut.10", "ndcg_cut_10"),
+    "ndcg": ("ndcg", "ndcg"),
+    "map@10": ("map_cut.10", "map_cut_10"),
+    "map": ("map", "map"),
+    "recall@5": ("recall.5", "recall_5"),
+    "recall@20": ("recall.20", "recall_20"),
+    "precision@5": ("P.5", "P_5"),
+    "precision@10": ("P.10", "P_10"),
+    "mrr": ("recip_rank", "recip_rank"),
+    "hit_rate@1": ("success.1", "success_1"),
+    "hit_rate@5": ("success.5", "success_5"),
+    "r_precision": ("Rprec", "Rprec"),
+}
+
+
+def make_case(seed: int, n_docs: int = 300, n_queries: int = 40, dim: int = 4):
+    """Integer-valued embeddings (float32 products exact: many exact ties), duplicated corpus
+    rows, graded qrels with grade 0 and negative grades, judged docs outside the corpus,
+    queries with nothing relevant, queries without judgments."""
+    rng = np.random.default_rng(seed)
+    corpus = rng.integers(-2, 3, (n_docs, dim)).astype(np.float32)
+    corpus[rng.choice(n_docs, n_docs // 5, replace=False)] = corpus[rng.choice(n_docs, n_docs // 5)]
+    queries = rng.integers(-2, 3, (n_queries, dim)).astype(np.float32)
+    doc_ids = [f"d{v}" for v in rng.permutation(10 * n_docs)[:n_docs]]  # ids not in row order
+    query_ids = [f"q{i}" for i in range(n_queries)]
+    qrels: dict[str, dict[str, int]] = {}
+    for i in range(n_queries):
+        if i % 7 == 3:
+            continue  # embedded, not judged: skipped
+        docs = rng.choice(n_docs, int(rng.integers(1, 25)), replace=False)
+        grades = rng.choice([-1, 0, 0, 1, 2, 3], docs.size)
+        if i % 5 == 1:
+            grades[:] = 0  # nothing relevant: scores 0 and counts
+        qrels[query_ids[i]] = {doc_ids[d]: int(g) for d, g in zip(docs, grades, strict=True)}
+        qrels[query_ids[i]][f"absent{i}"] = 2  # judged, never retrieved: counts in R
+    return queries, corpus, query_ids, doc_ids, qrels
+
+
+def brute_run(queries, corpus, query_ids, doc_ids, qids=None):
+    """Every document of every judged query with its float32 inner product."""
+    scores = (queries @ corpus.T).astype(np.float32)
+    return {
+        qid: {d: float(s) for d, s in zip(doc_ids, scores[i].tolist(), strict=True)}
+        for i, qid in enumerate(query_ids)
+        if qids is None or qid in qids
+    }
+
+
+def pytrec(qrels, run, names, level=1):
+    measures = {PYTREC[n][0] for n in names}
+    out = pytrec_eval.RelevanceEvaluator(qrels, measures, relevance_level=level).evaluate(run)
+    return {n: {q: v[PYTREC[n][1]] for q, v in out.items()} for n in names}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("block_size", [None, 37])
+def test_matches_pytrec_eval_per_query(seed, block_size):
+    queries, corpus, qids, dids, qrels = make_case(seed)
+    names = list(PYTREC)
+    res = ee.evaluate_qrels(
+        queries,
+        corpus,
+        qrels,
+        query_ids=qids,
+        doc_ids=dids,
+        metrics=names,
+        distance="inner_product",
+        ties="trec_eval",
+        block_size=block_size,
+        n_threads=2,
+    )
+    expected = pytrec(qrels, brute_run(queries, corpus, qids, dids, qrels), names)
+    for name in names:
+        for i, qid in enumerate(qids):
+            if qid in qrels:
+                assert res.per_query[name][i] == pytest.approx(expected[name][qid], abs=1e-12)
+            else:
+                assert np.isnan(res.per_query[name][i])
+        assert res[name] == pytest.approx(np.mean(list(expected[name].values())), abs=1e-12)
+    assert res.n_skipped == sum(q not in qrels for q in qids)
+    assert res.n_evaluated == len(qrels)
+
+
+def test_relevance_level_matches_pytrec_eval():
+    queries, corpus, qids, dids, qrels = make_case(5)
+    names = ["map", "recall@20", "precision@5", "mrr", "r_precision", "ndcg@10"]
+    res = ee.evaluate_qrels(
+        queries,
+        corpus,
+        qrels,
+        query_ids=qids,
+        doc_ids=dids,
+        metrics=names,
+        distance="inner_product",
+        ties="trec_eval",
+        relevance_level=2,
+    )
+    expected = pytrec(qrels, brute_run(queries, corpus, qids, dids, qrels), names, level=2)
+    for name in names:
+        got = {q: res.per_query[name][i] for i, q in enumerate(qids) if q in qrels}
+        assert got == pytest.approx(expected[name], abs=1e-12)
+
+
+def test_cosine_random_floats_match_pytrec_eval():
+    rng = np.random.default_rng(3)
+    corpus = rng.standard_normal((500, 16)).astype(np.float32) * rng.uniform(0.5, 2, (500, 1))
+    corpus = corpus.astype(np.float32)
+    queries = rng.standard_normal((30, 16)).astype(np.float32)
+    dids, qids = [str(i) for i in range(500)], [str(1000 + i) for i in range(30)]
+    qrels = {
+        q: {str(d): int(rng.integers(0, 4)) for d in rng.choice(500, 30, replace=False)}
+        for q in qids
+    }
+    names = list(PYTREC)
+    res = ee.evaluate_qrels(
+        queries, corpus, qrels, query_ids=qids, doc_ids=dids, metrics=names, ties="trec_eval"
+    )
+    unit_q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    unit_c = corpus / np.linalg.norm(corpus, axis=1, keepdims=True)
+    expected = pytrec(qrels, brute_run(unit_q, unit_c, qids, dids), names)
+    for name in names:
+        got = {q: res.per_query[name][i] for i, q in enumerate(qids)}
+        assert got == pytest.approx(expected[name], abs=1e-12)
+
+
+def test_written_run_reproduces_values(tmp_path):
+    from embedeval.protocols.qrels_files import read_trec_run
+
+    queries, corpus, qids, dids, qrels = make_case(4)
+    names = ["ndcg@10", "map@10", "recall@20", "precision@5", "hit_rate@1"]
+    res = ee.evaluate_qrels(
+        queries,
+        corpus,
+        qrels,
+        query_ids=qids,
+        doc_ids=dids,
+        metrics=names,
+        distance="inner_product",
+        ties="trec_eval",
+    )
+    path = tmp_path / "run.trec"
+    res.write_run(path, depth=20)
+    run = read_trec_run(path)
+    expected = pytrec(qrels, run, names)
+    for name in names:
+        got = {q: res.per_query[name][i] for i, q in enumerate(qids) if q in qrels}
+        assert got == pytest.approx(expected[name], abs=1e-12)
+
+
+# ---------------------------------------------------------------------------- ties="index"
+def oracle_ranks(queries, corpus, query_ids, doc_ids, qrels, excluded=frozenset()):
+    """Full ranking per query by a stable sort on (-score, row); rank of each judged doc."""
+    scores = queries @ corpus.T
+    out = {}
+    for i, qid in enumerate(query_ids):
+        if qid not in qrels:
+            continue
+        rows = [j for j in range(len(doc_ids)) if (qid, doc_ids[j]) not in excluded]
+        rows.sort(key=lambda j: (-scores[i, j], j))
+        position = {doc_ids[j]: r + 1 for r, j in enumerate(rows)}
+        out[qid] = {d: position.get(d) for d in qrels[qid]}
+    return out
+
+
+def oracle_values(ranks, qrels, k):
+    """precision@k, recall@k, mrr (full depth) and map (full depth) from the ranks."""
+    out = {"precision": {}, "recall": {}, "mrr": {}, "map": {}}
+    for qid, rank in ranks.items():
+        rel = [d for d, g in qrels[qid].items() if g >= 1]
+        found = sorted(rank[d] for d in rel if rank[d] is not None)
+        top = [r for r in found if r <= k]
+        out["precision"][qid] = len(top) / k
+        out["recall"][qid] = len(top) / len(rel) if rel else 0.0
+        out["mrr"][qid] = 1 / found[0] if found else 0.0
+        ap = sum((n + 1) / r for n, r in enumerate(found))
+        out["map"][qid] = ap / len(rel) if rel else 0.0
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_index_ties_against_brute_force_oracle(seed):
+    queries, corpus, qids, dids, qrels = make_case(seed)
+    res = ee.evaluate_qrels(
+        queries,
+        corpus,
+        qrels,
+        query_ids=qids,
+        doc_ids=dids,
+        metrics=["precision@10", "recall@10", "mrr", "map"],
+        distance="inner_product",
+        block_size=50,
+    )
+    expected = oracle_values(oracle_ranks(queries, corpus, qids, dids, qrels), qrels, 10)
+    for ours, theirs in (
+        ("precision@10", "precision"),
+        ("recall@10", "recall"),
+        ("mrr", "mrr"),
+        ("map", "map"),
+    ):
+        got = {q: res.per_query[ours][i] for i, q in enumerate(qids) if q in qrels}
+        assert got == pytest.approx(expected[theirs], abs=1e-12)
+
+
+def test_run_lists_against_brute_force_oracle():
+    queries, corpus, qids, dids, qrels = make_case(6)
+    res = ee.evaluate_qrels(
+        queries,
+        corpus,
+        qrels,
+        query_ids=qids,
+        doc_ids=dids,
+        metrics=["precision@7"],
+        distance="inner_product",
+        block_size=40,
+    )
+    scores = queries @ corpus.T
+    run = res.run()
+    for i, qid in enumerate(qids):
+        if qid in qrels:
+            rows = sorted(range(len(dids)), key=lambda j: (-scores[i, j], j))[:7]
+            assert list(run[qid]) == [dids[j] for j in rows]
+            assert list(run[qid].values()) == [float(scores[i, j]) for j in rows]
+
+
+def test_exclusions_and_identical_ids():
+    queries, corpus, _, dids, qrels = make_case(7, n_queries=10)
+    qids = dids[:10]  # queries share ids with documents (BEIR's ArguAna, Quora)
+    qrels = {qids[i]: v for i, v in enumerate(qrels.values()) if i < 10}
+    exclude = {qids[0]: [dids[20], dids[21]], "not-a-query": [dids[1]]}
+    res = ee.evaluate_qrels(
+        queries,
+        corpus,
+        qrels,
+        query_ids=qids,
+        doc_ids=dids,
+        metrics=["precision@10", "map"],
+        distance="inner_product",
+        ignore_identical_ids=True,
+        exclude=exclude,
+    )
+    excluded = {(q, q) for q in qids} | {(qids[0], dids[20]), (qids[0], dids[21])}
+    ranks = oracle_ranks(queries, corpus, qids, dids, qrels, excluded)
+    expected = oracle_values(ranks, qrels, 10)
+    got = {q: res.per_query["precision@10"][i] for i, q in enumerate(qids) if q in qrels}
+    assert got == pytest.approx(expected["precision"], abs=1e-12)
+    got = {q: res.per_query["map"][i] for i, q in enumerate(qids) if q in qrels}
+    assert got == pytest.approx(expected["map"], abs=1e-12)
+    for qid, docs in res.run().items():
+        assert qid not in docs
+
+
+# ---------------------------------------------------------------------------- conventions
+def test_missing_queries_error_or_zero():
+    queries, corpus, qids, dids, qrels = make_case(8)
+    qrels = {**qrels, "ghost1": {dids[0]: 1}, "ghost2": {dids[1]: 2}}
+    with pytest.raises(InputError, match="ghost1.*missing='zero'"):
+        ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids, doc_ids=dids)
+    res = ee.evaluate_qrels(
+        queries,
+        corpus,
+        qrels,
+        query_ids=qids,
+        doc_ids=dids,
+        metrics=["precision@5"],
+        distance="inner_product",
+        missing="zero",
+    )
+    judged = {q: v for q, v in qrels.items() if q in qids}
+    expected = pytrec(judged, brute_run(queries, corpus, qids, dids, judged), ["precision@5"])
+    values = [*expected["precision@5"].values(), 0.0, 0.0]  # trec_eval -c: 0 for each
+    assert res["precision@5"] == pytest.approx(np.mean(values), abs=1e-12)
+    assert res.n_missing == 2
+    assert list(res.query_labels[-2:]) == ["ghost1", "ghost2"]
+
+
+def test_bad_input_is_named():
+    queries, corpus, qids, dids, qrels = make_case(9)
+    with pytest.raises(InputError, match="doc_ids holds 'd.*' more than once"):
+        ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids, doc_ids=[dids[0], *dids[:-1]])
+    with pytest.raises(InputError, match="dimension 4 but the corpus has 3"):
+        ee.evaluate_qrels(queries, corpus[:, :3], qrels, query_ids=qids, doc_ids=dids)
+    with pytest.raises(InputError, match="query_ids has 2 ids"):
+        ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids[:2], doc_ids=dids)
+    with pytest.raises(InputError, match="not supported by evaluate_qrels"):
+        ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids, doc_ids=dids, shards=2)
+    with pytest.raises(InputError, match="ties="):
+        ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids, doc_ids=dids, ties="random")
+
+
+def test_int_ids_are_strings_and_result_interfaces():
+    rng = np.random.default_rng(10)
+    corpus = rng.standard_normal((50, 8)).astype(np.float32)
+    queries = corpus[:5] + 0.01
+    qrels = {str(i): {str(i): 1} for i in range(5)}
+    res = ee.evaluate_qrels(
+        queries,
+        corpus,
+        qrels,
+        query_ids=range(5),
+        doc_ids=range(50),
+        metrics=["mrr@10", "recall@1"],
+        ci=0.9,
+        n_boot=200,
+    )
+    assert res["mrr@10"] == 1.0 and res["recall@1"] == 1.0  # each query next to its document
+    assert set(res.ci) == {"mrr@10", "recall@1"}
+    assert '"mrr@10": 1.0' in res.to_json()
+    assert "QrelsResult(5 queries evaluated" in repr(res)
+    worse = ee.evaluate_qrels(
+        queries[::-1].copy(),
+        corpus,
+        qrels,
+        query_ids=range(5),
+        doc_ids=range(50),
+        metrics=["mrr@10"],
+    )
+    cmp = ee.compare({"good": res, "worse": worse}, metrics=["mrr@10"], n_boot=100)
+    assert round(cmp.rows[0]["value"], 3) == 1.0
+
+
+def test_float16_memmap_and_torch_backend(tmp_path):
+    queries, corpus, qids, dids, qrels = make_case(11)
+    names = ["ndcg@10", "map", "recall@20"]
+    kw = dict(
+        query_ids=qids, doc_ids=dids, metrics=names, distance="inner_product", ties="trec_eval"
+    )
+    base = ee.evaluate_qrels(queries, corpus, qrels, **kw)
+    path = tmp_path / "corpus16.npy"
+    np.save(path, corpus.astype(np.float16))  # small integers: exact in float16
+    mm = ee.evaluate_qrels(queries, np.load(path, mmap_mode="r"), qrels, block_size=64, **kw)
+    expected = pytrec(qrels, brute_run(queries, corpus, qids, dids, qrels), names)
+    for name in names:
+        np.testing.assert_array_equal(mm.per_query[name], base.per_query[name])
+        got = {q: base.per_query[name][i] for i, q in enumerate(qids) if q in qrels}
+        assert got == pytest.approx(expected[name], abs=1e-12)
+    torch = pytest.importorskip("torch")
+    tq = ee.evaluate_qrels(
+        torch.from_numpy(queries),
+        torch.from_numpy(corpus),
+        qrels,
+        backend="torch",
+        device="cpu",
+        **kw,
+    )
+    for name in names:
+        np.testing.assert_array_equal(tq.per_query[name], base.per_query[name])
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _has_cuda(), reason="needs torch with a CUDA device")
+def test_torch_cuda_backend():
+    queries, corpus, qids, dids, qrels = make_case(12)
+    kw = dict(query_ids=qids, doc_ids=dids, metrics=["ndcg@10", "map"], distance="inner_product")
+    base = ee.evaluate_qrels(queries, corpus, qrels, **kw)
+    gpu = ee.evaluate_qrels(queries, corpus, qrels, backend="torch", device="cuda", **kw)
+    for name in ("ndcg@10", "map"):
+        np.testing.assert_array_equal(gpu.per_query[name], base.per_query[name])
+
+
+# ---------------------------------------------------------------------------- engine pieces
+def test_scan_top_redoes_queries_whose_floor_was_too_high():
+    from embedeval.engine.corpus import CorpusScan, Pairs, code_rows, scan_top, tie_keys
+
+    rng = np.random.default_rng(13)
+    corpus = rng.integers(-3, 4, (500, 4)).astype(np.float32)
+    queries = rng.integers(-3, 4, (9, 4)).astype(np.float32)
+    none = Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    scan = CorpusScan(
+        queries,
+        None,
+        "inner_product",
+        30,
+        tie_keys(None, 500, "index"),
+        none,
+        block=64,
+        n_threads=2,
+    )
+    floor = np.full(9, 1e9, dtype=np.float32)  # nothing reaches it: every chunk is redone
+    top, _ = scan_top(corpus, scan, floor=floor)
+    scores = queries @ corpus.T
+    for i in range(9):
+        expected = sorted(range(500), key=lambda j: (-scores[i, j], j))[:30]
+        assert code_rows(top[i], None).tolist() == expected
+
+
+# ---------------------------------------------------------------------------- memory limit
+CHILD = """
+import json, sys
+import numpy as np
+import embedeval as ee
+corpus = np.load(sys.argv[1], mmap_mode="r")
+queries = np.load(sys.argv[2])
+qrels = json.loads(open(sys.argv[3]).read())
+res = ee.evaluate_qrels(queries, corpus, qrels, query_ids=range(len(queries)),
+                        doc_ids=range(len(corpus)), metrics=["ndcg@10", "map", "recall@100"],
+                        block_size=8192, n_threads=2)
+print(json.dumps({k: v.tolist() for k, v in res.per_query.items()}))
+"""
+
+
+def test_memmapped_corpus_larger_than_the_memory_limit(tmp_path):
+    import json
+    import os
+    import sys
+
+    memlimit = pytest.importorskip("benchmarks._memlimit")
+    if memlimit.memory_cgroup() is None:
+        pytest.skip("no writable memory cgroup (needs root and a memory controller)")
+    rng = np.random.default_rng(14)
+    n, dim, n_q = 100_000, 768, 40  # a 307 MB float32 corpus file under a 200 MiB limit
+    path = tmp_path / "corpus.npy"
+    corpus = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, dim))
+    for s in range(0, n, 10_000):
+        corpus[s : s + 10_000] = rng.standard_normal((min(10_000, n - s), dim), np.float32)
+    corpus.flush()
+    queries = (corpus[:n_q] + 0.5 * rng.standard_normal((n_q, dim), np.float32)).astype(np.float32)
+    del corpus
+    qrels = {str(i): {str(i): 2, str(int(rng.integers(n))): 1, str(n + i): 1} for i in range(n_q)}
+    np.save(tmp_path / "queries.npy", queries)
+    (tmp_path / "qrels.json").write_text(json.dumps(qrels))
+    fd = os.open(path, os.O_RDONLY)  # the file's pages out of the cache: the child reads them
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    argv = [
+        sys.executable,
+        "-c",
+        CHILD,
+        str(path),
+        str(tmp_path / "queries.npy"),
+        str(tmp_path / "qrels.json"),
+    ]
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "2"}
+    r = memlimit.run_limited(argv, 200, env=env, timeout=300)
+    assert r.completed, r.stderr[-2000:]
+    assert r.peak_mb is None or r.peak_mb <= 200
+    got = json.loads(r.stdout)
+    in_memory = np.load(path)  # in this process: no limit
+    expected = ee.evaluate_qrels(
+        queries,
+        in_memory,
+        qrels,
+        query_ids=range(n_q),
+        doc_ids=range(n),
+        metrics=["ndcg@10", "map", "recall@100"],
+    )
+    for name, values in expected.per_query.items():
+        np.testing.assert_array_equal(np.asarray(got[name]), values)
+    # independent check of one metric: recall@100 from a brute-force float32 cosine ranking
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
+    scores = unit(queries) @ unit(in_memory).T
+    for i in range(n_q):
+        top = set(np.argsort(-scores[i], kind="stable")[:100].tolist())
+        rel = [int(d) for d in qrels[str(i)]]
+        assert got["recall@100"][i] == pytest.approx(sum(d in top for d in rel) / 3, abs=1e-12)
+
+
+def test_only_missing_judged_queries():
+    corpus = np.eye(4, dtype=np.float32)
+    res = ee.evaluate_qrels(
+        corpus[:2],
+        corpus,
+        {"other": {"0": 1}},
+        query_ids=["a", "b"],
+        doc_ids=range(4),
+        metrics=["map", "precision@2"],
+        missing="zero",
+    )
+    # "other" has no embedding: it counts as 0; a and b have no judgments: skipped
+    assert res["map"] == 0.0 and res.n_missing == 1 and res.n_skipped == 2
+    assert np.isnan(res.per_query["map"][:2]).all()
+    assert res.n_evaluated == 1 and res.run() == {}  # no query was ranked
+
+
+def test_zero_query_ties_with_every_document():
+    # a zero query scores 0 against every document under cosine: one tie over the corpus
+    rng = np.random.default_rng(15)
+    corpus = rng.standard_normal((3000, 8)).astype(np.float32)
+    queries = np.zeros((2, 8), np.float32)
+    qrels = {"0": {"5": 1, "2999": 1}, "1": {"17": 2}}
+    res = ee.evaluate_qrels(
+        queries,
+        corpus,
+        qrels,
+        query_ids=["0", "1"],
+        doc_ids=range(3000),
+        metrics=["precision@10", "map", "mrr"],
+        block_size=700,
+    )
+    # ties="index": rank = row + 1
+    assert res.per_query["mrr"].tolist() == [1 / 6, 1 / 18]
+    assert res.per_query["map"].tolist() == pytest.approx([(1 / 6 + 2 / 3000) / 2, 1 / 18])
+    assert res.per_query["precision@10"].tolist() == [0.1, 0.0]
