@@ -1103,7 +1103,7 @@ def _add_retrieve_command(sub: Any) -> None:
     i.add_argument("--qrels", metavar="FILE", required=True, help="TREC or BEIR qrels file")
     _add_retrieval_conventions(p.add_argument_group("metrics and conventions"))
     _add_statistics_options(p.add_argument_group("statistics"))
-    _add_search_options(p.add_argument_group("search"))
+    add_search_options(p)
     o = p.add_argument_group("outputs")
     o.add_argument("--run", metavar="OUT", help="write the ranking as a TREC run file")
     o.add_argument(
@@ -1161,26 +1161,33 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     _check_output(args.per_query, (".csv",), "--per-query")
     _check_paths(args, [args.run, args.json, args.per_query])
     inputs = _retrieval_inputs(args)
-    res = evaluate_qrels(
-        inputs["queries"],
-        inputs["corpus"],
-        inputs["qrels"],
-        query_ids=inputs["queries_ids"],
-        doc_ids=inputs["corpus_ids"],
-        metrics=args.metrics,
-        distance=args.distance,
-        ties=args.ties,
-        relevance_level=args.relevance_level,
-        gain=args.gain,
-        missing=args.missing,
-        ignore_identical_ids=args.ignore_identical_ids,
-        run_depth=args.depth,
-        ci=args.ci,
-        n_boot=args.n_boot,
-        seed=args.seed,
-        n_threads=args.threads,
-        progress=False if args.quiet else None,
-    )
+    with search_arguments(args) as search:
+        approximate = [f for f in ("index", "index_params", "exact_sample") if f in search]
+        if approximate:
+            raise InputError(
+                f"--{approximate[0].replace('_', '-').replace('params', 'param')} is an option of "
+                "approximate search, and retrieve ranks the corpus exactly; drop it."
+            )
+        res = evaluate_qrels(
+            inputs["queries"],
+            inputs["corpus"],
+            inputs["qrels"],
+            query_ids=inputs["queries_ids"],
+            doc_ids=inputs["corpus_ids"],
+            metrics=args.metrics,
+            distance=args.distance,
+            ties=args.ties,
+            relevance_level=args.relevance_level,
+            gain=args.gain,
+            missing=args.missing,
+            ignore_identical_ids=args.ignore_identical_ids,
+            run_depth=args.depth,
+            ci=args.ci,
+            n_boot=args.n_boot,
+            seed=args.seed,
+            progress=False if args.quiet else None,
+            **search,
+        )
     res.provenance.update(_provenance(args))
     _say(
         f"{args.queries}: {res.n_evaluated} queries evaluated, {res.n_skipped} without "

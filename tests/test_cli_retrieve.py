@@ -171,3 +171,26 @@ def test_bad_inputs_one_line_exit_2_nothing_written(files):
     proc = run(*_args(d)[:-1], d / "ghost.txt", "--run", run_file)
     _one_line_error(proc, "'ghost'", "missing='zero'")
     assert not run_file.exists()
+
+
+def test_search_options_reach_retrieve(files):
+    # Gaussian embeddings: no two documents score within a rounding of each other, so the
+    # torch product (whose float32 sums may differ from numpy's in the last bit) ranks alike.
+    pytest.importorskip("torch")
+    d = files[0]
+    rng = np.random.default_rng(5)
+    np.save(d / "corpus.npy", rng.standard_normal((200, 8)).astype(np.float32))
+    np.savez(d / "queries.npz", embeddings=rng.standard_normal((15, 8)).astype(np.float32),
+             ids=np.array([f"q{i}" for i in range(15)]))  # fmt: skip
+    local = run(*_args(d, "--json", d / "local.json"))
+    assert local.returncode == 0, local.stderr
+    on_torch = run(*_args(d, "--json", d / "torch.json", "--device", "cpu"))
+    assert on_torch.returncode == 0, on_torch.stderr
+    a = json.loads((d / "local.json").read_text())["per_query"]
+    b = json.loads((d / "torch.json").read_text())["per_query"]
+    assert a == b
+    proc = run(*_args(d, "--index", "HNSW32", "--run", d / "never.trec"))
+    _one_line_error(proc, "--index", "exactly")
+    proc = run(*_args(d, "--shards", "2", "--run", d / "never.trec"))
+    _one_line_error(proc, "shards")
+    assert not (d / "never.trec").exists()
