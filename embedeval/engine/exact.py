@@ -61,8 +61,10 @@ __all__ = [
     "all_valid_codes",
     "block_layout",
     "collect",
+    "column_stats",
     "column_subsample",
     "depth_thresholds",
+    "exact_centre",
     "grid_keys",
     "label_cutoff",
     "normalize_rows",
@@ -262,6 +264,63 @@ def range_exponent(arrays: list[np.ndarray], distance: str, block: int = 65536) 
     if largest == 0.0 or (4.0 * dim * largest * largest < 2.0**120 and largest >= 2.0**-40):
         return 0
     return -int(np.frexp(largest)[1])
+
+
+def column_stats(
+    arrays: list[np.ndarray], block: int = 65536
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per column of the rows of every array in ``arrays``: the smallest and largest value
+    (float32) and the mean (float64), read in blocks of rows."""
+    lo, hi, total, count = None, None, 0.0, 0
+    for x in arrays:
+        for a in range(0, x.shape[0], block):
+            part = np.asarray(x[a : a + block], dtype=np.float32)
+            if not part.shape[0]:
+                continue
+            p_lo, p_hi = part.min(axis=0), part.max(axis=0)
+            lo = p_lo if lo is None else np.minimum(lo, p_lo)
+            hi = p_hi if hi is None else np.maximum(hi, p_hi)
+            total = total + part.sum(axis=0, dtype=np.float64)
+            count += part.shape[0]
+    return lo, hi, total / max(count, 1)
+
+
+def exact_centre(lo: np.ndarray, hi: np.ndarray, mean: np.ndarray) -> np.ndarray | None:
+    """A float32 centre ``c`` whose subtraction ``x - c`` is exact for every value of each column
+    (between ``lo`` and ``hi``), as close to the column's ``mean`` as that allows; ``None``
+    when no column can move.
+
+    The Euclidean key ``||r||^2 - 2 q.r`` cancels the digits the norms share: data far from the
+    origin (norms that dwarf the distances) lose every significant digit.  Distances do not
+    change under a translation, and by Sterbenz's lemma ``x - c`` is exact in floating point
+    whenever ``c / 2 <= x <= 2 c``: a column whose values all lie in ``[lo, hi]`` with
+    ``0 < hi <= 4 lo`` (or the mirror image below zero) takes ``c = clip(mean, hi / 2, 2 lo)``,
+    so every translated row is exactly the original minus ``c``, distances and ties (identical
+    rows included) are exactly those of the inputs, and the keys lose only the bits the spread
+    of the data leaves.  Other columns (values of both signs, zero, or spread over more than a
+    factor of four: their offset is at most comparable to their spread) keep ``c = 0``.
+
+    Examples
+    --------
+    >>> lo, hi = np.array([999.5, -3.0], np.float32), np.array([1000.5, 3.0], np.float32)
+    >>> exact_centre(lo, hi, np.array([1000.1, 0.2])).tolist()
+    [1000.0999755859375, 0.0]
+    >>> exact_centre(lo[1:], hi[1:], np.array([0.2])) is None
+    True
+    """
+    lo, hi = np.asarray(lo, np.float32), np.asarray(hi, np.float32)
+    m = np.asarray(mean, np.float64).astype(np.float32)
+    up = (lo > 0) & (hi <= 4 * np.float64(lo))
+    down = (hi < 0) & (lo >= 4 * np.float64(hi))
+    if not (up | down).any():
+        return None
+    with np.errstate(over="ignore"):  # only the columns that pass are read
+        half_hi, twice_lo = hi * np.float32(0.5), lo * np.float32(2)
+        half_lo, twice_hi = lo * np.float32(0.5), hi * np.float32(2)
+    centre = np.zeros(lo.shape, dtype=np.float32)
+    centre[up] = np.clip(m[up], half_hi[up], twice_lo[up])
+    centre[down] = np.clip(m[down], twice_hi[down], half_lo[down])
+    return centre
 
 
 def reference_duplicates(xb: np.ndarray, distance: str) -> DuplicateRows | None:

@@ -82,6 +82,9 @@ class RetrievalTask:
     # elsewhere
     #: (shard files) applies it too.
     scale: int = 0
+    #: ... then minus ``centre`` (float32 per column, exact: see
+    #: :func:`embedeval.engine.exact.exact_centre`), when it is not None.
+    centre: np.ndarray | None = None
 
     @property
     def n_query(self) -> int:

@@ -85,9 +85,12 @@ def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarr
 # ---------------------------------------------------------------------------- streamed ranking
 def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
     """Per query block: its junk-free ranking as CSR candidates and the positive flags."""
+    from ..engine.arrays import centre_for_distance
     from ..engine.candidates import Candidates, sortable_bits
     from ..engine.exact import PreparedSearch, reference_duplicates, representatives
 
+    # An exact translation (distances unchanged) keeps far-from-origin keys from cancelling.
+    xq, xb, _ = centre_for_distance(xq, xb, distance, same=xq is xb)
     n_q, n_ref = xq.shape[0], xb.shape[0]
     # Identical references share one key (as in the kNN engine), so they tie and rank by index.
     dups = reference_duplicates(xb, distance)

@@ -22,7 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.arrays import as_search_input, check_lead_on_device, scale_for_range, to_host
+from ..engine.arrays import (
+    as_search_input,
+    centre_for_distance,
+    check_lead_on_device,
+    scale_for_range,
+    to_host,
+)
 from ..engine.custom import metric_infos
 from ..engine.exact import Exclusions
 from ..engine.registry import MetricInfo, default_metrics
@@ -49,8 +55,9 @@ __all__ = [
 class EvaluationData:
     """The checked arrays of one evaluation, as the engine reads them.
 
-    ``query`` / ``reference`` are the embeddings times 2**``scale`` (numpy, or tensors on their
-    device for the torch backend; the same object when leave-one-out); ``query_codes`` /
+    ``query`` / ``reference`` are the embeddings times 2**``scale``, minus ``centre`` when it
+    is not None (numpy, or tensors on their device for the torch backend; the same object when
+    leave-one-out); ``query_codes`` /
     ``reference_codes`` index ``uniques``; ``relevant`` is R_q and ``n_valid`` the number of
     references each query can see.
     """
@@ -65,6 +72,7 @@ class EvaluationData:
     relevant: np.ndarray
     n_valid: np.ndarray
     scale: int
+    centre: np.ndarray | None = None
 
     @property
     def n_query(self) -> int:
@@ -115,6 +123,9 @@ def prepare_data(settings: EvaluationSettings, inputs: EvaluationInputs) -> Eval
         xb, yb = _reference(inputs, xq, on_device, self_index)
     # Keys would overflow or underflow float32: rank the data times 2**scale.
     xq, xb, scale = scale_for_range(xq, xb, settings.metrics.distance, same=leave_one_out)
+    # Norms that dwarf the distances cancel every digit of the Euclidean keys: translate the
+    # data by a centre whose subtraction is exact (distances and ties unchanged).
+    xq, xb, centre = centre_for_distance(xq, xb, settings.metrics.distance, same=leave_one_out)
     q_codes, r_codes, uniques = _label_codes(yq, yb, leave_one_out)
     if self_index and not leave_one_out:
         differ = np.flatnonzero(q_codes != r_codes[: xq.shape[0]])
@@ -128,7 +139,7 @@ def prepare_data(settings: EvaluationSettings, inputs: EvaluationInputs) -> Eval
         q_codes, r_codes, self_index, leave_one_out, inputs.query_groups, inputs.reference_groups
     )
     return EvaluationData(
-        xq, xb, yq, q_codes, r_codes, uniques, exclusions, relevant, n_valid, scale
+        xq, xb, yq, q_codes, r_codes, uniques, exclusions, relevant, n_valid, scale, centre
     )
 
 
@@ -274,6 +285,7 @@ def plan_search(settings: EvaluationSettings, data: EvaluationData) -> SearchPla
         k=None if k_used is None else min(k_used, data.n_reference),
         distance=ms.distance,
         scale=data.scale,
+        centre=data.centre,
     )
     return SearchPlan(infos, k_used, task)
 

@@ -99,9 +99,10 @@ def neighbors(
         )
     options = _torch_options(query, backend, device, device_memory, tf32, block_size)
     xq, xb, exclude_self = _read(query, reference, exclude_self, options)
-    from ..engine.arrays import scale_for_range
+    from ..engine.arrays import centre_for_distance, scale_for_range
 
     xq, xb, scale = scale_for_range(xq, xb, distance, same=reference is None)
+    xq, xb, _ = centre_for_distance(xq, xb, distance, same=reference is None)
     k_eff = min(k, xb.shape[0] - int(exclude_self))
     if options:
         from .torch_backend import torch_neighbors
