@@ -48,6 +48,7 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import Candidates, sortable_bits
+from .decide import reference_sq_bound, search_bands, widen
 from .duplicates import DuplicateKeys, DuplicateRows, find_duplicate_rows
 from .threads import in_order, single_threaded_blas
 
@@ -200,22 +201,36 @@ class PreparedSearch:
     query_sq_norms: np.ndarray | None
     #: Identical reference columns, whose keys are overwritten by one shared key per group.
     duplicates: DuplicateKeys | None = None
+    #: Per query row: how far above its thresholds a float32 key is still kept (twice the
+    #: float32 key's error bound, :func:`embedeval.engine.decide.search_bands`), so that the
+    #: candidates hold every reference the float64 decision may rank within the depth.
+    band: np.ndarray | None = None
 
     @classmethod
-    def build(cls, xq: np.ndarray, xb: np.ndarray, distance: str) -> PreparedSearch:
+    def build(
+        cls, xq: np.ndarray, xb: np.ndarray, distance: str, m_sq: float | None = None
+    ) -> PreparedSearch:
+        """The product of ``xq`` against ``xb``; ``m_sq`` bounds every squared norm of the
+        whole reference when ``xb`` is only part of it (a shard), for the ``band``."""
+        dim = int(xq.shape[1])
         if distance == "cosine":
             xq, xb = normalize_rows(xq, "query"), normalize_rows(xb, "reference")
-        if distance == "euclidean":
+            band = search_bands(np.ones(xq.shape[0]), 1.0, dim, distance)
+        else:
             sq_ref = np.einsum("ij,ij->i", xb, xb, dtype=np.float32)
+            sq_query = np.einsum("ij,ij->i", xq, xq, dtype=np.float32)
+            m_sq = reference_sq_bound(sq_ref, dim) if m_sq is None else m_sq
+            band = search_bands(sq_query, m_sq, dim, distance)
+        if distance == "euclidean":
             ref = np.empty((xb.shape[0], xb.shape[1] + 1), dtype=np.float32)
             ref[:, :-1] = xb
             ref[:, -1] = sq_ref
             q = np.empty((xq.shape[0], xq.shape[1] + 1), dtype=np.float32)
             np.multiply(xq, np.float32(-2.0), out=q[:, :-1])
             q[:, -1] = 1.0
-            sq_query = np.einsum("ij,ij->i", xq, xq, dtype=np.float32)
-            return cls(q, ref.T, sq_query)
-        return cls(np.negative(np.asarray(xq, dtype=np.float32)), np.asarray(xb).T, None)
+            return cls(q, ref.T, sq_query, band=band)
+        queries = np.negative(np.asarray(xq, dtype=np.float32))
+        return cls(queries, np.asarray(xb).T, None, band=band)
 
     @property
     def n_reference(self) -> int:
@@ -380,13 +395,15 @@ class EnginePlan:
     duplicates: DuplicateRows | None = None
     representatives: np.ndarray | None = None
     search: PreparedSearch | None = None
+    #: A bound on every squared norm of the whole reference (None: from the rows searched).
+    reference_sq: float | None = None
 
     def searching(
         self, xq: np.ndarray, xb: np.ndarray, columns: slice | np.ndarray | None = None
     ) -> EnginePlan:
         """This plan searching queries ``xq`` in ``xb``, which holds the reference ``columns``
         (a range or sorted global indices; default: the whole reference)."""
-        search = PreparedSearch.build(xq, xb, self.distance)
+        search = PreparedSearch.build(xq, xb, self.distance, self.reference_sq)
         columns = slice(0, int(xb.shape[0])) if columns is None else columns
         search = search.with_duplicates(self.duplicates, self.representatives, columns)
         return dataclasses.replace(self, search=search)
@@ -452,7 +469,18 @@ def plan_search(
         reference_codes=r_codes,
         duplicates=dups,
         representatives=representatives(xb, dups, distance),
+        reference_sq=None if distance == "cosine" else _reference_sq(xb),
     )
+
+
+def _reference_sq(xb: np.ndarray, block: int = 65536) -> float:
+    """A bound on every squared row norm of ``xb`` (read in blocks of rows)."""
+    largest = 0.0
+    for a in range(0, int(xb.shape[0]), block):
+        part = np.asarray(xb[a : a + block], dtype=np.float32)
+        sq = np.einsum("ij,ij->i", part, part, dtype=np.float32)
+        largest = max(largest, reference_sq_bound(sq, int(xb.shape[1])))
+    return largest
 
 
 def sorted_candidates(
@@ -722,6 +750,10 @@ def collect(
     search, exclusions, col_bits = plan.search, plan.exclusions, plan.col_bits
     b = stop - start
     n_ref = search.n_reference
+    band = None if search.band is None else search.band[start:stop]
+    if band is not None:
+        # Keep every key the float64 decision may rank within the depth (embedeval.engine.decide).
+        tau = widen(tau, band)
     # Excluded pairs carry the key +inf; a finite cut-off is what keeps them out of ``mask``.
     tau = np.minimum(tau, KEY_MAX)
     row_codes = np.arange(b, dtype=np.uint64) << np.uint64(32 + col_bits)
@@ -742,7 +774,9 @@ def collect(
         # cut-off reads whole rows.
         exclusions.hide(keys, own, t0, groups=label)
         if label:
-            tau = np.maximum(tau, label_cutoff(plan, keys, start, stop))
+            cut = label_cutoff(plan, keys, start, stop)
+            cut = cut if band is None else np.minimum(widen(cut, band), KEY_MAX)
+            tau = np.maximum(tau, cut)
         mask = np.less_equal(keys, tau[:, None], out=mask_buffer[: b * width].reshape(b, width))
         if twins is not None and twins.any_in(t0, t1):  # their shared keys are added below
             np.logical_and(mask, twins.others(t0, t1)[None, :], out=mask)

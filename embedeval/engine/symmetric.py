@@ -56,6 +56,7 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import Candidates, from_sortable_bits, sortable_bits
+from .decide import task_bounds, widen
 from .exact import (
     DEFAULT_MEMORY_BUDGET,
     PreparedSearch,
@@ -337,6 +338,8 @@ class _Plan:
     limit: np.ndarray  # per query: the largest product entry its key can pass tau with
     groups: np.ndarray | None
     col_bits: int
+    #: Per query: how far above tau a float32 key is still kept (embedeval.engine.decide).
+    band: np.ndarray | None = None
     triangles: dict = dataclasses.field(default_factory=dict)
     local: threading.local = dataclasses.field(default_factory=threading.local)
 
@@ -401,10 +404,14 @@ def _make_plan(task: Any, pool: Any) -> _Plan:
         return sample_thresholds(sample_keys, s, need[s:e], subsample, n, task.exclusions)
 
     tau = np.concatenate(list(pool_map(pool, block_tau, range(0, n, 512))))
+    # Every key the float64 decision may rank within the depth is kept.
+    band = 2.0 * task_bounds(task, np.arange(n))
+    tau = widen(tau, band)
     tau[need <= 0] = -np.inf
     limit = entry_limits(tau, whole.sq)
     col_bits = max(1, int(n - 1).bit_length())
-    return _Plan(task, whole, need, tau, limit, task.exclusions.query_groups, col_bits)
+    groups = task.exclusions.query_groups
+    return _Plan(task, whole, need, tau, limit, groups, col_bits, band=band)
 
 
 def _subsample(need: np.ndarray, n: int) -> np.ndarray | None:
@@ -708,6 +715,8 @@ def tighten(plan: _Plan, tile: int, codes: np.ndarray) -> np.ndarray:
     need = plan.need[q0 : q0 + m]
     full = np.flatnonzero((counts >= need) & (need > 0))
     kth = from_sortable_bits(key_bits[starts[full] + need[full] - 1])
+    if plan.band is not None:
+        kth = widen(kth, plan.band[q0 + full])
     lower = kth < plan.tau[q0 + full]
     full, kth = full[lower], kth[lower]
     plan.tau[q0 + full] = kth

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .candidates import Candidates
+from .decide import decide, task_bounds
 from .exact import DEFAULT_MEMORY_BUDGET, EnginePlan, Exclusions, plan_search
 from .kernels import chunk_metrics, needed_depth
 from .registry import MetricInfo
@@ -106,8 +107,10 @@ class RetrievalTask:
         return values, ties
 
     def score_block(self, block: Candidates) -> tuple[Columns, Columns]:
-        """Per-query values and tie flags of ``block.queries`` from their sorted candidates."""
+        """Per-query values and tie flags of ``block.queries`` from their sorted candidates,
+        ordered by their float64 keys first (:func:`embedeval.engine.decide.decide`)."""
         rows = block.queries
+        block = self.decided(block)
         return chunk_metrics(
             block,
             self.query_codes[rows],
@@ -117,6 +120,11 @@ class RetrievalTask:
             list(self.metrics),
             self.k,
         )
+
+    def decided(self, block: Candidates) -> Candidates:
+        """``block`` (in float32 key order) in the order of its float64 keys."""
+        bounds = task_bounds(self, block.queries)
+        return decide(block, self.query, self.reference, self.distance, bounds)[0]
 
     def scored(self, block: Candidates) -> ScoredBlock:
         """:meth:`score_block` as a :class:`ScoredBlock`."""

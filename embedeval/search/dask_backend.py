@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.decide import decide, task_bounds
 from ..engine.exact import EnginePlan, PreparedSearch, block_buffers, search_block
 from ..engine.kernels import chunk_metrics
 from ..engine.registry import MetricInfo
@@ -49,6 +50,10 @@ class _Shared:
     k: int | None
     #: Leave-one-out served by the symmetric engine: the workers use its canonical keys.
     symmetric: bool = False
+    distance: str = "euclidean"
+    #: The reference rows as given (cosine: ``reference`` holds them normalised), for the
+    #: float64 decision (:mod:`embedeval.engine.decide`); None: read off ``reference``.
+    rows: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,9 @@ class _Part:
     query_codes: np.ndarray
     relevant: np.ndarray
     n_valid: np.ndarray
+    #: The query rows as given, and their float32 key error bounds (embedeval.engine.decide).
+    rows: np.ndarray | None = None
+    bounds: np.ndarray | None = None
 
 
 def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
@@ -79,6 +87,8 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
         task.metrics,
         task.k,
         symmetric_applies(task, plan.threshold, plan.duplicates),
+        task.distance,
+        np.asarray(task.reference) if task.distance == "cosine" else None,
     )
     futures = []
     try:
@@ -90,6 +100,8 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
                 task.query_codes[rows],
                 task.relevant[rows],
                 task.n_valid[rows],
+                np.asarray(task.query[rows]),
+                task_bounds(task, np.arange(rows.start, rows.stop)),
             )
             futures.append(client.submit(_search_part, shared_future, part, pure=False))
         with progress_bar(len(futures), "query blocks", enabled=options.progress) as bar:
@@ -152,7 +164,8 @@ def _search_blocks(shared: _Shared, part: _Part) -> ScoredBlock:
     reference = np.array(shared.reference, order="C")
     n = part.queries.shape[0]
     plan = shared.plan.for_queries(slice(part.q0, part.q0 + n))
-    search = PreparedSearch(np.array(part.queries, order="C"), reference.T, None)
+    band = 2.0 * part.bounds
+    search = PreparedSearch(np.array(part.queries, order="C"), reference.T, None, band=band)
     search = search.with_duplicates(plan.duplicates, plan.representatives, slice(0, len(reference)))
     if shared.symmetric:
         whole = SymmetricSet.from_search(search, plan.distance)
@@ -169,9 +182,13 @@ def _scored_blocks(
     shared: _Shared, part: _Part, plan: EnginePlan, buffers: tuple[np.ndarray, np.ndarray]
 ) -> Iterator[ScoredBlock]:
     n = part.queries.shape[0]
+    rows = shared.rows
+    if rows is None:  # Euclidean: [x, ||x||^2]; inner product: x
+        rows = shared.reference[:, :-1] if shared.distance == "euclidean" else shared.reference
     for start in range(0, n, plan.block_size):
         stop = min(start + plan.block_size, n)
         block = search_block(plan, start, stop, *buffers)
+        block, _ = decide(block, part.rows, rows, shared.distance, part.bounds[start:stop])
         yield ScoredBlock(
             slice(start, stop),
             *chunk_metrics(

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.candidates import from_sortable_bits
+from ..engine.decide import first_k
 from ..engine.exact import Exclusions, sorted_candidates
+from ..engine.task import RetrievalTask
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import as_embeddings, check_choice, check_int, check_same_dimension
 
@@ -167,7 +168,11 @@ def _exact_neighbors(
     idx = np.empty((n_query, k), dtype=np.int64)
     if k == 0:
         return dist, idx
-    q_norms = np.einsum("ij,ij->i", xq, xq, dtype=np.float32) if distance == "euclidean" else None
+    zeros = np.zeros(n_query, dtype=np.int64)
+    task = RetrievalTask(
+        xq, xb, zeros, np.zeros(int(xb.shape[0]), dtype=np.int64), zeros, zeros,
+        Exclusions(self_index=exclude_self), (), None, distance,
+    )  # fmt: skip
     for block in sorted_candidates(
         xq,
         xb,
@@ -177,15 +182,10 @@ def _exact_neighbors(
         block_size=block_size,
         progress=progress,
         n_threads=n_threads,
+        finish=lambda block: (block.queries, *first_k(task, task.decided(block), k)),
     ):
-        take = (block.lims[:-1, None] + np.arange(k)).ravel()
-        rows = block.queries
-        key = from_sortable_bits(block.bits[take]).reshape(rows.size, k)
-        if distance == "euclidean":
-            dist[rows] = np.sqrt(np.maximum(key + q_norms[rows, None], 0))
-        else:
-            dist[rows] = -key
-        idx[rows] = block.index[take].reshape(rows.size, k)
+        rows, d, i = block
+        dist[rows], idx[rows] = d, i
     return dist, idx
 
 

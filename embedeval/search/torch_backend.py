@@ -41,8 +41,9 @@ import numpy as np
 
 from ..engine.arrays import import_torch, to_host
 from ..engine.candidates import Candidates
+from ..engine.decide import first_k
 from ..engine.exact import DEFAULT_MEMORY_BUDGET
-from ..engine.torch_kernels import DeviceKernels, from_sortable_bits
+from ..engine.torch_kernels import DeviceKernels
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .options import TorchOptions
@@ -349,6 +350,16 @@ class _DeviceCandidates:
     index: Any  # int64 reference indices, nearest first, ties by ascending index
     bits: Any  # int64 sortable key bits (equal = exact tie)
 
+    @classmethod
+    def from_host(cls, torch: Any, block: Candidates, device: Any) -> _DeviceCandidates:
+        """``block`` (host candidates, e.g. re-ordered in float64) on ``device``."""
+
+        def put(a: np.ndarray) -> Any:
+            return torch.as_tensor(np.asarray(a, dtype=np.int64), device=device)
+
+        start = int(block.queries[0]) if block.queries.size else 0
+        return cls(start, put(block.lims), put(block.index), put(block.bits))
+
     def to_host(self) -> Candidates:
         b = self.lims.numel() - 1
         return Candidates(
@@ -359,13 +370,30 @@ class _DeviceCandidates:
         )
 
 
+def _widen(torch: Any, tau: Any | None, band: Any) -> Any | None:
+    """:func:`embedeval.engine.decide.widen` on the device: ``tau + band`` rounded up."""
+    if tau is None:
+        return None
+    exact = tau.double() + band
+    out = exact.float()
+    return torch.where(out < exact, torch.nextafter(out, torch.full_like(out, math.inf)), out)
+
+
 def _collect(
-    torch: Any, keys: Any, tau: Any, need: Any, label_tau: Any | None, start: int, chunk: int
+    torch: Any,
+    keys: Any,
+    tau: Any,
+    need: Any,
+    label_tau: Any | None,
+    start: int,
+    chunk: int,
+    band: Any,
 ) -> _DeviceCandidates:
-    """Every (row, reference) with key <= tau[row], sorted by (row, key, reference index); a
-    row whose sampled cut-off kept fewer than ``need`` keys gets the exact one first."""
+    """Every (row, reference) with key <= tau[row] + band[row] (the float64 decision's band,
+    :mod:`embedeval.engine.decide`), sorted by (row, key, reference index); a row whose
+    sampled cut-off kept fewer than ``need`` keys gets the exact one first."""
     b, n_ref = keys.shape
-    tau = _cap(torch, tau, label_tau)
+    tau = _cap(torch, _widen(torch, tau, band), _widen(torch, label_tau, band))
     # One pass over the keys (the comparison); row counts come from the few kept positions.
     bounds = torch.arange(b + 1, device=keys.device) * n_ref
     flat = torch.nonzero((keys <= tau[:, None]).view(-1)).flatten()
@@ -373,6 +401,7 @@ def _collect(
     short = torch.nonzero(lims[1:] - lims[:-1] < need).flatten()
     if short.numel():  # rare: the sampled cut-off of these rows kept too few; redo them exactly
         redo = _exact_tau(torch, keys, short, need[short], chunk)
+        redo = _widen(torch, redo, band[short])
         tau[short] = _cap(torch, redo, None if label_tau is None else label_tau[short])
         flat = torch.nonzero((keys <= tau[:, None]).view(-1)).flatten()
         lims = torch.searchsorted(flat, bounds)
@@ -399,10 +428,12 @@ def _collect(
 
 
 def _candidate_blocks(
-    torch: Any, search: _Search, need: np.ndarray, label: Any, opts: TorchOptions
+    torch: Any, search: _Search, need: np.ndarray, label: Any, opts: TorchOptions, bounds: Any
 ) -> Iterator[_DeviceCandidates]:
-    """Sorted candidates of each query block (see the module for the steps)."""
+    """Sorted candidates of each query block (see the module for the steps); ``bounds`` are
+    the queries' float32 key error bounds (:func:`embedeval.engine.decide.task_bounds`)."""
     device = search.queries.device
+    band = torch.as_tensor(2.0 * bounds, dtype=torch.float64, device=device)
     n_query, n_ref = int(search.queries.shape[0]), search.n_reference
     budget = _budget(torch, device, opts.memory)
     block = _block_size(need, n_ref, label is not None, budget, opts.block_size)
@@ -429,7 +460,8 @@ def _candidate_blocks(
             label_tau = _label_tau(torch, keys, label[0], codes[0][start:stop], codes[1])
         need_b = need_t[start:stop]
         tau = _thresholds(torch, keys, need_b, sample, sort_rows)
-        yield _collect(torch, keys, tau, need_b, label_tau, start, sort_rows)
+        band_b = band[start:stop]
+        yield _collect(torch, keys, tau, need_b, label_tau, start, sort_rows, band_b)
         del keys
 
 
@@ -475,14 +507,31 @@ def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
         engine = _engine_search(task, need, label, options, device)
         search = _prepare(torch, task, device, engine)
         kernels = None if host else DeviceKernels(torch, task, device)
-        for block in _candidate_blocks(torch, search, need, label, options):
+        bounds = _bounds(task, np.arange(task.n_query), options)
+        for block in _candidate_blocks(torch, search, need, label, options, bounds):
             b = block.lims.numel() - 1
             rows = slice(block.start, block.start + b)
             if host:
                 yield ScoredBlock(rows, *task.score_block(block.to_host()))
-            else:
-                yield ScoredBlock(rows, *kernels.score(block))
+                bar.update(b)
+                continue
+            # Near-ties the float32 keys cannot order are decided on the host in float64.
+            on_host = block.to_host()
+            decided = task.decided(on_host)
+            if decided is not on_host:
+                block = _DeviceCandidates.from_host(torch, decided, device)
+            yield ScoredBlock(rows, *kernels.score(block))
             bar.update(b)
+
+
+def _bounds(task: Any, rows: np.ndarray, options: TorchOptions) -> np.ndarray:
+    """The queries' float32 key error bounds (:func:`embedeval.engine.decide.task_bounds`),
+    for products rounded to TF32's 10-bit mantissa when ``tf32`` allows it (2**13 times
+    float32's unit roundoff)."""
+    from ..engine.decide import task_bounds
+
+    bounds = task_bounds(task, rows)
+    return bounds * 2.0**13 if options.tf32 else bounds
 
 
 def torch_neighbors(
@@ -507,17 +556,9 @@ def torch_neighbors(
     need = np.full(n_query, k, dtype=np.int64)
     with torch.no_grad(), _matmul_precision(torch, options.tf32):
         search = _prepare(torch, task, device, _engine_search(task, need, None, options, device))
-        q_norms = (search.queries * search.queries).sum(dim=1)
-        for block in _candidate_blocks(torch, search, need, None, options):
+        bounds = _bounds(task, np.arange(n_query), options)
+        for block in _candidate_blocks(torch, search, need, None, options, bounds):
             b = block.lims.numel() - 1
-            take = (block.lims[:-1, None] + torch.arange(k, device=device)).flatten()
-            bits = block.bits[take].reshape(b, k)
-            key = from_sortable_bits(torch, bits)
             rows = slice(block.start, block.start + b)
-            if distance == "euclidean":
-                key = torch.sqrt((key + q_norms[rows, None]).clamp(min=0))
-            else:
-                key = -key
-            dist[rows] = key.cpu().numpy()
-            idx[rows] = block.index[take].reshape(b, k).cpu().numpy()
+            dist[rows], idx[rows] = first_k(task, task.decided(block.to_host()), k)
     return dist, idx

@@ -1,0 +1,260 @@
+"""The float64 decision behind every ranking: float32 keys filter, float64 keys decide.
+
+The engine's float32 products (:mod:`embedeval.engine.exact`, :mod:`embedeval.engine.symmetric`)
+give each (query, reference) pair a key within a proven distance ``B_q`` of its float64 key
+(:func:`key_bounds`).  Two candidates whose float32 keys are more than ``2 B_q`` apart are
+therefore in the right order; only runs of candidates closer than that (*clusters*: near-ties,
+exact ties, identical rows) are re-scored in float64 (:func:`exact_keys`) and ordered by those
+keys, equal keys by reference index (:func:`decide`).  The engine keeps every reference whose
+float32 key is within ``2 B_q`` of its depth threshold, so the float64 order of the candidates
+is the float64 order of the whole reference set up to the depth.
+
+The float64 keys are formed from the float32 inputs with a fixed order of operations (one
+column at a time, vectorised over pairs), so they do not depend on block or shard shapes:
+
+* Euclidean: ``sum_j (q_j - x_j)**2``, the squared distance;
+* inner product: ``-sum_j q_j x_j``;
+* cosine: with ``r = x / max|x|`` and ``s = q / max|q|`` (exact for positive multiples of a
+  row, which become the same ``r``), ``-((sum_j s_j r_j) / ||r||) / ||s||``.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ..utils.validation import host_array
+from .candidates import Candidates, from_sortable_bits
+
+__all__ = [
+    "U32",
+    "decide",
+    "exact_keys",
+    "first_k",
+    "gamma",
+    "key_bounds",
+    "reference_sq_bound",
+    "search_bands",
+    "task_bounds",
+    "widen",
+]
+
+#: Unit roundoff of float32.
+U32 = 2.0**-24
+_U64 = 2.0**-53
+_ROWS = 16384  # pairs re-scored per pass (bounded memory)
+
+
+def gamma(n: int, u: float = U32) -> float:
+    """Higham's ``gamma_n = n u / (1 - n u)``: the relative error bound of an ``n``-term sum
+    of products in precision ``u``, whatever the summation order (FMA included).
+
+    >>> gamma(1, 0.5**24) == 0.5**24 / (1 - 0.5**24)
+    True
+    """
+    return n * u / (1.0 - n * u)
+
+
+def key_bounds(q_sq: np.ndarray, m_sq: float, dim: int, distance: str) -> np.ndarray:
+    """Per query: ``B_q``, a bound on ``|float32 key - float64 key|`` for every reference.
+
+    ``q_sq`` bounds each query's squared norm from above, ``m_sq`` every reference's.
+    Euclidean keys ``||x||^2 - 2 q.x`` (one-sided) or ``D - ||q||^2`` with
+    ``D = [x, ||x||^2, 1].[-2 q, 1, ||q||^2]`` (symmetric) sum at most ``dim + 2`` products
+    whose magnitudes add up to at most ``(||q|| + ||x||)^2``, with squared norms that carry
+    ``gamma_dim`` themselves and one rounding of the subtraction:
+    ``|err| <= 3 gamma_{dim+3} (||q|| + M)^2``.  Inner product: ``gamma_dim ||q|| M``.
+    Cosine: each normalised element carries up to 4 roundings (float32 norm, division), so
+    ``gamma_{dim+8}`` (unit rows).  Each is doubled to cover the float64 key's own rounding
+    (``gamma_{dim+2}`` in float64) with a wide margin.
+
+    >>> key_bounds(np.array([1.0]), 1.0, 8, "euclidean") > 4 * 11 * 2.0**-24
+    array([ True])
+    """
+    q_sq = np.asarray(q_sq, dtype=np.float64)
+    if distance == "euclidean":
+        bound = 3 * gamma(dim + 3) * (np.sqrt(q_sq) + np.sqrt(m_sq)) ** 2
+    elif distance == "inner_product":
+        bound = gamma(dim + 1) * np.sqrt(q_sq) * np.sqrt(m_sq)
+    else:
+        bound = np.full(q_sq.shape, gamma(dim + 8), dtype=np.float64)
+    return 2.0 * bound
+
+
+def reference_sq_bound(sq32: np.ndarray, dim: int) -> float:
+    """An upper bound on every squared norm from float32 squared norms ``sq32`` (each within
+    ``gamma_dim`` of the exact one)."""
+    if not sq32.size:
+        return 0.0
+    return float(np.max(sq32)) / (1.0 - gamma(dim)) * (1.0 + 2.0**-40)
+
+
+def exact_keys(q: np.ndarray, x: np.ndarray, distance: str) -> np.ndarray:
+    """float64 keys of the aligned row pairs ``(q[i], x[i])`` (float32 rows), one column at a
+    time so that the result does not depend on how pairs are grouped (see the module).
+
+    >>> q = np.array([[1, 2, 0], [1, 0, 0]], np.float32)
+    >>> exact_keys(q, np.array([[1, 1, 0], [3, 3, 0]], np.float32), "euclidean").tolist()
+    [1.0, 13.0]
+    >>> a = exact_keys(q[:1], np.array([[1, 1, 0]], np.float32), "cosine")
+    >>> b = exact_keys(q[:1], np.array([[3, 3, 0]], np.float32), "cosine")
+    >>> bool(a[0] == b[0])
+    True
+    """
+    q = np.asarray(q, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    if distance == "cosine":
+        q = q / np.abs(q).max(axis=1, keepdims=True)
+        x = x / np.abs(x).max(axis=1, keepdims=True)
+    acc = np.zeros(q.shape[0], dtype=np.float64)
+    if distance == "euclidean":
+        for j in range(q.shape[1]):
+            t = q[:, j] - x[:, j]
+            acc += t * t
+        return acc
+    for j in range(q.shape[1]):
+        acc += q[:, j] * x[:, j]
+    if distance == "inner_product":
+        return -acc
+    q_norm = np.zeros_like(acc)
+    x_norm = np.zeros_like(acc)
+    for j in range(q.shape[1]):
+        q_norm += q[:, j] * q[:, j]
+        x_norm += x[:, j] * x[:, j]
+    return -((acc / np.sqrt(x_norm)) / np.sqrt(q_norm))
+
+
+def _gather_keys(xq: Any, xb: Any, qi: np.ndarray, ri: np.ndarray, distance: str) -> np.ndarray:
+    out = np.empty(qi.size, dtype=np.float64)
+    for a in range(0, qi.size, _ROWS):
+        b = min(a + _ROWS, qi.size)
+        q, x = host_array(xq[qi[a:b]]), host_array(xb[ri[a:b]])
+        out[a:b] = exact_keys(np.asarray(q), np.asarray(x), distance)
+    return out
+
+
+def decide(
+    block: Candidates, xq: Any, xb: Any, distance: str, bounds: np.ndarray
+) -> tuple[Candidates, np.ndarray | None]:
+    """``block`` (sorted by float32 key, then index) in float64 order, and the float64 keys
+    of its candidates where any were computed (else ``None``: the block is returned as it is).
+
+    ``bounds[i]`` is ``B`` of query ``block.queries[i]`` (:func:`key_bounds`); ``xq`` / ``xb``
+    the float32 rows the keys were formed from.  A candidate starts a new cluster when its key
+    exceeds the previous one by more than ``2 B``; clusters of two or more are re-scored with
+    :func:`exact_keys` and sorted by (float64 key, reference index).  The result's ``bits``
+    are then dense ranks: equal exactly where the float64 keys tie (what the metric kernels
+    read as a tie).
+
+    >>> from embedeval.engine.candidates import sortable_bits
+    >>> x = np.array([[1, 0], [1, 1], [3, 3], [2, 2]], np.float32)
+    >>> keys = np.array([1.0, 1.0, 1.0], np.float32)  # float32 keys that cannot tell them apart
+    >>> block = Candidates(np.array([0]), np.array([0, 3]), np.array([3, 1, 2]),
+    ...                    sortable_bits(keys))
+    >>> out, exact = decide(block, x, x, "cosine", np.array([1e-6]))
+    >>> out.index.tolist(), out.bits.tolist()
+    ([1, 2, 3], [0, 0, 0])
+    """
+    n = block.index.size
+    if n < 2:
+        return block, None
+    keys = from_sortable_bits(block.bits).astype(np.float64)
+    counts = block.counts
+    row = np.repeat(np.arange(counts.size), counts)
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.greater(np.diff(keys), 2.0 * bounds[row[1:]], out=new[1:])
+    starts = block.lims[:-1][counts > 0]
+    new[starts] = True
+    if new.all():
+        return block, None
+    cluster = np.cumsum(new) - 1
+    size = np.bincount(cluster)
+    amb = np.flatnonzero(size[cluster] > 1)
+    qi = block.queries[row[amb]]
+    exact = _gather_keys(xq, xb, qi, block.index[amb], distance)
+    order = np.lexsort((block.index[amb], exact, cluster[amb]))
+    index = block.index.copy()
+    index[amb] = block.index[amb][order]
+    exact = exact[order]
+    distinct = new.copy()
+    same = (cluster[amb][1:] == cluster[amb][:-1]) & (exact[1:] != exact[:-1])
+    distinct[amb[1:][same]] = True
+    bits = (np.cumsum(distinct) - 1).astype(np.uint32)
+    full = np.full(n, np.nan)
+    full[amb] = exact
+    return Candidates(block.queries, block.lims, index, bits), full
+
+
+_BOUNDS: dict[int, float] = {}
+_BOUNDS_LOCK = threading.Lock()
+
+
+def task_bounds(task: Any, rows: np.ndarray) -> np.ndarray:
+    """:func:`key_bounds` of the query ``rows`` of a retrieval task (its reference's largest
+    squared norm computed once per task, in float64)."""
+    dim = int(task.reference.shape[1])
+    q = np.asarray(host_array(task.query[rows]), dtype=np.float64)
+    q_sq = np.einsum("ij,ij->i", q, q) * (1.0 + 2.0**-40)
+    if task.distance != "inner_product" and task.distance != "euclidean":
+        return key_bounds(q_sq, 1.0, dim, task.distance)
+    with _BOUNDS_LOCK:
+        m_sq = _BOUNDS.get(id(task))
+    if m_sq is None:
+        m_sq = 0.0
+        ref = task.reference
+        for a in range(0, int(ref.shape[0]), 65536):
+            part = np.asarray(host_array(ref[a : a + 65536]), dtype=np.float64)
+            m_sq = max(m_sq, float(np.einsum("ij,ij->i", part, part).max(initial=0.0)))
+        m_sq *= 1.0 + 2.0**-40
+        with _BOUNDS_LOCK:
+            _BOUNDS[id(task)] = m_sq
+            weakref.finalize(task, _BOUNDS.pop, id(task), None)
+    return key_bounds(q_sq, m_sq, dim, task.distance)
+
+
+def widen(tau: np.ndarray, band: np.ndarray) -> np.ndarray:
+    """float32 thresholds ``tau + band`` rounded up (``-inf`` stays, overflow gives ``+inf``),
+    so that a float32 key within ``band`` above ``tau`` still passes ``key <= threshold``.
+
+    >>> widen(np.array([1.0, -np.inf], np.float32), np.array([1e-9, 1.0])).tolist()
+    [1.0000001192092896, -inf]
+    """
+    exact = np.asarray(tau, dtype=np.float64) + band
+    with np.errstate(over="ignore"):
+        out = exact.astype(np.float32)
+    low = out < exact
+    out[low] = np.nextafter(out[low], np.float32(np.inf))
+    return out
+
+
+def search_bands(q_sq32: np.ndarray, m_sq: float, dim: int, distance: str) -> np.ndarray:
+    """The engine's widening of each query's thresholds, ``2 B_q`` (:func:`key_bounds`), from
+    float32 squared norms of the queries (each within ``gamma_dim``) and ``m_sq``."""
+    q_sq = np.asarray(q_sq32, dtype=np.float64) / (1.0 - gamma(dim)) * (1.0 + 2.0**-40)
+    return 2.0 * key_bounds(q_sq, m_sq, dim, distance)
+
+
+def first_k(task: Any, block: Candidates, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``k`` candidates of each query of a decided ``block`` (:func:`decide`) as
+    ``(distances, indices)``: the float64 Euclidean distance (square root of the float64
+    squared distance), cosine or inner product of the task's rows, rounded to float32 once.
+
+    >>> from types import SimpleNamespace
+    >>> x = np.array([[0, 0], [3, 4], [6, 8]], np.float32)
+    >>> task = SimpleNamespace(query=x, reference=x, distance="euclidean")
+    >>> lims, index = np.array([0, 2]), np.array([1, 2])
+    >>> block = Candidates(np.array([0]), lims, index, np.zeros(2, np.uint32))
+    >>> first_k(task, block, 2)[0].tolist()
+    [[5.0, 10.0]]
+    """
+    b = block.queries.size
+    take = (block.lims[:-1, None] + np.arange(k)).ravel()
+    idx = np.asarray(block.index[take], dtype=np.int64)
+    keys = _gather_keys(task.query, task.reference, np.repeat(block.queries, k), idx, task.distance)
+    values = np.sqrt(keys) if task.distance == "euclidean" else -keys
+    with np.errstate(over="ignore"):
+        return values.astype(np.float32).reshape(b, k), idx.reshape(b, k)
