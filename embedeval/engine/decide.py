@@ -14,8 +14,11 @@ column at a time, vectorised over pairs), so they do not depend on block or shar
 
 * Euclidean: ``sum_j (q_j - x_j)**2``, the squared distance;
 * inner product: ``-sum_j q_j x_j``;
-* cosine: with ``r = x / max|x|`` and ``s = q / max|q|`` (exact for positive multiples of a
-  row, which become the same ``r``), ``-((sum_j s_j r_j) / ||r||) / ||s||``.
+* cosine: ``-sign(s) s**2 / ||x||**2`` with ``s = sum_j q_j x_j`` and
+  ``||x||**2 = sum_j x_j**2`` (ranks like ``-cos``; no square root, so exact rational ties
+  of small-integer data stay ties), and a positive multiple of a reference row takes the key
+  of the row's first occurrence among the query's re-scored pairs (rows scaled by their
+  largest component are then identical), so ``(1, 1, 0)`` and ``(3, 3, 0)`` tie exactly.
 """
 
 from __future__ import annotations
@@ -92,7 +95,9 @@ def reference_sq_bound(sq32: np.ndarray, dim: int) -> float:
     return float(np.max(sq32)) / (1.0 - gamma(dim)) * (1.0 + 2.0**-40)
 
 
-def exact_keys(q: np.ndarray, x: np.ndarray, distance: str) -> np.ndarray:
+def exact_keys(
+    q: np.ndarray, x: np.ndarray, distance: str, groups: np.ndarray | None = None
+) -> np.ndarray:
     """float64 keys of the aligned row pairs ``(q[i], x[i])`` (float32 rows), one column at a
     time so that the result does not depend on how pairs are grouped (see the module).
 
@@ -106,9 +111,6 @@ def exact_keys(q: np.ndarray, x: np.ndarray, distance: str) -> np.ndarray:
     """
     q = np.asarray(q, dtype=np.float64)
     x = np.asarray(x, dtype=np.float64)
-    if distance == "cosine":
-        q = q / np.abs(q).max(axis=1, keepdims=True)
-        x = x / np.abs(x).max(axis=1, keepdims=True)
     acc = np.zeros(q.shape[0], dtype=np.float64)
     if distance == "euclidean":
         for j in range(q.shape[1]):
@@ -119,20 +121,42 @@ def exact_keys(q: np.ndarray, x: np.ndarray, distance: str) -> np.ndarray:
         acc += q[:, j] * x[:, j]
     if distance == "inner_product":
         return -acc
-    q_norm = np.zeros_like(acc)
-    x_norm = np.zeros_like(acc)
+    x_sq = np.zeros_like(acc)
     for j in range(q.shape[1]):
-        q_norm += q[:, j] * q[:, j]
-        x_norm += x[:, j] * x[:, j]
-    return -((acc / np.sqrt(x_norm)) / np.sqrt(q_norm))
+        x_sq += x[:, j] * x[:, j]
+    # -sign(s) s^2 / ||x||^2 ranks like -cos (the query's norm is common to its references):
+    # exact rational ties (small-integer data) stay ties, with no square root to round.
+    out = -np.sign(acc) * (acc * acc) / x_sq
+    return _tie_multiples(out, x, np.asarray(groups) if groups is not None else None)
+
+
+def _tie_multiples(keys: np.ndarray, x: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
+    """Cosine keys with every positive multiple of a row (same ``groups`` entry, e.g. the
+    query) given the key of its first occurrence: rows scaled by their largest |component|
+    are identical exactly for positive multiples."""
+    if keys.size < 2:
+        return keys
+    r = x / np.abs(x).max(axis=1, keepdims=True)
+    g = np.zeros(keys.size, dtype=np.int64) if groups is None else groups.astype(np.int64)
+    rows = np.ascontiguousarray(np.column_stack((g.astype(np.float64), r)))
+    _, first, inverse = np.unique(
+        rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel(),
+        return_index=True,
+        return_inverse=True,
+    )
+    return keys[first][inverse.ravel()]
 
 
 def _gather_keys(xq: Any, xb: Any, qi: np.ndarray, ri: np.ndarray, distance: str) -> np.ndarray:
+    """:func:`exact_keys` of the pairs ``(xq[qi[i]], xb[ri[i]])`` (``qi`` sorted), in chunks
+    that end at a query's last pair (cosine ties the multiples of a row within a query)."""
     out = np.empty(qi.size, dtype=np.float64)
-    for a in range(0, qi.size, _ROWS):
-        b = min(a + _ROWS, qi.size)
+    a = 0
+    while a < qi.size:
+        b = int(np.searchsorted(qi, qi[min(a + _ROWS, qi.size) - 1], side="right"))
         q, x = host_array(xq[qi[a:b]]), host_array(xb[ri[a:b]])
-        out[a:b] = exact_keys(np.asarray(q), np.asarray(x), distance)
+        out[a:b] = exact_keys(np.asarray(q), np.asarray(x), distance, qi[a:b])
+        a = b
     return out
 
 
@@ -254,7 +278,15 @@ def first_k(task: Any, block: Candidates, k: int) -> tuple[np.ndarray, np.ndarra
     b = block.queries.size
     take = (block.lims[:-1, None] + np.arange(k)).ravel()
     idx = np.asarray(block.index[take], dtype=np.int64)
-    keys = _gather_keys(task.query, task.reference, np.repeat(block.queries, k), idx, task.distance)
-    values = np.sqrt(keys) if task.distance == "euclidean" else -keys
+    qi = np.repeat(block.queries, k)
+    keys = _gather_keys(task.query, task.reference, qi, idx, task.distance)
+    if task.distance == "euclidean":
+        values = np.sqrt(keys)
+    elif task.distance == "cosine":  # from -sign(s) s^2 / ||x||^2: cos = sign(s) |s| / ||x|| ||q||
+        q = np.asarray(host_array(task.query[block.queries]), dtype=np.float64)
+        q_norm = np.repeat(np.sqrt(np.einsum("ij,ij->i", q, q)), k)
+        values = -np.sign(keys) * np.sqrt(np.abs(keys)) / q_norm
+    else:
+        values = -keys
     with np.errstate(over="ignore"):
         return values.astype(np.float32).reshape(b, k), idx.reshape(b, k)
