@@ -217,22 +217,27 @@ _BOUNDS: dict[int, float] = {}
 _BOUNDS_LOCK = threading.Lock()
 
 
+def _sq_norms(x: Any, rows: np.ndarray, step: int = 8192) -> np.ndarray:
+    """float64 squared norms of rows ``rows`` of ``x``, a few thousand rows at a time."""
+    out = np.empty(rows.size, dtype=np.float64)
+    for a in range(0, rows.size, step):
+        part = np.asarray(host_array(x[rows[a : a + step]]), dtype=np.float64)
+        out[a : a + step] = np.einsum("ij,ij->i", part, part)
+    return out
+
+
 def task_bounds(task: Any, rows: np.ndarray) -> np.ndarray:
     """:func:`key_bounds` of the query ``rows`` of a retrieval task (its reference's largest
     squared norm computed once per task, in float64)."""
     dim = int(task.reference.shape[1])
-    q = np.asarray(host_array(task.query[rows]), dtype=np.float64)
-    q_sq = np.einsum("ij,ij->i", q, q) * (1.0 + 2.0**-40)
-    if task.distance != "inner_product" and task.distance != "euclidean":
-        return key_bounds(q_sq, 1.0, dim, task.distance)
+    if task.distance == "cosine":  # unit rows
+        return key_bounds(np.ones(np.size(rows)), 1.0, dim, task.distance)
+    q_sq = _sq_norms(task.query, np.asarray(rows)) * (1.0 + 2.0**-40)
     with _BOUNDS_LOCK:
         m_sq = _BOUNDS.get(id(task))
     if m_sq is None:
-        m_sq = 0.0
-        ref = task.reference
-        for a in range(0, int(ref.shape[0]), 65536):
-            part = np.asarray(host_array(ref[a : a + 65536]), dtype=np.float64)
-            m_sq = max(m_sq, float(np.einsum("ij,ij->i", part, part).max(initial=0.0)))
+        n_ref = int(task.reference.shape[0])
+        m_sq = float(_sq_norms(task.reference, np.arange(n_ref)).max(initial=0.0))
         m_sq *= 1.0 + 2.0**-40
         with _BOUNDS_LOCK:
             _BOUNDS[id(task)] = m_sq
