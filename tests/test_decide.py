@@ -156,3 +156,16 @@ def test_key_bounds_formula():
     expected = 2 * 3 * (8 * 2.0**-24 / (1 - 8 * 2.0**-24)) * 9
     assert key_bounds(np.array([1.0]), 4.0, 5, "euclidean")[0] == pytest.approx(expected, rel=1e-12)
     assert gamma(8) == pytest.approx(8 * 2.0**-24, rel=1e-6)
+
+
+def test_positives_lists_rank_near_ties_in_float64():
+    xq, _, xb, _ = near_ties(3000, 30, 4)
+    rng = np.random.default_rng(5)
+    positives = [sorted(rng.choice(3000, 4, replace=False).tolist()) for _ in range(30)]
+    result = ee.evaluate(xq, None, xb, None, positives=positives, metrics=["map", "precision_at_1"])
+    for i, order in enumerate(brute_order(xq, xb)):
+        hit = np.isin(order, positives[i])
+        ranks = np.flatnonzero(hit) + 1
+        ap = float(np.mean(np.arange(1, ranks.size + 1) / ranks))
+        assert result.per_query["map"][i] == pytest.approx(ap, abs=1e-12)
+        assert result.per_query["precision_at_1"][i] == float(hit[0])

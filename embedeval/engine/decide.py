@@ -34,6 +34,7 @@ from .candidates import Candidates, from_sortable_bits
 
 __all__ = [
     "U32",
+    "array_bounds",
     "decide",
     "exact_keys",
     "first_k",
@@ -224,6 +225,17 @@ def _sq_norms(x: Any, rows: np.ndarray, step: int = 8192) -> np.ndarray:
         part = np.asarray(host_array(x[rows[a : a + step]]), dtype=np.float64)
         out[a : a + step] = np.einsum("ij,ij->i", part, part)
     return out
+
+
+def array_bounds(xq: Any, xb: Any, distance: str) -> np.ndarray:
+    """:func:`key_bounds` of every query row of ``xq`` searched in ``xb`` (no caching: see
+    :func:`task_bounds` for a task's blocks)."""
+    dim = int(xb.shape[1])
+    if distance == "cosine":
+        return key_bounds(np.ones(int(xq.shape[0])), 1.0, dim, distance)
+    q_sq = _sq_norms(xq, np.arange(int(xq.shape[0]))) * (1.0 + 2.0**-40)
+    m_sq = float(_sq_norms(xb, np.arange(int(xb.shape[0]))).max(initial=0.0)) * (1.0 + 2.0**-40)
+    return key_bounds(q_sq, m_sq, dim, distance)
 
 
 def task_bounds(task: Any, rows: np.ndarray) -> np.ndarray:

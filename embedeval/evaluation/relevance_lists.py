@@ -87,6 +87,7 @@ def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
     """Per query block: its junk-free ranking as CSR candidates and the positive flags."""
     from ..engine.arrays import centre_for_distance
     from ..engine.candidates import Candidates, sortable_bits
+    from ..engine.decide import array_bounds, decide
     from ..engine.exact import PreparedSearch, reference_duplicates, representatives
 
     # An exact translation (distances unchanged) keeps far-from-origin keys from cancelling.
@@ -98,6 +99,7 @@ def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
         dups, representatives(xb, dups, distance), slice(0, n_ref)
     )
     cols = np.arange(n_ref)
+    bounds = array_bounds(xq, xb, distance)
     for a in range(0, n_q, block_size):
         b = min(a + block_size, n_q)
         keys = search.keys(slice(a, b))
@@ -113,10 +115,11 @@ def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
         is_pos[p_rows, p_cols] = True
         lims = np.zeros(b - a + 1, np.int64)
         np.cumsum(n_valid, out=lims[1:])
-        block = Candidates(
-            np.arange(a, b), lims, np.arange(index.size), sortable_bits(keys[rows, index])
-        )
-        yield block, is_pos[rows, index], n_valid
+        block = Candidates(np.arange(a, b), lims, index, sortable_bits(keys[rows, index]))
+        # Near-ties the float32 keys cannot order are decided in float64 (engine.decide).
+        block = decide(block, xq, xb, distance, bounds[a:b])[0]
+        positions = Candidates(block.queries, lims, np.arange(index.size), block.bits)
+        yield positions, is_pos[rows, block.index], n_valid
 
 
 def _csr_pairs(lists, a, b):
