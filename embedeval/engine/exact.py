@@ -20,6 +20,10 @@ How it works (and why it is faster and lighter than a faiss ``search`` with a la
 4. Candidates are packed as ``uint64`` = (order-preserving bits of the float32 key) << 32 | column
    and sorted per row, which orders by distance and then by ascending reference index — the tie
    rule of faiss's flat index — in one ``np.sort``.
+5. The float32 keys are a filter: thresholds are widened by twice the keys' error bound, and
+   the scorer re-orders runs of near-ties by float64 keys (:mod:`embedeval.engine.decide`), so
+   the ranking is the float64 one.  Euclidean inputs far from the origin are first translated
+   by an exact centre (:func:`exact_centre`).
 
 One :class:`EnginePlan` (made by :func:`plan_search`) holds everything fixed before the first
 block: the prepared product, each query's depth, the column subsample, the exclusions, the label

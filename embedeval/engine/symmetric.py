@@ -16,9 +16,10 @@ multiplied in fixed strips of :data:`STRIP` rows), so
 product shapes, hence float32 rounding, are fixed whoever asks, and (i, j) and (j, i) share one
 entry.  :func:`canonical_keys` gives those keys for any rows and columns, and
 :class:`SymmetricSearch` hands them to the sharded, Dask and CPU torch backends, which stay
-bit-identical to this engine.  Because the Euclidean key is formed after the product rather than
-inside a query-by-reference product, leave-one-out keys may differ from an explicit reference's
-keys by float32 rounding; values are equal wherever rounding does not decide a tie.
+bit-identical to this engine.  The Euclidean key is formed after the product rather than inside
+a query-by-reference product, so its float32 rounding differs from the one-sided engine's; both
+stay within the bound of :mod:`embedeval.engine.decide`, whose float64 decision makes the
+rankings, hence the values, equal.
 
 Candidate selection: the first per-query depth thresholds tau are read off a small seeded
 column subsample (:func:`_subsample`, :func:`embedeval.engine.exact.sample_thresholds`).  A product

@@ -74,12 +74,14 @@ def neighbors(
 
     Notes
     -----
-    Ties (equal distances) are ordered by ascending reference index, which is what faiss's flat
-    index does; unlike faiss, a ``k`` larger than the reference set is clamped, never padded
-    with index -1.  Identical reference vectors are at exactly the same distance (see the
-    README's conventions).  Inputs so large or so small that float32 keys would overflow or
-    underflow (beyond about 2**60 or below 2**-40) are searched after scaling by a power of two,
-    which changes no ranking; distances are returned in the input's units.
+    The order is that of the float64 distances of the inputs (float32 products filter, near-ties
+    are decided in float64), and the distances are those float64 values rounded once to
+    float32.  Ties (equal float64 distances) are ordered by ascending reference index, which is
+    what faiss's flat index does; unlike faiss, a ``k`` larger than the reference set is
+    clamped, never padded with index -1.  Identical reference vectors are at exactly the same
+    distance (see the README's conventions).  Inputs so large or so small that float32 keys
+    would overflow or underflow (beyond about 2**60 or below 2**-40) are searched after scaling
+    by a power of two, which changes no ranking; distances are returned in the input's units.
 
     Examples
     --------

@@ -22,8 +22,9 @@ device:
 
 On the CPU the products of step 1 are the local engine's own (same code, block layout and
 single-threaded BLAS), so ``device="cpu"`` reproduces the local engine bit for bit on any data;
-on a GPU, cuBLAS sums the same float32 products in another order, so references closer than
-float32 resolution may swap (identical results on exactly representable data).
+on a GPU, cuBLAS sums the same float32 products in another order, which the error bound of
+:mod:`embedeval.engine.decide` covers: each block's near-ties are decided in float64 on the host
+and the re-ordered candidates go back to the device kernels.
 
 Memory is bounded by query blocks sized from a budget (default half the free device memory);
 no buffer grows with n_query x depth.  torch is imported only when this backend is used.
