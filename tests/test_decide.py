@@ -169,3 +169,20 @@ def test_positives_lists_rank_near_ties_in_float64():
         ap = float(np.mean(np.arange(1, ranks.size + 1) / ranks))
         assert result.per_query["map"][i] == pytest.approx(ap, abs=1e-12)
         assert result.per_query["precision_at_1"][i] == float(hit[0])
+
+
+def test_an_outlying_row_does_not_widen_every_querys_band():
+    """One row 1000 times farther out than the rest: the band of a query only counts the
+    references that can reach its threshold, so the candidates stay few (and exact)."""
+    from embedeval.engine.exact import sorted_candidates
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(3000, 16)).astype(np.float32)
+    x[7] *= 1000
+    blocks = list(sorted_candidates(x[:50], x, distance="euclidean", depth=np.full(50, 5)))
+    assert max(int(b.counts.max()) for b in blocks) < 300
+    y = np.arange(3000) % 300
+    truth = brute_metrics(x[:50], y[:50], x, y)
+    result = ee.evaluate(x[:50], y[:50], x, y, metrics=METRICS)
+    for name, expected in truth.items():
+        np.testing.assert_allclose(result.per_query[name], expected, rtol=0, atol=1e-12)

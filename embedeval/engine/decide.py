@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,15 +35,19 @@ from .candidates import Candidates, from_sortable_bits
 
 __all__ = [
     "U32",
-    "array_bounds",
+    "Reach",
+    "TaskNorms",
+    "candidate_bounds",
     "decide",
+    "decide_task_block",
     "exact_keys",
     "first_k",
     "gamma",
     "key_bounds",
+    "reach_of",
     "reference_sq_bound",
-    "search_bands",
-    "task_bounds",
+    "sq_norms",
+    "task_norms",
     "widen",
 ]
 
@@ -214,11 +219,64 @@ def decide(
     return Candidates(block.queries, block.lims, index, bits), full
 
 
-_BOUNDS: dict[int, float] = {}
-_BOUNDS_LOCK = threading.Lock()
+@dataclass(frozen=True)
+class Reach:
+    """What the engine needs to widen a query's threshold by ``2 B_q``: upper bounds on the
+    squared norms of its rows (``q_sq``, float64 per row) and of every reference (``m_sq``),
+    the dimension, the distance and a factor on the unit roundoff (``scale``: 2**13 for TF32
+    products).
+
+    For the Euclidean key the band depends on the threshold ``tau``: a reference whose key can
+    reach ``tau + band`` has a norm of at most ``R = (1 + c) ||q|| + sqrt((1 + c)^2 ||q||^2 +
+    (1 - c)(c ||q||^2 + tau + band))) / (1 - c)`` (from ``key >= ||x||^2 - 2 ||q|| ||x||`` and
+    ``B(q, x) = c (||q|| + ||x||)^2``), so the band only needs ``min(M, R)`` rather than the
+    largest norm ``M`` of the whole reference: two rounds of that fixed point, each band no
+    larger than the one before, keep one outlying row from widening every query's band.
+    """
+
+    q_sq: np.ndarray
+    m_sq: float
+    dim: int
+    distance: str
+    scale: float = 1.0
+
+    def band(self, rows: Any, tau: np.ndarray) -> np.ndarray:
+        """``2 B_q`` for the query ``rows`` at thresholds ``tau`` (float64)."""
+        q_sq = self.q_sq[rows]
+        if self.distance != "euclidean":
+            return 2.0 * self.scale * key_bounds(q_sq, self.m_sq, self.dim, self.distance)
+        c = 2.0 * 3 * gamma(self.dim + 3) * self.scale  # B(q, x) = c (||q|| + ||x||)^2
+        qn, m = np.sqrt(q_sq), np.sqrt(self.m_sq)
+        band = 2.0 * c * (qn + m) ** 2
+        t = np.asarray(tau, dtype=np.float64)
+        if c >= 0.5:
+            return band
+        for _ in range(2):
+            with np.errstate(invalid="ignore", over="ignore"):
+                s = np.maximum((1 + c) ** 2 * q_sq + (1 - c) * (c * q_sq + t + band), 0.0)
+                r = ((1 + c) * qn + np.sqrt(s)) / (1 - c)
+            r = np.where(np.isfinite(t), np.minimum(r, m), m)
+            band = 2.0 * c * (qn + r) ** 2
+        return band * (1.0 + 2.0**-30)
+
+    def widen(self, rows: Any, tau: np.ndarray) -> np.ndarray:
+        """float32 thresholds ``tau`` of the query ``rows`` widened by their band."""
+        return widen(tau, self.band(rows, tau))
 
 
-def _sq_norms(x: Any, rows: np.ndarray, step: int = 8192) -> np.ndarray:
+def reach_of(x: np.ndarray, sq32: np.ndarray | None, m_sq: float, distance: str) -> Reach:
+    """The :class:`Reach` of query rows ``x`` (float32) from their float32 squared norms
+    ``sq32`` (each within ``gamma_dim``; None: computed here) and ``m_sq``."""
+    dim = int(x.shape[1])
+    if distance == "cosine":
+        return Reach(np.ones(int(x.shape[0])), 1.0, dim, distance)
+    if sq32 is None:
+        sq32 = np.einsum("ij,ij->i", x, x, dtype=np.float32)
+    q_sq = np.asarray(sq32, dtype=np.float64) / (1.0 - gamma(dim)) * (1.0 + 2.0**-40)
+    return Reach(q_sq, m_sq, dim, distance)
+
+
+def sq_norms(x: Any, rows: np.ndarray, step: int = 8192) -> np.ndarray:
     """float64 squared norms of rows ``rows`` of ``x``, a few thousand rows at a time."""
     out = np.empty(rows.size, dtype=np.float64)
     for a in range(0, rows.size, step):
@@ -227,34 +285,67 @@ def _sq_norms(x: Any, rows: np.ndarray, step: int = 8192) -> np.ndarray:
     return out
 
 
-def array_bounds(xq: Any, xb: Any, distance: str) -> np.ndarray:
-    """:func:`key_bounds` of every query row of ``xq`` searched in ``xb`` (no caching: see
-    :func:`task_bounds` for a task's blocks)."""
-    dim = int(xb.shape[1])
+def candidate_bounds(
+    block: Candidates, q_sq: np.ndarray, ref_sq: np.ndarray, dim: int, distance: str
+) -> np.ndarray:
+    """``B_q`` per query of ``block`` with the largest squared norm among its own candidates
+    (``ref_sq`` of every reference, ``q_sq`` of the block's queries): the pairs the decision
+    compares are its candidates, so no other reference's norm enters.
+
+    >>> block = Candidates(np.array([0]), np.array([0, 1]), np.array([1]), np.zeros(1, np.uint32))
+    >>> bool(candidate_bounds(block, np.ones(1), np.array([1e6, 1.0]), 8, "euclidean")[0] < 1e-4)
+    True
+    """
     if distance == "cosine":
-        return key_bounds(np.ones(int(xq.shape[0])), 1.0, dim, distance)
-    q_sq = _sq_norms(xq, np.arange(int(xq.shape[0]))) * (1.0 + 2.0**-40)
-    m_sq = float(_sq_norms(xb, np.arange(int(xb.shape[0]))).max(initial=0.0)) * (1.0 + 2.0**-40)
-    return key_bounds(q_sq, m_sq, dim, distance)
+        return key_bounds(np.ones(block.queries.size), 1.0, dim, distance)
+    counts = block.counts
+    m_sq = np.zeros(counts.size, dtype=np.float64)
+    full = np.flatnonzero(counts > 0)
+    if full.size:
+        m_sq[full] = np.maximum.reduceat(ref_sq[block.index], block.lims[:-1][full])
+    return key_bounds(q_sq, m_sq * (1.0 + 2.0**-40), dim, distance)
 
 
-def task_bounds(task: Any, rows: np.ndarray) -> np.ndarray:
-    """:func:`key_bounds` of the query ``rows`` of a retrieval task (its reference's largest
-    squared norm computed once per task, in float64)."""
+@dataclass(frozen=True)
+class TaskNorms:
+    """float64 squared norms of a task's query and reference rows (computed once per task)."""
+
+    q_sq: np.ndarray
+    ref_sq: np.ndarray
+
+    def reach(self, distance: str, dim: int, scale: float = 1.0) -> Reach:
+        m_sq = float(self.ref_sq.max(initial=0.0))
+        q_sq = self.q_sq * (1.0 + 2.0**-40)
+        return Reach(q_sq, m_sq * (1.0 + 2.0**-40), dim, distance, scale)
+
+
+_NORMS: dict[int, TaskNorms] = {}
+_NORMS_LOCK = threading.Lock()
+
+
+def task_norms(task: Any) -> TaskNorms:
+    """The :class:`TaskNorms` of a retrieval task, kept while the task lives."""
+    with _NORMS_LOCK:
+        out = _NORMS.get(id(task))
+    if out is None:
+        q_sq = sq_norms(task.query, np.arange(int(task.query.shape[0])))
+        if task.reference is task.query:
+            ref_sq = q_sq
+        else:
+            ref_sq = sq_norms(task.reference, np.arange(int(task.reference.shape[0])))
+        out = TaskNorms(q_sq, ref_sq)
+        with _NORMS_LOCK:
+            _NORMS[id(task)] = out
+            weakref.finalize(task, _NORMS.pop, id(task), None)
+    return out
+
+
+def decide_task_block(task: Any, block: Candidates, scale: float = 1.0) -> Candidates:
+    """:func:`decide` of a retrieval task's block (its rows and norms)."""
+    norms = task_norms(task)
     dim = int(task.reference.shape[1])
-    if task.distance == "cosine":  # unit rows
-        return key_bounds(np.ones(np.size(rows)), 1.0, dim, task.distance)
-    q_sq = _sq_norms(task.query, np.asarray(rows)) * (1.0 + 2.0**-40)
-    with _BOUNDS_LOCK:
-        m_sq = _BOUNDS.get(id(task))
-    if m_sq is None:
-        n_ref = int(task.reference.shape[0])
-        m_sq = float(_sq_norms(task.reference, np.arange(n_ref)).max(initial=0.0))
-        m_sq *= 1.0 + 2.0**-40
-        with _BOUNDS_LOCK:
-            _BOUNDS[id(task)] = m_sq
-            weakref.finalize(task, _BOUNDS.pop, id(task), None)
-    return key_bounds(q_sq, m_sq, dim, task.distance)
+    bounds = candidate_bounds(block, norms.q_sq[block.queries], norms.ref_sq, dim, task.distance)
+    return decide(block, task.query, task.reference, task.distance, bounds * scale)[0]
 
 
 def widen(tau: np.ndarray, band: np.ndarray) -> np.ndarray:
@@ -270,13 +361,6 @@ def widen(tau: np.ndarray, band: np.ndarray) -> np.ndarray:
     low = out < exact
     out[low] = np.nextafter(out[low], np.float32(np.inf))
     return out
-
-
-def search_bands(q_sq32: np.ndarray, m_sq: float, dim: int, distance: str) -> np.ndarray:
-    """The engine's widening of each query's thresholds, ``2 B_q`` (:func:`key_bounds`), from
-    float32 squared norms of the queries (each within ``gamma_dim``) and ``m_sq``."""
-    q_sq = np.asarray(q_sq32, dtype=np.float64) / (1.0 - gamma(dim)) * (1.0 + 2.0**-40)
-    return 2.0 * key_bounds(q_sq, m_sq, dim, distance)
 
 
 def first_k(task: Any, block: Candidates, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -52,7 +52,7 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import Candidates, sortable_bits
-from .decide import reference_sq_bound, search_bands, widen
+from .decide import Reach, reach_of, reference_sq_bound
 from .duplicates import DuplicateKeys, DuplicateRows, find_duplicate_rows
 from .threads import in_order, single_threaded_blas
 
@@ -205,26 +205,26 @@ class PreparedSearch:
     query_sq_norms: np.ndarray | None
     #: Identical reference columns, whose keys are overwritten by one shared key per group.
     duplicates: DuplicateKeys | None = None
-    #: Per query row: how far above its thresholds a float32 key is still kept (twice the
-    #: float32 key's error bound, :func:`embedeval.engine.decide.search_bands`), so that the
-    #: candidates hold every reference the float64 decision may rank within the depth.
-    band: np.ndarray | None = None
+    #: How far above its thresholds each query row keeps float32 keys (twice their error bound:
+    #: :class:`embedeval.engine.decide.Reach`), so that the candidates hold every reference the
+    #: float64 decision may rank within the depth.
+    reach: Reach | None = None
 
     @classmethod
     def build(
         cls, xq: np.ndarray, xb: np.ndarray, distance: str, m_sq: float | None = None
     ) -> PreparedSearch:
         """The product of ``xq`` against ``xb``; ``m_sq`` bounds every squared norm of the
-        whole reference when ``xb`` is only part of it (a shard), for the ``band``."""
+        whole reference when ``xb`` is only part of it (a shard), for the ``reach``."""
         dim = int(xq.shape[1])
         if distance == "cosine":
             xq, xb = normalize_rows(xq, "query"), normalize_rows(xb, "reference")
-            band = search_bands(np.ones(xq.shape[0]), 1.0, dim, distance)
+            reach = reach_of(xq, None, 1.0, distance)
         else:
             sq_ref = np.einsum("ij,ij->i", xb, xb, dtype=np.float32)
             sq_query = np.einsum("ij,ij->i", xq, xq, dtype=np.float32)
             m_sq = reference_sq_bound(sq_ref, dim) if m_sq is None else m_sq
-            band = search_bands(sq_query, m_sq, dim, distance)
+            reach = reach_of(xq, sq_query, m_sq, distance)
         if distance == "euclidean":
             ref = np.empty((xb.shape[0], xb.shape[1] + 1), dtype=np.float32)
             ref[:, :-1] = xb
@@ -232,9 +232,9 @@ class PreparedSearch:
             q = np.empty((xq.shape[0], xq.shape[1] + 1), dtype=np.float32)
             np.multiply(xq, np.float32(-2.0), out=q[:, :-1])
             q[:, -1] = 1.0
-            return cls(q, ref.T, sq_query, band=band)
+            return cls(q, ref.T, sq_query, reach=reach)
         queries = np.negative(np.asarray(xq, dtype=np.float32))
-        return cls(queries, np.asarray(xb).T, None, band=band)
+        return cls(queries, np.asarray(xb).T, None, reach=reach)
 
     @property
     def n_reference(self) -> int:
@@ -754,10 +754,10 @@ def collect(
     search, exclusions, col_bits = plan.search, plan.exclusions, plan.col_bits
     b = stop - start
     n_ref = search.n_reference
-    band = None if search.band is None else search.band[start:stop]
-    if band is not None:
+    reach, own_rows = search.reach, slice(start, stop)
+    if reach is not None:
         # Keep every key the float64 decision may rank within the depth (embedeval.engine.decide).
-        tau = widen(tau, band)
+        tau = reach.widen(own_rows, tau)
     # Excluded pairs carry the key +inf; a finite cut-off is what keeps them out of ``mask``.
     tau = np.minimum(tau, KEY_MAX)
     row_codes = np.arange(b, dtype=np.uint64) << np.uint64(32 + col_bits)
@@ -779,7 +779,7 @@ def collect(
         exclusions.hide(keys, own, t0, groups=label)
         if label:
             cut = label_cutoff(plan, keys, start, stop)
-            cut = cut if band is None else np.minimum(widen(cut, band), KEY_MAX)
+            cut = cut if reach is None else np.minimum(reach.widen(own_rows, cut), KEY_MAX)
             tau = np.maximum(tau, cut)
         mask = np.less_equal(keys, tau[:, None], out=mask_buffer[: b * width].reshape(b, width))
         if twins is not None and twins.any_in(t0, t1):  # their shared keys are added below

@@ -57,7 +57,7 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import Candidates, from_sortable_bits, sortable_bits
-from .decide import task_bounds, widen
+from .decide import Reach, task_norms
 from .exact import (
     DEFAULT_MEMORY_BUDGET,
     PreparedSearch,
@@ -339,8 +339,8 @@ class _Plan:
     limit: np.ndarray  # per query: the largest product entry its key can pass tau with
     groups: np.ndarray | None
     col_bits: int
-    #: Per query: how far above tau a float32 key is still kept (embedeval.engine.decide).
-    band: np.ndarray | None = None
+    #: How far above tau each query keeps float32 keys (embedeval.engine.decide).
+    reach: Reach | None = None
     triangles: dict = dataclasses.field(default_factory=dict)
     local: threading.local = dataclasses.field(default_factory=threading.local)
 
@@ -406,13 +406,13 @@ def _make_plan(task: Any, pool: Any) -> _Plan:
 
     tau = np.concatenate(list(pool_map(pool, block_tau, range(0, n, 512))))
     # Every key the float64 decision may rank within the depth is kept.
-    band = 2.0 * task_bounds(task, np.arange(n))
-    tau = widen(tau, band)
+    reach = task_norms(task).reach(task.distance, int(task.reference.shape[1]))
+    tau = reach.widen(slice(None), tau)
     tau[need <= 0] = -np.inf
     limit = entry_limits(tau, whole.sq)
     col_bits = max(1, int(n - 1).bit_length())
     groups = task.exclusions.query_groups
-    return _Plan(task, whole, need, tau, limit, groups, col_bits, band=band)
+    return _Plan(task, whole, need, tau, limit, groups, col_bits, reach=reach)
 
 
 def _subsample(need: np.ndarray, n: int) -> np.ndarray | None:
@@ -716,8 +716,8 @@ def tighten(plan: _Plan, tile: int, codes: np.ndarray) -> np.ndarray:
     need = plan.need[q0 : q0 + m]
     full = np.flatnonzero((counts >= need) & (need > 0))
     kth = from_sortable_bits(key_bits[starts[full] + need[full] - 1])
-    if plan.band is not None:
-        kth = widen(kth, plan.band[q0 + full])
+    if plan.reach is not None:
+        kth = plan.reach.widen(q0 + full, kth)
     lower = kth < plan.tau[q0 + full]
     full, kth = full[lower], kth[lower]
     plan.tau[q0 + full] = kth

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .candidates import Candidates
-from .decide import decide, task_bounds
+from .decide import decide_task_block
 from .exact import DEFAULT_MEMORY_BUDGET, EnginePlan, Exclusions, plan_search
 from .kernels import chunk_metrics, needed_depth
 from .registry import MetricInfo
@@ -123,8 +123,7 @@ class RetrievalTask:
 
     def decided(self, block: Candidates) -> Candidates:
         """``block`` (in float32 key order) in the order of its float64 keys."""
-        bounds = task_bounds(self, block.queries)
-        return decide(block, self.query, self.reference, self.distance, bounds)[0]
+        return decide_task_block(self, block)
 
     def scored(self, block: Candidates) -> ScoredBlock:
         """:meth:`score_block` as a :class:`ScoredBlock`."""

@@ -87,7 +87,7 @@ def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
     """Per query block: its junk-free ranking as CSR candidates and the positive flags."""
     from ..engine.arrays import centre_for_distance
     from ..engine.candidates import Candidates, sortable_bits
-    from ..engine.decide import array_bounds, decide
+    from ..engine.decide import candidate_bounds, decide, sq_norms
     from ..engine.exact import PreparedSearch, reference_duplicates, representatives
 
     # An exact translation (distances unchanged) keeps far-from-origin keys from cancelling.
@@ -99,7 +99,7 @@ def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
         dups, representatives(xb, dups, distance), slice(0, n_ref)
     )
     cols = np.arange(n_ref)
-    bounds = array_bounds(xq, xb, distance)
+    q_sq, ref_sq = sq_norms(xq, np.arange(n_q)), sq_norms(xb, np.arange(n_ref))
     for a in range(0, n_q, block_size):
         b = min(a + block_size, n_q)
         keys = search.keys(slice(a, b))
@@ -117,7 +117,8 @@ def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
         np.cumsum(n_valid, out=lims[1:])
         block = Candidates(np.arange(a, b), lims, index, sortable_bits(keys[rows, index]))
         # Near-ties the float32 keys cannot order are decided in float64 (engine.decide).
-        block = decide(block, xq, xb, distance, bounds[a:b])[0]
+        bounds = candidate_bounds(block, q_sq[a:b], ref_sq, int(xb.shape[1]), distance)
+        block = decide(block, xq, xb, distance, bounds)[0]
         positions = Candidates(block.queries, lims, np.arange(index.size), block.bits)
         yield positions, is_pos[rows, block.index], n_valid
 

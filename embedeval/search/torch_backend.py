@@ -42,7 +42,7 @@ import numpy as np
 
 from ..engine.arrays import import_torch, to_host
 from ..engine.candidates import Candidates
-from ..engine.decide import first_k
+from ..engine.decide import decide_task_block, first_k, task_norms
 from ..engine.exact import DEFAULT_MEMORY_BUDGET
 from ..engine.torch_kernels import DeviceKernels
 from ..utils.errors import InputError
@@ -371,13 +371,20 @@ class _DeviceCandidates:
         )
 
 
-def _widen(torch: Any, tau: Any | None, band: Any) -> Any | None:
-    """:func:`embedeval.engine.decide.widen` on the device: ``tau + band`` rounded up."""
-    if tau is None:
-        return None
-    exact = tau.double() + band
-    out = exact.float()
-    return torch.where(out < exact, torch.nextafter(out, torch.full_like(out, math.inf)), out)
+def _widener(torch: Any, reach: Any, device: Any) -> Any:
+    """``band(rows, tau)``: device thresholds of the query ``rows`` (a block start, or global
+    indices) widened by their :class:`embedeval.engine.decide.Reach` band (computed on the
+    host from the thresholds, rounded up in float32)."""
+
+    def band(rows: Any, tau: Any) -> Any:
+        host = tau.cpu().numpy()
+        if isinstance(rows, int):
+            rows = slice(rows, rows + host.size)
+        else:
+            rows = rows.cpu().numpy()
+        return torch.as_tensor(reach.widen(rows, host), device=device)
+
+    return band
 
 
 def _collect(
@@ -390,11 +397,11 @@ def _collect(
     chunk: int,
     band: Any,
 ) -> _DeviceCandidates:
-    """Every (row, reference) with key <= tau[row] + band[row] (the float64 decision's band,
-    :mod:`embedeval.engine.decide`), sorted by (row, key, reference index); a row whose
+    """Every (row, reference) with key <= its cut-off widened by ``band`` (the float64
+    decision's band, :func:`_widener`), sorted by (row, key, reference index); a row whose
     sampled cut-off kept fewer than ``need`` keys gets the exact one first."""
     b, n_ref = keys.shape
-    tau = _cap(torch, _widen(torch, tau, band), _widen(torch, label_tau, band))
+    tau = _cap(torch, band(start, tau), None if label_tau is None else band(start, label_tau))
     # One pass over the keys (the comparison); row counts come from the few kept positions.
     bounds = torch.arange(b + 1, device=keys.device) * n_ref
     flat = torch.nonzero((keys <= tau[:, None]).view(-1)).flatten()
@@ -402,7 +409,7 @@ def _collect(
     short = torch.nonzero(lims[1:] - lims[:-1] < need).flatten()
     if short.numel():  # rare: the sampled cut-off of these rows kept too few; redo them exactly
         redo = _exact_tau(torch, keys, short, need[short], chunk)
-        redo = _widen(torch, redo, band[short])
+        redo = band(start + short, redo)
         tau[short] = _cap(torch, redo, None if label_tau is None else label_tau[short])
         flat = torch.nonzero((keys <= tau[:, None]).view(-1)).flatten()
         lims = torch.searchsorted(flat, bounds)
@@ -429,12 +436,12 @@ def _collect(
 
 
 def _candidate_blocks(
-    torch: Any, search: _Search, need: np.ndarray, label: Any, opts: TorchOptions, bounds: Any
+    torch: Any, search: _Search, need: np.ndarray, label: Any, opts: TorchOptions, reach: Any
 ) -> Iterator[_DeviceCandidates]:
-    """Sorted candidates of each query block (see the module for the steps); ``bounds`` are
-    the queries' float32 key error bounds (:func:`embedeval.engine.decide.task_bounds`)."""
+    """Sorted candidates of each query block (see the module for the steps), thresholds widened
+    by ``reach`` (:class:`embedeval.engine.decide.Reach`)."""
     device = search.queries.device
-    band = torch.as_tensor(2.0 * bounds, dtype=torch.float64, device=device)
+    band = _widener(torch, reach, device)
     n_query, n_ref = int(search.queries.shape[0]), search.n_reference
     budget = _budget(torch, device, opts.memory)
     block = _block_size(need, n_ref, label is not None, budget, opts.block_size)
@@ -461,8 +468,7 @@ def _candidate_blocks(
             label_tau = _label_tau(torch, keys, label[0], codes[0][start:stop], codes[1])
         need_b = need_t[start:stop]
         tau = _thresholds(torch, keys, need_b, sample, sort_rows)
-        band_b = band[start:stop]
-        yield _collect(torch, keys, tau, need_b, label_tau, start, sort_rows, band_b)
+        yield _collect(torch, keys, tau, need_b, label_tau, start, sort_rows, band)
         del keys
 
 
@@ -508,8 +514,10 @@ def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
         engine = _engine_search(task, need, label, options, device)
         search = _prepare(torch, task, device, engine)
         kernels = None if host else DeviceKernels(torch, task, device)
-        bounds = _bounds(task, np.arange(task.n_query), options)
-        for block in _candidate_blocks(torch, search, need, label, options, bounds):
+        # TF32 products keep a 10-bit mantissa: 2**13 times float32's unit roundoff.
+        scale = 2.0**13 if options.tf32 else 1.0
+        reach = task_norms(task).reach(task.distance, int(task.reference.shape[1]), scale)
+        for block in _candidate_blocks(torch, search, need, label, options, reach):
             b = block.lims.numel() - 1
             rows = slice(block.start, block.start + b)
             if host:
@@ -518,21 +526,11 @@ def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
                 continue
             # Near-ties the float32 keys cannot order are decided on the host in float64.
             on_host = block.to_host()
-            decided = task.decided(on_host)
+            decided = decide_task_block(task, on_host, scale)
             if decided is not on_host:
                 block = _DeviceCandidates.from_host(torch, decided, device)
             yield ScoredBlock(rows, *kernels.score(block))
             bar.update(b)
-
-
-def _bounds(task: Any, rows: np.ndarray, options: TorchOptions) -> np.ndarray:
-    """The queries' float32 key error bounds (:func:`embedeval.engine.decide.task_bounds`),
-    for products rounded to TF32's 10-bit mantissa when ``tf32`` allows it (2**13 times
-    float32's unit roundoff)."""
-    from ..engine.decide import task_bounds
-
-    bounds = task_bounds(task, rows)
-    return bounds * 2.0**13 if options.tf32 else bounds
 
 
 def torch_neighbors(
@@ -557,9 +555,11 @@ def torch_neighbors(
     need = np.full(n_query, k, dtype=np.int64)
     with torch.no_grad(), _matmul_precision(torch, options.tf32):
         search = _prepare(torch, task, device, _engine_search(task, need, None, options, device))
-        bounds = _bounds(task, np.arange(n_query), options)
-        for block in _candidate_blocks(torch, search, need, None, options, bounds):
+        scale = 2.0**13 if options.tf32 else 1.0
+        reach = task_norms(task).reach(distance, int(xb.shape[1]), scale)
+        for block in _candidate_blocks(torch, search, need, None, options, reach):
             b = block.lims.numel() - 1
             rows = slice(block.start, block.start + b)
-            dist[rows], idx[rows] = first_k(task, task.decided(block.to_host()), k)
+            decided = decide_task_block(task, block.to_host(), scale)
+            dist[rows], idx[rows] = first_k(task, decided, k)
     return dist, idx
