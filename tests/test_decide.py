@@ -152,8 +152,11 @@ def test_decide_leaves_well_separated_keys_alone():
 
 
 def test_key_bounds_formula():
-    # Euclidean: 2 * 3 * gamma_{d+3} * (||q|| + M)^2, with ||q|| = 1, M = 2, d = 5.
-    expected = 2 * 3 * (8 * 2.0**-24 / (1 - 8 * 2.0**-24)) * 9
+    # Euclidean: (3 gamma_{d+3} (1 + 2**-20) + 8 gamma64_{d+8}) (||q|| + M)^2, ||q|| = 1, M = 2,
+    # d = 5, with gamma_n = n u / (1 - n u).
+    g32 = 8 * 2.0**-24 / (1 - 8 * 2.0**-24)
+    g64 = 13 * 2.0**-53 / (1 - 13 * 2.0**-53)
+    expected = (3 * g32 * (1 + 2.0**-20) + 8 * g64) * 9
     assert key_bounds(np.array([1.0]), 4.0, 5, "euclidean")[0] == pytest.approx(expected, rel=1e-12)
     assert gamma(8) == pytest.approx(8 * 2.0**-24, rel=1e-6)
 

@@ -67,7 +67,9 @@ def gamma(n: int, u: float = U32) -> float:
     return n * u / (1.0 - n * u)
 
 
-def key_bounds(q_sq: np.ndarray, m_sq: float, dim: int, distance: str) -> np.ndarray:
+def key_bounds(
+    q_sq: np.ndarray, m_sq: float, dim: int, distance: str, scale: float = 1.0
+) -> np.ndarray:
     """Per query: ``B_q``, a bound on ``|float32 key - float64 key|`` for every reference.
 
     ``q_sq`` bounds each query's squared norm from above, ``m_sq`` every reference's.
@@ -77,20 +79,23 @@ def key_bounds(q_sq: np.ndarray, m_sq: float, dim: int, distance: str) -> np.nda
     ``gamma_dim`` themselves and one rounding of the subtraction:
     ``|err| <= 3 gamma_{dim+3} (||q|| + M)^2``.  Inner product: ``gamma_dim ||q|| M``.
     Cosine: each normalised element carries up to 4 roundings (float32 norm, division), so
-    ``gamma_{dim+8}`` (unit rows).  Each is doubled to cover the float64 key's own rounding
-    (``gamma_{dim+2}`` in float64) with a wide margin.
+    ``gamma_{dim+8}`` (unit rows).  ``scale`` multiplies the unit roundoff of the products
+    (2**13 for TF32); each bound is then raised by ``1 + 2**-20`` and by ``8 gamma_{dim+8}`` in
+    float64 times the same magnitude, for the float64 key's own rounding.
 
     >>> key_bounds(np.array([1.0]), 1.0, 8, "euclidean") > 4 * 11 * 2.0**-24
     array([ True])
     """
     q_sq = np.asarray(q_sq, dtype=np.float64)
+    wide = 1.0 + 2.0**-20
+    f64 = 8 * gamma(dim + 8, _U64)
     if distance == "euclidean":
-        bound = 3 * gamma(dim + 3) * (np.sqrt(q_sq) + np.sqrt(m_sq)) ** 2
-    elif distance == "inner_product":
-        bound = gamma(dim + 1) * np.sqrt(q_sq) * np.sqrt(m_sq)
-    else:
-        bound = np.full(q_sq.shape, gamma(dim + 8), dtype=np.float64)
-    return 2.0 * bound
+        c = 3 * gamma(dim + 3) * scale * wide + f64
+        return c * (np.sqrt(q_sq) + np.sqrt(m_sq)) ** 2
+    if distance == "inner_product":
+        c = gamma(dim + 1) * scale * wide + f64
+        return c * np.sqrt(q_sq) * np.sqrt(m_sq)
+    return np.full(q_sq.shape, gamma(dim + 8) * scale * wide + f64, dtype=np.float64)
 
 
 def reference_sq_bound(sq32: np.ndarray, dim: int) -> float:
@@ -243,11 +248,13 @@ class Reach:
     def band(self, rows: Any, tau: np.ndarray) -> np.ndarray:
         """``2 B_q`` for the query ``rows`` at thresholds ``tau`` (float64)."""
         q_sq = self.q_sq[rows]
+        bound = key_bounds(q_sq, self.m_sq, self.dim, self.distance, self.scale)
         if self.distance != "euclidean":
-            return 2.0 * self.scale * key_bounds(q_sq, self.m_sq, self.dim, self.distance)
-        c = 2.0 * 3 * gamma(self.dim + 3) * self.scale  # B(q, x) = c (||q|| + ||x||)^2
+            return 2.0 * bound
+        # B(q, x) = c (||q|| + ||x||)^2 (key_bounds with ||q|| = 1, M = 0)
+        c = float(key_bounds(np.ones(1), 0.0, self.dim, self.distance, self.scale)[0])
         qn, m = np.sqrt(q_sq), np.sqrt(self.m_sq)
-        band = 2.0 * c * (qn + m) ** 2
+        band = 2.0 * bound
         t = np.asarray(tau, dtype=np.float64)
         if c >= 0.5:
             return band
@@ -286,7 +293,12 @@ def sq_norms(x: Any, rows: np.ndarray, step: int = 8192) -> np.ndarray:
 
 
 def candidate_bounds(
-    block: Candidates, q_sq: np.ndarray, ref_sq: np.ndarray, dim: int, distance: str
+    block: Candidates,
+    q_sq: np.ndarray,
+    ref_sq: np.ndarray,
+    dim: int,
+    distance: str,
+    scale: float = 1.0,
 ) -> np.ndarray:
     """``B_q`` per query of ``block`` with the largest squared norm among its own candidates
     (``ref_sq`` of every reference, ``q_sq`` of the block's queries): the pairs the decision
@@ -297,13 +309,13 @@ def candidate_bounds(
     True
     """
     if distance == "cosine":
-        return key_bounds(np.ones(block.queries.size), 1.0, dim, distance)
+        return key_bounds(np.ones(block.queries.size), 1.0, dim, distance, scale)
     counts = block.counts
     m_sq = np.zeros(counts.size, dtype=np.float64)
     full = np.flatnonzero(counts > 0)
     if full.size:
         m_sq[full] = np.maximum.reduceat(ref_sq[block.index], block.lims[:-1][full])
-    return key_bounds(q_sq, m_sq * (1.0 + 2.0**-40), dim, distance)
+    return key_bounds(q_sq, m_sq * (1.0 + 2.0**-40), dim, distance, scale)
 
 
 @dataclass(frozen=True)
@@ -344,8 +356,9 @@ def decide_task_block(task: Any, block: Candidates, scale: float = 1.0) -> Candi
     """:func:`decide` of a retrieval task's block (its rows and norms)."""
     norms = task_norms(task)
     dim = int(task.reference.shape[1])
-    bounds = candidate_bounds(block, norms.q_sq[block.queries], norms.ref_sq, dim, task.distance)
-    return decide(block, task.query, task.reference, task.distance, bounds * scale)[0]
+    q_sq = norms.q_sq[block.queries]
+    bounds = candidate_bounds(block, q_sq, norms.ref_sq, dim, task.distance, scale)
+    return decide(block, task.query, task.reference, task.distance, bounds)[0]
 
 
 def widen(tau: np.ndarray, band: np.ndarray) -> np.ndarray:
