@@ -14,10 +14,11 @@ import numpy as np
 
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import as_embeddings, host_array
-from .exact import range_exponent
+from .exact import column_stats, exact_centre, range_exponent
 
 __all__ = [
     "as_search_input",
+    "centre_for_distance",
     "check_lead_on_device",
     "import_torch",
     "is_device_tensor",
@@ -91,6 +92,46 @@ def scale_for_range(xq: Any, xb: Any, distance: str, same: bool) -> tuple[Any, A
         xq = times_power_of_two(xq, scale)
         xb = xq if same else times_power_of_two(xb, scale)
     return xq, xb, scale
+
+
+def centre_for_distance(xq: Any, xb: Any, distance: str, same: bool) -> tuple[Any, Any, Any]:
+    """The inputs translated by the exact centre of :func:`embedeval.engine.exact.exact_centre`
+    (Euclidean only: a translation changes cosines and inner products), and the centre
+    (float32, or ``None`` when the inputs stay as they are).  Every value of the rows is
+    translated exactly, so distances, ties and identical rows are those of the inputs; numpy
+    arrays and device tensors alike (a tensor's column statistics are read on its device).
+
+    >>> x = np.array([[1000.0, 1.0], [1000.5, -1.0]], np.float32)
+    >>> xq, xb, c = centre_for_distance(x, x, "euclidean", same=True)
+    >>> xq.tolist(), c.tolist(), xb is xq
+    ([[-0.25, 1.0], [0.25, -1.0]], [1000.25, 0.0], True)
+    """
+    if distance != "euclidean":
+        return xq, xb, None
+    arrays = [xq] if same else [xq, xb]
+    if all(isinstance(x, np.ndarray) or not hasattr(x, "amin") for x in arrays):
+        centre = exact_centre(*column_stats(arrays))
+    else:
+        centre = exact_centre(*_tensor_stats(arrays))
+    if centre is None:
+        return xq, xb, None
+    xq = _minus(xq, centre)
+    return xq, xq if same else _minus(xb, centre), centre
+
+
+def _tensor_stats(arrays: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`embedeval.engine.exact.column_stats` of device tensors, computed on their device."""
+    torch = import_torch()
+    lo = np.min([x.amin(dim=0).cpu().numpy() for x in arrays], axis=0)
+    hi = np.max([x.amax(dim=0).cpu().numpy() for x in arrays], axis=0)
+    total = sum(x.to(torch.float64).sum(dim=0).cpu().numpy() for x in arrays)
+    return lo, hi, total / sum(int(x.shape[0]) for x in arrays)
+
+
+def _minus(x: Any, centre: np.ndarray) -> Any:
+    if isinstance(x, np.ndarray) or not hasattr(x, "device"):
+        return np.subtract(x, centre, dtype=np.float32)
+    return x - import_torch().as_tensor(centre, device=x.device)
 
 
 def times_power_of_two(x: Any, scale: int) -> Any:

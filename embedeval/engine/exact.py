@@ -20,6 +20,10 @@ How it works (and why it is faster and lighter than a faiss ``search`` with a la
 4. Candidates are packed as ``uint64`` = (order-preserving bits of the float32 key) << 32 | column
    and sorted per row, which orders by distance and then by ascending reference index — the tie
    rule of faiss's flat index — in one ``np.sort``.
+5. The float32 keys are a filter: thresholds are widened by twice the keys' error bound, and
+   the scorer re-orders runs of near-ties by float64 keys (:mod:`embedeval.engine.decide`), so
+   the ranking is the float64 one.  Euclidean inputs far from the origin are first translated
+   by an exact centre (:func:`exact_centre`).
 
 One :class:`EnginePlan` (made by :func:`plan_search`) holds everything fixed before the first
 block: the prepared product, each query's depth, the column subsample, the exclusions, the label
@@ -48,6 +52,7 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import Candidates, sortable_bits
+from .decide import Reach, reach_of, reference_sq_bound
 from .duplicates import DuplicateKeys, DuplicateRows, find_duplicate_rows
 from .labels import match_matrix
 from .threads import in_order, single_threaded_blas
@@ -62,8 +67,10 @@ __all__ = [
     "all_valid_codes",
     "block_layout",
     "collect",
+    "column_stats",
     "column_subsample",
     "depth_thresholds",
+    "exact_centre",
     "grid_keys",
     "label_cutoff",
     "normalize_rows",
@@ -199,22 +206,36 @@ class PreparedSearch:
     query_sq_norms: np.ndarray | None
     #: Identical reference columns, whose keys are overwritten by one shared key per group.
     duplicates: DuplicateKeys | None = None
+    #: How far above its thresholds each query row keeps float32 keys (twice their error bound:
+    #: :class:`embedeval.engine.decide.Reach`), so that the candidates hold every reference the
+    #: float64 decision may rank within the depth.
+    reach: Reach | None = None
 
     @classmethod
-    def build(cls, xq: np.ndarray, xb: np.ndarray, distance: str) -> PreparedSearch:
+    def build(
+        cls, xq: np.ndarray, xb: np.ndarray, distance: str, m_sq: float | None = None
+    ) -> PreparedSearch:
+        """The product of ``xq`` against ``xb``; ``m_sq`` bounds every squared norm of the
+        whole reference when ``xb`` is only part of it (a shard), for the ``reach``."""
+        dim = int(xq.shape[1])
         if distance == "cosine":
             xq, xb = normalize_rows(xq, "query"), normalize_rows(xb, "reference")
-        if distance == "euclidean":
+            reach = reach_of(xq, None, 1.0, distance)
+        else:
             sq_ref = np.einsum("ij,ij->i", xb, xb, dtype=np.float32)
+            sq_query = np.einsum("ij,ij->i", xq, xq, dtype=np.float32)
+            m_sq = reference_sq_bound(sq_ref, dim) if m_sq is None else m_sq
+            reach = reach_of(xq, sq_query, m_sq, distance)
+        if distance == "euclidean":
             ref = np.empty((xb.shape[0], xb.shape[1] + 1), dtype=np.float32)
             ref[:, :-1] = xb
             ref[:, -1] = sq_ref
             q = np.empty((xq.shape[0], xq.shape[1] + 1), dtype=np.float32)
             np.multiply(xq, np.float32(-2.0), out=q[:, :-1])
             q[:, -1] = 1.0
-            sq_query = np.einsum("ij,ij->i", xq, xq, dtype=np.float32)
-            return cls(q, ref.T, sq_query)
-        return cls(np.negative(np.asarray(xq, dtype=np.float32)), np.asarray(xb).T, None)
+            return cls(q, ref.T, sq_query, reach=reach)
+        queries = np.negative(np.asarray(xq, dtype=np.float32))
+        return cls(queries, np.asarray(xb).T, None, reach=reach)
 
     @property
     def n_reference(self) -> int:
@@ -263,6 +284,63 @@ def range_exponent(arrays: list[np.ndarray], distance: str, block: int = 65536) 
     if largest == 0.0 or (4.0 * dim * largest * largest < 2.0**120 and largest >= 2.0**-40):
         return 0
     return -int(np.frexp(largest)[1])
+
+
+def column_stats(
+    arrays: list[np.ndarray], block: int = 65536
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per column of the rows of every array in ``arrays``: the smallest and largest value
+    (float32) and the mean (float64), read in blocks of rows."""
+    lo, hi, total, count = None, None, 0.0, 0
+    for x in arrays:
+        for a in range(0, x.shape[0], block):
+            part = np.asarray(x[a : a + block], dtype=np.float32)
+            if not part.shape[0]:
+                continue
+            p_lo, p_hi = part.min(axis=0), part.max(axis=0)
+            lo = p_lo if lo is None else np.minimum(lo, p_lo)
+            hi = p_hi if hi is None else np.maximum(hi, p_hi)
+            total = total + part.sum(axis=0, dtype=np.float64)
+            count += part.shape[0]
+    return lo, hi, total / max(count, 1)
+
+
+def exact_centre(lo: np.ndarray, hi: np.ndarray, mean: np.ndarray) -> np.ndarray | None:
+    """A float32 centre ``c`` whose subtraction ``x - c`` is exact for every value of each column
+    (between ``lo`` and ``hi``), as close to the column's ``mean`` as that allows; ``None``
+    when no column can move.
+
+    The Euclidean key ``||r||^2 - 2 q.r`` cancels the digits the norms share: data far from the
+    origin (norms that dwarf the distances) lose every significant digit.  Distances do not
+    change under a translation, and by Sterbenz's lemma ``x - c`` is exact in floating point
+    whenever ``c / 2 <= x <= 2 c``: a column whose values all lie in ``[lo, hi]`` with
+    ``0 < hi <= 4 lo`` (or the mirror image below zero) takes ``c = clip(mean, hi / 2, 2 lo)``,
+    so every translated row is exactly the original minus ``c``, distances and ties (identical
+    rows included) are exactly those of the inputs, and the keys lose only the bits the spread
+    of the data leaves.  Other columns (values of both signs, zero, or spread over more than a
+    factor of four: their offset is at most comparable to their spread) keep ``c = 0``.
+
+    Examples
+    --------
+    >>> lo, hi = np.array([999.5, -3.0], np.float32), np.array([1000.5, 3.0], np.float32)
+    >>> exact_centre(lo, hi, np.array([1000.1, 0.2])).tolist()
+    [1000.0999755859375, 0.0]
+    >>> exact_centre(lo[1:], hi[1:], np.array([0.2])) is None
+    True
+    """
+    lo, hi = np.asarray(lo, np.float32), np.asarray(hi, np.float32)
+    m = np.asarray(mean, np.float64).astype(np.float32)
+    up = (lo > 0) & (hi <= 4 * np.float64(lo))
+    down = (hi < 0) & (lo >= 4 * np.float64(hi))
+    if not (up | down).any():
+        return None
+    with np.errstate(over="ignore"):  # only the columns that pass are read
+        half_hi, twice_lo = hi * np.float32(0.5), lo * np.float32(2)
+        half_lo, twice_hi = lo * np.float32(0.5), hi * np.float32(2)
+    centre = np.zeros(lo.shape, dtype=np.float32)
+    centre[up] = np.clip(m[up], half_hi[up], twice_lo[up])
+    centre[down] = np.clip(m[down], twice_hi[down], half_lo[down])
+    return centre
 
 
 def reference_duplicates(xb: np.ndarray, distance: str) -> DuplicateRows | None:
@@ -322,13 +400,15 @@ class EnginePlan:
     duplicates: DuplicateRows | None = None
     representatives: np.ndarray | None = None
     search: PreparedSearch | None = None
+    #: A bound on every squared norm of the whole reference (None: from the rows searched).
+    reference_sq: float | None = None
 
     def searching(
         self, xq: np.ndarray, xb: np.ndarray, columns: slice | np.ndarray | None = None
     ) -> EnginePlan:
         """This plan searching queries ``xq`` in ``xb``, which holds the reference ``columns``
         (a range or sorted global indices; default: the whole reference)."""
-        search = PreparedSearch.build(xq, xb, self.distance)
+        search = PreparedSearch.build(xq, xb, self.distance, self.reference_sq)
         columns = slice(0, int(xb.shape[0])) if columns is None else columns
         search = search.with_duplicates(self.duplicates, self.representatives, columns)
         return dataclasses.replace(self, search=search)
@@ -394,7 +474,18 @@ def plan_search(
         reference_codes=r_codes,
         duplicates=dups,
         representatives=representatives(xb, dups, distance),
+        reference_sq=None if distance == "cosine" else _reference_sq(xb),
     )
+
+
+def _reference_sq(xb: np.ndarray, block: int = 65536) -> float:
+    """A bound on every squared row norm of ``xb`` (read in blocks of rows)."""
+    largest = 0.0
+    for a in range(0, int(xb.shape[0]), block):
+        part = np.asarray(xb[a : a + block], dtype=np.float32)
+        sq = np.einsum("ij,ij->i", part, part, dtype=np.float32)
+        largest = max(largest, reference_sq_bound(sq, int(xb.shape[1])))
+    return largest
 
 
 def sorted_candidates(
@@ -664,6 +755,10 @@ def collect(
     search, exclusions, col_bits = plan.search, plan.exclusions, plan.col_bits
     b = stop - start
     n_ref = search.n_reference
+    reach, own_rows = search.reach, slice(start, stop)
+    if reach is not None:
+        # Keep every key the float64 decision may rank within the depth (embedeval.engine.decide).
+        tau = reach.widen(own_rows, tau)
     # Excluded pairs carry the key +inf; a finite cut-off is what keeps them out of ``mask``.
     tau = np.minimum(tau, KEY_MAX)
     row_codes = np.arange(b, dtype=np.uint64) << np.uint64(32 + col_bits)
@@ -684,7 +779,9 @@ def collect(
         # cut-off reads whole rows.
         exclusions.hide(keys, own, t0, groups=label)
         if label:
-            tau = np.maximum(tau, label_cutoff(plan, keys, start, stop))
+            cut = label_cutoff(plan, keys, start, stop)
+            cut = cut if reach is None else np.minimum(reach.widen(own_rows, cut), KEY_MAX)
+            tau = np.maximum(tau, cut)
         mask = np.less_equal(keys, tau[:, None], out=mask_buffer[: b * width].reshape(b, width))
         if twins is not None and twins.any_in(t0, t1):  # their shared keys are added below
             np.logical_and(mask, twins.others(t0, t1)[None, :], out=mask)

@@ -16,9 +16,10 @@ multiplied in fixed strips of :data:`STRIP` rows), so
 product shapes, hence float32 rounding, are fixed whoever asks, and (i, j) and (j, i) share one
 entry.  :func:`canonical_keys` gives those keys for any rows and columns, and
 :class:`SymmetricSearch` hands them to the sharded, Dask and CPU torch backends, which stay
-bit-identical to this engine.  Because the Euclidean key is formed after the product rather than
-inside a query-by-reference product, leave-one-out keys may differ from an explicit reference's
-keys by float32 rounding; values are equal wherever rounding does not decide a tie.
+bit-identical to this engine.  The Euclidean key is formed after the product rather than inside
+a query-by-reference product, so its float32 rounding differs from the one-sided engine's; both
+stay within the bound of :mod:`embedeval.engine.decide`, whose float64 decision makes the
+rankings, hence the values, equal.
 
 Candidate selection: the first per-query depth thresholds tau are read off a small seeded
 column subsample (:func:`_subsample`, :func:`embedeval.engine.exact.sample_thresholds`).  A product
@@ -56,6 +57,7 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import Candidates, from_sortable_bits, sortable_bits
+from .decide import Reach, task_norms
 from .exact import (
     DEFAULT_MEMORY_BUDGET,
     PreparedSearch,
@@ -337,6 +339,8 @@ class _Plan:
     limit: np.ndarray  # per query: the largest product entry its key can pass tau with
     groups: np.ndarray | None
     col_bits: int
+    #: How far above tau each query keeps float32 keys (embedeval.engine.decide).
+    reach: Reach | None = None
     triangles: dict = dataclasses.field(default_factory=dict)
     local: threading.local = dataclasses.field(default_factory=threading.local)
 
@@ -401,10 +405,14 @@ def _make_plan(task: Any, pool: Any) -> _Plan:
         return sample_thresholds(sample_keys, s, need[s:e], subsample, n, task.exclusions)
 
     tau = np.concatenate(list(pool_map(pool, block_tau, range(0, n, 512))))
+    # Every key the float64 decision may rank within the depth is kept.
+    reach = task_norms(task).reach(task.distance, int(task.reference.shape[1]))
+    tau = reach.widen(slice(None), tau)
     tau[need <= 0] = -np.inf
     limit = entry_limits(tau, whole.sq)
     col_bits = max(1, int(n - 1).bit_length())
-    return _Plan(task, whole, need, tau, limit, task.exclusions.query_groups, col_bits)
+    groups = task.exclusions.query_groups
+    return _Plan(task, whole, need, tau, limit, groups, col_bits, reach=reach)
 
 
 def _subsample(need: np.ndarray, n: int) -> np.ndarray | None:
@@ -708,6 +716,8 @@ def tighten(plan: _Plan, tile: int, codes: np.ndarray) -> np.ndarray:
     need = plan.need[q0 : q0 + m]
     full = np.flatnonzero((counts >= need) & (need > 0))
     kth = from_sortable_bits(key_bits[starts[full] + need[full] - 1])
+    if plan.reach is not None:
+        kth = plan.reach.widen(q0 + full, kth)
     lower = kth < plan.tau[q0 + full]
     full, kth = full[lower], kth[lower]
     plan.tau[q0 + full] = kth

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .candidates import Candidates
+from .decide import decide_task_block
 from .exact import DEFAULT_MEMORY_BUDGET, EnginePlan, Exclusions, plan_search
 from .kernels import chunk_metrics, needed_depth
 from .registry import MetricInfo
@@ -82,6 +83,9 @@ class RetrievalTask:
     # elsewhere
     #: (shard files) applies it too.
     scale: int = 0
+    #: ... then minus ``centre`` (float32 per column, exact: see
+    #: :func:`embedeval.engine.exact.exact_centre`), when it is not None.
+    centre: np.ndarray | None = None
 
     @property
     def n_query(self) -> int:
@@ -103,8 +107,10 @@ class RetrievalTask:
         return values, ties
 
     def score_block(self, block: Candidates) -> tuple[Columns, Columns]:
-        """Per-query values and tie flags of ``block.queries`` from their sorted candidates."""
+        """Per-query values and tie flags of ``block.queries`` from their sorted candidates,
+        ordered by their float64 keys first (:func:`embedeval.engine.decide.decide`)."""
         rows = block.queries
+        block = self.decided(block)
         return chunk_metrics(
             block,
             self.query_codes[rows],
@@ -114,6 +120,10 @@ class RetrievalTask:
             list(self.metrics),
             self.k,
         )
+
+    def decided(self, block: Candidates) -> Candidates:
+        """``block`` (in float32 key order) in the order of its float64 keys."""
+        return decide_task_block(self, block)
 
     def scored(self, block: Candidates) -> ScoredBlock:
         """:meth:`score_block` as a :class:`ScoredBlock`."""

@@ -85,9 +85,13 @@ def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarr
 # ---------------------------------------------------------------------------- streamed ranking
 def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
     """Per query block: its junk-free ranking as CSR candidates and the positive flags."""
+    from ..engine.arrays import centre_for_distance
     from ..engine.candidates import Candidates, sortable_bits
+    from ..engine.decide import candidate_bounds, decide, sq_norms
     from ..engine.exact import PreparedSearch, reference_duplicates, representatives
 
+    # An exact translation (distances unchanged) keeps far-from-origin keys from cancelling.
+    xq, xb, _ = centre_for_distance(xq, xb, distance, same=xq is xb)
     n_q, n_ref = xq.shape[0], xb.shape[0]
     # Identical references share one key (as in the kNN engine), so they tie and rank by index.
     dups = reference_duplicates(xb, distance)
@@ -95,6 +99,7 @@ def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
         dups, representatives(xb, dups, distance), slice(0, n_ref)
     )
     cols = np.arange(n_ref)
+    q_sq, ref_sq = sq_norms(xq, np.arange(n_q)), sq_norms(xb, np.arange(n_ref))
     for a in range(0, n_q, block_size):
         b = min(a + block_size, n_q)
         keys = search.keys(slice(a, b))
@@ -110,10 +115,12 @@ def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
         is_pos[p_rows, p_cols] = True
         lims = np.zeros(b - a + 1, np.int64)
         np.cumsum(n_valid, out=lims[1:])
-        block = Candidates(
-            np.arange(a, b), lims, np.arange(index.size), sortable_bits(keys[rows, index])
-        )
-        yield block, is_pos[rows, index], n_valid
+        block = Candidates(np.arange(a, b), lims, index, sortable_bits(keys[rows, index]))
+        # Near-ties the float32 keys cannot order are decided in float64 (engine.decide).
+        bounds = candidate_bounds(block, q_sq[a:b], ref_sq, int(xb.shape[1]), distance)
+        block = decide(block, xq, xb, distance, bounds)[0]
+        positions = Candidates(block.queries, lims, np.arange(index.size), block.bits)
+        yield positions, is_pos[rows, block.index], n_valid
 
 
 def _csr_pairs(lists, a, b):

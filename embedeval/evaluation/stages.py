@@ -22,7 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.arrays import as_search_input, check_lead_on_device, scale_for_range, to_host
+from ..engine.arrays import (
+    as_search_input,
+    centre_for_distance,
+    check_lead_on_device,
+    scale_for_range,
+    to_host,
+)
 from ..engine.custom import metric_infos
 from ..engine.exact import Exclusions
 from ..engine.labels import is_label_sets, match_matrix, match_pairs, pack_label_sets
@@ -58,11 +64,12 @@ __all__ = [
 class EvaluationData:
     """The checked arrays of one evaluation, as the engine reads them.
 
-    ``query`` / ``reference`` are the embeddings times 2**``scale`` (numpy, or tensors on their
-    device for the torch backend; the same object when leave-one-out); ``query_codes`` /
-    ``reference_codes`` index ``uniques``, or, for multi-label data (``query_labels`` a 2-D
-    bool indicator array), are the packed label sets of :mod:`embedeval.engine.labels` and
-    ``uniques`` the label columns; ``relevant`` is R_q and ``n_valid`` the number of
+    ``query`` / ``reference`` are the embeddings times 2**``scale``, minus ``centre`` when it
+    is not None (numpy, or tensors on their device for the torch backend; the same object when
+    leave-one-out); ``query_codes`` / ``reference_codes`` index ``uniques``, or, for
+    multi-label data (``query_labels`` a 2-D bool indicator array), are the packed label sets
+    of :mod:`embedeval.engine.labels` and ``uniques`` the label columns; ``relevant`` is R_q
+    and ``n_valid`` the number of
     references each query can see.
     """
 
@@ -76,6 +83,7 @@ class EvaluationData:
     relevant: np.ndarray
     n_valid: np.ndarray
     scale: int
+    centre: np.ndarray | None = None
 
     @property
     def n_query(self) -> int:
@@ -128,6 +136,9 @@ def prepare_data(settings: EvaluationSettings, inputs: EvaluationInputs) -> Eval
         xb, yb = _reference(inputs, xq, on_device, self_index, yq.shape[1] if multi else None)
     # Keys would overflow or underflow float32: rank the data times 2**scale.
     xq, xb, scale = scale_for_range(xq, xb, settings.metrics.distance, same=leave_one_out)
+    # Norms that dwarf the distances cancel every digit of the Euclidean keys: translate the
+    # data by a centre whose subtraction is exact (distances and ties unchanged).
+    xq, xb, centre = centre_for_distance(xq, xb, settings.metrics.distance, same=leave_one_out)
     if multi:
         q_codes = pack_label_sets(yq)
         r_codes = q_codes if leave_one_out else pack_label_sets(yb)
@@ -147,7 +158,7 @@ def prepare_data(settings: EvaluationSettings, inputs: EvaluationInputs) -> Eval
         q_codes, r_codes, self_index, leave_one_out, inputs.query_groups, inputs.reference_groups
     )
     return EvaluationData(
-        xq, xb, yq, q_codes, r_codes, uniques, exclusions, relevant, n_valid, scale
+        xq, xb, yq, q_codes, r_codes, uniques, exclusions, relevant, n_valid, scale, centre
     )
 
 
@@ -371,6 +382,7 @@ def plan_search(settings: EvaluationSettings, data: EvaluationData) -> SearchPla
         k=None if k_used is None else min(k_used, data.n_reference),
         distance=ms.distance,
         scale=data.scale,
+        centre=data.centre,
     )
     return SearchPlan(infos, k_used, task)
 

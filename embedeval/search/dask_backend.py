@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.decide import Reach, candidate_bounds, decide, sq_norms, task_norms
 from ..engine.exact import EnginePlan, PreparedSearch, block_buffers, search_block
 from ..engine.kernels import chunk_metrics
 from ..engine.registry import MetricInfo
@@ -49,6 +50,10 @@ class _Shared:
     k: int | None
     #: Leave-one-out served by the symmetric engine: the workers use its canonical keys.
     symmetric: bool = False
+    distance: str = "euclidean"
+    #: The reference rows as given (cosine: ``reference`` holds them normalised), for the
+    #: float64 decision (:mod:`embedeval.engine.decide`); None: read off ``reference``.
+    rows: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,9 @@ class _Part:
     query_codes: np.ndarray
     relevant: np.ndarray
     n_valid: np.ndarray
+    #: The query rows as given, and their float64 squared norms (embedeval.engine.decide).
+    rows: np.ndarray | None = None
+    sq: np.ndarray | None = None
 
 
 def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
@@ -79,7 +87,10 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
         task.metrics,
         task.k,
         symmetric_applies(task, plan.threshold, plan.duplicates),
+        task.distance,
+        np.asarray(task.reference) if task.distance == "cosine" else None,
     )
+    norms = task_norms(task)
     futures = []
     try:
         shared_future = client.scatter(shared, broadcast=True)
@@ -90,6 +101,8 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
                 task.query_codes[rows],
                 task.relevant[rows],
                 task.n_valid[rows],
+                np.asarray(task.query[rows]),
+                norms.q_sq[rows],
             )
             futures.append(client.submit(_search_part, shared_future, part, pure=False))
         with progress_bar(len(futures), "query blocks", enabled=options.progress) as bar:
@@ -152,7 +165,10 @@ def _search_blocks(shared: _Shared, part: _Part) -> ScoredBlock:
     reference = np.array(shared.reference, order="C")
     n = part.queries.shape[0]
     plan = shared.plan.for_queries(slice(part.q0, part.q0 + n))
-    search = PreparedSearch(np.array(part.queries, order="C"), reference.T, None)
+    dim = int(part.rows.shape[1])
+    m_sq = 1.0 if plan.reference_sq is None else plan.reference_sq
+    reach = Reach(part.sq * (1.0 + 2.0**-40), m_sq, dim, plan.distance)
+    search = PreparedSearch(np.array(part.queries, order="C"), reference.T, None, reach=reach)
     search = search.with_duplicates(plan.duplicates, plan.representatives, slice(0, len(reference)))
     if shared.symmetric:
         whole = SymmetricSet.from_search(search, plan.distance)
@@ -169,9 +185,16 @@ def _scored_blocks(
     shared: _Shared, part: _Part, plan: EnginePlan, buffers: tuple[np.ndarray, np.ndarray]
 ) -> Iterator[ScoredBlock]:
     n = part.queries.shape[0]
+    rows = shared.rows
+    if rows is None:  # Euclidean: [x, ||x||^2]; inner product: x
+        rows = shared.reference[:, :-1] if shared.distance == "euclidean" else shared.reference
+    dim = int(rows.shape[1])
+    ref_sq = sq_norms(rows, np.arange(int(rows.shape[0])))
     for start in range(0, n, plan.block_size):
         stop = min(start + plan.block_size, n)
         block = search_block(plan, start, stop, *buffers)
+        bounds = candidate_bounds(block, part.sq[start:stop], ref_sq, dim, shared.distance)
+        block, _ = decide(block, part.rows, rows, shared.distance, bounds)
         yield ScoredBlock(
             slice(start, stop),
             *chunk_metrics(

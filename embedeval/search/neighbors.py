@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.candidates import from_sortable_bits
+from ..engine.decide import first_k
 from ..engine.exact import Exclusions, sorted_candidates
+from ..engine.task import RetrievalTask
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import (
     as_embeddings,
@@ -87,12 +88,14 @@ def neighbors(
 
     Notes
     -----
-    Ties (equal distances) are ordered by ascending reference index, which is what faiss's flat
-    index does; unlike faiss, a ``k`` larger than the reference set is clamped, never padded
-    with index -1.  Identical reference vectors are at exactly the same distance (see the
-    README's conventions).  Inputs so large or so small that float32 keys would overflow or
-    underflow (beyond about 2**60 or below 2**-40) are searched after scaling by a power of two,
-    which changes no ranking; distances are returned in the input's units.
+    The order is that of the float64 distances of the inputs (float32 products filter, near-ties
+    are decided in float64), and the distances are those float64 values rounded once to
+    float32.  Ties (equal float64 distances) are ordered by ascending reference index, which is
+    what faiss's flat index does; unlike faiss, a ``k`` larger than the reference set is
+    clamped, never padded with index -1.  Identical reference vectors are at exactly the same
+    distance (see the README's conventions).  Inputs so large or so small that float32 keys
+    would overflow or underflow (beyond about 2**60 or below 2**-40) are searched after scaling
+    by a power of two, which changes no ranking; distances are returned in the input's units.
 
     Examples
     --------
@@ -119,9 +122,10 @@ def neighbors(
             "query_groups= and reference_groups= need backend='local'; drop the groups or the "
             "torch backend."
         )
-    from ..engine.arrays import scale_for_range
+    from ..engine.arrays import centre_for_distance, scale_for_range
 
     xq, xb, scale = scale_for_range(xq, xb, distance, same=reference is None)
+    xq, xb, _ = centre_for_distance(xq, xb, distance, same=reference is None)
     k_eff = min(k, xb.shape[0] - int(exclude_self))
     if options:
         from .torch_backend import torch_neighbors
@@ -218,7 +222,11 @@ def _exact_neighbors(
     idx = np.full((n_query, k), -1, dtype=np.int64)
     if k == 0:
         return dist, idx
-    q_norms = np.einsum("ij,ij->i", xq, xq, dtype=np.float32) if distance == "euclidean" else None
+    zeros = np.zeros(n_query, dtype=np.int64)
+    task = RetrievalTask(
+        xq, xb, zeros, np.zeros(int(xb.shape[0]), dtype=np.int64), zeros, zeros,
+        exclusions, (), None, distance,
+    )  # fmt: skip
     for block in sorted_candidates(
         xq,
         xb,
@@ -229,15 +237,10 @@ def _exact_neighbors(
         block_size=block_size,
         progress=progress,
         n_threads=n_threads,
+        finish=lambda block: (block.queries, *first_k(task, task.decided(block), k)),
     ):
-        rows = block.queries
-        count = np.minimum(np.diff(block.lims), k)
-        r, c = np.nonzero(np.arange(k)[None, :] < count[:, None])
-        take = block.lims[:-1][r] + c
-        key = from_sortable_bits(block.bits[take])
-        q = rows[r]
-        dist[q, c] = np.sqrt(np.maximum(key + q_norms[q], 0)) if q_norms is not None else -key
-        idx[q, c] = block.index[take]
+        rows, d, i = block
+        dist[rows], idx[rows] = d, i
     return dist, idx
 
 

@@ -162,7 +162,8 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
     def read(a: int, b: int) -> np.ndarray:
         if source is not None:
             rows = source.rows(a, b)
-            return np.ldexp(rows, task.scale, dtype=np.float32) if task.scale else rows
+            rows = np.ldexp(rows, task.scale, dtype=np.float32) if task.scale else rows
+            return rows if task.centre is None else np.subtract(rows, task.centre)
         return np.ascontiguousarray(task.reference[a:b], dtype=np.float32)
 
     bounds = shard_bounds(n_ref, shards, source)

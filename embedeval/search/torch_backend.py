@@ -22,8 +22,9 @@ device:
 
 On the CPU the products of step 1 are the local engine's own (same code, block layout and
 single-threaded BLAS), so ``device="cpu"`` reproduces the local engine bit for bit on any data;
-on a GPU, cuBLAS sums the same float32 products in another order, so references closer than
-float32 resolution may swap (identical results on exactly representable data).
+on a GPU, cuBLAS sums the same float32 products in another order, which the error bound of
+:mod:`embedeval.engine.decide` covers: each block's near-ties are decided in float64 on the host
+and the re-ordered candidates go back to the device kernels.
 
 Memory is bounded by query blocks sized from a budget (default half the free device memory);
 no buffer grows with n_query x depth.  torch is imported only when this backend is used.
@@ -41,8 +42,9 @@ import numpy as np
 
 from ..engine.arrays import import_torch, to_host
 from ..engine.candidates import Candidates
+from ..engine.decide import decide_task_block, first_k, task_norms
 from ..engine.exact import DEFAULT_MEMORY_BUDGET
-from ..engine.torch_kernels import DeviceKernels, from_sortable_bits
+from ..engine.torch_kernels import DeviceKernels
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .options import TorchOptions
@@ -349,6 +351,16 @@ class _DeviceCandidates:
     index: Any  # int64 reference indices, nearest first, ties by ascending index
     bits: Any  # int64 sortable key bits (equal = exact tie)
 
+    @classmethod
+    def from_host(cls, torch: Any, block: Candidates, device: Any) -> _DeviceCandidates:
+        """``block`` (host candidates, e.g. re-ordered in float64) on ``device``."""
+
+        def put(a: np.ndarray) -> Any:
+            return torch.as_tensor(np.asarray(a, dtype=np.int64), device=device)
+
+        start = int(block.queries[0]) if block.queries.size else 0
+        return cls(start, put(block.lims), put(block.index), put(block.bits))
+
     def to_host(self) -> Candidates:
         b = self.lims.numel() - 1
         return Candidates(
@@ -359,13 +371,37 @@ class _DeviceCandidates:
         )
 
 
+def _widener(torch: Any, reach: Any, device: Any) -> Any:
+    """``band(rows, tau)``: device thresholds of the query ``rows`` (a block start, or global
+    indices) widened by their :class:`embedeval.engine.decide.Reach` band (computed on the
+    host from the thresholds, rounded up in float32)."""
+
+    def band(rows: Any, tau: Any) -> Any:
+        host = tau.cpu().numpy()
+        if isinstance(rows, int):
+            rows = slice(rows, rows + host.size)
+        else:
+            rows = rows.cpu().numpy()
+        return torch.as_tensor(reach.widen(rows, host), device=device)
+
+    return band
+
+
 def _collect(
-    torch: Any, keys: Any, tau: Any, need: Any, label_tau: Any | None, start: int, chunk: int
+    torch: Any,
+    keys: Any,
+    tau: Any,
+    need: Any,
+    label_tau: Any | None,
+    start: int,
+    chunk: int,
+    band: Any,
 ) -> _DeviceCandidates:
-    """Every (row, reference) with key <= tau[row], sorted by (row, key, reference index); a
-    row whose sampled cut-off kept fewer than ``need`` keys gets the exact one first."""
+    """Every (row, reference) with key <= its cut-off widened by ``band`` (the float64
+    decision's band, :func:`_widener`), sorted by (row, key, reference index); a row whose
+    sampled cut-off kept fewer than ``need`` keys gets the exact one first."""
     b, n_ref = keys.shape
-    tau = _cap(torch, tau, label_tau)
+    tau = _cap(torch, band(start, tau), None if label_tau is None else band(start, label_tau))
     # One pass over the keys (the comparison); row counts come from the few kept positions.
     bounds = torch.arange(b + 1, device=keys.device) * n_ref
     flat = torch.nonzero((keys <= tau[:, None]).view(-1)).flatten()
@@ -373,6 +409,7 @@ def _collect(
     short = torch.nonzero(lims[1:] - lims[:-1] < need).flatten()
     if short.numel():  # rare: the sampled cut-off of these rows kept too few; redo them exactly
         redo = _exact_tau(torch, keys, short, need[short], chunk)
+        redo = band(start + short, redo)
         tau[short] = _cap(torch, redo, None if label_tau is None else label_tau[short])
         flat = torch.nonzero((keys <= tau[:, None]).view(-1)).flatten()
         lims = torch.searchsorted(flat, bounds)
@@ -399,10 +436,12 @@ def _collect(
 
 
 def _candidate_blocks(
-    torch: Any, search: _Search, need: np.ndarray, label: Any, opts: TorchOptions
+    torch: Any, search: _Search, need: np.ndarray, label: Any, opts: TorchOptions, reach: Any
 ) -> Iterator[_DeviceCandidates]:
-    """Sorted candidates of each query block (see the module for the steps)."""
+    """Sorted candidates of each query block (see the module for the steps), thresholds widened
+    by ``reach`` (:class:`embedeval.engine.decide.Reach`)."""
     device = search.queries.device
+    band = _widener(torch, reach, device)
     n_query, n_ref = int(search.queries.shape[0]), search.n_reference
     budget = _budget(torch, device, opts.memory)
     block = _block_size(need, n_ref, label is not None, budget, opts.block_size)
@@ -429,7 +468,7 @@ def _candidate_blocks(
             label_tau = _label_tau(torch, keys, label[0], codes[0][start:stop], codes[1])
         need_b = need_t[start:stop]
         tau = _thresholds(torch, keys, need_b, sample, sort_rows)
-        yield _collect(torch, keys, tau, need_b, label_tau, start, sort_rows)
+        yield _collect(torch, keys, tau, need_b, label_tau, start, sort_rows, band)
         del keys
 
 
@@ -475,13 +514,22 @@ def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
         engine = _engine_search(task, need, label, options, device)
         search = _prepare(torch, task, device, engine)
         kernels = None if host else DeviceKernels(torch, task, device)
-        for block in _candidate_blocks(torch, search, need, label, options):
+        # TF32 products keep a 10-bit mantissa: 2**13 times float32's unit roundoff.
+        scale = 2.0**13 if options.tf32 else 1.0
+        reach = task_norms(task).reach(task.distance, int(task.reference.shape[1]), scale)
+        for block in _candidate_blocks(torch, search, need, label, options, reach):
             b = block.lims.numel() - 1
             rows = slice(block.start, block.start + b)
             if host:
                 yield ScoredBlock(rows, *task.score_block(block.to_host()))
-            else:
-                yield ScoredBlock(rows, *kernels.score(block))
+                bar.update(b)
+                continue
+            # Near-ties the float32 keys cannot order are decided on the host in float64.
+            on_host = block.to_host()
+            decided = decide_task_block(task, on_host, scale)
+            if decided is not on_host:
+                block = _DeviceCandidates.from_host(torch, decided, device)
+            yield ScoredBlock(rows, *kernels.score(block))
             bar.update(b)
 
 
@@ -507,17 +555,11 @@ def torch_neighbors(
     need = np.full(n_query, k, dtype=np.int64)
     with torch.no_grad(), _matmul_precision(torch, options.tf32):
         search = _prepare(torch, task, device, _engine_search(task, need, None, options, device))
-        q_norms = (search.queries * search.queries).sum(dim=1)
-        for block in _candidate_blocks(torch, search, need, None, options):
+        scale = 2.0**13 if options.tf32 else 1.0
+        reach = task_norms(task).reach(distance, int(xb.shape[1]), scale)
+        for block in _candidate_blocks(torch, search, need, None, options, reach):
             b = block.lims.numel() - 1
-            take = (block.lims[:-1, None] + torch.arange(k, device=device)).flatten()
-            bits = block.bits[take].reshape(b, k)
-            key = from_sortable_bits(torch, bits)
             rows = slice(block.start, block.start + b)
-            if distance == "euclidean":
-                key = torch.sqrt((key + q_norms[rows, None]).clamp(min=0))
-            else:
-                key = -key
-            dist[rows] = key.cpu().numpy()
-            idx[rows] = block.index[take].reshape(b, k).cpu().numpy()
+            decided = decide_task_block(task, block.to_host(), scale)
+            dist[rows], idx[rows] = first_k(task, decided, k)
     return dist, idx

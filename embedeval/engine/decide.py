@@ -1,0 +1,413 @@
+"""The float64 decision behind every ranking: float32 keys filter, float64 keys decide.
+
+The engine's float32 products (:mod:`embedeval.engine.exact`, :mod:`embedeval.engine.symmetric`)
+give each (query, reference) pair a key within a proven distance ``B_q`` of its float64 key
+(:func:`key_bounds`).  Two candidates whose float32 keys are more than ``2 B_q`` apart are
+therefore in the right order; only runs of candidates closer than that (*clusters*: near-ties,
+exact ties, identical rows) are re-scored in float64 (:func:`exact_keys`) and ordered by those
+keys, equal keys by reference index (:func:`decide`).  The engine keeps every reference whose
+float32 key is within ``2 B_q`` of its depth threshold, so the float64 order of the candidates
+is the float64 order of the whole reference set up to the depth.
+
+The float64 keys are formed from the float32 inputs with a fixed order of operations (one
+column at a time, vectorised over pairs), so they do not depend on block or shard shapes:
+
+* Euclidean: ``sum_j (q_j - x_j)**2``, the squared distance;
+* inner product: ``-sum_j q_j x_j``;
+* cosine: ``-sign(s) s**2 / ||x||**2`` with ``s = sum_j q_j x_j`` and
+  ``||x||**2 = sum_j x_j**2`` (ranks like ``-cos``; no square root, so exact rational ties
+  of small-integer data stay ties), and a positive multiple of a reference row takes the key
+  of the row's first occurrence among the query's re-scored pairs (rows scaled by their
+  largest component are then identical), so ``(1, 1, 0)`` and ``(3, 3, 0)`` tie exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..utils.validation import host_array
+from .candidates import Candidates, from_sortable_bits
+
+__all__ = [
+    "U32",
+    "Reach",
+    "TaskNorms",
+    "candidate_bounds",
+    "decide",
+    "decide_task_block",
+    "exact_keys",
+    "first_k",
+    "gamma",
+    "key_bounds",
+    "reach_of",
+    "reference_sq_bound",
+    "sq_norms",
+    "task_norms",
+    "widen",
+]
+
+#: Unit roundoff of float32.
+U32 = 2.0**-24
+_U64 = 2.0**-53
+_ROWS = 16384  # pairs re-scored per pass (bounded memory)
+
+
+def gamma(n: int, u: float = U32) -> float:
+    """Higham's ``gamma_n = n u / (1 - n u)``: the relative error bound of an ``n``-term sum
+    of products in precision ``u``, whatever the summation order (FMA included).
+
+    >>> gamma(1, 0.5**24) == 0.5**24 / (1 - 0.5**24)
+    True
+    """
+    return n * u / (1.0 - n * u)
+
+
+def key_bounds(
+    q_sq: np.ndarray, m_sq: float, dim: int, distance: str, scale: float = 1.0
+) -> np.ndarray:
+    """Per query: ``B_q``, a bound on ``|float32 key - float64 key|`` for every reference.
+
+    ``q_sq`` bounds each query's squared norm from above, ``m_sq`` every reference's.
+    Euclidean keys ``||x||^2 - 2 q.x`` (one-sided) or ``D - ||q||^2`` with
+    ``D = [x, ||x||^2, 1].[-2 q, 1, ||q||^2]`` (symmetric) sum at most ``dim + 2`` products
+    whose magnitudes add up to at most ``(||q|| + ||x||)^2``, with squared norms that carry
+    ``gamma_dim`` themselves and one rounding of the subtraction:
+    ``|err| <= 3 gamma_{dim+3} (||q|| + M)^2``.  Inner product: ``gamma_dim ||q|| M``.
+    Cosine: each normalised element carries up to 4 roundings (float32 norm, division), so
+    ``gamma_{dim+8}`` (unit rows).  ``scale`` multiplies the unit roundoff of the products
+    (2**13 for TF32); each bound is then raised by ``1 + 2**-20`` and by ``8 gamma_{dim+8}`` in
+    float64 times the same magnitude, for the float64 key's own rounding.
+
+    >>> key_bounds(np.array([1.0]), 1.0, 8, "euclidean") > 4 * 11 * 2.0**-24
+    array([ True])
+    """
+    q_sq = np.asarray(q_sq, dtype=np.float64)
+    wide = 1.0 + 2.0**-20
+    f64 = 8 * gamma(dim + 8, _U64)
+    if distance == "euclidean":
+        c = 3 * gamma(dim + 3) * scale * wide + f64
+        return c * (np.sqrt(q_sq) + np.sqrt(m_sq)) ** 2
+    if distance == "inner_product":
+        c = gamma(dim + 1) * scale * wide + f64
+        return c * np.sqrt(q_sq) * np.sqrt(m_sq)
+    return np.full(q_sq.shape, gamma(dim + 8) * scale * wide + f64, dtype=np.float64)
+
+
+def reference_sq_bound(sq32: np.ndarray, dim: int) -> float:
+    """An upper bound on every squared norm from float32 squared norms ``sq32`` (each within
+    ``gamma_dim`` of the exact one)."""
+    if not sq32.size:
+        return 0.0
+    return float(np.max(sq32)) / (1.0 - gamma(dim)) * (1.0 + 2.0**-40)
+
+
+def exact_keys(
+    q: np.ndarray, x: np.ndarray, distance: str, groups: np.ndarray | None = None
+) -> np.ndarray:
+    """float64 keys of the aligned row pairs ``(q[i], x[i])`` (float32 rows), one column at a
+    time so that the result does not depend on how pairs are grouped (see the module).
+
+    >>> q = np.array([[1, 2, 0], [1, 0, 0]], np.float32)
+    >>> exact_keys(q, np.array([[1, 1, 0], [3, 3, 0]], np.float32), "euclidean").tolist()
+    [1.0, 13.0]
+    >>> a = exact_keys(q[:1], np.array([[1, 1, 0]], np.float32), "cosine")
+    >>> b = exact_keys(q[:1], np.array([[3, 3, 0]], np.float32), "cosine")
+    >>> bool(a[0] == b[0])
+    True
+    """
+    q = np.asarray(q, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    acc = np.zeros(q.shape[0], dtype=np.float64)
+    if distance == "euclidean":
+        for j in range(q.shape[1]):
+            t = q[:, j] - x[:, j]
+            acc += t * t
+        return acc
+    for j in range(q.shape[1]):
+        acc += q[:, j] * x[:, j]
+    if distance == "inner_product":
+        return -acc
+    x_sq = np.zeros_like(acc)
+    for j in range(q.shape[1]):
+        x_sq += x[:, j] * x[:, j]
+    # -sign(s) s^2 / ||x||^2 ranks like -cos (the query's norm is common to its references):
+    # exact rational ties (small-integer data) stay ties, with no square root to round.
+    out = -np.sign(acc) * (acc * acc) / x_sq
+    return _tie_multiples(out, x, np.asarray(groups) if groups is not None else None)
+
+
+def _tie_multiples(keys: np.ndarray, x: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
+    """Cosine keys with every positive multiple of a row (same ``groups`` entry, e.g. the
+    query) given the key of its first occurrence: rows scaled by their largest |component|
+    are identical exactly for positive multiples."""
+    if keys.size < 2:
+        return keys
+    r = x / np.abs(x).max(axis=1, keepdims=True)
+    g = np.zeros(keys.size, dtype=np.int64) if groups is None else groups.astype(np.int64)
+    rows = np.ascontiguousarray(np.column_stack((g.astype(np.float64), r)))
+    _, first, inverse = np.unique(
+        rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel(),
+        return_index=True,
+        return_inverse=True,
+    )
+    return keys[first][inverse.ravel()]
+
+
+def _gather_keys(xq: Any, xb: Any, qi: np.ndarray, ri: np.ndarray, distance: str) -> np.ndarray:
+    """:func:`exact_keys` of the pairs ``(xq[qi[i]], xb[ri[i]])`` (``qi`` sorted), in chunks
+    that end at a query's last pair (cosine ties the multiples of a row within a query)."""
+    out = np.empty(qi.size, dtype=np.float64)
+    a = 0
+    while a < qi.size:
+        b = int(np.searchsorted(qi, qi[min(a + _ROWS, qi.size) - 1], side="right"))
+        q, x = host_array(xq[qi[a:b]]), host_array(xb[ri[a:b]])
+        out[a:b] = exact_keys(np.asarray(q), np.asarray(x), distance, qi[a:b])
+        a = b
+    return out
+
+
+def decide(
+    block: Candidates, xq: Any, xb: Any, distance: str, bounds: np.ndarray
+) -> tuple[Candidates, np.ndarray | None]:
+    """``block`` (sorted by float32 key, then index) in float64 order, and the float64 keys
+    of its candidates where any were computed (else ``None``: the block is returned as it is).
+
+    ``bounds[i]`` is ``B`` of query ``block.queries[i]`` (:func:`key_bounds`); ``xq`` / ``xb``
+    the float32 rows the keys were formed from.  A candidate starts a new cluster when its key
+    exceeds the previous one by more than ``2 B``; clusters of two or more are re-scored with
+    :func:`exact_keys` and sorted by (float64 key, reference index).  The result's ``bits``
+    are then dense ranks: equal exactly where the float64 keys tie (what the metric kernels
+    read as a tie).
+
+    >>> from embedeval.engine.candidates import sortable_bits
+    >>> x = np.array([[1, 0], [1, 1], [3, 3], [2, 2]], np.float32)
+    >>> keys = np.array([1.0, 1.0, 1.0], np.float32)  # float32 keys that cannot tell them apart
+    >>> block = Candidates(np.array([0]), np.array([0, 3]), np.array([3, 1, 2]),
+    ...                    sortable_bits(keys))
+    >>> out, exact = decide(block, x, x, "cosine", np.array([1e-6]))
+    >>> out.index.tolist(), out.bits.tolist()
+    ([1, 2, 3], [0, 0, 0])
+    """
+    n = block.index.size
+    if n < 2:
+        return block, None
+    keys = from_sortable_bits(block.bits).astype(np.float64)
+    counts = block.counts
+    row = np.repeat(np.arange(counts.size), counts)
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.greater(np.diff(keys), 2.0 * bounds[row[1:]], out=new[1:])
+    starts = block.lims[:-1][counts > 0]
+    new[starts] = True
+    if new.all():
+        return block, None
+    cluster = np.cumsum(new) - 1
+    size = np.bincount(cluster)
+    amb = np.flatnonzero(size[cluster] > 1)
+    qi = block.queries[row[amb]]
+    exact = _gather_keys(xq, xb, qi, block.index[amb], distance)
+    order = np.lexsort((block.index[amb], exact, cluster[amb]))
+    index = block.index.copy()
+    index[amb] = block.index[amb][order]
+    exact = exact[order]
+    distinct = new.copy()
+    same = (cluster[amb][1:] == cluster[amb][:-1]) & (exact[1:] != exact[:-1])
+    distinct[amb[1:][same]] = True
+    bits = (np.cumsum(distinct) - 1).astype(np.uint32)
+    full = np.full(n, np.nan)
+    full[amb] = exact
+    return Candidates(block.queries, block.lims, index, bits), full
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What the engine needs to widen a query's threshold by ``2 B_q``: upper bounds on the
+    squared norms of its rows (``q_sq``, float64 per row) and of every reference (``m_sq``),
+    the dimension, the distance and a factor on the unit roundoff (``scale``: 2**13 for TF32
+    products).
+
+    For the Euclidean key the band depends on the threshold ``tau``: a reference whose key can
+    reach ``tau + band`` has a norm of at most ``R = (1 + c) ||q|| + sqrt((1 + c)^2 ||q||^2 +
+    (1 - c)(c ||q||^2 + tau + band))) / (1 - c)`` (from ``key >= ||x||^2 - 2 ||q|| ||x||`` and
+    ``B(q, x) = c (||q|| + ||x||)^2``), so the band only needs ``min(M, R)`` rather than the
+    largest norm ``M`` of the whole reference: two rounds of that fixed point, each band no
+    larger than the one before, keep one outlying row from widening every query's band.
+    """
+
+    q_sq: np.ndarray
+    m_sq: float
+    dim: int
+    distance: str
+    scale: float = 1.0
+
+    def band(self, rows: Any, tau: np.ndarray) -> np.ndarray:
+        """``2 B_q`` for the query ``rows`` at thresholds ``tau`` (float64)."""
+        q_sq = self.q_sq[rows]
+        bound = key_bounds(q_sq, self.m_sq, self.dim, self.distance, self.scale)
+        if self.distance != "euclidean":
+            return 2.0 * bound
+        # B(q, x) = c (||q|| + ||x||)^2 (key_bounds with ||q|| = 1, M = 0)
+        c = float(key_bounds(np.ones(1), 0.0, self.dim, self.distance, self.scale)[0])
+        qn, m = np.sqrt(q_sq), np.sqrt(self.m_sq)
+        band = 2.0 * bound
+        t = np.asarray(tau, dtype=np.float64)
+        if c >= 0.5:
+            return band
+        for _ in range(2):
+            with np.errstate(invalid="ignore", over="ignore"):
+                s = np.maximum((1 + c) ** 2 * q_sq + (1 - c) * (c * q_sq + t + band), 0.0)
+                r = ((1 + c) * qn + np.sqrt(s)) / (1 - c)
+            r = np.where(np.isfinite(t), np.minimum(r, m), m)
+            band = 2.0 * c * (qn + r) ** 2
+        return band * (1.0 + 2.0**-30)
+
+    def widen(self, rows: Any, tau: np.ndarray) -> np.ndarray:
+        """float32 thresholds ``tau`` of the query ``rows`` widened by their band."""
+        return widen(tau, self.band(rows, tau))
+
+
+def reach_of(x: np.ndarray, sq32: np.ndarray | None, m_sq: float, distance: str) -> Reach:
+    """The :class:`Reach` of query rows ``x`` (float32) from their float32 squared norms
+    ``sq32`` (each within ``gamma_dim``; None: computed here) and ``m_sq``."""
+    dim = int(x.shape[1])
+    if distance == "cosine":
+        return Reach(np.ones(int(x.shape[0])), 1.0, dim, distance)
+    if sq32 is None:
+        sq32 = np.einsum("ij,ij->i", x, x, dtype=np.float32)
+    q_sq = np.asarray(sq32, dtype=np.float64) / (1.0 - gamma(dim)) * (1.0 + 2.0**-40)
+    return Reach(q_sq, m_sq, dim, distance)
+
+
+def sq_norms(x: Any, rows: np.ndarray, step: int = 8192) -> np.ndarray:
+    """float64 squared norms of rows ``rows`` of ``x``, a few thousand rows at a time."""
+    out = np.empty(rows.size, dtype=np.float64)
+    for a in range(0, rows.size, step):
+        part = np.asarray(host_array(x[rows[a : a + step]]), dtype=np.float64)
+        out[a : a + step] = np.einsum("ij,ij->i", part, part)
+    return out
+
+
+def candidate_bounds(
+    block: Candidates,
+    q_sq: np.ndarray,
+    ref_sq: np.ndarray,
+    dim: int,
+    distance: str,
+    scale: float = 1.0,
+) -> np.ndarray:
+    """``B_q`` per query of ``block`` with the largest squared norm among its own candidates
+    (``ref_sq`` of every reference, ``q_sq`` of the block's queries): the pairs the decision
+    compares are its candidates, so no other reference's norm enters.
+
+    >>> block = Candidates(np.array([0]), np.array([0, 1]), np.array([1]), np.zeros(1, np.uint32))
+    >>> bool(candidate_bounds(block, np.ones(1), np.array([1e6, 1.0]), 8, "euclidean")[0] < 1e-4)
+    True
+    """
+    if distance == "cosine":
+        return key_bounds(np.ones(block.queries.size), 1.0, dim, distance, scale)
+    counts = block.counts
+    m_sq = np.zeros(counts.size, dtype=np.float64)
+    full = np.flatnonzero(counts > 0)
+    if full.size:
+        m_sq[full] = np.maximum.reduceat(ref_sq[block.index], block.lims[:-1][full])
+    return key_bounds(q_sq, m_sq * (1.0 + 2.0**-40), dim, distance, scale)
+
+
+@dataclass(frozen=True)
+class TaskNorms:
+    """float64 squared norms of a task's query and reference rows (computed once per task)."""
+
+    q_sq: np.ndarray
+    ref_sq: np.ndarray
+
+    def reach(self, distance: str, dim: int, scale: float = 1.0) -> Reach:
+        m_sq = float(self.ref_sq.max(initial=0.0))
+        q_sq = self.q_sq * (1.0 + 2.0**-40)
+        return Reach(q_sq, m_sq * (1.0 + 2.0**-40), dim, distance, scale)
+
+
+_NORMS: dict[int, TaskNorms] = {}
+_NORMS_LOCK = threading.Lock()
+
+
+def task_norms(task: Any) -> TaskNorms:
+    """The :class:`TaskNorms` of a retrieval task, kept while the task lives."""
+    with _NORMS_LOCK:
+        out = _NORMS.get(id(task))
+    if out is None:
+        q_sq = sq_norms(task.query, np.arange(int(task.query.shape[0])))
+        if task.reference is task.query:
+            ref_sq = q_sq
+        else:
+            ref_sq = sq_norms(task.reference, np.arange(int(task.reference.shape[0])))
+        out = TaskNorms(q_sq, ref_sq)
+        with _NORMS_LOCK:
+            _NORMS[id(task)] = out
+            weakref.finalize(task, _NORMS.pop, id(task), None)
+    return out
+
+
+def decide_task_block(task: Any, block: Candidates, scale: float = 1.0) -> Candidates:
+    """:func:`decide` of a retrieval task's block (its rows and norms)."""
+    norms = task_norms(task)
+    dim = int(task.reference.shape[1])
+    q_sq = norms.q_sq[block.queries]
+    bounds = candidate_bounds(block, q_sq, norms.ref_sq, dim, task.distance, scale)
+    return decide(block, task.query, task.reference, task.distance, bounds)[0]
+
+
+def widen(tau: np.ndarray, band: np.ndarray) -> np.ndarray:
+    """float32 thresholds ``tau + band`` rounded up (``-inf`` stays, overflow gives ``+inf``),
+    so that a float32 key within ``band`` above ``tau`` still passes ``key <= threshold``.
+
+    >>> widen(np.array([1.0, -np.inf], np.float32), np.array([1e-9, 1.0])).tolist()
+    [1.0000001192092896, -inf]
+    """
+    exact = np.asarray(tau, dtype=np.float64) + band
+    with np.errstate(over="ignore"):
+        out = exact.astype(np.float32)
+    low = out < exact
+    out[low] = np.nextafter(out[low], np.float32(np.inf))
+    return out
+
+
+def first_k(task: Any, block: Candidates, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``k`` candidates of each query of a decided ``block`` (:func:`decide`) as
+    ``(distances, indices)``: the float64 Euclidean distance (square root of the float64
+    squared distance), cosine or inner product of the task's rows, rounded to float32 once.
+
+    >>> from types import SimpleNamespace
+    >>> x = np.array([[0, 0], [3, 4], [6, 8]], np.float32)
+    >>> task = SimpleNamespace(query=x, reference=x, distance="euclidean")
+    >>> lims, index = np.array([0, 2]), np.array([1, 2])
+    >>> block = Candidates(np.array([0]), lims, index, np.zeros(2, np.uint32))
+    >>> first_k(task, block, 2)[0].tolist()
+    [[5.0, 10.0]]
+    """
+    b = block.queries.size
+    # A query that sees fewer than k references (groups excluded) is padded with NaN and -1.
+    count = np.minimum(np.diff(block.lims), k)
+    r, c = np.nonzero(np.arange(k)[None, :] < count[:, None])
+    take = block.lims[:-1][r] + c
+    idx = np.asarray(block.index[take], dtype=np.int64)
+    qi = block.queries[r]
+    keys = _gather_keys(task.query, task.reference, qi, idx, task.distance)
+    if task.distance == "euclidean":
+        values = np.sqrt(keys)
+    elif task.distance == "cosine":  # from -sign(s) s^2 / ||x||^2: cos = sign(s) |s| / ||x|| ||q||
+        q = np.asarray(host_array(task.query[block.queries]), dtype=np.float64)
+        q_norm = np.sqrt(np.einsum("ij,ij->i", q, q))[r]
+        values = -np.sign(keys) * np.sqrt(np.abs(keys)) / q_norm
+    else:
+        values = -keys
+    dist = np.full((b, k), np.nan, dtype=np.float32)
+    index = np.full((b, k), -1, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        dist[r, c] = values.astype(np.float32)
+    index[r, c] = idx
+    return dist, index

@@ -1,0 +1,191 @@
+"""The float64 decision: near-ties the float32 keys cannot order, exact ties they split, and
+identical rows, against brute forces written here (float64 distances of the float32 inputs,
+a stable sort by reference index), in every backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+from embedeval.engine.candidates import Candidates, sortable_bits
+from embedeval.engine.decide import decide, gamma, key_bounds
+
+METRICS = ["precision_at_1", "map_at_r"]
+
+
+def brute_order(q, b):
+    """Reference order of each query: float64 squared distances, ties by index."""
+    b = b.astype(np.float64)
+    return [np.argsort(((b - v) ** 2).sum(axis=1), kind="stable") for v in q.astype(np.float64)]
+
+
+def brute_metrics(xq, yq, xb, yb):
+    p1, map_r = [], []
+    for i, order in enumerate(brute_order(xq, xb)):
+        rel = yb[order] == yq[i]
+        r = int(rel.sum())
+        p1.append(float(rel[0]))
+        hits = np.flatnonzero(rel[:r])
+        map_r.append(float(sum((j + 1) / (h + 1) for j, h in enumerate(hits)) / r))
+    return {"precision_at_1": np.array(p1), "map_at_r": np.array(map_r)}
+
+
+def near_ties(n_ref, n_query, seed):
+    """Rows around (1000, 0, 0, 0) a few float32 ulps apart, plus one row at (-1000, ...), so
+    that no column can be translated: float32 keys ||x||^2 - 2 q.x (about 1e6, resolution
+    0.06) cannot order squared distances that differ by 1e-8; float64 can."""
+    rng = np.random.default_rng(seed)
+    ulp = np.float32(2.0**-14)  # the float32 spacing at 1000
+
+    def rows(n):
+        x = np.empty((n, 4), dtype=np.float32)
+        x[:, 0] = np.float32(1000) + rng.integers(-40, 40, n).astype(np.float32) * ulp
+        x[:, 1:] = (rng.integers(-40, 40, (n, 3)) * ulp).astype(np.float32)
+        return x
+
+    xb, xq = rows(n_ref), rows(n_query)
+    xb[0] = (-1000, 0, 0, 0)
+    return xq, rng.integers(0, 5, n_query), xb, rng.integers(0, 5, n_ref)
+
+
+def integer_ties(n_ref, n_query, seed):
+    """Integer rows up to +-3000 in 8 dimensions (float64 distances exact, float32 products
+    rounded: squared norms reach 7e7 > 2**24), each query with references placed
+    symmetrically around it (exact ties) and duplicated references."""
+    rng = np.random.default_rng(seed)
+    xq = rng.integers(-3000, 3000, (n_query, 8)).astype(np.float32)
+    offsets = rng.integers(-3, 4, (n_ref // 2, 8))
+    centre = xq[rng.integers(0, n_query, n_ref // 2)]
+    xb = np.concatenate((centre + offsets, centre - offsets)).astype(np.float32)
+    xb[rng.permutation(n_ref)[:40]] = xb[:40]  # identical rows
+    return xq, rng.integers(0, 6, n_query), xb, rng.integers(0, 6, n_ref)
+
+
+@pytest.mark.parametrize("make", [near_ties, integer_ties])
+def test_neighbors_order_is_the_float64_order(make):
+    xq, _, xb, _ = make(3000, 60, 1)
+    _, idx = ee.neighbors(xq, 20, xb)
+    for row, order in enumerate(brute_order(xq, xb)):
+        assert idx[row].tolist() == order[:20].tolist()
+
+
+def test_float32_keys_alone_misorder_the_near_ties():
+    """The data above are adversarial: a float32 brute force gets many orders wrong."""
+    xq, _, xb, _ = near_ties(3000, 60, 1)
+    keys = (xb * xb).sum(axis=1)[None, :] - 2 * xq @ xb.T  # float32
+    wrong = sum(
+        np.argsort(k, kind="stable")[:20].tolist() != o[:20].tolist()
+        for k, o in zip(keys, brute_order(xq, xb), strict=True)
+    )
+    assert wrong > 30
+
+
+@pytest.mark.parametrize("make", [near_ties, integer_ties])
+def test_split_metrics_equal_float64_and_bit_identical_in_every_backend(make):
+    pytest.importorskip("torch")
+    # Above 16 column tiles of 2048: the sharded backend cuts the reference into shards.
+    xq, yq, xb, yb = make(34_000, 40, 2)
+    truth = brute_metrics(xq, yq, xb, yb)
+    options = [{}, {"shards": 3}, {"backend": "torch", "device": "cpu"}]
+    results = [ee.evaluate(xq, yq, xb, yb, metrics=METRICS, **o) for o in options]
+    for name, expected in truth.items():
+        # MAP@R sums in the kernels' order: equal to the brute force up to rounding.
+        np.testing.assert_allclose(results[0].per_query[name], expected, rtol=0, atol=1e-12)
+        for other in results[1:]:
+            np.testing.assert_array_equal(other.per_query[name], results[0].per_query[name])
+
+
+@pytest.mark.parametrize("make", [near_ties, integer_ties])
+def test_leave_one_out_equals_float64_in_every_engine(make):
+    _, _, x, y = make(2000, 10, 3)
+    order = brute_order(x, x)
+    expected = {"precision_at_1": [], "map_at_r": []}
+    for i, o in enumerate(order):
+        o = o[o != i]
+        rel = y[o] == y[i]
+        r = int(rel.sum())
+        expected["precision_at_1"].append(float(rel[0]))
+        hits = np.flatnonzero(rel[:r])
+        expected["map_at_r"].append(float(sum((j + 1) / (h + 1) for j, h in enumerate(hits)) / r))
+    options = [{}, {"backend": "torch", "device": "cpu"}, {"n_threads": 1, "block_size": 64}]
+    pytest.importorskip("torch")
+    results = [ee.evaluate(x, y, metrics=METRICS, **o) for o in options]
+    # Full-depth MAP takes the one-sided engine, MAP@R alone the symmetric one.
+    results.append(ee.evaluate(x, y, metrics=[*METRICS, "map"]))
+    for result in results:
+        for name, values in expected.items():
+            np.testing.assert_array_equal(result.per_query[name], results[0].per_query[name])
+            np.testing.assert_allclose(
+                result.per_query[name], values, rtol=0, atol=1e-12, err_msg=name
+            )
+
+
+def test_cosine_positive_multiples_tie_exactly():
+    reference = np.array([[3, 3, 0], [0, 1, 0], [1, 1, 0], [2, 0, 1]], dtype=np.float32)
+    query = np.array([[1, 2, 0.5]], dtype=np.float32)
+    sim, idx = ee.neighbors(query, 4, reference, distance="cosine")
+    # cos((1, 2, .5), (1, 1, 0)) = 3 / (sqrt(5.25) sqrt(2)); (3, 3, 0) is the same direction.
+    assert idx[0].tolist() == [0, 2, 1, 3]
+    assert sim[0, 0] == sim[0, 1]
+    assert sim[0, 0] == np.float32(3 / (np.sqrt(5.25) * np.sqrt(2)))
+
+
+def test_decide_orders_a_cluster_by_float64_keys_then_index():
+    x = np.array([[0, 0], [2, 0], [0, 2], [1, 1], [-2, 0]], dtype=np.float32)
+    # Float32 keys that pretend 4, 3, 2, 1 are equally near query 0 (within the bound).
+    keys = np.array([4.0, 4.0, 4.0, 4.0], dtype=np.float32)
+    block = Candidates(np.array([0]), np.array([0, 4]), np.array([4, 3, 2, 1]), sortable_bits(keys))
+    out, exact = decide(block, x, x, "euclidean", np.array([1.0]))
+    # Squared distances from (0, 0): 4, 2, 4, 4 -> (1, 1) first, then 1, 2, 4 tied by index.
+    assert out.index.tolist() == [3, 1, 2, 4]
+    assert out.bits.tolist() == [0, 1, 1, 1]
+    assert np.nanmax(exact) == 4.0
+
+
+def test_decide_leaves_well_separated_keys_alone():
+    x = np.zeros((3, 2), dtype=np.float32)
+    keys = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    block = Candidates(np.array([0]), np.array([0, 3]), np.array([2, 0, 1]), sortable_bits(keys))
+    out, exact = decide(block, x, x, "euclidean", np.array([0.1]))
+    assert out is block and exact is None
+
+
+def test_key_bounds_formula():
+    # Euclidean: (3 gamma_{d+3} (1 + 2**-20) + 8 gamma64_{d+8}) (||q|| + M)^2, ||q|| = 1, M = 2,
+    # d = 5, with gamma_n = n u / (1 - n u).
+    g32 = 8 * 2.0**-24 / (1 - 8 * 2.0**-24)
+    g64 = 13 * 2.0**-53 / (1 - 13 * 2.0**-53)
+    expected = (3 * g32 * (1 + 2.0**-20) + 8 * g64) * 9
+    assert key_bounds(np.array([1.0]), 4.0, 5, "euclidean")[0] == pytest.approx(expected, rel=1e-12)
+    assert gamma(8) == pytest.approx(8 * 2.0**-24, rel=1e-6)
+
+
+def test_positives_lists_rank_near_ties_in_float64():
+    xq, _, xb, _ = near_ties(3000, 30, 4)
+    rng = np.random.default_rng(5)
+    positives = [sorted(rng.choice(3000, 4, replace=False).tolist()) for _ in range(30)]
+    result = ee.evaluate(xq, None, xb, None, positives=positives, metrics=["map", "precision_at_1"])
+    for i, order in enumerate(brute_order(xq, xb)):
+        hit = np.isin(order, positives[i])
+        ranks = np.flatnonzero(hit) + 1
+        ap = float(np.mean(np.arange(1, ranks.size + 1) / ranks))
+        assert result.per_query["map"][i] == pytest.approx(ap, abs=1e-12)
+        assert result.per_query["precision_at_1"][i] == float(hit[0])
+
+
+def test_an_outlying_row_does_not_widen_every_querys_band():
+    """One row 1000 times farther out than the rest: the band of a query only counts the
+    references that can reach its threshold, so the candidates stay few (and exact)."""
+    from embedeval.engine.exact import sorted_candidates
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(3000, 16)).astype(np.float32)
+    x[7] *= 1000
+    blocks = list(sorted_candidates(x[:50], x, distance="euclidean", depth=np.full(50, 5)))
+    assert max(int(b.counts.max()) for b in blocks) < 300
+    y = np.arange(3000) % 300
+    truth = brute_metrics(x[:50], y[:50], x, y)
+    result = ee.evaluate(x[:50], y[:50], x, y, metrics=METRICS)
+    for name, expected in truth.items():
+        np.testing.assert_allclose(result.per_query[name], expected, rtol=0, atol=1e-12)
