@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..utils.progress import progress_bar
-from .candidates import Candidates, from_sortable_bits
+from .candidates import Candidates, from_sortable_bits, sortable_bits
+from .decide import key_bounds, task_norms, widen
 from .exact import (
     KEY_MAX,
     EnginePlan,
@@ -131,6 +132,7 @@ def relevant_ranks(
     reference_codes: np.ndarray,
     tau: np.ndarray,
     need: np.ndarray,
+    band: np.ndarray | None = None,
 ) -> RelevantRanks:
     """The :class:`RelevantRanks` of a block of query rows from their whole-row ``keys`` (valid
     keys finite, excluded pairs ``+inf``) and label codes (:mod:`embedeval.engine.labels`).
@@ -140,6 +142,11 @@ def relevant_ranks(
     (``plan.threshold``) to the row's farthest relevant key; a row with fewer than ``need``
     keys under it is sorted whole.  Relevant references past the cut-off lie past every
     window a kernel reads, and are left out.
+
+    ``band`` (per row) is twice the bound on a float32 key's distance from its float64 key
+    (:func:`embedeval.engine.decide.key_bounds`): a row where a non-relevant key lies within
+    the band of a relevant one could rank the two the other way in float64, so it is mixed and
+    goes to the candidate kernels, which decide such runs in float64.
     """
     b, n = keys.shape
     relevant = match_matrix(query_codes, reference_codes)
@@ -177,13 +184,43 @@ def relevant_ranks(
     mixed_item[inside] = sorted_rows.ravel()[at] == rel_keys[inside]
     is_mixed = np.zeros(b, dtype=bool)
     is_mixed[row[mixed_item]] = True
+    if band is not None and code.size:
+        is_mixed |= _near_misses(sorted_rows, row, bits, rel_keys, band, cut, b)
     mixed = np.flatnonzero(is_mixed)
     keep = ~is_mixed[row]
     hit_pos = (lt + np.arange(code.size) - run_start)[keep]
     clean = np.flatnonzero(~is_mixed)
     n_hits = np.bincount(row[keep], minlength=b)[clean]
+    if band is not None and mixed.size:  # the decision needs every key within its band
+        cut = np.where(cut < KEY_MAX, widen(cut, band), cut)
     candidates = _whole_rows(plan, mixed, keys, cut) if mixed.size else None
     return RelevantRanks(clean, n_hits, hit_pos, mixed, candidates)
+
+
+def _near_misses(
+    sorted_rows: np.ndarray,
+    row: np.ndarray,
+    bits: np.ndarray,
+    rel_keys: np.ndarray,
+    band: np.ndarray,
+    cut: np.ndarray,
+    b: int,
+) -> np.ndarray:
+    """Rows where some key within ``band`` of a relevant key is not relevant (or may lie past
+    the sorted cut-off): more keys in the band than relevant keys in it."""
+    lo_key = (rel_keys.astype(np.float64) - band[row]).astype(np.float32)
+    hi_key = widen(rel_keys, band[row])
+    lo_key = np.where(lo_key > rel_keys - band[row], np.nextafter(lo_key, -np.inf), lo_key)
+    in_band = locate(sorted_rows, row, hi_key, True) - locate(sorted_rows, row, lo_key, False)
+    # Relevant keys of the same row in the band: (row, sortable bits) codes are sorted.
+    rel_code = (row.astype(np.uint64) << np.uint64(32)) | bits.astype(np.uint64)
+    lo_code = (row.astype(np.uint64) << np.uint64(32)) | sortable_bits(lo_key).astype(np.uint64)
+    hi_code = (row.astype(np.uint64) << np.uint64(32)) | sortable_bits(hi_key).astype(np.uint64)
+    rel_in_band = np.searchsorted(rel_code, hi_code, "right") - np.searchsorted(rel_code, lo_code)
+    near = (in_band > rel_in_band) | (hi_key > cut[row])
+    out = np.zeros(b, dtype=bool)
+    out[row[near]] = True
+    return out
 
 
 def _sorted_rows(
@@ -278,6 +315,11 @@ def deep_blocks(
     plan = plan.with_search(search)
     size = plan.block_size
     buffers = threading.local()
+    # The float32 keys' error bound: the largest reference norm of the task bounds every pair.
+    norms = task_norms(task)
+    q_sq = norms.q_sq * (1.0 + 2.0**-40)
+    m_sq = float(norms.ref_sq.max(initial=0.0)) * (1.0 + 2.0**-40)
+    dim = int(task.reference.shape[1])
 
     def one_block(start: int) -> ScoredBlock:
         stop = min(start + size, n_query)
@@ -291,7 +333,8 @@ def deep_blocks(
         # under it than another metric's depth is sorted whole.
         tau = np.full(stop - start, -np.inf, dtype=np.float32)
         need = plan.need[start:stop]
-        ranks = relevant_ranks(plan, keys, codes, task.reference_codes, tau, need)
+        band = 2 * key_bounds(q_sq[start:stop], m_sq, dim, task.distance)
+        ranks = relevant_ranks(plan, keys, codes, task.reference_codes, tau, need, band)
         return score_ranks(task, start, ranks)
 
     starts = range(0, n_query, size)
