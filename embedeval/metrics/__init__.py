@@ -1,11 +1,13 @@
-"""Statistics on arrays the user already has: ranking / IR metrics, classification, confidence,
-calibration, selective prediction, uncertainty, credible intervals, open-set detection.
+"""Statistics on arrays the user already has: ranking / IR metrics, trec_eval's metrics from
+judged ranks, classification, confidence, calibration, selective prediction, uncertainty,
+credible intervals, open-set detection.
 
-The public modules are :mod:`~embedeval.metrics.ranking`, :mod:`~embedeval.metrics.classification`,
-:mod:`~embedeval.metrics.confidence` (which re-exports every confidence name),
-:mod:`~embedeval.metrics.calibration`, :mod:`~embedeval.metrics.selective`,
-:mod:`~embedeval.metrics.uncertainty`, :mod:`~embedeval.metrics.credible` and
-:mod:`~embedeval.metrics.openset`; ``curves``, ``scores`` and ``resample`` are their shared helpers.
+The public modules are :mod:`~embedeval.metrics.ranking`, :mod:`~embedeval.metrics.judged`,
+:mod:`~embedeval.metrics.classification`, :mod:`~embedeval.metrics.confidence` (which
+re-exports every confidence name), :mod:`~embedeval.metrics.calibration`,
+:mod:`~embedeval.metrics.selective`, :mod:`~embedeval.metrics.uncertainty`,
+:mod:`~embedeval.metrics.credible` and :mod:`~embedeval.metrics.openset`; ``curves``,
+``scores``, ``pairs`` and ``resample`` are their shared helpers.
 """
 
 from ..utils.lazy import lazy_modules
