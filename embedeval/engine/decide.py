@@ -32,6 +32,7 @@ import numpy as np
 
 from ..utils.validation import host_array
 from .candidates import Candidates, from_sortable_bits
+from .labels import match_pairs
 
 __all__ = [
     "U32",
@@ -172,7 +173,12 @@ def _gather_keys(xq: Any, xb: Any, qi: np.ndarray, ri: np.ndarray, distance: str
 
 
 def decide(
-    block: Candidates, xq: Any, xb: Any, distance: str, bounds: np.ndarray
+    block: Candidates,
+    xq: Any,
+    xb: Any,
+    distance: str,
+    bounds: np.ndarray,
+    relevant: np.ndarray | None = None,
 ) -> tuple[Candidates, np.ndarray | None]:
     """``block`` (sorted by float32 key, then index) in float64 order, and the float64 keys
     of its candidates where any were computed (else ``None``: the block is returned as it is).
@@ -183,6 +189,11 @@ def decide(
     :func:`exact_keys` and sorted by (float64 key, reference index).  The result's ``bits``
     are then dense ranks: equal exactly where the float64 keys tie (what the metric kernels
     read as a tie).
+
+    ``relevant`` (one flag per candidate), when given, limits the re-scoring to the candidates
+    that have one of the other kind within ``2 B`` (:func:`_decide_mixed_pairs`): metrics read
+    only the relevance of each rank, so only the order of a relevant and a non-relevant
+    candidate can change a value.
 
     >>> from embedeval.engine.candidates import sortable_bits
     >>> x = np.array([[1, 0], [1, 1], [3, 3], [2, 2]], np.float32)
@@ -207,21 +218,104 @@ def decide(
     if new.all():
         return block, None
     cluster = np.cumsum(new) - 1
+    if relevant is not None:
+        return _decide_mixed_pairs(block, keys, row, cluster, xq, xb, distance, bounds, relevant)
     size = np.bincount(cluster)
     amb = np.flatnonzero(size[cluster] > 1)
+    distinct = new.copy()
     qi = block.queries[row[amb]]
     exact = _gather_keys(xq, xb, qi, block.index[amb], distance)
     order = np.lexsort((block.index[amb], exact, cluster[amb]))
     index = block.index.copy()
     index[amb] = block.index[amb][order]
     exact = exact[order]
-    distinct = new.copy()
     same = (cluster[amb][1:] == cluster[amb][:-1]) & (exact[1:] != exact[:-1])
     distinct[amb[1:][same]] = True
     bits = (np.cumsum(distinct) - 1).astype(np.uint32)
     full = np.full(n, np.nan)
     full[amb] = exact
     return Candidates(block.queries, block.lims, index, bits), full
+
+
+def _decide_mixed_pairs(
+    block: Candidates,
+    keys: np.ndarray,
+    row: np.ndarray,
+    cluster: np.ndarray,
+    xq: Any,
+    xb: Any,
+    distance: str,
+    bounds: np.ndarray,
+    relevant: np.ndarray,
+) -> tuple[Candidates, np.ndarray | None]:
+    """:func:`decide` for a ranking read through relevance only.
+
+    A candidate whose float32 key lies within ``2 B`` of a candidate of the other kind
+    (relevant / not) gets its float64 key; every other candidate keeps its float32 key.  Each
+    float32 key is within ``B`` of the float64 one, so a kept candidate is more than ``B`` away
+    from any key (float32 or float64) of the other kind: sorting the rows by these keys (then
+    index) puts every relevant / non-relevant pair in its float64 order, ties included, while
+    candidates of one kind keep their float32 order among themselves, which no metric reads.
+    Only the clusters (runs of keys less than ``2 B`` apart) that hold such a candidate are
+    re-sorted: no candidate leaves its cluster.
+    """
+    n = keys.size
+    band = 2.0 * bounds[row]
+    pos = np.arange(n)
+    starts = np.repeat(block.lims[:-1], block.counts)
+    near = np.zeros(n, dtype=bool)
+    for kind in (relevant, ~relevant):
+        # the nearest candidate of this kind before and after each position, in the same row
+        before = np.maximum.accumulate(np.where(kind, pos, -1))
+        after = np.minimum.accumulate(np.where(kind, pos, n)[::-1])[::-1]
+        ok_b = before >= starts
+        ok_a = after < np.repeat(block.lims[1:], block.counts)
+        gap_b = np.where(ok_b, keys - keys[np.maximum(before, 0)], np.inf)
+        gap_a = np.where(ok_a, keys[np.minimum(after, n - 1)] - keys, np.inf)
+        near |= ~kind & ((gap_b <= band) | (gap_a <= band))
+    amb = np.flatnonzero(near)
+    if not amb.size:
+        return block, None
+    touched = np.zeros(int(cluster[-1]) + 1, dtype=bool)
+    touched[cluster[amb]] = True
+    part = np.flatnonzero(touched[cluster])  # the candidates of the clusters to re-sort
+    mixed = _on_exact_scale(keys[part], row[part], xq, block.queries, distance)
+    exact = _gather_keys(xq, xb, block.queries[row[amb]], block.index[amb], distance)
+    is_exact = np.zeros(part.size, dtype=bool)
+    is_exact[np.searchsorted(part, amb)] = True
+    mixed[is_exact] = exact
+    order = np.lexsort((block.index[part], mixed, cluster[part]))
+    index = block.index.copy()
+    index[part] = block.index[part][order]
+    mixed = mixed[order]
+    # Tie codes: a new code at each cluster and, inside a re-sorted one, at each key change.
+    distinct = np.empty(n, dtype=bool)
+    distinct[0] = True
+    distinct[1:] = (cluster[1:] != cluster[:-1]) | (block.bits[1:] != block.bits[:-1])
+    inside = np.zeros(part.size, dtype=bool)
+    inside[1:] = cluster[part][1:] == cluster[part][:-1]
+    distinct[part] = ~inside | np.append(True, mixed[1:] != mixed[:-1])
+    full = np.full(n, np.nan)
+    is_exact = is_exact[order]
+    full[part[is_exact]] = mixed[is_exact]
+    bits = (np.cumsum(distinct) - 1).astype(np.uint32)
+    return Candidates(block.queries, block.lims, index, bits), full
+
+
+def _on_exact_scale(
+    keys: np.ndarray, row: np.ndarray, xq: Any, queries: np.ndarray, distance: str
+) -> np.ndarray:
+    """float32 engine keys mapped, per query, by the increasing function that turns the exact
+    engine key into the :func:`exact_keys` one: ``+ ||q||^2`` (Euclidean), ``sign(k) k^2
+    ||q||^2`` (cosine, from ``k = -cos``), unchanged (inner product).  Being increasing, the
+    map keeps every order the float32 keys certify."""
+    if distance == "inner_product":
+        return keys.copy()
+    q = np.asarray(host_array(xq[queries]), dtype=np.float64)
+    q_sq = np.einsum("ij,ij->i", q, q)[row]
+    if distance == "euclidean":
+        return keys + q_sq
+    return np.sign(keys) * keys * keys * q_sq
 
 
 @dataclass(frozen=True)
@@ -358,7 +452,11 @@ def decide_task_block(task: Any, block: Candidates, scale: float = 1.0) -> Candi
     dim = int(task.reference.shape[1])
     q_sq = norms.q_sq[block.queries]
     bounds = candidate_bounds(block, q_sq, norms.ref_sq, dim, task.distance, scale)
-    return decide(block, task.query, task.reference, task.distance, bounds)[0]
+    relevant = None
+    if task.metrics:  # a ranking scored by relevance: only mixed clusters can change a value
+        rows = np.repeat(block.queries, block.counts)
+        relevant = match_pairs(task.query_codes[rows], task.reference_codes[block.index])
+    return decide(block, task.query, task.reference, task.distance, bounds, relevant)[0]
 
 
 def widen(tau: np.ndarray, band: np.ndarray) -> np.ndarray:
