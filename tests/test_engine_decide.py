@@ -189,3 +189,56 @@ def test_an_outlying_row_does_not_widen_every_querys_band():
     result = ee.evaluate(x[:50], y[:50], x, y, metrics=METRICS)
     for name, expected in truth.items():
         np.testing.assert_allclose(result.per_query[name], expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_labels", [2, 40])
+@pytest.mark.parametrize("make", [near_ties, integer_ties])
+def test_full_depth_and_window_metrics_equal_float64_with_many_or_few_relevant(make, n_labels):
+    """Few relevant references per query (40 labels: the decision searches around each
+    relevant key) and many (2 labels: most candidates are ambiguous, and their float64 keys
+    come from a float64 product tile before the fixed-order re-score)."""
+    xq, _, xb, _ = make(3000, 50, 4)
+    rng = np.random.default_rng(5)
+    yq, yb = rng.integers(0, n_labels, xq.shape[0]), rng.integers(0, n_labels, xb.shape[0])
+    expected = brute_metrics(xq, yq, xb, yb)
+    full = []
+    for i, order in enumerate(brute_order(xq, xb)):
+        hits = np.flatnonzero(yb[order] == yq[i])
+        full.append(sum((j + 1) / (h + 1) for j, h in enumerate(hits)) / hits.size)
+    expected["map"] = np.array(full)
+    for options in ({}, {"block_size": 7, "n_threads": 1}):
+        res = ee.evaluate(xq, yq, xb, yb, metrics=[*METRICS, "map"], **options)
+        for name, values in expected.items():
+            np.testing.assert_allclose(res.per_query[name], values, rtol=0, atol=1e-12)
+
+
+def test_inner_product_keys_are_the_fixed_order_float64_sums():
+    """References in pairs x, x' (x' swaps coordinates 0 and 2 of x) against queries with
+    q_0 = q_2: the real inner products are equal, the float64 sums in column order
+    ((q_0 x_0 + q_1 x_1) + q_2 x_2 + ...) round apart or tie, and another summation order
+    may round them the other way.  The two members of a pair carry different labels, and
+    labels are many, so each query sees a few such relevant / non-relevant near-ties."""
+    rng = np.random.default_rng(6)
+    d, n_pairs = 6, 3000
+    xq = rng.standard_normal((40, d)).astype(np.float32)
+    xq[:, 2] = xq[:, 0]
+    x = rng.standard_normal((n_pairs, d)).astype(np.float32)
+    xb = np.empty((2 * n_pairs, d), dtype=np.float32)
+    xb[0::2], xb[1::2] = x, x[:, [2, 1, 0, 3, 4, 5]]
+    first = rng.integers(0, 30, n_pairs)
+    yb = np.empty(2 * n_pairs, dtype=np.int64)
+    yb[0::2], yb[1::2] = first, (first + rng.integers(1, 30, n_pairs)) % 30
+    yq = rng.integers(0, 30, xq.shape[0])
+    q64, b64 = xq.astype(np.float64), xb.astype(np.float64)
+    p1, full = [], []
+    for i in range(xq.shape[0]):
+        key = np.zeros(xb.shape[0])
+        for j in range(d):  # the definition: one column at a time
+            key += q64[i, j] * b64[:, j]
+        order = np.lexsort((np.arange(xb.shape[0]), -key))
+        hits = np.flatnonzero(yb[order] == yq[i])
+        p1.append(float(hits[0] == 0))
+        full.append(sum((k + 1) / (h + 1) for k, h in enumerate(hits)) / hits.size)
+    res = ee.evaluate(xq, yq, xb, yb, metrics=["precision_at_1", "map"], distance="inner_product")
+    np.testing.assert_array_equal(res.per_query["precision_at_1"], p1)
+    np.testing.assert_allclose(res.per_query["map"], full, rtol=0, atol=1e-12)

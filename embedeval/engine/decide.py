@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..utils.validation import host_array
-from .candidates import Candidates, from_sortable_bits
+from .candidates import Candidates, from_sortable_bits, sortable_bits
 from .labels import match_pairs
 
 __all__ = [
@@ -207,9 +207,11 @@ def decide(
     n = block.index.size
     if n < 2:
         return block, None
-    keys = from_sortable_bits(block.bits).astype(np.float64)
     counts = block.counts
     row = np.repeat(np.arange(counts.size), counts)
+    if relevant is not None:
+        return _decide_mixed_pairs(block, row, xq, xb, distance, bounds, relevant)
+    keys = from_sortable_bits(block.bits).astype(np.float64)
     new = np.empty(n, dtype=bool)
     new[0] = True
     np.greater(np.diff(keys), 2.0 * bounds[row[1:]], out=new[1:])
@@ -218,17 +220,15 @@ def decide(
     if new.all():
         return block, None
     cluster = np.cumsum(new) - 1
-    if relevant is not None:
-        return _decide_mixed_pairs(block, keys, row, cluster, xq, xb, distance, bounds, relevant)
     size = np.bincount(cluster)
     amb = np.flatnonzero(size[cluster] > 1)
-    distinct = new.copy()
     qi = block.queries[row[amb]]
-    exact = _gather_keys(xq, xb, qi, block.index[amb], distance)
+    exact = _float64_keys(xq, xb, qi, block.index[amb], row[amb], distance, None)
     order = np.lexsort((block.index[amb], exact, cluster[amb]))
     index = block.index.copy()
     index[amb] = block.index[amb][order]
     exact = exact[order]
+    distinct = new.copy()
     same = (cluster[amb][1:] == cluster[amb][:-1]) & (exact[1:] != exact[:-1])
     distinct[amb[1:][same]] = True
     bits = (np.cumsum(distinct) - 1).astype(np.uint32)
@@ -239,9 +239,7 @@ def decide(
 
 def _decide_mixed_pairs(
     block: Candidates,
-    keys: np.ndarray,
     row: np.ndarray,
-    cluster: np.ndarray,
     xq: Any,
     xb: Any,
     distance: str,
@@ -251,55 +249,231 @@ def _decide_mixed_pairs(
     """:func:`decide` for a ranking read through relevance only.
 
     A candidate whose float32 key lies within ``2 B`` of a candidate of the other kind
-    (relevant / not) gets its float64 key; every other candidate keeps its float32 key.  Each
-    float32 key is within ``B`` of the float64 one, so a kept candidate is more than ``B`` away
-    from any key (float32 or float64) of the other kind: sorting the rows by these keys (then
-    index) puts every relevant / non-relevant pair in its float64 order, ties included, while
-    candidates of one kind keep their float32 order among themselves, which no metric reads.
-    Only the clusters (runs of keys less than ``2 B`` apart) that hold such a candidate are
-    re-sorted: no candidate leaves its cluster.
+    (relevant / not) is *ambiguous* and gets a float64 key (:func:`_float64_keys`); every other
+    candidate keeps its float32 key.  Each float32 key is within ``B`` of the float64 one, so a
+    kept candidate is more than ``B`` away from any key (float32 or float64) of the other kind.
+    Only *windows* are re-sorted: the positions whose float32 keys lie within ``2 B`` of an
+    ambiguous key (overlapping ones merged).  A candidate outside a window is more than ``2 B``
+    from every ambiguous key, so its order against the window is already the float64 one for
+    every pair of different kinds; inside, sorting by these keys (then index) puts every
+    relevant / non-relevant pair in its float64 order, ties included, while candidates of one
+    kind keep their float32 order among themselves, which no metric reads.
     """
-    n = keys.size
-    band = 2.0 * bounds[row]
-    pos = np.arange(n)
-    starts = np.repeat(block.lims[:-1], block.counts)
-    near = np.zeros(n, dtype=bool)
-    for kind in (relevant, ~relevant):
-        # the nearest candidate of this kind before and after each position, in the same row
-        before = np.maximum.accumulate(np.where(kind, pos, -1))
-        after = np.minimum.accumulate(np.where(kind, pos, n)[::-1])[::-1]
-        ok_b = before >= starts
-        ok_a = after < np.repeat(block.lims[1:], block.counts)
-        gap_b = np.where(ok_b, keys - keys[np.maximum(before, 0)], np.inf)
-        gap_a = np.where(ok_a, keys[np.minimum(after, n - 1)] - keys, np.inf)
-        near |= ~kind & ((gap_b <= band) | (gap_a <= band))
-    amb = np.flatnonzero(near)
+    n = row.size
+    band = 2.0 * bounds
+    codes = (row.astype(np.uint64) << np.uint64(32)) | block.bits.astype(np.uint64)
+    if np.count_nonzero(relevant) * 8 < n:  # few relevant: search around them only
+        amb = np.flatnonzero(_near_relevant(codes, row, band, relevant))
+    else:
+        keys = from_sortable_bits(block.bits).astype(np.float64)
+        starts = np.repeat(block.lims[:-1], block.counts)
+        ends = np.repeat(block.lims[1:], block.counts)
+        amb = np.flatnonzero(_near_other_kind(keys, starts, ends, band[row], relevant))
     if not amb.size:
         return block, None
-    touched = np.zeros(int(cluster[-1]) + 1, dtype=bool)
-    touched[cluster[amb]] = True
-    part = np.flatnonzero(touched[cluster])  # the candidates of the clusters to re-sort
-    mixed = _on_exact_scale(keys[part], row[part], xq, block.queries, distance)
-    exact = _gather_keys(xq, xb, block.queries[row[amb]], block.index[amb], distance)
+    part, window, after = _windows(codes, row, amb, band)
+    keys = from_sortable_bits(block.bits[part]).astype(np.float64)
+    mixed = _on_exact_scale(keys, row[part], xq, block.queries, distance)
+    qi = block.queries[row[amb]]
+    exact = _float64_keys(xq, xb, qi, block.index[amb], row[amb], distance, relevant[amb])
     is_exact = np.zeros(part.size, dtype=bool)
     is_exact[np.searchsorted(part, amb)] = True
     mixed[is_exact] = exact
-    order = np.lexsort((block.index[part], mixed, cluster[part]))
+    order = np.lexsort((block.index[part], mixed, window))
     index = block.index.copy()
     index[part] = block.index[part][order]
     mixed = mixed[order]
-    # Tie codes: a new code at each cluster and, inside a re-sorted one, at each key change.
+    # Tie codes: float32 ties outside the windows; inside one, a new code at each key change.
     distinct = np.empty(n, dtype=bool)
     distinct[0] = True
-    distinct[1:] = (cluster[1:] != cluster[:-1]) | (block.bits[1:] != block.bits[:-1])
+    distinct[1:] = (row[1:] != row[:-1]) | (block.bits[1:] != block.bits[:-1])
+    distinct[after[after < n]] = True
     inside = np.zeros(part.size, dtype=bool)
-    inside[1:] = cluster[part][1:] == cluster[part][:-1]
+    inside[1:] = window[1:] == window[:-1]
     distinct[part] = ~inside | np.append(True, mixed[1:] != mixed[:-1])
     full = np.full(n, np.nan)
     is_exact = is_exact[order]
     full[part[is_exact]] = mixed[is_exact]
     bits = (np.cumsum(distinct) - 1).astype(np.uint32)
     return Candidates(block.queries, block.lims, index, bits), full
+
+
+def _band_positions(
+    codes: np.ndarray, rows: np.ndarray, bits: np.ndarray, width: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``[lo, hi)``: the positions of the sorted ``(row, sortable key)`` ``codes`` whose key
+    lies within ``width`` of the float32 key ``bits`` in row ``rows`` (rounded outwards)."""
+    key = from_sortable_bits(bits)
+    low64 = key.astype(np.float64) - width
+    low = low64.astype(np.float32)
+    low = np.where(low > low64, np.nextafter(low, np.float32(-np.inf)), low)
+    high = widen(key, width)
+    base = rows.astype(np.uint64) << np.uint64(32)
+    lo = np.searchsorted(codes, base | sortable_bits(low).astype(np.uint64), "left")
+    hi = np.searchsorted(codes, base | sortable_bits(high).astype(np.uint64), "right")
+    return lo, hi
+
+
+def _near_relevant(
+    codes: np.ndarray, row: np.ndarray, band: np.ndarray, relevant: np.ndarray
+) -> np.ndarray:
+    """:func:`_near_other_kind` by kind for sparse ``relevant`` flags: a binary search of each
+    relevant key's band (``band`` per block row) in the block's sorted ``(row, key)`` codes,
+    so the work grows with the relevant candidates, not the block."""
+    n = row.size
+    rel = np.flatnonzero(relevant)
+    bits = (codes[rel] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    lo, hi = _band_positions(codes, row[rel], bits, band[row[rel]])
+    mixed = (hi - lo) > np.searchsorted(rel, hi) - np.searchsorted(rel, lo)
+    cover = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(cover, lo[mixed], 1)
+    np.add.at(cover, hi[mixed], -1)
+    near = (np.cumsum(cover[:-1]) > 0) & ~relevant
+    near[rel[mixed]] = True
+    return near
+
+
+def _windows(
+    codes: np.ndarray, row: np.ndarray, amb: np.ndarray, band: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The positions within ``band`` of the ambiguous positions ``amb`` (sorted), grouped into
+    windows (overlapping spans merged): ``(positions, window of each, end of each window)``."""
+    bits = (codes[amb] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    lo, hi = _band_positions(codes, row[amb], bits, band[row[amb]])
+    first = np.flatnonzero(np.append(True, lo[1:] >= np.maximum.accumulate(hi)[:-1]))
+    start, end = lo[first], np.maximum.reduceat(hi, first)
+    length = end - start
+    offset = np.cumsum(length) - length
+    part = np.arange(int(length.sum())) + np.repeat(start - offset, length)
+    return part, np.repeat(np.arange(first.size), length), end
+
+
+def _near_other_kind(
+    keys: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    band: np.ndarray,
+    kind: np.ndarray | None,
+) -> np.ndarray:
+    """Flags of the positions of sorted rows (``keys`` ascending within each row; position
+    ``i`` belongs to the row ``starts[i]:ends[i]``) that have, in their row, a key of the
+    other ``kind`` (any other key when ``kind`` is None) within ``band[i]``."""
+    n = keys.size
+    pos = np.arange(n)
+    near = np.zeros(n, dtype=bool)
+    if kind is None:
+        gap = np.diff(keys)
+        same_row = pos[1:] < ends[:-1]
+        close = same_row & (gap <= np.minimum(band[1:], band[:-1]))
+        near[1:] |= close
+        near[:-1] |= close
+        return near
+    for k in (kind, ~kind):
+        # the nearest position of this kind before and after each position, in the same row
+        before = np.maximum.accumulate(np.where(k, pos, -1))
+        after = np.minimum.accumulate(np.where(k, pos, n)[::-1])[::-1]
+        gap_b = np.where(before >= starts, keys - keys[np.maximum(before, 0)], np.inf)
+        gap_a = np.where(after < ends, keys[np.minimum(after, n - 1)] - keys, np.inf)
+        near |= ~k & ((gap_b <= band) | (gap_a <= band))
+    return near
+
+
+def _float64_keys(
+    xq: Any,
+    xb: Any,
+    qi: np.ndarray,
+    ri: np.ndarray,
+    row: np.ndarray,
+    distance: str,
+    kind: np.ndarray | None,
+) -> np.ndarray:
+    """float64 keys of the pairs ``(xq[qi[i]], xb[ri[i]])`` (pairs grouped by ``row``, ``qi``
+    sorted) on the scale of :func:`exact_keys`, ordering them as their :func:`exact_keys` do.
+
+    A float64 product (:func:`_product_keys`, any summation order) is a second filter: its keys
+    are within ``beta = 16 gamma_{d+8}`` (double precision) times the pair's magnitude of the
+    :func:`exact_keys` ones, 2**29 times tighter than float32's bound.  Only the pairs within
+    ``2 beta`` of a pair of the other ``kind`` of their row (of any pair when ``kind`` is None)
+    are re-scored with :func:`exact_keys`; the others keep the product key, whose order against
+    every pair it is compared with is then the :func:`exact_keys` order.
+    """
+    if not qi.size:
+        return np.zeros(0, dtype=np.float64)
+    g, mag = _product_keys(xq, xb, qi, ri, distance)
+    beta = 16.0 * gamma(int(xq.shape[1]) + 8, _U64) * (1.0 + 2.0**-20)
+    row_max = np.zeros(int(row.max()) + 1, dtype=np.float64)
+    np.maximum.at(row_max, row, mag)
+    order = np.lexsort((g, row))
+    r = row[order]
+    first = np.flatnonzero(np.append(True, r[1:] != r[:-1]))
+    length = np.diff(np.append(first, r.size))
+    starts = np.repeat(first, length)
+    band = 2.0 * beta * row_max[r]
+    near = _near_other_kind(
+        g[order],
+        starts,
+        starts + np.repeat(length, length),
+        band,
+        None if kind is None else kind[order],
+    )
+    redo = np.sort(order[near])
+    if redo.size:
+        g[redo] = _gather_keys(xq, xb, qi[redo], ri[redo], distance)
+    return g
+
+
+_DENSE_CELLS = 1 << 22  # float64 products per dense tile (32 MiB)
+
+
+def _product_keys(
+    xq: Any, xb: Any, qi: np.ndarray, ri: np.ndarray, distance: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """float64 keys of the pairs ``(xq[qi[i]], xb[ri[i]])`` (``qi`` sorted) from float64
+    products, and each pair's magnitude (what the key's rounding error scales with:
+    ``(||q|| + ||x||)^2``, ``||q|| ||x||`` or ``||q||^2`` for cosine).  Queries whose pairs
+    cover much of the references they touch take one dense product (BLAS); sparse ones take a
+    row-by-row product of the gathered pairs."""
+    keys = np.empty(qi.size, dtype=np.float64)
+    mag = np.empty(qi.size, dtype=np.float64)
+    q_start = np.flatnonzero(np.append(True, qi[1:] != qi[:-1]))
+    bounds = np.append(q_start, qi.size)
+    step = 64
+    for a in range(0, q_start.size, step):
+        lo, hi = int(bounds[a]), int(bounds[min(a + step, q_start.size)])
+        cols, inverse = np.unique(ri[lo:hi], return_inverse=True)
+        n_q = min(a + step, q_start.size) - a
+        if (hi - lo) * 8 >= n_q * cols.size and n_q * cols.size <= _DENSE_CELLS:
+            qs = qi[bounds[a : a + n_q]]
+            q = np.asarray(host_array(xq[qs]), dtype=np.float64)
+            x = np.asarray(host_array(xb[cols]), dtype=np.float64)
+            q_pos = np.repeat(np.arange(n_q), np.diff(bounds[a : a + n_q + 1]))
+            dots = (q @ x.T)[q_pos, inverse.ravel()]
+            q_sq = np.einsum("ij,ij->i", q, q)[q_pos]
+            x_sq = np.einsum("ij,ij->i", x, x)[inverse.ravel()]
+            keys[lo:hi], mag[lo:hi] = _keys_from_products(dots, q_sq, x_sq, distance)
+            continue
+        for c in range(lo, hi, _ROWS):
+            e = min(c + _ROWS, hi)
+            q = np.asarray(host_array(xq[qi[c:e]]), dtype=np.float64)
+            x = np.asarray(host_array(xb[ri[c:e]]), dtype=np.float64)
+            dots = np.einsum("ij,ij->i", q, x)
+            q_sq, x_sq = np.einsum("ij,ij->i", q, q), np.einsum("ij,ij->i", x, x)
+            keys[c:e], mag[c:e] = _keys_from_products(dots, q_sq, x_sq, distance)
+    return keys, mag
+
+
+def _keys_from_products(
+    dots: np.ndarray, q_sq: np.ndarray, x_sq: np.ndarray, distance: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Keys on the scale of :func:`exact_keys` from dot products and squared norms, and the
+    magnitudes their rounding scales with."""
+    if distance == "euclidean":
+        return q_sq + x_sq - 2.0 * dots, (np.sqrt(q_sq) + np.sqrt(x_sq)) ** 2
+    if distance == "inner_product":
+        return -dots, np.sqrt(q_sq * x_sq)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keys = -np.sign(dots) * (dots * dots) / x_sq
+    return np.where(x_sq > 0, keys, 0.0), q_sq.copy()
 
 
 def _on_exact_scale(
