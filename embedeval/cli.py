@@ -1172,6 +1172,12 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     _check_output(args.per_query, (".csv",), "--per-query")
     _check_output(args.report, (".html",), "--report")
     _check_report_options(args)
+    if args.report and args.gallery_metric:  # before the work, not after it
+        from .evaluation.judged_html import gallery_metric_name
+        from .metrics.judged import parse_ir_metrics
+
+        names = [m.name for m in parse_ir_metrics(args.metrics)]
+        gallery_metric_name(names, args.gallery_metric)
     _check_paths(args, [args.run, args.json, args.per_query, args.report])
     inputs = _retrieval_inputs(args)
     with search_arguments(args) as search:

@@ -24,7 +24,7 @@ from ..utils.validation import check_int
 from .gallery import worst_queries
 from .html import _cell, _e, _Media, _metrics, _num, _page, _table, _what
 
-__all__ = ["first_relevant_ranks", "judged_counts", "judged_html"]
+__all__ = ["first_relevant_ranks", "gallery_metric_name", "judged_counts", "judged_html"]
 
 _TIES = {
     "index": "equal float32 scores ordered by corpus row",
@@ -60,6 +60,28 @@ def first_relevant_ranks(lims: Any, grades: Any, ranks: Any, relevance_level: in
     first = np.full(lims.size - 1, np.iinfo(np.int64).max)
     np.minimum.at(first, query[ok], ranks[ok])
     return np.where(first == np.iinfo(np.int64).max, 0, first)
+
+
+def gallery_metric_name(names: Sequence[str], gallery_metric: str | None) -> str:
+    """The metric that orders the per-query table and the gallery: ``gallery_metric`` in any
+    spelling :func:`~embedeval.metrics.judged.parse_ir_metrics` reads, or the first of
+    ``names``.
+
+    >>> gallery_metric_name(["ndcg@10", "map"], "ndcg_cut_10"), gallery_metric_name(["map"], None)
+    ('ndcg@10', 'map')
+    """
+    if gallery_metric is None and names:
+        return names[0]
+    try:
+        metric = parse_ir_metrics([gallery_metric])[0].name
+    except (InputError, TypeError, ValueError):
+        metric = gallery_metric
+    if metric not in names:
+        raise InputError(
+            f"gallery_metric={gallery_metric!r} is not a metric of this result; choose one of "
+            f"{', '.join(names) or '(none)'}."
+        )
+    return metric
 
 
 class _Judged:
@@ -132,12 +154,7 @@ def judged_html(
     thumbnail = check_int(thumbnail, "thumbnail", minimum=8, maximum=512)
     max_chars = check_int(max_chars, "max_chars", minimum=8)
     table_rows = check_int(table_rows, "table_rows", minimum=0)
-    metric = gallery_metric or next(iter(res.per_query), None)
-    if metric not in res.per_query:
-        raise InputError(
-            f"gallery_metric={gallery_metric!r} is not a metric of this result; choose one of "
-            f"{', '.join(res.per_query) or '(none)'}."
-        )
+    metric = gallery_metric_name(list(res.per_query), gallery_metric)
     title = title or "embedeval report: judged relevance"
     judged = _Judged(res)
     body = [f"<h1>{_e(title)}</h1>", _subtitle(res), _NAV, _what(res, _sizes(res))]
