@@ -809,15 +809,7 @@ def _check_report_options(args: argparse.Namespace) -> None:
 
 
 def _write_report(args: argparse.Namespace, res: Any, inputs: dict[str, Any]) -> None:
-    n_ref = res.settings.get("n_reference", 0)
-    media = {
-        "images": _row_list("--images", args.images, res.n_queries, paths=True),
-        "reference_images": _row_list("--reference-images", args.reference_images, n_ref, True),
-        "texts": _row_list("--texts", args.texts, res.n_queries),
-        "reference_texts": _row_list("--reference-texts", args.reference_texts, n_ref),
-    }
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _warnings_shown():
         res.to_html(
             args.report,
             query=inputs["query"],
@@ -825,13 +817,31 @@ def _write_report(args: argparse.Namespace, res: Any, inputs: dict[str, Any]) ->
             reference_labels=inputs.get("reference_labels"),
             query_groups=inputs.get("query_groups"),
             reference_groups=inputs.get("reference_groups"),
-            gallery=args.gallery,
-            gallery_metric=args.gallery_metric,
-            gallery_k=args.gallery_k,
-            thumbnail=args.thumbnail,
             title=f"embedeval report: {Path(args.file).name}",
-            **media,
+            **_report_options(args, res.n_queries, res.settings.get("n_reference", 0)),
         )
+
+
+def _report_options(args: argparse.Namespace, n_query: int, n_ref: int) -> dict[str, Any]:
+    """The gallery options of ``--report``: the media lists read (one entry per row), sizes."""
+    return {
+        "images": _row_list("--images", args.images, n_query, paths=True),
+        "reference_images": _row_list("--reference-images", args.reference_images, n_ref, True),
+        "texts": _row_list("--texts", args.texts, n_query),
+        "reference_texts": _row_list("--reference-texts", args.reference_texts, n_ref),
+        "gallery": args.gallery,
+        "gallery_metric": args.gallery_metric,
+        "gallery_k": args.gallery_k,
+        "thumbnail": args.thumbnail,
+    }
+
+
+@contextlib.contextmanager
+def _warnings_shown() -> Iterator[None]:
+    """Warnings raised inside, each printed once as one line after it."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
     for w in caught:
         _show_warning(w.message, w.category)
 
@@ -1229,23 +1239,9 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
 
 def _write_qrels_report(args: argparse.Namespace, res: Any) -> None:
     """``retrieve --report``: texts and images one per query row / corpus row."""
-    n_query, n_doc = res.settings["n_query"], res.settings["n_reference"]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        res.to_html(
-            args.report,
-            images=_row_list("--images", args.images, n_query, paths=True),
-            reference_images=_row_list("--reference-images", args.reference_images, n_doc, True),
-            texts=_row_list("--texts", args.texts, n_query),
-            reference_texts=_row_list("--reference-texts", args.reference_texts, n_doc),
-            gallery=args.gallery,
-            gallery_metric=args.gallery_metric,
-            gallery_k=args.gallery_k,
-            thumbnail=args.thumbnail,
-            title=f"embedeval report: {Path(args.queries).name}",
-        )
-    for w in caught:
-        _show_warning(w.message, w.category)
+    options = _report_options(args, res.settings["n_query"], res.settings["n_reference"])
+    with _warnings_shown():
+        res.to_html(args.report, title=f"embedeval report: {Path(args.queries).name}", **options)
 
 
 def _qrels_per_query(res: Any) -> str:

@@ -169,9 +169,7 @@ def evaluation_html(
     >>> page.startswith("<!DOCTYPE html>"), 'data-metric="map_at_r"' in page
     (True, True)
     """
-    gallery = check_int(gallery, "gallery", minimum=0)
-    gallery_k = check_int(gallery_k, "gallery_k")
-    thumbnail = check_int(thumbnail, "thumbnail", minimum=8, maximum=512)
+    gallery, gallery_k, thumbnail = _gallery_sizes(gallery, gallery_k, thumbnail)
     title = title or "embedeval report"
     body = [f"<h1>{_e(title)}</h1>", _subtitle(res), _NAV]
     if res.approximation:
@@ -189,11 +187,25 @@ def evaluation_html(
     return _page(title, body)
 
 
-_NAV = (
-    '<p class="sub">Sections: <a href="#s-what">what was evaluated</a> · <a href="#s-metrics">'
-    'metrics</a> · <a href="#s-classes">per class</a> · <a href="#s-figures">figures</a> · '
-    '<a href="#s-gallery">failure gallery</a></p>'
-)
+def _gallery_sizes(gallery: int, gallery_k: int, thumbnail: int) -> tuple[int, int, int]:
+    """Queries in the gallery, items per query and thumbnail pixels, checked."""
+    return (
+        check_int(gallery, "gallery", minimum=0),
+        check_int(gallery_k, "gallery_k"),
+        check_int(thumbnail, "thumbnail", minimum=8, maximum=512),
+    )
+
+
+def _nav(sections: dict[str, str]) -> str:
+    """The line of links to a page's sections: what was evaluated, the metrics, ``sections``
+    (``{anchor: title}``), the failure gallery."""
+    every = {"s-what": "what was evaluated", "s-metrics": "metrics", **sections}
+    every["s-gallery"] = "failure gallery"
+    links = " · ".join(f'<a href="#{a}">{_e(t)}</a>' for a, t in every.items())
+    return f'<p class="sub">Sections: {links}</p>'
+
+
+_NAV = _nav({"s-classes": "per class", "s-figures": "figures"})
 
 
 def _subtitle(res: Any) -> str:

@@ -22,7 +22,18 @@ from ..metrics.judged import NOT_RANKED, parse_ir_metrics
 from ..utils.errors import InputError
 from ..utils.validation import check_int
 from .gallery import worst_queries
-from .html import _cell, _e, _Media, _metrics, _num, _page, _table, _what
+from .html import (
+    _cell,
+    _e,
+    _gallery_sizes,
+    _Media,
+    _metrics,
+    _nav,
+    _num,
+    _page,
+    _table,
+    _what,
+)
 
 __all__ = ["first_relevant_ranks", "gallery_metric_name", "judged_counts", "judged_html"]
 
@@ -149,9 +160,7 @@ def judged_html(
     >>> 'data-metric="ndcg@2"' in page, 'data-doc="b"' in page, "classes" in page
     (True, True, False)
     """
-    gallery = check_int(gallery, "gallery", minimum=0)
-    gallery_k = check_int(gallery_k, "gallery_k")
-    thumbnail = check_int(thumbnail, "thumbnail", minimum=8, maximum=512)
+    gallery, gallery_k, thumbnail = _gallery_sizes(gallery, gallery_k, thumbnail)
     max_chars = check_int(max_chars, "max_chars", minimum=8)
     table_rows = check_int(table_rows, "table_rows", minimum=0)
     metric = gallery_metric_name(list(res.per_query), gallery_metric)
@@ -171,11 +180,7 @@ def judged_html(
     return _page(title, body)
 
 
-_NAV = (
-    '<p class="sub">Sections: <a href="#s-what">what was evaluated</a> · <a href="#s-metrics">'
-    'metrics</a> · <a href="#s-queries">per query</a> · <a href="#s-gallery">failure gallery</a>'
-    "</p>"
-)
+_NAV = _nav({"s-queries": "per query"})
 
 
 def _subtitle(res: Any) -> str:

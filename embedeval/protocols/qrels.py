@@ -115,22 +115,7 @@ class QrelsResult(EvaluationResult):
         docs = np.asarray(self.doc_ids, dtype=object)[rows[kept]]
         write_trec_run(path, self.run_ids, lims, docs, self.run_scores[:, :depth][kept], tag=tag)
 
-    def to_html(  # type: ignore[override]
-        self,
-        path: str | os.PathLike,
-        *,
-        images: Any = None,
-        reference_images: Any = None,
-        texts: Any = None,
-        reference_texts: Any = None,
-        gallery: int = 20,
-        gallery_metric: str | None = None,
-        gallery_k: int = 5,
-        thumbnail: int = 64,
-        max_chars: int = 300,
-        table_rows: int = 5000,
-        title: str | None = None,
-    ) -> Path:
+    def to_html(self, path: str | os.PathLike, **options: Any) -> Path:  # type: ignore[override]
         """Write one self-contained HTML page of this judged-relevance result (atomically);
         returns the path.
 
@@ -154,12 +139,22 @@ class QrelsResult(EvaluationResult):
         texts, reference_texts : sequence of str, optional
             The query text per query row / the passage per corpus row, cut to ``max_chars``.
         gallery : int
-            Queries in the gallery (0 leaves it out).
+            Queries in the gallery (default 20; 0 leaves it out).
         gallery_k : int
-            Documents shown per query; at most the depth the run kept (``run_depth=``).
+            Documents shown per query (default 5); at most the depth the run kept
+            (``run_depth=``).
+        gallery_metric : str, optional
+            The metric that orders the per-query table and chooses the gallery (any spelling
+            of :func:`~embedeval.metrics.judged.parse_ir_metrics`; default: the first metric).
+        thumbnail : int
+            Thumbnail size in pixels (default 64).
+        max_chars : int
+            Query texts and passages are cut to this many characters (default 300).
         table_rows : int
-            Queries listed in the per-query table (the worst first), which bounds the page's
-            size on large query sets.
+            Queries listed in the per-query table (the worst first; default 5,000), which
+            bounds the page's size on large query sets.
+        title : str, optional
+            The page's title.
 
         Examples
         --------
@@ -173,24 +168,19 @@ class QrelsResult(EvaluationResult):
         >>> "third passage" in out.read_text(encoding="utf-8")
         True
         """
+        import inspect
+
         from ..evaluation.html import write_html
         from ..evaluation.judged_html import judged_html
 
-        page = judged_html(
-            self,
-            images=images,
-            reference_images=reference_images,
-            texts=texts,
-            reference_texts=reference_texts,
-            gallery=gallery,
-            gallery_metric=gallery_metric,
-            gallery_k=gallery_k,
-            thumbnail=thumbnail,
-            max_chars=max_chars,
-            table_rows=table_rows,
-            title=title,
-        )
-        return write_html(path, page)
+        known = list(inspect.signature(judged_html).parameters)[1:]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise InputError(
+                f"to_html() has no option {unknown[0]!r}; a judged-relevance page takes "
+                f"{', '.join(known)} (its ranking and judgments are the result's own)."
+            )
+        return write_html(path, judged_html(self, **options))
 
     def table(self) -> str:
         """The means as an aligned text table (metric, value, and the CI when computed)."""
