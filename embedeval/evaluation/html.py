@@ -345,6 +345,12 @@ _GALLERY_INPUTS = (
 )
 
 
+_MEDIA_OPTIONS = (
+    *("images", "reference_images", "texts", "reference_texts"),
+    *("thumbnail", "max_chars"),
+)
+
+
 class _Media:
     """What each query and reference row shows: a thumbnail, a caption, or nothing; images that
     cannot be read become placeholders, reported by one warning.
@@ -376,6 +382,25 @@ class _Media:
             self.ref_texts = self.texts if self.ref_texts is None else self.ref_texts
         self.cache: dict[str, str | None] = {}
         self.failed: list[str] = []
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any], *, max_chars: int) -> _Media:
+        """A page's media from its keyword options (``images``, ``reference_images``,
+        ``texts``, ``reference_texts``, ``thumbnail``, ``max_chars``), queries and references
+        apart; any other name is refused."""
+        unknown = sorted(set(options) - set(_MEDIA_OPTIONS))
+        if unknown:
+            raise InputError(
+                f"to_html() has no option {unknown[0]!r}; help(res.to_html) lists them (what "
+                f"the gallery shows: {', '.join(_MEDIA_OPTIONS)})."
+            )
+        return cls(
+            *(options.get(name) for name in _MEDIA_OPTIONS[:4]),
+            check_int(options.get("thumbnail", 64), "thumbnail", minimum=8, maximum=512),
+            None,
+            shared=False,
+            max_chars=check_int(options.get("max_chars", max_chars), "max_chars", minimum=8),
+        )
 
     def check(self, n_query: int, n_reference: int) -> None:
         for name, seq, n in (

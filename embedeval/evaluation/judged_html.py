@@ -135,20 +135,17 @@ class _Judged:
 def judged_html(
     res: Any,
     *,
-    images: Sequence[Any] | None = None,
-    reference_images: Sequence[Any] | None = None,
-    texts: Sequence[Any] | None = None,
-    reference_texts: Sequence[Any] | None = None,
     gallery: int = 20,
     gallery_metric: str | None = None,
     gallery_k: int = 5,
-    thumbnail: int = 64,
-    max_chars: int = 300,
     table_rows: int = 5000,
     title: str | None = None,
+    **media: Any,
 ) -> str:
     """The HTML page of a :class:`~embedeval.protocols.qrels.QrelsResult`; see its
-    :meth:`~embedeval.protocols.qrels.QrelsResult.to_html` for the options.
+    :meth:`~embedeval.protocols.qrels.QrelsResult.to_html` for the options.  ``media``:
+    ``images``, ``reference_images``, ``texts``, ``reference_texts`` (one per query row / corpus
+    row), ``thumbnail`` (pixels, default 64), ``max_chars`` (texts cut, default 300).
 
     Examples
     --------
@@ -160,8 +157,8 @@ def judged_html(
     >>> 'data-metric="ndcg@2"' in page, 'data-doc="b"' in page, "classes" in page
     (True, True, False)
     """
-    gallery, gallery_k, thumbnail = _gallery_sizes(gallery, gallery_k, thumbnail)
-    max_chars = check_int(max_chars, "max_chars", minimum=8)
+    pictures = _Media.from_options(media, max_chars=300)
+    gallery, gallery_k, _ = _gallery_sizes(gallery, gallery_k, pictures.size)
     table_rows = check_int(table_rows, "table_rows", minimum=0)
     metric = gallery_metric_name(list(res.per_query), gallery_metric)
     title = title or "embedeval report: judged relevance"
@@ -170,13 +167,9 @@ def judged_html(
     body += [_metrics(res, _metrics_note(res), tie_counts=False)]
     body.append(_per_query(res, judged, metric, table_rows))
     if gallery:
-        media = _Media(
-            images, reference_images, texts, reference_texts, thumbnail, None,
-            shared=False, max_chars=max_chars,
-        )  # fmt: skip
-        media.check(int(res.settings["n_query"]), int(res.settings["n_reference"]))
-        body.append(_gallery(res, judged, metric, gallery, gallery_k, media))
-        media.warn()
+        pictures.check(int(res.settings["n_query"]), int(res.settings["n_reference"]))
+        body.append(_gallery(res, judged, metric, gallery, gallery_k, pictures))
+        pictures.warn()
     return _page(title, body)
 
 

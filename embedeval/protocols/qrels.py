@@ -168,18 +168,9 @@ class QrelsResult(EvaluationResult):
         >>> "third passage" in out.read_text(encoding="utf-8")
         True
         """
-        import inspect
-
         from ..evaluation.html import write_html
         from ..evaluation.judged_html import judged_html
 
-        known = list(inspect.signature(judged_html).parameters)[1:]
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise InputError(
-                f"to_html() has no option {unknown[0]!r}; a judged-relevance page takes "
-                f"{', '.join(known)} (its ranking and judgments are the result's own)."
-            )
         return write_html(path, judged_html(self, **options))
 
     def table(self) -> str:
