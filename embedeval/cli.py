@@ -433,23 +433,29 @@ def _add_evaluate_command(sub: Any) -> None:
     )
 
 
-def _add_report_options(p: argparse.ArgumentParser, outputs: Any) -> None:
-    """``--report`` and what its failure gallery shows."""
-    outputs.add_argument(
-        "--report",
-        metavar="OUT",
-        help="write one self-contained HTML page (.html): settings, metrics with CIs, per-class "
-        "table, figures and a failure gallery (the worst queries and what they retrieved)",
-    )
+_REPORT_HELP = {
+    "report": "write one self-contained HTML page (.html): settings, metrics with CIs, per-class "
+    "table, figures and a failure gallery (the worst queries and what they retrieved)",
+    "images": "image paths, one per query row (relative to FILE's folder), shown as thumbnails",
+    "reference_images": "image paths, one per reference row",
+    "texts": "captions, one line per query row",
+    "reference_texts": "captions, one per reference row",
+    "gallery_metric": "the worst queries by this metric (default: map_at_r, else r_precision, "
+    "else P@1)",
+    "gallery_k": "references shown per query (default: 5)",
+}
+
+
+def _add_report_options(
+    p: argparse.ArgumentParser, outputs: Any, helps: dict[str, str] | None = None
+) -> None:
+    """``--report`` and what its failure gallery shows; ``helps`` replaces the help of some
+    (the command's own words for its rows)."""
+    h = {**_REPORT_HELP, **(helps or {})}
+    outputs.add_argument("--report", metavar="OUT", help=h["report"])
     g = p.add_argument_group("report gallery")
-    g.add_argument(
-        "--images",
-        metavar="FILE",
-        help="image paths, one per query row (relative to FILE's folder), shown as thumbnails",
-    )
-    g.add_argument("--reference-images", metavar="FILE", help="image paths, one per reference row")
-    g.add_argument("--texts", metavar="FILE", help="captions, one line per query row")
-    g.add_argument("--reference-texts", metavar="FILE", help="captions, one per reference row")
+    for name in ("images", "reference_images", "texts", "reference_texts"):
+        g.add_argument("--" + name.replace("_", "-"), metavar="FILE", help=h[name])
     g.add_argument(
         "--gallery",
         type=int,
@@ -457,18 +463,8 @@ def _add_report_options(p: argparse.ArgumentParser, outputs: Any) -> None:
         metavar="N",
         help="queries per gallery table (default: 20; 0: no gallery)",
     )
-    g.add_argument(
-        "--gallery-metric",
-        metavar="NAME",
-        help="the worst queries by this metric (default: map_at_r, else r_precision, else P@1)",
-    )
-    g.add_argument(
-        "--gallery-k",
-        type=_positive_int,
-        default=5,
-        metavar="K",
-        help="references shown per query (default: 5)",
-    )
+    g.add_argument("--gallery-metric", metavar="NAME", help=h["gallery_metric"])
+    g.add_argument("--gallery-k", type=_positive_int, default=5, metavar="K", help=h["gallery_k"])
     g.add_argument(
         "--thumbnail",
         type=_positive_int,
@@ -813,15 +809,7 @@ def _check_report_options(args: argparse.Namespace) -> None:
 
 
 def _write_report(args: argparse.Namespace, res: Any, inputs: dict[str, Any]) -> None:
-    n_ref = res.settings.get("n_reference", 0)
-    media = {
-        "images": _row_list("--images", args.images, res.n_queries, paths=True),
-        "reference_images": _row_list("--reference-images", args.reference_images, n_ref, True),
-        "texts": _row_list("--texts", args.texts, res.n_queries),
-        "reference_texts": _row_list("--reference-texts", args.reference_texts, n_ref),
-    }
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _warnings_shown():
         res.to_html(
             args.report,
             query=inputs["query"],
@@ -829,13 +817,31 @@ def _write_report(args: argparse.Namespace, res: Any, inputs: dict[str, Any]) ->
             reference_labels=inputs.get("reference_labels"),
             query_groups=inputs.get("query_groups"),
             reference_groups=inputs.get("reference_groups"),
-            gallery=args.gallery,
-            gallery_metric=args.gallery_metric,
-            gallery_k=args.gallery_k,
-            thumbnail=args.thumbnail,
             title=f"embedeval report: {Path(args.file).name}",
-            **media,
+            **_report_options(args, res.n_queries, res.settings.get("n_reference", 0)),
         )
+
+
+def _report_options(args: argparse.Namespace, n_query: int, n_ref: int) -> dict[str, Any]:
+    """The gallery options of ``--report``: the media lists read (one entry per row), sizes."""
+    return {
+        "images": _row_list("--images", args.images, n_query, paths=True),
+        "reference_images": _row_list("--reference-images", args.reference_images, n_ref, True),
+        "texts": _row_list("--texts", args.texts, n_query),
+        "reference_texts": _row_list("--reference-texts", args.reference_texts, n_ref),
+        "gallery": args.gallery,
+        "gallery_metric": args.gallery_metric,
+        "gallery_k": args.gallery_k,
+        "thumbnail": args.thumbnail,
+    }
+
+
+@contextlib.contextmanager
+def _warnings_shown() -> Iterator[None]:
+    """Warnings raised inside, each printed once as one line after it."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
     for w in caught:
         _show_warning(w.message, w.category)
 
@@ -1032,6 +1038,8 @@ EPILOG_RETRIEVE = """examples:
       --doc-ids docs.txt --qrels qrels/test.tsv
   embedeval retrieve q.npz --corpus c.npz --qrels test.qrels --ties trec_eval \\
       --metrics ndcg@10 map recall@1000 --run run.trec --depth 1000 --json res.json
+  embedeval retrieve q.npz --corpus c.npz --qrels test.qrels --report run.html \
+      --texts queries.txt --reference-texts passages.txt   # worst queries, their top documents
 
 QUERIES and --corpus: .npy (memory-mapped, float32 or float16), .npz (an 'ids' array inside
 gives the ids), .safetensors, .parquet.  Id files: one id per line.  Qrels: TREC
@@ -1115,6 +1123,19 @@ def _add_retrieve_command(sub: Any) -> None:
     )
     o.add_argument("--json", metavar="OUT", help="write the full result as JSON")
     o.add_argument("--per-query", metavar="OUT", help="per-query CSV: query id and every metric")
+    _add_report_options(p, o, _RETRIEVE_REPORT_HELP)
+
+
+_RETRIEVE_REPORT_HELP = {
+    "report": "write one self-contained HTML page (.html): inputs, conventions, metrics with "
+    "CIs, the per-query table and a failure gallery (the worst queries, their top documents "
+    "with qrels grades, relevant ones marked)",
+    "reference_images": "image paths, one per corpus row",
+    "texts": "query texts, one line per query row (shown cut to 300 characters)",
+    "reference_texts": "passages, one line per corpus row (shown cut to 300 characters)",
+    "gallery_metric": "the worst queries by this metric (default: the first metric)",
+    "gallery_k": "documents shown per query (default: 5; at most the run's depth)",
+}
 
 
 def _retrieval_inputs(args: argparse.Namespace) -> dict[str, Any]:
@@ -1159,7 +1180,15 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     _check_output(args.run, (Path(args.run or "").suffix.lower(),), "--run")
     _check_output(args.json, (".json",), "--json")
     _check_output(args.per_query, (".csv",), "--per-query")
-    _check_paths(args, [args.run, args.json, args.per_query])
+    _check_output(args.report, (".html",), "--report")
+    _check_report_options(args)
+    if args.report and args.gallery_metric:  # before the work, not after it
+        from .evaluation.judged_html import gallery_metric_name
+        from .metrics.judged import parse_ir_metrics
+
+        names = [m.name for m in parse_ir_metrics(args.metrics)]
+        gallery_metric_name(names, args.gallery_metric)
+    _check_paths(args, [args.run, args.json, args.per_query, args.report])
     inputs = _retrieval_inputs(args)
     with search_arguments(args) as search:
         approximate = [f for f in ("index", "index_params", "exact_sample") if f in search]
@@ -1202,7 +1231,17 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     if args.run:
         res.write_run(args.run, depth=args.depth)
         _say(f"wrote {args.run}")
+    if args.report:
+        _write_qrels_report(args, res)
+        _say(f"wrote {args.report}")
     return 0
+
+
+def _write_qrels_report(args: argparse.Namespace, res: Any) -> None:
+    """``retrieve --report``: texts and images one per query row / corpus row."""
+    options = _report_options(args, res.settings["n_query"], res.settings["n_reference"])
+    with _warnings_shown():
+        res.to_html(args.report, title=f"embedeval report: {Path(args.queries).name}", **options)
 
 
 def _qrels_per_query(res: Any) -> str:

@@ -530,6 +530,55 @@ def _chromium():
     return None
 
 
+def render(browser, html_path, folder, height):
+    """Open the page in headless Chromium (network names unresolvable) with the probe script:
+    check its screenshot is a drawn page and every image and resource is loaded inline; return
+    the rendered DOM, parsed and as text."""
+    probed = folder / "probed.html"
+    probed.write_text(
+        Path(html_path).read_text(encoding="utf-8").replace("</body>", _PROBE), encoding="utf-8"
+    )
+    flags = [
+        browser,
+        "--headless",
+        "--disable-gpu",
+        "--no-sandbox",
+        "--no-first-run",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--window-size=1200,{height}",
+        f"--user-data-dir={folder / 'profile'}",
+        "--virtual-time-budget=5000",
+    ]
+    shot = folder / "shot.png"
+    subprocess.run(
+        [*flags, f"--screenshot={shot}", probed.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert shot.exists() and shot.stat().st_size > 10_000
+    from PIL import Image
+
+    with Image.open(shot) as im:
+        assert im.size == (1200, height)
+        assert np.asarray(im.convert("L")).std() > 5  # not a blank page
+    dom = subprocess.run(
+        [*flags, "--dump-dom", probed.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    ).stdout
+    page = _Page()
+    page.feed(dom)
+    body = next(a for t, a in page.tags if t == "body")
+    assert body.get("data-probed") == "yes", dom[:300]
+    assert body["data-broken-images"] == "0"
+    assert all(r.startswith("data:") for r in body["data-resources"].split())
+    assert "https://" not in dom and "http://" not in dom
+    return page, dom
+
+
 def test_the_report_renders_in_headless_chromium(run_files):
     browser = _chromium()
     if browser is None:
@@ -547,47 +596,7 @@ def test_the_report_renders_in_headless_chromium(run_files):
         "--quiet",
     )
     assert proc.returncode == 0, proc.stderr
-    probed = f / "probed.html"
-    probed.write_text(
-        (f / "r.html").read_text(encoding="utf-8").replace("</body>", _PROBE), encoding="utf-8"
-    )
-    flags = [
-        browser,
-        "--headless",
-        "--disable-gpu",
-        "--no-sandbox",
-        "--no-first-run",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-        "--window-size=1200,2400",
-        f"--user-data-dir={f / 'profile'}",
-        "--virtual-time-budget=5000",
-    ]
-    shot = f / "shot.png"
-    subprocess.run(
-        [*flags, f"--screenshot={shot}", probed.as_uri()],
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    assert shot.exists() and shot.stat().st_size > 10_000
-    from PIL import Image
-
-    with Image.open(shot) as im:
-        assert im.size == (1200, 2400)
-        assert np.asarray(im.convert("L")).std() > 5  # not a blank page
-    dom = subprocess.run(
-        [*flags, "--dump-dom", probed.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    ).stdout
-    page = _Page()
-    page.feed(dom)
-    body = next(a for t, a in page.tags if t == "body")
-    assert body.get("data-probed") == "yes", dom[:300]
-    assert body["data-broken-images"] == "0"
-    assert all(r.startswith("data:") for r in body["data-resources"].split())
+    page, dom = render(browser, f / "r.html", f, height=2400)
     widths = [int(a["data-natural-width"]) for t, a in page.tags if t == "img"]
     # 5 worst + 5 confident errors, 1 query + 5 references each, less image 5's placeholders,
     # plus the figures.

@@ -48,6 +48,7 @@ figure img{width:100%;border:1px solid #eee}figcaption{color:#444;font-size:.9em
 .gallery td{text-align:center;min-width:72px}.gallery td.q{background:#eef3fb}
 .ok{background:#e3f4e3;border:2px solid #2a8a2a}.bad{background:#fbe5e5;border:2px solid #c03030}
 .sym{font-weight:700;font-size:1.1em}.ok .sym{color:#1e6e1e}.bad .sym{color:#a01818}
+.unj{background:#f3f3f3;border:2px dashed #999}.unj .sym{color:#555}
 .ph{display:inline-block;background:#eee;color:#777;font-size:11px;line-height:1.2;
 padding:.4em;border:1px dashed #aaa}.cap{display:block;max-width:160px;font-size:12px}
 .meta{display:block;font-size:12px;color:#333}details{margin:.5em 0}
@@ -168,9 +169,7 @@ def evaluation_html(
     >>> page.startswith("<!DOCTYPE html>"), 'data-metric="map_at_r"' in page
     (True, True)
     """
-    gallery = check_int(gallery, "gallery", minimum=0)
-    gallery_k = check_int(gallery_k, "gallery_k")
-    thumbnail = check_int(thumbnail, "thumbnail", minimum=8, maximum=512)
+    gallery, gallery_k, thumbnail = _gallery_sizes(gallery, gallery_k, thumbnail)
     title = title or "embedeval report"
     body = [f"<h1>{_e(title)}</h1>", _subtitle(res), _NAV]
     if res.approximation:
@@ -188,11 +187,25 @@ def evaluation_html(
     return _page(title, body)
 
 
-_NAV = (
-    '<p class="sub">Sections: <a href="#s-what">what was evaluated</a> · <a href="#s-metrics">'
-    'metrics</a> · <a href="#s-classes">per class</a> · <a href="#s-figures">figures</a> · '
-    '<a href="#s-gallery">failure gallery</a></p>'
-)
+def _gallery_sizes(gallery: int, gallery_k: int, thumbnail: int) -> tuple[int, int, int]:
+    """Queries in the gallery, items per query and thumbnail pixels, checked."""
+    return (
+        check_int(gallery, "gallery", minimum=0),
+        check_int(gallery_k, "gallery_k"),
+        check_int(thumbnail, "thumbnail", minimum=8, maximum=512),
+    )
+
+
+def _nav(sections: dict[str, str]) -> str:
+    """The line of links to a page's sections: what was evaluated, the metrics, ``sections``
+    (``{anchor: title}``), the failure gallery."""
+    every = {"s-what": "what was evaluated", "s-metrics": "metrics", **sections}
+    every["s-gallery"] = "failure gallery"
+    links = " · ".join(f'<a href="#{a}">{_e(t)}</a>' for a, t in every.items())
+    return f'<p class="sub">Sections: {links}</p>'
+
+
+_NAV = _nav({"s-classes": "per class", "s-figures": "figures"})
 
 
 def _subtitle(res: Any) -> str:
@@ -214,7 +227,8 @@ def _approximation(res: Any) -> str:
     return f'<h2>Approximate search</h2><p class="warn" id="approximation">{text}</p>'
 
 
-def _what(res: Any) -> str:
+def _what(res: Any, sizes: dict[str, Any] | None = None) -> str:
+    """The input files, the ``sizes`` (default: a labelled evaluation's) and every setting."""
     p = res.provenance
     rows = [
         f"<tr><td>{_e(i.get('role'))}</td><td>{_e(i.get('name', i.get('path')))}</td>"
@@ -222,7 +236,7 @@ def _what(res: Any) -> str:
         for i in p.get("inputs", [])
     ]
     files = _table(["role", "file", "SHA-256"], rows) if rows else "<p>Evaluated from Python.</p>"
-    sizes = {
+    sizes = sizes or {
         "queries": res.n_queries,
         "lone queries (no relevant reference, left out)": res.n_lone,
         "references": res.settings.get("n_reference"),
@@ -242,26 +256,31 @@ def _what(res: Any) -> str:
     )
 
 
-def _metrics(res: Any) -> str:
+_TIES_NOTE = (
+    "ties: queries whose value could change under another order of equally distant references "
+    "(equal distances are ranked by reference index)."
+)
+
+
+def _metrics(res: Any, note: str = _TIES_NOTE, tie_counts: bool = True) -> str:
+    """The metric table (value, interval, and with ``tie_counts`` the tied queries), then
+    ``note``."""
     level = res.settings.get("ci") or 0.95
     ci_head = f"{level * 100:g}% CI" if res.ci else "CI"
     rows = []
     for name, value in res.metrics.items():
         lo_hi = res.ci.get(name)
         ci = f"[{_num(lo_hi[0])}, {_num(lo_hi[1])}]" if lo_hi else ""
-        ties = res.n_ties.get(name, "")
+        ties = f"<td class='num'>{_e(res.n_ties.get(name, ''))}</td>" if tie_counts else ""
         rows.append(
             f'<tr data-metric="{_e(name)}" data-value="{float(value)!r}"><td>{_e(name)}</td>'
-            f"{_cell(value)}<td>{ci}</td><td class='num'>{_e(ties)}</td></tr>"
+            f"{_cell(value)}<td>{ci}</td>{ties}</tr>"
         )
-    note = (
-        "<p class='sub'>ties: queries whose value could change under another order of "
-        "equally distant references (equal distances are ranked by reference index).</p>"
-    )
+    head = ["metric", "value", ci_head, *(["ties"] if tie_counts else [])]
     return (
-        "<h2>Metrics</h2>"
-        + _table(["metric", "value", ci_head, "ties"], rows, ident="metrics")
-        + note
+        "<h2 id='s-metrics'>Metrics</h2>"
+        + _table(head, rows, ident="metrics")
+        + f"<p class='sub'>{_e(note)}</p>"
     )
 
 
@@ -326,9 +345,18 @@ _GALLERY_INPUTS = (
 )
 
 
+_MEDIA_OPTIONS = (
+    *("images", "reference_images", "texts", "reference_texts"),
+    *("thumbnail", "max_chars"),
+)
+
+
 class _Media:
     """What each query and reference row shows: a thumbnail, a caption, or nothing; images that
-    cannot be read become placeholders, reported by one warning."""
+    cannot be read become placeholders, reported by one warning.
+
+    Leave-one-out (no ``reference`` among ``inputs``, unless ``shared=False``) the query images
+    and texts serve as the references' too; captions longer than ``max_chars`` are cut."""
 
     def __init__(
         self,
@@ -338,9 +366,13 @@ class _Media:
         reference_texts: Any,
         size: int,
         inputs: dict[str, Any] | None,
+        *,
+        shared: bool = True,
+        max_chars: int | None = None,
     ) -> None:
-        loo = inputs is None or inputs.get("reference") is None
+        loo = shared and (inputs is None or inputs.get("reference") is None)
         self.size = size
+        self.max_chars = max_chars
         self.images = _listed(images, "images")
         self.texts = _listed(texts, "texts")
         self.ref_images = _listed(reference_images, "reference_images")
@@ -350,6 +382,25 @@ class _Media:
             self.ref_texts = self.texts if self.ref_texts is None else self.ref_texts
         self.cache: dict[str, str | None] = {}
         self.failed: list[str] = []
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any], *, max_chars: int) -> _Media:
+        """A page's media from its keyword options (``images``, ``reference_images``,
+        ``texts``, ``reference_texts``, ``thumbnail``, ``max_chars``), queries and references
+        apart; any other name is refused."""
+        unknown = sorted(set(options) - set(_MEDIA_OPTIONS))
+        if unknown:
+            raise InputError(
+                f"to_html() has no option {unknown[0]!r}; help(res.to_html) lists them (what "
+                f"the gallery shows: {', '.join(_MEDIA_OPTIONS)})."
+            )
+        return cls(
+            *(options.get(name) for name in _MEDIA_OPTIONS[:4]),
+            check_int(options.get("thumbnail", 64), "thumbnail", minimum=8, maximum=512),
+            None,
+            shared=False,
+            max_chars=check_int(options.get("max_chars", max_chars), "max_chars", minimum=8),
+        )
 
     def check(self, n_query: int, n_reference: int) -> None:
         for name, seq, n in (
@@ -377,7 +428,7 @@ class _Media:
                 else f'<span class="ph" title="{_e(item)}">image<br>unavailable</span>'
             )
         if texts is not None:
-            out += f'<span class="cap">{_e(texts[row])}</span>'
+            out += f'<span class="cap">{_e(_clip(texts[row], self.max_chars))}</span>'
         return out
 
     def _thumbnail(self, path: Any) -> str | None:
@@ -406,6 +457,18 @@ def _listed(values: Any, name: str) -> list[Any] | None:
             "on the command line pass a file with one entry per line."
         )
     return list(values)
+
+
+def _clip(text: Any, max_chars: int | None) -> str:
+    """``text`` cut to ``max_chars`` characters (an ellipsis marks the cut).
+
+    >>> _clip("a long passage", 6), _clip("short", 6)
+    ('a lon…', 'short')
+    """
+    text = str(text)
+    if max_chars is None or len(text) <= max_chars:
+        return text
+    return text[: max_chars - 1] + "…"
 
 
 def _is_path(item: Any) -> bool:

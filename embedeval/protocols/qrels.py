@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,14 @@ class QrelsResult(EvaluationResult):
     the qrels queries without an embedding, whose values are 0.  ``per_query`` is NaN for a
     query without judgments (skipped).  ``n_queries`` counts the evaluated queries (missing
     ones included), ``n_lone`` (= ``n_skipped``) the skipped ones.
+
+    The run: ``run_ids`` (the embedded, judged queries), ``run_rows`` / ``run_scores`` (their
+    top-depth corpus rows, -1 past the end, and float32 scores, in rank order) and ``doc_ids``.
+    The judgments of the ``run_ids``, in CSR form: query ``i`` holds entries
+    ``judged_lims[i]:judged_lims[i + 1]`` of ``judged_rows`` (corpus row, -1: not in the
+    corpus), ``judged_grades`` and ``judged_ranks`` (1-based rank in the exact ranking,
+    :data:`~embedeval.metrics.judged.NOT_RANKED` when not retrieved within the depth, or
+    excluded; relevant documents are ranked at any depth when a full-depth metric was asked).
     """
 
     n_missing: int = 0
@@ -64,6 +73,10 @@ class QrelsResult(EvaluationResult):
     run_rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
     run_scores: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
     doc_ids: list[str] = field(default_factory=list)
+    judged_lims: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    judged_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    judged_grades: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    judged_ranks: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def n_evaluated(self) -> int:
@@ -101,6 +114,64 @@ class QrelsResult(EvaluationResult):
         lims = np.concatenate([[0], np.cumsum(kept.sum(axis=1))])
         docs = np.asarray(self.doc_ids, dtype=object)[rows[kept]]
         write_trec_run(path, self.run_ids, lims, docs, self.run_scores[:, :depth][kept], tag=tag)
+
+    def to_html(self, path: str | os.PathLike, **options: Any) -> Path:  # type: ignore[override]
+        """Write one self-contained HTML page of this judged-relevance result (atomically);
+        returns the path.
+
+        The page shows what was evaluated (input files, sizes, version, time, every setting:
+        ties, relevance level, gain, missing queries, ...), the metric table (with the
+        intervals when ``ci=`` was given), the per-query table (query id, judged and relevant
+        documents, rank of the first relevant one, every metric; worst first, sortable) and a
+        failure gallery: the ``gallery`` queries with the lowest ``gallery_metric`` (default:
+        the first metric), each followed by its top ``gallery_k`` documents of the run the
+        metrics were read from, with rank, doc id, score and qrels grade (relevant ones:
+        grade >= ``relevance_level``, green with a ✓; judged not relevant: ✗; unjudged: ?),
+        then the rank of its first relevant document.  CSS and thumbnails are inline; the page
+        references no network address and reads the same without JavaScript.
+
+        Parameters
+        ----------
+        images, reference_images : sequence of paths or arrays, optional
+            One image per query row (in ``query_ids`` order) / per corpus row, shown as
+            thumbnails (``thumbnail`` pixels, with Pillow); an unreadable file becomes a
+            placeholder and one :class:`~embedeval.utils.errors.EmbedevalWarning`.
+        texts, reference_texts : sequence of str, optional
+            The query text per query row / the passage per corpus row, cut to ``max_chars``.
+        gallery : int
+            Queries in the gallery (default 20; 0 leaves it out).
+        gallery_k : int
+            Documents shown per query (default 5); at most the depth the run kept
+            (``run_depth=``).
+        gallery_metric : str, optional
+            The metric that orders the per-query table and chooses the gallery (any spelling
+            of :func:`~embedeval.metrics.judged.parse_ir_metrics`; default: the first metric).
+        thumbnail : int
+            Thumbnail size in pixels (default 64).
+        max_chars : int
+            Query texts and passages are cut to this many characters (default 300).
+        table_rows : int
+            Queries listed in the per-query table (the worst first; default 5,000), which
+            bounds the page's size on large query sets.
+        title : str, optional
+            The page's title.
+
+        Examples
+        --------
+        >>> import numpy as np, embedeval as ee, tempfile, os
+        >>> docs = np.float32([[1, 0], [0.8, 0.6], [0, 1]])
+        >>> res = ee.evaluate_qrels(np.float32([[1, 0.1]]), docs, {"q1": {"d2": 1, "d0": 0}},
+        ...                         query_ids=["q1"], doc_ids=["d0", "d1", "d2"],
+        ...                         metrics=["ndcg@3", "mrr"])
+        >>> out = res.to_html(os.path.join(tempfile.mkdtemp(), "run.html"),
+        ...                   reference_texts=["first", "second", "third passage"])
+        >>> "third passage" in out.read_text(encoding="utf-8")
+        True
+        """
+        from ..evaluation.html import write_html
+        from ..evaluation.judged_html import judged_html
+
+        return write_html(path, judged_html(self, **options))
 
     def table(self) -> str:
         """The means as an aligned text table (metric, value, and the CI when computed)."""
@@ -422,9 +493,13 @@ def evaluate_qrels(
         "ci": ci, "n_boot": n_boot, "seed": seed,
         **_counts(scan, depth, q_all, docs, judged),
     }  # fmt: skip
-    return _result(
-        values, qids, eval_pos, absent, settings, eval_ids, top_rows, code_scores(top), dids
-    )
+    res = _result(values, qids, eval_pos, absent, settings)
+    res.run_ids, res.run_rows, res.run_scores, res.doc_ids = (
+        eval_ids, top_rows, code_scores(top), dids
+    )  # fmt: skip
+    res.judged_lims, res.judged_rows, res.judged_grades = judged.lims, judged.rows, judged.grades
+    res.judged_ranks = ranks
+    return res
 
 
 def _inputs(
@@ -509,10 +584,6 @@ def _result(
     eval_pos: np.ndarray,
     absent: list[str],
     settings: dict[str, Any],
-    eval_ids: list[str],
-    top_rows: np.ndarray,
-    top_scores: np.ndarray,
-    dids: list[str],
 ) -> QrelsResult:
     """Per-query values in ``query_ids`` order (NaN: skipped), then the missing queries (0)."""
     n = len(qids)
@@ -533,10 +604,6 @@ def _result(
         n_ties={},
         settings=settings,
         n_missing=len(absent),
-        run_ids=eval_ids,
-        run_rows=top_rows,
-        run_scores=top_scores,
-        doc_ids=dids,
     )
     if settings["ci"] is not None:
         res.ci = bootstrap_ci(
