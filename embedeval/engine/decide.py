@@ -156,7 +156,7 @@ def _tie_multiples(keys: np.ndarray, x: np.ndarray, groups: np.ndarray | None) -
         return_index=True,
         return_inverse=True,
     )
-    return keys[first][inverse.ravel()]
+    return keys[first][inverse]
 
 
 def _gather_keys(xq: Any, xb: Any, qi: np.ndarray, ri: np.ndarray, distance: str) -> np.ndarray:
@@ -209,12 +209,16 @@ def decide(
         return block, None
     counts = block.counts
     row = np.repeat(np.arange(counts.size), counts)
-    if relevant is not None:
+    if relevant is not None and np.count_nonzero(relevant) * 8 < n:
         return _decide_mixed_pairs(block, row, xq, xb, distance, bounds, relevant)
     keys = from_sortable_bits(block.bits).astype(np.float64)
     new = np.empty(n, dtype=bool)
     new[0] = True
     np.greater(np.diff(keys), 2.0 * bounds[row[1:]], out=new[1:])
+    if np.count_nonzero(new) * 2 < n:  # keys mostly closer than their bound
+        return _decide_dense(block, row, xq, xb, distance)
+    if relevant is not None:
+        return _decide_mixed_pairs(block, row, xq, xb, distance, bounds, relevant)
     starts = block.lims[:-1][counts > 0]
     new[starts] = True
     if new.all():
@@ -235,6 +239,44 @@ def decide(
     full = np.full(n, np.nan)
     full[amb] = exact
     return Candidates(block.queries, block.lims, index, bits), full
+
+
+def _decide_dense(
+    block: Candidates, row: np.ndarray, xq: Any, xb: Any, distance: str
+) -> tuple[Candidates, np.ndarray]:
+    """:func:`decide` of a block whose float32 keys mostly lie closer than their bound (a few
+    large classes, full-depth rankings): the float32 order decides little, so every candidate
+    takes its float64 product key (:func:`_product_keys`, one BLAS tile per few queries) and
+    each row is sorted by it.  Neighbours whose product keys lie within twice their bound
+    (``16 gamma_{d+8}`` in double precision times the pair's magnitude) form runs that are
+    re-scored with :func:`exact_keys` and sorted by (key, reference index); every other pair of
+    neighbours is then in the order of its fixed-order keys."""
+    n, counts = row.size, block.counts
+    g, mag = _product_keys(xq, xb, block.queries[row], block.index, distance)
+    col = np.arange(n) - np.repeat(block.lims[:-1], counts)
+    grid = np.full((counts.size, int(counts.max())), np.inf)
+    grid[row, col] = g
+    at = np.argsort(grid, axis=1, kind="stable") + block.lims[:-1, None]
+    perm = at[np.arange(grid.shape[1])[None, :] < counts[:, None]]
+    index, g, mag = block.index[perm], g[perm], mag[perm]
+    beta = 16.0 * gamma(int(xq.shape[1]) + 8, _U64) * (1.0 + 2.0**-20)
+    row_max = _row_max(mag, row)
+    close = (np.diff(g) <= 2.0 * beta * row_max[row[1:]]) & (row[1:] == row[:-1])
+    if close.any():
+        flag = np.zeros(n, dtype=bool)
+        flag[1:] |= close
+        flag[:-1] |= close
+        f = np.flatnonzero(flag)
+        start = np.ones(f.size, dtype=bool)
+        start[1:] = ~close[f[1:] - 1]
+        exact = _gather_keys(xq, xb, block.queries[row[f]], index[f], distance)
+        order = np.lexsort((index[f], exact, np.cumsum(start)))
+        index[f], g[f] = index[f][order], exact[order]
+    distinct = np.empty(n, dtype=bool)
+    distinct[0] = True
+    distinct[1:] = (row[1:] != row[:-1]) | (g[1:] != g[:-1])
+    bits = (np.cumsum(distinct) - 1).astype(np.uint32)
+    return Candidates(block.queries, block.lims, index, bits), g
 
 
 def _decide_mixed_pairs(
@@ -401,8 +443,7 @@ def _float64_keys(
         return np.zeros(0, dtype=np.float64)
     g, mag = _product_keys(xq, xb, qi, ri, distance)
     beta = 16.0 * gamma(int(xq.shape[1]) + 8, _U64) * (1.0 + 2.0**-20)
-    row_max = np.zeros(int(row.max()) + 1, dtype=np.float64)
-    np.maximum.at(row_max, row, mag)
+    row_max = _row_max(mag, row)
     order = np.lexsort((g, row))
     r = row[order]
     first = np.flatnonzero(np.append(True, r[1:] != r[:-1]))
@@ -440,16 +481,16 @@ def _product_keys(
     step = 64
     for a in range(0, q_start.size, step):
         lo, hi = int(bounds[a]), int(bounds[min(a + step, q_start.size)])
-        cols, inverse = np.unique(ri[lo:hi], return_inverse=True)
+        cols, inverse = _unique_columns(ri[lo:hi], int(xb.shape[0]))
         n_q = min(a + step, q_start.size) - a
         if (hi - lo) * 8 >= n_q * cols.size and n_q * cols.size <= _DENSE_CELLS:
             qs = qi[bounds[a : a + n_q]]
             q = np.asarray(host_array(xq[qs]), dtype=np.float64)
             x = np.asarray(host_array(xb[cols]), dtype=np.float64)
             q_pos = np.repeat(np.arange(n_q), np.diff(bounds[a : a + n_q + 1]))
-            dots = (q @ x.T)[q_pos, inverse.ravel()]
+            dots = (q @ x.T)[q_pos, inverse]
             q_sq = np.einsum("ij,ij->i", q, q)[q_pos]
-            x_sq = np.einsum("ij,ij->i", x, x)[inverse.ravel()]
+            x_sq = np.einsum("ij,ij->i", x, x)[inverse]
             keys[lo:hi], mag[lo:hi] = _keys_from_products(dots, q_sq, x_sq, distance)
             continue
         for c in range(lo, hi, _ROWS):
@@ -460,6 +501,30 @@ def _product_keys(
             q_sq, x_sq = np.einsum("ij,ij->i", q, q), np.einsum("ij,ij->i", x, x)
             keys[c:e], mag[c:e] = _keys_from_products(dots, q_sq, x_sq, distance)
     return keys, mag
+
+
+def _row_max(values: np.ndarray, row: np.ndarray) -> np.ndarray:
+    """The largest of ``values`` per ``row`` (``row`` non-decreasing, ids from 0; rows
+    without values get 0)."""
+    out = np.zeros(int(row[-1]) + 1 if row.size else 0, dtype=np.float64)
+    first = np.flatnonzero(np.append(True, row[1:] != row[:-1]))
+    if first.size:
+        out[row[first]] = np.maximum.reduceat(values, first)
+    return out
+
+
+def _unique_columns(ri: np.ndarray, n_ref: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(ri, return_inverse=True)``, by a mark over the references when the pairs
+    are many (no sort)."""
+    if ri.size * 16 < n_ref:
+        cols, inverse = np.unique(ri, return_inverse=True)
+        return cols, inverse.ravel()
+    mark = np.zeros(n_ref, dtype=bool)
+    mark[ri] = True
+    cols = np.flatnonzero(mark)
+    where = np.empty(n_ref, dtype=np.int64)
+    where[cols] = np.arange(cols.size)
+    return cols, where[ri]
 
 
 def _keys_from_products(
