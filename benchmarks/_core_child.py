@@ -112,6 +112,16 @@ def main(method: str, case: str) -> None:
                 x, y, metrics=METRICS[case], k=None, progress=False, n_threads=threads
             )
         values = dict(res.metrics)
+    elif method.startswith("torch_"):  # torch_bf16, torch_float32: the torch backend on the CPU
+        import torch
+
+        import embedeval as ee
+
+        torch.ones(8, 8) @ torch.ones(8, 8)  # load the library before the clock starts
+        options = {"backend": "torch", "device": "cpu", "precision": method[6:]}
+        with Timer() as t:
+            res = ee.evaluate(x, y, metrics=METRICS[case], k=None, progress=False, **options)
+        values = dict(res.metrics)
     elif method == "faiss":
         import faiss
 

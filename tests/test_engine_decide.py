@@ -62,7 +62,29 @@ def integer_ties(n_ref, n_query, seed):
     return xq, rng.integers(0, 6, n_query), xb, rng.integers(0, 6, n_ref)
 
 
-@pytest.mark.parametrize("make", [near_ties, integer_ties])
+def bf16_collisions(n_ref, n_query, seed):
+    """Unit-scale rows in pairs that are equal after a bfloat16 cast (8-bit mantissa) but not
+    in float32: the second row moves one coordinate by a few float32 ulps, below bfloat16's
+    resolution; the pair's labels differ, so the bfloat16 product cannot order what decides a
+    value, and the float64 decision must."""
+    rng = np.random.default_rng(seed)
+    half = rng.standard_normal((n_ref // 2, 16)).astype(np.float32)
+    twin = half.copy()
+    twin[:, 0] = np.nextafter(np.nextafter(half[:, 0], np.float32(np.inf)), np.float32(np.inf))
+    xb = np.concatenate((half, twin))
+    xq = (half[rng.integers(0, half.shape[0], n_query)] + 0.01).astype(np.float32)
+    yb = rng.integers(0, 5, xb.shape[0])
+    return xq, rng.integers(0, 5, n_query), xb, yb
+
+
+def test_bf16_collisions_are_equal_in_bfloat16_only():
+    torch = pytest.importorskip("torch")
+    _, _, xb, _ = bf16_collisions(200, 1, 0)
+    half = torch.from_numpy(xb).bfloat16().float().numpy()
+    assert np.array_equal(half[:100], half[100:]) and not np.array_equal(xb[:100], xb[100:])
+
+
+@pytest.mark.parametrize("make", [near_ties, integer_ties, bf16_collisions])
 def test_neighbors_order_is_the_float64_order(make):
     xq, _, xb, _ = make(3000, 60, 1)
     _, idx = ee.neighbors(xq, 20, xb)
@@ -81,13 +103,19 @@ def test_float32_keys_alone_misorder_the_near_ties():
     assert wrong > 30
 
 
-@pytest.mark.parametrize("make", [near_ties, integer_ties])
+TORCH_CPU = [
+    {"backend": "torch", "device": "cpu", "precision": "float32"},
+    {"backend": "torch", "device": "cpu", "precision": "bf16"},
+]
+
+
+@pytest.mark.parametrize("make", [near_ties, integer_ties, bf16_collisions])
 def test_split_metrics_equal_float64_and_bit_identical_in_every_backend(make):
     pytest.importorskip("torch")
     # Above 16 column tiles of 2048: the sharded backend cuts the reference into shards.
     xq, yq, xb, yb = make(34_000, 40, 2)
     truth = brute_metrics(xq, yq, xb, yb)
-    options = [{}, {"shards": 3}, {"backend": "torch", "device": "cpu"}]
+    options = [{}, {"shards": 3}, *TORCH_CPU]
     results = [ee.evaluate(xq, yq, xb, yb, metrics=METRICS, **o) for o in options]
     for name, expected in truth.items():
         # MAP@R sums in the kernels' order: equal to the brute force up to rounding.
@@ -96,7 +124,7 @@ def test_split_metrics_equal_float64_and_bit_identical_in_every_backend(make):
             np.testing.assert_array_equal(other.per_query[name], results[0].per_query[name])
 
 
-@pytest.mark.parametrize("make", [near_ties, integer_ties])
+@pytest.mark.parametrize("make", [near_ties, integer_ties, bf16_collisions])
 def test_leave_one_out_equals_float64_in_every_engine(make):
     _, _, x, y = make(2000, 10, 3)
     order = brute_order(x, x)
@@ -108,7 +136,7 @@ def test_leave_one_out_equals_float64_in_every_engine(make):
         expected["precision_at_1"].append(float(rel[0]))
         hits = np.flatnonzero(rel[:r])
         expected["map_at_r"].append(float(sum((j + 1) / (h + 1) for j, h in enumerate(hits)) / r))
-    options = [{}, {"backend": "torch", "device": "cpu"}, {"n_threads": 1, "block_size": 64}]
+    options = [{}, *TORCH_CPU, {"n_threads": 1, "block_size": 64}]
     pytest.importorskip("torch")
     results = [ee.evaluate(x, y, metrics=METRICS, **o) for o in options]
     # Full-depth MAP takes the one-sided engine, MAP@R alone the symmetric one.

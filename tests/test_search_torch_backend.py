@@ -388,3 +388,38 @@ def test_cuda_bit_identical_to_the_local_engine():
 def test_cuda_integer_tensors_are_refused():
     with pytest.raises(InputTypeError, match="floating point"):
         ev(torch.ones(4, 2, dtype=torch.int64, device="cuda"), [0, 0, 1, 1])
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"backend": "torch", "device": "cpu", "precision": "fp8"}, "precision"),
+        ({"precision": "bf16"}, "backend='torch'"),
+        ({"backend": "torch", "device": "cpu", "tf32": True, "precision": "bf16"}, "tf32"),
+    ],
+)
+def test_precision_option_is_checked(options, words):
+    x = np.eye(4, dtype=np.float32)
+    with pytest.raises(InputError, match=words):
+        ee.evaluate(x, np.array([0, 0, 1, 1]), **options)
+
+
+def test_bf16_filter_gives_the_float32_filter_values_on_clustered_data():
+    """The filter's precision changes which candidates are re-scored, never a value: both
+    equal a float64 brute force (independent loop) on data with duplicates."""
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 40, 600)
+    x = (rng.standard_normal((40, 32))[labels] + 0.4 * rng.standard_normal((600, 32))).astype(
+        np.float32
+    )
+    x[300:320] = x[:20]  # duplicated rows, some across labels
+    options = {"metrics": ["precision_at_1", "map_at_r"], "backend": "torch", "device": "cpu"}
+    runs = [ee.evaluate(x, labels, precision=p, **options) for p in ("float32", "bf16")]
+    d = ((x[:, None, :].astype(np.float64) - x[None, :, :]) ** 2).sum(-1)
+    p1 = []
+    for i in range(x.shape[0]):
+        order = [j for j in np.lexsort((np.arange(600), d[i])) if j != i]
+        p1.append(float(labels[order[0]] == labels[i]))
+    for res in runs:
+        np.testing.assert_array_equal(res.per_query["precision_at_1"], p1)
+    np.testing.assert_array_equal(runs[0].per_query["map_at_r"], runs[1].per_query["map_at_r"])

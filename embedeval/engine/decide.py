@@ -47,6 +47,7 @@ __all__ = [
     "key_bounds",
     "reach_of",
     "reference_sq_bound",
+    "rounding_of",
     "sq_norms",
     "task_norms",
     "widen",
@@ -69,7 +70,12 @@ def gamma(n: int, u: float = U32) -> float:
 
 
 def key_bounds(
-    q_sq: np.ndarray, m_sq: float, dim: int, distance: str, scale: float = 1.0
+    q_sq: np.ndarray,
+    m_sq: float,
+    dim: int,
+    distance: str,
+    scale: float = 1.0,
+    input_u: float = 0.0,
 ) -> np.ndarray:
     """Per query: ``B_q``, a bound on ``|float32 key - float64 key|`` for every reference.
 
@@ -81,8 +87,15 @@ def key_bounds(
     ``|err| <= 3 gamma_{dim+3} (||q|| + M)^2``.  Inner product: ``gamma_dim ||q|| M``.
     Cosine: each normalised element carries up to 4 roundings (float32 norm, division), so
     ``gamma_{dim+8}`` (unit rows).  ``scale`` multiplies the unit roundoff of the products
-    (2**13 for TF32); each bound is then raised by ``1 + 2**-20`` and by ``8 gamma_{dim+8}`` in
-    float64 times the same magnitude, for the float64 key's own rounding.
+    (2**13 for TF32).  ``input_u`` is the relative rounding of each input element before a
+    product that accumulates in float32 and rounds its result to the same format (bfloat16:
+    ``2**-9``): each dot product then errs by at most ``(3 u_in + gamma_dim) ||q|| ||x||``
+    more; with the squared norms inside the product too (the symmetric engine's canonical
+    product) the Euclidean key errs by at most ``3 u_in (||q|| + ||x||)^2`` more, and
+    ``4 u_in (||q|| + M)^2`` is added to its bound, ``4 u_in`` times the magnitude to the
+    others.  Each bound is then
+    raised by ``1 + 2**-20`` and by ``8 gamma_{dim+8}`` in float64 times the same magnitude,
+    for the float64 key's own rounding.
 
     >>> key_bounds(np.array([1.0]), 1.0, 8, "euclidean") > 4 * 11 * 2.0**-24
     array([ True])
@@ -91,12 +104,29 @@ def key_bounds(
     wide = 1.0 + 2.0**-20
     f64 = 8 * gamma(dim + 8, _U64)
     if distance == "euclidean":
-        c = 3 * gamma(dim + 3) * scale * wide + f64
+        c = (3 * gamma(dim + 3) * scale + 4 * input_u) * wide + f64
         return c * (np.sqrt(q_sq) + np.sqrt(m_sq)) ** 2
     if distance == "inner_product":
-        c = gamma(dim + 1) * scale * wide + f64
+        c = (gamma(dim + 1) * scale + 4 * input_u) * wide + f64
         return c * np.sqrt(q_sq) * np.sqrt(m_sq)
-    return np.full(q_sq.shape, gamma(dim + 8) * scale * wide + f64, dtype=np.float64)
+    c = (gamma(dim + 8) * scale + 4 * input_u) * wide + f64
+    return np.full(q_sq.shape, c, dtype=np.float64)
+
+
+def rounding_of(precision: str) -> tuple[float, float]:
+    """``(scale, input_u)`` of :func:`key_bounds` for a filter product ``precision``:
+    ``"float32"``; ``"tf32"`` keeps a 10-bit mantissa in the product (2**13 times float32's
+    unit roundoff); ``"bf16"`` rounds each input to an 8-bit mantissa (2**-9) and the product's
+    result once more, accumulating in float32.
+
+    >>> rounding_of("bf16")
+    (1.0, 0.001953125)
+    """
+    if precision == "tf32":
+        return 2.0**13, 0.0
+    if precision == "bf16":
+        return 1.0, 2.0**-9
+    return 1.0, 0.0
 
 
 def reference_sq_bound(sq32: np.ndarray, dim: int) -> float:
@@ -561,8 +591,9 @@ def _on_exact_scale(
 class Reach:
     """What the engine needs to widen a query's threshold by ``2 B_q``: upper bounds on the
     squared norms of its rows (``q_sq``, float64 per row) and of every reference (``m_sq``),
-    the dimension, the distance and a factor on the unit roundoff (``scale``: 2**13 for TF32
-    products).
+    the dimension, the distance, a factor on the unit roundoff (``scale``: 2**13 for TF32
+    products) and the rounding of the product's inputs (``input_u``: 2**-9 for bfloat16; see
+    :func:`key_bounds`).
 
     For the Euclidean key the band depends on the threshold ``tau``: a reference whose key can
     reach ``tau + band`` has a norm of at most ``R = (1 + c) ||q|| + sqrt((1 + c)^2 ||q||^2 +
@@ -577,15 +608,17 @@ class Reach:
     dim: int
     distance: str
     scale: float = 1.0
+    input_u: float = 0.0
 
     def band(self, rows: Any, tau: np.ndarray) -> np.ndarray:
         """``2 B_q`` for the query ``rows`` at thresholds ``tau`` (float64)."""
         q_sq = self.q_sq[rows]
-        bound = key_bounds(q_sq, self.m_sq, self.dim, self.distance, self.scale)
+        bound = key_bounds(q_sq, self.m_sq, self.dim, self.distance, self.scale, self.input_u)
         if self.distance != "euclidean":
             return 2.0 * bound
         # B(q, x) = c (||q|| + ||x||)^2 (key_bounds with ||q|| = 1, M = 0)
-        c = float(key_bounds(np.ones(1), 0.0, self.dim, self.distance, self.scale)[0])
+        one = np.ones(1)
+        c = float(key_bounds(one, 0.0, self.dim, self.distance, self.scale, self.input_u)[0])
         qn, m = np.sqrt(q_sq), np.sqrt(self.m_sq)
         band = 2.0 * bound
         t = np.asarray(tau, dtype=np.float64)
@@ -632,6 +665,7 @@ def candidate_bounds(
     dim: int,
     distance: str,
     scale: float = 1.0,
+    input_u: float = 0.0,
 ) -> np.ndarray:
     """``B_q`` per query of ``block`` with the largest squared norm among its own candidates
     (``ref_sq`` of every reference, ``q_sq`` of the block's queries): the pairs the decision
@@ -642,13 +676,13 @@ def candidate_bounds(
     True
     """
     if distance == "cosine":
-        return key_bounds(np.ones(block.queries.size), 1.0, dim, distance, scale)
+        return key_bounds(np.ones(block.queries.size), 1.0, dim, distance, scale, input_u)
     counts = block.counts
     m_sq = np.zeros(counts.size, dtype=np.float64)
     full = np.flatnonzero(counts > 0)
     if full.size:
         m_sq[full] = np.maximum.reduceat(ref_sq[block.index], block.lims[:-1][full])
-    return key_bounds(q_sq, m_sq * (1.0 + 2.0**-40), dim, distance, scale)
+    return key_bounds(q_sq, m_sq * (1.0 + 2.0**-40), dim, distance, scale, input_u)
 
 
 @dataclass(frozen=True)
@@ -658,10 +692,10 @@ class TaskNorms:
     q_sq: np.ndarray
     ref_sq: np.ndarray
 
-    def reach(self, distance: str, dim: int, scale: float = 1.0) -> Reach:
+    def reach(self, distance: str, dim: int, scale: float = 1.0, input_u: float = 0.0) -> Reach:
         m_sq = float(self.ref_sq.max(initial=0.0))
         q_sq = self.q_sq * (1.0 + 2.0**-40)
-        return Reach(q_sq, m_sq * (1.0 + 2.0**-40), dim, distance, scale)
+        return Reach(q_sq, m_sq * (1.0 + 2.0**-40), dim, distance, scale, input_u)
 
 
 _NORMS: dict[int, TaskNorms] = {}
@@ -685,12 +719,14 @@ def task_norms(task: Any) -> TaskNorms:
     return out
 
 
-def decide_task_block(task: Any, block: Candidates, scale: float = 1.0) -> Candidates:
+def decide_task_block(
+    task: Any, block: Candidates, scale: float = 1.0, input_u: float = 0.0
+) -> Candidates:
     """:func:`decide` of a retrieval task's block (its rows and norms)."""
     norms = task_norms(task)
     dim = int(task.reference.shape[1])
     q_sq = norms.q_sq[block.queries]
-    bounds = candidate_bounds(block, q_sq, norms.ref_sq, dim, task.distance, scale)
+    bounds = candidate_bounds(block, q_sq, norms.ref_sq, dim, task.distance, scale, input_u)
     relevant = None
     if task.metrics:  # a ranking scored by relevance: only mixed clusters can change a value
         rows = np.repeat(block.queries, block.counts)

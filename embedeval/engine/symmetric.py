@@ -56,8 +56,9 @@ import numpy as np
 
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
+from .arrays import import_torch
 from .candidates import Candidates, from_sortable_bits, sortable_bits
-from .decide import Reach, task_norms
+from .decide import Reach, rounding_of, task_norms
 from .exact import (
     DEFAULT_MEMORY_BUDGET,
     PreparedSearch,
@@ -146,6 +147,9 @@ class SymmetricSet:
     left: np.ndarray
     right: np.ndarray
     sq: np.ndarray | None
+    #: bfloat16 copies of ``left`` and ``right`` (torch tensors) when the products are
+    #: bfloat16 (:meth:`in_bf16`), else None.
+    low: tuple[Any, Any] | None = None
 
     @classmethod
     def from_rows(cls, x: np.ndarray, distance: str) -> SymmetricSet:
@@ -179,23 +183,41 @@ class SymmetricSet:
         right = np.hstack((np.multiply(x, np.float32(-2.0)), ones, sq[:, None]))
         return cls(left, right, sq)
 
+    def in_bf16(self) -> SymmetricSet:
+        """This set multiplying bfloat16 copies of its factors (PyTorch: oneDNN's AVX512-BF16 /
+        AMX kernels on CPUs that have them), results in float32."""
+        torch = import_torch()
+        low = tuple(torch.from_numpy(np.ascontiguousarray(f)).to(torch.bfloat16) for f in
+                    (self.left, self.right))  # fmt: skip
+        return dataclasses.replace(self, low=low)
+
     @property
     def n(self) -> int:
         return int(self.left.shape[0])
+
+    def _matmul(self, rows: slice, cols: slice, out: np.ndarray) -> np.ndarray:
+        """``left[rows] @ right[cols].T`` into ``out`` (float32), in bfloat16 when ``low``."""
+        if self.low is None:
+            return np.matmul(self.left[rows], self.right[cols].T, out=out)
+        torch = import_torch()
+        torch.from_numpy(out).copy_(torch.mm(self.low[0][rows], self.low[1][cols].T))
+        return out
 
     def product(self, a: int, b: int, out: np.ndarray | None = None) -> np.ndarray:
         """The canonical product of tiles ``a <= b``: one BLAS call of fixed shape, or on the
         diagonal one call per strip of :data:`STRIP` rows ``[r0, r1)`` against the tile's
         columns ``[r0, m)`` (its strict upper triangle, 5/8 of the tile's work, is what is
         canonical; entries left of a strip keep what ``out`` held, zeros when it is None)."""
-        rows = self.left[a * TILE : (a + 1) * TILE]
-        cols = self.right[b * TILE : (b + 1) * TILE]
+        a0, b0 = a * TILE, b * TILE
+        m, w = min(TILE, self.n - a0), min(TILE, self.n - b0)
         if a != b:
-            return np.matmul(rows, cols.T, out=out)
+            if out is None:
+                out = np.empty((m, w), dtype=np.float32)
+            return self._matmul(slice(a0, a0 + m), slice(b0, b0 + w), out)
         if out is None:
-            out = np.zeros((rows.shape[0], rows.shape[0]), dtype=np.float32)
-        for r0, r1 in strips(rows.shape[0]):
-            np.matmul(rows[r0:r1], cols[r0:].T, out=out[r0:r1, r0:])
+            out = np.zeros((m, m), dtype=np.float32)
+        for r0, r1 in strips(m):
+            self._matmul(slice(a0 + r0, a0 + r1), slice(a0 + r0, a0 + m), out[r0:r1, r0:])
         return out
 
     def keys(self, p: np.ndarray, query_rows: np.ndarray) -> np.ndarray:
@@ -391,6 +413,8 @@ def entry_limits(tau: np.ndarray, sq: np.ndarray | None) -> np.ndarray:
 def _make_plan(task: Any, pool: Any) -> _Plan:
     n = task.n_query
     whole = SymmetricSet.from_rows(task.reference, task.distance)
+    if task.precision == "bf16":
+        whole = whole.in_bf16()
     depth, _ = task.depth()
     need = np.minimum(depth, task.n_valid)
     subsample = _subsample(need, n)
@@ -406,7 +430,8 @@ def _make_plan(task: Any, pool: Any) -> _Plan:
 
     tau = np.concatenate(list(pool_map(pool, block_tau, range(0, n, 512))))
     # Every key the float64 decision may rank within the depth is kept.
-    reach = task_norms(task).reach(task.distance, int(task.reference.shape[1]))
+    rounding = rounding_of(task.precision)
+    reach = task_norms(task).reach(task.distance, int(task.reference.shape[1]), *rounding)
     tau = reach.widen(slice(None), tau)
     tau[need <= 0] = -np.inf
     limit = entry_limits(tau, whole.sq)

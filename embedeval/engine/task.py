@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .candidates import Candidates
-from .decide import decide_task_block
+from .decide import decide_task_block, rounding_of
 from .exact import DEFAULT_MEMORY_BUDGET, EnginePlan, Exclusions, plan_search
 from .kernels import chunk_metrics, needed_depth
 from .registry import MetricInfo
@@ -86,6 +86,10 @@ class RetrievalTask:
     #: ... then minus ``centre`` (float32 per column, exact: see
     #: :func:`embedeval.engine.exact.exact_centre`), when it is not None.
     centre: np.ndarray | None = None
+    #: The filter product of the engines that support another one (``"float32"`` or
+    #: ``"bf16"``: :func:`embedeval.engine.decide.rounding_of`); the decision is float64 either
+    #: way.
+    precision: str = "float32"
 
     @property
     def n_query(self) -> int:
@@ -106,11 +110,14 @@ class RetrievalTask:
         ties = {m.name: np.zeros(n, dtype=bool) for m in self.metrics}
         return values, ties
 
-    def score_block(self, block: Candidates) -> tuple[Columns, Columns]:
+    def score_block(
+        self, block: Candidates, rounding: tuple[float, float] | None = None
+    ) -> tuple[Columns, Columns]:
         """Per-query values and tie flags of ``block.queries`` from their sorted candidates,
-        ordered by their float64 keys first (:func:`embedeval.engine.decide.decide`)."""
+        ordered by their float64 keys first (:func:`embedeval.engine.decide.decide`; the keys'
+        ``rounding`` is ``(scale, input_u)`` of :func:`embedeval.engine.decide.key_bounds`)."""
         rows = block.queries
-        block = self.decided(block)
+        block = self.decided(block, rounding)
         return chunk_metrics(
             block,
             self.query_codes[rows],
@@ -121,9 +128,11 @@ class RetrievalTask:
             self.k,
         )
 
-    def decided(self, block: Candidates) -> Candidates:
-        """``block`` (in float32 key order) in the order of its float64 keys."""
-        return decide_task_block(self, block)
+    def decided(self, block: Candidates, rounding: tuple[float, float] | None = None) -> Candidates:
+        """``block`` (in filter key order) in the order of its float64 keys; ``rounding`` of
+        the filter keys (default: the task's ``precision``)."""
+        rounding = rounding_of(self.precision) if rounding is None else rounding
+        return decide_task_block(self, block, *rounding)
 
     def scored(self, block: Candidates) -> ScoredBlock:
         """:meth:`score_block` as a :class:`ScoredBlock`."""

@@ -78,6 +78,7 @@ SEARCH_ARGUMENTS = (
     "device",
     "device_memory",
     "tf32",
+    "precision",
 )
 
 #: The data arguments of :func:`embedeval.evaluate` (the fields of :class:`EvaluationInputs`).

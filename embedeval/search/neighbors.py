@@ -43,6 +43,7 @@ def neighbors(
     device: str | None = None,
     device_memory: float | None = None,
     tf32: bool = False,
+    precision: str = "auto",
     query_groups: Any = None,
     reference_groups: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -69,7 +70,7 @@ def neighbors(
     n_threads : int, optional
         Threads searching query blocks (default: the usable cores, at most 8); the result does
         not depend on it.
-    backend, device, device_memory, tf32 :
+    backend, device, device_memory, tf32, precision :
         ``backend="torch"`` searches with PyTorch on ``device`` (GPU tensors select it by
         themselves); see :func:`embedeval.evaluate`.
     query_groups, reference_groups : array-like, optional
@@ -114,7 +115,7 @@ def neighbors(
             f"exclude_self must be True, False or None; got {exclude_self!r} of type "
             f"{type(exclude_self).__name__}."
         )
-    options = _torch_options(query, backend, device, device_memory, tf32, block_size)
+    options = _torch_options(query, backend, device, device_memory, (tf32, precision), block_size)
     xq, xb, exclude_self = _read(query, reference, exclude_self, options)
     exclusions = _exclusions(xq, xb, exclude_self, query_groups, reference_groups, reference)
     if options and exclusions.reference_groups is not None:
@@ -139,7 +140,7 @@ def neighbors(
 
 
 def _torch_options(
-    query: Any, backend: Any, device: Any, device_memory: Any, tf32: Any, block_size: Any
+    query: Any, backend: Any, device: Any, device_memory: Any, products: Any, block_size: Any
 ) -> Any:
     """The torch backend's options when ``backend="torch"`` (or a GPU tensor) selects it, else
     ``None`` (refusing its options)."""
@@ -149,10 +150,15 @@ def _torch_options(
     backend = check_choice(backend, "backend", ("local", "torch"))
     if backend == "local" and is_device_tensor(query):
         backend = "torch"
+    tf32, precision = products
     if backend == "torch":
-        return TorchOptions.make(device, device_memory, tf32, block_size, like=query)
+        return TorchOptions.make(
+            device, device_memory, tf32, block_size, like=query, precision=precision
+        )
     if device is not None or device_memory is not None or tf32 is not False:
         raise InputError("device=, device_memory= and tf32= need backend='torch'.")
+    if precision != "auto":
+        raise InputError(f"precision={precision!r} needs backend='torch'; drop it.")
     return None
 
 

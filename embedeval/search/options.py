@@ -24,7 +24,7 @@ from ..engine.exact import DEFAULT_MEMORY_BUDGET
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import check_bool, check_choice, check_int
 
-__all__ = ["BACKENDS", "SearchOptions", "TorchOptions"]
+__all__ = ["BACKENDS", "PRECISIONS", "SearchOptions", "TorchOptions"]
 
 #: The values of ``backend=``.
 BACKENDS = ("local", "dask", "torch")
@@ -69,6 +69,7 @@ class SearchOptions:
         device: str | None = None,
         device_memory: float | None = None,
         tf32: bool = False,
+        precision: str = "auto",
     ) -> SearchOptions:
         """Check every search option, whichever path it belongs to; ``like`` is the query
         input (GPU tensors select the torch backend by themselves)."""
@@ -79,8 +80,9 @@ class SearchOptions:
         if progress is not None:
             check_bool(progress, "progress")
         torch_options = _torch_options(
-            backend, like, device, device_memory, tf32, block_size, progress, memory_budget
-        )
+            backend, like, device, device_memory, (tf32, precision), block_size, progress,
+            memory_budget,
+        )  # fmt: skip
         if torch_options is not None and (
             index is not None or shards is not None or client is not None
         ):
@@ -132,16 +134,22 @@ def _torch_options(
     like: Any,
     device: Any,
     device_memory: Any,
-    tf32: Any,
+    products: tuple[Any, Any],
     block_size: int | None,
     progress: bool | None,
     memory_budget: int,
 ) -> Any:
+    tf32, precision = products
     if backend != "torch":
         if device is not None or device_memory is not None or tf32 is not False:
             raise InputError(
                 "device=, device_memory= and tf32= are options of backend='torch'; pass "
                 "backend='torch' or drop them."
+            )
+        if precision != "auto":
+            raise InputError(
+                f"precision={precision!r} chooses the torch backend's product; pass "
+                "backend='torch' or drop it (the other backends multiply in float32)."
             )
         return None
     return TorchOptions.make(
@@ -152,6 +160,7 @@ def _torch_options(
         like=like,
         progress=progress,
         memory_budget=memory_budget,
+        precision=precision,
     )
 
 
@@ -204,6 +213,14 @@ def _check_shards(shards: Any) -> Any:
     return check_int(shards, "shards")
 
 
+#: The torch backend's filter products.  ``"float32"``; ``"tf32"`` (float32 inputs rounded to
+#: a 10-bit mantissa in the product: GPUs from Ampere on); ``"bf16"`` (inputs rounded to
+#: bfloat16, products accumulated in float32: oneDNN's AVX512-BF16 / AMX kernels on CPUs that
+#: have them, tensor cores on GPUs), each with its own error bound; ``"auto"``: ``"bf16"`` where
+#: the device multiplies bfloat16 natively, else ``"float32"``.
+PRECISIONS = ("auto", "float32", "tf32", "bf16")
+
+
 @dataclass(frozen=True)
 class TorchOptions:
     """How the torch backend runs.
@@ -216,7 +233,9 @@ class TorchOptions:
     (on the device) or ``"numpy"`` (sorted candidates scored on the host).  ``progress``: a
     progress bar on stderr (``None``: only on a terminal).  ``engine_keys``: on the CPU, compute
     the keys with the local engine's product code in its block layout (``memory_budget`` is
-    that engine's), so that the two agree bit for bit on any data.
+    that engine's) when the product is float32.  ``precision``: the product that filters the
+    candidates (see :data:`PRECISIONS`); every ranking is decided in float64 whatever it is, so
+    it changes the speed, never a value.
     """
 
     device: str = "cpu"
@@ -227,6 +246,7 @@ class TorchOptions:
     progress: bool | None = False
     engine_keys: bool = True
     memory_budget: int = DEFAULT_MEMORY_BUDGET
+    precision: str = "auto"
 
     @classmethod
     def make(
@@ -238,6 +258,7 @@ class TorchOptions:
         like: Any = None,
         progress: bool | None = False,
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
+        precision: str = "auto",
     ) -> TorchOptions:
         """Validated options; ``device=None`` takes the device of tensor ``like`` (or cuda when
         available, else the CPU)."""
@@ -276,6 +297,12 @@ class TorchOptions:
                 )
         if not isinstance(tf32, (bool, np.bool_)):
             raise InputTypeError(f"tf32 must be True or False; got {tf32!r}.")
+        precision = check_choice(precision, "precision", PRECISIONS)
+        if tf32 and precision not in ("auto", "tf32"):
+            raise InputError(
+                f"tf32=True asks for TF32 products but precision={precision!r}; drop one of them."
+            )
         return cls(
-            str(dev), memory, bool(tf32), block_size, progress=progress, memory_budget=memory_budget
-        )
+            str(dev), memory, bool(tf32), block_size, progress=progress,
+            memory_budget=memory_budget, precision="tf32" if tf32 else precision,
+        )  # fmt: skip

@@ -35,14 +35,14 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ..engine.arrays import import_torch, to_host
 from ..engine.candidates import Candidates
-from ..engine.decide import decide_task_block, first_k, task_norms
+from ..engine.decide import decide_task_block, first_k, rounding_of, task_norms
 from ..engine.exact import DEFAULT_MEMORY_BUDGET
 from ..engine.torch_kernels import DeviceKernels
 from ..utils.errors import InputError
@@ -75,7 +75,9 @@ def _budget(torch: Any, device: Any, memory: float | int | None) -> int:
 
 @contextlib.contextmanager
 def _matmul_precision(torch: Any, tf32: bool) -> Iterator[None]:
-    """TF32 on or off for CUDA float32 products during this call only (restored afterwards).
+    """TF32 on or off for CUDA float32 products during this call only (restored afterwards),
+    and bfloat16 products reduced in float32 only (cuBLAS may otherwise round split-K partial
+    sums to bfloat16, outside the error bound the decision uses).
 
     PyTorch >= 2.9 keeps the setting in ``torch.backends.cuda.matmul.fp32_precision``; reading
     the legacy ``get_float32_matmul_precision`` fails once a user has set the new one, so the
@@ -86,12 +88,34 @@ def _matmul_precision(torch: Any, tf32: bool) -> Iterator[None]:
         name, value = "fp32_precision", ("tf32" if tf32 else "ieee")
     else:  # pragma: no cover - PyTorch < 2.9
         name, value = "allow_tf32", tf32
-    before = getattr(matmul, name)
-    setattr(matmul, name, value)
+    settings = [(name, value)]
+    if hasattr(matmul, "allow_bf16_reduced_precision_reduction"):
+        settings.append(("allow_bf16_reduced_precision_reduction", False))
+    before = [(n, getattr(matmul, n)) for n, _ in settings]
+    for n, v in settings:
+        setattr(matmul, n, v)
     try:
         yield
     finally:
-        setattr(matmul, name, before)
+        for n, v in before:
+            setattr(matmul, n, v)
+
+
+def resolve_precision(torch: Any, precision: str, device: Any) -> str:
+    """The product ``precision`` (:data:`embedeval.search.options.PRECISIONS`) on ``device``:
+    ``"auto"`` is ``"bf16"`` where the device multiplies bfloat16 natively (a CPU with
+    AVX512-BF16 or AMX through oneDNN; a CUDA GPU of compute capability 8.0 or more), else
+    ``"float32"``."""
+    if precision != "auto":
+        return precision
+    if device.type == "cpu":
+        mkldnn = torch.backends.mkldnn
+        native = mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    elif device.type == "cuda":
+        native = torch.cuda.get_device_capability(device)[0] >= 8
+    else:
+        native = False
+    return "bf16" if native else "float32"
 
 
 # ---------------------------------------------------------------------------------- search
@@ -113,6 +137,8 @@ class _Search:
     #: On the CPU: the local engine's own product code and query-block size (see _prepare).
     engine: Any | None = None
     engine_block: int = 0
+    #: bfloat16 copies of the queries and references (the "bf16" filter product), else None.
+    low: tuple[Any, Any] | None = None
 
     @property
     def n_reference(self) -> int:
@@ -142,6 +168,14 @@ class _Search:
         q = self.queries[start:stop]
         if self.engine is not None:
             keys = torch.from_numpy(self._engine_products(start, stop))
+        elif self.low is not None:
+            # bfloat16 inputs, float32 accumulation, result rounded to bfloat16 (the bound of
+            # embedeval.engine.decide.key_bounds with input_u = 2**-9 covers all three).
+            keys = torch.mm(self.low[0][start:stop], self.low[1].T).float().mul_(-2.0)
+            if self.sq_ref is not None:
+                keys.add_(self.sq_ref)
+            else:
+                keys.mul_(0.5)
         # One product, nothing more over the block: a 1-D bias lets cuBLAS add ||r||^2 in the
         # product's epilogue, and negating the (small) query block is exact.
         elif self.sq_ref is not None:
@@ -159,9 +193,12 @@ class _Search:
         return keys
 
 
-def _prepare(torch: Any, task: Any, device: Any, engine: tuple[Any, int] | None) -> _Search:
+def _prepare(
+    torch: Any, task: Any, device: Any, engine: tuple[Any, int] | None, precision: str = "float32"
+) -> _Search:
     """Device-side matrices of ``task``.  With ``engine`` (on the CPU: see
-    :func:`_engine_search`), the keys are the local engine's own products."""
+    :func:`_engine_search`), the keys are the local engine's own products; with ``precision``
+    ``"bf16"``, products of bfloat16 copies."""
 
     def put(x: Any) -> Any:
         if isinstance(x, np.ndarray):
@@ -183,9 +220,13 @@ def _prepare(torch: Any, task: Any, device: Any, engine: tuple[Any, int] | None)
         return None if a is None else torch.as_tensor(np.asarray(a, dtype=np.int64), device=device)
 
     search, block = (None, 0) if engine is None else engine
+    low = None
+    if precision == "bf16":
+        low_q = xq.to(torch.bfloat16)
+        low = (low_q, low_q if xb is xq else xb.to(torch.bfloat16))
     return _Search(
         torch, xq, xb, sq_ref, members, first, bool(ex.self_index),
-        codes(ex.query_groups), codes(ex.reference_groups), search, block,
+        codes(ex.query_groups), codes(ex.reference_groups), search, block, low,
     )  # fmt: skip
 
 
@@ -196,7 +237,7 @@ def _engine_search(
     them) and its query-block size for ``task``, so that both engines see bit-identical float32
     keys on any data (PyTorch's and numpy's BLAS sum a dot product in different orders);
     everything after the product is this module's.  ``None`` on other devices."""
-    if device.type != "cpu" or not opts.engine_keys:
+    if device.type != "cpu" or not opts.engine_keys or opts.precision == "bf16":
         return None
     from ..engine.exact import PreparedSearch, block_layout, reference_duplicates, representatives
     from ..engine.symmetric import SymmetricSearch, SymmetricSet, symmetric_applies
@@ -511,26 +552,49 @@ def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
     host = options.kernels == "numpy" or not all(map(DeviceKernels.supports, task.metrics))
     bar = progress_bar(task.n_query, "queries", enabled=options.progress)
     with torch.no_grad(), _matmul_precision(torch, options.tf32), bar as bar:
+        options = replace(options, precision=resolve_precision(torch, options.precision, device))
+        if _local_bf16(task, options, device):
+            yield from _local_blocks_bf16(task, options, bar)
+            return
         engine = _engine_search(task, need, label, options, device)
-        search = _prepare(torch, task, device, engine)
+        search = _prepare(torch, task, device, engine, options.precision)
         kernels = None if host else DeviceKernels(torch, task, device)
-        # TF32 products keep a 10-bit mantissa: 2**13 times float32's unit roundoff.
-        scale = 2.0**13 if options.tf32 else 1.0
-        reach = task_norms(task).reach(task.distance, int(task.reference.shape[1]), scale)
+        rounding = rounding_of(options.precision)
+        reach = task_norms(task).reach(task.distance, int(task.reference.shape[1]), *rounding)
         for block in _candidate_blocks(torch, search, need, label, options, reach):
             b = block.lims.numel() - 1
             rows = slice(block.start, block.start + b)
             if host:
-                yield ScoredBlock(rows, *task.score_block(block.to_host()))
+                yield ScoredBlock(rows, *task.score_block(block.to_host(), rounding))
                 bar.update(b)
                 continue
-            # Near-ties the float32 keys cannot order are decided on the host in float64.
+            # Near-ties the filter keys cannot order are decided on the host in float64.
             on_host = block.to_host()
-            decided = decide_task_block(task, on_host, scale)
+            decided = decide_task_block(task, on_host, *rounding)
             if decided is not on_host:
                 block = _DeviceCandidates.from_host(torch, decided, device)
             yield ScoredBlock(rows, *kernels.score(block))
             bar.update(b)
+
+
+def _local_bf16(task: Any, options: TorchOptions, device: Any) -> bool:
+    """Whether a CPU search takes the local symmetric engine with bfloat16 products: on the
+    CPU that engine (each leave-one-out product once, candidates kept by tile) beats this
+    module's whole-row pipeline, and the product is most of its time."""
+    from ..engine.symmetric import uses_symmetric_engine
+
+    return device.type == "cpu" and options.precision == "bf16" and uses_symmetric_engine(task)
+
+
+def _local_blocks_bf16(task: Any, options: TorchOptions, bar: Any) -> Iterator[Any]:
+    """The local symmetric engine's scored blocks of ``task`` with bfloat16 products."""
+    from ..engine.symmetric import symmetric_blocks
+
+    low = replace(task, precision="bf16")
+    for block in symmetric_blocks(low, memory_budget=options.memory_budget, progress=False):
+        yield block
+        rows = block.rows
+        bar.update(rows.stop - rows.start if isinstance(rows, slice) else len(rows))
 
 
 def torch_neighbors(
@@ -553,13 +617,15 @@ def torch_neighbors(
         Exclusions(self_index=exclude_self), (), None, distance,
     )  # fmt: skip
     need = np.full(n_query, k, dtype=np.int64)
+    options = replace(options, precision=resolve_precision(torch, options.precision, device))
     with torch.no_grad(), _matmul_precision(torch, options.tf32):
-        search = _prepare(torch, task, device, _engine_search(task, need, None, options, device))
-        scale = 2.0**13 if options.tf32 else 1.0
-        reach = task_norms(task).reach(distance, int(xb.shape[1]), scale)
+        engine = _engine_search(task, need, None, options, device)
+        search = _prepare(torch, task, device, engine, options.precision)
+        rounding = rounding_of(options.precision)
+        reach = task_norms(task).reach(distance, int(xb.shape[1]), *rounding)
         for block in _candidate_blocks(torch, search, need, None, options, reach):
             b = block.lims.numel() - 1
             rows = slice(block.start, block.start + b)
-            decided = decide_task_block(task, block.to_host(), scale)
+            decided = decide_task_block(task, block.to_host(), *rounding)
             dist[rows], idx[rows] = first_k(task, decided, k)
     return dist, idx
