@@ -553,8 +553,8 @@ def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
     bar = progress_bar(task.n_query, "queries", enabled=options.progress)
     with torch.no_grad(), _matmul_precision(torch, options.tf32), bar as bar:
         options = replace(options, precision=resolve_precision(torch, options.precision, device))
-        if _local_bf16(task, options, device):
-            yield from _local_blocks_bf16(task, options, bar)
+        if _local_symmetric(task, device):
+            yield from _local_blocks(task, options, bar)
             return
         engine = _engine_search(task, need, label, options, device)
         search = _prepare(torch, task, device, engine, options.precision)
@@ -577,20 +577,22 @@ def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
             bar.update(b)
 
 
-def _local_bf16(task: Any, options: TorchOptions, device: Any) -> bool:
-    """Whether a CPU search takes the local symmetric engine with bfloat16 products: on the
-    CPU that engine (each leave-one-out product once, candidates kept by tile) beats this
-    module's whole-row pipeline, and the product is most of its time."""
+def _local_symmetric(task: Any, device: Any) -> bool:
+    """Whether a CPU search takes the local symmetric engine (with this search's product
+    precision): on the CPU that engine (each leave-one-out product once, candidates kept by
+    tile) is many times faster than this module's whole-row pipeline, and the values are the
+    same."""
     from ..engine.symmetric import uses_symmetric_engine
 
-    return device.type == "cpu" and options.precision == "bf16" and uses_symmetric_engine(task)
+    return device.type == "cpu" and uses_symmetric_engine(task)
 
 
-def _local_blocks_bf16(task: Any, options: TorchOptions, bar: Any) -> Iterator[Any]:
-    """The local symmetric engine's scored blocks of ``task`` with bfloat16 products."""
+def _local_blocks(task: Any, options: TorchOptions, bar: Any) -> Iterator[Any]:
+    """The local symmetric engine's scored blocks of ``task`` with ``options.precision``
+    products (float32 or bfloat16; TF32 exists only on GPUs)."""
     from ..engine.symmetric import symmetric_blocks
 
-    low = replace(task, precision="bf16")
+    low = replace(task, precision="bf16" if options.precision == "bf16" else "float32")
     for block in symmetric_blocks(low, memory_budget=options.memory_budget, progress=False):
         yield block
         rows = block.rows
