@@ -501,35 +501,35 @@ def _product_keys(
 ) -> tuple[np.ndarray, np.ndarray]:
     """float64 keys of the pairs ``(xq[qi[i]], xb[ri[i]])`` (``qi`` sorted) from float64
     products, and each pair's magnitude (what the key's rounding error scales with:
-    ``(||q|| + ||x||)^2``, ``||q|| ||x||`` or ``||q||^2`` for cosine).  Queries whose pairs
-    cover much of the references they touch take one dense product (BLAS); sparse ones take a
-    row-by-row product of the gathered pairs."""
+    ``(||q|| + ||x||)^2``, ``||q|| ||x||`` or ``||q||^2`` for cosine).  Pairs that cover much
+    of the queries x references they touch take dense BLAS tiles against one float64 copy of
+    those references; sparse ones a row-by-row product of the gathered pairs."""
     keys = np.empty(qi.size, dtype=np.float64)
     mag = np.empty(qi.size, dtype=np.float64)
-    q_start = np.flatnonzero(np.append(True, qi[1:] != qi[:-1]))
-    bounds = np.append(q_start, qi.size)
-    step = 64
-    for a in range(0, q_start.size, step):
-        lo, hi = int(bounds[a]), int(bounds[min(a + step, q_start.size)])
-        cols, inverse = _unique_columns(ri[lo:hi], int(xb.shape[0]))
-        n_q = min(a + step, q_start.size) - a
-        if (hi - lo) * 8 >= n_q * cols.size and n_q * cols.size <= _DENSE_CELLS:
-            qs = qi[bounds[a : a + n_q]]
-            q = np.asarray(host_array(xq[qs]), dtype=np.float64)
-            x = np.asarray(host_array(xb[cols]), dtype=np.float64)
-            q_pos = np.repeat(np.arange(n_q), np.diff(bounds[a : a + n_q + 1]))
-            dots = (q @ x.T)[q_pos, inverse]
-            q_sq = np.einsum("ij,ij->i", q, q)[q_pos]
-            x_sq = np.einsum("ij,ij->i", x, x)[inverse]
-            keys[lo:hi], mag[lo:hi] = _keys_from_products(dots, q_sq, x_sq, distance)
-            continue
-        for c in range(lo, hi, _ROWS):
-            e = min(c + _ROWS, hi)
+    starts = np.flatnonzero(np.append(True, qi[1:] != qi[:-1]))
+    cols, inverse = _unique_columns(ri, int(xb.shape[0]))
+    dense = starts.size * cols.size <= 8 * qi.size
+    if not dense or cols.size * xb.shape[1] * 8 > 256 << 20:
+        for c in range(0, qi.size, _ROWS):
+            e = min(c + _ROWS, qi.size)
             q = np.asarray(host_array(xq[qi[c:e]]), dtype=np.float64)
             x = np.asarray(host_array(xb[ri[c:e]]), dtype=np.float64)
             dots = np.einsum("ij,ij->i", q, x)
             q_sq, x_sq = np.einsum("ij,ij->i", q, q), np.einsum("ij,ij->i", x, x)
             keys[c:e], mag[c:e] = _keys_from_products(dots, q_sq, x_sq, distance)
+        return keys, mag
+    x = np.asarray(host_array(xb[cols]), dtype=np.float64)
+    x_sq = np.einsum("ij,ij->i", x, x)
+    bounds = np.append(starts, qi.size)
+    step = max(1, _DENSE_CELLS // max(cols.size, 1))
+    for a in range(0, starts.size, step):
+        n_q = min(step, starts.size - a)
+        lo, hi = int(bounds[a]), int(bounds[a + n_q])
+        q = np.asarray(host_array(xq[qi[starts[a : a + n_q]]]), dtype=np.float64)
+        q_pos = np.repeat(np.arange(n_q), np.diff(bounds[a : a + n_q + 1]))
+        dots = (q @ x.T)[q_pos, inverse[lo:hi]]
+        q_sq = np.einsum("ij,ij->i", q, q)[q_pos]
+        keys[lo:hi], mag[lo:hi] = _keys_from_products(dots, q_sq, x_sq[inverse[lo:hi]], distance)
     return keys, mag
 
 
