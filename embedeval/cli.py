@@ -238,6 +238,14 @@ def add_search_options(p: argparse.ArgumentParser) -> Any:
         help="torch device of the torch backend: cpu, cuda or cuda:N (implies --backend torch)",
     )
     g.add_argument(
+        "--precision",
+        choices=("auto", "float32", "tf32", "bf16"),
+        default=None,
+        help="the torch backend's filter product: auto (default: bfloat16 where the device "
+        "multiplies it natively, else float32), float32, tf32 or bf16; rankings are decided in "
+        "float64 either way, so the numbers do not depend on it",
+    )
+    g.add_argument(
         "--scheduler",
         metavar="ADDRESS",
         help="Dask scheduler address, e.g. tcp://10.0.0.5:8786 (implies --backend dask); "
@@ -335,6 +343,7 @@ def search_arguments(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
         "index_params": dict(args.index_param) if args.index_param else None,
         "exact_sample": args.exact_sample,
         "memory_budget": args.memory_budget,
+        "precision": args.precision,
     }
     kwargs.update({k: v for k, v in named.items() if v is not None})
     if backend != "dask":
@@ -1191,6 +1200,11 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     _check_paths(args, [args.run, args.json, args.per_query, args.report])
     inputs = _retrieval_inputs(args)
     with search_arguments(args) as search:
+        if "precision" in search:
+            raise InputError(
+                "--precision chooses the torch backend's product in evaluate and compare; "
+                "retrieve multiplies in float32 (numpy or torch): drop --precision."
+            )
         approximate = [f for f in ("index", "index_params", "exact_sample") if f in search]
         if approximate:
             raise InputError(

@@ -412,12 +412,13 @@ def test_cli_device_cpu_and_shards_give_the_local_numbers(run_files):
         "local": [],
         "torch": ["--device", "cpu"],
         "shards": ["--shards", "3"],
+        "bf16": ["--device", "cpu", "--precision", "bf16"],
     }.items():
         proc = run("evaluate", f / "ckpt.npz", "--json", f / f"{name}.json", "--quiet", *extra)
         assert proc.returncode == 0, proc.stderr
         outs[name] = json.loads((f / f"{name}.json").read_text())
     assert outs["torch"]["settings"] == outs["local"]["settings"]
-    for name in ("torch", "shards"):
+    for name in ("torch", "shards", "bf16"):
         assert outs[name]["metrics"] == outs["local"]["metrics"]
 
 
@@ -467,6 +468,8 @@ def test_cli_dask_backend_without_scheduler_runs_a_local_cluster(run_files):
         (["--backend", "local", "--scheduler", "tcp://127.0.0.1:1"], ["--scheduler"]),
         (["--backend", "gpu"], ["--backend"]),
         (["--shards", "0"], ["--shards"]),
+        (["--precision", "bf16"], ["precision", "backend='torch'"]),
+        (["--precision", "fp8"], ["--precision"]),
         (["--images", "x.txt"], ["--report"]),
         (["--report", "out.txt"], ["--report", ".html"]),
     ],
@@ -503,6 +506,7 @@ def test_cli_help_groups_the_search_options():
             "--index-param",
             "--exact-sample",
             "--memory-budget",
+            "--precision",
         } <= flags, command
 
 
