@@ -47,6 +47,8 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import from_sortable_bits, sortable_bits
+from .decide import exact_keys, gamma, key_bounds, reference_sq_bound, widen
+from .exact import column_stats, exact_centre
 from .threads import default_threads, in_order, single_threaded_blas
 
 __all__ = [
@@ -57,9 +59,14 @@ __all__ = [
     "code_rows",
     "code_scores",
     "corpus_block",
+    "corpus_centre",
+    "decide_top",
+    "float64_scores",
     "merge_top",
     "pack_codes",
+    "pair_keys",
     "prepare_queries",
+    "rank_keys",
     "release_pages",
     "rows_searchsorted",
     "sample_floor",
@@ -67,6 +74,7 @@ __all__ = [
     "scan_top",
     "tie_keys",
     "torch_product",
+    "widen_down",
 ]
 
 #: The code of an empty slot (fewer documents than ``depth``): after every real code.
@@ -75,6 +83,7 @@ DISTANCES = ("cosine", "inner_product", "euclidean")
 _CHUNK_BYTES = 16 << 20  # score matrix of one query chunk and block
 _MERGE_BYTES = 64 << 20  # padded merge buffer of one query chunk
 _MIN_BLOCK = 32  # rows: thinner products take other BLAS paths, with other float32 rounding
+_KEY_BYTES = 8 << 20  # float64 rows of the pairs re-scored at a time (bounded memory)
 
 
 def tie_keys(doc_ids: Sequence[str] | None, n_rows: int, ties: str) -> np.ndarray:
@@ -186,17 +195,24 @@ def _normalized(x: np.ndarray) -> np.ndarray:
 
 
 def corpus_block(
-    corpus: np.ndarray, start: int, stop: int, distance: str, out: np.ndarray | None = None
+    corpus: np.ndarray,
+    start: int,
+    stop: int,
+    distance: str,
+    out: np.ndarray | None = None,
+    centre: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Rows ``start:stop`` as float32 (unit rows for cosine) and their squared norms (before
-    normalising), checked finite: the only copy of corpus rows ever made (into ``out`` when
-    given)."""
+    """Rows ``start:stop`` as float32 (unit rows for cosine; minus the exact ``centre`` when
+    given) and their squared norms (before normalising), checked finite: the only copy of
+    corpus rows ever made (into ``out`` when given)."""
     raw = np.asarray(corpus[start:stop])
-    if raw.dtype == np.float32:
+    if raw.dtype == np.float32 and centre is None:
         src = raw
     else:  # float16 (or other) rows become float32 here, one block at a time
         src = np.empty(raw.shape, np.float32) if out is None else out
         src[...] = raw
+        if centre is not None:  # exact (Sterbenz): the distances stay those of the rows
+            src -= centre
     sq = np.einsum("ij,ij->i", src, src)
     finite = np.isfinite(sq)
     if not finite.all():
@@ -286,7 +302,11 @@ class CorpusScan:
 
     ``queries`` as from :func:`prepare_queries`; ``keys`` the tie keys; ``excluded`` pairs
     never retrieved; ``block`` corpus rows per block (at most); ``product`` computes a block's
-    inner products (numpy, or a device: :mod:`embedeval.search.torch_backend`).
+    inner products (numpy, or a device: :mod:`embedeval.search.torch_backend`).  ``raw`` are
+    the float32 queries the float64 keys are formed from (default: ``queries``), ``centre``
+    the exact translation of the Euclidean rows (:func:`corpus_centre`), ``ties`` the tie
+    rule (``"trec_eval"`` orders re-scored documents by their float64 score, see
+    :func:`rank_keys`); ``m_sq`` bounds the squared norm of every block read so far.
     """
 
     queries: np.ndarray
@@ -299,6 +319,11 @@ class CorpusScan:
     n_threads: int | None = None
     progress: bool | None = None
     product: Product = numpy_product
+    raw: np.ndarray | None = None
+    centre: np.ndarray | None = None
+    ties: str = "index"
+    m_sq: float = 0.0
+    q_sq: np.ndarray = field(init=False)
     chunk: int = field(init=False)
     n_chunks: int = field(init=False)
     _buffers: queue.SimpleQueue = field(init=False, repr=False, default_factory=queue.SimpleQueue)
@@ -311,6 +336,41 @@ class CorpusScan:
         self.chunk = max(1, min(per_chunk, -(-n_q // self.n_threads)))
         self.n_chunks = max(1, -(-n_q // self.chunk))
         self.excluded.group(self.chunk, self.n_chunks)
+        self.raw = self.queries if self.raw is None else self.raw
+        dim = self.queries.shape[1]
+        if self.distance == "cosine":
+            self.q_sq = np.ones(n_q)
+        else:  # the float32 squared norms of the product's queries, bounded from above
+            sq = np.einsum("ij,ij->i", self.queries, self.queries, dtype=np.float32)
+            self.q_sq = sq.astype(np.float64) / (1.0 - gamma(dim)) * (1.0 + 2.0**-40)
+
+    def band(self, m_sq: float | None = None) -> np.ndarray:
+        """Per query, ``2 B_q`` (float64): twice the bound on ``|float32 score - float64
+        score|`` over the rows whose squared norms are at most ``m_sq`` (default: every row
+        read so far).  Cosine scores here are products of rows normalised in float32 (a
+        float32 squared norm, its square root and a division: about ``gamma_{dim/2+3}`` per
+        element of each row, on top of the product's ``gamma_dim``), so the cosine term of
+        :func:`~embedeval.engine.decide.key_bounds` is taken three times over.  Under
+        ``ties="trec_eval"`` the band also holds ``2 gamma_{dim+8}`` times the score's
+        magnitude (over four float32 steps of any score): two documents whose float32 scores
+        are farther apart than the band have float64 scores whose float32 roundings differ."""
+        m_sq = self.m_sq if m_sq is None else m_sq
+        scale = 3.0 if self.distance == "cosine" else 1.0
+        if self.ties == "trec_eval":  # + a few float32 steps of the score (see rank_keys)
+            scale += 1.0
+        dim = self.queries.shape[1]
+        return 2.0 * key_bounds(self.q_sq, m_sq, dim, self.distance, scale)
+
+    def row_of_key(self) -> np.ndarray | None:
+        """The corpus row of each tie key (None: the keys are the rows)."""
+        if self.ties == "index":
+            return None
+        return np.argsort(self.keys).astype(np.int64)
+
+    def see(self, sq: np.ndarray) -> None:
+        """Raise :attr:`m_sq` to cover a block's float32 squared norms ``sq``."""
+        if self.distance != "cosine" and sq.size:
+            self.m_sq = max(self.m_sq, reference_sq_bound(sq, self.queries.shape[1]))
 
     def release_buffers(self) -> None:
         """Free the pooled score buffers (a later pass allocates them again)."""
@@ -353,6 +413,7 @@ def _blocks(corpus: np.ndarray, scan: CorpusScan, unit: str) -> Iterator[tuple]:
     rows; each block is read and normalised by every thread, into one reused buffer."""
     n, dim = corpus.shape
     direct = scan.distance != "cosine" and corpus.dtype == np.float32 and corpus.flags.c_contiguous
+    direct = direct and scan.centre is None
     buffer = None if direct else np.empty((min(n, scan.block + _MIN_BLOCK), dim), np.float32)
     with progress_bar(n, unit, enabled=scan.progress) as bar:
         for start, stop in block_bounds(n, scan.block):
@@ -362,11 +423,13 @@ def _blocks(corpus: np.ndarray, scan: CorpusScan, unit: str) -> Iterator[tuple]:
             def read(i: int, start: int = start, parts: list = parts) -> tuple:
                 a, b = parts[i]
                 out = None if direct else buffer[a - start : b - start]
-                return corpus_block(corpus, a, b, scan.distance, out)
+                return corpus_block(corpus, a, b, scan.distance, out, scan.centre)
 
             done = [r for _, r in in_order(read, range(len(parts)), scan.n_threads)]
             blk = np.asarray(corpus[start:stop]) if direct else buffer[: stop - start]
-            yield start, blk, np.concatenate([d[1] for d in done])
+            sq = np.concatenate([d[1] for d in done])
+            scan.see(sq)
+            yield start, blk, sq
             release_pages(corpus, start, stop)
             bar.update(stop - start)
 
@@ -423,20 +486,37 @@ def _cutoff(top: np.ndarray) -> np.ndarray:
     return np.where(worst == EMPTY, np.float32(-np.inf), code_scores(worst)).astype(np.float32)
 
 
+def widen_down(tau: np.ndarray, band: np.ndarray) -> np.ndarray:
+    """float32 thresholds ``tau - band`` rounded down (``-inf`` stays): a float32 score within
+    ``band`` below ``tau`` still passes ``score >= threshold``.
+
+    >>> widen_down(np.float32([1.0]), np.array([1e-9])).tolist()
+    [0.9999999403953552]
+    """
+    return -widen(-np.asarray(tau, dtype=np.float32), band)
+
+
 class _ChunkTop:
-    """One query chunk's kept codes and the candidates waiting to be merged into them."""
+    """One query chunk's kept codes, the *near* codes (not among the ``depth`` smallest but
+    within the band below the depth-th score: they may still be in the float64 top), and the
+    candidates waiting to be merged into them."""
 
     def __init__(self, n: int, depth: int, floor: np.ndarray) -> None:
         self.top = np.full((n, depth), EMPTY, dtype=np.uint64)
         self.floor = floor
+        self.band = np.zeros(n)
         self.cut = floor.copy()  # candidates: scores >= cut
-        self.passed = np.zeros(n, dtype=np.int64)
+        self.near = (np.zeros(0, np.int32), np.zeros(0, np.uint64))
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []
         self.n_pending = 0
         self.cap = max(n * depth, 1 << 16)  # pending candidates: about 12 bytes each
 
+    def widen(self, band: np.ndarray) -> None:
+        """Candidates from now on: scores at least ``band`` below the floor or depth-th score."""
+        self.band = band
+        self.cut = widen_down(np.maximum(self.floor, _cutoff(self.top)), band)
+
     def add(self, rows: np.ndarray, codes: np.ndarray) -> None:
-        self.passed += np.bincount(rows, minlength=self.passed.size)
         self.pending.append((rows.astype(np.int32), codes))
         self.n_pending += rows.size
         if self.n_pending > self.cap:
@@ -444,12 +524,26 @@ class _ChunkTop:
 
     def flush(self) -> None:
         if self.pending:
-            rows = np.concatenate([r for r, _ in self.pending])
-            codes = np.concatenate([c for _, c in self.pending])
+            held = self.top != EMPTY
+            rows = np.concatenate(
+                [np.nonzero(held)[0].astype(np.int32), self.near[0], *[r for r, _ in self.pending]]
+            )
+            codes = np.concatenate([self.top[held], self.near[1], *[c for _, c in self.pending]])
             order = np.argsort(rows, kind="stable")
-            self.top = merge_top(self.top, rows[order], codes[order])
+            rows, codes = rows[order], codes[order]
+            self.top = merge_top(np.full_like(self.top, EMPTY), rows, codes)
             self.pending, self.n_pending = [], 0
-        self.cut = np.maximum(self.floor, _cutoff(self.top))
+            self.widen(self.band)
+            worst = self.top.max(axis=1)
+            keep = (codes > worst[rows]) & (code_scores(codes) >= self.cut[rows])
+            self.near = (rows[keep], codes[keep])
+        self.widen(self.band)
+
+    def candidates(self, lo: int) -> tuple[np.ndarray, np.ndarray]:
+        """(query, code) of every kept code, queries numbered from ``lo``."""
+        held = self.top != EMPTY
+        rows = np.concatenate([np.nonzero(held)[0], self.near[0]]).astype(np.int64) + lo
+        return rows, np.concatenate([self.top[held], self.near[1]])
 
 
 def sample_floor(corpus: np.ndarray, scan: CorpusScan, size: int = 4096) -> np.ndarray:
@@ -467,6 +561,8 @@ def sample_floor(corpus: np.ndarray, scan: CorpusScan, size: int = 4096) -> np.n
     rows = np.sort(np.random.default_rng(0).choice(n, m, replace=False))
     sample = np.asarray(corpus[rows], dtype=np.float32)  # a copy: normalised in place
     release_pages(corpus, 0, n)  # the sampled rows' pages
+    if scan.centre is not None:
+        sample -= scan.centre
     sq = np.einsum("ij,ij->i", sample, sample)
     if scan.distance == "cosine":
         np.divide(sample, np.where(sq > 0, np.sqrt(sq), 1)[:, None], out=sample)
@@ -484,19 +580,23 @@ def scan_top(
     scan: CorpusScan,
     pairs: Pairs | None = None,
     floor: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each query's ``depth`` smallest codes, sorted (:data:`EMPTY` pads a short corpus), and
-    the float32 scores of ``pairs`` (NaN where excluded).
+    scores: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Each query's ``depth`` first corpus rows in the float64 order (-1 pads a short corpus),
+    the float32 scores of ``pairs`` (NaN where excluded) and, when ``scores``, the float64
+    scores of the listed rows (:func:`float64_scores`; NaN pads).
 
-    Candidates are the scores at or above the larger of the query's ``floor`` (default
-    :func:`sample_floor`) and the score of its depth-th code so far.  The result is exact when
-    at least ``depth`` documents passed (none below the floor can then be in the top); the
-    chunks of the queries where fewer did are scanned again without a floor.
+    Candidates are the float32 scores at or above the larger of the query's ``floor`` (default
+    :func:`sample_floor`) and its depth-th score so far, *lowered by the band* ``2 B_q``
+    (:meth:`CorpusScan.band`): a document more than ``2 B_q`` below ``depth`` others cannot
+    reach the float64 top.  The result is exact when the final depth-th float32 score is at
+    least the floor; the chunks of the queries where it is not are scanned again without a
+    floor.  The candidates are then ordered by :func:`decide_top`.
 
     >>> c = np.float32([[1, 0], [0, 1], [1, 0]])
     >>> scan = CorpusScan(np.float32([[1, 0]]), None, "inner_product", 2,
     ...                   tie_keys(None, 3, "index"), Pairs(np.zeros(0, int), np.zeros(0, int)))
-    >>> code_rows(scan_top(c, scan)[0], None).tolist()
+    >>> scan_top(c, scan)[0].tolist()
     [[0, 2]]
     """
     pairs = pairs or Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -504,14 +604,17 @@ def scan_top(
     pair_scores = np.full(pairs.query.size, np.nan, dtype=np.float32)
     floor = sample_floor(corpus, scan) if floor is None else floor
     tops = _scan_chunks(corpus, scan, pairs, pair_scores, floor, range(scan.n_chunks))
-    short = [c for c, t in tops.items() if np.any((t.passed < scan.depth) & (t.floor > -np.inf))]
+    short = [c for c, t in tops.items() if np.any((_cutoff(t.top) < t.floor) & (t.floor > -np.inf))]
     if short:  # the floor was too high for some query (rare): those chunks again, exactly
         lowest = np.full_like(floor, -np.inf)
         tops.update(_scan_chunks(corpus, scan, pairs, pair_scores, lowest, short))
-    top = np.concatenate([tops[c].top for c in range(scan.n_chunks)])
+    parts = [tops[c].candidates(c * scan.chunk) for c in range(scan.n_chunks)]
     del tops
-    top.sort(axis=1)
-    return top, pair_scores
+    query = np.concatenate([p[0] for p in parts])
+    codes = np.concatenate([p[1] for p in parts])
+    order = np.lexsort((codes, query))
+    top, top_scores = decide_top(corpus, scan, query[order], codes[order], scores)
+    return top, pair_scores, top_scores
 
 
 def _scan_chunks(
@@ -530,8 +633,10 @@ def _scan_chunks(
         tops[c] = _ChunkTop(hi - lo, scan.depth, floor[lo:hi])
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs"):
+            band = scan.band()  # this block's rows included
 
-            def work(c: int, start=start, blk=blk, norms=norms) -> None:
+            def work(c: int, start=start, blk=blk, norms=norms, band=band) -> None:
+                tops[c].widen(band[c * scan.chunk : (c + 1) * scan.chunk])
                 with scan.scores(c, blk, norms, start) as s:
                     p = pairs.in_block(c, start, start + blk.shape[0])
                     pair_scores[p] = s[pairs.query[p] - c * scan.chunk, pairs.row[p] - start]
@@ -548,45 +653,166 @@ def _scan_chunks(
     return tops
 
 
+def corpus_centre(queries: np.ndarray, corpus: np.ndarray, distance: str) -> np.ndarray | None:
+    """The exact translation of the Euclidean rows (:func:`embedeval.engine.exact.exact_centre`
+    of the queries' and the corpus's columns, read in blocks), or ``None`` (other distances,
+    or no column can move): far-from-origin rows would otherwise cancel their float32 keys."""
+    if distance != "euclidean":
+        return None
+    lo, hi, mean = column_stats([queries, corpus])
+    release_pages(corpus, 0, corpus.shape[0])
+    return exact_centre(lo, hi, mean)
+
+
+def _exact(q: np.ndarray, x: np.ndarray, distance: str, groups: np.ndarray) -> np.ndarray:
+    """:func:`~embedeval.engine.decide.exact_keys`; a zero corpus row has cosine key 0 (as its
+    float32 score: 0), and -0.0 becomes 0.0."""
+    if distance != "cosine":
+        return exact_keys(q, x, distance) + 0.0
+    out = np.zeros(q.shape[0], dtype=np.float64)
+    live = x.any(axis=1)
+    if live.any():
+        out[live] = exact_keys(q[live], x[live], distance, groups[live]) + 0.0
+    return out
+
+
+def pair_keys(
+    corpus: np.ndarray, scan: CorpusScan, qi: np.ndarray, rows: np.ndarray, groups: np.ndarray
+) -> np.ndarray:
+    """float64 keys (smaller = better) of the pairs ``(query qi[i], corpus row rows[i])`` from
+    the float32 inputs (:func:`~embedeval.engine.decide.exact_keys`: Euclidean squared
+    distance, ``-q.x``, or ``-sign(s) s^2 / ||x||^2`` for cosine, positive multiples of a row
+    tied within a ``groups`` entry), a bounded number of pairs at a time (``groups`` sorted;
+    a group is never split)."""
+    out = np.empty(qi.size, dtype=np.float64)
+    step = max(1, _KEY_BYTES // (8 * corpus.shape[1]))
+    a = 0
+    while a < qi.size:
+        b = int(np.searchsorted(groups, groups[min(a + step, qi.size) - 1], side="right"))
+        x = np.asarray(corpus[rows[a:b]], dtype=np.float32)
+        out[a:b] = _exact(scan.raw[qi[a:b]], x, scan.distance, groups[a:b])
+        release_pages(corpus, 0, corpus.shape[0])  # the rows read stay out of resident memory
+        a = b
+    return out
+
+
+def float64_scores(scan: CorpusScan, qi: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Scores (larger is better) of float64 keys: ``-key`` (the negative squared Euclidean
+    distance, the inner product) or, for cosine, ``sign(s) |s| / (||x|| ||q||)`` (0 for a
+    zero query), one decreasing function of the key per query.
+
+    >>> scan = CorpusScan(np.float32([[3, 4]]), None, "cosine", 1, np.arange(1, dtype=np.uint64),
+    ...                   Pairs(np.zeros(0, int), np.zeros(0, int)))
+    >>> float64_scores(scan, np.array([0]), np.array([-16.0])).tolist()
+    [0.8]
+    """
+    if scan.distance != "cosine":
+        return -keys + 0.0
+    q = np.asarray(scan.raw[qi], dtype=np.float64)
+    q_sq = np.zeros(qi.size, dtype=np.float64)
+    for j in range(q.shape[1]):  # column order, as the keys
+        q_sq += q[:, j] * q[:, j]
+    q_norm = np.sqrt(q_sq)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = -np.sign(keys) * np.sqrt(np.abs(keys)) / q_norm
+    return np.where(q_norm > 0, out, 0.0) + 0.0
+
+
+def rank_keys(
+    corpus: np.ndarray, scan: CorpusScan, qi: np.ndarray, rows: np.ndarray, groups: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(order key, float64 key)`` of pairs (:func:`pair_keys`): the order key is the float64
+    key (``ties="index"``), or minus the float64 score rounded to float32
+    (``ties="trec_eval"``: trec_eval reads a run's scores into float32 and sorts by them,
+    then by document id descending, so a written run ranks exactly so there)."""
+    keys = pair_keys(corpus, scan, qi, rows, groups)
+    if scan.ties == "trec_eval":
+        score = float64_scores(scan, qi, keys).astype(np.float32)
+        return -score.astype(np.float64) + 0.0, keys
+    return keys, keys
+
+
+def decide_top(
+    corpus: np.ndarray, scan: CorpusScan, query: np.ndarray, codes: np.ndarray, scores: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The first ``depth`` rows per query of candidates (``query`` ascending, ``codes``
+    ascending within a query) in the float64 order, and their float64 scores (``scores``).
+
+    Two neighbours whose float32 scores differ by more than ``2 B_q`` are in float64 order;
+    runs closer than that (*clusters*) are re-scored (:func:`rank_keys`) and sorted by (order
+    key, tie key).  With ``scores`` every candidate is re-scored (the run reports them: the
+    float64 scores, rounded to float32 under ``ties="trec_eval"``, where they decide).
+    """
+    n_q, depth = scan.queries.shape[0], scan.depth
+    top = np.full((n_q, depth), -1, dtype=np.int64)
+    n = codes.size
+    rows = code_rows(codes, scan.row_of_key())
+    f32 = code_scores(codes).astype(np.float64)
+    new = np.ones(n, dtype=bool)
+    gap = 2.0**-40 + 1.0  # the float64 difference of float32 scores may round up
+    new[1:] = (query[1:] != query[:-1]) | (f32[:-1] - f32[1:] > scan.band()[query[1:]] * gap)
+    cluster = np.cumsum(new) - 1
+    amb = np.arange(n) if scores else np.flatnonzero(np.bincount(cluster)[cluster] > 1)
+    order_key = np.zeros(n, dtype=np.float64)
+    keys = np.full(n, np.nan)
+    if amb.size:
+        order_key[amb], keys[amb] = rank_keys(corpus, scan, query[amb], rows[amb], query[amb])
+    order = np.lexsort((scan.keys[rows], order_key, cluster))
+    pos = np.arange(n) - np.searchsorted(query, query)  # clusters never leave their query
+    keep = pos < depth
+    top[query[keep], pos[keep]] = rows[order][keep]
+    if not scores:
+        return top, None
+    top_scores = np.full((n_q, depth), np.nan)
+    values = float64_scores(scan, query, keys)
+    if scan.ties == "trec_eval":  # the scores trec_eval reads and ranks by (see rank_keys)
+        values = values.astype(np.float32).astype(np.float64)
+    top_scores[query[keep], pos[keep]] = values[order][keep]
+    return top, top_scores
+
+
 def scan_ranks(
     corpus: np.ndarray, scan: CorpusScan, pairs: Pairs, pair_scores: np.ndarray
 ) -> np.ndarray:
-    """1-based rank of each pair (a document in the corpus, with its score from
-    :func:`scan_top`) in its query's full ranking: 1 + the documents that beat it (a higher
-    score, or an equal score and a smaller tie key).  No row is sorted: per block, one
-    comparison pass per pair of a query.
+    """1-based rank of each pair (a document in the corpus, with its float32 score from
+    :func:`scan_top`) in its query's float64 ranking: 1 + the documents that beat it.  No row
+    is sorted: per block, one comparison pass per pair of a query counts the documents whose
+    float32 score is more than the band ``2 B_q`` above the pair's (certainly better) and
+    picks out those within the band; only these are re-scored in float64
+    (:func:`_near_beats`: a smaller order key, or an equal one and a smaller tie key).
     """
     beats = np.zeros(pairs.query.size, dtype=np.int64)
     order = np.lexsort((np.arange(pairs.query.size), pairs.query))
     q_sorted = pairs.query[order]
-    first = np.searchsorted(q_sorted, q_sorted)
-    slot = np.arange(order.size) - first  # position of the pair among its query's pairs
+    slot = np.arange(order.size) - np.searchsorted(q_sorted, q_sorted)
     width = int(slot.max(initial=-1)) + 1
-    pair_keys = scan.keys[pairs.row]
+    band = scan.band()[pairs.query]
+    hi, lo = widen(pair_scores, band), widen_down(pair_scores, band)
+    near: list[tuple[np.ndarray, np.ndarray]] = []
 
     def work(c: int, start: int, blk: np.ndarray, norms: np.ndarray | None) -> None:
-        lo = c * scan.chunk
-        hi = min(lo + scan.chunk, scan.queries.shape[0])
-        a, b = np.searchsorted(q_sorted, [lo, hi])
+        a, b = np.searchsorted(q_sorted, [c * scan.chunk, (c + 1) * scan.chunk])
         if a == b:
             return
         with scan.scores(c, blk, norms, start) as s:
-            idx, qs, sl = order[a:b], q_sorted[a:b] - lo, slot[a:b]
-            table = np.full((hi - lo, width), np.float32(np.inf), dtype=np.float32)
-            table[qs, sl] = pair_scores[idx]  # +inf pads: nothing beats it, nothing equals it
-            n_equal = np.zeros(idx.size, dtype=np.int64)
+            idx, qs, sl = order[a:b], q_sorted[a:b] - c * scan.chunk, slot[a:b]
+            t_hi = np.full((s.shape[0], width), np.float32(np.inf), dtype=np.float32)
+            t_lo = t_hi.copy()  # +inf pads: nothing beats it, nothing is near it
+            t_hi[qs, sl], t_lo[qs, sl] = hi[idx], lo[idx]
+            n_near = np.zeros(idx.size, dtype=np.int64)
             for j in range(int(sl.max()) + 1):
-                col, mine = table[:, j : j + 1], sl == j
-                beats[idx[mine]] += np.count_nonzero(s > col, axis=1)[qs[mine]]
-                n_equal[mine] = np.count_nonzero(s == col, axis=1)[qs[mine]]
+                mine = sl == j
+                above = np.count_nonzero(s > t_hi[:, j : j + 1], axis=1)[qs[mine]]
+                beats[idx[mine]] += above
+                n_near[mine] = np.count_nonzero(s >= t_lo[:, j : j + 1], axis=1)[qs[mine]] - above
             own = (pairs.row[idx] >= start) & (pairs.row[idx] < start + blk.shape[0])
-            tied = np.flatnonzero(n_equal > own)  # equal to another document than itself
+            close = np.flatnonzero(n_near > own)  # near another document than itself
             step = max(1, _CHUNK_BYTES // (4 * max(1, blk.shape[0])))
-            for t0 in range(0, tied.size, step):  # rare: only tied pairs, in bounded batches
-                t = tied[t0 : t0 + step]
-                rr, cc = np.nonzero(s[qs[t]] == pair_scores[idx[t]][:, None])
-                wins = scan.keys[start + cc] < pair_keys[idx[t]][rr]
-                beats[idx[t]] += np.bincount(rr, weights=wins, minlength=t.size).astype(np.int64)
+            for t0 in range(0, close.size, step):  # rare: only near-ties, in bounded batches
+                t = idx[close[t0 : t0 + step]]
+                sub = s[qs[close[t0 : t0 + step]]]
+                rr, cc = np.nonzero((sub >= lo[t][:, None]) & (sub <= hi[t][:, None]))
+                near.append((t[rr], start + cc))
 
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs (ranks)"):
@@ -597,4 +823,30 @@ def scan_ranks(
             ):
                 pass
     scan.release_buffers()
+    if near:
+        p = np.concatenate([n[0] for n in near])
+        r = np.concatenate([n[1] for n in near])
+        beats += _near_beats(corpus, scan, pairs, p, r)
     return beats + 1
+
+
+def _near_beats(
+    corpus: np.ndarray, scan: CorpusScan, pairs: Pairs, p: np.ndarray, r: np.ndarray
+) -> np.ndarray:
+    """Per pair, how many of its near documents (pair ``p[i]``, corpus row ``r[i]``) beat it
+    in float64: a smaller order key (:func:`rank_keys`), or an equal one and a smaller tie
+    key.  Each pair's own key is formed with its near documents (one group per pair)."""
+    mine = np.unique(p)
+    p = np.concatenate([p, mine])
+    r = np.concatenate([r, pairs.row[mine]])
+    is_own = np.zeros(p.size, dtype=bool)
+    is_own[-mine.size :] = True
+    order = np.lexsort((~is_own, r, p))  # deterministic groups, whatever the threads did
+    p, r, is_own = p[order], r[order], is_own[order]
+    key = rank_keys(corpus, scan, pairs.query[p], r, p)[0]
+    own = np.empty(pairs.query.size, dtype=np.float64)
+    own[p[is_own]] = key[is_own]
+    tie_own = scan.keys[pairs.row[p]]
+    wins = (key < own[p]) | ((key == own[p]) & (scan.keys[r] < tie_own))
+    wins &= ~is_own
+    return np.bincount(p, weights=wins, minlength=pairs.query.size).astype(np.int64)

@@ -22,12 +22,9 @@ from ..engine.corpus import (
     DISTANCES,
     CorpusScan,
     Pairs,
-    code_rows,
-    code_scores,
+    corpus_centre,
     numpy_product,
-    pack_codes,
     prepare_queries,
-    rows_searchsorted,
     scan_ranks,
     scan_top,
     tie_keys,
@@ -62,7 +59,7 @@ class QrelsResult(EvaluationResult):
     n_missing: int = 0
     run_ids: list[str] = field(default_factory=list)
     run_rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    run_scores: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    run_scores: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float64))
     doc_ids: list[str] = field(default_factory=list)
 
     @property
@@ -75,7 +72,9 @@ class QrelsResult(EvaluationResult):
 
     def run(self, depth: int | None = None) -> dict[str, dict[str, float]]:
         """The ranked lists as ``{query id: {doc id: score}}`` (each query's first ``depth``
-        documents; default: all that were kept), scores as float (the float32 scores)."""
+        documents; default: all that were kept), scores as float: the float64 scores the
+        ranking was decided by (cosine, inner product, or minus the squared Euclidean
+        distance, formed from the float32 inputs)."""
         depth = self.run_rows.shape[1] if depth is None else check_int(depth, "depth")
         depth = min(depth, self.run_rows.shape[1])
         docs = np.asarray(self.doc_ids, dtype=object)
@@ -90,9 +89,14 @@ class QrelsResult(EvaluationResult):
     def write_run(
         self, path: str | os.PathLike, *, depth: int | None = None, tag: str = "embedeval"
     ) -> None:
-        """Write the run as a TREC run file (``qid Q0 docid rank score tag``, scores ``%.9g``
-        so the float32 scores read back exactly); trec_eval on it gives these numbers under
-        ``ties="trec_eval"``."""
+        """Write the run as a TREC run file (``qid Q0 docid rank score tag``).
+
+        The scores are the float64 scores the ranking was decided by, written with Python's
+        shortest round-trip repr (as exact as ``%.17g``): trec_eval re-sorts a run by the
+        score it reads, then by document id descending, so a score printed with fewer digits
+        (``%.9g``, float32's precision) would merge near-ties the float64 decision separated
+        and trec_eval would reorder them.  Read back exactly, trec_eval on the file gives
+        these numbers under ``ties="trec_eval"``."""
         from .qrels_files import write_trec_run
 
         depth = self.run_rows.shape[1] if depth is None else check_int(depth, "depth")
@@ -253,15 +257,19 @@ def _ranks(
     full: bool,
     level: int,
 ) -> np.ndarray:
-    """The 1-based rank of each judged document (NOT_RANKED: not retrieved or beyond depth)."""
+    """The 1-based rank of each judged document (NOT_RANKED: not retrieved or beyond depth):
+    its position in the top list, else (full-depth metrics) :func:`scan_ranks`."""
     q = judged.query
     ranks = np.full(q.size, NOT_RANKED, dtype=np.int64)
     present = np.flatnonzero((judged.rows >= 0) & ~np.isnan(pair_scores))
-    if present.size and top.shape[1]:
-        codes = pack_codes(pair_scores[present], scan.keys[judged.rows[present]])
-        at = rows_searchsorted(top, q[present], codes)
-        found = top[q[present], np.minimum(at, top.shape[1] - 1)] == codes
-        ranks[present[found]] = at[found] + 1
+    listed_q, pos = np.nonzero(top >= 0)
+    if present.size and listed_q.size:
+        listed = listed_q * corpus.shape[0] + top[listed_q, pos]
+        order = np.argsort(listed)
+        want = q[present] * corpus.shape[0] + judged.rows[present]
+        at = np.minimum(np.searchsorted(listed[order], want), listed.size - 1)
+        found = listed[order][at] == want
+        ranks[present[found]] = pos[order][at][found] + 1
     if full:
         # only a relevant document's rank enters a full-depth metric (nDCG: a positive grade)
         beyond = (ranks == NOT_RANKED) & (judged.rows >= 0) & ~np.isnan(pair_scores)
@@ -321,12 +329,15 @@ def evaluate_qrels(
         ir_measures spellings too).  Default: ndcg@10, map@100, mrr@10, recall@100,
         recall@1000, precision@10.
     distance : {"cosine", "inner_product", "euclidean"}
-        The score is the float32 inner product (cosine: of rows normalised in float32 first),
-        or ``-||q - d||^2`` (as ``2 q.d - ||d||^2 - ||q||^2``).  Larger is better.
+        The score is the cosine, the inner product or ``-||q - d||^2``, larger is better, and
+        the ranking is that of the float64 keys of the float32 inputs
+        (:func:`embedeval.engine.decide.exact_keys`): float32 products only filter, and
+        documents whose float32 scores are too close to order are re-scored in float64.
     ties : {"index", "trec_eval"}
-        Order of documents with *equal float32 scores*: by corpus row (``"index"``, faiss's
-        flat index), or by document id descending as strings (``"trec_eval"``: trec_eval and
-        pytrec_eval sort a run this way, so a written run reproduces these numbers exactly).
+        Order of documents with *equal float64 keys*: by corpus row (``"index"``, faiss's
+        flat index), or, for equal float64 scores, by document id descending as strings
+        (``"trec_eval"``: trec_eval and pytrec_eval sort a run this way, so a written run
+        reproduces these numbers exactly).
     relevance_level : int
         Relevant means grade >= this (trec_eval ``-l``); nDCG uses every positive grade.
     gain : {"linear", "exponential"}
@@ -362,9 +373,9 @@ def evaluate_qrels(
     Which queries count (pytrec_eval's rule): every query with an embedding and judgments; a
     query whose judgments hold nothing relevant scores 0 and counts; a query with an embedding
     and no judgments is skipped (NaN, ``n_skipped``).  A query's value depends only on the
-    ranks of its judged documents; equal float32 scores are ordered by ``ties``, so the
-    ranking, hence every value, is deterministic.  Memory: the queries, one corpus block and
-    O(n_queries x depth).
+    ranks of its judged documents; equal float64 keys are ordered by ``ties``, so the
+    ranking, hence every value, is deterministic and the same whatever ``block_size``.
+    Memory: the queries, one corpus block and O(n_queries x depth), plus the near-ties.
 
     Examples
     --------
@@ -407,11 +418,10 @@ def evaluate_qrels(
         backend=backend,
         device=device,
     )
-    top, pair_scores = scan_top(docs, scan, Pairs(judged.query, np.maximum(judged.rows, 0)))
+    pairs = Pairs(judged.query, np.maximum(judged.rows, 0))
+    top_rows, pair_scores, top_scores = scan_top(docs, scan, pairs, scores=True)
     pair_scores[judged.rows < 0] = np.nan
-    row_of_key = None if ties == "index" else np.argsort(scan.keys).astype(np.int64)
-    ranks = _ranks(docs, scan, judged, top, pair_scores, full, level)
-    top_rows = code_rows(top, row_of_key)
+    ranks = _ranks(docs, scan, judged, top_rows, pair_scores, full, level)
     values = judged_metric_values(
         parsed, judged.lims, ranks, judged.grades, relevance_level=level, gain=gain
     )
@@ -422,9 +432,7 @@ def evaluate_qrels(
         "ci": ci, "n_boot": n_boot, "seed": seed,
         **_counts(scan, depth, q_all, docs, judged),
     }  # fmt: skip
-    return _result(
-        values, qids, eval_pos, absent, settings, eval_ids, top_rows, code_scores(top), dids
-    )
+    return _result(values, qids, eval_pos, absent, settings, eval_ids, top_rows, top_scores, dids)
 
 
 def _inputs(
@@ -487,7 +495,9 @@ def _plan(
         block_size = int(np.clip(budget // (32 * corpus.shape[1]), 1024, 65536))
     block_size = check_int(block_size, "block_size")
     threads = check_int(n_threads, "n_threads", allow_none=True)
-    q, norms = prepare_queries(queries, distance)
+    centre = corpus_centre(queries, corpus, distance)
+    centred = queries if centre is None else np.subtract(queries, centre, dtype=np.float32)
+    q, norms = prepare_queries(centred, distance)
     product = numpy_product if backend == "local" else torch_product(device or "cpu")
     return CorpusScan(
         q,
@@ -500,6 +510,9 @@ def _plan(
         n_threads=threads,
         progress=progress,
         product=product,
+        raw=np.ascontiguousarray(queries, dtype=np.float32),
+        centre=centre,
+        ties=ties,
     )
 
 
