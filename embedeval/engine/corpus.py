@@ -62,9 +62,11 @@ __all__ = [
     "corpus_centre",
     "decide_top",
     "float64_scores",
+    "measure_norms",
     "merge_top",
     "pack_codes",
     "pair_keys",
+    "pair_scores",
     "prepare_queries",
     "rank_keys",
     "release_pages",
@@ -772,15 +774,23 @@ def decide_top(
 
 
 def scan_ranks(
-    corpus: np.ndarray, scan: CorpusScan, pairs: Pairs, pair_scores: np.ndarray
-) -> np.ndarray:
-    """1-based rank of each pair (a document in the corpus, with its float32 score from
-    :func:`scan_top`) in its query's float64 ranking: 1 + the documents that beat it.  No row
-    is sorted: per block, one comparison pass per pair of a query counts the documents whose
-    float32 score is more than the band ``2 B_q`` above the pair's (certainly better) and
-    picks out those within the band; only these are re-scored in float64
-    (:func:`_near_beats`: a smaller order key, or an equal one and a smaller tie key).
+    corpus: np.ndarray,
+    scan: CorpusScan,
+    pairs: Pairs,
+    pair_scores: np.ndarray,
+    equal: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """1-based rank of each pair (a document in the corpus, with a float32 score within the
+    bound, e.g. from :func:`scan_top` or :func:`pair_scores`) in its query's float64 ranking:
+    1 + the documents that beat it.  No row is sorted: per block, one comparison pass per
+    pair of a query counts the documents whose float32 score is more than the band ``2 B_q``
+    above the pair's (certainly better) and picks out those within the band; only these are
+    re-scored in float64 (:func:`_near_beats`: a smaller order key, or an equal one and a
+    smaller tie key).  With ``equal``, also ``(pair, row)`` of every other document whose
+    order key equals its pair's (exact ties).
     """
+    if scan.m_sq == 0.0 and scan.distance != "cosine":  # no pass has measured the corpus yet
+        measure_norms(corpus, scan)
     beats = np.zeros(pairs.query.size, dtype=np.int64)
     order = np.lexsort((np.arange(pairs.query.size), pairs.query))
     q_sorted = pairs.query[order]
@@ -823,19 +833,52 @@ def scan_ranks(
             ):
                 pass
     scan.release_buffers()
-    if near:
-        p = np.concatenate([n[0] for n in near])
-        r = np.concatenate([n[1] for n in near])
-        beats += _near_beats(corpus, scan, pairs, p, r)
-    return beats + 1
+    p = np.concatenate([np.zeros(0, np.int64), *[n[0] for n in near]])
+    r = np.concatenate([np.zeros(0, np.int64), *[n[1] for n in near]])
+    wins, tied_p, tied_r = _near_beats(corpus, scan, pairs, p, r)
+    if equal:
+        return beats + wins + 1, tied_p, tied_r
+    return beats + wins + 1
+
+
+def measure_norms(corpus: np.ndarray, scan: CorpusScan) -> None:
+    """Set :attr:`CorpusScan.m_sq` from every corpus row (one read, no product)."""
+    for start, stop in block_bounds(corpus.shape[0], scan.block):
+        scan.see(corpus_block(corpus, start, stop, scan.distance, None, scan.centre)[1])
+        release_pages(corpus, start, stop)
+
+
+def pair_scores(corpus: np.ndarray, scan: CorpusScan, pairs: Pairs) -> np.ndarray:
+    """float32 scores of ``pairs`` formed as the block products form them (rows normalised in
+    float32 for cosine, ``2 q.x - ||x||^2 - ||q||^2`` on the centred rows for Euclidean), so
+    within the bound of :meth:`CorpusScan.band`; excluded pairs are not looked up."""
+    out = np.empty(pairs.query.size, dtype=np.float32)
+    step = max(1, _KEY_BYTES // (4 * corpus.shape[1]))
+    for a in range(0, out.size, step):
+        rows = pairs.row[a : a + step]
+        x = np.asarray(corpus[rows], dtype=np.float32)
+        if scan.centre is not None:
+            x = x - scan.centre
+        sq = np.einsum("ij,ij->i", x, x)
+        if scan.distance == "cosine":
+            x = x / np.where(sq > 0, np.sqrt(sq), np.float32(1))[:, None]
+        q = scan.queries[pairs.query[a : a + step]]
+        s = np.einsum("ij,ij->i", q, x)
+        if scan.distance == "euclidean":
+            s = np.float32(2) * s - sq - scan.query_norms[pairs.query[a : a + step]]
+        out[a : a + step] = s
+    return out
 
 
 def _near_beats(
     corpus: np.ndarray, scan: CorpusScan, pairs: Pairs, p: np.ndarray, r: np.ndarray
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per pair, how many of its near documents (pair ``p[i]``, corpus row ``r[i]``) beat it
     in float64: a smaller order key (:func:`rank_keys`), or an equal one and a smaller tie
-    key.  Each pair's own key is formed with its near documents (one group per pair)."""
+    key; and the ``(pair, row)`` of the other documents whose order key equals the pair's.  Each
+    pair's own key is formed with its near documents (one group per pair)."""
+    if not p.size:
+        return np.zeros(pairs.query.size, dtype=np.int64), p, r
     mine = np.unique(p)
     p = np.concatenate([p, mine])
     r = np.concatenate([r, pairs.row[mine]])
@@ -849,4 +892,6 @@ def _near_beats(
     tie_own = scan.keys[pairs.row[p]]
     wins = (key < own[p]) | ((key == own[p]) & (scan.keys[r] < tie_own))
     wins &= ~is_own
-    return np.bincount(p, weights=wins, minlength=pairs.query.size).astype(np.int64)
+    count = np.bincount(p, weights=wins, minlength=pairs.query.size).astype(np.int64)
+    tied = (key == own[p]) & ~is_own & (r != pairs.row[p])
+    return count, p[tied], r[tied]

@@ -123,6 +123,63 @@ def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
         yield positions, is_pos[rows, block.index], n_valid
 
 
+def _corpus_scan(xq, xb, distance, junk, memory_budget):
+    """The corpus engine's scan of the references past the queries, junk excluded."""
+    from ..engine.corpus import CorpusScan, Pairs, corpus_centre, prepare_queries, tie_keys
+
+    centre = corpus_centre(xq, xb, distance)  # exact: only the float32 filter sees it
+    centred = xq if centre is None else np.subtract(xq, centre, dtype=np.float32)
+    q, norms = prepare_queries(centred, distance)
+    j_rows, j_cols = _csr_pairs(junk, 0, xq.shape[0])
+    block = int(np.clip(memory_budget // (32 * xb.shape[1]), 1024, 65536))
+    keys = tie_keys(None, xb.shape[0], "index")
+    excluded = Pairs(j_rows, j_cols)
+    return CorpusScan(q, norms, distance, 1, keys, excluded, block=block, raw=xq, centre=centre)
+
+
+def _streamed_ranks(xq, xb, distance, pos, junk, memory_budget):
+    """Each positive's 0-based rank in its query's junk-free float64 ranking (equal keys by
+    reference index), sorted within each query (CSR as ``pos``), and per query whether a
+    positive's key equals a non-positive's (a tie block mixing the two).
+
+    The corpus engine counts, per positive, the references that beat it
+    (:func:`embedeval.engine.corpus.scan_ranks`): no row is sorted."""
+    from ..engine.corpus import Pairs, pair_scores, scan_ranks
+
+    scan = _corpus_scan(xq, xb, distance, junk, memory_budget)
+    p_rows, p_cols = _csr_pairs(pos, 0, xq.shape[0])
+    pairs = Pairs(p_rows, p_cols)
+    ranks, tied_pair, tied_row = scan_ranks(xb, scan, pairs, pair_scores(xb, scan, pairs), True)
+    n_ref = xb.shape[0]
+    codes = p_rows * n_ref + p_cols  # sorted: by query, then index
+    tied = p_rows[tied_pair] * n_ref + tied_row
+    at = np.minimum(np.searchsorted(codes, tied), max(codes.size - 1, 0))
+    mixed = np.zeros(xq.shape[0], dtype=bool)
+    mixed[p_rows[tied_pair][codes[at] != tied]] = True
+    order = np.lexsort((ranks, p_rows))
+    return ranks[order] - 1, mixed
+
+
+def _subset(lists, idx):
+    """The CSR lists of the queries ``idx``."""
+    lims, items = lists
+    counts = np.diff(lims)[idx]
+    sub = np.zeros(idx.size + 1, np.int64)
+    np.cumsum(counts, out=sub[1:])
+    take = np.repeat(lims[:-1][idx] - sub[:-1], counts) + np.arange(sub[-1])
+    return sub, items[take]
+
+
+def _check_nonzero(x, name):
+    """Cosine ranks directions: a zero row is refused (as on every other path)."""
+    zero = np.flatnonzero(~np.asarray(x).any(axis=1))
+    if zero.size:
+        raise InputError(
+            f"distance='cosine' needs non-zero vectors; {zero.size} row(s) of {name} are all "
+            f"zero (first at row {int(zero[0])}). Drop them or use distance='euclidean'."
+        )
+
+
 def _csr_pairs(lists, a, b):
     lims, idx = lists
     counts = np.diff(lims[a : b + 1])
@@ -152,6 +209,9 @@ def _prepare(query, reference, positives, junk, distance, block_size, memory_bud
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
     if block_size is None:
         block_size = max(1, min(n_q, memory_budget // (48 * n_ref)))
+    if distance == "cosine":
+        _check_nonzero(xq, "query")
+        _check_nonzero(xb, "reference")
     return xq, xb, pos, jk, distance, block_size
 
 
@@ -161,6 +221,43 @@ def _overlap(pos, junk):
     n = max(int(p_cols.max(initial=0)), int(j_cols.max(initial=0))) + 1
     common = np.intersect1d(p_rows * n + p_cols, j_rows * n + j_cols)
     return None if common.size == 0 else divmod(int(common[0]), n)
+
+
+def _score_clean(values, ties, infos, hit_pos, mixed, pos, relevant, n_valid, k):
+    """The queries without a mixed tie block, from their positives' ranks alone."""
+    from ..engine.kernels import hits_from_ranks, score_hits
+
+    clean = np.flatnonzero(~mixed)
+    keep = ~mixed[np.repeat(np.arange(mixed.size), np.diff(pos[0]))]
+    n_hits = relevant[clean]
+    hits = hits_from_ranks(n_hits, hit_pos[keep], relevant[clean], n_valid[clean], k)
+    v, t = score_hits(hits, infos)
+    for name in v:
+        values[name][clean] = v[name]
+        ties[name][clean] = t[name]
+
+
+def _score_mixed(values, ties, infos, data, pos, junk, idx, k, block_size):
+    """The queries ``idx`` whose ranking holds a tie block mixing positives and other
+    references, from their sorted whole rankings (the tie flags need the blocks)."""
+    from ..engine.kernels import chunk_metrics
+
+    xq, xb, distance = data
+    relevant = np.diff(pos[0])
+    for block, is_pos, n_valid in _ranked_blocks(xq, xb, distance, pos, junk, block_size):
+        rows = block.queries
+        v, t = chunk_metrics(
+            block,
+            np.ones(rows.size, np.int32),
+            is_pos.astype(np.int32),  # candidate i is relevant when its "label" equals 1
+            relevant[rows],
+            n_valid,
+            infos,
+            k,
+        )
+        for name in v:
+            values[name][idx[rows]] = v[name]
+            ties[name][idx[rows]] = t[name]
 
 
 def evaluate_listed(
@@ -200,30 +297,23 @@ def evaluate_listed(
     xq, xb, pos, jk, distance, block_size = _prepare(
         query, reference, positives, junk, distance, block_size, memory_budget
     )
+    memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
     k = check_int(k, "k", allow_none=True)
     too_deep = [m.name for m in infos if k is not None and m.depth == "fixed" and m.cutoff > k]
     if too_deep:
         raise InputError(f"k={k} caps the ranking, but {', '.join(too_deep)} need(s) more.")
-    from ..engine.kernels import chunk_metrics
-
     n_q = xq.shape[0]
     relevant = np.diff(pos[0])
+    n_valid = xb.shape[0] - np.diff(jk[0])
     values = {m.name: np.full(n_q, np.nan) for m in infos}
     ties = {m.name: np.zeros(n_q, bool) for m in infos}
-    for block, is_pos, n_valid in _ranked_blocks(xq, xb, distance, pos, jk, block_size):
-        rows = block.queries
-        v, t = chunk_metrics(
-            block,
-            np.ones(rows.size, np.int32),
-            is_pos.astype(np.int32),  # candidate i is relevant when its "label" equals 1
-            relevant[rows],
-            n_valid,
-            infos,
-            k,
-        )
-        for name in v:
-            values[name][rows] = v[name]
-            ties[name][rows] = t[name]
+    hit_pos, mixed = _streamed_ranks(xq, xb, distance, pos, jk, memory_budget)
+    _score_clean(values, ties, infos, hit_pos, mixed, pos, relevant, n_valid, k)
+    idx = np.flatnonzero(mixed)  # rare: a positive ties exactly with another reference
+    if idx.size:
+        sub_pos, sub_jk = _subset(pos, idx), _subset(jk, idx)
+        data = (xq[idx], xb, distance)
+        _score_mixed(values, ties, infos, data, sub_pos, sub_jk, idx, k, block_size)
     info = {"distance": distance, "n_reference": xb.shape[0], "dim": xq.shape[1], "k": k}
     info["n_junk"] = int(jk[1].size)
     return values, ties, infos, info
@@ -246,16 +336,12 @@ def positive_ranks(
     >>> positive_ranks([[0.0]], [[1.0], [2.0], [3.0]], [[2]], [[0]], distance="euclidean")
     (array([1]), array([0, 1]))
     """
-    xq, xb, pos, jk, distance, block_size = _prepare(
+    xq, xb, pos, jk, distance, _ = _prepare(
         query, reference, positives, junk, distance, block_size, memory_budget
     )
-    parts = []
-    for block, is_pos, _ in _ranked_blocks(xq, xb, distance, pos, jk, block_size):
-        hit = np.flatnonzero(is_pos)
-        row = np.searchsorted(block.lims, hit, side="right") - 1
-        parts.append(hit - block.lims[row])
-    lims = pos[0]
-    return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), lims
+    memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
+    ranks, _ = _streamed_ranks(xq, xb, distance, pos, jk, memory_budget)
+    return ranks, pos[0]
 
 
 def evaluate_with_lists(settings: EvaluationSettings, inputs: EvaluationInputs) -> Any:
