@@ -10,24 +10,33 @@ Every (query, document) pair gets a ``uint64`` *code*, smaller = ranked first::
 
     code = (~sortable_bits(score)) << 32 | tie_key[document]
 
-so score descending, then the tie key ascending: the tie key is the corpus row (``ties="index"``)
-or the document's position in descending string order of the ids (``ties="trec_eval"``: equal
-scores by document id descending, trec_eval's order).  A code is a total order, so the top-depth
-list under it is unique and exact; "equal scores" means equal float32 scores.
+so float32 score descending, then the tie key ascending: the tie key is the corpus row
+(``ties="index"``) or the document's position in descending string order of the ids
+(``ties="trec_eval"``: equal scores by document id descending, trec_eval's order).
 
-1. :func:`scan_top` keeps each query's ``depth`` smallest codes.  A block's candidates are the
-   scores at or above the larger of a *floor* and the score of the query's depth-th code so
-   far.  The floor (:func:`sample_floor`) is a high order statistic of the query's scores
+The float32 scores only filter.  Each is within ``B_q`` of the float64 score of the float32
+inputs (:meth:`CorpusScan.band` gives ``2 B_q``, from :func:`embedeval.engine.decide.key_bounds`;
+Euclidean rows are translated by an exact centre first, :func:`corpus_centre`), so every ranking
+here is the float64 one (:func:`decide_top`, :func:`scan_ranks`): float64 key ascending
+(``decide.exact_keys``), then the tie key; under ``ties="trec_eval"`` the float64 score rounded
+to float32 descending (what trec_eval reads from a run), then the tie key.  Results do not
+depend on block shapes or threads.
+
+1. :func:`scan_top` keeps each query's ``depth`` smallest codes, and the *near* codes within
+   the band below the depth-th score.  A block's candidates are the scores at or above the
+   larger of a *floor* and the score of the query's depth-th code so far, lowered by the band.
+   The floor (:func:`sample_floor`) is a high order statistic of the query's scores
    against a fixed random sample of 4,096 corpus rows, set so that about twice ``depth``
    documents of the corpus reach it: so about 2 x depth candidates per query over the whole
    corpus, merged into the kept codes by an ``np.partition`` now and then.  Exactness does
-   not rest on the estimate: if at least ``depth`` documents reached the floor, no document
-   below it can be in the top; a query where fewer did (about one in a million) has its
-   chunk scanned again without a floor.  It also picks out the scores of chosen (query,
-   document) pairs from the products.
+   not rest on the estimate: if the final depth-th score reaches the floor, no document more
+   than the band below it can be in the top; a query where it does not (about one in a
+   million) has its chunk scanned again without a floor.  It also picks out the scores of
+   chosen (query, document) pairs from the products.  :func:`decide_top` then orders the
+   candidates in float64.
 2. :func:`scan_ranks` gives the exact rank of chosen pairs beyond the top-depth: it counts, per
-   block, the documents that beat each pair (higher score, or an equal score and a smaller tie
-   key).  Same products (same shapes), so the same float32 scores.
+   block, the documents scoring more than the band above each pair, and re-scores in float64
+   only those within the band of it.
 
 Excluded pairs (a query's own id, user exclusion lists) get a NaN score: never a candidate,
 never counted.

@@ -8,8 +8,14 @@ and is refused.  :func:`positive_ranks` gives the 1-based ranks of each query's 
 same junk-free ranking, from which any AP rule can be computed (the revisitop protocol in
 :mod:`embedeval.protocols.landmarks` does so).
 
-Ties: equal distances are ranked by ascending reference index, identical references tie exactly,
-as everywhere in embedeval.
+Both stream the references past the queries (:mod:`embedeval.engine.corpus`) and sort no row:
+each positive's rank is 1 + the references that beat it (float32 scores filter, those within
+the proven bound are re-scored in float64), and every metric follows from the positives' ranks
+(:func:`embedeval.engine.kernels.hits_from_ranks`).  A query where a positive's float64 key
+equals another reference's is ranked in full instead (its tie flag needs the whole tie block).
+
+Ties: equal float64 distances are ranked by ascending reference index, identical references tie
+exactly, as everywhere in embedeval.
 """
 
 from __future__ import annotations
@@ -278,8 +284,10 @@ def evaluate_listed(
     items are removed, and the metrics are computed on the rest with R_q = ``len(positives[q])``,
     the number of distinct positives (NaN when a query has no positive).  A ``positives`` or
     ``junk`` list that repeats an index, or an index both positive and junk for one query, is
-    an :class:`~embedeval.InputError` naming the query and the index.  Queries are processed in
-    blocks of ``block_size`` against all references, so memory is O(block_size x n_reference).
+    an :class:`~embedeval.InputError` naming the query and the index.  The references are
+    streamed in blocks (from ``memory_budget``) past all queries and only the positives' ranks
+    are kept; the rare queries with a positive tied exactly to another reference are ranked in
+    full, ``block_size`` queries at a time (O(block_size x n_reference) memory).
 
     Returns ``(per_query, ties, infos, info)``; :func:`embedeval.evaluate` wraps it in an
     :class:`~embedeval.evaluation.result.EvaluationResult`.
