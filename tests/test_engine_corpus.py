@@ -157,7 +157,7 @@ def test_near_ties_one_float32_bit_apart(distance, ties):
             x = (queries[i] * scale + rng.normal(0, 0.05, dim)).astype(np.float32)
             y = x.copy()
             j = int(rng.integers(dim))
-            y[j] = np.nextafter(y[j], np.float32(np.inf) * rng.choice([-1, 1]))
+            y[j] = np.nextafter(y[j], np.float32(rng.choice([-np.inf, np.inf])))  # float32 step
             a = n_base + len(extra)
             extra += [x, y]
             pairs += [(a, 1), (a + 1, 0)] if rng.random() < 0.5 else [(a, 0), (a + 1, 2)]
