@@ -56,7 +56,7 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import from_sortable_bits, sortable_bits
-from .decide import exact_keys, gamma, key_bounds, reference_sq_bound, widen
+from .decide import _tie_multiples, gamma, key_bounds, reference_sq_bound, widen
 from .exact import column_stats, exact_centre
 from .threads import default_threads, in_order, single_threaded_blas
 
@@ -358,15 +358,16 @@ class CorpusScan:
     def band(self, m_sq: float | None = None) -> np.ndarray:
         """Per query, ``2 B_q`` (float64): twice the bound on ``|float32 score - float64
         score|`` over the rows whose squared norms are at most ``m_sq`` (default: every row
-        read so far).  Cosine scores here are products of rows normalised in float32 (a
-        float32 squared norm, its square root and a division: about ``gamma_{dim/2+3}`` per
-        element of each row, on top of the product's ``gamma_dim``), so the cosine term of
-        :func:`~embedeval.engine.decide.key_bounds` is taken three times over.  Under
+        read so far).  Cosine scores here are products of rows normalised in float32: a
+        float32 squared norm (``gamma_dim``), its square root (half that, plus one rounding)
+        and a division put each element within ``gamma_{dim/2+3}`` of the unit row's, so
+        with the product's ``gamma_dim`` a score is within ``gamma_{2 dim+7}`` of the cosine:
+        the cosine term of :func:`~embedeval.engine.decide.key_bounds` taken twice.  Under
         ``ties="trec_eval"`` the band also holds ``2 gamma_{dim+8}`` times the score's
         magnitude (over four float32 steps of any score): two documents whose float32 scores
         are farther apart than the band have float64 scores whose float32 roundings differ."""
         m_sq = self.m_sq if m_sq is None else m_sq
-        scale = 3.0 if self.distance == "cosine" else 1.0
+        scale = 2.0 if self.distance == "cosine" else 1.0
         if self.ties == "trec_eval":  # + a few float32 steps of the score (see rank_keys)
             scale += 1.0
         dim = self.queries.shape[1]
@@ -676,14 +677,44 @@ def corpus_centre(queries: np.ndarray, corpus: np.ndarray, distance: str) -> np.
 
 
 def _exact(q: np.ndarray, x: np.ndarray, distance: str, groups: np.ndarray) -> np.ndarray:
-    """:func:`~embedeval.engine.decide.exact_keys`; a zero corpus row has cosine key 0 (as its
-    float32 score: 0), and -0.0 becomes 0.0."""
-    if distance != "cosine":
-        return exact_keys(q, x, distance) + 0.0
-    out = np.zeros(q.shape[0], dtype=np.float64)
-    live = x.any(axis=1)
-    if live.any():
-        out[live] = exact_keys(q[live], x[live], distance, groups[live]) + 0.0
+    """:func:`~embedeval.engine.decide.exact_keys`, bit for bit, whole rows at a time: a
+    running sum along each row (``np.cumsum``) adds the columns in the same order as its
+    column loop.  A zero corpus row has cosine key 0 (as its float32 score: 0), -0.0 becomes
+    0.0, and only keys within a relative 1e-9 of another key of their group can be positive
+    multiples of its row (their float64 keys differ by a few roundings at most), so only
+    those are compared row by row.
+
+    >>> q = np.array([[1, 2, 0], [1, 0, 0]], np.float32)
+    >>> x = np.array([[1, 1, 0], [3, 3, 0]], np.float32)
+    >>> _exact(q, x, "euclidean", np.arange(2)).tolist()
+    [1.0, 13.0]
+    """
+    q = np.asarray(q, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    if not q.shape[0]:
+        return np.zeros(0, dtype=np.float64)
+    if distance == "euclidean":
+        t = q - x
+        t *= t
+        return np.cumsum(t, axis=1)[:, -1] + 0.0
+    s = np.cumsum(q * x, axis=1)[:, -1]
+    if distance == "inner_product":
+        return -s + 0.0
+    x_sq = np.cumsum(x * x, axis=1)[:, -1]
+    live = x_sq > 0
+    out = np.zeros(s.size, dtype=np.float64)
+    out[live] = -np.sign(s[live]) * (s[live] * s[live]) / x_sq[live] + 0.0
+    order = np.lexsort((out, groups))
+    k = out[order]
+    near = (groups[order][1:] == groups[order][:-1]) & (
+        np.abs(np.diff(k)) <= 1e-9 * np.maximum(np.abs(k[1:]), np.abs(k[:-1]))
+    )
+    maybe = np.zeros(s.size, dtype=bool)
+    maybe[order[1:][near]] = maybe[order[:-1][near]] = True
+    maybe &= live
+    if maybe.sum() > 1:  # positive multiples of a row take its first occurrence's key
+        sub = np.flatnonzero(maybe)
+        out[sub] = _tie_multiples(out[sub], x[sub], groups[sub])
     return out
 
 

@@ -89,46 +89,6 @@ def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarr
 
 
 # ---------------------------------------------------------------------------- streamed ranking
-def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
-    """Per query block: its junk-free ranking as CSR candidates and the positive flags."""
-    from ..engine.arrays import centre_for_distance
-    from ..engine.candidates import Candidates, sortable_bits
-    from ..engine.decide import candidate_bounds, decide, sq_norms
-    from ..engine.exact import PreparedSearch, reference_duplicates, representatives
-
-    # An exact translation (distances unchanged) keeps far-from-origin keys from cancelling.
-    xq, xb, _ = centre_for_distance(xq, xb, distance, same=xq is xb)
-    n_q, n_ref = xq.shape[0], xb.shape[0]
-    # Identical references share one key (as in the kNN engine), so they tie and rank by index.
-    dups = reference_duplicates(xb, distance)
-    search = PreparedSearch.build(xq, xb, distance).with_duplicates(
-        dups, representatives(xb, dups, distance), slice(0, n_ref)
-    )
-    cols = np.arange(n_ref)
-    q_sq, ref_sq = sq_norms(xq, np.arange(n_q)), sq_norms(xb, np.arange(n_ref))
-    for a in range(0, n_q, block_size):
-        b = min(a + block_size, n_q)
-        keys = search.keys(slice(a, b))
-        j_rows, j_cols = _csr_pairs(junk, a, b)
-        keys[j_rows, j_cols] = np.inf  # junk sinks to the end and is cut off below
-        order = np.argsort(keys, axis=1, kind="stable")  # ties by ascending reference index
-        n_valid = n_ref - np.diff(junk[0][a : b + 1])
-        keep = cols[None, :] < n_valid[:, None]
-        index = order[keep]
-        rows = np.repeat(np.arange(b - a), n_valid)
-        is_pos = np.zeros((b - a, n_ref), bool)
-        p_rows, p_cols = _csr_pairs(pos, a, b)
-        is_pos[p_rows, p_cols] = True
-        lims = np.zeros(b - a + 1, np.int64)
-        np.cumsum(n_valid, out=lims[1:])
-        block = Candidates(np.arange(a, b), lims, index, sortable_bits(keys[rows, index]))
-        # Near-ties the float32 keys cannot order are decided in float64 (engine.decide).
-        bounds = candidate_bounds(block, q_sq[a:b], ref_sq, int(xb.shape[1]), distance)
-        block = decide(block, xq, xb, distance, bounds)[0]
-        positions = Candidates(block.queries, lims, np.arange(index.size), block.bits)
-        yield positions, is_pos[rows, block.index], n_valid
-
-
 def _corpus_scan(xq, xb, distance, junk, memory_budget):
     """The corpus engine's scan of the references past the queries, junk excluded."""
     from ..engine.corpus import CorpusScan, Pairs, corpus_centre, prepare_queries, tie_keys
@@ -145,8 +105,8 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget):
 
 def _streamed_ranks(xq, xb, distance, pos, junk, memory_budget):
     """Each positive's 0-based rank in its query's junk-free float64 ranking (equal keys by
-    reference index), sorted within each query (CSR as ``pos``), and per query whether a
-    positive's key equals a non-positive's (a tie block mixing the two).
+    reference index), sorted within each query (CSR as ``pos``), and the tie blocks that mix
+    positives and other references (:func:`_mixed_blocks`).
 
     The corpus engine counts, per positive, the references that beat it
     (:func:`embedeval.engine.corpus.scan_ranks`): no row is sorted."""
@@ -156,24 +116,49 @@ def _streamed_ranks(xq, xb, distance, pos, junk, memory_budget):
     p_rows, p_cols = _csr_pairs(pos, 0, xq.shape[0])
     pairs = Pairs(p_rows, p_cols)
     ranks, tied_pair, tied_row = scan_ranks(xb, scan, pairs, pair_scores(xb, scan, pairs), True)
-    n_ref = xb.shape[0]
-    codes = p_rows * n_ref + p_cols  # sorted: by query, then index
-    tied = p_rows[tied_pair] * n_ref + tied_row
-    at = np.minimum(np.searchsorted(codes, tied), max(codes.size - 1, 0))
-    mixed = np.zeros(xq.shape[0], dtype=bool)
-    mixed[p_rows[tied_pair][codes[at] != tied]] = True
+    blocks = _mixed_blocks(pairs, ranks - 1, tied_pair, tied_row, xq.shape[0], xb.shape[0])
     order = np.lexsort((ranks, p_rows))
-    return ranks[order] - 1, mixed
+    return ranks[order] - 1, blocks
 
 
-def _subset(lists, idx):
-    """The CSR lists of the queries ``idx``."""
-    lims, items = lists
-    counts = np.diff(lims)[idx]
-    sub = np.zeros(idx.size + 1, np.int64)
-    np.cumsum(counts, out=sub[1:])
-    take = np.repeat(lims[:-1][idx] - sub[:-1], counts) + np.arange(sub[-1])
-    return sub, items[take]
+def _mixed_blocks(pairs, rank0, tied_pair, tied_row, n_q, n_ref):
+    """The blocks of equal float64 keys that hold a positive and another reference, as
+    :func:`embedeval.engine.kernels.hits_from_ranks` takes them: ``(query, first rank, last
+    rank, per query the rank of the first neighbour pair of different relevance)``.
+
+    A positive with ``t`` references of its key (``tied_pair`` / ``tied_row``) sits in a block
+    of ``t + 1`` items ranked by index, the block starting ``rank - (members of smaller
+    index)``; blocks met from several positives are kept once."""
+    none = np.full(n_q, np.iinfo(np.int64).max // 2)
+    if not tied_pair.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), none
+    own = np.unique(tied_pair)
+    mp = np.concatenate([tied_pair, own])
+    mr = np.concatenate([tied_row, pairs.row[own]])
+    order = np.lexsort((mr, mp))
+    mp, mr = mp[order], mr[order]
+    head = np.searchsorted(mp, own)  # each block's first member
+    size = np.diff(np.append(head, mp.size))
+    group = np.repeat(np.arange(own.size), size)
+    k = np.arange(mp.size) - head[group]
+    is_own = mr == pairs.row[mp]
+    start = np.empty(own.size, np.int64)
+    start[group[is_own]] = rank0[mp[is_own]] - k[is_own]
+    q = pairs.query[own]
+    codes = pairs.query * n_ref + pairs.row  # sorted: by query, then index
+    want = pairs.query[mp] * n_ref + mr
+    rel = codes[np.minimum(np.searchsorted(codes, want), codes.size - 1)] == want
+    mixed = np.bincount(group, weights=~rel, minlength=own.size) > 0
+    _, first = np.unique(q * (n_ref + 1) + start, return_index=True)
+    keep = np.zeros(own.size, bool)
+    keep[first] = True
+    keep &= mixed
+    step = (k < size[group] - 1) & keep[group]
+    step[step] &= rel[np.flatnonzero(step)] != rel[np.flatnonzero(step) + 1]
+    np.minimum.at(none, q[group[step]], start[group[step]] + k[step])
+    kept = np.flatnonzero(keep)
+    kept = kept[np.lexsort((start[kept], q[kept]))]
+    return q[kept], start[kept], start[kept] + size[kept] - 1, none
 
 
 def _check_nonzero(x, name):
@@ -229,43 +214,6 @@ def _overlap(pos, junk):
     return None if common.size == 0 else divmod(int(common[0]), n)
 
 
-def _score_clean(values, ties, infos, hit_pos, mixed, pos, relevant, n_valid, k):
-    """The queries without a mixed tie block, from their positives' ranks alone."""
-    from ..engine.kernels import hits_from_ranks, score_hits
-
-    clean = np.flatnonzero(~mixed)
-    keep = ~mixed[np.repeat(np.arange(mixed.size), np.diff(pos[0]))]
-    n_hits = relevant[clean]
-    hits = hits_from_ranks(n_hits, hit_pos[keep], relevant[clean], n_valid[clean], k)
-    v, t = score_hits(hits, infos)
-    for name in v:
-        values[name][clean] = v[name]
-        ties[name][clean] = t[name]
-
-
-def _score_mixed(values, ties, infos, data, pos, junk, idx, k, block_size):
-    """The queries ``idx`` whose ranking holds a tie block mixing positives and other
-    references, from their sorted whole rankings (the tie flags need the blocks)."""
-    from ..engine.kernels import chunk_metrics
-
-    xq, xb, distance = data
-    relevant = np.diff(pos[0])
-    for block, is_pos, n_valid in _ranked_blocks(xq, xb, distance, pos, junk, block_size):
-        rows = block.queries
-        v, t = chunk_metrics(
-            block,
-            np.ones(rows.size, np.int32),
-            is_pos.astype(np.int32),  # candidate i is relevant when its "label" equals 1
-            relevant[rows],
-            n_valid,
-            infos,
-            k,
-        )
-        for name in v:
-            values[name][idx[rows]] = v[name]
-            ties[name][idx[rows]] = t[name]
-
-
 def evaluate_listed(
     query: Any,
     reference: Any,
@@ -310,18 +258,13 @@ def evaluate_listed(
     too_deep = [m.name for m in infos if k is not None and m.depth == "fixed" and m.cutoff > k]
     if too_deep:
         raise InputError(f"k={k} caps the ranking, but {', '.join(too_deep)} need(s) more.")
-    n_q = xq.shape[0]
     relevant = np.diff(pos[0])
     n_valid = xb.shape[0] - np.diff(jk[0])
-    values = {m.name: np.full(n_q, np.nan) for m in infos}
-    ties = {m.name: np.zeros(n_q, bool) for m in infos}
-    hit_pos, mixed = _streamed_ranks(xq, xb, distance, pos, jk, memory_budget)
-    _score_clean(values, ties, infos, hit_pos, mixed, pos, relevant, n_valid, k)
-    idx = np.flatnonzero(mixed)  # rare: a positive ties exactly with another reference
-    if idx.size:
-        sub_pos, sub_jk = _subset(pos, idx), _subset(jk, idx)
-        data = (xq[idx], xb, distance)
-        _score_mixed(values, ties, infos, data, sub_pos, sub_jk, idx, k, block_size)
+    from ..engine.kernels import hits_from_ranks, score_hits
+
+    hit_pos, blocks = _streamed_ranks(xq, xb, distance, pos, jk, memory_budget)
+    hits = hits_from_ranks(relevant, hit_pos, relevant, n_valid, k, blocks)
+    values, ties = score_hits(hits, infos)
     info = {"distance": distance, "n_reference": xb.shape[0], "dim": xq.shape[1], "k": k}
     info["n_junk"] = int(jk[1].size)
     return values, ties, infos, info
