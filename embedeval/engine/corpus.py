@@ -65,6 +65,7 @@ __all__ = [
     "CorpusScan",
     "Pairs",
     "block_bounds",
+    "candidate_ranks",
     "code_rows",
     "code_scores",
     "corpus_block",
@@ -79,6 +80,7 @@ __all__ = [
     "prepare_queries",
     "rank_keys",
     "release_pages",
+    "rows_of",
     "rows_searchsorted",
     "sample_floor",
     "scan_ranks",
@@ -592,23 +594,24 @@ def scan_top(
     scan: CorpusScan,
     pairs: Pairs | None = None,
     floor: np.ndarray | None = None,
-    scores: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Each query's ``depth`` first corpus rows in the float64 order (-1 pads a short corpus),
-    the float32 scores of ``pairs`` (NaN where excluded) and, when ``scores``, the float64
-    scores of the listed rows (:func:`float64_scores`; NaN pads).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each query's candidates for its float64 top ``depth`` as ``(query, code)`` (query
+    ascending, codes ascending within a query), and the float32 scores of ``pairs`` (NaN
+    where excluded).  :func:`decide_top` orders the candidates, :func:`candidate_ranks` ranks
+    chosen documents among them.
 
     Candidates are the float32 scores at or above the larger of the query's ``floor`` (default
     :func:`sample_floor`) and its depth-th score so far, *lowered by the band* ``2 B_q``
     (:meth:`CorpusScan.band`): a document more than ``2 B_q`` below ``depth`` others cannot
     reach the float64 top.  The result is exact when the final depth-th float32 score is at
     least the floor; the chunks of the queries where it is not are scanned again without a
-    floor.  The candidates are then ordered by :func:`decide_top`.
+    floor.
 
     >>> c = np.float32([[1, 0], [0, 1], [1, 0]])
     >>> scan = CorpusScan(np.float32([[1, 0]]), None, "inner_product", 2,
     ...                   tie_keys(None, 3, "index"), Pairs(np.zeros(0, int), np.zeros(0, int)))
-    >>> scan_top(c, scan)[0].tolist()
+    >>> query, codes, _ = scan_top(c, scan)
+    >>> decide_top(c, scan, query, codes, False)[0].tolist()
     [[0, 2]]
     """
     pairs = pairs or Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -625,8 +628,7 @@ def scan_top(
     query = np.concatenate([p[0] for p in parts])
     codes = np.concatenate([p[1] for p in parts])
     order = np.lexsort((codes, query))
-    top, top_scores = decide_top(corpus, scan, query[order], codes[order], scores)
-    return top, pair_scores, top_scores
+    return query[order], codes[order], pair_scores
 
 
 def _scan_chunks(
@@ -750,11 +752,8 @@ def float64_scores(scan: CorpusScan, qi: np.ndarray, keys: np.ndarray) -> np.nda
     """
     if scan.distance != "cosine":
         return -keys + 0.0
-    q = np.asarray(scan.raw[qi], dtype=np.float64)
-    q_sq = np.zeros(qi.size, dtype=np.float64)
-    for j in range(q.shape[1]):  # column order, as the keys
-        q_sq += q[:, j] * q[:, j]
-    q_norm = np.sqrt(q_sq)
+    q = np.asarray(scan.raw, dtype=np.float64)
+    q_norm = np.sqrt(np.cumsum(q * q, axis=1)[:, -1])[qi]  # column order, as the keys
     with np.errstate(invalid="ignore", divide="ignore"):
         out = -np.sign(keys) * np.sqrt(np.abs(keys)) / q_norm
     return np.where(q_norm > 0, out, 0.0) + 0.0
@@ -772,6 +771,51 @@ def rank_keys(
         score = float64_scores(scan, qi, keys).astype(np.float32)
         return -score.astype(np.float64) + 0.0, keys
     return keys, keys
+
+
+def candidate_ranks(
+    corpus: np.ndarray,
+    scan: CorpusScan,
+    candidates: tuple[np.ndarray, np.ndarray],
+    pairs: Pairs,
+    pair_scores: np.ndarray,
+) -> np.ndarray:
+    """1-based float64 rank of each pair (float32 score ``pair_scores``) within its query's
+    top ``depth`` given the :func:`scan_top` candidates, 0 where it is not in the top.
+
+    Among the candidates (sorted by code: score descending), those more than the band above
+    the pair certainly beat it; those within the band are re-scored (:func:`_near_beats`).
+    A rank among the candidates of at most ``depth`` is the rank in the whole corpus (every
+    document that beats a top document is a candidate); a larger one is not in the top.
+    """
+    query, codes = candidates
+    n_q = scan.queries.shape[0]
+    lims = np.searchsorted(query, np.arange(n_q + 1))
+    pos = np.arange(codes.size) - lims[query]
+    table = np.full((n_q, int(pos.max(initial=-1)) + 1), EMPTY, dtype=np.uint64)
+    table[query, pos] = codes
+    band = scan.band()[pairs.query]
+    zero = np.zeros(pairs.query.size, dtype=np.uint64)
+    # codes below pack(hi, 0): scores above hi; below pack(next under lo, 0): scores >= lo
+    hi = widen(pair_scores, band)
+    under = np.nextafter(widen_down(pair_scores, band), np.float32(-np.inf))
+    above = rows_searchsorted(table, pairs.query, pack_codes(hi, zero))
+    reach = rows_searchsorted(table, pairs.query, pack_codes(under, zero))
+    n_near = np.maximum(reach - above, 0)
+    p = np.repeat(np.arange(pairs.query.size), n_near)
+    at = np.repeat(above - np.cumsum(n_near) + n_near, n_near) + np.arange(n_near.sum())
+    rows = code_rows(table[pairs.query[p], at], scan.row_of_key())
+    wins = _near_beats(corpus, scan, pairs, p, rows)[0]
+    rank = above + wins + 1
+    listed = np.isin(
+        pairs.query * corpus.shape[0] + pairs.row, query * corpus.shape[0] + rows_of(codes, scan)
+    )
+    return np.where(listed & (rank <= scan.depth), rank, 0)
+
+
+def rows_of(codes: np.ndarray, scan: CorpusScan) -> np.ndarray:
+    """Corpus rows of codes of a scan (-1 for :data:`EMPTY`)."""
+    return code_rows(codes, scan.row_of_key())
 
 
 def decide_top(
@@ -915,8 +959,11 @@ def _near_beats(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per pair, how many of its near documents (pair ``p[i]``, corpus row ``r[i]``) beat it
     in float64: a smaller order key (:func:`rank_keys`), or an equal one and a smaller tie
-    key; and the ``(pair, row)`` of the other documents whose order key equals the pair's.  Each
-    pair's own key is formed with its near documents (one group per pair)."""
+    key; and the ``(pair, row)`` of the other documents whose order key equals the pair's.
+
+    A float64 dot product (any summation order) first bounds each order key
+    (:func:`_order_bounds`); only documents whose bounds overlap their pair's get the exact
+    keys, formed with their pair's own in one group (cosine multiples tie)."""
     if not p.size:
         return np.zeros(pairs.query.size, dtype=np.int64), p, r
     mine = np.unique(p)
@@ -926,12 +973,87 @@ def _near_beats(
     is_own[-mine.size :] = True
     order = np.lexsort((~is_own, r, p))  # deterministic groups, whatever the threads did
     p, r, is_own = p[order], r[order], is_own[order]
-    key = rank_keys(corpus, scan, pairs.query[p], r, p)[0]
+    lo, hi = _order_bounds(corpus, scan, pairs.query[p], r)
+    own_lo, own_hi = np.empty(pairs.query.size), np.empty(pairs.query.size)
+    own_lo[p[is_own]], own_hi[p[is_own]] = lo[is_own], hi[is_own]
+    known = (lo == hi) & (own_lo[p] == own_hi[p])
+    unsure = ~known & (hi >= own_lo[p]) & (lo <= own_hi[p]) & ~is_own
+    redo = np.zeros(pairs.query.size, dtype=bool)
+    redo[p[unsure]] = True
+    again = np.flatnonzero(unsure | (is_own & redo[p]))
+    key = lo.copy()  # where known: the order key itself
+    key[again] = rank_keys(corpus, scan, pairs.query[p[again]], r[again], p[again])[0]
     own = np.empty(pairs.query.size, dtype=np.float64)
     own[p[is_own]] = key[is_own]
-    tie_own = scan.keys[pairs.row[p]]
-    wins = (key < own[p]) | ((key == own[p]) & (scan.keys[r] < tie_own))
+    sure = ~unsure & ~known
+    equal = (known | unsure) & (key == own[p])
+    wins = (sure & (hi < own_lo[p])) | (~sure & (key < own[p]))
+    wins |= equal & (scan.keys[r] < scan.keys[pairs.row[p]])
     wins &= ~is_own
     count = np.bincount(p, weights=wins, minlength=pairs.query.size).astype(np.int64)
-    tied = (key == own[p]) & ~is_own & (r != pairs.row[p])
+    tied = equal & ~is_own & (r != pairs.row[p])
     return count, p[tied], r[tied]
+
+
+def _order_bounds(
+    corpus: np.ndarray, scan: CorpusScan, qi: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds ``lo <= order key <= hi`` of pairs (:func:`rank_keys`) from float64 dot products
+    in any summation order (``np.einsum``): each within ``gamma_{dim}`` (unit roundoff
+    2**-53) of the exact sum, as is the key's own fixed-order sum, so ``E = 3.5
+    gamma_{dim+8}`` times the magnitude (``(||q|| + ||x||)^2``, ``||q|| ||x||``, or ``||q||``
+    for the cosine ``c = s / ||x||``, whose key is ``-c |c|``) holds both.  Under
+    ``ties="trec_eval"`` the bounds are those of the score rounded to float32: equal where
+    the rounding is decided."""
+    lo, hi = np.empty(qi.size), np.empty(qi.size)
+    d = corpus.shape[1]
+    g = 3.5 * gamma(d + 8, 2.0**-53) * (1 + 2.0**-20)
+    step = max(1, _KEY_BYTES // (8 * d))
+    for a in range(0, qi.size, step):
+        b = min(qi.size, a + step)
+        q = np.asarray(scan.raw[qi[a:b]], dtype=np.float64)
+        x = np.asarray(corpus[rows[a:b]], dtype=np.float64)
+        lo[a:b], hi[a:b] = _bounds_of(q, x, scan.distance, g, scan.ties == "trec_eval")
+    return lo, hi
+
+
+def _bounds_of(
+    q: np.ndarray, x: np.ndarray, distance: str, g: float, rounded: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_order_bounds` of aligned float64 rows (see there)."""
+    tiny = 1e-300
+    if distance == "euclidean":
+        t = q - x
+        k = np.einsum("ij,ij->i", t, t)
+        e = g * k + tiny  # every term is positive: a relative bound
+        s_lo, s_hi = -(k + e), -(k - e)  # score = -key
+    else:
+        s = np.einsum("ij,ij->i", q, x)
+        qn = np.sqrt(np.einsum("ij,ij->i", q, q))
+        xn = np.sqrt(np.einsum("ij,ij->i", x, x))
+        wide = 1 + 2.0**-40  # the norms' own rounding, in the bounds only
+        if distance == "inner_product":
+            e = g * qn * xn * wide + tiny
+            s_lo, s_hi = s - e, s + e
+        else:
+            live = xn > 0
+            c = np.where(live, s / np.where(live, xn, 1), 0.0)
+            e = np.where(live, g * qn * wide + tiny, 0.0)
+            slack = np.where(live, tiny, 0.0)  # a zero row: key and score 0 exactly
+            if not rounded:  # key = -c |c|, decreasing in c
+                k_lo, k_hi = -(c + e) * np.abs(c + e), -(c - e) * np.abs(c - e)
+                return _outward(k_lo, k_hi, slack)
+            inv = np.where(qn > 0, 1 / np.where(qn > 0, qn, 1), 0.0)
+            s_lo, s_hi = _outward((c - e) * inv, (c + e) * inv, slack)
+    if not rounded:
+        return -s_hi, -s_lo  # key = -score
+    with np.errstate(over="ignore"):
+        return -s_hi.astype(np.float32).astype(np.float64), -s_lo.astype(np.float32).astype(
+            np.float64
+        )
+
+
+def _outward(lo: np.ndarray, hi: np.ndarray, slack: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``[lo, hi]`` widened by a few float64 roundings of the final operations and ``slack``."""
+    r = 8 * 2.0**-53
+    return lo - r * np.abs(lo) - slack, hi + r * np.abs(hi) + slack

@@ -12,7 +12,7 @@ beat it.  The ranks of the judged documents then give every metric
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,9 @@ from ..engine.corpus import (
     DISTANCES,
     CorpusScan,
     Pairs,
+    candidate_ranks,
     corpus_centre,
+    decide_top,
     numpy_product,
     prepare_queries,
     scan_ranks,
@@ -58,9 +60,31 @@ class QrelsResult(EvaluationResult):
 
     n_missing: int = 0
     run_ids: list[str] = field(default_factory=list)
-    run_rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    run_scores: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float64))
     doc_ids: list[str] = field(default_factory=list)
+    _run: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    _ranker: Callable[[], tuple[np.ndarray, np.ndarray]] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    def _top(self) -> tuple[np.ndarray, np.ndarray]:
+        """The run, formed on first use: every candidate of the top lists re-scored in float64
+        and sorted (the metrics only needed the ranks of the judged documents)."""
+        if self._run is None:
+            empty = np.zeros((len(self.run_ids), 0))
+            self._run = self._ranker() if self._ranker else (empty.astype(np.int64), empty)
+            self._ranker = None  # the inputs are no longer held
+        return self._run
+
+    @property
+    def run_rows(self) -> np.ndarray:
+        """Corpus rows of each query's top list, best first (-1 pads a short corpus)."""
+        return self._top()[0]
+
+    @property
+    def run_scores(self) -> np.ndarray:
+        """The float64 scores of ``run_rows`` (NaN pads; under ``ties="trec_eval"`` rounded
+        to float32, as trec_eval reads and ranks them)."""
+        return self._top()[1]
 
     @property
     def n_evaluated(self) -> int:
@@ -252,24 +276,21 @@ def _ranks(
     corpus: np.ndarray,
     scan: CorpusScan,
     judged: _Judgments,
-    top: np.ndarray,
+    candidates: tuple[np.ndarray, np.ndarray],
     pair_scores: np.ndarray,
     full: bool,
     level: int,
 ) -> np.ndarray:
     """The 1-based rank of each judged document (NOT_RANKED: not retrieved or beyond depth):
-    its position in the top list, else (full-depth metrics) :func:`scan_ranks`."""
+    within the top lists (:func:`candidate_ranks`), else (full-depth metrics)
+    :func:`scan_ranks`."""
     q = judged.query
     ranks = np.full(q.size, NOT_RANKED, dtype=np.int64)
     present = np.flatnonzero((judged.rows >= 0) & ~np.isnan(pair_scores))
-    listed_q, pos = np.nonzero(top >= 0)
-    if present.size and listed_q.size:
-        listed = listed_q * corpus.shape[0] + top[listed_q, pos]
-        order = np.argsort(listed)
-        want = q[present] * corpus.shape[0] + judged.rows[present]
-        at = np.minimum(np.searchsorted(listed[order], want), listed.size - 1)
-        found = listed[order][at] == want
-        ranks[present[found]] = pos[order][at][found] + 1
+    if present.size and scan.depth:
+        pairs = Pairs(q[present], judged.rows[present])
+        rank = candidate_ranks(corpus, scan, candidates, pairs, pair_scores[present])
+        ranks[present[rank > 0]] = rank[rank > 0]
     if full:
         # only a relevant document's rank enters a full-depth metric (nDCG: a positive grade)
         beyond = (ranks == NOT_RANKED) & (judged.rows >= 0) & ~np.isnan(pair_scores)
@@ -419,9 +440,9 @@ def evaluate_qrels(
         device=device,
     )
     pairs = Pairs(judged.query, np.maximum(judged.rows, 0))
-    top_rows, pair_scores, top_scores = scan_top(docs, scan, pairs, scores=True)
+    cand_q, cand_codes, pair_scores = scan_top(docs, scan, pairs)
     pair_scores[judged.rows < 0] = np.nan
-    ranks = _ranks(docs, scan, judged, top_rows, pair_scores, full, level)
+    ranks = _ranks(docs, scan, judged, (cand_q, cand_codes), pair_scores, full, level)
     values = judged_metric_values(
         parsed, judged.lims, ranks, judged.grades, relevance_level=level, gain=gain
     )
@@ -432,7 +453,9 @@ def evaluate_qrels(
         "ci": ci, "n_boot": n_boot, "seed": seed,
         **_counts(scan, depth, q_all, docs, judged),
     }  # fmt: skip
-    return _result(values, qids, eval_pos, absent, settings, eval_ids, top_rows, top_scores, dids)
+    res = _result(values, qids, eval_pos, absent, settings, eval_ids, dids)
+    res._ranker = lambda: decide_top(docs, scan, cand_q, cand_codes, True)
+    return res
 
 
 def _inputs(
@@ -523,8 +546,6 @@ def _result(
     absent: list[str],
     settings: dict[str, Any],
     eval_ids: list[str],
-    top_rows: np.ndarray,
-    top_scores: np.ndarray,
     dids: list[str],
 ) -> QrelsResult:
     """Per-query values in ``query_ids`` order (NaN: skipped), then the missing queries (0)."""
@@ -547,8 +568,6 @@ def _result(
         settings=settings,
         n_missing=len(absent),
         run_ids=eval_ids,
-        run_rows=top_rows,
-        run_scores=top_scores,
         doc_ids=dids,
     )
     if settings["ci"] is not None:
