@@ -221,3 +221,23 @@ def test_written_run_reproduces_the_ranking_in_trec_eval(tmp_path):
     for i, q in enumerate(qids):
         assert res.per_query["mrr"][i] == pytest.approx(out[q]["recip_rank"], abs=1e-12)
         assert res.per_query["map"][i] == pytest.approx(out[q]["map"], abs=1e-12)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
+def test_row_sums_are_the_column_loop_bit_for_bit(distance):
+    # the corpus engine's float64 keys (running sums along rows) against the column loop of
+    # decide.exact_keys, on random rows and small integers with positive multiples
+    from embedeval.engine.corpus import _exact
+    from embedeval.engine.decide import exact_keys
+
+    rng = np.random.default_rng(4)
+    for dim in (1, 3, 17, 64):
+        x = rng.standard_normal((400, dim)).astype(np.float32)
+        ints = rng.integers(-2, 3, (400, dim)).astype(np.float32)
+        ints[~ints.any(axis=1)] = 1
+        ints[200:] = ints[:200] * rng.integers(1, 4, (200, 1))  # multiples
+        for rows in (x, ints):
+            groups = np.sort(rng.integers(0, 9, 400))
+            q = rng.standard_normal((9, dim)).astype(np.float32)[groups]
+            want = exact_keys(q, rows, distance, groups) + 0.0
+            np.testing.assert_array_equal(_exact(q, rows, distance, groups), want)
