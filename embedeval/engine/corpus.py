@@ -894,11 +894,13 @@ def scan_ranks(
             t_lo = t_hi.copy()  # +inf pads: nothing beats it, nothing is near it
             t_hi[qs, sl], t_lo[qs, sl] = hi[idx], lo[idx]
             n_near = np.zeros(idx.size, dtype=np.int64)
+            mask = np.empty(s.shape, dtype=bool)
             for j in range(int(sl.max()) + 1):
                 mine = sl == j
-                above = np.count_nonzero(s > t_hi[:, j : j + 1], axis=1)[qs[mine]]
+                above = _row_counts(np.greater(s, t_hi[:, j : j + 1], out=mask))[qs[mine]]
                 beats[idx[mine]] += above
-                n_near[mine] = np.count_nonzero(s >= t_lo[:, j : j + 1], axis=1)[qs[mine]] - above
+                reach = _row_counts(np.greater_equal(s, t_lo[:, j : j + 1], out=mask))
+                n_near[mine] = reach[qs[mine]] - above
             own = (pairs.row[idx] >= start) & (pairs.row[idx] < start + blk.shape[0])
             close = np.flatnonzero(n_near > own)  # near another document than itself
             step = max(1, _CHUNK_BYTES // (4 * max(1, blk.shape[0])))
@@ -923,6 +925,12 @@ def scan_ranks(
     if equal:
         return beats + wins + 1, tied_p, tied_r
     return beats + wins + 1
+
+
+def _row_counts(mask: np.ndarray) -> np.ndarray:
+    """True entries per row of a boolean matrix (summing its bytes: twice as fast as
+    ``np.count_nonzero(..., axis=1)``)."""
+    return mask.view(np.uint8).sum(axis=1, dtype=np.int64)
 
 
 def measure_norms(corpus: np.ndarray, scan: CorpusScan) -> None:
