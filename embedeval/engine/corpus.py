@@ -986,6 +986,10 @@ def _near_beats(
     own_lo[p[is_own]], own_hi[p[is_own]] = lo[is_own], hi[is_own]
     known = (lo == hi) & (own_lo[p] == own_hi[p])
     unsure = ~known & (hi >= own_lo[p]) & (lo <= own_hi[p]) & ~is_own
+    same = np.zeros(p.size, dtype=bool)  # a copy of the pair's row: its key, no sum needed
+    maybe = np.flatnonzero(unsure)
+    same[maybe[_same_rows(corpus, r[maybe], pairs.row[p[maybe]])]] = True
+    unsure &= ~same
     redo = np.zeros(pairs.query.size, dtype=bool)
     redo[p[unsure]] = True
     again = np.flatnonzero(unsure | (is_own & redo[p]))
@@ -993,14 +997,25 @@ def _near_beats(
     key[again] = rank_keys(corpus, scan, pairs.query[p[again]], r[again], p[again])[0]
     own = np.empty(pairs.query.size, dtype=np.float64)
     own[p[is_own]] = key[is_own]
-    sure = ~unsure & ~known
-    equal = (known | unsure) & (key == own[p])
-    wins = (sure & (hi < own_lo[p])) | (~sure & (key < own[p]))
+    sure = ~unsure & ~known & ~same
+    equal = same | ((known | unsure) & (key == own[p]))
+    wins = (sure & (hi < own_lo[p])) | ((known | unsure) & (key < own[p]))
     wins |= equal & (scan.keys[r] < scan.keys[pairs.row[p]])
     wins &= ~is_own
     count = np.bincount(p, weights=wins, minlength=pairs.query.size).astype(np.int64)
     tied = equal & ~is_own & (r != pairs.row[p])
     return count, p[tied], r[tied]
+
+
+def _same_rows(corpus: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether corpus rows ``a[i]`` and ``b[i]`` are identical (equal float64 keys for any
+    query), a bounded number of rows at a time."""
+    out = np.zeros(a.size, dtype=bool)
+    step = max(1, _KEY_BYTES // (8 * corpus.shape[1]))
+    for i in range(0, a.size, step):
+        x, y = np.asarray(corpus[a[i : i + step]]), np.asarray(corpus[b[i : i + step]])
+        out[i : i + step] = (x == y).all(axis=1)
+    return out
 
 
 def _order_bounds(
