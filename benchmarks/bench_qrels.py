@@ -38,7 +38,8 @@ anonymous and file-backed parts):
    the float32 case inside a memory cgroup of that size (``benchmarks/_memlimit.py``) after
    dropping the file from the page cache, so every page it reads is charged to the group: it
    completes only if the evaluation streams the file instead of holding it.
-6. ``positives``  today's ``ee.evaluate(q, None, c, None, positives=..., distance="cosine")``
+6. ``positives``  ``ee.evaluate(q, None, c, None, positives=..., distance="cosine")`` (the
+   streamed corpus engine: each positive's rank counted, no row sorted)
    (positives = each query's documents of grade >= 1) with ``map``, ``mrr`` (both full depth:
    that path has no cut-offs but ``precision_at_k``) and ``precision_at_10``.
 

@@ -382,7 +382,7 @@ def test_torch_cuda_backend():
 
 # ---------------------------------------------------------------------------- engine pieces
 def test_scan_top_redoes_queries_whose_floor_was_too_high():
-    from embedeval.engine.corpus import CorpusScan, Pairs, code_rows, scan_top, tie_keys
+    from embedeval.engine.corpus import CorpusScan, Pairs, decide_top, scan_top, tie_keys
 
     rng = np.random.default_rng(13)
     corpus = rng.integers(-3, 4, (500, 4)).astype(np.float32)
@@ -399,11 +399,12 @@ def test_scan_top_redoes_queries_whose_floor_was_too_high():
         n_threads=2,
     )
     floor = np.full(9, 1e9, dtype=np.float32)  # nothing reaches it: every chunk is redone
-    top, _ = scan_top(corpus, scan, floor=floor)
+    query, codes, _ = scan_top(corpus, scan, floor=floor)
+    top = decide_top(corpus, scan, query, codes, False)[0]
     scores = queries @ corpus.T
     for i in range(9):
         expected = sorted(range(500), key=lambda j: (-scores[i, j], j))[:30]
-        assert code_rows(top[i], None).tolist() == expected
+        assert top[i].tolist() == expected
 
 
 # ---------------------------------------------------------------------------- memory limit

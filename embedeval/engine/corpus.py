@@ -10,24 +10,33 @@ Every (query, document) pair gets a ``uint64`` *code*, smaller = ranked first::
 
     code = (~sortable_bits(score)) << 32 | tie_key[document]
 
-so score descending, then the tie key ascending: the tie key is the corpus row (``ties="index"``)
-or the document's position in descending string order of the ids (``ties="trec_eval"``: equal
-scores by document id descending, trec_eval's order).  A code is a total order, so the top-depth
-list under it is unique and exact; "equal scores" means equal float32 scores.
+so float32 score descending, then the tie key ascending: the tie key is the corpus row
+(``ties="index"``) or the document's position in descending string order of the ids
+(``ties="trec_eval"``: equal scores by document id descending, trec_eval's order).
 
-1. :func:`scan_top` keeps each query's ``depth`` smallest codes.  A block's candidates are the
-   scores at or above the larger of a *floor* and the score of the query's depth-th code so
-   far.  The floor (:func:`sample_floor`) is a high order statistic of the query's scores
+The float32 scores only filter.  Each is within ``B_q`` of the float64 score of the float32
+inputs (:meth:`CorpusScan.band` gives ``2 B_q``, from :func:`embedeval.engine.decide.key_bounds`;
+Euclidean rows are translated by an exact centre first, :func:`corpus_centre`), so every ranking
+here is the float64 one (:func:`decide_top`, :func:`scan_ranks`): float64 key ascending
+(``decide.exact_keys``), then the tie key; under ``ties="trec_eval"`` the float64 score rounded
+to float32 descending (what trec_eval reads from a run), then the tie key.  Results do not
+depend on block shapes or threads.
+
+1. :func:`scan_top` keeps each query's ``depth`` smallest codes, and the *near* codes within
+   the band below the depth-th score.  A block's candidates are the scores at or above the
+   larger of a *floor* and the score of the query's depth-th code so far, lowered by the band.
+   The floor (:func:`sample_floor`) is a high order statistic of the query's scores
    against a fixed random sample of 4,096 corpus rows, set so that about twice ``depth``
    documents of the corpus reach it: so about 2 x depth candidates per query over the whole
    corpus, merged into the kept codes by an ``np.partition`` now and then.  Exactness does
-   not rest on the estimate: if at least ``depth`` documents reached the floor, no document
-   below it can be in the top; a query where fewer did (about one in a million) has its
-   chunk scanned again without a floor.  It also picks out the scores of chosen (query,
-   document) pairs from the products.
+   not rest on the estimate: if the final depth-th score reaches the floor, no document more
+   than the band below it can be in the top; a query where it does not (about one in a
+   million) has its chunk scanned again without a floor.  It also picks out the scores of
+   chosen (query, document) pairs from the products.  :func:`decide_top` then orders the
+   candidates in float64.
 2. :func:`scan_ranks` gives the exact rank of chosen pairs beyond the top-depth: it counts, per
-   block, the documents that beat each pair (higher score, or an equal score and a smaller tie
-   key).  Same products (same shapes), so the same float32 scores.
+   block, the documents scoring more than the band above each pair, and re-scores in float64
+   only those within the band of it.
 
 Excluded pairs (a query's own id, user exclusion lists) get a NaN score: never a candidate,
 never counted.
@@ -47,6 +56,8 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import from_sortable_bits, sortable_bits
+from .decide import _tie_multiples, gamma, key_bounds, reference_sq_bound, widen
+from .exact import column_stats, exact_centre
 from .threads import default_threads, in_order, single_threaded_blas
 
 __all__ = [
@@ -54,19 +65,29 @@ __all__ = [
     "CorpusScan",
     "Pairs",
     "block_bounds",
+    "candidate_ranks",
     "code_rows",
     "code_scores",
     "corpus_block",
+    "corpus_centre",
+    "decide_top",
+    "float64_scores",
+    "measure_norms",
     "merge_top",
     "pack_codes",
+    "pair_keys",
+    "pair_scores",
     "prepare_queries",
+    "rank_keys",
     "release_pages",
+    "rows_of",
     "rows_searchsorted",
     "sample_floor",
     "scan_ranks",
     "scan_top",
     "tie_keys",
     "torch_product",
+    "widen_down",
 ]
 
 #: The code of an empty slot (fewer documents than ``depth``): after every real code.
@@ -75,6 +96,7 @@ DISTANCES = ("cosine", "inner_product", "euclidean")
 _CHUNK_BYTES = 16 << 20  # score matrix of one query chunk and block
 _MERGE_BYTES = 64 << 20  # padded merge buffer of one query chunk
 _MIN_BLOCK = 32  # rows: thinner products take other BLAS paths, with other float32 rounding
+_KEY_BYTES = 8 << 20  # float64 rows of the pairs re-scored at a time (bounded memory)
 
 
 def tie_keys(doc_ids: Sequence[str] | None, n_rows: int, ties: str) -> np.ndarray:
@@ -186,17 +208,24 @@ def _normalized(x: np.ndarray) -> np.ndarray:
 
 
 def corpus_block(
-    corpus: np.ndarray, start: int, stop: int, distance: str, out: np.ndarray | None = None
+    corpus: np.ndarray,
+    start: int,
+    stop: int,
+    distance: str,
+    out: np.ndarray | None = None,
+    centre: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Rows ``start:stop`` as float32 (unit rows for cosine) and their squared norms (before
-    normalising), checked finite: the only copy of corpus rows ever made (into ``out`` when
-    given)."""
+    """Rows ``start:stop`` as float32 (unit rows for cosine; minus the exact ``centre`` when
+    given) and their squared norms (before normalising), checked finite: the only copy of
+    corpus rows ever made (into ``out`` when given)."""
     raw = np.asarray(corpus[start:stop])
-    if raw.dtype == np.float32:
+    if raw.dtype == np.float32 and centre is None:
         src = raw
     else:  # float16 (or other) rows become float32 here, one block at a time
         src = np.empty(raw.shape, np.float32) if out is None else out
         src[...] = raw
+        if centre is not None:  # exact (Sterbenz): the distances stay those of the rows
+            src -= centre
     sq = np.einsum("ij,ij->i", src, src)
     finite = np.isfinite(sq)
     if not finite.all():
@@ -286,7 +315,11 @@ class CorpusScan:
 
     ``queries`` as from :func:`prepare_queries`; ``keys`` the tie keys; ``excluded`` pairs
     never retrieved; ``block`` corpus rows per block (at most); ``product`` computes a block's
-    inner products (numpy, or a device: :mod:`embedeval.search.torch_backend`).
+    inner products (numpy, or a device: :mod:`embedeval.search.torch_backend`).  ``raw`` are
+    the float32 queries the float64 keys are formed from (default: ``queries``), ``centre``
+    the exact translation of the Euclidean rows (:func:`corpus_centre`), ``ties`` the tie
+    rule (``"trec_eval"`` orders re-scored documents by their float64 score, see
+    :func:`rank_keys`); ``m_sq`` bounds the squared norm of every block read so far.
     """
 
     queries: np.ndarray
@@ -299,6 +332,11 @@ class CorpusScan:
     n_threads: int | None = None
     progress: bool | None = None
     product: Product = numpy_product
+    raw: np.ndarray | None = None
+    centre: np.ndarray | None = None
+    ties: str = "index"
+    m_sq: float = 0.0
+    q_sq: np.ndarray = field(init=False)
     chunk: int = field(init=False)
     n_chunks: int = field(init=False)
     _buffers: queue.SimpleQueue = field(init=False, repr=False, default_factory=queue.SimpleQueue)
@@ -311,6 +349,42 @@ class CorpusScan:
         self.chunk = max(1, min(per_chunk, -(-n_q // self.n_threads)))
         self.n_chunks = max(1, -(-n_q // self.chunk))
         self.excluded.group(self.chunk, self.n_chunks)
+        self.raw = self.queries if self.raw is None else self.raw
+        dim = self.queries.shape[1]
+        if self.distance == "cosine":
+            self.q_sq = np.ones(n_q)
+        else:  # the float32 squared norms of the product's queries, bounded from above
+            sq = np.einsum("ij,ij->i", self.queries, self.queries, dtype=np.float32)
+            self.q_sq = sq.astype(np.float64) / (1.0 - gamma(dim)) * (1.0 + 2.0**-40)
+
+    def band(self, m_sq: float | None = None) -> np.ndarray:
+        """Per query, ``2 B_q`` (float64): twice the bound on ``|float32 score - float64
+        score|`` over the rows whose squared norms are at most ``m_sq`` (default: every row
+        read so far).  Cosine scores here are products of rows normalised in float32: a
+        float32 squared norm (``gamma_dim``), its square root (half that, plus one rounding)
+        and a division put each element within ``gamma_{dim/2+3}`` of the unit row's, so
+        with the product's ``gamma_dim`` a score is within ``gamma_{2 dim+7}`` of the cosine:
+        the cosine term of :func:`~embedeval.engine.decide.key_bounds` taken twice.  Under
+        ``ties="trec_eval"`` the band also holds ``2 gamma_{dim+8}`` times the score's
+        magnitude (over four float32 steps of any score): two documents whose float32 scores
+        are farther apart than the band have float64 scores whose float32 roundings differ."""
+        m_sq = self.m_sq if m_sq is None else m_sq
+        scale = 2.0 if self.distance == "cosine" else 1.0
+        if self.ties == "trec_eval":  # + a few float32 steps of the score (see rank_keys)
+            scale += 1.0
+        dim = self.queries.shape[1]
+        return 2.0 * key_bounds(self.q_sq, m_sq, dim, self.distance, scale)
+
+    def row_of_key(self) -> np.ndarray | None:
+        """The corpus row of each tie key (None: the keys are the rows)."""
+        if self.ties == "index":
+            return None
+        return np.argsort(self.keys).astype(np.int64)
+
+    def see(self, sq: np.ndarray) -> None:
+        """Raise :attr:`m_sq` to cover a block's float32 squared norms ``sq``."""
+        if self.distance != "cosine" and sq.size:
+            self.m_sq = max(self.m_sq, reference_sq_bound(sq, self.queries.shape[1]))
 
     def release_buffers(self) -> None:
         """Free the pooled score buffers (a later pass allocates them again)."""
@@ -353,6 +427,7 @@ def _blocks(corpus: np.ndarray, scan: CorpusScan, unit: str) -> Iterator[tuple]:
     rows; each block is read and normalised by every thread, into one reused buffer."""
     n, dim = corpus.shape
     direct = scan.distance != "cosine" and corpus.dtype == np.float32 and corpus.flags.c_contiguous
+    direct = direct and scan.centre is None
     buffer = None if direct else np.empty((min(n, scan.block + _MIN_BLOCK), dim), np.float32)
     with progress_bar(n, unit, enabled=scan.progress) as bar:
         for start, stop in block_bounds(n, scan.block):
@@ -362,11 +437,13 @@ def _blocks(corpus: np.ndarray, scan: CorpusScan, unit: str) -> Iterator[tuple]:
             def read(i: int, start: int = start, parts: list = parts) -> tuple:
                 a, b = parts[i]
                 out = None if direct else buffer[a - start : b - start]
-                return corpus_block(corpus, a, b, scan.distance, out)
+                return corpus_block(corpus, a, b, scan.distance, out, scan.centre)
 
             done = [r for _, r in in_order(read, range(len(parts)), scan.n_threads)]
             blk = np.asarray(corpus[start:stop]) if direct else buffer[: stop - start]
-            yield start, blk, np.concatenate([d[1] for d in done])
+            sq = np.concatenate([d[1] for d in done])
+            scan.see(sq)
+            yield start, blk, sq
             release_pages(corpus, start, stop)
             bar.update(stop - start)
 
@@ -423,20 +500,37 @@ def _cutoff(top: np.ndarray) -> np.ndarray:
     return np.where(worst == EMPTY, np.float32(-np.inf), code_scores(worst)).astype(np.float32)
 
 
+def widen_down(tau: np.ndarray, band: np.ndarray) -> np.ndarray:
+    """float32 thresholds ``tau - band`` rounded down (``-inf`` stays): a float32 score within
+    ``band`` below ``tau`` still passes ``score >= threshold``.
+
+    >>> widen_down(np.float32([1.0]), np.array([1e-9])).tolist()
+    [0.9999999403953552]
+    """
+    return -widen(-np.asarray(tau, dtype=np.float32), band)
+
+
 class _ChunkTop:
-    """One query chunk's kept codes and the candidates waiting to be merged into them."""
+    """One query chunk's kept codes, the *near* codes (not among the ``depth`` smallest but
+    within the band below the depth-th score: they may still be in the float64 top), and the
+    candidates waiting to be merged into them."""
 
     def __init__(self, n: int, depth: int, floor: np.ndarray) -> None:
         self.top = np.full((n, depth), EMPTY, dtype=np.uint64)
         self.floor = floor
+        self.band = np.zeros(n)
         self.cut = floor.copy()  # candidates: scores >= cut
-        self.passed = np.zeros(n, dtype=np.int64)
+        self.near = (np.zeros(0, np.int32), np.zeros(0, np.uint64))
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []
         self.n_pending = 0
         self.cap = max(n * depth, 1 << 16)  # pending candidates: about 12 bytes each
 
+    def widen(self, band: np.ndarray) -> None:
+        """Candidates from now on: scores at least ``band`` below the floor or depth-th score."""
+        self.band = band
+        self.cut = widen_down(np.maximum(self.floor, _cutoff(self.top)), band)
+
     def add(self, rows: np.ndarray, codes: np.ndarray) -> None:
-        self.passed += np.bincount(rows, minlength=self.passed.size)
         self.pending.append((rows.astype(np.int32), codes))
         self.n_pending += rows.size
         if self.n_pending > self.cap:
@@ -444,12 +538,26 @@ class _ChunkTop:
 
     def flush(self) -> None:
         if self.pending:
-            rows = np.concatenate([r for r, _ in self.pending])
-            codes = np.concatenate([c for _, c in self.pending])
+            held = self.top != EMPTY
+            rows = np.concatenate(
+                [np.nonzero(held)[0].astype(np.int32), self.near[0], *[r for r, _ in self.pending]]
+            )
+            codes = np.concatenate([self.top[held], self.near[1], *[c for _, c in self.pending]])
             order = np.argsort(rows, kind="stable")
-            self.top = merge_top(self.top, rows[order], codes[order])
+            rows, codes = rows[order], codes[order]
+            self.top = merge_top(np.full_like(self.top, EMPTY), rows, codes)
             self.pending, self.n_pending = [], 0
-        self.cut = np.maximum(self.floor, _cutoff(self.top))
+            self.widen(self.band)
+            worst = self.top.max(axis=1)
+            keep = (codes > worst[rows]) & (code_scores(codes) >= self.cut[rows])
+            self.near = (rows[keep], codes[keep])
+        self.widen(self.band)
+
+    def candidates(self, lo: int) -> tuple[np.ndarray, np.ndarray]:
+        """(query, code) of every kept code, queries numbered from ``lo``."""
+        held = self.top != EMPTY
+        rows = np.concatenate([np.nonzero(held)[0], self.near[0]]).astype(np.int64) + lo
+        return rows, np.concatenate([self.top[held], self.near[1]])
 
 
 def sample_floor(corpus: np.ndarray, scan: CorpusScan, size: int = 4096) -> np.ndarray:
@@ -467,6 +575,8 @@ def sample_floor(corpus: np.ndarray, scan: CorpusScan, size: int = 4096) -> np.n
     rows = np.sort(np.random.default_rng(0).choice(n, m, replace=False))
     sample = np.asarray(corpus[rows], dtype=np.float32)  # a copy: normalised in place
     release_pages(corpus, 0, n)  # the sampled rows' pages
+    if scan.centre is not None:
+        sample -= scan.centre
     sq = np.einsum("ij,ij->i", sample, sample)
     if scan.distance == "cosine":
         np.divide(sample, np.where(sq > 0, np.sqrt(sq), 1)[:, None], out=sample)
@@ -484,19 +594,24 @@ def scan_top(
     scan: CorpusScan,
     pairs: Pairs | None = None,
     floor: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each query's ``depth`` smallest codes, sorted (:data:`EMPTY` pads a short corpus), and
-    the float32 scores of ``pairs`` (NaN where excluded).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each query's candidates for its float64 top ``depth`` as ``(query, code)`` (query
+    ascending, codes ascending within a query), and the float32 scores of ``pairs`` (NaN
+    where excluded).  :func:`decide_top` orders the candidates, :func:`candidate_ranks` ranks
+    chosen documents among them.
 
-    Candidates are the scores at or above the larger of the query's ``floor`` (default
-    :func:`sample_floor`) and the score of its depth-th code so far.  The result is exact when
-    at least ``depth`` documents passed (none below the floor can then be in the top); the
-    chunks of the queries where fewer did are scanned again without a floor.
+    Candidates are the float32 scores at or above the larger of the query's ``floor`` (default
+    :func:`sample_floor`) and its depth-th score so far, *lowered by the band* ``2 B_q``
+    (:meth:`CorpusScan.band`): a document more than ``2 B_q`` below ``depth`` others cannot
+    reach the float64 top.  The result is exact when the final depth-th float32 score is at
+    least the floor; the chunks of the queries where it is not are scanned again without a
+    floor.
 
     >>> c = np.float32([[1, 0], [0, 1], [1, 0]])
     >>> scan = CorpusScan(np.float32([[1, 0]]), None, "inner_product", 2,
     ...                   tie_keys(None, 3, "index"), Pairs(np.zeros(0, int), np.zeros(0, int)))
-    >>> code_rows(scan_top(c, scan)[0], None).tolist()
+    >>> query, codes, _ = scan_top(c, scan)
+    >>> decide_top(c, scan, query, codes, False)[0].tolist()
     [[0, 2]]
     """
     pairs = pairs or Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -504,14 +619,16 @@ def scan_top(
     pair_scores = np.full(pairs.query.size, np.nan, dtype=np.float32)
     floor = sample_floor(corpus, scan) if floor is None else floor
     tops = _scan_chunks(corpus, scan, pairs, pair_scores, floor, range(scan.n_chunks))
-    short = [c for c, t in tops.items() if np.any((t.passed < scan.depth) & (t.floor > -np.inf))]
+    short = [c for c, t in tops.items() if np.any((_cutoff(t.top) < t.floor) & (t.floor > -np.inf))]
     if short:  # the floor was too high for some query (rare): those chunks again, exactly
         lowest = np.full_like(floor, -np.inf)
         tops.update(_scan_chunks(corpus, scan, pairs, pair_scores, lowest, short))
-    top = np.concatenate([tops[c].top for c in range(scan.n_chunks)])
+    parts = [tops[c].candidates(c * scan.chunk) for c in range(scan.n_chunks)]
     del tops
-    top.sort(axis=1)
-    return top, pair_scores
+    query = np.concatenate([p[0] for p in parts])
+    codes = np.concatenate([p[1] for p in parts])
+    order = np.lexsort((codes, query))
+    return query[order], codes[order], pair_scores
 
 
 def _scan_chunks(
@@ -530,8 +647,10 @@ def _scan_chunks(
         tops[c] = _ChunkTop(hi - lo, scan.depth, floor[lo:hi])
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs"):
+            band = scan.band()  # this block's rows included
 
-            def work(c: int, start=start, blk=blk, norms=norms) -> None:
+            def work(c: int, start=start, blk=blk, norms=norms, band=band) -> None:
+                tops[c].widen(band[c * scan.chunk : (c + 1) * scan.chunk])
                 with scan.scores(c, blk, norms, start) as s:
                     p = pairs.in_block(c, start, start + blk.shape[0])
                     pair_scores[p] = s[pairs.query[p] - c * scan.chunk, pairs.row[p] - start]
@@ -548,45 +667,248 @@ def _scan_chunks(
     return tops
 
 
-def scan_ranks(
-    corpus: np.ndarray, scan: CorpusScan, pairs: Pairs, pair_scores: np.ndarray
-) -> np.ndarray:
-    """1-based rank of each pair (a document in the corpus, with its score from
-    :func:`scan_top`) in its query's full ranking: 1 + the documents that beat it (a higher
-    score, or an equal score and a smaller tie key).  No row is sorted: per block, one
-    comparison pass per pair of a query.
+def corpus_centre(queries: np.ndarray, corpus: np.ndarray, distance: str) -> np.ndarray | None:
+    """The exact translation of the Euclidean rows (:func:`embedeval.engine.exact.exact_centre`
+    of the queries' and the corpus's columns, read in blocks), or ``None`` (other distances,
+    or no column can move): far-from-origin rows would otherwise cancel their float32 keys."""
+    if distance != "euclidean":
+        return None
+    lo, hi, mean = column_stats([queries, corpus])
+    release_pages(corpus, 0, corpus.shape[0])
+    return exact_centre(lo, hi, mean)
+
+
+def _exact(q: np.ndarray, x: np.ndarray, distance: str, groups: np.ndarray) -> np.ndarray:
+    """:func:`~embedeval.engine.decide.exact_keys`, bit for bit, whole rows at a time: a
+    running sum along each row (``np.cumsum``) adds the columns in the same order as its
+    column loop.  A zero corpus row has cosine key 0 (as its float32 score: 0), -0.0 becomes
+    0.0, and only keys within a relative 1e-9 of another key of their group can be positive
+    multiples of its row (their float64 keys differ by a few roundings at most), so only
+    those are compared row by row.
+
+    >>> q = np.array([[1, 2, 0], [1, 0, 0]], np.float32)
+    >>> x = np.array([[1, 1, 0], [3, 3, 0]], np.float32)
+    >>> _exact(q, x, "euclidean", np.arange(2)).tolist()
+    [1.0, 13.0]
     """
+    q = np.asarray(q, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    if not q.shape[0]:
+        return np.zeros(0, dtype=np.float64)
+    if distance == "euclidean":
+        t = q - x
+        t *= t
+        return np.cumsum(t, axis=1)[:, -1] + 0.0
+    s = np.cumsum(q * x, axis=1)[:, -1]
+    if distance == "inner_product":
+        return -s + 0.0
+    x_sq = np.cumsum(x * x, axis=1)[:, -1]
+    live = x_sq > 0
+    out = np.zeros(s.size, dtype=np.float64)
+    out[live] = -np.sign(s[live]) * (s[live] * s[live]) / x_sq[live] + 0.0
+    order = np.lexsort((out, groups))
+    k = out[order]
+    near = (groups[order][1:] == groups[order][:-1]) & (
+        np.abs(np.diff(k)) <= 1e-9 * np.maximum(np.abs(k[1:]), np.abs(k[:-1]))
+    )
+    maybe = np.zeros(s.size, dtype=bool)
+    maybe[order[1:][near]] = maybe[order[:-1][near]] = True
+    maybe &= live
+    if maybe.sum() > 1:  # positive multiples of a row take its first occurrence's key
+        sub = np.flatnonzero(maybe)
+        out[sub] = _tie_multiples(out[sub], x[sub], groups[sub])
+    return out
+
+
+def pair_keys(
+    corpus: np.ndarray, scan: CorpusScan, qi: np.ndarray, rows: np.ndarray, groups: np.ndarray
+) -> np.ndarray:
+    """float64 keys (smaller = better) of the pairs ``(query qi[i], corpus row rows[i])`` from
+    the float32 inputs (:func:`~embedeval.engine.decide.exact_keys`: Euclidean squared
+    distance, ``-q.x``, or ``-sign(s) s^2 / ||x||^2`` for cosine, positive multiples of a row
+    tied within a ``groups`` entry), a bounded number of pairs at a time (``groups`` sorted;
+    a group is never split)."""
+    out = np.empty(qi.size, dtype=np.float64)
+    step = max(1, _KEY_BYTES // (8 * corpus.shape[1]))
+    a = 0
+    while a < qi.size:
+        b = int(np.searchsorted(groups, groups[min(a + step, qi.size) - 1], side="right"))
+        x = np.asarray(corpus[rows[a:b]], dtype=np.float32)
+        out[a:b] = _exact(scan.raw[qi[a:b]], x, scan.distance, groups[a:b])
+        release_pages(corpus, 0, corpus.shape[0])  # the rows read stay out of resident memory
+        a = b
+    return out
+
+
+def float64_scores(scan: CorpusScan, qi: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Scores (larger is better) of float64 keys: ``-key`` (the negative squared Euclidean
+    distance, the inner product) or, for cosine, ``sign(s) |s| / (||x|| ||q||)`` (0 for a
+    zero query), one decreasing function of the key per query.
+
+    >>> scan = CorpusScan(np.float32([[3, 4]]), None, "cosine", 1, np.arange(1, dtype=np.uint64),
+    ...                   Pairs(np.zeros(0, int), np.zeros(0, int)))
+    >>> float64_scores(scan, np.array([0]), np.array([-16.0])).tolist()
+    [0.8]
+    """
+    if scan.distance != "cosine":
+        return -keys + 0.0
+    q = np.asarray(scan.raw, dtype=np.float64)
+    q_norm = np.sqrt(np.cumsum(q * q, axis=1)[:, -1])[qi]  # column order, as the keys
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = -np.sign(keys) * np.sqrt(np.abs(keys)) / q_norm
+    return np.where(q_norm > 0, out, 0.0) + 0.0
+
+
+def rank_keys(
+    corpus: np.ndarray, scan: CorpusScan, qi: np.ndarray, rows: np.ndarray, groups: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(order key, float64 key)`` of pairs (:func:`pair_keys`): the order key is the float64
+    key (``ties="index"``), or minus the float64 score rounded to float32
+    (``ties="trec_eval"``: trec_eval reads a run's scores into float32 and sorts by them,
+    then by document id descending, so a written run ranks exactly so there)."""
+    keys = pair_keys(corpus, scan, qi, rows, groups)
+    if scan.ties == "trec_eval":
+        score = float64_scores(scan, qi, keys).astype(np.float32)
+        return -score.astype(np.float64) + 0.0, keys
+    return keys, keys
+
+
+def candidate_ranks(
+    corpus: np.ndarray,
+    scan: CorpusScan,
+    candidates: tuple[np.ndarray, np.ndarray],
+    pairs: Pairs,
+    pair_scores: np.ndarray,
+) -> np.ndarray:
+    """1-based float64 rank of each pair (float32 score ``pair_scores``) within its query's
+    top ``depth`` given the :func:`scan_top` candidates, 0 where it is not in the top.
+
+    Among the candidates (sorted by code: score descending), those more than the band above
+    the pair certainly beat it; those within the band are re-scored (:func:`_near_beats`).
+    A rank among the candidates of at most ``depth`` is the rank in the whole corpus (every
+    document that beats a top document is a candidate); a larger one is not in the top.
+    """
+    query, codes = candidates
+    n_q = scan.queries.shape[0]
+    lims = np.searchsorted(query, np.arange(n_q + 1))
+    pos = np.arange(codes.size) - lims[query]
+    table = np.full((n_q, int(pos.max(initial=-1)) + 1), EMPTY, dtype=np.uint64)
+    table[query, pos] = codes
+    band = scan.band()[pairs.query]
+    zero = np.zeros(pairs.query.size, dtype=np.uint64)
+    # codes below pack(hi, 0): scores above hi; below pack(next under lo, 0): scores >= lo
+    hi = widen(pair_scores, band)
+    under = np.nextafter(widen_down(pair_scores, band), np.float32(-np.inf))
+    above = rows_searchsorted(table, pairs.query, pack_codes(hi, zero))
+    reach = rows_searchsorted(table, pairs.query, pack_codes(under, zero))
+    n_near = np.maximum(reach - above, 0)
+    p = np.repeat(np.arange(pairs.query.size), n_near)
+    at = np.repeat(above - np.cumsum(n_near) + n_near, n_near) + np.arange(n_near.sum())
+    rows = code_rows(table[pairs.query[p], at], scan.row_of_key())
+    wins = _near_beats(corpus, scan, pairs, p, rows)[0]
+    rank = above + wins + 1
+    listed = np.isin(
+        pairs.query * corpus.shape[0] + pairs.row, query * corpus.shape[0] + rows_of(codes, scan)
+    )
+    return np.where(listed & (rank <= scan.depth), rank, 0)
+
+
+def rows_of(codes: np.ndarray, scan: CorpusScan) -> np.ndarray:
+    """Corpus rows of codes of a scan (-1 for :data:`EMPTY`)."""
+    return code_rows(codes, scan.row_of_key())
+
+
+def decide_top(
+    corpus: np.ndarray, scan: CorpusScan, query: np.ndarray, codes: np.ndarray, scores: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The first ``depth`` rows per query of candidates (``query`` ascending, ``codes``
+    ascending within a query) in the float64 order, and their float64 scores (``scores``).
+
+    Two neighbours whose float32 scores differ by more than ``2 B_q`` are in float64 order;
+    runs closer than that (*clusters*) are re-scored (:func:`rank_keys`) and sorted by (order
+    key, tie key).  With ``scores`` every candidate is re-scored (the run reports them: the
+    float64 scores, rounded to float32 under ``ties="trec_eval"``, where they decide).
+    """
+    n_q, depth = scan.queries.shape[0], scan.depth
+    top = np.full((n_q, depth), -1, dtype=np.int64)
+    n = codes.size
+    rows = code_rows(codes, scan.row_of_key())
+    f32 = code_scores(codes).astype(np.float64)
+    new = np.ones(n, dtype=bool)
+    gap = 2.0**-40 + 1.0  # the float64 difference of float32 scores may round up
+    new[1:] = (query[1:] != query[:-1]) | (f32[:-1] - f32[1:] > scan.band()[query[1:]] * gap)
+    cluster = np.cumsum(new) - 1
+    amb = np.arange(n) if scores else np.flatnonzero(np.bincount(cluster)[cluster] > 1)
+    order_key = np.zeros(n, dtype=np.float64)
+    keys = np.full(n, np.nan)
+    if amb.size:
+        order_key[amb], keys[amb] = rank_keys(corpus, scan, query[amb], rows[amb], query[amb])
+    order = np.lexsort((scan.keys[rows], order_key, cluster))
+    pos = np.arange(n) - np.searchsorted(query, query)  # clusters never leave their query
+    keep = pos < depth
+    top[query[keep], pos[keep]] = rows[order][keep]
+    if not scores:
+        return top, None
+    top_scores = np.full((n_q, depth), np.nan)
+    values = float64_scores(scan, query, keys)
+    if scan.ties == "trec_eval":  # the scores trec_eval reads and ranks by (see rank_keys)
+        values = values.astype(np.float32).astype(np.float64)
+    top_scores[query[keep], pos[keep]] = values[order][keep]
+    return top, top_scores
+
+
+def scan_ranks(
+    corpus: np.ndarray,
+    scan: CorpusScan,
+    pairs: Pairs,
+    pair_scores: np.ndarray,
+    equal: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """1-based rank of each pair (a document in the corpus, with a float32 score within the
+    bound, e.g. from :func:`scan_top` or :func:`pair_scores`) in its query's float64 ranking:
+    1 + the documents that beat it.  No row is sorted: per block, one comparison pass per
+    pair of a query counts the documents whose float32 score is more than the band ``2 B_q``
+    above the pair's (certainly better) and picks out those within the band; only these are
+    re-scored in float64 (:func:`_near_beats`: a smaller order key, or an equal one and a
+    smaller tie key).  With ``equal``, also ``(pair, row)`` of every other document whose
+    order key equals its pair's (exact ties).
+    """
+    if scan.m_sq == 0.0 and scan.distance != "cosine":  # no pass has measured the corpus yet
+        measure_norms(corpus, scan)
     beats = np.zeros(pairs.query.size, dtype=np.int64)
     order = np.lexsort((np.arange(pairs.query.size), pairs.query))
     q_sorted = pairs.query[order]
-    first = np.searchsorted(q_sorted, q_sorted)
-    slot = np.arange(order.size) - first  # position of the pair among its query's pairs
+    slot = np.arange(order.size) - np.searchsorted(q_sorted, q_sorted)
     width = int(slot.max(initial=-1)) + 1
-    pair_keys = scan.keys[pairs.row]
+    band = scan.band()[pairs.query]
+    hi, lo = widen(pair_scores, band), widen_down(pair_scores, band)
+    near: list[tuple[np.ndarray, np.ndarray]] = []
 
     def work(c: int, start: int, blk: np.ndarray, norms: np.ndarray | None) -> None:
-        lo = c * scan.chunk
-        hi = min(lo + scan.chunk, scan.queries.shape[0])
-        a, b = np.searchsorted(q_sorted, [lo, hi])
+        a, b = np.searchsorted(q_sorted, [c * scan.chunk, (c + 1) * scan.chunk])
         if a == b:
             return
         with scan.scores(c, blk, norms, start) as s:
-            idx, qs, sl = order[a:b], q_sorted[a:b] - lo, slot[a:b]
-            table = np.full((hi - lo, width), np.float32(np.inf), dtype=np.float32)
-            table[qs, sl] = pair_scores[idx]  # +inf pads: nothing beats it, nothing equals it
-            n_equal = np.zeros(idx.size, dtype=np.int64)
+            idx, qs, sl = order[a:b], q_sorted[a:b] - c * scan.chunk, slot[a:b]
+            t_hi = np.full((s.shape[0], width), np.float32(np.inf), dtype=np.float32)
+            t_lo = t_hi.copy()  # +inf pads: nothing beats it, nothing is near it
+            t_hi[qs, sl], t_lo[qs, sl] = hi[idx], lo[idx]
+            n_near = np.zeros(idx.size, dtype=np.int64)
+            mask = np.empty(s.shape, dtype=bool)
             for j in range(int(sl.max()) + 1):
-                col, mine = table[:, j : j + 1], sl == j
-                beats[idx[mine]] += np.count_nonzero(s > col, axis=1)[qs[mine]]
-                n_equal[mine] = np.count_nonzero(s == col, axis=1)[qs[mine]]
+                mine = sl == j
+                above = _row_counts(np.greater(s, t_hi[:, j : j + 1], out=mask))[qs[mine]]
+                beats[idx[mine]] += above
+                reach = _row_counts(np.greater_equal(s, t_lo[:, j : j + 1], out=mask))
+                n_near[mine] = reach[qs[mine]] - above
             own = (pairs.row[idx] >= start) & (pairs.row[idx] < start + blk.shape[0])
-            tied = np.flatnonzero(n_equal > own)  # equal to another document than itself
+            close = np.flatnonzero(n_near > own)  # near another document than itself
             step = max(1, _CHUNK_BYTES // (4 * max(1, blk.shape[0])))
-            for t0 in range(0, tied.size, step):  # rare: only tied pairs, in bounded batches
-                t = tied[t0 : t0 + step]
-                rr, cc = np.nonzero(s[qs[t]] == pair_scores[idx[t]][:, None])
-                wins = scan.keys[start + cc] < pair_keys[idx[t]][rr]
-                beats[idx[t]] += np.bincount(rr, weights=wins, minlength=t.size).astype(np.int64)
+            for t0 in range(0, close.size, step):  # rare: only near-ties, in bounded batches
+                t = idx[close[t0 : t0 + step]]
+                sub = s[qs[close[t0 : t0 + step]]]
+                rr, cc = np.nonzero((sub >= lo[t][:, None]) & (sub <= hi[t][:, None]))
+                near.append((t[rr], start + cc))
 
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs (ranks)"):
@@ -597,4 +919,164 @@ def scan_ranks(
             ):
                 pass
     scan.release_buffers()
-    return beats + 1
+    p = np.concatenate([np.zeros(0, np.int64), *[n[0] for n in near]])
+    r = np.concatenate([np.zeros(0, np.int64), *[n[1] for n in near]])
+    wins, tied_p, tied_r = _near_beats(corpus, scan, pairs, p, r)
+    if equal:
+        return beats + wins + 1, tied_p, tied_r
+    return beats + wins + 1
+
+
+def _row_counts(mask: np.ndarray) -> np.ndarray:
+    """True entries per row of a boolean matrix (summing its bytes: twice as fast as
+    ``np.count_nonzero(..., axis=1)``)."""
+    return mask.view(np.uint8).sum(axis=1, dtype=np.int64)
+
+
+def measure_norms(corpus: np.ndarray, scan: CorpusScan) -> None:
+    """Set :attr:`CorpusScan.m_sq` from every corpus row (one read, no product)."""
+    for start, stop in block_bounds(corpus.shape[0], scan.block):
+        scan.see(corpus_block(corpus, start, stop, scan.distance, None, scan.centre)[1])
+        release_pages(corpus, start, stop)
+
+
+def pair_scores(corpus: np.ndarray, scan: CorpusScan, pairs: Pairs) -> np.ndarray:
+    """float32 scores of ``pairs`` formed as the block products form them (rows normalised in
+    float32 for cosine, ``2 q.x - ||x||^2 - ||q||^2`` on the centred rows for Euclidean), so
+    within the bound of :meth:`CorpusScan.band`; excluded pairs are not looked up."""
+    out = np.empty(pairs.query.size, dtype=np.float32)
+    step = max(1, _KEY_BYTES // (4 * corpus.shape[1]))
+    for a in range(0, out.size, step):
+        rows = pairs.row[a : a + step]
+        x = np.asarray(corpus[rows], dtype=np.float32)
+        if scan.centre is not None:
+            x = x - scan.centre
+        sq = np.einsum("ij,ij->i", x, x)
+        if scan.distance == "cosine":
+            x = x / np.where(sq > 0, np.sqrt(sq), np.float32(1))[:, None]
+        q = scan.queries[pairs.query[a : a + step]]
+        s = np.einsum("ij,ij->i", q, x)
+        if scan.distance == "euclidean":
+            s = np.float32(2) * s - sq - scan.query_norms[pairs.query[a : a + step]]
+        out[a : a + step] = s
+    return out
+
+
+def _near_beats(
+    corpus: np.ndarray, scan: CorpusScan, pairs: Pairs, p: np.ndarray, r: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per pair, how many of its near documents (pair ``p[i]``, corpus row ``r[i]``) beat it
+    in float64: a smaller order key (:func:`rank_keys`), or an equal one and a smaller tie
+    key; and the ``(pair, row)`` of the other documents whose order key equals the pair's.
+
+    A float64 dot product (any summation order) first bounds each order key
+    (:func:`_order_bounds`); only documents whose bounds overlap their pair's get the exact
+    keys, formed with their pair's own in one group (cosine multiples tie)."""
+    if not p.size:
+        return np.zeros(pairs.query.size, dtype=np.int64), p, r
+    mine = np.unique(p)
+    p = np.concatenate([p, mine])
+    r = np.concatenate([r, pairs.row[mine]])
+    is_own = np.zeros(p.size, dtype=bool)
+    is_own[-mine.size :] = True
+    order = np.lexsort((~is_own, r, p))  # deterministic groups, whatever the threads did
+    p, r, is_own = p[order], r[order], is_own[order]
+    lo, hi = _order_bounds(corpus, scan, pairs.query[p], r)
+    own_lo, own_hi = np.empty(pairs.query.size), np.empty(pairs.query.size)
+    own_lo[p[is_own]], own_hi[p[is_own]] = lo[is_own], hi[is_own]
+    known = (lo == hi) & (own_lo[p] == own_hi[p])
+    unsure = ~known & (hi >= own_lo[p]) & (lo <= own_hi[p]) & ~is_own
+    same = np.zeros(p.size, dtype=bool)  # a copy of the pair's row: its key, no sum needed
+    maybe = np.flatnonzero(unsure)
+    same[maybe[_same_rows(corpus, r[maybe], pairs.row[p[maybe]])]] = True
+    unsure &= ~same
+    redo = np.zeros(pairs.query.size, dtype=bool)
+    redo[p[unsure]] = True
+    again = np.flatnonzero(unsure | (is_own & redo[p]))
+    key = lo.copy()  # where known: the order key itself
+    key[again] = rank_keys(corpus, scan, pairs.query[p[again]], r[again], p[again])[0]
+    own = np.empty(pairs.query.size, dtype=np.float64)
+    own[p[is_own]] = key[is_own]
+    sure = ~unsure & ~known & ~same
+    equal = same | ((known | unsure) & (key == own[p]))
+    wins = (sure & (hi < own_lo[p])) | ((known | unsure) & (key < own[p]))
+    wins |= equal & (scan.keys[r] < scan.keys[pairs.row[p]])
+    wins &= ~is_own
+    count = np.bincount(p, weights=wins, minlength=pairs.query.size).astype(np.int64)
+    tied = equal & ~is_own & (r != pairs.row[p])
+    return count, p[tied], r[tied]
+
+
+def _same_rows(corpus: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether corpus rows ``a[i]`` and ``b[i]`` are identical (equal float64 keys for any
+    query), a bounded number of rows at a time."""
+    out = np.zeros(a.size, dtype=bool)
+    step = max(1, _KEY_BYTES // (8 * corpus.shape[1]))
+    for i in range(0, a.size, step):
+        x, y = np.asarray(corpus[a[i : i + step]]), np.asarray(corpus[b[i : i + step]])
+        out[i : i + step] = (x == y).all(axis=1)
+    return out
+
+
+def _order_bounds(
+    corpus: np.ndarray, scan: CorpusScan, qi: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds ``lo <= order key <= hi`` of pairs (:func:`rank_keys`) from float64 dot products
+    in any summation order (``np.einsum``): each within ``gamma_{dim}`` (unit roundoff
+    2**-53) of the exact sum, as is the key's own fixed-order sum, so ``E = 3.5
+    gamma_{dim+8}`` times the magnitude (``(||q|| + ||x||)^2``, ``||q|| ||x||``, or ``||q||``
+    for the cosine ``c = s / ||x||``, whose key is ``-c |c|``) holds both.  Under
+    ``ties="trec_eval"`` the bounds are those of the score rounded to float32: equal where
+    the rounding is decided."""
+    lo, hi = np.empty(qi.size), np.empty(qi.size)
+    d = corpus.shape[1]
+    g = 3.5 * gamma(d + 8, 2.0**-53) * (1 + 2.0**-20)
+    step = max(1, _KEY_BYTES // (8 * d))
+    for a in range(0, qi.size, step):
+        b = min(qi.size, a + step)
+        q = np.asarray(scan.raw[qi[a:b]], dtype=np.float64)
+        x = np.asarray(corpus[rows[a:b]], dtype=np.float64)
+        lo[a:b], hi[a:b] = _bounds_of(q, x, scan.distance, g, scan.ties == "trec_eval")
+    return lo, hi
+
+
+def _bounds_of(
+    q: np.ndarray, x: np.ndarray, distance: str, g: float, rounded: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_order_bounds` of aligned float64 rows (see there)."""
+    tiny = 1e-300
+    if distance == "euclidean":
+        t = q - x
+        k = np.einsum("ij,ij->i", t, t)
+        e = g * k + tiny  # every term is positive: a relative bound
+        s_lo, s_hi = -(k + e), -(k - e)  # score = -key
+    else:
+        s = np.einsum("ij,ij->i", q, x)
+        qn = np.sqrt(np.einsum("ij,ij->i", q, q))
+        xn = np.sqrt(np.einsum("ij,ij->i", x, x))
+        wide = 1 + 2.0**-40  # the norms' own rounding, in the bounds only
+        if distance == "inner_product":
+            e = g * qn * xn * wide + tiny
+            s_lo, s_hi = s - e, s + e
+        else:
+            live = xn > 0
+            c = np.where(live, s / np.where(live, xn, 1), 0.0)
+            e = np.where(live, g * qn * wide + tiny, 0.0)
+            slack = np.where(live, tiny, 0.0)  # a zero row: key and score 0 exactly
+            if not rounded:  # key = -c |c|, decreasing in c
+                k_lo, k_hi = -(c + e) * np.abs(c + e), -(c - e) * np.abs(c - e)
+                return _outward(k_lo, k_hi, slack)
+            inv = np.where(qn > 0, 1 / np.where(qn > 0, qn, 1), 0.0)
+            s_lo, s_hi = _outward((c - e) * inv, (c + e) * inv, slack)
+    if not rounded:
+        return -s_hi, -s_lo  # key = -score
+    with np.errstate(over="ignore"):
+        return -s_hi.astype(np.float32).astype(np.float64), -s_lo.astype(np.float32).astype(
+            np.float64
+        )
+
+
+def _outward(lo: np.ndarray, hi: np.ndarray, slack: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``[lo, hi]`` widened by a few float64 roundings of the final operations and ``slack``."""
+    r = 8 * 2.0**-53
+    return lo - r * np.abs(lo) - slack, hi + r * np.abs(hi) + slack

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -204,14 +205,19 @@ def hits_from_ranks(
     relevant: np.ndarray,
     n_valid: np.ndarray,
     k: int | None,
+    mixed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> RankedHits:
     """The :class:`RankedHits` of rows whose every relevant reference is located by its rank
     alone (:mod:`embedeval.engine.deep`), without the candidates around them.
 
     ``hit_pos`` holds the 0-based ranks of each row's relevant references, row after row, each
     row's increasing (``n_hits`` per row).  The rows stand for whole rankings of ``n_valid``
-    items, so every window of a kernel reads them as it reads sorted candidates; they must hold
-    no block of equal keys mixing relevant and non-relevant items (:class:`NoTies`).
+    items, so every window of a kernel reads them as it reads sorted candidates.  Without
+    ``mixed`` they must hold no block of equal keys mixing relevant and non-relevant items
+    (:class:`NoTies`); ``mixed = (row, first, last, first_mixed)`` describes such blocks
+    (:meth:`TieFinder.from_runs`): each block's row and the 0-based ranks of its first and
+    last item (disjoint blocks, in row then rank order), and per row the rank of the first
+    item of its first pair of neighbours with equal keys and different relevance.
 
     >>> hits = hits_from_ranks(np.array([2]), np.array([1, 2]), np.array([2]), np.array([5]), None)
     >>> hits.hit.tolist(), hits.found.tolist(), hits.last_hit_rank().tolist()
@@ -224,18 +230,13 @@ def hits_from_ranks(
     np.cumsum(n_hits[:-1], out=row_start[1:])
     hit = hit_pos + np.repeat(lims[:-1], n_hits)
     found = np.arange(1, hit.size + 1) - np.repeat(row_start, n_hits)
+    ties: TieFinder | NoTies = NoTies(counts.size)
+    if mixed is not None and mixed[0].size:
+        row, first, last, first_mixed = mixed
+        frame = Candidates(np.arange(counts.size), lims, np.zeros(0, np.int64), np.zeros(0))
+        ties = TieFinder.from_runs(frame, lims[row] + first, lims[row] + last, first_mixed)
     return RankedHits(
-        lims,
-        counts,
-        hit,
-        row_start,
-        n_hits,
-        hit_pos,
-        found,
-        relevant,
-        n_valid,
-        k,
-        NoTies(counts.size),
+        lims, counts, hit, row_start, n_hits, hit_pos, found, relevant, n_valid, k, ties
     )
 
 
@@ -746,6 +747,31 @@ class TieFinder:
         pair_row = np.searchsorted(block.lims, mixed_pairs, side="right") - 1
         self.first_mixed = np.full(b, np.iinfo(np.int64).max // 2)
         np.minimum.at(self.first_mixed, pair_row, mixed_pairs - block.lims[pair_row])
+
+    @classmethod
+    def from_runs(
+        cls, block: Candidates, run_first: np.ndarray, run_last: np.ndarray, first_mixed: Any
+    ) -> TieFinder:
+        """The finder of rows known only by their mixed tie blocks (no candidate list): flat
+        positions of each block's first and last item (disjoint, increasing) in the frame
+        ``block`` (its ``lims``), and per row the rank of its first mixed pair of neighbours.
+
+        >>> frame = Candidates(np.arange(1), np.array([0, 6]), np.zeros(0, int), np.zeros(0))
+        >>> t = TieFinder.from_runs(frame, np.array([2]), np.array([4]), np.array([3]))
+        >>> t.straddle(np.array([3])).tolist(), t.within(np.array([2])).tolist()
+        ([True], [False])
+        """
+        self = cls.__new__(cls)
+        self.block = block
+        size = run_last - run_first  # equal neighbours per block
+        ends = np.cumsum(size)
+        self.pairs = np.repeat(run_first, size) + np.arange(ends[-1]) - np.repeat(ends - size, size)
+        self.any = self.pairs.size > 0
+        self.run = np.repeat(np.arange(run_first.size), size)
+        self.run_first, self.run_last = run_first, run_last
+        self.mixed_runs = np.arange(run_first.size)
+        self.first_mixed = np.asarray(first_mixed)
+        return self
 
     def _cut(self, window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rows whose first ``window`` items end inside a mixed tie block, and that block's run."""

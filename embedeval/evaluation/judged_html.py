@@ -38,8 +38,9 @@ from .html import (
 __all__ = ["first_relevant_ranks", "gallery_metric_name", "judged_counts", "judged_html"]
 
 _TIES = {
-    "index": "equal float32 scores ordered by corpus row",
-    "trec_eval": "equal float32 scores ordered by doc id, descending (trec_eval's order)",
+    "index": "scores decided in float64; equal ones ordered by corpus row",
+    "trec_eval": "float64 scores rounded to float32 (as trec_eval reads a run); equal ones "
+    "ordered by doc id, descending (trec_eval's order)",
 }
 
 

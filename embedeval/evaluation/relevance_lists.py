@@ -8,8 +8,14 @@ and is refused.  :func:`positive_ranks` gives the 1-based ranks of each query's 
 same junk-free ranking, from which any AP rule can be computed (the revisitop protocol in
 :mod:`embedeval.protocols.landmarks` does so).
 
-Ties: equal distances are ranked by ascending reference index, identical references tie exactly,
-as everywhere in embedeval.
+Both stream the references past the queries (:mod:`embedeval.engine.corpus`) and sort no row:
+each positive's rank is 1 + the references that beat it (float32 scores filter, those within
+the proven bound are re-scored in float64), and every metric follows from the positives' ranks
+(:func:`embedeval.engine.kernels.hits_from_ranks`).  A query where a positive's float64 key
+equals another reference's is ranked in full instead (its tie flag needs the whole tie block).
+
+Ties: equal float64 distances are ranked by ascending reference index, identical references tie
+exactly, as everywhere in embedeval.
 """
 
 from __future__ import annotations
@@ -83,44 +89,102 @@ def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarr
 
 
 # ---------------------------------------------------------------------------- streamed ranking
-def _ranked_blocks(xq, xb, distance, pos, junk, block_size):
-    """Per query block: its junk-free ranking as CSR candidates and the positive flags."""
-    from ..engine.arrays import centre_for_distance
-    from ..engine.candidates import Candidates, sortable_bits
-    from ..engine.decide import candidate_bounds, decide, sq_norms
-    from ..engine.exact import PreparedSearch, reference_duplicates, representatives
+def _corpus_scan(xq, xb, distance, junk, memory_budget):
+    """The corpus engine's scan of the references past the queries, junk excluded."""
+    from ..engine.corpus import CorpusScan, Pairs, corpus_centre, prepare_queries, tie_keys
 
-    # An exact translation (distances unchanged) keeps far-from-origin keys from cancelling.
-    xq, xb, _ = centre_for_distance(xq, xb, distance, same=xq is xb)
-    n_q, n_ref = xq.shape[0], xb.shape[0]
-    # Identical references share one key (as in the kNN engine), so they tie and rank by index.
-    dups = reference_duplicates(xb, distance)
-    search = PreparedSearch.build(xq, xb, distance).with_duplicates(
-        dups, representatives(xb, dups, distance), slice(0, n_ref)
-    )
-    cols = np.arange(n_ref)
-    q_sq, ref_sq = sq_norms(xq, np.arange(n_q)), sq_norms(xb, np.arange(n_ref))
-    for a in range(0, n_q, block_size):
-        b = min(a + block_size, n_q)
-        keys = search.keys(slice(a, b))
-        j_rows, j_cols = _csr_pairs(junk, a, b)
-        keys[j_rows, j_cols] = np.inf  # junk sinks to the end and is cut off below
-        order = np.argsort(keys, axis=1, kind="stable")  # ties by ascending reference index
-        n_valid = n_ref - np.diff(junk[0][a : b + 1])
-        keep = cols[None, :] < n_valid[:, None]
-        index = order[keep]
-        rows = np.repeat(np.arange(b - a), n_valid)
-        is_pos = np.zeros((b - a, n_ref), bool)
-        p_rows, p_cols = _csr_pairs(pos, a, b)
-        is_pos[p_rows, p_cols] = True
-        lims = np.zeros(b - a + 1, np.int64)
-        np.cumsum(n_valid, out=lims[1:])
-        block = Candidates(np.arange(a, b), lims, index, sortable_bits(keys[rows, index]))
-        # Near-ties the float32 keys cannot order are decided in float64 (engine.decide).
-        bounds = candidate_bounds(block, q_sq[a:b], ref_sq, int(xb.shape[1]), distance)
-        block = decide(block, xq, xb, distance, bounds)[0]
-        positions = Candidates(block.queries, lims, np.arange(index.size), block.bits)
-        yield positions, is_pos[rows, block.index], n_valid
+    centre = corpus_centre(xq, xb, distance)  # exact: only the float32 filter sees it
+    centred = xq if centre is None else np.subtract(xq, centre, dtype=np.float32)
+    q, norms = prepare_queries(centred, distance)
+    j_rows, j_cols = _csr_pairs(junk, 0, xq.shape[0])
+    block = int(np.clip(memory_budget // (32 * xb.shape[1]), 1024, 65536))
+    keys = tie_keys(None, xb.shape[0], "index")
+    excluded = Pairs(j_rows, j_cols)
+    return CorpusScan(q, norms, distance, 1, keys, excluded, block=block, raw=xq, centre=centre)
+
+
+def _streamed_ranks(xq, xb, distance, pos, junk, memory_budget):
+    """Each positive's 0-based rank in its query's junk-free float64 ranking (equal keys by
+    reference index), sorted within each query (CSR as ``pos``), and the tie blocks that mix
+    positives and other references (:func:`_mixed_blocks`).
+
+    The corpus engine counts, per positive, the references that beat it
+    (:func:`embedeval.engine.corpus.scan_ranks`): no row is sorted."""
+    from ..engine.corpus import Pairs, pair_scores, scan_ranks
+
+    # Queries with as many positives side by side: a chunk of queries makes one comparison
+    # pass per positive of its fullest query, so similar counts waste fewer passes.
+    perm = np.argsort(np.diff(pos[0]), kind="stable")
+    inv = np.empty_like(perm)
+    inv[perm] = np.arange(perm.size)
+    scan = _corpus_scan(xq[perm], xb, distance, _take(junk, perm), memory_budget)
+    p_rows, p_cols = _csr_pairs(pos, 0, xq.shape[0])
+    pairs = Pairs(inv[p_rows], p_cols)
+    ranks, tied_pair, tied_row = scan_ranks(xb, scan, pairs, pair_scores(xb, scan, pairs), True)
+    listed = Pairs(p_rows, p_cols)  # the queries' own numbers
+    blocks = _mixed_blocks(listed, ranks - 1, tied_pair, tied_row, xq.shape[0], xb.shape[0])
+    order = np.lexsort((ranks, p_rows))
+    return ranks[order] - 1, blocks
+
+
+def _take(lists, idx):
+    """The CSR lists of the queries ``idx``, in that order."""
+    lims, items = lists
+    counts = np.diff(lims)[idx]
+    sub = np.zeros(idx.size + 1, np.int64)
+    np.cumsum(counts, out=sub[1:])
+    at = np.repeat(lims[:-1][idx] - sub[:-1], counts) + np.arange(sub[-1])
+    return sub, items[at]
+
+
+def _mixed_blocks(pairs, rank0, tied_pair, tied_row, n_q, n_ref):
+    """The blocks of equal float64 keys that hold a positive and another reference, as
+    :func:`embedeval.engine.kernels.hits_from_ranks` takes them: ``(query, first rank, last
+    rank, per query the rank of the first neighbour pair of different relevance)``.
+
+    A positive with ``t`` references of its key (``tied_pair`` / ``tied_row``) sits in a block
+    of ``t + 1`` items ranked by index, the block starting ``rank - (members of smaller
+    index)``; blocks met from several positives are kept once."""
+    none = np.full(n_q, np.iinfo(np.int64).max // 2)
+    if not tied_pair.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), none
+    own = np.unique(tied_pair)
+    mp = np.concatenate([tied_pair, own])
+    mr = np.concatenate([tied_row, pairs.row[own]])
+    order = np.lexsort((mr, mp))
+    mp, mr = mp[order], mr[order]
+    head = np.searchsorted(mp, own)  # each block's first member
+    size = np.diff(np.append(head, mp.size))
+    group = np.repeat(np.arange(own.size), size)
+    k = np.arange(mp.size) - head[group]
+    is_own = mr == pairs.row[mp]
+    start = np.empty(own.size, np.int64)
+    start[group[is_own]] = rank0[mp[is_own]] - k[is_own]
+    q = pairs.query[own]
+    codes = pairs.query * n_ref + pairs.row  # sorted: by query, then index
+    want = pairs.query[mp] * n_ref + mr
+    rel = codes[np.minimum(np.searchsorted(codes, want), codes.size - 1)] == want
+    mixed = np.bincount(group, weights=~rel, minlength=own.size) > 0
+    _, first = np.unique(q * (n_ref + 1) + start, return_index=True)
+    keep = np.zeros(own.size, bool)
+    keep[first] = True
+    keep &= mixed
+    step = (k < size[group] - 1) & keep[group]
+    step[step] &= rel[np.flatnonzero(step)] != rel[np.flatnonzero(step) + 1]
+    np.minimum.at(none, q[group[step]], start[group[step]] + k[step])
+    kept = np.flatnonzero(keep)
+    kept = kept[np.lexsort((start[kept], q[kept]))]
+    return q[kept], start[kept], start[kept] + size[kept] - 1, none
+
+
+def _check_nonzero(x, name):
+    """Cosine ranks directions: a zero row is refused (as on every other path)."""
+    zero = np.flatnonzero(~np.asarray(x).any(axis=1))
+    if zero.size:
+        raise InputError(
+            f"distance='cosine' needs non-zero vectors; {zero.size} row(s) of {name} are all "
+            f"zero (first at row {int(zero[0])}). Drop them or use distance='euclidean'."
+        )
 
 
 def _csr_pairs(lists, a, b):
@@ -152,6 +216,9 @@ def _prepare(query, reference, positives, junk, distance, block_size, memory_bud
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
     if block_size is None:
         block_size = max(1, min(n_q, memory_budget // (48 * n_ref)))
+    if distance == "cosine":
+        _check_nonzero(xq, "query")
+        _check_nonzero(xb, "reference")
     return xq, xb, pos, jk, distance, block_size
 
 
@@ -181,8 +248,10 @@ def evaluate_listed(
     items are removed, and the metrics are computed on the rest with R_q = ``len(positives[q])``,
     the number of distinct positives (NaN when a query has no positive).  A ``positives`` or
     ``junk`` list that repeats an index, or an index both positive and junk for one query, is
-    an :class:`~embedeval.InputError` naming the query and the index.  Queries are processed in
-    blocks of ``block_size`` against all references, so memory is O(block_size x n_reference).
+    an :class:`~embedeval.InputError` naming the query and the index.  The references are
+    streamed in blocks (from ``memory_budget``) past all queries and only the positives' ranks
+    are kept; the rare queries with a positive tied exactly to another reference are ranked in
+    full, ``block_size`` queries at a time (O(block_size x n_reference) memory).
 
     Returns ``(per_query, ties, infos, info)``; :func:`embedeval.evaluate` wraps it in an
     :class:`~embedeval.evaluation.result.EvaluationResult`.
@@ -200,30 +269,18 @@ def evaluate_listed(
     xq, xb, pos, jk, distance, block_size = _prepare(
         query, reference, positives, junk, distance, block_size, memory_budget
     )
+    memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
     k = check_int(k, "k", allow_none=True)
     too_deep = [m.name for m in infos if k is not None and m.depth == "fixed" and m.cutoff > k]
     if too_deep:
         raise InputError(f"k={k} caps the ranking, but {', '.join(too_deep)} need(s) more.")
-    from ..engine.kernels import chunk_metrics
-
-    n_q = xq.shape[0]
     relevant = np.diff(pos[0])
-    values = {m.name: np.full(n_q, np.nan) for m in infos}
-    ties = {m.name: np.zeros(n_q, bool) for m in infos}
-    for block, is_pos, n_valid in _ranked_blocks(xq, xb, distance, pos, jk, block_size):
-        rows = block.queries
-        v, t = chunk_metrics(
-            block,
-            np.ones(rows.size, np.int32),
-            is_pos.astype(np.int32),  # candidate i is relevant when its "label" equals 1
-            relevant[rows],
-            n_valid,
-            infos,
-            k,
-        )
-        for name in v:
-            values[name][rows] = v[name]
-            ties[name][rows] = t[name]
+    n_valid = xb.shape[0] - np.diff(jk[0])
+    from ..engine.kernels import hits_from_ranks, score_hits
+
+    hit_pos, blocks = _streamed_ranks(xq, xb, distance, pos, jk, memory_budget)
+    hits = hits_from_ranks(relevant, hit_pos, relevant, n_valid, k, blocks)
+    values, ties = score_hits(hits, infos)
     info = {"distance": distance, "n_reference": xb.shape[0], "dim": xq.shape[1], "k": k}
     info["n_junk"] = int(jk[1].size)
     return values, ties, infos, info
@@ -246,16 +303,12 @@ def positive_ranks(
     >>> positive_ranks([[0.0]], [[1.0], [2.0], [3.0]], [[2]], [[0]], distance="euclidean")
     (array([1]), array([0, 1]))
     """
-    xq, xb, pos, jk, distance, block_size = _prepare(
+    xq, xb, pos, jk, distance, _ = _prepare(
         query, reference, positives, junk, distance, block_size, memory_budget
     )
-    parts = []
-    for block, is_pos, _ in _ranked_blocks(xq, xb, distance, pos, jk, block_size):
-        hit = np.flatnonzero(is_pos)
-        row = np.searchsorted(block.lims, hit, side="right") - 1
-        parts.append(hit - block.lims[row])
-    lims = pos[0]
-    return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), lims
+    memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
+    ranks, _ = _streamed_ranks(xq, xb, distance, pos, jk, memory_budget)
+    return ranks, pos[0]
 
 
 def evaluate_with_lists(settings: EvaluationSettings, inputs: EvaluationInputs) -> Any:

@@ -12,7 +12,7 @@ beat it.  The ranks of the judged documents then give every metric
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,12 +23,11 @@ from ..engine.corpus import (
     DISTANCES,
     CorpusScan,
     Pairs,
-    code_rows,
-    code_scores,
+    candidate_ranks,
+    corpus_centre,
+    decide_top,
     numpy_product,
-    pack_codes,
     prepare_queries,
-    rows_searchsorted,
     scan_ranks,
     scan_top,
     tie_keys,
@@ -60,7 +59,8 @@ class QrelsResult(EvaluationResult):
     ones included), ``n_lone`` (= ``n_skipped``) the skipped ones.
 
     The run: ``run_ids`` (the embedded, judged queries), ``run_rows`` / ``run_scores`` (their
-    top-depth corpus rows, -1 past the end, and float32 scores, in rank order) and ``doc_ids``.
+    top-depth corpus rows, -1 past the end, and float64 scores, in rank order; formed on first
+    use) and ``doc_ids``.
     The judgments of the ``run_ids``, in CSR form: query ``i`` holds entries
     ``judged_lims[i]:judged_lims[i + 1]`` of ``judged_rows`` (corpus row, -1: not in the
     corpus), ``judged_grades`` and ``judged_ranks`` (1-based rank in the exact ranking,
@@ -70,13 +70,35 @@ class QrelsResult(EvaluationResult):
 
     n_missing: int = 0
     run_ids: list[str] = field(default_factory=list)
-    run_rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    run_scores: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
     doc_ids: list[str] = field(default_factory=list)
     judged_lims: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     judged_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     judged_grades: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     judged_ranks: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    _run: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    _ranker: Callable[[], tuple[np.ndarray, np.ndarray]] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    def _top(self) -> tuple[np.ndarray, np.ndarray]:
+        """The run, formed on first use: every candidate of the top lists re-scored in float64
+        and sorted (the metrics only needed the ranks of the judged documents)."""
+        if self._run is None:
+            empty = np.zeros((len(self.run_ids), 0))
+            self._run = self._ranker() if self._ranker else (empty.astype(np.int64), empty)
+            self._ranker = None  # the inputs are no longer held
+        return self._run
+
+    @property
+    def run_rows(self) -> np.ndarray:
+        """Corpus rows of each query's top list, best first (-1 pads a short corpus)."""
+        return self._top()[0]
+
+    @property
+    def run_scores(self) -> np.ndarray:
+        """The float64 scores of ``run_rows`` (NaN pads; under ``ties="trec_eval"`` rounded
+        to float32, as trec_eval reads and ranks them)."""
+        return self._top()[1]
 
     @property
     def n_evaluated(self) -> int:
@@ -88,7 +110,9 @@ class QrelsResult(EvaluationResult):
 
     def run(self, depth: int | None = None) -> dict[str, dict[str, float]]:
         """The ranked lists as ``{query id: {doc id: score}}`` (each query's first ``depth``
-        documents; default: all that were kept), scores as float (the float32 scores)."""
+        documents; default: all that were kept), scores as float: the float64 scores the
+        ranking was decided by (cosine, inner product, or minus the squared Euclidean
+        distance, formed from the float32 inputs)."""
         depth = self.run_rows.shape[1] if depth is None else check_int(depth, "depth")
         depth = min(depth, self.run_rows.shape[1])
         docs = np.asarray(self.doc_ids, dtype=object)
@@ -103,9 +127,14 @@ class QrelsResult(EvaluationResult):
     def write_run(
         self, path: str | os.PathLike, *, depth: int | None = None, tag: str = "embedeval"
     ) -> None:
-        """Write the run as a TREC run file (``qid Q0 docid rank score tag``, scores ``%.9g``
-        so the float32 scores read back exactly); trec_eval on it gives these numbers under
-        ``ties="trec_eval"``."""
+        """Write the run as a TREC run file (``qid Q0 docid rank score tag``).
+
+        The scores are the float64 scores the ranking was decided by, written with Python's
+        shortest round-trip repr (as exact as ``%.17g``): trec_eval re-sorts a run by the
+        score it reads, then by document id descending, so a score printed with fewer digits
+        (``%.9g``, float32's precision) would merge near-ties the float64 decision separated
+        and trec_eval would reorder them.  Read back exactly, trec_eval on the file gives
+        these numbers under ``ties="trec_eval"``."""
         from .qrels_files import write_trec_run
 
         depth = self.run_rows.shape[1] if depth is None else check_int(depth, "depth")
@@ -319,20 +348,21 @@ def _ranks(
     corpus: np.ndarray,
     scan: CorpusScan,
     judged: _Judgments,
-    top: np.ndarray,
+    candidates: tuple[np.ndarray, np.ndarray],
     pair_scores: np.ndarray,
     full: bool,
     level: int,
 ) -> np.ndarray:
-    """The 1-based rank of each judged document (NOT_RANKED: not retrieved or beyond depth)."""
+    """The 1-based rank of each judged document (NOT_RANKED: not retrieved or beyond depth):
+    within the top lists (:func:`candidate_ranks`), else (full-depth metrics)
+    :func:`scan_ranks`."""
     q = judged.query
     ranks = np.full(q.size, NOT_RANKED, dtype=np.int64)
     present = np.flatnonzero((judged.rows >= 0) & ~np.isnan(pair_scores))
-    if present.size and top.shape[1]:
-        codes = pack_codes(pair_scores[present], scan.keys[judged.rows[present]])
-        at = rows_searchsorted(top, q[present], codes)
-        found = top[q[present], np.minimum(at, top.shape[1] - 1)] == codes
-        ranks[present[found]] = at[found] + 1
+    if present.size and scan.depth:
+        pairs = Pairs(q[present], judged.rows[present])
+        rank = candidate_ranks(corpus, scan, candidates, pairs, pair_scores[present])
+        ranks[present[rank > 0]] = rank[rank > 0]
     if full:
         # only a relevant document's rank enters a full-depth metric (nDCG: a positive grade)
         beyond = (ranks == NOT_RANKED) & (judged.rows >= 0) & ~np.isnan(pair_scores)
@@ -392,12 +422,15 @@ def evaluate_qrels(
         ir_measures spellings too).  Default: ndcg@10, map@100, mrr@10, recall@100,
         recall@1000, precision@10.
     distance : {"cosine", "inner_product", "euclidean"}
-        The score is the float32 inner product (cosine: of rows normalised in float32 first),
-        or ``-||q - d||^2`` (as ``2 q.d - ||d||^2 - ||q||^2``).  Larger is better.
+        The score is the cosine, the inner product or ``-||q - d||^2``, larger is better, and
+        the ranking is that of the float64 keys of the float32 inputs
+        (:func:`embedeval.engine.decide.exact_keys`): float32 products only filter, and
+        documents whose float32 scores are too close to order are re-scored in float64.
     ties : {"index", "trec_eval"}
-        Order of documents with *equal float32 scores*: by corpus row (``"index"``, faiss's
-        flat index), or by document id descending as strings (``"trec_eval"``: trec_eval and
-        pytrec_eval sort a run this way, so a written run reproduces these numbers exactly).
+        Order of documents with *equal float64 keys*: by corpus row (``"index"``, faiss's
+        flat index), or, for equal float64 scores, by document id descending as strings
+        (``"trec_eval"``: trec_eval and pytrec_eval sort a run this way, so a written run
+        reproduces these numbers exactly).
     relevance_level : int
         Relevant means grade >= this (trec_eval ``-l``); nDCG uses every positive grade.
     gain : {"linear", "exponential"}
@@ -433,9 +466,9 @@ def evaluate_qrels(
     Which queries count (pytrec_eval's rule): every query with an embedding and judgments; a
     query whose judgments hold nothing relevant scores 0 and counts; a query with an embedding
     and no judgments is skipped (NaN, ``n_skipped``).  A query's value depends only on the
-    ranks of its judged documents; equal float32 scores are ordered by ``ties``, so the
-    ranking, hence every value, is deterministic.  Memory: the queries, one corpus block and
-    O(n_queries x depth).
+    ranks of its judged documents; equal float64 keys are ordered by ``ties``, so the
+    ranking, hence every value, is deterministic and the same whatever ``block_size``.
+    Memory: the queries, one corpus block and O(n_queries x depth), plus the near-ties.
 
     Examples
     --------
@@ -478,11 +511,10 @@ def evaluate_qrels(
         backend=backend,
         device=device,
     )
-    top, pair_scores = scan_top(docs, scan, Pairs(judged.query, np.maximum(judged.rows, 0)))
+    pairs = Pairs(judged.query, np.maximum(judged.rows, 0))
+    cand_q, cand_codes, pair_scores = scan_top(docs, scan, pairs)
     pair_scores[judged.rows < 0] = np.nan
-    row_of_key = None if ties == "index" else np.argsort(scan.keys).astype(np.int64)
-    ranks = _ranks(docs, scan, judged, top, pair_scores, full, level)
-    top_rows = code_rows(top, row_of_key)
+    ranks = _ranks(docs, scan, judged, (cand_q, cand_codes), pair_scores, full, level)
     values = judged_metric_values(
         parsed, judged.lims, ranks, judged.grades, relevance_level=level, gain=gain
     )
@@ -493,10 +525,8 @@ def evaluate_qrels(
         "ci": ci, "n_boot": n_boot, "seed": seed,
         **_counts(scan, depth, q_all, docs, judged),
     }  # fmt: skip
-    res = _result(values, qids, eval_pos, absent, settings)
-    res.run_ids, res.run_rows, res.run_scores, res.doc_ids = (
-        eval_ids, top_rows, code_scores(top), dids
-    )  # fmt: skip
+    res = _result(values, qids, eval_pos, absent, settings, eval_ids, dids)
+    res._ranker = lambda: decide_top(docs, scan, cand_q, cand_codes, True)
     res.judged_lims, res.judged_rows, res.judged_grades = judged.lims, judged.rows, judged.grades
     res.judged_ranks = ranks
     return res
@@ -562,7 +592,9 @@ def _plan(
         block_size = int(np.clip(budget // (32 * corpus.shape[1]), 1024, 65536))
     block_size = check_int(block_size, "block_size")
     threads = check_int(n_threads, "n_threads", allow_none=True)
-    q, norms = prepare_queries(queries, distance)
+    centre = corpus_centre(queries, corpus, distance)
+    centred = queries if centre is None else np.subtract(queries, centre, dtype=np.float32)
+    q, norms = prepare_queries(centred, distance)
     product = numpy_product if backend == "local" else torch_product(device or "cpu")
     return CorpusScan(
         q,
@@ -575,6 +607,9 @@ def _plan(
         n_threads=threads,
         progress=progress,
         product=product,
+        raw=np.ascontiguousarray(queries, dtype=np.float32),
+        centre=centre,
+        ties=ties,
     )
 
 
@@ -584,6 +619,8 @@ def _result(
     eval_pos: np.ndarray,
     absent: list[str],
     settings: dict[str, Any],
+    eval_ids: list[str],
+    dids: list[str],
 ) -> QrelsResult:
     """Per-query values in ``query_ids`` order (NaN: skipped), then the missing queries (0)."""
     n = len(qids)
@@ -604,6 +641,8 @@ def _result(
         n_ties={},
         settings=settings,
         n_missing=len(absent),
+        run_ids=eval_ids,
+        doc_ids=dids,
     )
     if settings["ci"] is not None:
         res.ci = bootstrap_ci(

@@ -1,0 +1,243 @@
+"""The corpus engine's rankings are the float64 rankings of the float32 inputs: a brute-force
+float64 oracle written here (plain column loops over float64 copies, stable sorts), checked
+through evaluate_qrels (its run, and pytrec_eval on the oracle's ranking) on data where float32
+scores cannot decide: a large common offset (Euclidean keys cancel in float32), near-ties one
+float32 bit apart, and small-integer data with exact ties, duplicated rows and multiples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+
+pytrec_eval = pytest.importorskip("pytrec_eval")
+
+NAMES = {
+    "ndcg@5": ("ndcg_cut.5", "ndcg_cut_5"),
+    "map": ("map", "map"),
+    "mrr": ("recip_rank", "recip_rank"),
+    "recall@10": ("recall.10", "recall_10"),
+    "precision@5": ("P.5", "P_5"),
+    "r_precision": ("Rprec", "Rprec"),
+}
+DEPTH = 12
+
+
+# ---------------------------------------------------------------------------- the oracle
+def oracle_keys(q: np.ndarray, corpus: np.ndarray, distance: str) -> np.ndarray:
+    """float64 keys of one query against every document (smaller is better), one column at a
+    time in column order: squared distance, -q.x, or -sign(s) s^2 / ||x||^2 (cosine; 0 for a
+    zero row)."""
+    q64, x64 = q.astype(np.float64), corpus.astype(np.float64)
+    acc = np.zeros(x64.shape[0])
+    if distance == "euclidean":
+        for j in range(x64.shape[1]):
+            t = q64[j] - x64[:, j]
+            acc += t * t
+        return acc
+    for j in range(x64.shape[1]):
+        acc += q64[j] * x64[:, j]
+    if distance == "inner_product":
+        return -acc
+    x_sq = np.zeros_like(acc)
+    for j in range(x64.shape[1]):
+        x_sq += x64[:, j] * x64[:, j]
+    live = x_sq > 0  # a zero row has cosine 0 with every query
+    return np.where(live, -np.sign(acc) * (acc * acc) / np.where(live, x_sq, 1), 0.0)
+
+
+def oracle_scores(q: np.ndarray, keys: np.ndarray, distance: str) -> np.ndarray:
+    """Scores from keys: -key, or the cosine sign(s) sqrt(s^2 / ||x||^2) / ||q||."""
+    if distance != "cosine":
+        return -keys
+    q64 = q.astype(np.float64)
+    q_sq = 0.0
+    for j in range(q64.size):
+        q_sq += q64[j] * q64[j]
+    return -np.sign(keys) * np.sqrt(np.abs(keys)) / np.sqrt(q_sq)
+
+
+def oracle_ranking(q, corpus, doc_ids, distance, ties):
+    """Corpus rows in rank order and their scores."""
+    keys = oracle_keys(q, corpus, distance)
+    scores = oracle_scores(q, keys, distance)
+    rows = list(range(corpus.shape[0]))
+    if ties == "index":
+        rows.sort(key=lambda r: (keys[r], r))
+    else:  # trec_eval: score read as float32 descending, then doc id descending as strings
+        read = scores.astype(np.float32)
+        rows.sort(key=lambda r: doc_ids[r], reverse=True)
+        rows.sort(key=lambda r: -read[r])  # stable
+    return np.array(rows), scores[rows]
+
+
+def check(queries, corpus, qids, dids, qrels, distance, ties, block_sizes):
+    results = [
+        ee.evaluate_qrels(
+            queries,
+            corpus,
+            qrels,
+            query_ids=qids,
+            doc_ids=dids,
+            metrics=list(NAMES),
+            distance=distance,
+            ties=ties,
+            run_depth=DEPTH,
+            block_size=b,
+            n_threads=2,
+        )
+        for b in block_sizes
+    ]
+    run = {}
+    for i, qid in enumerate(qids):
+        rows, scores = oracle_ranking(queries[i], corpus, dids, distance, ties)
+        got = results[0].run_rows[i]
+        assert got.tolist() == rows[:DEPTH].tolist(), (qid, got, rows[:DEPTH])
+        if ties == "trec_eval":  # the run holds the scores trec_eval reads
+            scores = scores.astype(np.float32).astype(np.float64)
+        np.testing.assert_array_equal(results[0].run_scores[i], scores[:DEPTH])
+        # pytrec_eval reads the oracle's order through strictly decreasing scores
+        run[qid] = {dids[r]: float(len(rows) - k) for k, r in enumerate(rows)}
+    measures = {m for m, _ in NAMES.values()}
+    expected = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run)
+    for name, (_, key) in NAMES.items():
+        want = np.array([expected[q][key] for q in qids])
+        np.testing.assert_allclose(results[0].per_query[name], want, rtol=0, atol=1e-12)
+        for other in results[1:]:  # bit-identical whatever the block shapes
+            np.testing.assert_array_equal(other.per_query[name], results[0].per_query[name])
+            np.testing.assert_array_equal(other.run_rows, results[0].run_rows)
+            np.testing.assert_array_equal(other.run_scores, results[0].run_scores)
+    return results[0]
+
+
+def judged(rng, n_docs, n_q, dids, close=None):
+    """Graded qrels: a few random documents per query, plus ``close[i]`` (relevant) when given."""
+    qrels = {}
+    for i in range(n_q):
+        docs = rng.choice(n_docs, 8, replace=False)
+        grades = rng.choice([0, 1, 2], docs.size)
+        qrels[f"q{i}"] = {dids[d]: int(g) for d, g in zip(docs, grades, strict=True)}
+        if close is not None:
+            for d, g in close[i]:
+                qrels[f"q{i}"][dids[d]] = g
+    return qrels
+
+
+# ---------------------------------------------------------------------------- the cases
+@pytest.mark.parametrize("ties", ["index", "trec_eval"])
+def test_large_common_offset_euclidean(ties):
+    # float32 keys ||x||^2 - 2 q.x near 8e6 cannot resolve distances of 1e-4: the engine centres
+    rng = np.random.default_rng(0)
+    n_docs, n_q, dim = 400, 12, 8
+    classes = rng.normal(0, 0.02, (6, dim))
+    corpus = 1000 + classes[rng.integers(0, 6, n_docs)] + rng.normal(0, 0.01, (n_docs, dim))
+    corpus = corpus.astype(np.float32)
+    queries = 1000 + classes[rng.integers(0, 6, n_q)] + rng.normal(0, 0.01, (n_q, dim))
+    queries = queries.astype(np.float32)
+    dids = [f"d{v}" for v in rng.permutation(n_docs)]
+    qrels = judged(rng, n_docs, n_q, dids)
+    qids = [f"q{i}" for i in range(n_q)]
+    check(queries, corpus, qids, dids, qrels, "euclidean", ties, [None, 37, 100])
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
+@pytest.mark.parametrize("ties", ["index", "trec_eval"])
+def test_near_ties_one_float32_bit_apart(distance, ties):
+    # each query has pairs x, x' (x' = x with one coordinate one float32 step away) near the top
+    # and deep in the ranking, one relevant and one not: only float64 orders them
+    rng = np.random.default_rng(1)
+    n_base, n_q, dim = 300, 10, 8
+    base = rng.standard_normal((n_base, dim)).astype(np.float32)
+    queries = rng.standard_normal((n_q, dim)).astype(np.float32)
+    extra, close = [], []
+    for i in range(n_q):
+        pairs = []
+        for scale in (0.999, 0.0):  # one pair at the top, one deep
+            x = (queries[i] * scale + rng.normal(0, 0.05, dim)).astype(np.float32)
+            y = x.copy()
+            j = int(rng.integers(dim))
+            y[j] = np.nextafter(y[j], np.float32(rng.choice([-np.inf, np.inf])))  # float32 step
+            a = n_base + len(extra)
+            extra += [x, y]
+            pairs += [(a, 1), (a + 1, 0)] if rng.random() < 0.5 else [(a, 0), (a + 1, 2)]
+        close.append(pairs)
+    corpus = np.concatenate([base, np.array(extra, np.float32)])
+    n_docs = corpus.shape[0]
+    dids = [f"d{v}" for v in rng.permutation(n_docs)]
+    qrels = judged(rng, n_docs, n_q, dids, close)
+    qids = [f"q{i}" for i in range(n_q)]
+    check(queries, corpus, qids, dids, qrels, distance, ties, [None, 40, 64])
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
+@pytest.mark.parametrize("ties", ["index", "trec_eval"])
+def test_small_integers_exact_ties_and_duplicates(distance, ties):
+    rng = np.random.default_rng(2)
+    n_docs, n_q, dim = 300, 15, 3
+    corpus = rng.integers(-2, 3, (n_docs, dim)).astype(np.float32)
+    corpus[rng.choice(n_docs, 60, replace=False)] = corpus[rng.choice(n_docs, 60)]
+    corpus[:4] = [[1, 1, 0], [3, 3, 0], [2, 2, 0], [0, 0, 0]]  # cosine ties, a zero row
+    queries = rng.integers(-2, 3, (n_q, dim)).astype(np.float32)
+    queries[0] = [1, 2, 0]
+    dids = [f"d{v}" for v in rng.permutation(n_docs)]
+    close = [[(0, 1), (1, 0), (2, 2)]] * n_q
+    qrels = judged(rng, n_docs, n_q, dids, close)
+    qids = [f"q{i}" for i in range(n_q)]
+    check(queries, corpus, qids, dids, qrels, distance, ties, [None, 37, 64])
+
+
+def test_written_run_reproduces_the_ranking_in_trec_eval(tmp_path):
+    # near-ties one float32 bit apart: trec_eval reads scores as float32, so where the float64
+    # scores round to one float32 value it ranks by doc id; ties="trec_eval" does the same, and
+    # the run file carries the float64 scores exactly
+    rng = np.random.default_rng(3)
+    corpus = rng.standard_normal((200, 8)).astype(np.float32)
+    queries = rng.standard_normal((6, 8)).astype(np.float32)
+    corpus[1] = corpus[0]
+    corpus[1, 3] = np.nextafter(corpus[0, 3], np.float32(1))
+    queries[:] = corpus[0] + rng.normal(0, 1e-3, (6, 8)).astype(np.float32)
+    dids = [f"d{i}" for i in range(200)]
+    qids = [f"q{i}" for i in range(6)]
+    qrels = {q: {"d0": 1, "d1": 0, "d7": 1} for q in qids}
+    res = ee.evaluate_qrels(
+        queries,
+        corpus,
+        qrels,
+        query_ids=qids,
+        doc_ids=dids,
+        metrics=["mrr", "map"],
+        distance="inner_product",
+        ties="trec_eval",
+        run_depth=200,
+    )
+    res.write_run(tmp_path / "run.txt")
+    run: dict = {}
+    for line in (tmp_path / "run.txt").read_text().splitlines():
+        q, _, d, _, s, _ = line.split()
+        run.setdefault(q, {})[d] = float(s)
+    assert run == res.run()  # every float64 score read back exactly
+    out = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank", "map"}).evaluate(run)
+    for i, q in enumerate(qids):
+        assert res.per_query["mrr"][i] == pytest.approx(out[q]["recip_rank"], abs=1e-12)
+        assert res.per_query["map"][i] == pytest.approx(out[q]["map"], abs=1e-12)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
+def test_row_sums_are_the_column_loop_bit_for_bit(distance):
+    # the corpus engine's float64 keys (running sums along rows) against the column loop of
+    # decide.exact_keys, on random rows and small integers with positive multiples
+    from embedeval.engine.corpus import _exact
+    from embedeval.engine.decide import exact_keys
+
+    rng = np.random.default_rng(4)
+    for dim in (1, 3, 17, 64):
+        x = rng.standard_normal((400, dim)).astype(np.float32)
+        ints = rng.integers(-2, 3, (400, dim)).astype(np.float32)
+        ints[~ints.any(axis=1)] = 1
+        ints[200:] = ints[:200] * rng.integers(1, 4, (200, 1))  # multiples
+        for rows in (x, ints):
+            groups = np.sort(rng.integers(0, 9, 400))
+            q = rng.standard_normal((9, dim)).astype(np.float32)[groups]
+            want = exact_keys(q, rows, distance, groups) + 0.0
+            np.testing.assert_array_equal(_exact(q, rows, distance, groups), want)

@@ -1,0 +1,111 @@
+"""positives= / junk= on the streaming corpus engine against a brute-force float64 oracle written
+here: every reference's float64 key (column loops over float64 copies), junk removed, a stable
+sort by (key, index); ranks of the positives and the metrics from their definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+from embedeval.evaluation.relevance_lists import positive_ranks
+
+
+def oracle_keys(q, xb, distance):
+    q64, x64 = q.astype(np.float64), xb.astype(np.float64)
+    acc = np.zeros(x64.shape[0])
+    if distance == "euclidean":
+        for j in range(x64.shape[1]):
+            t = q64[j] - x64[:, j]
+            acc += t * t
+        return acc
+    for j in range(x64.shape[1]):
+        acc += q64[j] * x64[:, j]
+    if distance == "inner_product":
+        return -acc
+    x_sq = np.zeros_like(acc)
+    for j in range(x64.shape[1]):
+        x_sq += x64[:, j] * x64[:, j]
+    return -np.sign(acc) * (acc * acc) / x_sq
+
+
+def oracle_ranks(xq, xb, pos, junk, distance):
+    """Per query, the sorted 0-based ranks of its positives in the junk-free ranking."""
+    out = []
+    for i in range(xq.shape[0]):
+        keys = oracle_keys(xq[i], xb, distance)
+        rows = [r for r in sorted(range(xb.shape[0]), key=lambda r: (keys[r], r))]
+        rows = [r for r in rows if r not in set(junk[i])]
+        out.append(sorted(rows.index(p) for p in pos[i]))
+    return out
+
+
+def oracle_metrics(ranks):
+    """map, mrr, precision_at_1, r_precision, map_at_r from 0-based ranks (R = len)."""
+    out = {n: [] for n in ("map", "mrr", "precision_at_1", "r_precision", "map_at_r")}
+    for r in ranks:
+        big_r = len(r)
+        if not big_r:
+            for v in out.values():
+                v.append(np.nan)
+            continue
+        out["map"].append(sum((k + 1) / (p + 1) for k, p in enumerate(r)) / big_r)
+        out["mrr"].append(1 / (r[0] + 1))
+        out["precision_at_1"].append(float(r[0] == 0))
+        out["r_precision"].append(sum(p < big_r for p in r) / big_r)
+        at_r = sum((k + 1) / (p + 1) for k, p in enumerate(r) if p < big_r)
+        out["map_at_r"].append(at_r / big_r)
+    return {n: np.array(v) for n, v in out.items()}
+
+
+def near_tie_case(seed, offset):
+    """Each query has two references one float32 step apart near it, one positive; with
+    ``offset`` every coordinate sits near 1000 (float32 Euclidean keys cancel)."""
+    rng = np.random.default_rng(seed)
+    n_ref, n_q, dim = 250, 12, 8
+    base = 1000.0 if offset else 0.0
+    scale = 0.02 if offset else 1.0
+    xb = (base + scale * rng.standard_normal((n_ref, dim))).astype(np.float32)
+    xq = (base + scale * rng.standard_normal((n_q, dim))).astype(np.float32)
+    pos, junk = [], []
+    for i in range(n_q):
+        a, b = 2 * i, 2 * i + 1
+        xb[a] = (xq[i] + scale * 0.05 * rng.standard_normal(dim)).astype(np.float32)
+        xb[b] = xb[a]
+        j = int(rng.integers(dim))
+        xb[b, j] = np.nextafter(xb[a, j], np.float32(rng.choice([-np.inf, np.inf])))
+        others = rng.choice(np.arange(2 * n_q, n_ref), 9, replace=False)
+        chosen = [a if rng.random() < 0.5 else b, *others[:4].tolist()]
+        pos.append(sorted(chosen) if i % 5 else [])
+        junk.append(sorted(others[4:].tolist()))
+    return xq, xb, pos, junk
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine", "inner_product"])
+@pytest.mark.parametrize("offset", [False, True])
+def test_ranks_and_metrics_match_the_float64_oracle(distance, offset):
+    if offset and distance != "euclidean":
+        pytest.skip("the large common offset matters for the Euclidean key")
+    xq, xb, pos, junk = near_tie_case(0, offset)
+    expected = oracle_ranks(xq, xb, pos, junk, distance)
+    got, lims = positive_ranks(xq, xb, pos, junk, distance=distance)
+    assert [got[lims[i] : lims[i + 1]].tolist() for i in range(len(pos))] == expected
+    names = ["map", "mrr", "precision_at_1", "r_precision", "map_at_r"]
+    res = ee.evaluate(
+        xq, None, xb, None, positives=pos, junk=junk, metrics=names, distance=distance
+    )
+    want = oracle_metrics(expected)
+    for name in names:
+        np.testing.assert_allclose(res.per_query[name], want[name], rtol=0, atol=1e-12)
+        assert res.n_ties[name] == 0
+
+
+def test_exact_tie_with_a_non_positive_keeps_the_tie_flag():
+    # reference 1 duplicates positive 0: the tie block mixes the two, ranked by index
+    xb = np.array([[1, 0], [1, 0], [0, 1], [5, 5]], np.float32)
+    xq = np.array([[1, 0.1], [0, 1]], np.float32)
+    res = ee.evaluate(xq, None, xb, None, positives=[[1], [2]], metrics=["precision_at_1", "mrr"])
+    # query 0: positive 1 ranks 2nd behind its copy 0 (index order); query 1: first, no tie
+    assert res.per_query["mrr"].tolist() == [0.5, 1.0]
+    assert res.per_query["precision_at_1"].tolist() == [0.0, 1.0]
+    assert res.n_ties["precision_at_1"] == 1 and res.n_ties["mrr"] == 1
