@@ -1180,6 +1180,21 @@ def _retrieval_inputs(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _check_retrieve_search(search: dict[str, Any]) -> None:
+    """Search options ``retrieve`` has no use for, refused with the reason."""
+    if "precision" in search:
+        raise InputError(
+            "--precision chooses the torch backend's product in evaluate and compare; "
+            "retrieve multiplies in float32 (numpy or torch): drop --precision."
+        )
+    approximate = [f for f in ("index", "index_params", "exact_sample") if f in search]
+    if approximate:
+        raise InputError(
+            f"--{approximate[0].replace('_', '-').replace('params', 'param')} is an option of "
+            "approximate search, and retrieve ranks the corpus exactly; drop it."
+        )
+
+
 def cmd_retrieve(args: argparse.Namespace) -> int:
     """``embedeval retrieve``: check every output, evaluate, print and write."""
     from .protocols.qrels import evaluate_qrels
@@ -1200,17 +1215,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     _check_paths(args, [args.run, args.json, args.per_query, args.report])
     inputs = _retrieval_inputs(args)
     with search_arguments(args) as search:
-        if "precision" in search:
-            raise InputError(
-                "--precision chooses the torch backend's product in evaluate and compare; "
-                "retrieve multiplies in float32 (numpy or torch): drop --precision."
-            )
-        approximate = [f for f in ("index", "index_params", "exact_sample") if f in search]
-        if approximate:
-            raise InputError(
-                f"--{approximate[0].replace('_', '-').replace('params', 'param')} is an option of "
-                "approximate search, and retrieve ranks the corpus exactly; drop it."
-            )
+        _check_retrieve_search(search)
         res = evaluate_qrels(
             inputs["queries"],
             inputs["corpus"],
