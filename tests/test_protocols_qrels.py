@@ -297,8 +297,8 @@ def test_bad_input_is_named():
         ee.evaluate_qrels(queries, corpus[:, :3], qrels, query_ids=qids, doc_ids=dids)
     with pytest.raises(InputError, match="query_ids has 2 ids"):
         ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids[:2], doc_ids=dids)
-    with pytest.raises(InputError, match="not supported by evaluate_qrels"):
-        ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids, doc_ids=dids, shards=2)
+    with pytest.raises(InputError, match="shards must be"):
+        ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids, doc_ids=dids, shards=-2)
     with pytest.raises(InputError, match="ties="):
         ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids, doc_ids=dids, ties="random")
 

@@ -28,16 +28,16 @@ from ..engine.corpus import (
     decide_top,
     numpy_product,
     prepare_queries,
-    scan_ranks,
-    scan_top,
     tie_keys,
     torch_product,
 )
+from ..engine.corpus_shards import StackedRows
 from ..evaluation.compare import bootstrap_ci
 from ..evaluation.result import EvaluationResult
 from ..metrics.judged import NOT_RANKED, IRMetric, judged_metric_values, parse_ir_metrics
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import as_embeddings, check_bool, check_choice, check_int, host_array
+from .qrels_shards import CorpusSearch, corpus_search, shard_list
 
 __all__ = ["QrelsResult", "evaluate_qrels"]
 
@@ -345,7 +345,7 @@ def _depth(parsed: list[IRMetric], run_depth: int | None) -> tuple[int, bool]:
 
 # --------------------------------------------------------------------------- ranks
 def _ranks(
-    corpus: np.ndarray,
+    search: CorpusSearch,
     scan: CorpusScan,
     judged: _Judgments,
     candidates: tuple[np.ndarray, np.ndarray],
@@ -355,13 +355,13 @@ def _ranks(
 ) -> np.ndarray:
     """The 1-based rank of each judged document (NOT_RANKED: not retrieved or beyond depth):
     within the top lists (:func:`candidate_ranks`), else (full-depth metrics)
-    :func:`scan_ranks`."""
+    :func:`~embedeval.engine.corpus.scan_ranks` (shard by shard when sharded)."""
     q = judged.query
     ranks = np.full(q.size, NOT_RANKED, dtype=np.int64)
     present = np.flatnonzero((judged.rows >= 0) & ~np.isnan(pair_scores))
     if present.size and scan.depth:
         pairs = Pairs(q[present], judged.rows[present])
-        rank = candidate_ranks(corpus, scan, candidates, pairs, pair_scores[present])
+        rank = candidate_ranks(search.rows, scan, candidates, pairs, pair_scores[present])
         ranks[present[rank > 0]] = rank[rank > 0]
     if full:
         # only a relevant document's rank enters a full-depth metric (nDCG: a positive grade)
@@ -370,7 +370,7 @@ def _ranks(
         idx = np.flatnonzero(beyond)
         if idx.size:
             pairs = Pairs(q[idx], judged.rows[idx])
-            ranks[idx] = scan_ranks(corpus, scan, pairs, pair_scores[idx])
+            ranks[idx] = search.beyond(scan, pairs, pair_scores[idx])
     return ranks
 
 
@@ -400,7 +400,7 @@ def evaluate_qrels(
     progress: bool | None = None,
     backend: str = "local",
     device: str | None = None,
-    shards: int | None = None,
+    shards: int | Sequence[Any] | None = None,
     client: Any = None,
 ) -> QrelsResult:
     """IR metrics of query embeddings against a corpus, judged by qrels, as trec_eval defines
@@ -410,7 +410,8 @@ def evaluate_qrels(
     ----------
     queries, corpus : array-like (n, dim)
         numpy arrays, memory-mapped ``.npy`` files (float32 or float16: the corpus is streamed
-        in blocks, never copied whole) or torch tensors.
+        in blocks, never copied whole) or torch tensors.  ``corpus=None`` when ``shards`` is a
+        list (the pieces are the corpus).
     qrels : dict or path
         ``{query id: {doc id: grade}}`` or a TREC (``qid 0 docid grade``) / BEIR (tsv with a
         header) qrels file.  Grades are integers; 0 and negative grades are judged
@@ -452,10 +453,18 @@ def evaluate_qrels(
         Corpus rows per block (default from ``memory_budget``), worker threads, progress bar
         over the corpus (default: when stderr is a terminal).
     backend, device
-        ``"local"`` (numpy) or ``"torch"`` (each corpus block moved to ``device`` for its
-        product; the ranking stays on the host).
-    shards, client
-        Not supported here yet: must be None.
+        ``"local"`` (numpy), ``"torch"`` (each corpus block moved to ``device`` for its
+        product; the ranking stays on the host) or ``"dask"`` (with ``client``).
+    shards : int or list, optional
+        The corpus in shards, each scanned by itself and merged exactly (bit-identical
+        numbers, :mod:`embedeval.engine.corpus_shards`): an int N splits the corpus rows into N
+        contiguous parts; a list of arrays or ``.npy`` paths (memory-mapped) *is* the corpus
+        in pieces (``corpus=None``; concatenated in order, one ``doc_ids`` entry per row).
+        Numpy products only (not with ``backend="torch"``).
+    client : distributed.Client, optional
+        With ``backend="dask"``: the shards are scanned on the cluster's workers (``.npy``
+        paths are opened there; arrays are scattered), and merged here.  Without ``shards``,
+        one contiguous shard per worker.
 
     Returns
     -------
@@ -483,13 +492,13 @@ def evaluate_qrels(
     distance = check_choice(distance, "distance", DISTANCES)
     ties = check_choice(ties, "ties", TIES)
     missing = check_choice(missing, "missing", MISSING)
-    backend = check_choice(backend, "backend", ("local", "torch"))
+    backend = check_choice(backend, "backend", ("local", "torch", "dask"))
     ignore_identical_ids = check_bool(ignore_identical_ids, "ignore_identical_ids")
-    _refuse_distributed(shards, client)
+    _check_distributed(backend, shards, client)
     parsed = parse_ir_metrics(metrics)
     level = check_int(relevance_level, "relevance_level", minimum=None)
     depth, full = _depth(parsed, run_depth)
-    q_all, docs, qids, dids = _inputs(queries, corpus, query_ids, doc_ids)
+    q_all, docs, qids, dids, pieces = _inputs(queries, corpus, query_ids, doc_ids, shards)
     judgments = _qrels(qrels)
     absent = _missing(judgments, qids, missing, "queries")
     doc_index = {d: i for i, d in enumerate(dids)}
@@ -511,10 +520,11 @@ def evaluate_qrels(
         backend=backend,
         device=device,
     )
+    search = corpus_search(docs, pieces, shards, client, progress)
     pairs = Pairs(judged.query, np.maximum(judged.rows, 0))
-    cand_q, cand_codes, pair_scores = scan_top(docs, scan, pairs)
+    cand_q, cand_codes, pair_scores = search.top(scan, pairs)
     pair_scores[judged.rows < 0] = np.nan
-    ranks = _ranks(docs, scan, judged, (cand_q, cand_codes), pair_scores, full, level)
+    ranks = _ranks(search, scan, judged, (cand_q, cand_codes), pair_scores, full, level)
     values = judged_metric_values(
         parsed, judged.lims, ranks, judged.grades, relevance_level=level, gain=gain
     )
@@ -522,22 +532,25 @@ def evaluate_qrels(
         "metrics": [m.name for m in parsed], "distance": distance, "ties": ties,
         "relevance_level": level, "gain": gain, "missing": missing,
         "ignore_identical_ids": ignore_identical_ids, "backend": backend, "device": device,
+        "shards": len(search.pieces),
         "ci": ci, "n_boot": n_boot, "seed": seed,
         **_counts(scan, depth, q_all, docs, judged),
     }  # fmt: skip
     res = _result(values, qids, eval_pos, absent, settings, eval_ids, dids)
-    res._ranker = lambda: decide_top(docs, scan, cand_q, cand_codes, True)
+    res._ranker = lambda: decide_top(search.rows, scan, cand_q, cand_codes, True)
     res.judged_lims, res.judged_rows, res.judged_grades = judged.lims, judged.rows, judged.grades
     res.judged_ranks = ranks
     return res
 
 
 def _inputs(
-    queries: Any, corpus: Any, query_ids: Any, doc_ids: Any
-) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
-    """Checked queries (float32, in memory), corpus (as given), and the ids as strings."""
+    queries: Any, corpus: Any, query_ids: Any, doc_ids: Any, shards: Any
+) -> tuple[np.ndarray, Any, list[str], list[str], list[np.ndarray] | None]:
+    """Checked queries (float32, in memory), corpus (as given, or the ``shards`` pieces read as
+    one), the ids as strings, and the pieces (None: no list of shards)."""
     q_all = as_embeddings(queries, "queries")
-    docs = _corpus(corpus)
+    pieces = shard_list(corpus, shards, q_all.shape[1])
+    docs = _corpus(corpus) if pieces is None else StackedRows(pieces)
     if docs.shape[1] != q_all.shape[1]:
         raise InputError(
             f"queries have dimension {q_all.shape[1]} but the corpus has {docs.shape[1]}; embed "
@@ -545,7 +558,7 @@ def _inputs(
         )
     qids = _ids(query_ids, q_all.shape[0], "query_ids", "query")
     dids = _ids(doc_ids, docs.shape[0], "doc_ids", "corpus")
-    return q_all, docs, qids, dids
+    return q_all, docs, qids, dids, pieces
 
 
 def _counts(
@@ -559,13 +572,30 @@ def _counts(
     }  # fmt: skip
 
 
-def _refuse_distributed(shards: Any, client: Any) -> None:
-    if shards is not None or client is not None:
+def _check_distributed(backend: str, shards: Any, client: Any) -> None:
+    """``shards`` / ``client`` against the backend (the client itself is checked later)."""
+    if client is not None and backend != "dask":
         raise InputError(
-            "shards= and client= (sharded / Dask search) are not supported by evaluate_qrels "
-            "yet; leave them unset (the corpus is streamed in blocks on this machine, and "
-            "backend='torch' moves each block to a GPU)."
+            f"client= is only used with backend='dask' (the backend here is {backend!r}, which "
+            "would ignore it); pass backend='dask' to scan the shards on the cluster, or drop "
+            "client."
         )
+    if backend == "dask" and client is None:
+        raise InputError(
+            "backend='dask' needs client=, a dask.distributed.Client connected to your cluster "
+            "(e.g. Client('tcp://scheduler:8786'), or Client(LocalCluster()) on one machine)."
+        )
+    if shards is not None and backend == "torch":
+        raise InputError(
+            f"shards={_shown(shards)} scans the corpus in pieces with numpy products, and "
+            "backend='torch' moves each block to a device; drop one of them."
+        )
+    if shards is not None and not isinstance(shards, (list, tuple)):
+        check_int(shards, "shards")
+
+
+def _shown(shards: Any) -> str:
+    return f"[{len(shards)} pieces]" if isinstance(shards, (list, tuple)) else repr(shards)
 
 
 def _plan(

@@ -32,7 +32,7 @@ from ..engine.threads import single_threaded_blas
 from ..utils.errors import InputError, InputTypeError
 from ..utils.progress import progress_bar
 
-__all__ = ["search"]
+__all__ = ["check_client", "n_workers_of", "search"]
 
 #: Tasks per worker: enough to balance uneven blocks, few enough to keep scheduling cheap.
 _TASKS_PER_WORKER = 4
@@ -75,7 +75,7 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
     computed on the workers of ``options.client`` (a client is only checked here, when the
     search starts: validating the other options never touches it)."""
     client = options.client
-    as_completed = _check_client(client)
+    as_completed = check_client(client)
     if not task.has_work:
         return
     plan = engine_plan(task, options.block_size, options.memory_budget)
@@ -115,7 +115,7 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
         raise
 
 
-def _check_client(client: Any) -> Any:
+def check_client(client: Any) -> Any:
     """Check ``client``; return ``distributed.as_completed``."""
     try:
         from distributed import Client, as_completed
@@ -138,14 +138,19 @@ def _check_client(client: Any) -> Any:
 
 def _task_rows(client: Any, n_query: int, block_size: int) -> list[slice]:
     """Query ranges of the worker tasks, cut at the local engine's block boundaries."""
+    n_workers = n_workers_of(client)
+    per_task = -(-n_query // (_TASKS_PER_WORKER * n_workers))
+    per_task = max(1, -(-per_task // block_size)) * block_size
+    return [slice(q0, min(q0 + per_task, n_query)) for q0 in range(0, n_query, per_task)]
+
+
+def n_workers_of(client: Any) -> int:
+    """The number of workers of a Dask client's cluster (at least 1)."""
     try:
         info = client.scheduler_info(n_workers=-1)
     except TypeError:  # distributed < 2025: every worker is listed by default
         info = client.scheduler_info()
-    n_workers = max(1, len(info.get("workers", {})))
-    per_task = -(-n_query // (_TASKS_PER_WORKER * n_workers))
-    per_task = max(1, -(-per_task // block_size)) * block_size
-    return [slice(q0, min(q0 + per_task, n_query)) for q0 in range(0, n_query, per_task)]
+    return max(1, len(info.get("workers", {})))
 
 
 def _search_part(shared: _Shared, part: _Part) -> ScoredBlock:

@@ -52,7 +52,7 @@ from ..utils.errors import FileFormatError, InputError, InputTypeError
 from ..utils.progress import progress_bar
 from .local import local_blocks
 
-__all__ = ["ShardedReference", "search", "shard_bounds"]
+__all__ = ["ShardedReference", "open_piece", "search", "shard_bounds"]
 
 _ALIGN = TILE  # shard boundaries on the engine's column-tile grid
 
@@ -67,7 +67,7 @@ class ShardedReference:
     """
 
     def __init__(self, pieces: list[Any], dim: int, n_rows: int) -> None:
-        arrays = [_open_piece(p, i, dim) for i, p in enumerate(pieces)]
+        arrays = [open_piece(p, i, dim) for i, p in enumerate(pieces)]
         sizes = np.array([a.shape[0] for a in arrays], dtype=np.int64)
         if int(sizes.sum()) != n_rows:
             raise InputError(
@@ -98,7 +98,9 @@ class ShardedReference:
         return out
 
 
-def _open_piece(piece: Any, i: int, dim: int) -> np.ndarray:
+def open_piece(piece: Any, i: int, dim: int) -> np.ndarray:
+    """``shards[i]``: an array, or a ``.npy`` path memory-mapped (never unpickled), checked
+    numeric, 2-D, non-empty and of dimension ``dim``."""
     if isinstance(piece, (str, os.PathLike)):
         path = os.fspath(piece)
         if not path.endswith(".npy"):

@@ -1,0 +1,183 @@
+"""The corpus engine (:mod:`embedeval.engine.corpus`) over a corpus in pieces (*shards*), merged
+exactly: the result is that of one scan of the concatenated corpus, bit for bit.
+
+Every shard is scanned by itself with the engine's own functions (on this machine or on a Dask
+worker), under the *same* queries, tie keys (global: each shard takes its slice) and Euclidean
+centre; only the bound on the shard's row norms (``m_sq``) is its own.
+
+* Top lists: a document of the float64 top ``depth`` of the whole corpus is in the float64
+  top ``depth`` of its own shard, so it is among the shard's :func:`~.corpus.scan_top`
+  candidates.  The union of the shards' candidates (codes carry the global tie key) is then
+  decided in float64 by :func:`~.corpus.decide_top` / :func:`~.corpus.candidate_ranks` under
+  a band covering every shard's rows: the same float64 order, hence the same lists and ranks.
+* Ranks beyond the top: the documents that beat a judged document are counted shard by shard
+  (:func:`~.corpus.scan_ranks`) and summed.  The judged document's own row may lie in another
+  shard; those rows are gathered first and read after the shard's own rows
+  (:class:`StackedRows`), so each shard forms the float64 keys of its near-ties against them.
+  The band of every shard covers the largest row norm of the whole corpus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .corpus import CorpusScan, Pairs, scan_ranks, scan_top
+
+__all__ = [
+    "ShardPlan",
+    "StackedRows",
+    "merge_candidates",
+    "shard_pairs",
+    "shard_ranks",
+    "shard_top",
+]
+
+
+class StackedRows:
+    """Several 2-D arrays read as one, row after row, without a copy of the whole: slices and
+    integer arrays of rows, ``shape``, ``dtype``.  ``n_rows`` (default: all) is the number of
+    rows a scan streams; rows past it are only looked up by index (gathered rows).
+
+    >>> s = StackedRows([np.zeros((2, 2), np.float32), np.ones((1, 2), np.float32)])
+    >>> s.shape, s[np.array([2, 0])].tolist()
+    ((3, 2), [[1.0, 1.0], [0.0, 0.0]])
+    """
+
+    def __init__(self, pieces: Sequence[np.ndarray], n_rows: int | None = None) -> None:
+        self.pieces = list(pieces)
+        sizes = [p.shape[0] for p in self.pieces]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        n = int(self.offsets[-1]) if n_rows is None else n_rows
+        self.shape = (n, int(self.pieces[0].shape[1]))
+        first = self.pieces[0]
+        own = n <= sizes[0]  # the streamed rows are the first piece's: its slices, as they are
+        self._gather_dtype = np.result_type(*[p.dtype for p in self.pieces])
+        self.dtype = first.dtype if own else self._gather_dtype
+        self.flags, self.strides = first.flags, first.strides
+        # a memory map releases the pages of streamed rows only when they are all its own
+        self._mmap = getattr(first, "_mmap", None) if own else None
+
+    def __getitem__(self, index: slice | np.ndarray) -> np.ndarray:
+        if isinstance(index, slice):
+            start, stop, _ = index.indices(int(self.offsets[-1]))
+            if stop <= self.offsets[1]:
+                return self.pieces[0][start:stop]
+            index = np.arange(start, stop)
+        rows = np.asarray(index, dtype=np.int64)
+        piece = np.searchsorted(self.offsets, rows, side="right") - 1
+        out = np.empty((rows.size, self.shape[1]), dtype=self._gather_dtype)
+        for i in np.unique(piece).tolist():
+            mine = piece == i
+            out[mine] = self.pieces[i][rows[mine] - self.offsets[i]]
+        return out
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """What a shard's scan shares with the scan of the whole corpus (plain arrays, so it can be
+    shipped to a worker): the prepared queries, the tie keys and excluded pairs of the shard's
+    rows (:meth:`piece`), the Euclidean centre, the depth and the block size."""
+
+    queries: np.ndarray
+    query_norms: np.ndarray | None
+    raw: np.ndarray
+    centre: np.ndarray | None
+    distance: str
+    depth: int
+    keys: np.ndarray
+    excluded_query: np.ndarray
+    excluded_row: np.ndarray
+    ties: str
+    block: int
+    n_threads: int | None
+    progress: bool | None
+
+    @classmethod
+    def of(cls, scan: CorpusScan, progress: bool | None) -> ShardPlan:
+        """The plan of a whole-corpus scan (numpy products)."""
+        return cls(
+            scan.queries, scan.query_norms, scan.raw, scan.centre, scan.distance, scan.depth,
+            scan.keys, scan.excluded.query, scan.excluded.row, scan.ties, scan.block,
+            scan.n_threads, progress,
+        )  # fmt: skip
+
+    def piece(self, start: int, stop: int, gather: np.ndarray | None = None) -> ShardPlan:
+        """The plan of corpus rows ``start:stop``: their tie keys (then those of the ``gather``
+        rows, read after them: :func:`shard_pairs`) and exclusions, rows local."""
+        sel = (self.excluded_row >= start) & (self.excluded_row < stop)
+        keys = self.keys[start:stop]
+        return replace(
+            self,
+            keys=keys if gather is None else np.concatenate([keys, self.keys[gather]]),
+            excluded_query=self.excluded_query[sel],
+            excluded_row=self.excluded_row[sel] - start,
+        )
+
+    def scan(self, m_sq: float = 0.0) -> CorpusScan:
+        """A fresh scan of the shard (``m_sq``: a bound on every row norm it will meet)."""
+        return CorpusScan(
+            self.queries, self.query_norms, self.distance, self.depth, self.keys,
+            Pairs(self.excluded_query, self.excluded_row), block=self.block,
+            n_threads=self.n_threads, progress=self.progress, raw=self.raw,
+            centre=self.centre, ties=self.ties, m_sq=m_sq,
+        )  # fmt: skip
+
+
+def shard_top(
+    plan: ShardPlan, shard: np.ndarray, query: np.ndarray, row: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """One shard's :func:`~.corpus.scan_top`: its candidates ``(query, code)``, the float32
+    scores of the pairs ``(query, row)`` (rows local to the shard), and the bound ``m_sq`` on
+    its rows' squared norms."""
+    scan = plan.scan()
+    cand_q, codes, scores = scan_top(shard, scan, Pairs(query, row))
+    return cand_q, codes, scores, scan.m_sq
+
+
+def merge_candidates(
+    parts: Sequence[tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """The shards' candidates as one ``(query, code)`` list, query ascending, codes ascending
+    within a query (as :func:`~.corpus.scan_top` gives them).
+
+    >>> merge_candidates([(np.array([0, 1]), np.uint64([5, 2])), (np.array([0]), np.uint64([3]))])
+    (array([0, 0, 1]), array([3, 5, 2], dtype=uint64))
+    """
+    query = np.concatenate([p[0] for p in parts])
+    codes = np.concatenate([p[1] for p in parts])
+    order = np.lexsort((codes, query))
+    return query[order], codes[order]
+
+
+def shard_pairs(rows: np.ndarray, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of a shard ``start:stop`` as the shard's :class:`StackedRows` reads them: a row of
+    the shard at its local index, any other after the shard's rows, in the order of the
+    returned global rows to gather (ascending, unique).
+
+    >>> local, gather = shard_pairs(np.array([5, 1, 6, 1]), 4, 7)
+    >>> local.tolist(), gather.tolist()
+    ([1, 3, 2, 3], [1])
+    """
+    inside = (rows >= start) & (rows < stop)
+    gather = np.unique(rows[~inside])
+    local = np.where(inside, rows - start, (stop - start) + np.searchsorted(gather, rows))
+    return local, gather
+
+
+def shard_ranks(
+    plan: ShardPlan,
+    shard: np.ndarray,
+    gathered: np.ndarray,
+    pairs: tuple[np.ndarray, np.ndarray],
+    pair_scores: np.ndarray,
+    m_sq: float,
+) -> np.ndarray:
+    """Per pair ``(query, local row)`` (:func:`shard_pairs`), the number of the shard's documents
+    that beat it in the float64 ranking (:func:`~.corpus.scan_ranks` minus one); ``gathered``
+    holds the pairs' rows from other shards, ``m_sq`` bounds every row norm of the corpus."""
+    rows = StackedRows([shard, gathered], shard.shape[0])
+    scan = plan.scan(m_sq)
+    return scan_ranks(rows, scan, Pairs(*pairs), pair_scores) - 1

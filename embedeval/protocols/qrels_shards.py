@@ -1,0 +1,167 @@
+"""The corpus of :func:`~embedeval.protocols.qrels.evaluate_qrels` in shards (``shards=``), on
+this machine or on the workers of a Dask cluster (``client=``), merged exactly
+(:mod:`embedeval.engine.corpus_shards`): the numbers are those of the unsharded run, bit for bit.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..engine.corpus import CorpusScan, Pairs, scan_ranks, scan_top
+from ..engine.corpus_shards import (
+    ShardPlan,
+    merge_candidates,
+    shard_pairs,
+    shard_ranks,
+    shard_top,
+)
+from ..search.dask_backend import check_client, n_workers_of
+from ..search.sharded import open_piece
+from ..utils.errors import InputError
+from ..utils.validation import check_int
+
+__all__ = ["CorpusSearch", "corpus_search", "shard_list"]
+
+
+def shard_list(corpus: Any, shards: Any, dim: int) -> list[np.ndarray] | None:
+    """The pieces of ``shards=[...]`` (arrays, or ``.npy`` paths memory-mapped, each of
+    dimension ``dim``), which then are the corpus (``corpus`` must be None); None for no list."""
+    if not isinstance(shards, (list, tuple)):
+        return None
+    if corpus is not None:
+        raise InputError(
+            "shards is a list of corpus pieces, so corpus must be None (the pieces, concatenated "
+            "in order, are the corpus, one doc id per row); pass corpus=None, or shards=N to "
+            "split the corpus given."
+        )
+    if not shards:
+        raise InputError("shards is an empty list; pass an int or at least one array/path.")
+    return [open_piece(p, i, dim) for i, p in enumerate(shards)]
+
+
+@dataclass
+class CorpusSearch:
+    """How the corpus is scanned: whole (``pieces`` of one array, no client), in shards on this
+    machine, or in shards on Dask workers.  ``sources`` are what a worker opens (an array, a
+    scattered array, or a ``.npy`` path); ``rows`` reads any corpus row by its global index."""
+
+    rows: Any
+    pieces: list[np.ndarray]
+    sources: list[Any]
+    client: Any = None
+    progress: bool | None = None
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum([p.shape[0] for p in self.pieces])])
+
+    def top(self, scan: CorpusScan, pairs: Pairs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`~embedeval.engine.corpus.scan_top` of the whole corpus; sharded: each shard's,
+        merged, and ``scan.m_sq`` raised to cover every shard's rows."""
+        if self.client is None and len(self.pieces) == 1:
+            return scan_top(self.rows, scan, pairs)
+        plan, ends = ShardPlan.of(scan, self.progress), _ends(self.offsets)
+        inside = [np.flatnonzero((pairs.row >= a) & (pairs.row < b)) for a, b in ends]
+        jobs = [
+            (plan.piece(a, b), src, i, pairs.query[idx], pairs.row[idx] - a)
+            for i, ((a, b), src, idx) in enumerate(zip(ends, self.sources, inside, strict=True))
+        ]
+        results = self._map(_top_job, jobs)
+        scores = np.full(pairs.query.size, np.nan, dtype=np.float32)
+        for idx, r in zip(inside, results, strict=True):
+            scores[idx] = r[2]
+        scan.m_sq = max([scan.m_sq, *[r[3] for r in results]])
+        return (*merge_candidates([(r[0], r[1]) for r in results]), scores)
+
+    def beyond(self, scan: CorpusScan, pairs: Pairs, pair_scores: np.ndarray) -> np.ndarray:
+        """:func:`~embedeval.engine.corpus.scan_ranks`; sharded: 1 + the documents that beat
+        each pair, counted in every shard against the pair's row gathered from its own."""
+        if self.client is None and len(self.pieces) == 1:
+            return scan_ranks(self.rows, scan, pairs, pair_scores)
+        plan, jobs = ShardPlan.of(scan, self.progress), []
+        for i, ((a, b), src) in enumerate(zip(_ends(self.offsets), self.sources, strict=True)):
+            local, gather = shard_pairs(pairs.row, a, b)
+            gathered = self.rows[gather]
+            jobs.append(
+                (
+                    plan.piece(a, b, gather),
+                    src,
+                    i,
+                    gathered,
+                    (pairs.query, local),
+                    pair_scores,
+                    scan.m_sq,
+                )
+            )
+        return 1 + np.sum(self._map(_ranks_job, jobs), axis=0, dtype=np.int64)
+
+    def _map(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
+        """``fn(*job)`` for every job, here or on the workers (results in job order)."""
+        if self.client is None:
+            return [fn(*job) for job in jobs]
+        futures = []
+        try:
+            futures = [self.client.submit(fn, *job, pure=False) for job in jobs]
+            return self.client.gather(futures)
+        except BaseException:
+            self.client.cancel(futures)  # Ctrl-C or a failed worker: nothing left running
+            raise
+
+
+def _ends(offsets: np.ndarray) -> list[tuple[int, int]]:
+    return [(int(a), int(b)) for a, b in itertools.pairwise(offsets)]
+
+
+def _open(source: Any, i: int, dim: int) -> np.ndarray:
+    """A shard on a worker: the array shipped, or its ``.npy`` file memory-mapped there."""
+    return source if isinstance(source, np.ndarray) else open_piece(source, i, dim)
+
+
+def _top_job(plan: ShardPlan, source: Any, i: int, query: np.ndarray, row: np.ndarray) -> tuple:
+    return shard_top(plan, _open(source, i, plan.queries.shape[1]), query, row)
+
+
+def _ranks_job(
+    plan: ShardPlan,
+    source: Any,
+    i: int,
+    gathered: np.ndarray,
+    pairs: tuple[np.ndarray, np.ndarray],
+    pair_scores: np.ndarray,
+    m_sq: float,
+) -> np.ndarray:
+    shard = _open(source, i, plan.queries.shape[1])
+    return shard_ranks(plan, shard, gathered, pairs, pair_scores, m_sq)
+
+
+def corpus_search(
+    docs: Any,
+    pieces: list[Any] | None,
+    shards: Any,
+    client: Any,
+    progress: bool | None,
+) -> CorpusSearch:
+    """The :class:`CorpusSearch` of the options: ``pieces`` opened from the list ``shards``
+    (None: ``docs`` split into ``shards`` contiguous parts, or one per Dask worker)."""
+    listed = shards
+    if client is not None:
+        check_client(client)
+    if pieces is None:
+        n = docs.shape[0]
+        if shards is None:
+            parts = 1 if client is None else n_workers_of(client)
+        else:
+            parts = check_int(shards, "shards")
+        cuts = np.linspace(0, n, min(parts, n) + 1).round().astype(np.int64)
+        pieces = [docs[a:b] for a, b in _ends(cuts)]
+        listed = pieces
+    sources: list[Any] = list(pieces if client is None else listed)
+    if client is not None:  # arrays go to the workers once; paths are opened there
+        sources = [client.scatter(s) if isinstance(s, np.ndarray) else s for s in sources]
+        progress = False
+    return CorpusSearch(docs, pieces, sources, client, progress)

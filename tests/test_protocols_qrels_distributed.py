@@ -1,0 +1,149 @@
+"""``evaluate_qrels(..., shards=)`` and ``client=``: the corpus scanned in pieces (here or on Dask
+workers) gives the unsharded numbers bit for bit, and a float64 brute force agrees."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+from embedeval.utils.errors import InputError
+
+METRICS = ["map", "ndcg", "mrr", "recall@5", "ndcg@10", "r_precision"]
+
+
+@pytest.fixture(scope="module")
+def data():
+    """Integer-valued rows (exact ties) duplicated across every shard boundary used below, and
+    near-ties (a row and the same row nudged by one float32 step), with graded qrels that judge
+    duplicates and near-ties of each query's best documents."""
+    rng = np.random.default_rng(3)
+    n, d = 600, 6
+    corpus = rng.integers(-3, 4, (n, d)).astype(np.float32)
+    corpus[300:340] = corpus[:40]  # copies in another shard
+    corpus[500:520] = corpus[250:270]
+    near = corpus[100:120].copy()
+    near[:, 0] = np.nextafter(near[:, 0], np.float32(np.inf))
+    corpus[560:580] = near
+    queries = rng.integers(-3, 4, (25, d)).astype(np.float32)
+    queries[:5] = corpus[:5]  # queries equal to duplicated rows
+    doc_ids = [f"d{v:04d}" for v in rng.permutation(n)]
+    query_ids = [f"q{i}" for i in range(25)]
+    qrels = {}
+    for i, qid in enumerate(query_ids[:22]):  # q22..q24 have no judgments
+        judged = rng.choice(n, 12, replace=False).tolist() + [i, 300 + i, 100 + i, 560 + i]
+        qrels[qid] = {doc_ids[r]: int(rng.integers(0, 3)) for r in judged}
+    return queries, corpus, qrels, query_ids, doc_ids
+
+
+def _run(data, corpus, **kw):
+    queries, _, qrels, query_ids, doc_ids = data
+    return ee.evaluate_qrels(
+        queries, corpus, qrels, query_ids=query_ids, doc_ids=doc_ids, metrics=METRICS,
+        run_depth=12, block_size=64, progress=False, **kw,
+    )  # fmt: skip
+
+
+def _assert_same(a, b):
+    for name in METRICS:
+        np.testing.assert_array_equal(a.per_query[name], b.per_query[name])
+    np.testing.assert_array_equal(a.judged_ranks, b.judged_ranks)
+    np.testing.assert_array_equal(a.run_rows, b.run_rows)
+    np.testing.assert_array_equal(a.run_scores, b.run_scores)
+
+
+@pytest.mark.parametrize("ties", ["index", "trec_eval"])
+@pytest.mark.parametrize("distance", ["cosine", "euclidean", "inner_product"])
+def test_shards_bit_identical(data, tmp_path, ties, distance):
+    corpus = data[1]
+    whole = _run(data, corpus, ties=ties, distance=distance)
+    assert whole.settings["shards"] == 1
+    split = _run(data, corpus, ties=ties, distance=distance, shards=4)
+    assert split.settings["shards"] == 4
+    _assert_same(whole, split)
+    cuts = [0, 37, 310, 505, 600]  # duplicates and near-ties straddle every cut
+    pieces = [corpus[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    _assert_same(whole, _run(data, None, ties=ties, distance=distance, shards=pieces))
+    paths = []
+    for i, p in enumerate(pieces):
+        paths.append(tmp_path / f"part{i}.npy")
+        np.save(paths[-1], p)
+    _assert_same(whole, _run(data, None, ties=ties, distance=distance, shards=paths))
+
+
+def test_dask_bit_identical(data, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    corpus = data[1]
+    np.save(tmp_path / "a.npy", corpus[:250])
+    np.save(tmp_path / "b.npy", corpus[250:])
+    with (
+        distributed.LocalCluster(
+            processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        for ties in ("index", "trec_eval"):
+            whole = _run(data, corpus, ties=ties)
+            on_workers = _run(data, corpus, ties=ties, backend="dask", client=client)
+            assert on_workers.settings["shards"] == 2  # one per worker
+            _assert_same(whole, on_workers)
+            files = [tmp_path / "a.npy", tmp_path / "b.npy"]
+            _assert_same(
+                whole, _run(data, None, ties=ties, backend="dask", client=client, shards=files)
+            )
+        with pytest.raises(InputError, match="backend='dask'"):
+            _run(data, corpus, client=client)
+
+
+def _brute_force(queries, corpus, judged_rows):
+    """Rank (1-based, ties by corpus row) of each judged row by float64 inner products, plain
+    loops (the integer inputs make every float64 sum exact)."""
+    q64, c64 = queries.astype(np.float64), corpus.astype(np.float64)
+    ranks = []
+    for i, rows in enumerate(judged_rows):
+        scores = [float(np.dot(q64[i], c64[j])) for j in range(len(c64))]
+        out = {}
+        for r in rows:
+            out[r] = 1 + sum(
+                1 for j, s in enumerate(scores) if s > scores[r] or (s == scores[r] and j < r)
+            )
+        ranks.append(out)
+    return ranks
+
+
+def test_shards_match_a_float64_brute_force(data):
+    queries, corpus, qrels, query_ids, doc_ids = data
+    res = _run(data, None, distance="inner_product", shards=[corpus[:333], corpus[333:]])
+    row_of = {d: j for j, d in enumerate(doc_ids)}
+    judged = [[row_of[d] for d in qrels[qid]] for qid in query_ids[:22]]
+    truth = _brute_force(queries, corpus, judged)
+    for i, qid in enumerate(query_ids[:22]):
+        grades = qrels[qid]
+        ranks = sorted(truth[i][row_of[d]] for d, g in grades.items() if g >= 1)
+        n_rel = len(ranks)
+        ap = sum((k + 1) / r for k, r in enumerate(ranks)) / n_rel if n_rel else 0.0
+        recall5 = sum(r <= 5 for r in ranks) / n_rel if n_rel else 0.0
+        assert res.per_query["map"][i] == pytest.approx(ap, abs=1e-12)
+        assert res.per_query["recall@5"][i] == pytest.approx(recall5, abs=1e-12)
+        lo, hi = res.judged_lims[i], res.judged_lims[i + 1]
+        for row, rank, grade in zip(
+            res.judged_rows[lo:hi], res.judged_ranks[lo:hi], res.judged_grades[lo:hi], strict=True
+        ):
+            if grade >= 1 or rank <= 12:  # relevant ones at any depth, others within the run
+                assert rank == truth[i][int(row)]
+
+
+def test_bad_shards(data, tmp_path):
+    corpus = data[1]
+    with pytest.raises(InputError, match="shards"):
+        _run(data, corpus, shards=0)
+    with pytest.raises(InputError, match=r"shards\[1\]"):
+        _run(data, None, shards=[corpus[:300], np.zeros((300, 5), np.float32)])
+    with pytest.raises(InputError, match="shards"):
+        _run(data, corpus, shards=2, backend="torch")
+    with pytest.raises(InputError, match="corpus must be None"):
+        _run(data, corpus, shards=[corpus[:300], corpus[300:]])
+    with pytest.raises(InputError, match="doc_ids"):
+        _run(data, None, shards=[corpus[:300]])
+    with pytest.raises(InputError, match="client"):
+        _run(data, corpus, backend="dask")
