@@ -193,6 +193,29 @@ def test_search_options_reach_retrieve(files):
     assert a == b
     proc = run(*_args(d, "--index", "HNSW32", "--run", d / "never.trec"))
     _one_line_error(proc, "--index", "exactly")
-    proc = run(*_args(d, "--shards", "2", "--run", d / "never.trec"))
+    assert not (d / "never.trec").exists()
+
+
+def test_retrieve_shards_and_dask_give_the_local_numbers(files):
+    # --shards N: the corpus scanned in N pieces; --backend dask: the pieces on the workers of
+    # a local in-process cluster; merged exactly, so every per-query value is the local one
+    pytest.importorskip("distributed")
+    d = files[0]
+    extra = ("--metrics", "map", "ndcg@10", "recall@5", "--ties", "trec_eval")
+    local = run(*_args(d, *extra, "--json", d / "local.json", "--run", d / "local.trec"))
+    assert local.returncode == 0, local.stderr
+    sharded = run(
+        *_args(d, *extra, "--shards", "3", "--json", d / "sh.json", "--run", d / "sh.trec")
+    )
+    assert sharded.returncode == 0, sharded.stderr
+    dask = run(*_args(d, *extra, "--backend", "dask", "--shards", "2", "--json", d / "dk.json"))
+    assert dask.returncode == 0, dask.stderr
+    a = json.loads((d / "local.json").read_text())
+    for other in ("sh.json", "dk.json"):
+        b = json.loads((d / other).read_text())
+        assert a["per_query"] == b["per_query"]
+        assert a["metrics"] == b["metrics"]
+    assert (d / "local.trec").read_text() == (d / "sh.trec").read_text()
+    proc = run(*_args(d, "--shards", "0", "--run", d / "never.trec"))
     _one_line_error(proc, "shards")
     assert not (d / "never.trec").exists()

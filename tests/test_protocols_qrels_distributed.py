@@ -3,6 +3,8 @@ workers) gives the unsharded numbers bit for bit, and a float64 brute force agre
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -31,7 +33,7 @@ def data():
     query_ids = [f"q{i}" for i in range(25)]
     qrels = {}
     for i, qid in enumerate(query_ids[:22]):  # q22..q24 have no judgments
-        judged = rng.choice(n, 12, replace=False).tolist() + [i, 300 + i, 100 + i, 560 + i]
+        judged = [*rng.choice(n, 12, replace=False).tolist(), i, 300 + i, 100 + i, 560 + i]
         qrels[qid] = {doc_ids[r]: int(rng.integers(0, 3)) for r in judged}
     return queries, corpus, qrels, query_ids, doc_ids
 
@@ -62,7 +64,7 @@ def test_shards_bit_identical(data, tmp_path, ties, distance):
     assert split.settings["shards"] == 4
     _assert_same(whole, split)
     cuts = [0, 37, 310, 505, 600]  # duplicates and near-ties straddle every cut
-    pieces = [corpus[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    pieces = [corpus[a:b] for a, b in itertools.pairwise(cuts)]
     _assert_same(whole, _run(data, None, ties=ties, distance=distance, shards=pieces))
     paths = []
     for i, p in enumerate(pieces):
