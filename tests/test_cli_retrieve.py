@@ -219,3 +219,21 @@ def test_retrieve_shards_and_dask_give_the_local_numbers(files):
     proc = run(*_args(d, "--shards", "0", "--run", d / "never.trec"))
     _one_line_error(proc, "shards")
     assert not (d / "never.trec").exists()
+
+
+def test_retrieve_scheduler_address(files):
+    # --scheduler: a scheduler reached over TCP (here a cluster of this test process)
+    distributed = pytest.importorskip("distributed")
+    d = files[0]
+    local = run(*_args(d, "--metrics", "map", "--json", d / "local.json"))
+    assert local.returncode == 0, local.stderr
+    with distributed.LocalCluster(
+        processes=False, protocol="tcp", n_workers=2, threads_per_worker=1, dashboard_address=":0"
+    ) as cluster:
+        proc = run(*_args(d, "--metrics", "map", "--scheduler", cluster.scheduler_address,
+                          "--json", d / "cluster.json"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    a = json.loads((d / "local.json").read_text())
+    b = json.loads((d / "cluster.json").read_text())
+    assert a["per_query"] == b["per_query"]
+    assert b["settings"]["shards"] == 2  # one piece per worker

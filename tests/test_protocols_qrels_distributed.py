@@ -40,9 +40,13 @@ def data():
 
 def _run(data, corpus, **kw):
     queries, _, qrels, query_ids, doc_ids = data
+    # excluded pairs in every shard: a query's duplicated judged row, and rows near the cuts
+    exclude = {
+        qid: [doc_ids[300 + i], doc_ids[36], doc_ids[311]] for i, qid in enumerate(query_ids)
+    }
     return ee.evaluate_qrels(
         queries, corpus, qrels, query_ids=query_ids, doc_ids=doc_ids, metrics=METRICS,
-        run_depth=12, block_size=64, progress=False, **kw,
+        run_depth=12, block_size=64, progress=False, exclude=exclude, **kw,
     )  # fmt: skip
 
 
@@ -97,6 +101,21 @@ def test_dask_bit_identical(data, tmp_path):
             _run(data, corpus, client=client)
 
 
+def test_one_piece_and_more_shards_than_rows(data, tmp_path):
+    corpus = data[1]
+    whole = _run(data, corpus)
+    np.save(tmp_path / "all.npy", corpus)
+    _assert_same(whole, _run(data, None, shards=[tmp_path / "all.npy"]))
+    queries, _, qrels, query_ids, doc_ids = data
+    small = {q: {d: g for d, g in v.items() if d in doc_ids[:3]} for q, v in qrels.items()}
+    a = ee.evaluate_qrels(queries, corpus[:3], small, query_ids=query_ids, doc_ids=doc_ids[:3],
+                          metrics=METRICS, progress=False)  # fmt: skip
+    b = ee.evaluate_qrels(queries, corpus[:3], small, query_ids=query_ids, doc_ids=doc_ids[:3],
+                          metrics=METRICS, progress=False, shards=5)  # fmt: skip
+    assert b.settings["shards"] == 3
+    _assert_same(a, b)
+
+
 def _brute_force(queries, corpus, judged_rows):
     """Rank (1-based, ties by corpus row) of each judged row by float64 inner products, plain
     loops (the integer inputs make every float64 sum exact)."""
@@ -115,7 +134,11 @@ def _brute_force(queries, corpus, judged_rows):
 
 def test_shards_match_a_float64_brute_force(data):
     queries, corpus, qrels, query_ids, doc_ids = data
-    res = _run(data, None, distance="inner_product", shards=[corpus[:333], corpus[333:]])
+    res = ee.evaluate_qrels(
+        queries, None, qrels, query_ids=query_ids, doc_ids=doc_ids, metrics=METRICS,
+        distance="inner_product", run_depth=12, block_size=64, progress=False,
+        shards=[corpus[:333], corpus[333:]],
+    )  # fmt: skip
     row_of = {d: j for j, d in enumerate(doc_ids)}
     judged = [[row_of[d] for d in qrels[qid]] for qid in query_ids[:22]]
     truth = _brute_force(queries, corpus, judged)
