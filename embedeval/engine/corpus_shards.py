@@ -177,7 +177,21 @@ def shard_ranks(
 ) -> np.ndarray:
     """Per pair ``(query, local row)`` (:func:`shard_pairs`), the number of the shard's documents
     that beat it in the float64 ranking (:func:`~.corpus.scan_ranks` minus one); ``gathered``
-    holds the pairs' rows from other shards, ``m_sq`` bounds every row norm of the corpus."""
+    holds the pairs' rows from other shards, ``m_sq`` bounds every row norm of the corpus.
+
+    >>> from .corpus import tie_keys
+    >>> corpus = np.float32([[3, 0], [1, 0], [2, 0], [1, 0]])  # query [1, 0]: rows 0, 2, 1, 3
+    >>> scan = CorpusScan(np.float32([[1, 0]]), None, "inner_product", 1,
+    ...                   tie_keys(None, 4, "index"), Pairs(np.zeros(0, int), np.zeros(0, int)))
+    >>> plan, rows, score = ShardPlan.of(scan, False), np.array([3]), np.float32([1])
+    >>> beaten = []
+    >>> for a, b in [(0, 2), (2, 4)]:  # row 3 (rank 4) is beaten by 1 + 2 rows of the shards
+    ...     local, gather = shard_pairs(rows, a, b)
+    ...     beaten.append(shard_ranks(plan.piece(a, b, gather), corpus[a:b], corpus[gather],
+    ...                               (np.array([0]), local), score, 9.0)[0])
+    >>> [int(v) for v in beaten]
+    [2, 1]
+    """
     rows = StackedRows([shard, gathered], shard.shape[0])
     scan = plan.scan(m_sq)
     return scan_ranks(rows, scan, Pairs(*pairs), pair_scores) - 1
