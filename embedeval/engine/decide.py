@@ -43,6 +43,7 @@ __all__ = [
     "decide_task_block",
     "exact_keys",
     "first_k",
+    "float64_keys",
     "gamma",
     "key_bounds",
     "reach_of",
@@ -420,6 +421,33 @@ def _float64_keys(
     if redo.size:
         g[redo] = _gather_keys(xq, xb, qi[redo], ri[redo], distance)
     return g
+
+
+def float64_keys(
+    xq: Any,
+    xb: Any,
+    qi: np.ndarray,
+    ri: np.ndarray,
+    row: np.ndarray,
+    distance: str,
+    kind: np.ndarray | None = None,
+) -> np.ndarray:
+    """float64 keys of the pairs ``(xq[qi[i]], xb[ri[i]])`` on the scale of :func:`exact_keys`
+    that order every two pairs of one ``row`` (of different ``kind`` when given) as their
+    :func:`exact_keys` do, equal keys included: a float64 product filters, the fixed-order
+    reduction decides what it cannot (the two filters of the module).
+
+    ``qi`` is sorted and pairs are grouped by ``row`` (one row per query); for cosine, a
+    positive multiple of a row takes the key of its first occurrence among the query's pairs
+    that are re-scored, so list a query's pairs in their float32 order.
+
+    >>> x = np.array([[1, 0], [0, 1], [2, 0]], np.float32)
+    >>> z = np.zeros(3, dtype=np.int64)
+    >>> float64_keys(x, x, z, np.arange(3), z, "euclidean").tolist()
+    [0.0, 2.0, 1.0]
+    """
+    qi, ri, row = (np.asarray(a, dtype=np.int64) for a in (qi, ri, row))
+    return _float64_keys(xq, xb, qi, ri, row, distance, kind)
 
 
 _DENSE_CELLS = 1 << 22  # float64 products per dense tile (32 MiB)
