@@ -273,22 +273,21 @@ def _band_members(
     step = np.maximum(2.0 * width, span / (2 * n))
     inv = (1.0 / np.where(step > 0, step, 1.0)).astype(np.float32)
     n_bucket = 2 * n + 4
-
-    def bucket(values: np.ndarray, at: np.ndarray | slice) -> np.ndarray:
-        with np.errstate(over="ignore", invalid="ignore"):
-            t = (values - base[at]) * inv[at]
-        return (np.clip(np.floor(t), -1, n_bucket - 2) + 1).astype(np.int64)
-
     item = np.searchsorted(rows, row)
-    lo_b, hi_b = bucket(lo_key, item), bucket(hi_key, item)
+    lo_b = _buckets(lo_key, base[item], inv[item], n_bucket)
+    hi_b = _buckets(hi_key, base[item], inv[item], n_bucket)
     marked = np.zeros((rows.size, n_bucket), dtype=bool)
     for step_up in range(3):
         marked[item, np.minimum(lo_b + step_up, hi_b)] = True
-    sub = keys[rows]
-    hit = np.take_along_axis(marked, bucket(sub, (slice(None), None)), axis=1)
-    hit &= sub <= KEY_MAX
-    hit &= ~relevant[rows]
-    r, c = np.nonzero(hit)
+    sub = keys if rows.size == keys.shape[0] else keys[rows]
+    at = _buckets(sub, base[:, None], inv[:, None], n_bucket)
+    if rows.size * n_bucket >= 2**31:
+        at = at.astype(np.int64)
+    at += (np.arange(rows.size, dtype=at.dtype) * n_bucket)[:, None]
+    # +inf (excluded) keys fall in the last bucket, which no band reaches.
+    r, c = np.nonzero(marked.ravel()[at])
+    other = ~relevant[rows[r], c]
+    r, c = r[other], c[other]
     code = _codes(rows[r], sortable_bits(sub[r, c]))
     j = np.searchsorted(_codes(row, sortable_bits(hi_key)), code)
     ok = j < row.size
@@ -296,6 +295,19 @@ def _band_members(
     r, c, code = rows[r[ok]], c[ok], code[ok]
     order = np.lexsort((c, code))
     return r[order], c[order], code[order]
+
+
+def _buckets(values: np.ndarray, base: np.ndarray, inv: np.ndarray, n_bucket: int) -> np.ndarray:
+    """Bucket numbers ``floor((values - base) * inv) + 1`` in float32, clipped to
+    ``[0, n_bucket - 1]``: an increasing function of the value (``inv > 0``)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = np.subtract(values, base, dtype=np.float32)
+        t *= inv
+    np.floor(t, out=t)
+    np.clip(t, -1, n_bucket - 2, out=t)
+    out = t.astype(np.int32)
+    out += 1
+    return out
 
 
 def _band_ahead(
@@ -309,8 +321,8 @@ def _band_ahead(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per near-miss relevant item (``row``, reference ``ref``, float32 key ``bits``, band
     ``spans``; sorted by (row, key, reference)): the non-relevant references of its band that
-    precede it in float64 (smaller :func:`embedeval.engine.decide.float64_keys` key, or equal
-    and a smaller index), and whether one has a key equal to its own.
+    precede it in float64 (a smaller :func:`embedeval.engine.decide.float64_keys` key), and
+    whether one has a key equal to its own.
 
     The items and the band members of a row get their float64 keys in one call, listed in
     float32 order, so every relevant / non-relevant pair among them is in its float64 order.
@@ -333,8 +345,10 @@ def _band_ahead(
     length = hi - lo
     item = np.repeat(np.arange(row.size), length)
     member = np.arange(int(length.sum())) + np.repeat(lo - (np.cumsum(length) - length), length)
+    # An equal key (a tie of the two kinds) sends the row to the candidate kernels, which
+    # flag it: only strictly smaller keys count here.
     equal = k_member[member] == k_item[item]
-    before = (k_member[member] < k_item[item]) | (equal & (m_ref[member] < ref[item]))
+    before = k_member[member] < k_item[item]
     found = np.bincount(item[before], minlength=row.size)
     tied = np.zeros(row.size, dtype=bool)
     tied[item[equal]] = True
