@@ -451,6 +451,7 @@ def float64_keys(
 
 
 _DENSE_CELLS = 1 << 22  # float64 products per dense tile (32 MiB)
+_DENSE_RATIO = 64  # a dense tile pays when the pairs cover at least 1 / _DENSE_RATIO of it
 
 
 def _product_keys(
@@ -470,7 +471,7 @@ def _product_keys(
         lo, hi = int(bounds[a]), int(bounds[min(a + step, q_start.size)])
         cols, inverse = np.unique(ri[lo:hi], return_inverse=True)
         n_q = min(a + step, q_start.size) - a
-        if (hi - lo) * 8 >= n_q * cols.size and n_q * cols.size <= _DENSE_CELLS:
+        if (hi - lo) * _DENSE_RATIO >= n_q * cols.size and n_q * cols.size <= _DENSE_CELLS:
             qs = qi[bounds[a : a + n_q]]
             q = np.asarray(host_array(xq[qs]), dtype=np.float64)
             x = np.asarray(host_array(xb[cols]), dtype=np.float64)

@@ -285,7 +285,9 @@ def _band_members(
         at = at.astype(np.int64)
     at += (np.arange(rows.size, dtype=at.dtype) * n_bucket)[:, None]
     # +inf (excluded) keys fall in the last bucket, which no band reaches.
-    r, c = np.nonzero(marked.ravel()[at])
+    flat = np.flatnonzero(np.take(marked.ravel(), at))
+    r = flat // n
+    c = flat - r * n
     other = ~relevant[rows[r], c]
     r, c = r[other], c[other]
     code = _codes(rows[r], sortable_bits(sub[r, c]))
