@@ -13,13 +13,18 @@ every row.  This engine instead, for each block of queries:
 2. sorts each row's float32 keys up to its farthest relevant one (no reference index: half
    the bytes of a packed code) and gathers the keys of the relevant references, sorted by
    (key, reference index);
-3. locates each relevant key in its sorted row by binary search (:func:`locate`): ``lt``
-   keys are strictly nearer;
-4. a row where some relevant key equals a non-relevant one (a tie block that mixes the two,
-   so the reference-index order decides ranks and tie flags) is scored from its sorted
-   candidates by the candidate engine's kernels, from the same keys; every other row gets its
-   relevant references' ranks ``lt + (relevant items with an equal key and a smaller
-   index)`` and no tie flag (:func:`embedeval.engine.kernels.hits_from_ranks`).
+3. locates each relevant key in its sorted row by binary search (:func:`locate`): the
+   non-relevant keys strictly below it are its *N*, the non-relevant references ahead of it;
+4. ranks each row in float64 (:mod:`embedeval.engine.decide`) from *N* alone: the ``j``-th
+   relevant reference in float64 order has rank ``j + N_j`` and ``N`` never decreases along
+   the order, so the ranks are ``sort(N) + (0, 1, ...)``.  A relevant key with no non-relevant
+   key within its band (twice the float32 keys' error bound) keeps its float32 ``N``; for a
+   *near miss*, ``N`` counts the non-relevant keys below the band and the band members that
+   precede it in float64 (:func:`_band_members` finds them in the key matrix,
+   :func:`embedeval.engine.decide.float64_keys` orders them);
+5. scores the ranks with :func:`embedeval.engine.kernels.hits_from_ranks` (no tie flag); a row
+   where a relevant and a non-relevant reference have equal float64 keys (a tie the kernels
+   flag) is sorted whole and scored by the candidate engine's kernels instead.
 
 Values are bit-identical to the candidate engine's: the same keys, the same ranks, the same
 kernels (sums in rank order).  :func:`deep_applies` says when it is the faster of the two.
@@ -69,9 +74,10 @@ __all__ = [
 class RelevantRanks:
     """The relevant references of a block of query rows located in their whole rankings.
 
-    ``clean`` (block-relative rows) hold no tie block mixing relevant and non-relevant items:
-    their ranks are ``hit_pos`` (``n_hits`` per clean row, increasing within a row).  ``mixed``
-    rows are left to the candidate engine; ``candidates`` holds their sorted whole rows.
+    ``clean`` (block-relative rows) hold no relevant and non-relevant reference with equal
+    float64 keys: their float64 ranks are ``hit_pos`` (``n_hits`` per clean row, increasing
+    within a row).  ``mixed`` rows (such a tie) are left to the candidate engine;
+    ``candidates`` holds their sorted whole rows.
     """
 
     clean: np.ndarray
