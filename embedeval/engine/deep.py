@@ -277,7 +277,8 @@ def _band_members(
     width = np.maximum.reduceat(hi_key.astype(np.float64) - lo_key, first)
     span = top.astype(np.float64) - base
     step = np.maximum(2.0 * width, span / (2 * n))
-    inv = (1.0 / np.where(step > 0, step, 1.0)).astype(np.float32)
+    with np.errstate(over="ignore", divide="ignore"):
+        inv = (1.0 / np.where(step > 0, step, 1.0)).astype(np.float32)
     n_bucket = 2 * n + 4
     item = np.searchsorted(rows, row)
     lo_b = _buckets(lo_key, base[item], inv[item], n_bucket)
@@ -285,16 +286,18 @@ def _band_members(
     marked = np.zeros((rows.size, n_bucket), dtype=bool)
     for step_up in range(3):
         marked[item, np.minimum(lo_b + step_up, hi_b)] = True
+    # Keys spread past float32's range (a difference that overflows): every key is checked.
+    with np.errstate(over="ignore"):
+        marked[~np.isfinite(span.astype(np.float32)) | ~(inv > 0)] = True
     sub = keys if rows.size == keys.shape[0] else keys[rows]
     at = _buckets(sub, base[:, None], inv[:, None], n_bucket)
     if rows.size * n_bucket >= 2**31:
         at = at.astype(np.int64)
     at += (np.arange(rows.size, dtype=at.dtype) * n_bucket)[:, None]
-    # +inf (excluded) keys fall in the last bucket, which no band reaches.
     flat = np.flatnonzero(np.take(marked.ravel(), at))
     r = flat // n
     c = flat - r * n
-    other = ~relevant[rows[r], c]
+    other = ~relevant[rows[r], c] & (sub[r, c] <= KEY_MAX)  # excluded pairs are +inf
     r, c = r[other], c[other]
     code = _codes(rows[r], sortable_bits(sub[r, c]))
     j = np.searchsorted(_codes(row, sortable_bits(hi_key)), code)
@@ -312,7 +315,8 @@ def _buckets(values: np.ndarray, base: np.ndarray, inv: np.ndarray, n_bucket: in
         t = np.subtract(values, base, dtype=np.float32)
         t *= inv
     np.floor(t, out=t)
-    np.clip(t, -1, n_bucket - 2, out=t)
+    np.fmax(t, -1, out=t)  # NaN (an infinite difference times 0) included
+    np.fmin(t, n_bucket - 2, out=t)
     out = t.astype(np.int32)
     out += 1
     return out
