@@ -343,28 +343,75 @@ def _band_ahead(
     m_row, m_ref, m_code = _band_members(keys, relevant, row, lo_key, hi_key)
     all_row = np.concatenate((row, m_row))
     all_ref = np.concatenate((ref, m_ref))
-    all_bits = np.concatenate((bits, (m_code & np.uint64(0xFFFFFFFF)).astype(np.uint32)))
     kind = np.arange(all_row.size) < row.size
-    order = np.lexsort((all_ref, all_bits, all_row))
+    order = _merged_order(row, bits, ref, m_row, m_code, m_ref, keys.shape)
     exact = np.empty(all_row.size, dtype=np.float64)
     exact[order] = float64_keys(
         rows.xq, rows.xb, rows.start + all_row[order], all_ref[order], all_row[order],
         rows.distance, kind[order],
     )  # fmt: skip
     k_item, k_member = exact[: row.size], exact[row.size :]
-    lo = np.searchsorted(m_code, _codes(row, sortable_bits(lo_key)))
-    hi = np.searchsorted(m_code, _codes(row, sortable_bits(hi_key)), "right")
-    length = hi - lo
-    item = np.repeat(np.arange(row.size), length)
-    member = np.arange(int(length.sum())) + np.repeat(lo - (np.cumsum(length) - length), length)
-    # An equal key (a tie of the two kinds) sends the row to the candidate kernels, which
-    # flag it: only strictly smaller keys count here.
-    equal = k_member[member] == k_item[item]
-    before = k_member[member] < k_item[item]
-    found = np.bincount(item[before], minlength=row.size)
-    tied = np.zeros(row.size, dtype=bool)
-    tied[item[equal]] = True
-    return found, tied
+    # Members below an item's band precede it, members above follow it (certain); so the
+    # members of its band ahead of it are the members of its row with a smaller float64 key
+    # less those below its band.
+    first = np.searchsorted(m_row, row)
+    below = np.searchsorted(m_code, _codes(row, sortable_bits(lo_key))) - first
+    smaller, tied = _members_below(row, k_item, m_row, k_member)
+    return smaller - below, tied
+
+
+def _merged_order(
+    row: np.ndarray,
+    bits: np.ndarray,
+    ref: np.ndarray,
+    m_row: np.ndarray,
+    m_code: np.ndarray,
+    m_ref: np.ndarray,
+    shape: tuple[int, int],
+) -> np.ndarray:
+    """The order by (row, float32 key, reference) of the items followed by the members, both
+    sorted that way already: a merge of two sorted lists of packed codes (distinct: an item is
+    relevant, a member is not)."""
+    col_bits = max(int(shape[1] - 1).bit_length(), 1)
+    if int(shape[0] - 1).bit_length() + 32 + col_bits > 64:
+        all_bits = np.concatenate((bits, (m_code & np.uint64(0xFFFFFFFF)).astype(np.uint32)))
+        return np.lexsort((np.append(ref, m_ref), all_bits, np.append(row, m_row)))
+    shift = np.uint64(col_bits)
+    items = (_codes(row, bits) << shift) | ref.astype(np.uint64)
+    members = (m_code << shift) | m_ref.astype(np.uint64)
+    at = np.empty(row.size + m_row.size, dtype=np.int64)
+    at[: row.size] = np.searchsorted(members, items) + np.arange(row.size)
+    at[row.size :] = np.searchsorted(items, members) + np.arange(m_row.size)
+    order = np.empty_like(at)
+    order[at] = np.arange(at.size)
+    return order
+
+
+def _members_below(
+    row: np.ndarray, k_item: np.ndarray, m_row: np.ndarray, k_member: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per item (``row``, float64 key ``k_item``): the members of its row (``m_row`` sorted,
+    ``k_member``) with a smaller key, and whether one has an equal key.  One stable sort of
+    both by key, then by row; runs of equal (row, key) hold the ties."""
+    n_item = row.size
+    all_row = np.concatenate((row, m_row))
+    all_key = np.concatenate((k_item, k_member))
+    order = np.argsort(all_key, kind="stable")
+    row_type = np.int16 if all_row.size and int(all_row.max()) < 2**15 else np.int64
+    order = order[np.argsort(all_row[order].astype(row_type), kind="stable")]
+    is_member = order >= n_item
+    key_sorted, row_sorted = all_key[order], all_row[order]
+    new = np.ones(order.size, dtype=bool)
+    new[1:] = (key_sorted[1:] != key_sorted[:-1]) | (row_sorted[1:] != row_sorted[:-1])
+    run = np.cumsum(new) - 1
+    members = np.cumsum(is_member)
+    # members before each run (strictly smaller keys of earlier rows included), per run
+    before_run = (members - is_member)[new]
+    in_run = np.bincount(run, weights=is_member, minlength=before_run.size)
+    at = np.empty(order.size, dtype=np.int64)
+    at[order] = run
+    item_run = at[:n_item]
+    return before_run[item_run] - np.searchsorted(m_row, row), in_run[item_run] > 0
 
 
 def _sorted_rows(
