@@ -97,11 +97,12 @@ def deep_applies(task: RetrievalTask) -> bool:
     two-core machine; values identical): hashing shaped, 600 queries x 50,000 (d=64) in 10
     classes (R_q about 5,000) 10.0 s against 11.6 s; the same rows with labels drawn at random
     from 20 classes (R_q about 2,500) 10.0 s against 13.5 s, from 5 classes (R_q about 10,000)
-    22.8 s against 25.0 s; wall-clock on two threads, 1,000 queries, 16.5 s against 21.6 s
-    (10 classes) and 21.4 s against 22.9 s (20 random classes).  Near misses (a non-relevant key within the float32 keys' error
-    bound of a relevant one) are ranked in place, so thousands of relevant keys per row no
-    longer send rows back to the candidates.  Deep windows without a full-depth metric (MAP@R
-    over a few large classes) keep the candidate engine, and so does MRR alone (it reads up to
+    22.8 s against 25.0 s; wall-clock on two threads, 1,000 queries, 16.5 s against 21.6 s (10
+    classes) and 21.4 s against 22.9 s (20 random classes).  Near misses (a non-relevant key
+    within the float32 keys' error bound of a relevant one) are ranked in place, so thousands
+    of relevant keys per row no longer send rows back to the candidates.  Deep windows without
+    a full-depth metric (MAP@R over a few large classes) keep the candidate engine, and so does
+    MRR alone (it reads up to
     the first hit).
     """
     if not task.has_work or task.depth()[1] != "max":
