@@ -102,8 +102,7 @@ def deep_applies(task: RetrievalTask) -> bool:
     within the float32 keys' error bound of a relevant one) are ranked in place, so thousands
     of relevant keys per row no longer send rows back to the candidates.  Deep windows without
     a full-depth metric (MAP@R over a few large classes) keep the candidate engine, and so does
-    MRR alone (it reads up to
-    the first hit).
+    MRR alone (it reads up to the first hit).
     """
     if not task.has_work or task.depth()[1] != "max":
         return False
