@@ -3,6 +3,8 @@ oracle and against the candidate engine it replaces (bit for bit: same keys, sam
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -119,3 +121,117 @@ def test_locate_counts_keys_below_and_at_each_key():
     keys = np.array([-5.0, 1.0, 5.0, 2.0, 9.0, 10.0], np.float32)
     assert locate(rows, at, keys, False).tolist() == [0, 1, 5, 1, 3, 5]
     assert locate(rows, at, keys, True).tolist() == [0, 4, 5, 3, 5, 5]
+
+
+# Near misses: rows where non-relevant keys lie within the float32 bound of relevant ones are
+# ranked in place from float64 keys.  The oracle below ranks by the float64 keys as the float64
+# decision defines them (one column at a time, in order), ties by reference index.
+
+
+def _crowded(n: int = 2000, classes: int = 20, seed: int = 3):
+    """Unit rows crowded into a small cap (so keys of both kinds interleave closely), classes
+    drawn at random, and pairs of rows one float32 ulp apart with different labels."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros((n, 16), dtype=np.float32)
+    x[:, 0] = 1.0
+    x += 0.01 * rng.standard_normal((n, 16)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y = rng.integers(0, classes, n)
+    for i in range(0, 200, 2):  # row i + 1 is row i with one coordinate moved by one ulp
+        x[i + 1] = x[i]
+        x[i + 1, i % 16] = np.nextafter(x[i, i % 16], np.float32(2))
+        y[i + 1] = (y[i] + 1) % classes
+    return x, y
+
+
+def _float64_ranking_oracle(xq, yq, xr, yr, distance, loo):
+    """Per query: AP over the whole ranking, P@1, and whether a relevant and a non-relevant
+    reference have equal keys, at most the last relevant key; keys ``sum_j (q_j - x_j)**2`` or
+    ``-sum_j q_j x_j`` in float64, column by column; stable sort by (key, reference index)."""
+    q, r = xq.astype(np.float64), xr.astype(np.float64)
+    keys = np.zeros((len(q), len(r)))
+    for j in range(q.shape[1]):
+        if distance == "euclidean":
+            keys += (q[:, j, None] - r[None, :, j]) ** 2
+        else:
+            keys -= q[:, j, None] * r[None, :, j]
+    ap, p1, tie = np.full(len(q), np.nan), np.full(len(q), np.nan), np.zeros(len(q), bool)
+    for i in range(len(q)):
+        idx = np.array([j for j in range(len(r)) if not (loo and j == i)])
+        idx = idx[np.lexsort((idx, keys[i, idx]))]
+        rel = yr[idx] == yq[i]
+        if not rel.any():
+            continue
+        ranks = np.flatnonzero(rel) + 1
+        ap[i] = np.mean(np.arange(1, ranks.size + 1) / ranks)
+        p1[i] = float(rel[0])
+        k = keys[i, idx]
+        inside = k <= k[ranks[-1] - 1]
+        tie[i] = bool(set(k[rel & inside]) & set(k[~rel & inside]))
+    return ap, p1, tie
+
+
+def _count_paths(monkeypatch):
+    """Counters of the near-miss items ranked in place and of the rows sorted whole."""
+    import embedeval.engine.deep as deep
+
+    seen = {"near": 0, "near_rows": 0, "whole_rows": 0}
+    band_ahead, whole_rows = deep._band_ahead, deep._whole_rows
+    lock = threading.Lock()  # blocks run on worker threads
+
+    def counted_band(keys, relevant, row, *args):
+        with lock:
+            seen["near"] += row.size
+            seen["near_rows"] += np.unique(row).size
+        return band_ahead(keys, relevant, row, *args)
+
+    def counted_whole(plan, rows, *args):
+        with lock:
+            seen["whole_rows"] += rows.size
+        return whole_rows(plan, rows, *args)
+
+    monkeypatch.setattr(deep, "_band_ahead", counted_band)
+    monkeypatch.setattr(deep, "_whole_rows", counted_whole)
+    return seen
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("block_size", [None, 37, 300])
+def test_near_miss_rows_are_ranked_in_place_as_float64_orders_them(
+    monkeypatch, distance, split, block_size
+):
+    x, y = _crowded()
+    if split:
+        args, oracle_args = (
+            (x[:500], y[:500], x[500:], y[500:]),
+            (x[:500], y[:500], x[500:], y[500:]),
+        )
+    else:
+        args, oracle_args = (x, y), (x, y, x, y)
+    task = _task(*args, metrics=["map", "precision_at_1"], distance=distance)
+    seen = _count_paths(monkeypatch)
+    values, ties = _deep_engine(task, block_size)
+    ap, p1, tie = _float64_ranking_oracle(*oracle_args, distance, loo=not split)
+    assert seen["near_rows"] > 0.5 * task.n_query  # most rows hold near misses
+    # Only rows where a float64 tie mixes the kinds are sorted whole (1 ulp lost in a sum).
+    assert seen["whole_rows"] == tie.sum() <= 2
+    np.testing.assert_allclose(values["map"], ap, rtol=1e-12)
+    np.testing.assert_array_equal(values["precision_at_1"], p1)
+    np.testing.assert_array_equal(ties["map"], tie)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+@pytest.mark.parametrize("block_size", [None, 53])
+def test_exact_ties_between_kinds_are_flagged_and_valued_by_reference_index(distance, block_size):
+    rng = np.random.default_rng(4)
+    x = rng.integers(-2, 3, size=(600, 5)).astype(np.float32)
+    x[20:40] = x[0:20]  # identical rows
+    y = rng.integers(0, 15, 600)
+    task = _task(x, y, metrics=["map", "precision_at_1"], distance=distance)
+    values, ties = _deep_engine(task, block_size)
+    ap, p1, tie = _float64_ranking_oracle(x, y, x, y, distance, loo=True)
+    np.testing.assert_allclose(values["map"], ap, rtol=1e-12)
+    np.testing.assert_array_equal(values["precision_at_1"], p1)
+    assert tie.sum() > 100
+    np.testing.assert_array_equal(ties["map"], tie)

@@ -43,6 +43,7 @@ __all__ = [
     "decide_task_block",
     "exact_keys",
     "first_k",
+    "float64_keys",
     "gamma",
     "key_bounds",
     "reach_of",
@@ -493,7 +494,35 @@ def _float64_keys(
     return g
 
 
+def float64_keys(
+    xq: Any,
+    xb: Any,
+    qi: np.ndarray,
+    ri: np.ndarray,
+    row: np.ndarray,
+    distance: str,
+    kind: np.ndarray | None = None,
+) -> np.ndarray:
+    """float64 keys of the pairs ``(xq[qi[i]], xb[ri[i]])`` on the scale of :func:`exact_keys`
+    that order every two pairs of one ``row`` (of different ``kind`` when given) as their
+    :func:`exact_keys` do, equal keys included: a float64 product filters, the fixed-order
+    reduction decides what it cannot (the two filters of the module).
+
+    ``qi`` is sorted and pairs are grouped by ``row`` (one row per query); for cosine, a
+    positive multiple of a row takes the key of its first occurrence among the query's pairs
+    that are re-scored, so list a query's pairs in their float32 order.
+
+    >>> x = np.array([[1, 0], [0, 1], [2, 0]], np.float32)
+    >>> z = np.zeros(3, dtype=np.int64)
+    >>> float64_keys(x, x, z, np.arange(3), z, "euclidean").tolist()
+    [0.0, 2.0, 1.0]
+    """
+    qi, ri, row = (np.asarray(a, dtype=np.int64) for a in (qi, ri, row))
+    return _float64_keys(xq, xb, qi, ri, row, distance, kind)
+
+
 _DENSE_CELLS = 1 << 22  # float64 products per dense tile (32 MiB)
+_DENSE_RATIO = 64  # a dense tile pays when the pairs cover at least 1 / _DENSE_RATIO of it
 
 
 def _product_keys(
@@ -508,7 +537,7 @@ def _product_keys(
     mag = np.empty(qi.size, dtype=np.float64)
     starts = np.flatnonzero(np.append(True, qi[1:] != qi[:-1]))
     cols, inverse = _unique_columns(ri, int(xb.shape[0]))
-    dense = starts.size * cols.size <= 8 * qi.size
+    dense = starts.size * cols.size <= _DENSE_RATIO * qi.size
     if not dense or cols.size * xb.shape[1] * 8 > 256 << 20:
         for c in range(0, qi.size, _ROWS):
             e = min(c + _ROWS, qi.size)

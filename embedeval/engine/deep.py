@@ -13,13 +13,18 @@ every row.  This engine instead, for each block of queries:
 2. sorts each row's float32 keys up to its farthest relevant one (no reference index: half
    the bytes of a packed code) and gathers the keys of the relevant references, sorted by
    (key, reference index);
-3. locates each relevant key in its sorted row by binary search (:func:`locate`): ``lt``
-   keys are strictly nearer;
-4. a row where some relevant key equals a non-relevant one (a tie block that mixes the two,
-   so the reference-index order decides ranks and tie flags) is scored from its sorted
-   candidates by the candidate engine's kernels, from the same keys; every other row gets its
-   relevant references' ranks ``lt + (relevant items with an equal key and a smaller
-   index)`` and no tie flag (:func:`embedeval.engine.kernels.hits_from_ranks`).
+3. locates each relevant key in its sorted row by binary search (:func:`locate`): the
+   non-relevant keys strictly below it are its *N*, the non-relevant references ahead of it;
+4. ranks each row in float64 (:mod:`embedeval.engine.decide`) from *N* alone: the ``j``-th
+   relevant reference in float64 order has rank ``j + N_j`` and ``N`` never decreases along
+   the order, so the ranks are ``sort(N) + (0, 1, ...)``.  A relevant key with no non-relevant
+   key within its band (twice the float32 keys' error bound) keeps its float32 ``N``; for a
+   *near miss*, ``N`` counts the non-relevant keys below the band and the band members that
+   precede it in float64 (:func:`_band_members` finds them in the key matrix,
+   :func:`embedeval.engine.decide.float64_keys` orders them);
+5. scores the ranks with :func:`embedeval.engine.kernels.hits_from_ranks` (no tie flag); a row
+   where a relevant and a non-relevant reference have equal float64 keys (a tie the kernels
+   flag) is sorted whole and scored by the candidate engine's kernels instead.
 
 Values are bit-identical to the candidate engine's: the same keys, the same ranks, the same
 kernels (sums in rank order).  :func:`deep_applies` says when it is the faster of the two.
@@ -30,12 +35,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..utils.progress import progress_bar
 from .candidates import Candidates, from_sortable_bits, sortable_bits
-from .decide import key_bounds, task_norms, widen
+from .decide import float64_keys, key_bounds, task_norms, widen
 from .exact import (
     KEY_MAX,
     EnginePlan,
@@ -51,9 +57,10 @@ from .task import RetrievalTask, ScoredBlock
 from .threads import in_order, single_threaded_blas
 
 #: Mean R_q above n_reference / _FEW keeps the candidate engine (see deep_applies).
-_FEW = 64
+_FEW = 5
 
 __all__ = [
+    "BlockRows",
     "RelevantRanks",
     "deep_applies",
     "deep_blocks",
@@ -67,9 +74,10 @@ __all__ = [
 class RelevantRanks:
     """The relevant references of a block of query rows located in their whole rankings.
 
-    ``clean`` (block-relative rows) hold no tie block mixing relevant and non-relevant items:
-    their ranks are ``hit_pos`` (``n_hits`` per clean row, increasing within a row).  ``mixed``
-    rows are left to the candidate engine; ``candidates`` holds their sorted whole rows.
+    ``clean`` (block-relative rows) hold no relevant and non-relevant reference with equal
+    float64 keys: their float64 ranks are ``hit_pos`` (``n_hits`` per clean row, increasing
+    within a row).  ``mixed`` rows (such a tie) are left to the candidate engine;
+    ``candidates`` holds their sorted whole rows.
     """
 
     clean: np.ndarray
@@ -82,17 +90,19 @@ class RelevantRanks:
 def deep_applies(task: RetrievalTask) -> bool:
     """Whether the local engine ranks ``task`` here: full-depth AP / mINP (the label
     threshold ``"max"``, ``k=None``), where the candidate engine packs and sorts nearly every
-    key of every row, with few relevant references per query (mean R_q at most
-    1/:data:`_FEW` of the references).
+    key of every row, with relevant references at most 1/:data:`_FEW` of the references (mean
+    R_q).
 
-    Measured, each engine on the same task in one process (two loaded cores; values and tie
-    flags identical): 10,000 vectors in 100 classes (R_q 99) 2.75 s against 3.15 s; re-id
-    shaped, 1,000 queries x 15,913 (R_q about 20) 1.20 s against 1.49 s; hashing shaped, 600
-    queries x 50,000 in 10 classes (R_q about 5,000) 3.91 s against 3.10 s: with thousands of
-    relevant keys per row, locating them costs more and most rows hold a float32 tie between
-    a relevant and a non-relevant key, which sends them back to the candidates.  Deep windows
-    without a full-depth metric (MAP@R over a few large classes) keep the candidate engine
-    for the same reason, and so does MRR alone (it reads up to the first hit).
+    Measured, each engine on the same task in one process (CPU seconds, one thread, on a loaded
+    two-core machine; values identical): hashing shaped, 600 queries x 50,000 (d=64) in 10
+    classes (R_q about 5,000) 10.0 s against 11.6 s; the same rows with labels drawn at random
+    from 20 classes (R_q about 2,500) 10.0 s against 13.5 s, from 5 classes (R_q about 10,000)
+    22.8 s against 25.0 s; wall-clock on two threads, 1,000 queries, 16.5 s against 21.6 s (10
+    classes) and 21.4 s against 22.9 s (20 random classes).  Near misses (a non-relevant key
+    within the float32 keys' error bound of a relevant one) are ranked in place, so thousands
+    of relevant keys per row no longer send rows back to the candidates.  Deep windows without
+    a full-depth metric (MAP@R over a few large classes) keep the candidate engine, and so does
+    MRR alone (it reads up to the first hit).
     """
     if not task.has_work or task.depth()[1] != "max":
         return False
@@ -125,6 +135,18 @@ def locate(sorted_rows: np.ndarray, rows: np.ndarray, keys: np.ndarray, right: b
     return lo
 
 
+@dataclass(frozen=True)
+class BlockRows:
+    """What the float64 decision of a block's near misses reads: the float32 rows its keys
+    were formed from (``xq``, ``xb``: the task's query and reference rows), the distance, and
+    the block's first query (``start``: block row ``i`` is query ``start + i``)."""
+
+    xq: Any
+    xb: Any
+    distance: str
+    start: int
+
+
 def relevant_ranks(
     plan: EnginePlan,
     keys: np.ndarray,
@@ -132,7 +154,8 @@ def relevant_ranks(
     reference_codes: np.ndarray,
     tau: np.ndarray,
     need: np.ndarray,
-    band: np.ndarray | None = None,
+    band: np.ndarray,
+    rows: BlockRows,
 ) -> RelevantRanks:
     """The :class:`RelevantRanks` of a block of query rows from their whole-row ``keys`` (valid
     keys finite, excluded pairs ``+inf``) and label codes (:mod:`embedeval.engine.labels`).
@@ -143,84 +166,254 @@ def relevant_ranks(
     keys under it is sorted whole.  Relevant references past the cut-off lie past every
     window a kernel reads, and are left out.
 
-    ``band`` (per row) is twice the bound on a float32 key's distance from its float64 key
-    (:func:`embedeval.engine.decide.key_bounds`): a row where a non-relevant key lies within
-    the band of a relevant one could rank the two the other way in float64, so it is mixed and
-    goes to the candidate kernels, which decide such runs in float64.
+    The ``j``-th relevant reference of a row in float64 order has rank ``j + N_j``, ``N_j`` the
+    non-relevant references ahead of it; ``N`` never decreases along the order, so the ranks
+    are ``sort(N) + (0, 1, ...)``.  ``band`` (per row) is twice the bound on a float32 key's
+    distance from its float64 key (:func:`embedeval.engine.decide.key_bounds`): for a relevant
+    key with no non-relevant key within its band, ``N`` is the count of non-relevant keys below
+    it; for a *near miss*, the count below its band plus the non-relevant references in the
+    band that precede it in float64 (:func:`_band_ahead`).  A row where a relevant and a
+    non-relevant reference have equal float64 keys (a tie the kernels flag) is mixed and goes
+    to the candidate kernels.
     """
-    b, n = keys.shape
+    b = keys.shape[0]
     relevant = match_matrix(query_codes, reference_codes)
     relevant &= keys <= KEY_MAX
-    flat = np.flatnonzero(relevant)
-    row = flat // n
-    # Sorted by (row, key, reference index): the order of the relevant items in the ranking.
-    code = pack_codes(row, keys.ravel()[flat], flat - row * n, plan.col_bits)
-    code.sort()
-    row = (code >> np.uint64(32 + plan.col_bits)).astype(np.int64)
-    bits = ((code >> np.uint64(plan.col_bits)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    row, bits, ref = _relevant_items(plan, keys, relevant)
     rel_keys = from_sortable_bits(bits)
     cut = np.minimum(tau, KEY_MAX).astype(np.float32)
-    if plan.threshold == "max" and code.size:
+    if plan.threshold == "max" and row.size:
         last = np.flatnonzero(np.append(row[1:] != row[:-1], True))
         cut[row[last]] = np.maximum(cut[row[last]], rel_keys[last])
     sorted_rows, cut = _sorted_rows(keys, cut, need)
     inside = rel_keys <= cut[row]
     if not inside.all():
-        code, row, bits, rel_keys = code[inside], row[inside], bits[inside], rel_keys[inside]
-    lt = locate(sorted_rows, row, rel_keys, False)
-    # Relevant items with an equal key in the same row: a run of equal (row, key) codes.
-    new = np.ones(code.size, dtype=bool)
-    new[1:] = (row[1:] != row[:-1]) | (bits[1:] != bits[:-1])
-    firsts = np.flatnonzero(new)
-    run_len = np.diff(np.append(firsts, code.size))
-    run_start = np.repeat(firsts, run_len)
-    # The equal keys of a row are the sorted positions [lt, lt + eq): the run is mixed when
-    # the key after its relevant items is still equal (a non-relevant reference ties with it).
-    after = lt + np.repeat(run_len, run_len)
-    width = sorted_rows.shape[1]
-    inside = after < width
-    mixed_item = np.zeros(code.size, dtype=bool)
-    at = row[inside] * width + after[inside]
-    mixed_item[inside] = sorted_rows.ravel()[at] == rel_keys[inside]
+        row, bits, ref, rel_keys = row[inside], bits[inside], ref[inside], rel_keys[inside]
+    row_first = np.searchsorted(row, row)
+    # Non-relevant keys strictly below each relevant key: all keys below it, less the
+    # relevant ones (the items of its row before its run of equal keys).
+    code = _codes(row, bits)
+    run_first = np.searchsorted(code, code)
+    ahead = locate(sorted_rows, row, rel_keys, False) - (run_first - row_first)
+    near, lo_key, hi_key, below = _near_items(sorted_rows, row, bits, rel_keys, band, cut)
     is_mixed = np.zeros(b, dtype=bool)
-    is_mixed[row[mixed_item]] = True
-    if band is not None and code.size:
-        is_mixed |= _near_misses(sorted_rows, row, bits, rel_keys, band, cut, b)
-    mixed = np.flatnonzero(is_mixed)
+    if near.any():
+        at = np.flatnonzero(near)
+        spans = (lo_key[at], hi_key[at])
+        found, tied = _band_ahead(keys, relevant, row[at], ref[at], bits[at], spans, rows)
+        ahead[at] = below[at] + found
+        is_mixed[row[at[tied]]] = True
+    order = np.lexsort((ahead, row))
+    hit_pos = ahead[order] + np.arange(row.size) - row_first
     keep = ~is_mixed[row]
-    hit_pos = (lt + np.arange(code.size) - run_start)[keep]
-    clean = np.flatnonzero(~is_mixed)
+    mixed, clean = np.flatnonzero(is_mixed), np.flatnonzero(~is_mixed)
     n_hits = np.bincount(row[keep], minlength=b)[clean]
-    if band is not None and mixed.size:  # the decision needs every key within its band
+    if mixed.size:  # the decision needs every key within its band
         cut = np.where(cut < KEY_MAX, widen(cut, band), cut)
     candidates = _whole_rows(plan, mixed, keys, cut) if mixed.size else None
-    return RelevantRanks(clean, n_hits, hit_pos, mixed, candidates)
+    return RelevantRanks(clean, n_hits, hit_pos[keep], mixed, candidates)
 
 
-def _near_misses(
+def _codes(row: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """``(row, sortable float32 key bits)`` as one sortable 64-bit code."""
+    return (row.astype(np.uint64) << np.uint64(32)) | bits.astype(np.uint64)
+
+
+def _relevant_items(
+    plan: EnginePlan, keys: np.ndarray, relevant: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The relevant pairs of a block as ``(row, sortable key bits, reference index)``, sorted
+    by (row, key, reference index): the order of the relevant items in the ranking."""
+    n = keys.shape[1]
+    flat = np.flatnonzero(relevant)
+    row = flat // n
+    code = pack_codes(row, keys.ravel()[flat], flat - row * n, plan.col_bits)
+    code.sort()
+    row = (code >> np.uint64(32 + plan.col_bits)).astype(np.int64)
+    bits = ((code >> np.uint64(plan.col_bits)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    ref = (code & np.uint64((1 << plan.col_bits) - 1)).astype(np.int64)
+    return row, bits, ref
+
+
+def _near_items(
     sorted_rows: np.ndarray,
     row: np.ndarray,
     bits: np.ndarray,
     rel_keys: np.ndarray,
     band: np.ndarray,
     cut: np.ndarray,
-    b: int,
-) -> np.ndarray:
-    """Rows where some key within ``band`` of a relevant key is not relevant (or may lie past
-    the sorted cut-off): more keys in the band than relevant keys in it."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per relevant item: whether it is a near miss (a key within ``band`` of it is not
+    relevant, or may lie past the sorted cut-off: more keys in the band than relevant keys in
+    it), its band ``[lo, hi]`` in float32 (rounded outwards), and the non-relevant keys below
+    ``lo`` (each certainly ahead of it in float64: more than ``band`` below its key)."""
     lo_key = (rel_keys.astype(np.float64) - band[row]).astype(np.float32)
     hi_key = widen(rel_keys, band[row])
     lo_key = np.where(lo_key > rel_keys - band[row], np.nextafter(lo_key, -np.inf), lo_key)
-    in_band = locate(sorted_rows, row, hi_key, True) - locate(sorted_rows, row, lo_key, False)
+    lo_at = locate(sorted_rows, row, lo_key, False)
+    in_band = locate(sorted_rows, row, hi_key, True) - lo_at
     # Relevant keys of the same row in the band: (row, sortable bits) codes are sorted.
-    rel_code = (row.astype(np.uint64) << np.uint64(32)) | bits.astype(np.uint64)
-    lo_code = (row.astype(np.uint64) << np.uint64(32)) | sortable_bits(lo_key).astype(np.uint64)
-    hi_code = (row.astype(np.uint64) << np.uint64(32)) | sortable_bits(hi_key).astype(np.uint64)
-    rel_in_band = np.searchsorted(rel_code, hi_code, "right") - np.searchsorted(rel_code, lo_code)
+    rel_code = _codes(row, bits)
+    rel_lo = np.searchsorted(rel_code, _codes(row, sortable_bits(lo_key)))
+    rel_in_band = np.searchsorted(rel_code, _codes(row, sortable_bits(hi_key)), "right") - rel_lo
     near = (in_band > rel_in_band) | (hi_key > cut[row])
-    out = np.zeros(b, dtype=bool)
-    out[row[near]] = True
+    return near, lo_key, hi_key, lo_at - (rel_lo - np.searchsorted(row, row))
+
+
+def _band_members(
+    keys: np.ndarray, relevant: np.ndarray, row: np.ndarray, lo_key: np.ndarray, hi_key: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The valid non-relevant references whose key lies in the band ``[lo_key, hi_key]`` of
+    some item of its row (items sorted by (row, key)) as ``(row, reference, code)`` sorted by
+    code (:func:`_codes`), then reference.
+
+    One pass over the rows' keys in float32: each row is cut into buckets at least twice as
+    wide as its widest band (at most ``2 n`` of them), so a band meets at most two buckets;
+    the keys of marked buckets are then checked against the bands themselves.  Bucket numbers
+    come from one increasing float32 map, so a key in a band falls in a bucket the band marks.
+    """
+    n = keys.shape[1]
+    rows, first = np.unique(row, return_index=True)
+    last = np.append(first[1:], row.size) - 1
+    base, top = lo_key[first], hi_key[last]
+    width = np.maximum.reduceat(hi_key.astype(np.float64) - lo_key, first)
+    span = top.astype(np.float64) - base
+    step = np.maximum(2.0 * width, span / (2 * n))
+    with np.errstate(over="ignore", divide="ignore"):
+        inv = (1.0 / np.where(step > 0, step, 1.0)).astype(np.float32)
+    n_bucket = 2 * n + 4
+    item = np.searchsorted(rows, row)
+    lo_b = _buckets(lo_key, base[item], inv[item], n_bucket)
+    hi_b = _buckets(hi_key, base[item], inv[item], n_bucket)
+    marked = np.zeros((rows.size, n_bucket), dtype=bool)
+    for step_up in range(3):
+        marked[item, np.minimum(lo_b + step_up, hi_b)] = True
+    # Keys spread past float32's range (a difference that overflows): every key is checked.
+    with np.errstate(over="ignore"):
+        marked[~np.isfinite(span.astype(np.float32)) | ~(inv > 0)] = True
+    sub = keys if rows.size == keys.shape[0] else keys[rows]
+    at = _buckets(sub, base[:, None], inv[:, None], n_bucket)
+    if rows.size * n_bucket >= 2**31:
+        at = at.astype(np.int64)
+    at += (np.arange(rows.size, dtype=at.dtype) * n_bucket)[:, None]
+    flat = np.flatnonzero(np.take(marked.ravel(), at))
+    r = flat // n
+    c = flat - r * n
+    other = ~relevant[rows[r], c] & (sub[r, c] <= KEY_MAX)  # excluded pairs are +inf
+    r, c = r[other], c[other]
+    code = _codes(rows[r], sortable_bits(sub[r, c]))
+    j = np.searchsorted(_codes(row, sortable_bits(hi_key)), code)
+    ok = j < row.size
+    ok[ok] = _codes(row[j[ok]], sortable_bits(lo_key[j[ok]])) <= code[ok]
+    r, c, code = rows[r[ok]], c[ok], code[ok]
+    order = np.lexsort((c, code))
+    return r[order], c[order], code[order]
+
+
+def _buckets(values: np.ndarray, base: np.ndarray, inv: np.ndarray, n_bucket: int) -> np.ndarray:
+    """Bucket numbers ``floor((values - base) * inv) + 1`` in float32, clipped to
+    ``[0, n_bucket - 1]``: an increasing function of the value (``inv > 0``)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = np.subtract(values, base, dtype=np.float32)
+        t *= inv
+    np.floor(t, out=t)
+    np.fmax(t, -1, out=t)  # NaN (an infinite difference times 0) included
+    np.fmin(t, n_bucket - 2, out=t)
+    out = t.astype(np.int32)
+    out += 1
     return out
+
+
+def _band_ahead(
+    keys: np.ndarray,
+    relevant: np.ndarray,
+    row: np.ndarray,
+    ref: np.ndarray,
+    bits: np.ndarray,
+    spans: tuple[np.ndarray, np.ndarray],
+    rows: BlockRows,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per near-miss relevant item (``row``, reference ``ref``, float32 key ``bits``, band
+    ``spans``; sorted by (row, key, reference)): the non-relevant references of its band that
+    precede it in float64 (a smaller :func:`embedeval.engine.decide.float64_keys` key), and
+    whether one has a key equal to its own.
+
+    The items and the band members of a row get their float64 keys in one call, listed in
+    float32 order, so every relevant / non-relevant pair among them is in its float64 order.
+    """
+    lo_key, hi_key = spans
+    m_row, m_ref, m_code = _band_members(keys, relevant, row, lo_key, hi_key)
+    all_row = np.concatenate((row, m_row))
+    all_ref = np.concatenate((ref, m_ref))
+    kind = np.arange(all_row.size) < row.size
+    order = _merged_order(row, bits, ref, m_row, m_code, m_ref, keys.shape)
+    exact = np.empty(all_row.size, dtype=np.float64)
+    exact[order] = float64_keys(
+        rows.xq, rows.xb, rows.start + all_row[order], all_ref[order], all_row[order],
+        rows.distance, kind[order],
+    )  # fmt: skip
+    k_item, k_member = exact[: row.size], exact[row.size :]
+    # Members below an item's band precede it, members above follow it (certain); so the
+    # members of its band ahead of it are the members of its row with a smaller float64 key
+    # less those below its band.
+    first = np.searchsorted(m_row, row)
+    below = np.searchsorted(m_code, _codes(row, sortable_bits(lo_key))) - first
+    smaller, tied = _members_below(row, k_item, m_row, k_member)
+    return smaller - below, tied
+
+
+def _merged_order(
+    row: np.ndarray,
+    bits: np.ndarray,
+    ref: np.ndarray,
+    m_row: np.ndarray,
+    m_code: np.ndarray,
+    m_ref: np.ndarray,
+    shape: tuple[int, int],
+) -> np.ndarray:
+    """The order by (row, float32 key, reference) of the items followed by the members, both
+    sorted that way already: a merge of two sorted lists of packed codes (distinct: an item is
+    relevant, a member is not)."""
+    col_bits = max(int(shape[1] - 1).bit_length(), 1)
+    if int(shape[0] - 1).bit_length() + 32 + col_bits > 64:
+        all_bits = np.concatenate((bits, (m_code & np.uint64(0xFFFFFFFF)).astype(np.uint32)))
+        return np.lexsort((np.append(ref, m_ref), all_bits, np.append(row, m_row)))
+    shift = np.uint64(col_bits)
+    items = (_codes(row, bits) << shift) | ref.astype(np.uint64)
+    members = (m_code << shift) | m_ref.astype(np.uint64)
+    at = np.empty(row.size + m_row.size, dtype=np.int64)
+    at[: row.size] = np.searchsorted(members, items) + np.arange(row.size)
+    at[row.size :] = np.searchsorted(items, members) + np.arange(m_row.size)
+    order = np.empty_like(at)
+    order[at] = np.arange(at.size)
+    return order
+
+
+def _members_below(
+    row: np.ndarray, k_item: np.ndarray, m_row: np.ndarray, k_member: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per item (``row``, float64 key ``k_item``): the members of its row (``m_row`` sorted,
+    ``k_member``) with a smaller key, and whether one has an equal key.  One stable sort of
+    both by key, then by row; runs of equal (row, key) hold the ties."""
+    n_item = row.size
+    all_row = np.concatenate((row, m_row))
+    all_key = np.concatenate((k_item, k_member))
+    order = np.argsort(all_key, kind="stable")
+    row_type = np.int16 if all_row.size and int(all_row.max()) < 2**15 else np.int64
+    order = order[np.argsort(all_row[order].astype(row_type), kind="stable")]
+    is_member = order >= n_item
+    key_sorted, row_sorted = all_key[order], all_row[order]
+    new = np.ones(order.size, dtype=bool)
+    new[1:] = (key_sorted[1:] != key_sorted[:-1]) | (row_sorted[1:] != row_sorted[:-1])
+    run = np.cumsum(new) - 1
+    members = np.cumsum(is_member)
+    # members before each run (strictly smaller keys of earlier rows included), per run
+    before_run = (members - is_member)[new]
+    in_run = np.bincount(run, weights=is_member, minlength=before_run.size)
+    at = np.empty(order.size, dtype=np.int64)
+    at[order] = run
+    item_run = at[:n_item]
+    return before_run[item_run] - np.searchsorted(m_row, row), in_run[item_run] > 0
 
 
 def _sorted_rows(
@@ -334,7 +527,8 @@ def deep_blocks(
         tau = np.full(stop - start, -np.inf, dtype=np.float32)
         need = plan.need[start:stop]
         band = 2 * key_bounds(q_sq[start:stop], m_sq, dim, task.distance)
-        ranks = relevant_ranks(plan, keys, codes, task.reference_codes, tau, need, band)
+        rows = BlockRows(task.query, task.reference, task.distance, start)
+        ranks = relevant_ranks(plan, keys, codes, task.reference_codes, tau, need, band, rows)
         return score_ranks(task, start, ranks)
 
     starts = range(0, n_query, size)
