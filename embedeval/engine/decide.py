@@ -4,8 +4,12 @@ The engine's float32 products (:mod:`embedeval.engine.exact`, :mod:`embedeval.en
 give each (query, reference) pair a key within a proven distance ``B_q`` of its float64 key
 (:func:`key_bounds`).  Two candidates whose float32 keys are more than ``2 B_q`` apart are
 therefore in the right order; only runs of candidates closer than that (*clusters*: near-ties,
-exact ties, identical rows) are re-scored in float64 (:func:`exact_keys`) and ordered by those
-keys, equal keys by reference index (:func:`decide`).  The engine keeps every reference whose
+exact ties, identical rows) are re-scored in float64 and ordered by float64 keys, equal keys by
+reference index (:func:`decide`).  Those float64 keys are filtered once more: a float64 product
+(BLAS, any summation order) is within ``16 gamma_{d+8}`` in double precision of
+:func:`exact_keys`, so only pairs it cannot order take the fixed-order keys
+(:func:`float64_keys`); a block whose float32 keys are mostly closer than their bound sorts its
+rows by the float64 product keys directly.  The engine keeps every reference whose
 float32 key is within ``2 B_q`` of its depth threshold, so the float64 order of the candidates
 is the float64 order of the whole reference set up to the depth.
 
