@@ -175,7 +175,7 @@ def _count_paths(monkeypatch):
     """Counters of the near-miss items ranked in place and of the rows sorted whole."""
     import embedeval.engine.deep as deep
 
-    seen = {"near": 0, "near_rows": 0, "whole_rows": 0}
+    seen = {"near": 0, "near_rows": 0, "whole_rows": 0, "crowded_rows": 0}
     band_ahead, whole_rows = deep._band_ahead, deep._whole_rows
     lock = threading.Lock()  # blocks run on worker threads
 
@@ -190,8 +190,19 @@ def _count_paths(monkeypatch):
             seen["whole_rows"] += rows.size
         return whole_rows(plan, rows, *args)
 
+    crowded_rows = deep._crowded_rows
+
+    def counted_crowded(*args):
+        out = crowded_rows(*args)
+        if out is not None:  # rows ranked from float64 keys of the whole row, also in place
+            with lock:
+                seen["near_rows"] += out[0].size
+                seen["crowded_rows"] += out[0].size
+        return out
+
     monkeypatch.setattr(deep, "_band_ahead", counted_band)
     monkeypatch.setattr(deep, "_whole_rows", counted_whole)
+    monkeypatch.setattr(deep, "_crowded_rows", counted_crowded)
     return seen
 
 
@@ -216,6 +227,38 @@ def test_near_miss_rows_are_ranked_in_place_as_float64_orders_them(
     assert seen["near_rows"] > 0.5 * task.n_query  # most rows hold near misses
     # Only rows where a float64 tie mixes the kinds are sorted whole (1 ulp lost in a sum).
     assert seen["whole_rows"] == tie.sum() <= 2
+    np.testing.assert_allclose(values["map"], ap, rtol=1e-12)
+    np.testing.assert_array_equal(values["precision_at_1"], p1)
+    np.testing.assert_array_equal(ties["map"], tie)
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("copies", [False, True])
+def test_rows_crowded_with_near_misses_rank_from_float64_row_keys(monkeypatch, split, copies):
+    """Three classes in a tiny cap (inner products all near 1: nearly every relevant key has
+    non-relevant keys inside its float32 band, as in hashing's mAP@all): rows are ranked from
+    float64 keys of the whole row.  Pairs one ulp apart with different labels stay there;
+    identical rows with different labels (``copies``) tie exactly, and the rows that see such
+    a tie go to the band-by-band path, which flags it."""
+    rng = np.random.default_rng(5)
+    x = np.zeros((1500, 8), dtype=np.float32)
+    x[:, 0] = 1.0
+    x += 0.003 * rng.standard_normal(x.shape).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y = rng.integers(0, 3, 1500)
+    x[1:40:2] = x[0:40:2]
+    x[1:40:2, 3] = np.nextafter(x[1:40:2, 3], np.float32(2))
+    y[1:40:2] = (y[0:40:2] + 1) % 3
+    if copies:
+        x[40:50], y[40:50] = x[50:60], (y[50:60] + 1) % 3  # identical rows, other labels
+    args = (x[:300], y[:300], x[300:], y[300:]) if split else (x, y)
+    oracle_args = args if split else (x, y, x, y)
+    task = _task(*args, metrics=["map", "precision_at_1"], distance="inner_product")
+    seen = _count_paths(monkeypatch)
+    values, ties = _deep_engine(task, 64)
+    ap, p1, tie = _float64_ranking_oracle(*oracle_args, "inner_product", loo=not split)
+    if not copies:  # with copies nearly every row sees an exact tie between the kinds
+        assert seen["crowded_rows"] > 0.5 * task.n_query
     np.testing.assert_allclose(values["map"], ap, rtol=1e-12)
     np.testing.assert_array_equal(values["precision_at_1"], p1)
     np.testing.assert_array_equal(ties["map"], tie)

@@ -53,6 +53,7 @@ __all__ = [
     "reach_of",
     "reference_sq_bound",
     "rounding_of",
+    "row_keys",
     "sq_norms",
     "task_norms",
     "widen",
@@ -564,6 +565,30 @@ def _product_keys(
         q_sq = np.einsum("ij,ij->i", q, q)[q_pos]
         keys[lo:hi], mag[lo:hi] = _keys_from_products(dots, q_sq, x_sq[inverse[lo:hi]], distance)
     return keys, mag
+
+
+def row_keys(xq: Any, xb: Any, queries: np.ndarray, distance: str) -> tuple[np.ndarray, np.ndarray]:
+    """float64 product keys of query rows ``queries`` against every reference (shape
+    ``(queries.size, n_reference)``, on the scale of :func:`exact_keys`), and per query the
+    bound ``beta`` on their distance from the :func:`exact_keys` ones (``16 gamma_{d+8}`` in
+    double precision times the largest magnitude of its pairs): two keys of a row more than
+    ``2 beta`` apart are in the order of their fixed-order keys.
+
+    >>> x = np.array([[0, 0], [3, 4], [6, 8]], np.float32)
+    >>> keys, beta = row_keys(x, x, np.array([0]), "euclidean")
+    >>> keys.tolist(), bool(beta[0] < 1e-10)
+    ([[0.0, 25.0, 100.0]], True)
+    """
+    q = np.asarray(host_array(xq[queries]), dtype=np.float64)
+    x = np.asarray(host_array(xb[:]), dtype=np.float64)
+    q_sq, x_sq = np.einsum("ij,ij->i", q, q), np.einsum("ij,ij->i", x, x)
+    dots = q @ x.T
+    keys, _ = _keys_from_products(dots, q_sq[:, None], x_sq[None, :], distance)
+    m = float(np.sqrt(x_sq.max(initial=0.0)))
+    qn = np.sqrt(q_sq)
+    mag = {"euclidean": (qn + m) ** 2, "inner_product": qn * m}.get(distance, q_sq)
+    beta = 16.0 * gamma(int(q.shape[1]) + 8, _U64) * (1.0 + 2.0**-20) * mag
+    return keys, beta
 
 
 def _row_max(values: np.ndarray, row: np.ndarray) -> np.ndarray:
