@@ -185,3 +185,25 @@ def tie_straddles(rel, dist, cut):
     block = [rel[i] for i in range(len(rel)) if dist[i] == v]
     inside = [i for i in range(len(rel)) if dist[i] == v]
     return inside[0] < cut <= inside[-1] and 0 < sum(block) < len(block)
+
+
+def fixed_order_keys(q: np.ndarray, corpus: np.ndarray, distance: str) -> np.ndarray:
+    """float64 keys of one query against every document (smaller is better), one column at a
+    time in column order: squared distance, -q.x, or -sign(s) s^2 / ||x||^2 (cosine; 0 for a
+    zero row)."""
+    q64, x64 = q.astype(np.float64), corpus.astype(np.float64)
+    acc = np.zeros(x64.shape[0])
+    if distance == "euclidean":
+        for j in range(x64.shape[1]):
+            t = q64[j] - x64[:, j]
+            acc += t * t
+        return acc
+    for j in range(x64.shape[1]):
+        acc += q64[j] * x64[:, j]
+    if distance == "inner_product":
+        return -acc
+    x_sq = np.zeros_like(acc)
+    for j in range(x64.shape[1]):
+        x_sq += x64[:, j] * x64[:, j]
+    live = x_sq > 0  # a zero row has cosine 0 with every query
+    return np.where(live, -np.sign(acc) * (acc * acc) / np.where(live, x_sq, 1), 0.0)

@@ -11,6 +11,8 @@ import pytest
 
 import embedeval as ee
 
+from .oracle import fixed_order_keys as oracle_keys
+
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
 NAMES = {
@@ -25,28 +27,6 @@ DEPTH = 12
 
 
 # ---------------------------------------------------------------------------- the oracle
-def oracle_keys(q: np.ndarray, corpus: np.ndarray, distance: str) -> np.ndarray:
-    """float64 keys of one query against every document (smaller is better), one column at a
-    time in column order: squared distance, -q.x, or -sign(s) s^2 / ||x||^2 (cosine; 0 for a
-    zero row)."""
-    q64, x64 = q.astype(np.float64), corpus.astype(np.float64)
-    acc = np.zeros(x64.shape[0])
-    if distance == "euclidean":
-        for j in range(x64.shape[1]):
-            t = q64[j] - x64[:, j]
-            acc += t * t
-        return acc
-    for j in range(x64.shape[1]):
-        acc += q64[j] * x64[:, j]
-    if distance == "inner_product":
-        return -acc
-    x_sq = np.zeros_like(acc)
-    for j in range(x64.shape[1]):
-        x_sq += x64[:, j] * x64[:, j]
-    live = x_sq > 0  # a zero row has cosine 0 with every query
-    return np.where(live, -np.sign(acc) * (acc * acc) / np.where(live, x_sq, 1), 0.0)
-
-
 def oracle_scores(q: np.ndarray, keys: np.ndarray, distance: str) -> np.ndarray:
     """Scores from keys: -key, or the cosine sign(s) sqrt(s^2 / ||x||^2) / ||q||."""
     if distance != "cosine":

@@ -1,5 +1,5 @@
 """positives= / junk= on the streaming corpus engine against a brute-force float64 oracle written
-here: every reference's float64 key (column loops over float64 copies), junk removed, a stable
+in `tests/oracle.py`: every reference's fixed-order float64 key, junk removed, a stable
 sort by (key, index); ranks of the positives and the metrics from their definitions."""
 
 from __future__ import annotations
@@ -10,23 +10,7 @@ import pytest
 import embedeval as ee
 from embedeval.evaluation.relevance_lists import positive_ranks
 
-
-def oracle_keys(q, xb, distance):
-    q64, x64 = q.astype(np.float64), xb.astype(np.float64)
-    acc = np.zeros(x64.shape[0])
-    if distance == "euclidean":
-        for j in range(x64.shape[1]):
-            t = q64[j] - x64[:, j]
-            acc += t * t
-        return acc
-    for j in range(x64.shape[1]):
-        acc += q64[j] * x64[:, j]
-    if distance == "inner_product":
-        return -acc
-    x_sq = np.zeros_like(acc)
-    for j in range(x64.shape[1]):
-        x_sq += x64[:, j] * x64[:, j]
-    return -np.sign(acc) * (acc * acc) / x_sq
+from .oracle import fixed_order_keys as oracle_keys
 
 
 def oracle_ranks(xq, xb, pos, junk, distance):

@@ -263,7 +263,7 @@ def decide(
     size = np.bincount(cluster)
     amb = np.flatnonzero(size[cluster] > 1)
     qi = block.queries[row[amb]]
-    exact = _float64_keys(xq, xb, qi, block.index[amb], row[amb], distance, None)
+    exact = float64_keys(xq, xb, qi, block.index[amb], row[amb], distance, None)
     order = np.lexsort((block.index[amb], exact, cluster[amb]))
     index = block.index.copy()
     index[amb] = block.index[amb][order]
@@ -327,7 +327,7 @@ def _decide_mixed_pairs(
     """:func:`decide` for a ranking read through relevance only.
 
     A candidate whose float32 key lies within ``2 B`` of a candidate of the other kind
-    (relevant / not) is *ambiguous* and gets a float64 key (:func:`_float64_keys`); every other
+    (relevant / not) is *ambiguous* and gets a float64 key (:func:`float64_keys`); every other
     candidate keeps its float32 key.  Each float32 key is within ``B`` of the float64 one, so a
     kept candidate is more than ``B`` away from any key (float32 or float64) of the other kind.
     Only *windows* are re-sorted: the positions whose float32 keys lie within ``2 B`` of an
@@ -353,7 +353,7 @@ def _decide_mixed_pairs(
     keys = from_sortable_bits(block.bits[part]).astype(np.float64)
     mixed = _on_exact_scale(keys, row[part], xq, block.queries, distance)
     qi = block.queries[row[amb]]
-    exact = _float64_keys(xq, xb, qi, block.index[amb], row[amb], distance, relevant[amb])
+    exact = float64_keys(xq, xb, qi, block.index[amb], row[amb], distance, relevant[amb])
     is_exact = np.zeros(part.size, dtype=bool)
     is_exact[np.searchsorted(part, amb)] = True
     mixed[is_exact] = exact
@@ -456,17 +456,23 @@ def _near_other_kind(
     return near
 
 
-def _float64_keys(
+def float64_keys(
     xq: Any,
     xb: Any,
     qi: np.ndarray,
     ri: np.ndarray,
     row: np.ndarray,
     distance: str,
-    kind: np.ndarray | None,
+    kind: np.ndarray | None = None,
 ) -> np.ndarray:
-    """float64 keys of the pairs ``(xq[qi[i]], xb[ri[i]])`` (pairs grouped by ``row``, ``qi``
-    sorted) on the scale of :func:`exact_keys`, ordering them as their :func:`exact_keys` do.
+    """float64 keys of the pairs ``(xq[qi[i]], xb[ri[i]])`` on the scale of :func:`exact_keys`
+    that order every two pairs of one ``row`` (of different ``kind`` when given) as their
+    :func:`exact_keys` do, equal keys included: a float64 product filters, the fixed-order
+    reduction decides what it cannot (the two filters of the module).
+
+    ``qi`` is sorted and pairs are grouped by ``row`` (one row per query); for cosine, a
+    positive multiple of a row takes the key of its first occurrence among the query's pairs
+    that are re-scored, so list a query's pairs in their float32 order.
 
     A float64 product (:func:`_product_keys`, any summation order) is a second filter: its keys
     are within ``beta = 16 gamma_{d+8}`` (double precision) times the pair's magnitude of the
@@ -474,7 +480,13 @@ def _float64_keys(
     ``2 beta`` of a pair of the other ``kind`` of their row (of any pair when ``kind`` is None)
     are re-scored with :func:`exact_keys`; the others keep the product key, whose order against
     every pair it is compared with is then the :func:`exact_keys` order.
+
+    >>> x = np.array([[1, 0], [0, 1], [2, 0]], np.float32)
+    >>> z = np.zeros(3, dtype=np.int64)
+    >>> float64_keys(x, x, z, np.arange(3), z, "euclidean").tolist()
+    [0.0, 2.0, 1.0]
     """
+    qi, ri, row = (np.asarray(a, dtype=np.int64) for a in (qi, ri, row))
     if not qi.size:
         return np.zeros(0, dtype=np.float64)
     g, mag = _product_keys(xq, xb, qi, ri, distance)
@@ -497,33 +509,6 @@ def _float64_keys(
     if redo.size:
         g[redo] = _gather_keys(xq, xb, qi[redo], ri[redo], distance)
     return g
-
-
-def float64_keys(
-    xq: Any,
-    xb: Any,
-    qi: np.ndarray,
-    ri: np.ndarray,
-    row: np.ndarray,
-    distance: str,
-    kind: np.ndarray | None = None,
-) -> np.ndarray:
-    """float64 keys of the pairs ``(xq[qi[i]], xb[ri[i]])`` on the scale of :func:`exact_keys`
-    that order every two pairs of one ``row`` (of different ``kind`` when given) as their
-    :func:`exact_keys` do, equal keys included: a float64 product filters, the fixed-order
-    reduction decides what it cannot (the two filters of the module).
-
-    ``qi`` is sorted and pairs are grouped by ``row`` (one row per query); for cosine, a
-    positive multiple of a row takes the key of its first occurrence among the query's pairs
-    that are re-scored, so list a query's pairs in their float32 order.
-
-    >>> x = np.array([[1, 0], [0, 1], [2, 0]], np.float32)
-    >>> z = np.zeros(3, dtype=np.int64)
-    >>> float64_keys(x, x, z, np.arange(3), z, "euclidean").tolist()
-    [0.0, 2.0, 1.0]
-    """
-    qi, ri, row = (np.asarray(a, dtype=np.int64) for a in (qi, ri, row))
-    return _float64_keys(xq, xb, qi, ri, row, distance, kind)
 
 
 _DENSE_CELLS = 1 << 22  # float64 products per dense tile (32 MiB)
