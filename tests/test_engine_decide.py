@@ -270,3 +270,37 @@ def test_inner_product_keys_are_the_fixed_order_float64_sums():
     res = ee.evaluate(xq, yq, xb, yb, metrics=["precision_at_1", "map"], distance="inner_product")
     np.testing.assert_array_equal(res.per_query["precision_at_1"], p1)
     np.testing.assert_allclose(res.per_query["map"], full, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("spread", [1.0, 0.05])
+def test_positions_near_the_other_kind_include_every_close_pair_of_both_kinds(spread):
+    """Flags of positions with a key of the other kind within the band, checked pair by pair:
+    exactly those when many neighbours are close (``spread=1``), and when few are
+    (``spread=0.05``) a superset of them within chains of close neighbours that hold both
+    kinds."""
+    from embedeval.engine.decide import _near_other_kind
+
+    rng = np.random.default_rng(4)
+    counts = rng.integers(0, 60, 40)
+    lims = np.append(0, np.cumsum(counts))
+    keys = np.concatenate([np.sort(np.round(rng.random(c) / spread, 2)) for c in counts])
+    kind = rng.random(keys.size) < 0.4
+    band = np.repeat(rng.choice([0.0, 0.01, 0.02], counts.size), counts)
+    starts, ends = np.repeat(lims[:-1], counts), np.repeat(lims[1:], counts)
+    got = _near_other_kind(keys, starts, ends, band, kind)
+    n_superset = 0
+    for r in range(counts.size):
+        k, t, b = keys[lims[r] : lims[r + 1]], kind[lims[r] : lims[r + 1]], band[lims[r]]
+        flags = got[lims[r] : lims[r + 1]]
+        truth = np.array([(np.abs(k - k[i]) <= b)[t != t[i]].any() for i in range(k.size)])
+        assert not np.any(truth & ~flags)
+        n_superset += int(np.count_nonzero(flags & ~truth))
+        for i in np.flatnonzero(flags):  # within a chain of close neighbours of both kinds
+            lo = hi = i
+            while lo > 0 and k[lo] - k[lo - 1] <= b:
+                lo -= 1
+            while hi + 1 < k.size and k[hi + 1] - k[hi] <= b:
+                hi += 1
+            assert t[lo : hi + 1].any() and not t[lo : hi + 1].all()
+    if spread == 1.0:
+        assert n_superset == 0

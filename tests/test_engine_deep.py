@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import embedeval as ee
+import embedeval.engine.deep as deep
 from embedeval.engine.deep import deep_applies, deep_blocks, locate
 from embedeval.engine.exact import DEFAULT_MEMORY_BUDGET, sorted_candidates
 from embedeval.engine.task import write_back
@@ -155,9 +156,15 @@ def _float64_ranking_oracle(xq, yq, xr, yr, distance, loo):
             keys += (q[:, j, None] - r[None, :, j]) ** 2
         else:
             keys -= q[:, j, None] * r[None, :, j]
-    ap, p1, tie = np.full(len(q), np.nan), np.full(len(q), np.nan), np.zeros(len(q), bool)
-    for i in range(len(q)):
-        idx = np.array([j for j in range(len(r)) if not (loo and j == i)])
+    return _oracle_from_keys(keys, yq, yr, loo)
+
+
+def _oracle_from_keys(keys, yq, yr, loo):
+    """:func:`_float64_ranking_oracle` from a float64 key matrix (queries x references)."""
+    n_q, n_r = keys.shape
+    ap, p1, tie = np.full(n_q, np.nan), np.full(n_q, np.nan), np.zeros(n_q, bool)
+    for i in range(n_q):
+        idx = np.array([j for j in range(n_r) if not (loo and j == i)])
         idx = idx[np.lexsort((idx, keys[i, idx]))]
         rel = yr[idx] == yq[i]
         if not rel.any():
@@ -171,9 +178,38 @@ def _float64_ranking_oracle(xq, yq, xr, yr, distance, loo):
     return ap, p1, tie
 
 
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
+def test_float64_filter_ranks_far_from_the_origin_and_ties_identical_rows(distance):
+    """The deep engine's default filter (keys rounded from a float64 product, float64 copies
+    of the rows and of the duplicate representatives): rows far from the origin, identical
+    rows (and, for cosine, positive multiples) with different labels, rows one ulp apart,
+    against fixed-order float64 keys per query."""
+    rng = np.random.default_rng(11)
+    n, d = 600, 12
+    y = rng.integers(0, 6, n)
+    x = rng.standard_normal((6, d)).astype(np.float32)[y] * 0.05
+    x += 0.02 * rng.standard_normal((n, d)).astype(np.float32)
+    if distance == "euclidean":
+        x += np.float32(1000.0)
+    x[1:60:3] = x[0:60:3]  # identical rows, other labels
+    y[1:60:3] = (y[0:60:3] + 1) % 6
+    x[2:60:3] = x[0:60:3]
+    x[2:60:3, 1] = np.nextafter(x[0:60:3, 1], np.float32(np.inf))  # one ulp apart
+    if distance == "cosine":
+        x[60:90] = 2 * x[90:120]  # the same point after normalisation
+        y[60:90] = (y[90:120] + 2) % 6
+    task = _task(x, y, metrics=["map", "precision_at_1"], distance=distance)
+    assert deep.filter_precision(task) == "float64"
+    values, ties = _deep_engine(task, 64)
+    keys = np.stack([oracle.fixed_order_keys(x[i], x, distance) for i in range(n)])
+    ap, p1, tie = _oracle_from_keys(keys, y, y, loo=True)
+    np.testing.assert_allclose(values["map"], ap, rtol=1e-12)
+    np.testing.assert_array_equal(values["precision_at_1"], p1)
+    np.testing.assert_array_equal(ties["map"], tie)
+
+
 def _count_paths(monkeypatch):
     """Counters of the near-miss items ranked in place and of the rows sorted whole."""
-    import embedeval.engine.deep as deep
 
     seen = {"near": 0, "near_rows": 0, "whole_rows": 0, "crowded_rows": 0}
     band_ahead, whole_rows = deep._band_ahead, deep._whole_rows
@@ -206,12 +242,16 @@ def _count_paths(monkeypatch):
     return seen
 
 
+@pytest.mark.parametrize("precision", ["float32", "float64"])
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("block_size", [None, 37, 300])
 def test_near_miss_rows_are_ranked_in_place_as_float64_orders_them(
-    monkeypatch, distance, split, block_size
+    monkeypatch, precision, distance, split, block_size
 ):
+    """Both filter products, float32 keys (most rows hold near misses) and keys rounded from
+    a float64 product, against the float64 brute force."""
+    monkeypatch.setattr(deep, "filter_precision", lambda task: precision)
     x, y = _crowded()
     if split:
         args, oracle_args = (
@@ -224,7 +264,8 @@ def test_near_miss_rows_are_ranked_in_place_as_float64_orders_them(
     seen = _count_paths(monkeypatch)
     values, ties = _deep_engine(task, block_size)
     ap, p1, tie = _float64_ranking_oracle(*oracle_args, distance, loo=not split)
-    assert seen["near_rows"] > 0.5 * task.n_query  # most rows hold near misses
+    if precision == "float32":
+        assert seen["near_rows"] > 0.5 * task.n_query  # most rows hold near misses
     # Only rows where a float64 tie mixes the kinds are sorted whole (1 ulp lost in a sum).
     assert seen["whole_rows"] == tie.sum() <= 2
     np.testing.assert_allclose(values["map"], ap, rtol=1e-12)
@@ -254,6 +295,7 @@ def test_rows_crowded_with_near_misses_rank_from_float64_row_keys(monkeypatch, s
     args = (x[:300], y[:300], x[300:], y[300:]) if split else (x, y)
     oracle_args = args if split else (x, y, x, y)
     task = _task(*args, metrics=["map", "precision_at_1"], distance="inner_product")
+    monkeypatch.setattr(deep, "filter_precision", lambda task: "float32")
     seen = _count_paths(monkeypatch)
     values, ties = _deep_engine(task, 64)
     ap, p1, tie = _float64_ranking_oracle(*oracle_args, "inner_product", loo=not split)

@@ -39,6 +39,7 @@ from .candidates import Candidates, from_sortable_bits, sortable_bits
 from .labels import match_pairs
 
 __all__ = [
+    "FLOAT64_MAX_DIM",
     "U32",
     "Reach",
     "TaskNorms",
@@ -121,7 +122,8 @@ def key_bounds(
 
 def rounding_of(precision: str) -> tuple[float, float]:
     """``(scale, input_u)`` of :func:`key_bounds` for a filter product ``precision``:
-    ``"float32"``; ``"tf32"`` keeps a 10-bit mantissa in the product (2**13 times float32's
+    ``"float32"``; ``"float64"`` (a float64 product rounded to float32 keys: one
+    rounding); ``"tf32"`` keeps a 10-bit mantissa in the product (2**13 times float32's
     unit roundoff); ``"bf16"`` rounds each input to an 8-bit mantissa (2**-9) and the product's
     result once more, accumulating in float32.
 
@@ -132,7 +134,17 @@ def rounding_of(precision: str) -> tuple[float, float]:
         return 2.0**13, 0.0
     if precision == "bf16":
         return 1.0, 2.0**-9
+    if precision == "float64":
+        # No float32 product: a float64 one (within 4 gamma_{d+2} of the real key in double
+        # precision, cosine's float64 normalisation included) rounded once to float32 (2**-24
+        # times |key|, at most the magnitude).  The input term 4 u_in covers both for
+        # d < 2**23 (FLOAT64_MAX_DIM): 2**-24 + 2**-26 >= 2**-24 + 8 gamma_{d+2}.
+        return 0.0, 2.0**-26 + 2.0**-28
     return 1.0, 0.0
+
+
+#: The largest dimension whose float64 filter keys :func:`rounding_of` bounds.
+FLOAT64_MAX_DIM = 2**23 - 8
 
 
 def reference_sq_bound(sq32: np.ndarray, dim: int) -> float:
@@ -411,6 +423,24 @@ def _near_relevant(
     return near
 
 
+def _mixed_chains(close: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """Flags of the positions in chains of ``close`` neighbours (``close[i]``: positions
+    ``i`` and ``i + 1`` are) that hold both values of ``kind``."""
+    linked = np.zeros(kind.size, dtype=bool)
+    linked[1:] |= close
+    linked[:-1] |= close
+    at = np.flatnonzero(linked)
+    if not at.size:
+        return linked
+    start = np.ones(at.size, dtype=bool)
+    start[1:] = ~close[at[1:] - 1]
+    chain = np.cumsum(start) - 1
+    n_kind = np.bincount(chain, weights=kind[at])
+    mixed = (n_kind > 0) & (n_kind < np.bincount(chain))
+    linked[at] = mixed[chain]
+    return linked
+
+
 def _windows(
     codes: np.ndarray, row: np.ndarray, amb: np.ndarray, band: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -434,18 +464,21 @@ def _near_other_kind(
     kind: np.ndarray | None,
 ) -> np.ndarray:
     """Flags of the positions of sorted rows (``keys`` ascending within each row; position
-    ``i`` belongs to the row ``starts[i]:ends[i]``) that have, in their row, a key of the
-    other ``kind`` (any other key when ``kind`` is None) within ``band[i]``."""
+    ``i`` belongs to the row ``starts[i]:ends[i]``, whose positions share one ``band``) that
+    have, in their row, a key of the other ``kind`` (any other key when ``kind`` is None)
+    within ``band[i]`` -- or, where few neighbours lie that close, a superset of them: the
+    positions of chains of neighbours closer than the band that hold both kinds (a key
+    within the band of one of the other kind is chained to it through every key between)."""
     n = keys.size
     pos = np.arange(n)
     near = np.zeros(n, dtype=bool)
+    close = (pos[1:] < ends[:-1]) & (np.diff(keys) <= np.minimum(band[1:], band[:-1]))
     if kind is None:
-        gap = np.diff(keys)
-        same_row = pos[1:] < ends[:-1]
-        close = same_row & (gap <= np.minimum(band[1:], band[:-1]))
         near[1:] |= close
         near[:-1] |= close
         return near
+    if np.count_nonzero(close) * 8 < n:
+        return _mixed_chains(close, kind)
     for k in (kind, ~kind):
         # the nearest position of this kind before and after each position, in the same row
         before = np.maximum.accumulate(np.where(k, pos, -1))

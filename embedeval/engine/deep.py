@@ -41,7 +41,15 @@ import numpy as np
 
 from ..utils.progress import progress_bar
 from .candidates import Candidates, from_sortable_bits, sortable_bits
-from .decide import float64_keys, key_bounds, row_keys, task_norms, widen
+from .decide import (
+    FLOAT64_MAX_DIM,
+    float64_keys,
+    key_bounds,
+    rounding_of,
+    row_keys,
+    task_norms,
+    widen,
+)
 from .exact import (
     KEY_MAX,
     EnginePlan,
@@ -50,6 +58,7 @@ from .exact import (
     pack_codes,
     plan_search,
     sort_block,
+    tied_search,
 )
 from .kernels import hits_from_ranks, score_hits
 from .labels import match_matrix
@@ -66,6 +75,7 @@ __all__ = [
     "deep_blocks",
     "locate",
     "relevant_ranks",
+    "row_codes",
     "score_ranks",
 ]
 
@@ -109,10 +119,24 @@ def deep_applies(task: RetrievalTask) -> bool:
     return float(task.relevant.mean()) * _FEW <= int(task.reference.shape[0])
 
 
-def locate(sorted_rows: np.ndarray, rows: np.ndarray, keys: np.ndarray, right: bool) -> np.ndarray:
+def row_codes(sorted_rows: np.ndarray) -> np.ndarray:
+    """The keys of row-sorted ``sorted_rows`` as one sorted flat array of ``(row, sortable
+    key bits)`` codes (:func:`_codes`), for :func:`locate`."""
+    codes = sortable_bits(sorted_rows).astype(np.uint64)
+    codes |= (np.arange(sorted_rows.shape[0], dtype=np.uint64) << np.uint64(32))[:, None]
+    return codes.ravel()
+
+
+def locate(
+    sorted_rows: np.ndarray,
+    rows: np.ndarray,
+    keys: np.ndarray,
+    right: bool,
+    codes: np.ndarray | None = None,
+) -> np.ndarray:
     """Per item, the number of keys of its row of ``sorted_rows`` below ``keys`` (``right``:
-    at or below): a binary search of every item at once (rows hold thousands of keys, items
-    are few, so a vectorised search beats a loop of ``np.searchsorted`` over rows).
+    at or below): one binary search of every item at once in the rows' :func:`row_codes`
+    (``codes``, when already built), where ``-0.0`` and ``0.0`` compare equal as floats do.
 
     >>> s = np.array([[0.0, 1.0, 1.0, 3.0], [2.0, 2.0, 5.0, 6.0]], dtype=np.float32)
     >>> locate(s, np.array([0, 1]), np.array([1.0, 2.0], np.float32), False).tolist()
@@ -120,19 +144,9 @@ def locate(sorted_rows: np.ndarray, rows: np.ndarray, keys: np.ndarray, right: b
     >>> locate(s, np.array([0, 1]), np.array([1.0, 2.0], np.float32), True).tolist()
     [3, 2]
     """
-    n = sorted_rows.shape[1]
-    flat = sorted_rows.ravel()
-    base = rows.astype(np.int64) * n
-    lo = np.zeros(rows.size, dtype=np.int64)
-    hi = np.full(rows.size, n, dtype=np.int64)
-    for _ in range(int(n).bit_length()):
-        mid = (lo + hi) >> 1
-        value = flat[base + np.minimum(mid, n - 1)]
-        below = (value <= keys) if right else (value < keys)
-        below &= mid < hi
-        lo = np.where(below, mid + 1, lo)
-        hi = np.where(below, hi, mid)
-    return lo
+    codes = row_codes(sorted_rows) if codes is None else codes
+    found = np.searchsorted(codes, _codes(rows, sortable_bits(keys)), "right" if right else "left")
+    return found - rows.astype(np.int64) * sorted_rows.shape[1]
 
 
 @dataclass(frozen=True)
@@ -186,6 +200,7 @@ def relevant_ranks(
         last = np.flatnonzero(np.append(row[1:] != row[:-1], True))
         cut[row[last]] = np.maximum(cut[row[last]], rel_keys[last])
     sorted_rows, cut = _sorted_rows(keys, cut, need)
+    flat = row_codes(sorted_rows)
     inside = rel_keys <= cut[row]
     if not inside.all():
         row, bits, ref, rel_keys = row[inside], bits[inside], ref[inside], rel_keys[inside]
@@ -194,8 +209,8 @@ def relevant_ranks(
     # relevant ones (the items of its row before its run of equal keys).
     code = _codes(row, bits)
     run_first = np.searchsorted(code, code)
-    ahead = locate(sorted_rows, row, rel_keys, False) - (run_first - row_first)
-    near, lo_key, hi_key, below = _near_items(sorted_rows, row, bits, rel_keys, band, cut)
+    ahead = locate(sorted_rows, row, rel_keys, False, flat) - (run_first - row_first)
+    near, lo_key, hi_key, below = _near_items(sorted_rows, flat, row, bits, rel_keys, band, cut)
     is_mixed = np.zeros(b, dtype=bool)
     done = _crowded_rows(keys, relevant, row, near, rows)
     if done is not None:  # rows ranked from float64 keys of the whole row
@@ -314,21 +329,23 @@ def _relevant_items(
 
 def _near_items(
     sorted_rows: np.ndarray,
+    flat: np.ndarray,
     row: np.ndarray,
     bits: np.ndarray,
     rel_keys: np.ndarray,
     band: np.ndarray,
     cut: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per relevant item: whether it is a near miss (a key within ``band`` of it is not
-    relevant, or may lie past the sorted cut-off: more keys in the band than relevant keys in
-    it), its band ``[lo, hi]`` in float32 (rounded outwards), and the non-relevant keys below
-    ``lo`` (each certainly ahead of it in float64: more than ``band`` below its key)."""
+    """Per relevant item (``flat``: the :func:`row_codes` of ``sorted_rows``): whether it is
+    a near miss (a key within ``band`` of it is not relevant, or may lie past the sorted
+    cut-off: more keys in the band than relevant keys in it), its band ``[lo, hi]`` in float32
+    (rounded outwards), and the non-relevant keys below ``lo`` (each certainly ahead of it in
+    float64: more than ``band`` below its key)."""
     lo_key = (rel_keys.astype(np.float64) - band[row]).astype(np.float32)
     hi_key = widen(rel_keys, band[row])
     lo_key = np.where(lo_key > rel_keys - band[row], np.nextafter(lo_key, -np.inf), lo_key)
-    lo_at = locate(sorted_rows, row, lo_key, False)
-    in_band = locate(sorted_rows, row, hi_key, True) - lo_at
+    lo_at = locate(sorted_rows, row, lo_key, False, flat)
+    in_band = locate(sorted_rows, row, hi_key, True, flat) - lo_at
     # Relevant keys of the same row in the band: (row, sortable bits) codes are sorted.
     rel_code = _codes(row, bits)
     rel_lo = np.searchsorted(rel_code, _codes(row, sortable_bits(lo_key)))
@@ -555,6 +572,30 @@ def score_ranks(task: RetrievalTask, start: int, ranks: RelevantRanks) -> Scored
     return ScoredBlock(slice(start, start + b), values, ties)
 
 
+#: The float64 filter's copies of the rows (bytes) above which the deep engine keeps float32.
+_FLOAT64_COPY_MAX = 1 << 30
+
+
+def filter_precision(task: RetrievalTask) -> str:
+    """The filter product of the deep engine: ``"float64"`` (keys rounded from a float64
+    product: about one float32 rounding from their float64 value) unless the float64 copies
+    of the rows would exceed :data:`_FLOAT64_COPY_MAX` bytes, else ``"float32"``.
+
+    A float32 product errs by up to ``d`` roundings, and deep rankings hold thousands of keys
+    per row: on the hashing-shaped case (d = 64, 50,000 references, R_q about 5,000) about
+    4,000 of a row's relevant keys then lie within the float32 bound of a non-relevant one and
+    need float64 keys.  The float64 filter costs twice the product and leaves few: measured on
+    two cores, 5,000 queries, 20.3 s with float32 keys against 9.0 s.
+    """
+    n_rows = int(task.reference.shape[0])
+    if task.query is not task.reference:
+        n_rows += int(task.query.shape[0])
+    dim = int(task.reference.shape[1])
+    if dim > FLOAT64_MAX_DIM or n_rows * (dim + 1) * 8 > _FLOAT64_COPY_MAX:
+        return "float32"
+    return "float64"
+
+
 def deep_blocks(
     task: RetrievalTask,
     *,
@@ -567,7 +608,8 @@ def deep_blocks(
     plan, products and threads as :func:`embedeval.engine.exact.sorted_candidates`)."""
     depth, threshold = task.depth()
     n_query, n_ref = task.n_query, int(task.reference.shape[0])
-    search = PreparedSearch.build(task.query, task.reference, task.distance)
+    precision = filter_precision(task)
+    search = PreparedSearch.build(task.query, task.reference, task.distance, precision=precision)
     plan = plan_search(
         task.reference,
         n_query=n_query,
@@ -581,7 +623,7 @@ def deep_blocks(
         block_size=block_size,
         memory_budget=memory_budget,
     )
-    search = search.with_duplicates(plan.duplicates, plan.representatives, slice(0, n_ref))
+    search = tied_search(search, plan, task.reference, task.distance, precision, slice(0, n_ref))
     plan = plan.with_search(search)
     size = plan.block_size
     buffers = threading.local()
@@ -590,6 +632,7 @@ def deep_blocks(
     q_sq = norms.q_sq * (1.0 + 2.0**-40)
     m_sq = float(norms.ref_sq.max(initial=0.0)) * (1.0 + 2.0**-40)
     dim = int(task.reference.shape[1])
+    rounding = rounding_of(precision)
 
     def one_block(start: int) -> ScoredBlock:
         stop = min(start + size, n_query)
@@ -603,7 +646,7 @@ def deep_blocks(
         # under it than another metric's depth is sorted whole.
         tau = np.full(stop - start, -np.inf, dtype=np.float32)
         need = plan.need[start:stop]
-        band = 2 * key_bounds(q_sq[start:stop], m_sq, dim, task.distance)
+        band = 2 * key_bounds(q_sq[start:stop], m_sq, dim, task.distance, *rounding)
         rows = BlockRows(task.query, task.reference, task.distance, start)
         ranks = relevant_ranks(plan, keys, codes, task.reference_codes, tau, need, band, rows)
         return score_ranks(task, start, ranks)

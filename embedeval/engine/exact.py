@@ -52,7 +52,7 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import Candidates, sortable_bits
-from .decide import Reach, reach_of, reference_sq_bound
+from .decide import Reach, reach_of, reference_sq_bound, rounding_of
 from .duplicates import DuplicateKeys, DuplicateRows, find_duplicate_rows
 from .labels import match_matrix
 from .threads import in_order, single_threaded_blas
@@ -83,6 +83,7 @@ __all__ = [
     "search_block",
     "sort_block",
     "sorted_candidates",
+    "tied_search",
 ]
 
 #: The largest finite float32: a cut-off that keeps every finite key and no excluded (+inf) one.
@@ -213,10 +214,24 @@ class PreparedSearch:
 
     @classmethod
     def build(
-        cls, xq: np.ndarray, xb: np.ndarray, distance: str, m_sq: float | None = None
+        cls,
+        xq: np.ndarray,
+        xb: np.ndarray,
+        distance: str,
+        m_sq: float | None = None,
+        precision: str = "float32",
     ) -> PreparedSearch:
         """The product of ``xq`` against ``xb``; ``m_sq`` bounds every squared norm of the
-        whole reference when ``xb`` is only part of it (a shard), for the ``reach``."""
+        whole reference when ``xb`` is only part of it (a shard), for the ``reach``.
+
+        ``precision="float64"`` prepares both sides in float64 (norms and normalisation
+        included): each key is then a float64 product rounded once to float32, within about
+        one float32 rounding of its float64 value (:func:`embedeval.engine.decide.rounding_of`)
+        where the float32 product errs by up to ``d`` of them.  It costs about twice the
+        float32 product and pays where rankings are deep and crowded: far fewer keys then lie
+        within their bound of one another."""
+        if precision == "float64":
+            return cls._build64(xq, xb, distance, m_sq)
         dim = int(xq.shape[1])
         if distance == "cosine":
             xq, xb = normalize_rows(xq, "query"), normalize_rows(xb, "reference")
@@ -237,6 +252,35 @@ class PreparedSearch:
         queries = np.negative(np.asarray(xq, dtype=np.float32))
         return cls(queries, np.asarray(xb).T, None, reach=reach)
 
+    @classmethod
+    def _build64(
+        cls, xq: np.ndarray, xb: np.ndarray, distance: str, m_sq: float | None
+    ) -> PreparedSearch:
+        """:meth:`build` with ``precision="float64"``."""
+        dim = int(xq.shape[1])
+        rounding = rounding_of("float64")
+        q = np.asarray(xq, dtype=np.float64)
+        x = q if xb is xq else np.asarray(xb, dtype=np.float64)
+        if distance == "cosine":
+            q = unit_rows64(q, "query")
+            x = q if xb is xq else unit_rows64(x, "reference")
+            reach = Reach(np.ones(q.shape[0]), 1.0, dim, distance, *rounding)
+            return cls(-q, x.T, None, reach=reach)
+        sq_ref = np.einsum("ij,ij->i", x, x)
+        sq_query = np.einsum("ij,ij->i", q, q)
+        m_sq = float(sq_ref.max(initial=0.0)) if m_sq is None else m_sq
+        wide = 1.0 + 2.0**-40  # the float64 norms' own rounding, far below it
+        reach = Reach(sq_query * wide, m_sq * wide, dim, distance, *rounding)
+        if distance == "inner_product":
+            return cls(-q, x.T, None, reach=reach)
+        ref = np.empty((x.shape[1] + 1, x.shape[0]), dtype=np.float64)
+        ref[:-1] = x.T
+        ref[-1] = sq_ref
+        queries = np.empty((q.shape[0], dim + 1), dtype=np.float64)
+        np.multiply(q, -2.0, out=queries[:, :-1])
+        queries[:, -1] = 1.0
+        return cls(queries, ref, sq_query, reach=reach)
+
     @property
     def n_reference(self) -> int:
         return int(self.reference_t.shape[1])
@@ -247,7 +291,13 @@ class PreparedSearch:
         """Ranking keys (smaller = nearer) of query ``rows`` against reference ``cols``;
         ``tie=False`` leaves identical references' columns as the product rounded them (the
         caller takes their shared keys from ``duplicates.candidates``)."""
-        keys = np.matmul(self.queries[rows], self.reference_t[:, cols], out=out)
+        if self.queries.dtype == np.float64:  # a float64 product rounded to float32 keys
+            product = self.queries[rows] @ self.reference_t[:, cols]
+            keys = product.astype(np.float32) if out is None else out
+            if out is not None:
+                out[...] = product
+        else:
+            keys = np.matmul(self.queries[rows], self.reference_t[:, cols], out=out)
         if tie and self.duplicates is not None:
             self.duplicates.apply(keys, self.queries, rows, cols)
         return keys
@@ -350,12 +400,40 @@ def reference_duplicates(xb: np.ndarray, distance: str) -> DuplicateRows | None:
     return find_duplicate_rows(xb, prepare)
 
 
-def representatives(xb: Any, dups: DuplicateRows | None, distance: str) -> np.ndarray | None:
-    """The first member of each duplicate group, prepared like a reference (dim' x groups)."""
+def representatives(
+    xb: Any, dups: DuplicateRows | None, distance: str, precision: str = "float32"
+) -> np.ndarray | None:
+    """The first member of each duplicate group, prepared like a reference (dim' x groups)
+    for a search of ``precision`` (:meth:`PreparedSearch.build`)."""
     if dups is None:
         return None
     rows = np.asarray(xb[dups.first], dtype=np.float32)
-    return PreparedSearch.build(rows[:1], rows, distance).reference_t
+    return PreparedSearch.build(rows[:1], rows, distance, precision=precision).reference_t
+
+
+def unit_rows64(x: np.ndarray, name: str) -> np.ndarray:
+    """float64 rows ``x`` scaled to unit L2 norm in float64 (a zero row is refused as by
+    :func:`normalize_rows`)."""
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x))
+    if (norms == 0).any():
+        normalize_rows(np.asarray(x, dtype=np.float32), name)  # raises, naming the row
+    return x / norms[:, None]
+
+
+def tied_search(
+    search: PreparedSearch,
+    plan: EnginePlan,
+    xb: Any,
+    distance: str,
+    precision: str,
+    columns: slice | np.ndarray,
+) -> PreparedSearch:
+    """``search`` (of ``precision``) with the identical reference rows of ``plan`` tied, their
+    representatives prepared at the same precision (:meth:`PreparedSearch.with_duplicates`)."""
+    reps = plan.representatives
+    if precision != "float32" and plan.duplicates is not None:
+        reps = representatives(xb, plan.duplicates, distance, precision)
+    return search.with_duplicates(plan.duplicates, reps, columns)
 
 
 def normalize_rows(x: np.ndarray, name: str) -> np.ndarray:
@@ -502,6 +580,7 @@ def sorted_candidates(
     progress: bool | None = None,
     n_threads: int | None = None,
     finish: Callable[[Candidates], Any] | None = None,
+    precision: str = "float32",
 ) -> Iterator[Any]:
     """Yield, block by block, each query's nearest references in ranking order (CSR form).
 
@@ -518,10 +597,12 @@ def sorted_candidates(
     :func:`embedeval.engine.threads.default_threads`), each with its own working memory of about
     ``memory_budget`` bytes, and yielded in order.  ``finish``, when given, is applied to each
     block in its thread (e.g. the metric kernels), and its result is yielded instead.
+    ``precision`` is the filter product's (:meth:`PreparedSearch.build`); the candidates then
+    reach as far as its keys' bound (``search.reach``).
     """
     n_query = xq.shape[0]
     # The product first: it checks the queries (cosine: non-zero rows) before the reference.
-    search = PreparedSearch.build(xq, xb, distance)
+    search = PreparedSearch.build(xq, xb, distance, precision=precision)
     plan = plan_search(
         xb,
         n_query=n_query,
@@ -534,7 +615,7 @@ def sorted_candidates(
         memory_budget=memory_budget,
     )
     columns = slice(0, int(xb.shape[0]))
-    plan = plan.with_search(search.with_duplicates(plan.duplicates, plan.representatives, columns))
+    plan = plan.with_search(tied_search(search, plan, xb, distance, precision, columns))
     block_size = plan.block_size
     buffers = threading.local()  # each thread reuses its own key and mask buffers
 

@@ -134,9 +134,9 @@ class RetrievalTask:
         rounding = rounding_of(self.precision) if rounding is None else rounding
         return decide_task_block(self, block, *rounding)
 
-    def scored(self, block: Candidates) -> ScoredBlock:
+    def scored(self, block: Candidates, rounding: tuple[float, float] | None = None) -> ScoredBlock:
         """:meth:`score_block` as a :class:`ScoredBlock`."""
-        return ScoredBlock(block.queries, *self.score_block(block))
+        return ScoredBlock(block.queries, *self.score_block(block, rounding))
 
     def positive_threshold(self, how: str | None) -> tuple[str, np.ndarray, np.ndarray] | None:
         """The engine's label-threshold argument for mode ``how`` (``None``: none)."""

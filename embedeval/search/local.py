@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..engine.deep import deep_applies, deep_blocks
+import numpy as np
+
+from ..engine.decide import rounding_of
+from ..engine.deep import deep_applies, deep_blocks, filter_precision
 from ..engine.exact import DEFAULT_MEMORY_BUDGET, sorted_candidates
 from ..engine.symmetric import symmetric_blocks, uses_symmetric_engine
 from ..engine.task import Columns, RetrievalTask, ScoredBlock, write_back
@@ -60,6 +63,8 @@ def local_blocks(
         )
         return
     depth, threshold = task.depth()
+    precision = candidate_precision(task, depth, threshold)
+    rounding = rounding_of(precision)
     yield from sorted_candidates(
         task.query,
         task.reference,
@@ -72,8 +77,31 @@ def local_blocks(
         memory_budget=memory_budget,
         progress=progress,
         n_threads=n_threads,
-        finish=task.scored,
+        finish=lambda block: task.scored(block, rounding),
+        precision=precision,
     )
+
+
+#: Rankings deeper on average than 1/_DEEP of the references take the float64 filter.
+_DEEP = 32
+
+
+def candidate_precision(task: RetrievalTask, depth: np.ndarray, threshold: str | None) -> str:
+    """The candidate engine's filter product for ``task`` (per-query ``depth``, label
+    ``threshold``): for deep rankings (to the farthest relevant reference, or on average
+    deeper than 1/:data:`_DEEP` of the references) the float64 one of the deep engine
+    (:func:`embedeval.engine.deep.filter_precision`), else float32.
+
+    Deep windows hold thousands of keys per row, many within the float32 keys' bound of one
+    another, and each such key needs a float64 one: measured on 20,000 rows in 5 classes
+    (d = 128, P@1 + R-precision + MAP@R, R_q about 4,000, two threads), 8.3 s with float32
+    keys against 6.3 s.
+    Shallow rankings (a few neighbours per query) find few such keys and keep the cheaper
+    product.
+    """
+    n_ref = int(task.reference.shape[0])
+    deep = threshold == "max" or float(np.sum(depth)) * _DEEP >= n_ref * max(depth.size, 1)
+    return filter_precision(task) if deep else "float32"
 
 
 def run_local(
