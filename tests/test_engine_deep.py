@@ -320,3 +320,26 @@ def test_exact_ties_between_kinds_are_flagged_and_valued_by_reference_index(dist
     np.testing.assert_array_equal(values["precision_at_1"], p1)
     assert tie.sum() > 100
     np.testing.assert_array_equal(ties["map"], tie)
+
+
+def test_relative_band_covers_every_pair_whose_float32_order_is_not_the_float64_one():
+    """Keys rounded once to float32 from float64 values within ``e64`` of the fixed-order
+    keys: wherever the float32 keys order two pairs against their fixed-order keys, the
+    float32 keys lie within the band of the first (pairs straddling a rounding boundary, keys
+    of every sign and size, subnormals included)."""
+    rng = np.random.default_rng(8)
+    n = 200_000
+    size = 2.0 ** rng.integers(-140, 20, n) * rng.uniform(1, 2, n) * rng.choice([-1, 1], n)
+    e64 = np.abs(size) * 2.0**-45 + 2.0**-160
+    # Fixed-order keys F_a < F_b straddling a float32 boundary; the products err within e64.
+    f_a = size
+    f_b = size + rng.uniform(0, 2, n) * e64
+    k_a = (f_a + rng.uniform(-1, 1, n) * e64).astype(np.float32)
+    k_b = (f_b + rng.uniform(-1, 1, n) * e64).astype(np.float32)
+    k_a[::2], k_b[::2] = np.nextafter(k_b[::2], np.float32(-np.inf)), k_b[::2]
+    f_a[::2] = f_b[::2] + e64[::2]  # the float64 order reversed across adjacent floats
+    reversed_ = (k_a < k_b) & (f_a > f_b)
+    assert reversed_.sum() > n // 4
+    gap = k_b[reversed_].astype(np.float64) - k_a[reversed_]
+    band = deep.relative_band(k_a[reversed_], e64[reversed_])
+    assert np.all(gap <= band)

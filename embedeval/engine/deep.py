@@ -74,6 +74,7 @@ __all__ = [
     "deep_applies",
     "deep_blocks",
     "locate",
+    "relative_band",
     "relevant_ranks",
     "row_codes",
     "score_ranks",
@@ -170,6 +171,7 @@ def relevant_ranks(
     need: np.ndarray,
     band: np.ndarray,
     rows: BlockRows,
+    e64: np.ndarray | None = None,
 ) -> RelevantRanks:
     """The :class:`RelevantRanks` of a block of query rows from their whole-row ``keys`` (valid
     keys finite, excluded pairs ``+inf``) and label codes (:mod:`embedeval.engine.labels`).
@@ -186,7 +188,9 @@ def relevant_ranks(
     distance from its float64 key (:func:`embedeval.engine.decide.key_bounds`): for a relevant
     key with no non-relevant key within its band, ``N`` is the count of non-relevant keys below
     it; for a *near miss*, the count below its band plus the non-relevant references in the
-    band that precede it in float64 (:func:`_band_ahead`).  A row where a relevant and a
+    band that precede it in float64 (:func:`_band_ahead`).  Keys rounded once from a float64
+    product (``e64``: per row, the float64 keys' own error, see :func:`relative_band`) take
+    the narrower of ``band`` and a band relative to the key.  A row where a relevant and a
     non-relevant reference have equal float64 keys (a tie the kernels flag) is mixed and goes
     to the candidate kernels.
     """
@@ -204,13 +208,17 @@ def relevant_ranks(
     inside = rel_keys <= cut[row]
     if not inside.all():
         row, bits, ref, rel_keys = row[inside], bits[inside], ref[inside], rel_keys[inside]
-    row_first = np.searchsorted(row, row)
+    row_first = _run_first(row)
     # Non-relevant keys strictly below each relevant key: all keys below it, less the
     # relevant ones (the items of its row before its run of equal keys).
-    code = _codes(row, bits)
-    run_first = np.searchsorted(code, code)
-    ahead = locate(sorted_rows, row, rel_keys, False, flat) - (run_first - row_first)
-    near, lo_key, hi_key, below = _near_items(sorted_rows, flat, row, bits, rel_keys, band, cut)
+    at_key = locate(sorted_rows, row, rel_keys, False, flat)
+    ahead = at_key - (_run_first(_codes(row, bits)) - row_first)
+    item_band = band[row]
+    if e64 is not None:
+        item_band = np.minimum(item_band, relative_band(rel_keys, e64[row]))
+    near, lo_key, hi_key, below = _near_items(
+        sorted_rows, flat, (row, row_first, at_key), bits, rel_keys, item_band, cut
+    )
     is_mixed = np.zeros(b, dtype=bool)
     done = _crowded_rows(keys, relevant, row, near, rows)
     if done is not None:  # rows ranked from float64 keys of the whole row
@@ -330,28 +338,72 @@ def _relevant_items(
 def _near_items(
     sorted_rows: np.ndarray,
     flat: np.ndarray,
-    row: np.ndarray,
+    items: tuple[np.ndarray, np.ndarray, np.ndarray],
     bits: np.ndarray,
     rel_keys: np.ndarray,
     band: np.ndarray,
     cut: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per relevant item (``flat``: the :func:`row_codes` of ``sorted_rows``): whether it is
-    a near miss (a key within ``band`` of it is not relevant, or may lie past the sorted
-    cut-off: more keys in the band than relevant keys in it), its band ``[lo, hi]`` in float32
-    (rounded outwards), and the non-relevant keys below ``lo`` (each certainly ahead of it in
-    float64: more than ``band`` below its key)."""
-    lo_key = (rel_keys.astype(np.float64) - band[row]).astype(np.float32)
-    hi_key = widen(rel_keys, band[row])
-    lo_key = np.where(lo_key > rel_keys - band[row], np.nextafter(lo_key, -np.inf), lo_key)
-    lo_at = locate(sorted_rows, row, lo_key, False, flat)
-    in_band = locate(sorted_rows, row, hi_key, True, flat) - lo_at
+    """Per relevant item: whether it is a near miss (a key within its ``band`` of it is not
+    relevant, or may lie past the sorted cut-off: more keys in the band than relevant keys in
+    it), its band ``[lo, hi]`` in float32 (rounded outwards), and, for near misses, the
+    non-relevant keys below ``lo`` (each certainly ahead of it in float64: more than ``band``
+    below its key).
+
+    ``items`` holds each item's row, the index of its row's first item and the number of its
+    row's keys below its key (where its key sits in ``sorted_rows``); ``flat`` is the
+    :func:`row_codes` of ``sorted_rows``.  An item whose neighbours in the sorted row both lie
+    outside its band holds its band alone and is settled without a search."""
+    row, row_first, at_key = items
+    lo_key = (rel_keys.astype(np.float64) - band).astype(np.float32)
+    hi_key = widen(rel_keys, band)
+    lo_key = np.where(lo_key > rel_keys - band, np.nextafter(lo_key, -np.inf), lo_key)
+    n = sorted_rows.shape[1]
+    keys, pos = sorted_rows.ravel(), row * n + at_key
+    shared = (at_key > 0) & (keys[np.maximum(pos - 1, 0)] >= lo_key)
+    shared |= (at_key + 1 < n) & (keys[np.minimum(pos + 1, keys.size - 1)] <= hi_key)
+    sub = np.flatnonzero(shared | (hi_key > cut[row]))
+    near = np.zeros(row.size, dtype=bool)
+    below = np.zeros(row.size, dtype=np.int64)
+    if not sub.size:
+        return near, lo_key, hi_key, below
+    r, lo, hi = row[sub], lo_key[sub], hi_key[sub]
+    lo_at = locate(sorted_rows, r, lo, False, flat)
+    in_band = locate(sorted_rows, r, hi, True, flat) - lo_at
     # Relevant keys of the same row in the band: (row, sortable bits) codes are sorted.
     rel_code = _codes(row, bits)
-    rel_lo = np.searchsorted(rel_code, _codes(row, sortable_bits(lo_key)))
-    rel_in_band = np.searchsorted(rel_code, _codes(row, sortable_bits(hi_key)), "right") - rel_lo
-    near = (in_band > rel_in_band) | (hi_key > cut[row])
-    return near, lo_key, hi_key, lo_at - (rel_lo - np.searchsorted(row, row))
+    rel_lo = np.searchsorted(rel_code, _codes(r, sortable_bits(lo)))
+    rel_in_band = np.searchsorted(rel_code, _codes(r, sortable_bits(hi)), "right") - rel_lo
+    near[sub] = (in_band > rel_in_band) | (hi > cut[r])
+    below[sub] = lo_at - (rel_lo - row_first[sub])
+    return near, lo_key, hi_key, below
+
+
+def relative_band(keys: np.ndarray, e64: np.ndarray) -> np.ndarray:
+    """How far from float32 ``keys`` rounded once from float64 keys (each within ``e64`` of
+    the fixed-order float64 key) another such key can lie and still be ordered differently in
+    float64: ``W = (2 u' |k| + 2 e64 + 2**-148) / (1 - u')`` with ``u' = 2**-24 (1 + 2**-22)``.
+
+    A key ``k`` within ``u |K|`` of its float64 value ``K`` (round to nearest; ``2**-149``
+    absolute among subnormals) has ``|k - K_fixed| <= B(k) = u' |k| + e64 + 2**-149``; two
+    keys whose float64 order differs from their float32 one lie within ``B(k) + B(k')``, and
+    ``|k'| <= |k| + |k - k'|`` gives ``|k - k'| <= W``.
+
+    >>> float(relative_band(np.array([0.5], np.float32), np.zeros(1))[0]) < 2.0**-23
+    True
+    """
+    u = 2.0**-24 * (1.0 + 2.0**-22)
+    size = np.abs(keys.astype(np.float64))
+    return (2.0 * u * size + 2.0 * e64 + 2.0**-148) / (1.0 - u) * (1.0 + 2.0**-40)
+
+
+def _run_first(values: np.ndarray) -> np.ndarray:
+    """For sorted ``values``: the index of the first value equal to each one
+    (``np.searchsorted(values, values)`` in one pass)."""
+    new = np.ones(values.size, dtype=bool)
+    new[1:] = values[1:] != values[:-1]
+    starts = np.flatnonzero(new)
+    return np.repeat(starts, np.diff(np.append(starts, values.size)))
 
 
 def _band_members(
@@ -648,7 +700,10 @@ def deep_blocks(
         need = plan.need[start:stop]
         band = 2 * key_bounds(q_sq[start:stop], m_sq, dim, task.distance, *rounding)
         rows = BlockRows(task.query, task.reference, task.distance, start)
-        ranks = relevant_ranks(plan, keys, codes, task.reference_codes, tau, need, band, rows)
+        e64 = None
+        if precision == "float64":  # the float64 product's error and the fixed-order key's
+            e64 = 2 * key_bounds(q_sq[start:stop], m_sq, dim, task.distance, 0.0, 0.0)
+        ranks = relevant_ranks(plan, keys, codes, task.reference_codes, tau, need, band, rows, e64)
         return score_ranks(task, start, ranks)
 
     starts = range(0, n_query, size)
