@@ -286,8 +286,7 @@ def test_positions_near_the_other_kind_include_every_close_pair_of_both_kinds(sp
     keys = np.concatenate([np.sort(np.round(rng.random(c) / spread, 2)) for c in counts])
     kind = rng.random(keys.size) < 0.4
     band = np.repeat(rng.choice([0.0, 0.01, 0.02], counts.size), counts)
-    starts, ends = np.repeat(lims[:-1], counts), np.repeat(lims[1:], counts)
-    got = _near_other_kind(keys, starts, ends, band, kind)
+    got = _near_other_kind(keys, np.repeat(np.arange(counts.size), counts), band, kind)
     n_superset = 0
     for r in range(counts.size):
         k, t, b = keys[lims[r] : lims[r + 1]], kind[lims[r] : lims[r + 1]], band[lims[r]]

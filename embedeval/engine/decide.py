@@ -266,7 +266,7 @@ def decide(
     if np.count_nonzero(new) * 2 < n:  # keys mostly closer than their bound
         return _decide_dense(block, row, xq, xb, distance)
     if relevant is not None:
-        return _decide_mixed_pairs(block, row, xq, xb, distance, bounds, relevant)
+        return _decide_mixed_pairs(block, row, xq, xb, distance, bounds, relevant, keys)
     starts = block.lims[:-1][counts > 0]
     new[starts] = True
     if new.all():
@@ -335,8 +335,10 @@ def _decide_mixed_pairs(
     distance: str,
     bounds: np.ndarray,
     relevant: np.ndarray,
+    keys: np.ndarray | None = None,
 ) -> tuple[Candidates, np.ndarray | None]:
-    """:func:`decide` for a ranking read through relevance only.
+    """:func:`decide` for a ranking read through relevance only (``keys``: the block's float32
+    keys in float64, when the caller has them).
 
     A candidate whose float32 key lies within ``2 B`` of a candidate of the other kind
     (relevant / not) is *ambiguous* and gets a float64 key (:func:`float64_keys`); every other
@@ -355,10 +357,9 @@ def _decide_mixed_pairs(
     if np.count_nonzero(relevant) * 8 < n:  # few relevant: search around them only
         amb = np.flatnonzero(_near_relevant(codes, row, band, relevant))
     else:
-        keys = from_sortable_bits(block.bits).astype(np.float64)
-        starts = np.repeat(block.lims[:-1], block.counts)
-        ends = np.repeat(block.lims[1:], block.counts)
-        amb = np.flatnonzero(_near_other_kind(keys, starts, ends, band[row], relevant))
+        if keys is None:
+            keys = from_sortable_bits(block.bits).astype(np.float64)
+        amb = np.flatnonzero(_near_other_kind(keys, row, band[row], relevant))
     if not amb.size:
         return block, None
     part, window, after = _windows(codes, row, amb, band)
@@ -458,27 +459,31 @@ def _windows(
 
 def _near_other_kind(
     keys: np.ndarray,
-    starts: np.ndarray,
-    ends: np.ndarray,
+    row: np.ndarray,
     band: np.ndarray,
     kind: np.ndarray | None,
 ) -> np.ndarray:
-    """Flags of the positions of sorted rows (``keys`` ascending within each row; position
-    ``i`` belongs to the row ``starts[i]:ends[i]``, whose positions share one ``band``) that
-    have, in their row, a key of the other ``kind`` (any other key when ``kind`` is None)
-    within ``band[i]`` -- or, where few neighbours lie that close, a superset of them: the
-    positions of chains of neighbours closer than the band that hold both kinds (a key
-    within the band of one of the other kind is chained to it through every key between)."""
+    """Flags of the positions of sorted rows (``keys`` ascending within each row; ``row``
+    the non-decreasing row of each position, whose positions share one ``band``) that have,
+    in their row, a key of the other ``kind`` (any other key when ``kind`` is None) within
+    ``band[i]`` -- or, where few neighbours lie that close, a superset of them: the positions
+    of chains of neighbours closer than the band that hold both kinds (a key within the band
+    of one of the other kind is chained to it through every key between)."""
     n = keys.size
-    pos = np.arange(n)
+    same = row[1:] == row[:-1]
+    close = same & (np.diff(keys) <= np.minimum(band[1:], band[:-1]))
     near = np.zeros(n, dtype=bool)
-    close = (pos[1:] < ends[:-1]) & (np.diff(keys) <= np.minimum(band[1:], band[:-1]))
     if kind is None:
         near[1:] |= close
         near[:-1] |= close
         return near
     if np.count_nonzero(close) * 8 < n:
         return _mixed_chains(close, kind)
+    pos = np.arange(n)
+    first = np.flatnonzero(np.append(True, ~same))
+    length = np.diff(np.append(first, n))
+    starts = np.repeat(first, length)
+    ends = starts + np.repeat(length, length)
     for k in (kind, ~kind):
         # the nearest position of this kind before and after each position, in the same row
         before = np.maximum.accumulate(np.where(k, pos, -1))
@@ -527,17 +532,8 @@ def float64_keys(
     row_max = _row_max(mag, row)
     order = np.lexsort((g, row))
     r = row[order]
-    first = np.flatnonzero(np.append(True, r[1:] != r[:-1]))
-    length = np.diff(np.append(first, r.size))
-    starts = np.repeat(first, length)
     band = 2.0 * beta * row_max[r]
-    near = _near_other_kind(
-        g[order],
-        starts,
-        starts + np.repeat(length, length),
-        band,
-        None if kind is None else kind[order],
-    )
+    near = _near_other_kind(g[order], r, band, None if kind is None else kind[order])
     redo = np.sort(order[near])
     if redo.size:
         g[redo] = _gather_keys(xq, xb, qi[redo], ri[redo], distance)
