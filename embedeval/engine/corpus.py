@@ -56,7 +56,7 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import from_sortable_bits, sortable_bits
-from .decide import _tie_multiples, gamma, key_bounds, reference_sq_bound, widen
+from .decide import _tie_multiples, gamma, key_bounds, reference_sq_bound, sq_norms, widen
 from .exact import column_stats, exact_centre
 from .threads import default_threads, in_order, single_threaded_blas
 
@@ -893,14 +893,9 @@ def scan_ranks(
             t_hi = np.full((s.shape[0], width), np.float32(np.inf), dtype=np.float32)
             t_lo = t_hi.copy()  # +inf pads: nothing beats it, nothing is near it
             t_hi[qs, sl], t_lo[qs, sl] = hi[idx], lo[idx]
-            n_near = np.zeros(idx.size, dtype=np.int64)
-            mask = np.empty(s.shape, dtype=bool)
-            for j in range(int(sl.max()) + 1):
-                mine = sl == j
-                above = _row_counts(np.greater(s, t_hi[:, j : j + 1], out=mask))[qs[mine]]
-                beats[idx[mine]] += above
-                reach = _row_counts(np.greater_equal(s, t_lo[:, j : j + 1], out=mask))
-                n_near[mine] = reach[qs[mine]] - above
+            above, reach = _count_passing(s, t_hi, t_lo, qs, sl)
+            beats[idx] += above
+            n_near = reach - above
             own = (pairs.row[idx] >= start) & (pairs.row[idx] < start + blk.shape[0])
             close = np.flatnonzero(n_near > own)  # near another document than itself
             step = max(1, _CHUNK_BYTES // (4 * max(1, blk.shape[0])))
@@ -925,6 +920,52 @@ def scan_ranks(
     if equal:
         return beats + wins + 1, tied_p, tied_r
     return beats + wins + 1
+
+
+#: A row whose documents at or above its lowest threshold are at most 1/_FEW_PASSING of the
+#: block counts them from their sorted scores; other rows take one pass per threshold.
+_FEW_PASSING = 4
+
+
+def _count_passing(
+    s: np.ndarray, t_hi: np.ndarray, t_lo: np.ndarray, qs: np.ndarray, sl: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair (row ``qs``, slot ``sl`` of the thresholds ``t_hi`` / ``t_lo``, ``+inf``
+    padded): the scores of its row of ``s`` above ``t_hi`` and at or above ``t_lo``.
+
+    Only scores at or above a row's lowest threshold can count.  Where those are few (a row
+    whose positives rank high), they are sorted as ``(row, score)`` codes and each threshold
+    is found by a binary search; the other rows take two comparison passes per slot."""
+    mask = np.greater_equal(s, t_lo.min(axis=1)[:, None])
+    few = _row_counts(mask) * _FEW_PASSING <= s.shape[1]
+    above = np.empty(qs.size, dtype=np.int64)
+    reach = np.empty(qs.size, dtype=np.int64)
+    sel = few[qs]
+    if sel.any():
+        rows = np.flatnonzero(few)
+        r, c = np.nonzero(mask[rows])
+        codes = (r.astype(np.uint64) << np.uint64(32)) | sortable_bits(s[rows[r], c])
+        codes.sort()
+        at = np.searchsorted(rows, qs[sel]).astype(np.uint64) << np.uint64(32)
+        end = np.searchsorted(codes, at + (np.uint64(1) << np.uint64(32)))
+        hi_bits = sortable_bits(t_hi[qs[sel], sl[sel]]).astype(np.uint64)
+        lo_bits = sortable_bits(t_lo[qs[sel], sl[sel]]).astype(np.uint64)
+        above[sel] = end - np.searchsorted(codes, at | hi_bits, "right")
+        reach[sel] = end - np.searchsorted(codes, at | lo_bits, "left")
+    if not sel.all():
+        rows = np.flatnonzero(~few)
+        sub, pairs = s[rows], np.flatnonzero(~sel)
+        local = np.searchsorted(rows, qs[pairs])
+        for j in np.unique(sl[pairs]):
+            mine = pairs[sl[pairs] == j]
+            at = local[sl[pairs] == j]
+            above[mine] = _row_counts(
+                np.greater(sub, t_hi[rows, j : j + 1], out=mask[: rows.size])
+            )[at]
+            reach[mine] = _row_counts(
+                np.greater_equal(sub, t_lo[rows, j : j + 1], out=mask[: rows.size])
+            )[at]
+    return above, reach
 
 
 def _row_counts(mask: np.ndarray) -> np.ndarray:
@@ -1032,18 +1073,32 @@ def _order_bounds(
     d = corpus.shape[1]
     g = 3.5 * gamma(d + 8, 2.0**-53) * (1 + 2.0**-20)
     step = max(1, _KEY_BYTES // (8 * d))
-    for a in range(0, qi.size, step):
+    q_norms = None
+    if scan.distance != "euclidean":  # once per query, not per pair
+        q_norms = np.sqrt(sq_norms(scan.raw, np.arange(scan.raw.shape[0])))
+
+    def chunk(a: int) -> None:
         b = min(qi.size, a + step)
         q = np.asarray(scan.raw[qi[a:b]], dtype=np.float64)
         x = np.asarray(corpus[rows[a:b]], dtype=np.float64)
-        lo[a:b], hi[a:b] = _bounds_of(q, x, scan.distance, g, scan.ties == "trec_eval")
+        qn = None if q_norms is None else q_norms[qi[a:b]]
+        lo[a:b], hi[a:b] = _bounds_of(q, x, scan.distance, g, scan.ties == "trec_eval", qn)
+
+    for _ in in_order(chunk, range(0, qi.size, step), scan.n_threads):
+        pass
     return lo, hi
 
 
 def _bounds_of(
-    q: np.ndarray, x: np.ndarray, distance: str, g: float, rounded: bool
+    q: np.ndarray,
+    x: np.ndarray,
+    distance: str,
+    g: float,
+    rounded: bool,
+    qn: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_order_bounds` of aligned float64 rows (see there)."""
+    """:func:`_order_bounds` of aligned float64 rows (see there); ``qn``: the query rows'
+    float64 norms, when known."""
     tiny = 1e-300
     if distance == "euclidean":
         t = q - x
@@ -1052,7 +1107,7 @@ def _bounds_of(
         s_lo, s_hi = -(k + e), -(k - e)  # score = -key
     else:
         s = np.einsum("ij,ij->i", q, x)
-        qn = np.sqrt(np.einsum("ij,ij->i", q, q))
+        qn = np.sqrt(np.einsum("ij,ij->i", q, q)) if qn is None else qn
         xn = np.sqrt(np.einsum("ij,ij->i", x, x))
         wide = 1 + 2.0**-40  # the norms' own rounding, in the bounds only
         if distance == "inner_product":
