@@ -209,10 +209,10 @@ def test_float64_filter_ranks_far_from_the_origin_and_ties_identical_rows(distan
 
 
 def _count_paths(monkeypatch):
-    """Counters of the near-miss items ranked in place and of the rows sorted whole."""
+    """Counters of the near-miss items ranked in place and of the crowded rows."""
 
-    seen = {"near": 0, "near_rows": 0, "whole_rows": 0, "crowded_rows": 0}
-    band_ahead, whole_rows = deep._band_ahead, deep._whole_rows
+    seen = {"near": 0, "near_rows": 0, "crowded_rows": 0}
+    band_ahead = deep._band_ahead
     lock = threading.Lock()  # blocks run on worker threads
 
     def counted_band(keys, relevant, row, *args):
@@ -220,11 +220,6 @@ def _count_paths(monkeypatch):
             seen["near"] += row.size
             seen["near_rows"] += np.unique(row).size
         return band_ahead(keys, relevant, row, *args)
-
-    def counted_whole(plan, rows, *args):
-        with lock:
-            seen["whole_rows"] += rows.size
-        return whole_rows(plan, rows, *args)
 
     crowded_rows = deep._crowded_rows
 
@@ -237,7 +232,6 @@ def _count_paths(monkeypatch):
         return out
 
     monkeypatch.setattr(deep, "_band_ahead", counted_band)
-    monkeypatch.setattr(deep, "_whole_rows", counted_whole)
     monkeypatch.setattr(deep, "_crowded_rows", counted_crowded)
     return seen
 
@@ -266,8 +260,7 @@ def test_near_miss_rows_are_ranked_in_place_as_float64_orders_them(
     ap, p1, tie = _float64_ranking_oracle(*oracle_args, distance, loo=not split)
     if precision == "float32":
         assert seen["near_rows"] > 0.5 * task.n_query  # most rows hold near misses
-    # Only rows where a float64 tie mixes the kinds are sorted whole (1 ulp lost in a sum).
-    assert seen["whole_rows"] == tie.sum() <= 2
+    assert tie.sum() <= 2  # a float64 tie of the kinds: 1 ulp lost in a sum
     np.testing.assert_allclose(values["map"], ap, rtol=1e-12)
     np.testing.assert_array_equal(values["precision_at_1"], p1)
     np.testing.assert_array_equal(ties["map"], tie)
@@ -280,7 +273,7 @@ def test_rows_crowded_with_near_misses_rank_from_float64_row_keys(monkeypatch, s
     non-relevant keys inside its float32 band, as in hashing's mAP@all): rows are ranked from
     float64 keys of the whole row.  Pairs one ulp apart with different labels stay there;
     identical rows with different labels (``copies``) tie exactly, and the rows that see such
-    a tie go to the band-by-band path, which flags it."""
+    a tie go to the band-by-band path, which ranks the tie by index and flags it."""
     rng = np.random.default_rng(5)
     x = np.zeros((1500, 8), dtype=np.float32)
     x[:, 0] = 1.0

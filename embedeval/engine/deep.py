@@ -7,9 +7,9 @@ queries, a large part of the way down the whole reference set) the candidate eng
 :mod:`embedeval.engine.exact` extracts, packs into 64-bit codes and sorts nearly every key of
 every row.  This engine instead, for each block of queries:
 
-1. computes the block's whole-row keys exactly as the candidate engine does (same plan, same
-   products and shapes, so the same float32 keys; identical references share one key;
-   excluded pairs are ``+inf``);
+1. computes the block's whole-row filter keys (:func:`filter_precision`: float32 keys rounded
+   from a float64 product where the rows fit; identical references share one key; excluded
+   pairs are ``+inf``), with the candidate engine's plan and block layout;
 2. sorts each row's float32 keys up to its farthest relevant one (no reference index: half
    the bytes of a packed code) and gathers the keys of the relevant references, sorted by
    (key, reference index);
@@ -22,12 +22,14 @@ every row.  This engine instead, for each block of queries:
    *near miss*, ``N`` counts the non-relevant keys below the band and the band members that
    precede it in float64 (:func:`_band_members` finds them in the key matrix,
    :func:`embedeval.engine.decide.float64_keys` orders them);
-5. scores the ranks with :func:`embedeval.engine.kernels.hits_from_ranks` (no tie flag); a row
-   where a relevant and a non-relevant reference have equal float64 keys (a tie the kernels
-   flag) is sorted whole and scored by the candidate engine's kernels instead.
+5. scores the ranks with :func:`embedeval.engine.kernels.hits_from_ranks`; where a relevant
+   and a non-relevant reference have equal float64 keys, the non-relevant ones of smaller
+   index count as ahead, and the run of equal keys is handed to the kernels' tie finder
+   (:func:`_tie_blocks`), which flags the metrics whose value the tie order could change.
 
-Values are bit-identical to the candidate engine's: the same keys, the same ranks, the same
-kernels (sums in rank order).  :func:`deep_applies` says when it is the faster of the two.
+Values and tie flags are bit-identical to the candidate engine's: both rank by float64 keys
+with ties by reference index, and the same kernels sum in rank order.  :func:`deep_applies`
+says when it is the faster of the two.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..utils.progress import progress_bar
-from .candidates import Candidates, from_sortable_bits, sortable_bits
+from .candidates import from_sortable_bits, sortable_bits
 from .decide import (
     FLOAT64_MAX_DIM,
     float64_keys,
@@ -57,7 +59,6 @@ from .exact import (
     grid_keys,
     pack_codes,
     plan_search,
-    sort_block,
     tied_search,
 )
 from .kernels import hits_from_ranks, score_hits
@@ -85,17 +86,16 @@ __all__ = [
 class RelevantRanks:
     """The relevant references of a block of query rows located in their whole rankings.
 
-    ``clean`` (block-relative rows) hold no relevant and non-relevant reference with equal
-    float64 keys: their float64 ranks are ``hit_pos`` (``n_hits`` per clean row, increasing
-    within a row).  ``mixed`` rows (such a tie) are left to the candidate engine;
-    ``candidates`` holds their sorted whole rows.
+    Per block-relative row, the float64 ranks of its relevant references are ``hit_pos``
+    (``n_hits`` per row, increasing within a row; equal float64 keys ranked by reference
+    index).  ``blocks`` describes the runs of equal float64 keys that mix relevant and
+    non-relevant references, as :func:`embedeval.engine.kernels.hits_from_ranks` takes them:
+    ``(row, first rank, last rank, per row the first rank of its first such run)``.
     """
 
-    clean: np.ndarray
     n_hits: np.ndarray
     hit_pos: np.ndarray
-    mixed: np.ndarray
-    candidates: Candidates | None
+    blocks: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def deep_applies(task: RetrievalTask) -> bool:
@@ -190,9 +190,9 @@ def relevant_ranks(
     it; for a *near miss*, the count below its band plus the non-relevant references in the
     band that precede it in float64 (:func:`_band_ahead`).  Keys rounded once from a float64
     product (``e64``: per row, the float64 keys' own error, see :func:`relative_band`) take
-    the narrower of ``band`` and a band relative to the key.  A row where a relevant and a
-    non-relevant reference have equal float64 keys (a tie the kernels flag) is mixed and goes
-    to the candidate kernels.
+    the narrower of ``band`` and a band relative to the key.  A relevant reference whose
+    float64 key equals that of non-relevant ones counts those of smaller index as ahead of it,
+    and their run of equal keys is reported (:func:`_tie_blocks`) for the kernels' tie flags.
     """
     b = keys.shape[0]
     relevant = match_matrix(query_codes, reference_codes)
@@ -219,7 +219,7 @@ def relevant_ranks(
     near, lo_key, hi_key, below = _near_items(
         sorted_rows, flat, (row, row_first, at_key), bits, rel_keys, item_band, cut
     )
-    is_mixed = np.zeros(b, dtype=bool)
+    ties = None
     done = _crowded_rows(keys, relevant, row, near, rows)
     if done is not None:  # rows ranked from float64 keys of the whole row
         dense_rows, n_ahead = done
@@ -229,18 +229,52 @@ def relevant_ranks(
     if near.any():
         at = np.flatnonzero(near)
         spans = (lo_key[at], hi_key[at])
-        found, tied = _band_ahead(keys, relevant, row[at], ref[at], bits[at], spans, rows)
-        ahead[at] = below[at] + found
-        is_mixed[row[at[tied]]] = True
+        strict, before, n_equal, k_item = _band_ahead(
+            keys, relevant, row[at], ref[at], bits[at], spans, rows
+        )
+        ahead[at] = below[at] + strict + before
+        tied = n_equal > 0
+        if tied.any():
+            t = at[tied]
+            ties = (t, below[t] + strict[tied], before[tied], n_equal[tied], k_item[tied])
     order = np.lexsort((ahead, row))
     hit_pos = ahead[order] + np.arange(row.size) - row_first
-    keep = ~is_mixed[row]
-    mixed, clean = np.flatnonzero(is_mixed), np.flatnonzero(~is_mixed)
-    n_hits = np.bincount(row[keep], minlength=b)[clean]
-    if mixed.size:  # the decision needs every key within its band
-        cut = np.where(cut < KEY_MAX, widen(cut, band), cut)
-    candidates = _whole_rows(plan, mixed, keys, cut) if mixed.size else None
-    return RelevantRanks(clean, n_hits, hit_pos[keep], mixed, candidates)
+    blocks = _tie_blocks(row, ahead, ties, b)
+    return RelevantRanks(np.bincount(row, minlength=b), hit_pos, blocks)
+
+
+def _tie_blocks(
+    row: np.ndarray, ahead: np.ndarray, ties: tuple | None, b: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The runs of equal float64 keys mixing relevant and non-relevant references of ``b``
+    rows (relevant items by ``row``, ``ahead`` their non-relevant references ahead), from the
+    tied items ``ties = (item, strict, before, n_equal, key)``: non-relevant references with a
+    smaller key, of the same key and a smaller index, of the same key, and the float64 key.
+
+    A run of key ``K`` holding items ``I`` and ``n_equal`` non-relevant references starts at
+    rank ``strict + (relevant references with a key below K)``; those are the items with
+    ``ahead <= strict`` (non-decreasing along the ranking) less the run's items with
+    ``before = 0`` (the run's leading relevant references).  It ends ``|I| + n_equal - 1``
+    ranks later."""
+    none = np.full(b, np.iinfo(np.int64).max // 2)
+    if ties is None:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), none
+    item, strict, before, n_equal, key = ties
+    order = np.lexsort((key, row[item]))
+    item, strict, before, n_equal, key = (a[order] for a in (item, strict, before, n_equal, key))
+    r = row[item]
+    head = np.flatnonzero(np.append(True, (r[1:] != r[:-1]) | (key[1:] != key[:-1])))
+    size = np.diff(np.append(head, item.size))
+    leading = np.add.reduceat((before == 0).astype(np.int64), head)
+    span = int(ahead.max(initial=0)) + 2
+    code = np.sort(row.astype(np.int64) * span + ahead)
+    up_to = np.searchsorted(code, r[head] * span + strict[head], side="right")
+    first = strict[head] + up_to - np.searchsorted(code, r[head] * span) - leading
+    last = first + size + n_equal[head] - 1
+    at = np.lexsort((first, r[head]))
+    block_row, first, last = r[head][at], first[at], last[at]
+    np.minimum.at(none, block_row, first)
+    return block_row, first, last, none
 
 
 #: A row ranks from float64 keys of every reference when its near misses number at least
@@ -478,11 +512,11 @@ def _band_ahead(
     bits: np.ndarray,
     spans: tuple[np.ndarray, np.ndarray],
     rows: BlockRows,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per near-miss relevant item (``row``, reference ``ref``, float32 key ``bits``, band
-    ``spans``; sorted by (row, key, reference)): the non-relevant references of its band that
-    precede it in float64 (a smaller :func:`embedeval.engine.decide.float64_keys` key), and
-    whether one has a key equal to its own.
+    ``spans``; sorted by (row, key, reference)): the non-relevant references of its band with
+    a smaller :func:`embedeval.engine.decide.float64_keys` key, those with an equal key and a
+    smaller index, those with an equal key, and the item's float64 key.
 
     The items and the band members of a row get their float64 keys in one call, listed in
     float32 order, so every relevant / non-relevant pair among them is in its float64 order.
@@ -504,8 +538,8 @@ def _band_ahead(
     # less those below its band.
     first = np.searchsorted(m_row, row)
     below = np.searchsorted(m_code, _codes(row, sortable_bits(lo_key))) - first
-    smaller, tied = _members_below(row, k_item, m_row, k_member)
-    return smaller - below, tied
+    smaller, before, n_equal = _members_below(row, k_item, ref, m_row, k_member, m_ref)
+    return smaller - below, before, n_equal, k_item
 
 
 def _merged_order(
@@ -536,30 +570,36 @@ def _merged_order(
 
 
 def _members_below(
-    row: np.ndarray, k_item: np.ndarray, m_row: np.ndarray, k_member: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per item (``row``, float64 key ``k_item``): the members of its row (``m_row`` sorted,
-    ``k_member``) with a smaller key, and whether one has an equal key.  One stable sort of
-    both by key, then by row; runs of equal (row, key) hold the ties."""
+    row: np.ndarray,
+    k_item: np.ndarray,
+    ref: np.ndarray,
+    m_row: np.ndarray,
+    k_member: np.ndarray,
+    m_ref: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per item (``row``, float64 key ``k_item``, reference ``ref``): the members of its row
+    (``m_row`` sorted, ``k_member``, ``m_ref``) with a smaller key, with an equal key and a
+    smaller reference index, and with an equal key.  One sort of both by (row, key,
+    reference); runs of equal (row, key) hold the ties."""
     n_item = row.size
     all_row = np.concatenate((row, m_row))
     all_key = np.concatenate((k_item, k_member))
-    order = np.argsort(all_key, kind="stable")
-    row_type = np.int16 if all_row.size and int(all_row.max()) < 2**15 else np.int64
-    order = order[np.argsort(all_row[order].astype(row_type), kind="stable")]
+    order = np.lexsort((np.concatenate((ref, m_ref)), all_key, all_row))
     is_member = order >= n_item
     key_sorted, row_sorted = all_key[order], all_row[order]
     new = np.ones(order.size, dtype=bool)
     new[1:] = (key_sorted[1:] != key_sorted[:-1]) | (row_sorted[1:] != row_sorted[:-1])
     run = np.cumsum(new) - 1
-    members = np.cumsum(is_member)
-    # members before each run (strictly smaller keys of earlier rows included), per run
-    before_run = (members - is_member)[new]
-    in_run = np.bincount(run, weights=is_member, minlength=before_run.size)
+    # members before each position (earlier rows included), and before each run
+    ahead = np.cumsum(is_member) - is_member
+    before_run = ahead[new]
+    in_run = np.bincount(run, weights=is_member, minlength=before_run.size).astype(np.int64)
     at = np.empty(order.size, dtype=np.int64)
-    at[order] = run
-    item_run = at[:n_item]
-    return before_run[item_run] - np.searchsorted(m_row, row), in_run[item_run] > 0
+    at[order] = np.arange(order.size)
+    item_at = at[:n_item]
+    item_run = run[item_at]
+    strict = before_run[item_run] - np.searchsorted(m_row, row)
+    return strict, ahead[item_at] - before_run[item_run], in_run[item_run]
 
 
 def _sorted_rows(
@@ -588,39 +628,19 @@ def _sorted_rows(
     return out, cut
 
 
-def _whole_rows(
-    plan: EnginePlan, rows: np.ndarray, keys: np.ndarray, cut: np.ndarray
-) -> Candidates:
-    """Sorted candidates of block ``rows`` (their queries block-relative: see
-    :func:`score_ranks`): every valid reference at or below the row's ``cut``, from ``keys``
-    (what the candidate engine keeps: every window a kernel reads, whole tie blocks)."""
-    sub = keys[rows]
-    r, c = np.nonzero(sub <= cut[rows, None])
-    codes = pack_codes(r, sub[r, c], c, plan.col_bits)
-    counts = np.bincount(r, minlength=rows.size)
-    block = sort_block(codes, counts, 0, plan.col_bits, True)
-    return Candidates(rows, block.lims, block.index, block.bits)
-
-
 def score_ranks(task: RetrievalTask, start: int, ranks: RelevantRanks) -> ScoredBlock:
     """The scored block of query rows from ``start`` given their :class:`RelevantRanks`."""
-    b = ranks.clean.size + ranks.mixed.size
-    values, ties = {}, {}
-    rows = start + ranks.clean
+    b = ranks.n_hits.size
+    rows = np.arange(start, start + b)
     hits = hits_from_ranks(
-        ranks.n_hits, ranks.hit_pos, task.relevant[rows], task.n_valid[rows], task.k
+        ranks.n_hits,
+        ranks.hit_pos,
+        task.relevant[rows],
+        task.n_valid[rows],
+        task.k,
+        ranks.blocks if ranks.blocks[0].size else None,
     )
-    parts = [(ranks.clean, score_hits(hits, list(task.metrics)))]
-    if ranks.candidates is not None:
-        block = ranks.candidates
-        mixed = Candidates(start + block.queries, block.lims, block.index, block.bits)
-        parts.append((ranks.mixed, task.score_block(mixed)))
-    for name in parts[0][1][0]:
-        values[name] = np.empty(b)
-        ties[name] = np.empty(b, dtype=bool)
-        for at, (v, t) in parts:
-            values[name][at] = v[name]
-            ties[name][at] = t[name]
+    values, ties = score_hits(hits, list(task.metrics))
     return ScoredBlock(slice(start, start + b), values, ties)
 
 
