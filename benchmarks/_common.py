@@ -54,11 +54,14 @@ def make_split(case: str, seed: int = 0) -> dict[str, np.ndarray]:
       groups are identity x camera).
     * ``hashing``: 5,000 queries x 50,000 database items, d=64, 10 classes (CIFAR-10-like
       hashing protocol).
+    * ``hashing_dups``: ``hashing`` with duplicates, as real databases have them: 2,500
+      database items are copies of others (half of them with another label: exact ties
+      between relevant and non-relevant items) and 100 queries are copies of database items.
     """
     rng = np.random.default_rng(seed)
     if case == "reid":
         n_q, n_g, d, n_id, spread = 3_368, 15_913, 2_048, 751, 10.0
-    elif case == "hashing":
+    elif case in ("hashing", "hashing_dups"):
         n_q, n_g, d, n_id, spread = 5_000, 50_000, 64, 10, 6.0
     else:
         raise ValueError(case)
@@ -76,6 +79,13 @@ def make_split(case: str, seed: int = 0) -> dict[str, np.ndarray]:
     if case == "reid":
         out["gq"] = yq * 6 + rng.integers(0, 6, n_q)
         out["gr"] = yr * 6 + rng.integers(0, 6, n_g)
+    if case == "hashing_dups":
+        src, dst = rng.choice(n_g, 2_500, replace=False), rng.choice(n_g, 2_500, replace=False)
+        xr[dst] = xr[src]
+        other = rng.random(2_500) < 0.5
+        yr[dst] = np.where(other, (yr[src] + rng.integers(1, n_id, 2_500)) % n_id, yr[src])
+        at = rng.choice(n_q, 100, replace=False)
+        xq[at] = xr[rng.choice(n_g, 100, replace=False)]
     return out
 
 

@@ -17,11 +17,12 @@ METRICS = {
     "separated": ["precision_at_1", "r_precision", "map_at_r"],
     "reid": ["map", "precision_at_1"],
     "hashing": ["map"],
+    "hashing_dups": ["map"],
 }
 #: Query / gallery cases (the others are leave-one-out).
-SPLIT = ("reid", "hashing")
+SPLIT = ("reid", "hashing", "hashing_dups")
 #: Deep rankings: timed against the product and "product + sort every row" of their shape.
-DEEP = ("large", "map", "reid", "hashing")
+DEEP = ("large", "map", "reid", "hashing", "hashing_dups")
 #: Queries whose values are checked against the brute force (float64, stable sort).
 N_CHECK = 100
 PML_NAMES = {
