@@ -237,23 +237,26 @@ def relevant_ranks(
         if tied.any():
             t = at[tied]
             ties = (t, below[t] + strict[tied], before[tied], n_equal[tied], k_item[tied])
-    order = np.lexsort((ahead, row))
-    hit_pos = ahead[order] + np.arange(row.size) - row_first
-    blocks = _tie_blocks(row, ahead, ties, b)
+    # sort(N) per row: one sort of (row, N) codes (rows are sorted already)
+    span = int(ahead.max(initial=0)) + 2
+    code = np.sort(row.astype(np.int64) * span + ahead)
+    hit_pos = code - row * span + np.arange(row.size) - row_first
+    blocks = _tie_blocks(row, code, span, ties, b)
     return RelevantRanks(np.bincount(row, minlength=b), hit_pos, blocks)
 
 
 def _tie_blocks(
-    row: np.ndarray, ahead: np.ndarray, ties: tuple | None, b: int
+    row: np.ndarray, code: np.ndarray, span: int, ties: tuple | None, b: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The runs of equal float64 keys mixing relevant and non-relevant references of ``b``
-    rows (relevant items by ``row``, ``ahead`` their non-relevant references ahead), from the
-    tied items ``ties = (item, strict, before, n_equal, key)``: non-relevant references with a
-    smaller key, of the same key and a smaller index, of the same key, and the float64 key.
+    rows (relevant items by ``row``; ``code`` the sorted ``row * span + N`` of every item,
+    ``N`` its non-relevant references ahead), from the tied items ``ties = (item, strict,
+    before, n_equal, key)``: non-relevant references with a smaller key, of the same key and
+    a smaller index, of the same key, and the float64 key.
 
     A run of key ``K`` holding items ``I`` and ``n_equal`` non-relevant references starts at
     rank ``strict + (relevant references with a key below K)``; those are the items with
-    ``ahead <= strict`` (non-decreasing along the ranking) less the run's items with
+    ``N <= strict`` (non-decreasing along the ranking) less the run's items with
     ``before = 0`` (the run's leading relevant references).  It ends ``|I| + n_equal - 1``
     ranks later."""
     none = np.full(b, np.iinfo(np.int64).max // 2)
@@ -266,8 +269,6 @@ def _tie_blocks(
     head = np.flatnonzero(np.append(True, (r[1:] != r[:-1]) | (key[1:] != key[:-1])))
     size = np.diff(np.append(head, item.size))
     leading = np.add.reduceat((before == 0).astype(np.int64), head)
-    span = int(ahead.max(initial=0)) + 2
-    code = np.sort(row.astype(np.int64) * span + ahead)
     up_to = np.searchsorted(code, r[head] * span + strict[head], side="right")
     first = strict[head] + up_to - np.searchsorted(code, r[head] * span) - leading
     last = first + size + n_equal[head] - 1
