@@ -221,3 +221,31 @@ def test_row_sums_are_the_column_loop_bit_for_bit(distance):
             q = rng.standard_normal((9, dim)).astype(np.float32)[groups]
             want = exact_keys(q, rows, distance, groups) + 0.0
             np.testing.assert_array_equal(_exact(q, rows, distance, groups), want)
+
+
+def test_count_passing_counts_scores_above_and_at_each_threshold_on_both_paths():
+    """Per (row, slot) threshold pair: scores strictly above ``t_hi`` and at or above
+    ``t_lo``, checked by a plain loop; rows with few passing scores (sorted codes) and rows
+    with many (one pass per slot) both occur, with scores equal to thresholds and excluded
+    (NaN) entries."""
+    from embedeval.engine.corpus import _count_passing
+
+    rng = np.random.default_rng(2)
+    s = np.round(rng.standard_normal((40, 300)), 1).astype(np.float32)
+    s[rng.random(s.shape) < 0.05] = np.nan
+    width = 4
+    qs = np.repeat(np.arange(40), width)
+    sl = np.tile(np.arange(width), 40)
+    keep = rng.random(qs.size) < 0.8
+    qs, sl = qs[keep], sl[keep]
+    deep = rng.random(40) < 0.5  # low thresholds: most scores pass
+    level = np.where(deep[qs], -2.0, 1.5) + np.round(rng.random(qs.size), 1)
+    t_lo = np.full((40, width), np.inf, dtype=np.float32)
+    t_hi = t_lo.copy()
+    t_lo[qs, sl] = level
+    t_hi[qs, sl] = level + 0.1
+    above, reach = _count_passing(s, t_hi, t_lo, qs, sl)
+    for i in range(qs.size):
+        row = s[qs[i]]
+        assert above[i] == sum(1 for v in row if v > t_hi[qs[i], sl[i]])
+        assert reach[i] == sum(1 for v in row if v >= t_lo[qs[i], sl[i]])
