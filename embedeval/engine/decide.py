@@ -259,14 +259,16 @@ def decide(
     row = np.repeat(np.arange(counts.size), counts)
     if relevant is not None and np.count_nonzero(relevant) * 8 < n:
         return _decide_mixed_pairs(block, row, xq, xb, distance, bounds, relevant)
-    keys = from_sortable_bits(block.bits).astype(np.float64)
+    keys = from_sortable_bits(block.bits)
     new = np.empty(n, dtype=bool)
     new[0] = True
-    np.greater(np.diff(keys), 2.0 * bounds[row[1:]], out=new[1:])
+    gap = np.subtract(keys[1:], keys[:-1], dtype=np.float64)  # exact for float32 neighbours
+    np.greater(gap, 2.0 * bounds[row[1:]], out=new[1:])
     if np.count_nonzero(new) * 2 < n:  # keys mostly closer than their bound
         return _decide_dense(block, row, xq, xb, distance)
     if relevant is not None:
-        return _decide_mixed_pairs(block, row, xq, xb, distance, bounds, relevant, keys)
+        close = (row[1:] == row[:-1]) & ~new[1:]
+        return _decide_mixed_pairs(block, row, xq, xb, distance, bounds, relevant, close)
     starts = block.lims[:-1][counts > 0]
     new[starts] = True
     if new.all():
@@ -335,10 +337,10 @@ def _decide_mixed_pairs(
     distance: str,
     bounds: np.ndarray,
     relevant: np.ndarray,
-    keys: np.ndarray | None = None,
+    close: np.ndarray | None = None,
 ) -> tuple[Candidates, np.ndarray | None]:
-    """:func:`decide` for a ranking read through relevance only (``keys``: the block's float32
-    keys in float64, when the caller has them).
+    """:func:`decide` for a ranking read through relevance only (``close[i]``: candidates
+    ``i`` and ``i + 1`` of one row lie within ``2 B`` of each other, when the caller knows).
 
     A candidate whose float32 key lies within ``2 B`` of a candidate of the other kind
     (relevant / not) is *ambiguous* and gets a float64 key (:func:`float64_keys`); every other
@@ -356,9 +358,10 @@ def _decide_mixed_pairs(
     codes = (row.astype(np.uint64) << np.uint64(32)) | block.bits.astype(np.uint64)
     if np.count_nonzero(relevant) * 8 < n:  # few relevant: search around them only
         amb = np.flatnonzero(_near_relevant(codes, row, band, relevant))
+    elif close is not None and np.count_nonzero(close) * 8 < n:
+        amb = np.flatnonzero(_mixed_chains(close, relevant))
     else:
-        if keys is None:
-            keys = from_sortable_bits(block.bits).astype(np.float64)
+        keys = from_sortable_bits(block.bits).astype(np.float64)
         amb = np.flatnonzero(_near_other_kind(keys, row, band[row], relevant))
     if not amb.size:
         return block, None
