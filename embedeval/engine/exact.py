@@ -302,6 +302,19 @@ class PreparedSearch:
             self.duplicates.apply(keys, self.queries, rows, cols)
         return keys
 
+    def sample_keys(self, rows: slice, cols: np.ndarray) -> np.ndarray:
+        """Keys of query ``rows`` against the reference columns ``cols`` for the depth
+        thresholds (:func:`depth_thresholds`): a float32 product whatever the search's
+        precision, as a threshold only needs to be likely to hold enough keys (the engine
+        counts them, and redoes a short row against every reference)."""
+        if self.queries.dtype != np.float64:
+            return self.keys(rows, cols)
+        q = self.queries[rows].astype(np.float32)
+        keys = q @ self.reference_t[:, cols].astype(np.float32)
+        if self.duplicates is not None:
+            self.duplicates.apply(keys, self.queries, rows, cols)
+        return keys
+
     def with_duplicates(
         self, dups: DuplicateRows | None, reps_t: np.ndarray | None, columns: slice | np.ndarray
     ) -> PreparedSearch:
@@ -744,7 +757,7 @@ def depth_thresholds(
     A backend that holds only the subsample columns calls :func:`sample_thresholds` instead.
     """
     return sample_thresholds(
-        lambda: search.keys(slice(start, stop), subsample),
+        lambda: search.sample_keys(slice(start, stop), subsample),
         start,
         need,
         subsample,
