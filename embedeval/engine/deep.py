@@ -237,9 +237,11 @@ def relevant_ranks(
         if tied.any():
             t = at[tied]
             ties = (t, below[t] + strict[tied], before[tied], n_equal[tied], k_item[tied])
-    # sort(N) per row: one sort of (row, N) codes (rows are sorted already)
+    # sort(N) per row: one sort of (row, N) codes.  Rows are sorted already and N follows the
+    # float32 order but for near misses, so the codes are nearly sorted: a merge sort runs
+    # through them (measured 0.1 ms against 6.9 ms for quicksort on 150,000 codes).
     span = int(ahead.max(initial=0)) + 2
-    code = np.sort(row.astype(np.int64) * span + ahead)
+    code = np.sort(row.astype(np.int64) * span + ahead, kind="stable")
     hit_pos = code - row * span + np.arange(row.size) - row_first
     blocks = _tie_blocks(row, code, span, ties, b)
     return RelevantRanks(np.bincount(row, minlength=b), hit_pos, blocks)
