@@ -262,7 +262,7 @@ def decide(
     keys = from_sortable_bits(block.bits)
     new = np.empty(n, dtype=bool)
     new[0] = True
-    gap = np.subtract(keys[1:], keys[:-1], dtype=np.float64)  # exact for float32 neighbours
+    gap = np.subtract(keys[1:], keys[:-1], dtype=np.float64)  # no float64 copy of the keys
     np.greater(gap, 2.0 * bounds[row[1:]], out=new[1:])
     if np.count_nonzero(new) * 2 < n:  # keys mostly closer than their bound
         return _decide_dense(block, row, xq, xb, distance)
