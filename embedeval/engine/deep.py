@@ -261,9 +261,10 @@ def _tie_blocks(
     ``N <= strict`` (non-decreasing along the ranking) less the run's items with
     ``before = 0`` (the run's leading relevant references).  It ends ``|I| + n_equal - 1``
     ranks later."""
-    none = np.full(b, np.iinfo(np.int64).max // 2)
+    first_mixed = np.full(b, np.iinfo(np.int64).max // 2)  # per row; this value: no run
     if ties is None:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), none
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty, first_mixed
     item, strict, before, n_equal, key = ties
     order = np.lexsort((key, row[item]))
     item, strict, before, n_equal, key = (a[order] for a in (item, strict, before, n_equal, key))
@@ -276,8 +277,8 @@ def _tie_blocks(
     last = first + size + n_equal[head] - 1
     at = np.lexsort((first, r[head]))
     block_row, first, last = r[head][at], first[at], last[at]
-    np.minimum.at(none, block_row, first)
-    return block_row, first, last, none
+    np.minimum.at(first_mixed, block_row, first)
+    return block_row, first, last, first_mixed
 
 
 #: A row ranks from float64 keys of every reference when its near misses number at least
