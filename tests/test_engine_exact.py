@@ -106,3 +106,32 @@ def test_all_valid_codes_and_a_block_match_brute_force():
         d64[q, q] = np.inf
         got = block.index[block.lims[q] : block.lims[q] + 5]
         assert got.tolist() == np.argsort(d64[q], kind="stable")[:5].tolist()
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
+def test_float64_filter_keys_lie_within_their_bound(distance):
+    """Keys of a ``precision="float64"`` search (a float64 product rounded once to float32)
+    against column-by-column float64 sums of the same float32 rows: every key within
+    ``key_bounds`` with ``rounding_of("float64")``, which must hold one float32 rounding of
+    the key (the keys here are not near zero, so that rounding is seen)."""
+    from embedeval.engine.decide import key_bounds, rounding_of
+
+    rng = np.random.default_rng(7)
+    xq = (rng.standard_normal((40, 24)) + 3).astype(np.float32)
+    xb = (rng.standard_normal((300, 24)) + 3).astype(np.float32)
+    keys = PreparedSearch.build(xq, xb, distance, precision="float64").keys(slice(None))
+    q64, x64 = xq.astype(np.float64), xb.astype(np.float64)
+    dots = np.zeros((40, 300))
+    for j in range(24):  # fixed order, column by column
+        dots += q64[:, j, None] * x64[None, :, j]
+    q_sq, x_sq = (q64 * q64).sum(axis=1), (x64 * x64).sum(axis=1)
+    if distance == "euclidean":  # the engine's key omits the query's own squared norm
+        want = x_sq[None, :] - 2 * dots
+    elif distance == "inner_product":
+        want = -dots
+    else:
+        want = -dots / np.sqrt(q_sq[:, None] * x_sq[None, :])
+    bound = key_bounds(q_sq, float(x_sq.max()), 24, distance, *rounding_of("float64"))
+    err = np.abs(keys.astype(np.float64) - want)
+    assert np.all(err <= bound[:, None])
+    assert err.max() > bound.max() / 8  # the float32 rounding is what the bound is for
