@@ -207,3 +207,23 @@ def fixed_order_keys(q: np.ndarray, corpus: np.ndarray, distance: str) -> np.nda
         x_sq += x64[:, j] * x64[:, j]
     live = x_sq > 0  # a zero row has cosine 0 with every query
     return np.where(live, -np.sign(acc) * (acc * acc) / np.where(live, x_sq, 1), 0.0)
+
+
+#: trec_eval's measure for each of our IR metric families (``name@k`` takes ``measure.k``).
+_TREC_FAMILIES = {
+    "ndcg": "ndcg_cut",
+    "map": "map_cut",
+    "recall": "recall",
+    "precision": "P",
+    "hit_rate": "success",
+}
+_TREC_WHOLE = {"ndcg": "ndcg", "map": "map", "mrr": "recip_rank", "r_precision": "Rprec"}
+
+
+def pytrec_measure(name: str) -> tuple[str, str]:
+    """pytrec_eval's ``(measure to ask for, key in its output)`` for our metric ``name``:
+    ``ndcg@5`` -> ``("ndcg_cut.5", "ndcg_cut_5")``, ``mrr`` -> ``("recip_rank", ...)``."""
+    if "@" not in name:
+        return _TREC_WHOLE[name], _TREC_WHOLE[name]
+    family, k = name.split("@")
+    return f"{_TREC_FAMILIES[family]}.{k}", f"{_TREC_FAMILIES[family]}_{k}"

@@ -9,24 +9,15 @@ import pytest
 import embedeval as ee
 from embedeval.utils.errors import InputError
 
+from .oracle import pytrec_measure
+
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
-# our name -> (pytrec_eval measure, key in its output)
-PYTREC = {
-    "ndcg@5": ("ndcg_cut.5", "ndcg_cut_5"),
-    "ndcg@10": ("ndcg_cut.10", "ndcg_cut_10"),
-    "ndcg": ("ndcg", "ndcg"),
-    "map@10": ("map_cut.10", "map_cut_10"),
-    "map": ("map", "map"),
-    "recall@5": ("recall.5", "recall_5"),
-    "recall@20": ("recall.20", "recall_20"),
-    "precision@5": ("P.5", "P_5"),
-    "precision@10": ("P.10", "P_10"),
-    "mrr": ("recip_rank", "recip_rank"),
-    "hit_rate@1": ("success.1", "success_1"),
-    "hit_rate@5": ("success.5", "success_5"),
-    "r_precision": ("Rprec", "Rprec"),
-}
+# our names, each with its pytrec_eval measure (oracle.pytrec_measure)
+PYTREC = [
+    "ndcg@5", "ndcg@10", "ndcg", "map@10", "map", "recall@5", "recall@20", "precision@5",
+    "precision@10", "mrr", "hit_rate@1", "hit_rate@5", "r_precision",
+]  # fmt: skip
 
 
 def make_case(seed: int, n_docs: int = 300, n_queries: int = 40, dim: int = 4):
@@ -63,9 +54,9 @@ def brute_run(queries, corpus, query_ids, doc_ids, qids=None):
 
 
 def pytrec(qrels, run, names, level=1):
-    measures = {PYTREC[n][0] for n in names}
+    measures = {pytrec_measure(n)[0] for n in names}
     out = pytrec_eval.RelevanceEvaluator(qrels, measures, relevance_level=level).evaluate(run)
-    return {n: {q: v[PYTREC[n][1]] for q, v in out.items()} for n in names}
+    return {n: {q: v[pytrec_measure(n)[1]] for q, v in out.items()} for n in names}
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
