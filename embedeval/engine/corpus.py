@@ -345,8 +345,10 @@ class CorpusScan:
         n_q = self.queries.shape[0]
         self.n_threads = default_threads() if self.n_threads is None else self.n_threads
         per_chunk = max(1, _CHUNK_BYTES // (4 * max(1, self.block)))
-        # at least one chunk per thread so that every core works on every block
-        self.chunk = max(1, min(per_chunk, -(-n_q // self.n_threads)))
+        # a multiple of the threads in chunks of equal size, so that every core works on every
+        # block to its end (3 chunks on 2 threads leave one core idle a third of the time)
+        rounds = max(1, -(-n_q // (self.n_threads * per_chunk)))
+        self.chunk = max(1, -(-n_q // (self.n_threads * rounds)))
         self.n_chunks = max(1, -(-n_q // self.chunk))
         self.excluded.group(self.chunk, self.n_chunks)
         self.raw = self.queries if self.raw is None else self.raw
