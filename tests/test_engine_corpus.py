@@ -244,3 +244,56 @@ def test_count_passing_counts_scores_above_and_at_each_threshold_on_both_paths()
         row = s[qs[i]]
         assert above[i] == sum(1 for v in row if v > t_hi[qs[i], sl[i]])
         assert reach[i] == sum(1 for v in row if v >= t_lo[qs[i], sl[i]])
+
+
+@pytest.mark.parametrize("block", [64, 700])
+def test_scan_top_candidates_sorted_and_holding_the_float64_top(block):
+    """scan_top's candidates: query ascending, codes strictly ascending within a query (the
+    kept and the near codes interleaved), at least ``depth`` per query and every document of
+    the float64 top ``depth`` among them; on small-integer data whose float32 scores tie in
+    long runs, so rows hold near codes and the kept lists are merged many times."""
+    from embedeval.engine.corpus import CorpusScan, Pairs, code_rows, scan_top, tie_keys
+
+    rng = np.random.default_rng(5)
+    n_docs, n_q, depth = 3000, 9, 6
+    corpus = rng.integers(-2, 3, (n_docs, 4)).astype(np.float32)
+    queries = rng.integers(-2, 3, (n_q, 4)).astype(np.float32)
+    none = Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    scan = CorpusScan(
+        queries, None, "inner_product", depth, tie_keys(None, n_docs, "index"), none, block=block
+    )
+    query, codes, _ = scan_top(corpus, scan, floor=np.full(n_q, -np.inf, np.float32))
+    assert np.all(np.diff(query) >= 0)
+    same = query[1:] == query[:-1]
+    assert np.all(codes[1:][same] > codes[:-1][same])
+    counts = np.bincount(query, minlength=n_q)
+    assert counts.min() >= depth and counts.max() > depth  # near codes present
+    rows = code_rows(codes, None)
+    for i in range(n_q):
+        keys = oracle_keys(queries[i], corpus, "inner_product")
+        best = sorted(range(n_docs), key=lambda r: (keys[r], r))[:depth]
+        assert set(best) <= set(rows[query == i].tolist())
+
+
+@pytest.mark.parametrize(
+    ("n_q", "threads", "want"),
+    [(1000, 2, (250, 4)), (1000, 3, (334, 3)), (5, 2, (3, 2)), (0, 2, (1, 1))],
+)
+def test_query_chunks_are_equal_and_a_multiple_of_the_threads(n_q, threads, want):
+    # 16 MiB of float32 scores per chunk and block of 10,486 rows: at most 400 queries a
+    # chunk; 1,000 queries on 2 threads then take 4 chunks of 250 (not 400, 400, 200)
+    from embedeval.engine.corpus import CorpusScan, Pairs, tie_keys
+
+    none = Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    q = np.zeros((n_q, 4), np.float32)
+    scan = CorpusScan(
+        q,
+        None,
+        "inner_product",
+        1,
+        tie_keys(None, 9, "index"),
+        none,
+        block=10486,
+        n_threads=threads,
+    )
+    assert (scan.chunk, scan.n_chunks) == want

@@ -556,10 +556,17 @@ class _ChunkTop:
         self.widen(self.band)
 
     def candidates(self, lo: int) -> tuple[np.ndarray, np.ndarray]:
-        """(query, code) of every kept code, queries numbered from ``lo``."""
-        held = self.top != EMPTY
-        rows = np.concatenate([np.nonzero(held)[0], self.near[0]]).astype(np.int64) + lo
-        return rows, np.concatenate([self.top[held], self.near[1]])
+        """(query, code) of every kept code, queries numbered from ``lo``, sorted by query then
+        code: the near codes of a query all come after its kept ones (they are not among its
+        ``depth`` smallest), so each part is sorted on its own and the two interleaved."""
+        top = np.sort(self.top, axis=1)  # EMPTY last in each row
+        held = top != EMPTY
+        near_rows, near_codes = self.near
+        order = np.lexsort((near_codes, near_rows))
+        rows = np.concatenate([np.nonzero(held)[0].astype(np.int32), near_rows[order]])
+        codes = np.concatenate([top[held], near_codes[order]])
+        by_row = np.argsort(rows, kind="stable")  # two sorted runs: one merge
+        return rows[by_row].astype(np.int64) + lo, codes[by_row]
 
 
 def sample_floor(corpus: np.ndarray, scan: CorpusScan, size: int = 4096) -> np.ndarray:
@@ -625,12 +632,14 @@ def scan_top(
     if short:  # the floor was too high for some query (rare): those chunks again, exactly
         lowest = np.full_like(floor, -np.inf)
         tops.update(_scan_chunks(corpus, scan, pairs, pair_scores, lowest, short))
-    parts = [tops[c].candidates(c * scan.chunk) for c in range(scan.n_chunks)]
-    del tops
-    query = np.concatenate([p[0] for p in parts])
-    codes = np.concatenate([p[1] for p in parts])
-    order = np.lexsort((codes, query))
-    return query[order], codes[order], pair_scores
+
+    def candidates(c: int) -> tuple[np.ndarray, np.ndarray]:
+        return tops.pop(c).candidates(c * scan.chunk)
+
+    parts = [p for _, p in in_order(candidates, range(scan.n_chunks), scan.n_threads)]
+    query = np.concatenate([np.zeros(0, np.int64), *[p[0] for p in parts]])
+    codes = np.concatenate([np.zeros(0, np.uint64), *[p[1] for p in parts]])
+    return query, codes, pair_scores
 
 
 def _scan_chunks(
