@@ -297,3 +297,24 @@ def test_query_chunks_are_equal_and_a_multiple_of_the_threads(n_q, threads, want
         n_threads=threads,
     )
     assert (scan.chunk, scan.n_chunks) == want
+
+
+def test_unit_rows_are_the_exact_unit_rows_rounded_once():
+    # every element within u (1 + 2**-20) of x_i / ||x|| computed with exact sums (fsum), on
+    # wide rows of mixed magnitudes, where a float32 norm and division err by ~d/2 roundings
+    import math
+
+    from embedeval.engine.corpus import unit_rows
+
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((40, 768)) * np.exp(rng.normal(0, 3, (40, 768)))).astype(np.float32)
+    x[0] = 0
+    x[1, :] = np.float32(1e-30)
+    out = unit_rows(x, np.einsum("ij,ij->i", x, x, dtype=np.float64), np.empty_like(x))
+    u = 2.0**-24 * (1 + 2.0**-20)
+    for i in range(x.shape[0]):
+        row = [float(v) for v in x[i]]
+        norm = math.sqrt(math.fsum(v * v for v in row))
+        for j in range(0, 768, 7):
+            exact = row[j] / norm if norm else 0.0
+            assert abs(float(out[i, j]) - exact) <= u * abs(exact) + 1e-45, (i, j)

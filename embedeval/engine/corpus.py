@@ -3,8 +3,9 @@ exact ranks of chosen documents, without ever sorting a corpus row.
 
 The corpus is read in blocks of rows (a ``.npy`` memory map is never copied whole; a float16
 block becomes float32 one block at a time).  Per block and per chunk of queries, one product
-gives the float32 *scores* (larger is better): ``q . r`` (inner product; cosine on rows
-normalised in float32 first) or ``-||q - r||^2`` (Euclidean, as ``2 q.r - ||r||^2 - ||q||^2``).
+gives the float32 *scores* (larger is better): ``q . r`` (inner product; cosine on unit
+rows rounded once from float64 first) or ``-||q - r||^2`` (Euclidean, as
+``2 q.r - ||r||^2 - ||q||^2``).
 
 Every (query, document) pair gets a ``uint64`` *code*, smaller = ranked first::
 
@@ -201,10 +202,32 @@ def prepare_queries(queries: np.ndarray, distance: str) -> tuple[np.ndarray, np.
 
 
 def _normalized(x: np.ndarray) -> np.ndarray:
-    """Unit rows in float32 (``x / ||x||``; a zero row stays zero)."""
-    norm = np.sqrt(np.einsum("ij,ij->i", x, x))
-    norm[norm == 0] = 1  # a zero row stays zero: every score 0
-    return x / norm[:, None]
+    """Unit rows in float32 (``x / ||x||``; a zero row stays zero), each element the float64
+    quotient rounded once (:func:`unit_rows`)."""
+    return unit_rows(x, np.einsum("ij,ij->i", x, x, dtype=np.float64), np.empty_like(x))
+
+
+def unit_rows(x: np.ndarray, sq: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``x / ||x||`` into float32 ``out`` from float64 squared norms ``sq``: a float64 norm and
+    a float64 quotient rounded once to float32, so each element is within ``u (1 + 2**-20)``
+    (``u = 2**-24``) of the exact unit row's (a float32 norm and division: about ``d/2``
+    roundings).  A zero row stays zero (every score 0).
+
+    >>> x = np.float32([[3, 4], [0, 0]])
+    >>> unit_rows(x, np.array([25.0, 0.0]), np.empty_like(x)).tolist()
+    [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
+    """
+    norm = np.sqrt(sq)
+    norm[norm == 0] = 1
+    step = 512  # bounded float64 temporaries
+    for a in range(0, x.shape[0], step):
+        np.divide(
+            x[a : a + step].astype(np.float64),
+            norm[a : a + step, None],
+            out=out[a : a + step],
+            casting="same_kind",
+        )
+    return out
 
 
 def corpus_block(
@@ -226,20 +249,21 @@ def corpus_block(
         src[...] = raw
         if centre is not None:  # exact (Sterbenz): the distances stay those of the rows
             src -= centre
-    sq = np.einsum("ij,ij->i", src, src)
-    finite = np.isfinite(sq)
+    if distance == "cosine":  # float64 norms for the unit rows (see unit_rows)
+        sq = np.einsum("ij,ij->i", src, src, dtype=np.float64)
+        finite = sq <= np.finfo(np.float32).max  # what a float32 norm would overflow on
+    else:
+        sq = np.einsum("ij,ij->i", src, src)
+        finite = np.isfinite(sq)
     if not finite.all():
         row = start + int(np.flatnonzero(~finite)[0])
         raise InputError(
             f"corpus row {row} holds NaN, infinite or huge (|x| > 1e19) values; remove or "
             "repair it (embeddings must be finite)."
         )
-    if distance == "cosine":
-        norm = np.sqrt(sq)
-        norm[norm == 0] = 1  # a zero row stays zero: every score 0
+    if distance == "cosine":  # never into the caller's corpus
         blk = np.empty(raw.shape, np.float32) if out is None else out
-        np.divide(src, norm[:, None], out=blk)  # never into the caller's corpus
-        return blk, sq
+        return unit_rows(src, sq, blk), sq.astype(np.float32)
     if out is not None and src is raw:  # a contiguous copy was asked for
         out[...] = raw
         return out, sq
@@ -362,16 +386,15 @@ class CorpusScan:
     def band(self, m_sq: float | None = None) -> np.ndarray:
         """Per query, ``2 B_q`` (float64): twice the bound on ``|float32 score - float64
         score|`` over the rows whose squared norms are at most ``m_sq`` (default: every row
-        read so far).  Cosine scores here are products of rows normalised in float32: a
-        float32 squared norm (``gamma_dim``), its square root (half that, plus one rounding)
-        and a division put each element within ``gamma_{dim/2+3}`` of the unit row's, so
-        with the product's ``gamma_dim`` a score is within ``gamma_{2 dim+7}`` of the cosine:
-        the cosine term of :func:`~embedeval.engine.decide.key_bounds` taken twice.  Under
+        read so far).  Cosine scores here are products of unit rows whose elements are each
+        within ``u' = u (1 + 2**-20)`` of the exact unit row's (:func:`unit_rows`), so a score
+        is within ``gamma_dim (1 + u')**2 + 2 u' + u'**2 <= gamma_{dim+8}`` of the cosine: the
+        cosine term of :func:`~embedeval.engine.decide.key_bounds`.  Under
         ``ties="trec_eval"`` the band also holds ``2 gamma_{dim+8}`` times the score's
         magnitude (over four float32 steps of any score): two documents whose float32 scores
         are farther apart than the band have float64 scores whose float32 roundings differ."""
         m_sq = self.m_sq if m_sq is None else m_sq
-        scale = 2.0 if self.distance == "cosine" else 1.0
+        scale = 1.0
         if self.ties == "trec_eval":  # + a few float32 steps of the score (see rank_keys)
             scale += 1.0
         dim = self.queries.shape[1]
@@ -1016,9 +1039,10 @@ def pair_scores(corpus: np.ndarray, scan: CorpusScan, pairs: Pairs) -> np.ndarra
         x = np.asarray(corpus[rows], dtype=np.float32)
         if scan.centre is not None:
             x = x - scan.centre
-        sq = np.einsum("ij,ij->i", x, x)
         if scan.distance == "cosine":
-            x = x / np.where(sq > 0, np.sqrt(sq), np.float32(1))[:, None]
+            x = unit_rows(x, np.einsum("ij,ij->i", x, x, dtype=np.float64), np.empty_like(x))
+        else:
+            sq = np.einsum("ij,ij->i", x, x)
         q = scan.queries[pairs.query[a : a + step]]
         s = np.einsum("ij,ij->i", q, x)
         if scan.distance == "euclidean":
