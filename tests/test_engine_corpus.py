@@ -220,7 +220,8 @@ def test_row_sums_are_the_column_loop_bit_for_bit(distance):
 
 def test_count_passing_counts_scores_above_and_at_each_threshold_on_both_paths():
     """Per (row, slot) threshold pair: scores strictly above ``t_hi`` and at or above
-    ``t_lo``, checked by a plain loop; rows with few passing scores (sorted codes) and rows
+    ``t_lo``, and the columns of the scores between them where there are more than ``own``
+    of them, checked by a plain loop; rows with few passing scores (sorted codes) and rows
     with many (one pass per slot) both occur, with scores equal to thresholds and excluded
     (NaN) entries."""
     from embedeval.engine.corpus import _count_passing
@@ -239,11 +240,19 @@ def test_count_passing_counts_scores_above_and_at_each_threshold_on_both_paths()
     t_hi = t_lo.copy()
     t_lo[qs, sl] = level
     t_hi[qs, sl] = level + 0.1
-    above, reach = _count_passing(s, t_hi, t_lo, qs, sl)
+    own = rng.integers(0, 2, qs.size)
+    above, reach, at, col = _count_passing(s, t_hi, t_lo, qs, sl, own)
+    got = sorted(zip(at.tolist(), col.tolist(), strict=True))
+    want = []
     for i in range(qs.size):
-        row = s[qs[i]]
-        assert above[i] == sum(1 for v in row if v > t_hi[qs[i], sl[i]])
-        assert reach[i] == sum(1 for v in row if v >= t_lo[qs[i], sl[i]])
+        row, lo, hi = s[qs[i]], t_lo[qs[i], sl[i]], t_hi[qs[i], sl[i]]
+        assert above[i] == sum(1 for v in row if v > hi)
+        assert reach[i] == sum(1 for v in row if v >= lo)
+        between = [c for c, v in enumerate(row) if lo <= v <= hi]
+        if len(between) > own[i]:
+            want += [(i, c) for c in between]
+    assert got == sorted(want)
+    assert {bool(deep[qs[p]]) for p, _ in want} == {True, False}  # near scores on both paths
 
 
 @pytest.mark.parametrize("block", [64, 700])

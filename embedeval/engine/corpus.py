@@ -940,17 +940,10 @@ def scan_ranks(
             t_hi = np.full((s.shape[0], width), np.float32(np.inf), dtype=np.float32)
             t_lo = t_hi.copy()  # +inf pads: nothing beats it, nothing is near it
             t_hi[qs, sl], t_lo[qs, sl] = hi[idx], lo[idx]
-            above, reach = _count_passing(s, t_hi, t_lo, qs, sl)
-            beats[idx] += above
-            n_near = reach - above
             own = (pairs.row[idx] >= start) & (pairs.row[idx] < start + blk.shape[0])
-            close = np.flatnonzero(n_near > own)  # near another document than itself
-            step = max(1, _CHUNK_BYTES // (4 * max(1, blk.shape[0])))
-            for t0 in range(0, close.size, step):  # rare: only near-ties, in bounded batches
-                t = idx[close[t0 : t0 + step]]
-                sub = s[qs[close[t0 : t0 + step]]]
-                rr, cc = np.nonzero((sub >= lo[t][:, None]) & (sub <= hi[t][:, None]))
-                near.append((t[rr], start + cc))
+            above, _, at, col = _count_passing(s, t_hi, t_lo, qs, sl, own.astype(np.int64))
+            beats[idx] += above
+            near.append((idx[at], start + col))  # near another document than itself
 
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs (ranks)"):
@@ -975,44 +968,99 @@ _FEW_PASSING = 4
 
 
 def _count_passing(
-    s: np.ndarray, t_hi: np.ndarray, t_lo: np.ndarray, qs: np.ndarray, sl: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    s: np.ndarray,
+    t_hi: np.ndarray,
+    t_lo: np.ndarray,
+    qs: np.ndarray,
+    sl: np.ndarray,
+    own: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per pair (row ``qs``, slot ``sl`` of the thresholds ``t_hi`` / ``t_lo``, ``+inf``
-    padded): the scores of its row of ``s`` above ``t_hi`` and at or above ``t_lo``.
+    padded): the scores of its row above ``t_hi`` and at or above ``t_lo``; and ``(pair,
+    column)`` of its *near* scores (at or above ``t_lo``, not above ``t_hi``) where it has more
+    than ``own`` of them (1 where the pair's own document is in ``s``, else 0).
 
     Only scores at or above a row's lowest threshold can count.  Where those are few (a row
-    whose positives rank high), they are sorted as ``(row, score)`` codes and each threshold
-    is found by a binary search; the other rows take two comparison passes per slot."""
+    whose positives rank high), they are sorted as ``(row, score, column)`` codes and each
+    threshold is found by a binary search; the other rows take two comparison passes per
+    slot, whose masks also give the near columns."""
     mask = np.greater_equal(s, t_lo.min(axis=1)[:, None])
     few = _row_counts(mask) * _FEW_PASSING <= s.shape[1]
     above = np.empty(qs.size, dtype=np.int64)
     reach = np.empty(qs.size, dtype=np.int64)
+    near = [(np.zeros(0, np.int64), np.zeros(0, np.int64))]
     sel = few[qs]
+    thresholds = (t_hi, t_lo, qs, sl)
+    counts = (above, reach, own)
     if sel.any():
-        rows = np.flatnonzero(few)
-        r, c = np.nonzero(mask[rows])
-        codes = (r.astype(np.uint64) << np.uint64(32)) | sortable_bits(s[rows[r], c])
-        codes.sort()
-        at = np.searchsorted(rows, qs[sel]).astype(np.uint64) << np.uint64(32)
-        end = np.searchsorted(codes, at + (np.uint64(1) << np.uint64(32)))
-        hi_bits = sortable_bits(t_hi[qs[sel], sl[sel]]).astype(np.uint64)
-        lo_bits = sortable_bits(t_lo[qs[sel], sl[sel]]).astype(np.uint64)
-        above[sel] = end - np.searchsorted(codes, at | hi_bits, "right")
-        reach[sel] = end - np.searchsorted(codes, at | lo_bits, "left")
+        near.append(
+            _few_passing(s, mask, np.flatnonzero(few), np.flatnonzero(sel), thresholds, counts)
+        )
     if not sel.all():
-        rows = np.flatnonzero(~few)
-        sub, pairs = s[rows], np.flatnonzero(~sel)
-        local = np.searchsorted(rows, qs[pairs])
-        for j in np.unique(sl[pairs]):
-            mine = pairs[sl[pairs] == j]
-            at = local[sl[pairs] == j]
-            above[mine] = _row_counts(
-                np.greater(sub, t_hi[rows, j : j + 1], out=mask[: rows.size])
-            )[at]
-            reach[mine] = _row_counts(
-                np.greater_equal(sub, t_lo[rows, j : j + 1], out=mask[: rows.size])
-            )[at]
-    return above, reach
+        near.append(
+            _many_passing(s, mask, np.flatnonzero(~few), np.flatnonzero(~sel), thresholds, counts)
+        )
+    return above, reach, np.concatenate([n[0] for n in near]), np.concatenate([n[1] for n in near])
+
+
+def _few_passing(
+    s: np.ndarray, mask: np.ndarray, rows: np.ndarray, pairs: np.ndarray, thresholds, counts
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_count_passing` for ``pairs`` whose rows ``rows`` hold few passing scores: the
+    passing scores of those rows sorted as ``(row, score bits, column)`` codes, each
+    threshold a binary search, the near columns a range of codes; fills the counts in place,
+    returns the near ``(pair, column)``."""
+    t_hi, t_lo, qs, sl = thresholds
+    above, reach, own = counts
+    r, c = np.nonzero(mask[rows])
+    cb = np.uint64(max(int(s.shape[1] - 1).bit_length(), 1))
+    if int(rows.size).bit_length() + 32 + int(cb) > 64:  # pragma: no cover - never at 16 MiB
+        raise ValueError("score block too large to pack")
+    codes = (r.astype(np.uint64) << np.uint64(32)) | sortable_bits(s[rows[r], c])
+    codes = (codes << cb) | c.astype(np.uint64)
+    codes.sort()
+    q, j = qs[pairs], sl[pairs]
+    at = np.searchsorted(rows, q).astype(np.uint64) << (np.uint64(32) + cb)
+    end = np.searchsorted(codes, at + (np.uint64(1) << (np.uint64(32) + cb)))
+    cols = (np.uint64(1) << cb) - np.uint64(1)
+    hi_end = np.searchsorted(
+        codes, at | (sortable_bits(t_hi[q, j]).astype(np.uint64) << cb) | cols, "right"
+    )
+    lo_start = np.searchsorted(
+        codes, at | (sortable_bits(t_lo[q, j]).astype(np.uint64) << cb), "left"
+    )
+    above[pairs] = end - hi_end
+    reach[pairs] = end - lo_start
+    n_near = np.maximum(hi_end - lo_start, 0)
+    take = n_near > own[pairs]
+    k = n_near[take]
+    first = np.repeat(lo_start[take] - np.cumsum(k) + k, k) + np.arange(int(k.sum()))
+    return np.repeat(pairs[take], k), (codes[first] & cols).astype(np.int64)
+
+
+def _many_passing(
+    s: np.ndarray, mask: np.ndarray, rows: np.ndarray, pairs: np.ndarray, thresholds, counts
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_count_passing` for ``pairs`` whose rows ``rows`` hold many passing scores: per
+    slot, one pass for the scores above ``t_hi`` and one for those at or above ``t_lo``; a
+    pair's near columns are where the second mask holds and the first does not."""
+    t_hi, t_lo, qs, sl = thresholds
+    above, reach, own = counts
+    sub = s[rows]
+    local = np.searchsorted(rows, qs[pairs])
+    hi_mask = mask[: rows.size]  # the buffer is free: the few rows were read before
+    lo_mask = np.empty_like(hi_mask)
+    found = [(np.zeros(0, np.int64), np.zeros(0, np.int64))]
+    for j in np.unique(sl[pairs]):
+        in_j = sl[pairs] == j
+        mine, at = pairs[in_j], local[in_j]
+        above[mine] = _row_counts(np.greater(sub, t_hi[rows, j : j + 1], out=hi_mask))[at]
+        reach[mine] = _row_counts(np.greater_equal(sub, t_lo[rows, j : j + 1], out=lo_mask))[at]
+        take = reach[mine] - above[mine] > own[mine]
+        if take.any():  # near scores: rare, within the band of the pair's own score
+            rr, cc = np.nonzero(lo_mask[at[take]] & ~hi_mask[at[take]])
+            found.append((mine[take][rr], cc))
+    return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
 
 
 def _row_counts(mask: np.ndarray) -> np.ndarray:
