@@ -233,7 +233,7 @@ def _ids(ids: Any, n: int, name: str, rows: str) -> list[str]:
     if ids is None:
         raise InputError(f"{name} is required: one id per {rows} row, e.g. {name}=['1', '2', ...].")
     arr = host_array(ids)
-    out = [str(v) for v in (arr.tolist() if isinstance(arr, np.ndarray) else list(arr))]
+    out = list(map(str, arr.tolist() if isinstance(arr, np.ndarray) else arr))
     if len(out) != n:
         raise InputError(f"{name} has {len(out)} ids but there are {n} {rows} rows; give one each.")
     if len(set(out)) != len(out):
