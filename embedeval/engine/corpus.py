@@ -913,9 +913,10 @@ def scan_ranks(
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """1-based rank of each pair (a document in the corpus, with a float32 score within the
     bound, e.g. from :func:`scan_top` or :func:`pair_scores`) in its query's float64 ranking:
-    1 + the documents that beat it.  No row is sorted: per block, one comparison pass per
-    pair of a query counts the documents whose float32 score is more than the band ``2 B_q``
-    above the pair's (certainly better) and picks out those within the band; only these are
+    1 + the documents that beat it.  No row is sorted: per block, the scores of a query's row
+    are counted per bucket between its thresholds (:func:`_count_passing`), which gives the
+    documents whose float32 score is more than the band ``2 B_q`` above each pair's
+    (certainly better) and picks out those within the band; only these are
     re-scored in float64 (:func:`_near_beats`: a smaller order key, or an equal one and a
     smaller tie key).  With ``equal``, also ``(pair, row)`` of every other document whose
     order key equals its pair's (exact ties).
@@ -925,8 +926,6 @@ def scan_ranks(
     beats = np.zeros(pairs.query.size, dtype=np.int64)
     order = np.lexsort((np.arange(pairs.query.size), pairs.query))
     q_sorted = pairs.query[order]
-    slot = np.arange(order.size) - np.searchsorted(q_sorted, q_sorted)
-    width = int(slot.max(initial=-1)) + 1
     band = scan.band()[pairs.query]
     hi, lo = widen(pair_scores, band), widen_down(pair_scores, band)
     near: list[tuple[np.ndarray, np.ndarray]] = []
@@ -936,12 +935,9 @@ def scan_ranks(
         if a == b:
             return
         with scan.scores(c, blk, norms, start) as s:
-            idx, qs, sl = order[a:b], q_sorted[a:b] - c * scan.chunk, slot[a:b]
-            t_hi = np.full((s.shape[0], width), np.float32(np.inf), dtype=np.float32)
-            t_lo = t_hi.copy()  # +inf pads: nothing beats it, nothing is near it
-            t_hi[qs, sl], t_lo[qs, sl] = hi[idx], lo[idx]
+            idx, qs = order[a:b], q_sorted[a:b] - c * scan.chunk
             own = (pairs.row[idx] >= start) & (pairs.row[idx] < start + blk.shape[0])
-            above, _, at, col = _count_passing(s, t_hi, t_lo, qs, sl, own.astype(np.int64))
+            above, _, at, col = _count_passing(s, hi[idx], lo[idx], qs, own.astype(np.int64))
             beats[idx] += above
             near.append((idx[at], start + col))  # near another document than itself
 
@@ -962,111 +958,103 @@ def scan_ranks(
     return beats + wins + 1
 
 
-#: A row whose documents at or above its lowest threshold are at most 1/_FEW_PASSING of the
-#: block counts them from their sorted scores; other rows take one pass per threshold.
-_FEW_PASSING = 4
+#: Buckets per row in :func:`_count_passing` (between a row's lowest and highest threshold).
+_BUCKETS = 2048
 
 
 def _count_passing(
-    s: np.ndarray,
-    t_hi: np.ndarray,
-    t_lo: np.ndarray,
-    qs: np.ndarray,
-    sl: np.ndarray,
-    own: np.ndarray,
+    s: np.ndarray, hi: np.ndarray, lo: np.ndarray, qs: np.ndarray, own: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per pair (row ``qs``, slot ``sl`` of the thresholds ``t_hi`` / ``t_lo``, ``+inf``
-    padded): the scores of its row above ``t_hi`` and at or above ``t_lo``; and ``(pair,
-    column)`` of its *near* scores (at or above ``t_lo``, not above ``t_hi``) where it has more
-    than ``own`` of them (1 where the pair's own document is in ``s``, else 0).
+    """Per pair (row ``qs`` of ``s``, float32 thresholds ``hi >= lo``): the scores of its row
+    above ``hi`` and at or above ``lo``; and ``(pair, column)`` of its *near* scores (at or
+    above ``lo``, not above ``hi``) where it has more than ``own`` of them (1 where the pair's
+    own document is in ``s``, else 0).  A NaN threshold (an excluded pair) counts nothing.
 
-    Only scores at or above a row's lowest threshold can count.  Where those are few (a row
-    whose positives rank high), they are sorted as ``(row, score, column)`` codes and each
-    threshold is found by a binary search; the other rows take two comparison passes per
-    slot, whose masks also give the near columns."""
-    mask = np.greater_equal(s, t_lo.min(axis=1)[:, None])
-    few = _row_counts(mask) * _FEW_PASSING <= s.shape[1]
-    above = np.empty(qs.size, dtype=np.int64)
-    reach = np.empty(qs.size, dtype=np.int64)
-    near = [(np.zeros(0, np.int64), np.zeros(0, np.int64))]
-    sel = few[qs]
-    thresholds = (t_hi, t_lo, qs, sl)
-    counts = (above, reach, own)
-    if sel.any():
-        near.append(
-            _few_passing(s, mask, np.flatnonzero(few), np.flatnonzero(sel), thresholds, counts)
-        )
-    if not sel.all():
-        near.append(
-            _many_passing(s, mask, np.flatnonzero(~few), np.flatnonzero(~sel), thresholds, counts)
-        )
-    return above, reach, np.concatenate([n[0] for n in near]), np.concatenate([n[1] for n in near])
-
-
-def _few_passing(
-    s: np.ndarray, mask: np.ndarray, rows: np.ndarray, pairs: np.ndarray, thresholds, counts
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_count_passing` for ``pairs`` whose rows ``rows`` hold few passing scores: the
-    passing scores of those rows sorted as ``(row, score bits, column)`` codes, each
-    threshold a binary search, the near columns a range of codes; fills the counts in place,
-    returns the near ``(pair, column)``."""
-    t_hi, t_lo, qs, sl = thresholds
-    above, reach, own = counts
-    r, c = np.nonzero(mask[rows])
-    cb = np.uint64(max(int(s.shape[1] - 1).bit_length(), 1))
-    if int(rows.size).bit_length() + 32 + int(cb) > 64:  # pragma: no cover - never at 16 MiB
-        raise ValueError("score block too large to pack")
-    codes = (r.astype(np.uint64) << np.uint64(32)) | sortable_bits(s[rows[r], c])
-    codes = (codes << cb) | c.astype(np.uint64)
+    One map per row sends every score and threshold to a bucket,
+    ``k(x) = trunc(min(max((x - a) * inv, -1), W)) + 1`` in float32 (``a`` the row's lowest
+    threshold, ``inv = W / (range of its thresholds)``, ``W`` = :data:`_BUCKETS`): rounding
+    keeps it non-decreasing in ``x``, so a score in a higher bucket than a threshold is above
+    it, one in a lower bucket below it (NaN scores go to bucket 0, below every threshold).
+    Scores are counted per bucket in one ``bincount``; those in the buckets a pair's
+    thresholds span are sorted as ``(row, score, column)`` codes and compared exactly.  About
+    ten passes over ``s`` however many thresholds a row holds."""
+    n_rows, n = s.shape
+    live = ~(np.isnan(hi) | np.isnan(lo))
+    a, inv = _bucket_map(hi[live], lo[live], qs[live], n_rows)
+    width = _BUCKETS + 2
+    k_hi = _buckets_of(hi[:, None], a[qs], inv[qs])[:, 0]
+    k_lo = _buckets_of(lo[:, None], a[qs], inv[qs])[:, 0]
+    marked = _spanned(k_lo[live], k_hi[live], qs[live], n_rows, width)
+    flat = _buckets_of(s, a, inv)
+    flat += (np.arange(n_rows, dtype=np.int32) * width)[:, None]
+    counts = np.bincount(flat.ravel(), minlength=n_rows * width).reshape(n_rows, width)
+    counts[marked] = 0  # scores of spanned buckets are compared exactly instead
+    higher = np.zeros_like(counts)  # per bucket, the other scores in higher buckets
+    higher[:, :-1] = np.cumsum(counts[:, :0:-1], axis=1)[:, ::-1]
+    pos = np.flatnonzero(marked.ravel()[flat.ravel()])
+    del flat
+    cb = np.uint64(max(int(n - 1).bit_length(), 1))
+    r = pos // n
+    codes = (r.astype(np.uint64) << np.uint64(32)) | sortable_bits(s.ravel()[pos])
+    codes = (codes << cb) | (pos - r * n).astype(np.uint64)
     codes.sort()
-    q, j = qs[pairs], sl[pairs]
-    at = np.searchsorted(rows, q).astype(np.uint64) << (np.uint64(32) + cb)
+    at = qs.astype(np.uint64) << (np.uint64(32) + cb)
     end = np.searchsorted(codes, at + (np.uint64(1) << (np.uint64(32) + cb)))
     cols = (np.uint64(1) << cb) - np.uint64(1)
-    hi_end = np.searchsorted(
-        codes, at | (sortable_bits(t_hi[q, j]).astype(np.uint64) << cb) | cols, "right"
-    )
-    lo_start = np.searchsorted(
-        codes, at | (sortable_bits(t_lo[q, j]).astype(np.uint64) << cb), "left"
-    )
-    above[pairs] = end - hi_end
-    reach[pairs] = end - lo_start
-    n_near = np.maximum(hi_end - lo_start, 0)
-    take = n_near > own[pairs]
-    k = n_near[take]
-    first = np.repeat(lo_start[take] - np.cumsum(k) + k, k) + np.arange(int(k.sum()))
-    return np.repeat(pairs[take], k), (codes[first] & cols).astype(np.int64)
+    safe_hi, safe_lo = np.where(live, hi, np.inf), np.where(live, lo, np.inf)
+    hi_end = np.searchsorted(codes, at | (_bits64(safe_hi) << cb) | cols, "right")
+    lo_start = np.searchsorted(codes, at | (_bits64(safe_lo) << cb), "left")
+    above = np.where(live, higher[qs, k_hi] + end - hi_end, 0)
+    reach = np.where(live, higher[qs, k_lo] + end - lo_start, 0)
+    n_near = np.where(live, np.maximum(hi_end - lo_start, 0), 0)
+    take = n_near > own
+    m = n_near[take]
+    first = np.repeat(lo_start[take] - np.cumsum(m) + m, m) + np.arange(int(m.sum()))
+    pair = np.repeat(np.flatnonzero(take), m)
+    return above, reach, pair, (codes[first] & cols).astype(np.int64)
 
 
-def _many_passing(
-    s: np.ndarray, mask: np.ndarray, rows: np.ndarray, pairs: np.ndarray, thresholds, counts
+def _bits64(values: np.ndarray) -> np.ndarray:
+    return sortable_bits(values.astype(np.float32)).astype(np.uint64)
+
+
+def _bucket_map(
+    hi: np.ndarray, lo: np.ndarray, rows: np.ndarray, n_rows: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_count_passing` for ``pairs`` whose rows ``rows`` hold many passing scores: per
-    slot, one pass for the scores above ``t_hi`` and one for those at or above ``t_lo``; a
-    pair's near columns are where the second mask holds and the first does not."""
-    t_hi, t_lo, qs, sl = thresholds
-    above, reach, own = counts
-    sub = s[rows]
-    local = np.searchsorted(rows, qs[pairs])
-    hi_mask = mask[: rows.size]  # the buffer is free: the few rows were read before
-    lo_mask = np.empty_like(hi_mask)
-    found = [(np.zeros(0, np.int64), np.zeros(0, np.int64))]
-    for j in np.unique(sl[pairs]):
-        in_j = sl[pairs] == j
-        mine, at = pairs[in_j], local[in_j]
-        above[mine] = _row_counts(np.greater(sub, t_hi[rows, j : j + 1], out=hi_mask))[at]
-        reach[mine] = _row_counts(np.greater_equal(sub, t_lo[rows, j : j + 1], out=lo_mask))[at]
-        take = reach[mine] - above[mine] > own[mine]
-        if take.any():  # near scores: rare, within the band of the pair's own score
-            rr, cc = np.nonzero(lo_mask[at[take]] & ~hi_mask[at[take]])
-            found.append((mine[take][rr], cc))
-    return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+    """Per row of :func:`_count_passing`, float32 ``a`` (its lowest threshold; ``+inf`` for a
+    row without one: every score in bucket 0) and ``inv`` (``W`` over the row's threshold
+    range, finite: a product with it never makes ``0 * inf``)."""
+    a = np.full(n_rows, np.inf, dtype=np.float32)
+    top = np.full(n_rows, -np.inf, dtype=np.float32)
+    np.minimum.at(a, rows, lo.astype(np.float32))
+    np.maximum.at(top, rows, hi.astype(np.float32))
+    spread = top.astype(np.float64) - a.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = np.where(spread > 0, _BUCKETS / spread, 1.0)
+    inv = np.minimum(np.nan_to_num(inv, nan=1.0), 1e30).astype(np.float32)
+    return a, inv
 
 
-def _row_counts(mask: np.ndarray) -> np.ndarray:
-    """True entries per row of a boolean matrix (summing its bytes: twice as fast as
-    ``np.count_nonzero(..., axis=1)``)."""
-    return mask.view(np.uint8).sum(axis=1, dtype=np.int64)
+def _buckets_of(x: np.ndarray, a: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    """``k(x)`` of :func:`_count_passing` (int32, in ``[0, W + 1]``) for the rows of ``x``
+    (float32, one row per entry of ``a`` / ``inv``), every step in float32."""
+    t = np.subtract(x, a[:, None], dtype=np.float32)
+    t *= inv[:, None]
+    np.fmax(t, np.float32(-1), out=t)  # NaN scores: -1, bucket 0
+    np.minimum(t, np.float32(_BUCKETS), out=t)
+    k = t.astype(np.int32)  # truncation: non-decreasing too
+    k += 1
+    return k
+
+
+def _spanned(
+    lo: np.ndarray, hi: np.ndarray, rows: np.ndarray, n_rows: int, width: int
+) -> np.ndarray:
+    """(rows, width) bool: the buckets from ``lo[i]`` to ``hi[i]`` of row ``rows[i]``."""
+    step = np.zeros((n_rows, width + 1), dtype=np.int32)
+    np.add.at(step, (rows, lo), 1)
+    np.add.at(step, (rows, hi + 1), -1)
+    return np.cumsum(step, axis=1)[:, :width] > 0
 
 
 def measure_norms(corpus: np.ndarray, scan: CorpusScan) -> None:
