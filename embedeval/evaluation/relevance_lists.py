@@ -112,29 +112,13 @@ def _streamed_ranks(xq, xb, distance, pos, junk, memory_budget):
     (:func:`embedeval.engine.corpus.scan_ranks`): no row is sorted."""
     from ..engine.corpus import Pairs, pair_scores, scan_ranks
 
-    # Queries with as many positives side by side: a chunk of queries makes one comparison
-    # pass per positive of its fullest query, so similar counts waste fewer passes.
-    perm = np.argsort(np.diff(pos[0]), kind="stable")
-    inv = np.empty_like(perm)
-    inv[perm] = np.arange(perm.size)
-    scan = _corpus_scan(xq[perm], xb, distance, _take(junk, perm), memory_budget)
+    scan = _corpus_scan(xq, xb, distance, junk, memory_budget)
     p_rows, p_cols = _csr_pairs(pos, 0, xq.shape[0])
-    pairs = Pairs(inv[p_rows], p_cols)
+    pairs = Pairs(p_rows, p_cols)
     ranks, tied_pair, tied_row = scan_ranks(xb, scan, pairs, pair_scores(xb, scan, pairs), True)
-    listed = Pairs(p_rows, p_cols)  # the queries' own numbers
-    blocks = _mixed_blocks(listed, ranks - 1, tied_pair, tied_row, xq.shape[0], xb.shape[0])
+    blocks = _mixed_blocks(pairs, ranks - 1, tied_pair, tied_row, xq.shape[0], xb.shape[0])
     order = np.lexsort((ranks, p_rows))
     return ranks[order] - 1, blocks
-
-
-def _take(lists, idx):
-    """The CSR lists of the queries ``idx``, in that order."""
-    lims, items = lists
-    counts = np.diff(lims)[idx]
-    sub = np.zeros(idx.size + 1, np.int64)
-    np.cumsum(counts, out=sub[1:])
-    at = np.repeat(lims[:-1][idx] - sub[:-1], counts) + np.arange(sub[-1])
-    return sub, items[at]
 
 
 def _mixed_blocks(pairs, rank0, tied_pair, tied_row, n_q, n_ref):
