@@ -713,45 +713,71 @@ def corpus_centre(queries: np.ndarray, corpus: np.ndarray, distance: str) -> np.
 
 
 def _exact(q: np.ndarray, x: np.ndarray, distance: str, groups: np.ndarray) -> np.ndarray:
-    """:func:`~embedeval.engine.decide.exact_keys`, bit for bit, whole rows at a time: a
-    running sum along each row (``np.cumsum``) adds the columns in the same order as its
-    column loop.  A zero corpus row has cosine key 0 (as its float32 score: 0), -0.0 becomes
-    0.0, and only keys within a relative 1e-9 of another key of their group can be positive
-    multiples of its row (their float64 keys differ by a few roundings at most), so only
-    those are compared row by row.
+    """:func:`~embedeval.engine.decide.exact_keys`, bit for bit (the columns added in the
+    same order, :func:`_in_column_order`).  A zero corpus row has cosine key 0 (as its
+    float32 score: 0), -0.0 becomes 0.0, and only keys within a relative 1e-9 of another key
+    of their group can be positive multiples of its row (their float64 keys differ by a few
+    roundings at most), so only those are compared row by row.
 
     >>> q = np.array([[1, 2, 0], [1, 0, 0]], np.float32)
     >>> x = np.array([[1, 1, 0], [3, 3, 0]], np.float32)
     >>> _exact(q, x, "euclidean", np.arange(2)).tolist()
     [1.0, 13.0]
     """
+    x = np.asarray(x, dtype=np.float64)
+    out, live = _pair_keys_of(q, x, distance)
+    if distance == "cosine":
+        sub = _maybe_multiples(out, groups, live)
+        if sub.size > 1:  # positive multiples of a row take its first occurrence's key
+            out[sub] = _tie_multiples(out[sub], x[sub], groups[sub])
+    return out
+
+
+def _pair_keys_of(
+    q: np.ndarray, x: np.ndarray, distance: str
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The float64 keys of aligned rows before cosine multiples are tied, and (cosine) which
+    corpus rows are not zero."""
     q = np.asarray(q, dtype=np.float64)
     x = np.asarray(x, dtype=np.float64)
     if not q.shape[0]:
-        return np.zeros(0, dtype=np.float64)
+        return np.zeros(0, dtype=np.float64), np.zeros(0, dtype=bool)
     if distance == "euclidean":
         t = q - x
         t *= t
-        return np.cumsum(t, axis=1)[:, -1] + 0.0
-    s = np.cumsum(q * x, axis=1)[:, -1]
+        return _in_column_order(t) + 0.0, None
+    s = _in_column_order(q * x)
     if distance == "inner_product":
-        return -s + 0.0
-    x_sq = np.cumsum(x * x, axis=1)[:, -1]
+        return -s + 0.0, None
+    x_sq = _in_column_order(x * x)
     live = x_sq > 0
     out = np.zeros(s.size, dtype=np.float64)
     out[live] = -np.sign(s[live]) * (s[live] * s[live]) / x_sq[live] + 0.0
-    order = np.lexsort((out, groups))
-    k = out[order]
+    return out, live
+
+
+def _in_column_order(terms: np.ndarray) -> np.ndarray:
+    """Each row's sum added from its first column to its last, as the column loop of
+    :func:`~embedeval.engine.decide.exact_keys` adds (up to the sign of a zero sum): one
+    vectorised add per column over every row, several times faster than ``np.cumsum`` along
+    the rows."""
+    acc = terms[:, 0].copy()
+    for j in range(1, terms.shape[1]):
+        acc += terms[:, j]
+    return acc
+
+
+def _maybe_multiples(keys: np.ndarray, groups: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """Indices (ascending) of the live cosine keys within a relative 1e-9 of another key of
+    their group: the only ones that can belong to positive multiples of one row."""
+    order = np.lexsort((keys, groups))
+    k = keys[order]
     near = (groups[order][1:] == groups[order][:-1]) & (
         np.abs(np.diff(k)) <= 1e-9 * np.maximum(np.abs(k[1:]), np.abs(k[:-1]))
     )
-    maybe = np.zeros(s.size, dtype=bool)
+    maybe = np.zeros(keys.size, dtype=bool)
     maybe[order[1:][near]] = maybe[order[:-1][near]] = True
-    maybe &= live
-    if maybe.sum() > 1:  # positive multiples of a row take its first occurrence's key
-        sub = np.flatnonzero(maybe)
-        out[sub] = _tie_multiples(out[sub], x[sub], groups[sub])
-    return out
+    return np.flatnonzero(maybe & live)
 
 
 def pair_keys(
@@ -760,16 +786,32 @@ def pair_keys(
     """float64 keys (smaller = better) of the pairs ``(query qi[i], corpus row rows[i])`` from
     the float32 inputs (:func:`~embedeval.engine.decide.exact_keys`: Euclidean squared
     distance, ``-q.x``, or ``-sign(s) s^2 / ||x||^2`` for cosine, positive multiples of a row
-    tied within a ``groups`` entry), a bounded number of pairs at a time (``groups`` sorted;
-    a group is never split)."""
+    tied within a ``groups`` entry, ``groups`` sorted), a bounded number of pairs at a time.
+
+    The keys are formed in ascending corpus row order (a memory-mapped corpus is read in one
+    sweep, not at random); only the cosine keys that may belong to multiples of one row are
+    read again, a group at a time."""
     out = np.empty(qi.size, dtype=np.float64)
+    live = np.ones(qi.size, dtype=bool)
     step = max(1, _KEY_BYTES // (8 * corpus.shape[1]))
-    a = 0
-    while a < qi.size:
-        b = int(np.searchsorted(groups, groups[min(a + step, qi.size) - 1], side="right"))
-        x = np.asarray(corpus[rows[a:b]], dtype=np.float32)
-        out[a:b] = _exact(scan.raw[qi[a:b]], x, scan.distance, groups[a:b])
+    by_row = np.argsort(rows, kind="stable")
+    for a in range(0, qi.size, step):
+        at = by_row[a : a + step]
+        x = np.asarray(corpus[rows[at]], dtype=np.float32)
+        out[at], alive = _pair_keys_of(scan.raw[qi[at]], x, scan.distance)
+        if alive is not None:
+            live[at] = alive
         release_pages(corpus, 0, corpus.shape[0])  # the rows read stay out of resident memory
+    if scan.distance != "cosine":
+        return out
+    sub = _maybe_multiples(out, groups, live)
+    g, a = groups[sub], 0
+    while a < sub.size:  # whole groups at a time (a group is never split)
+        b = int(np.searchsorted(g, g[min(a + step, sub.size) - 1], side="right"))
+        part = sub[a:b]
+        if part.size > 1:
+            x = np.asarray(corpus[rows[part]], dtype=np.float64)
+            out[part] = _tie_multiples(out[part], x, groups[part])
         a = b
     return out
 
@@ -1113,6 +1155,9 @@ def _near_beats(
     unsure = ~known & (hi >= own_lo[p]) & (lo <= own_hi[p]) & ~is_own
     same = np.zeros(p.size, dtype=bool)  # a copy of the pair's row: its key, no sum needed
     maybe = np.flatnonzero(unsure)
+    itself = r[maybe] == pairs.row[p[maybe]]  # the pair's own document, met among the near
+    same[maybe[itself]] = True
+    maybe = maybe[~itself]
     same[maybe[_same_rows(corpus, r[maybe], pairs.row[p[maybe]])]] = True
     unsure &= ~same
     redo = np.zeros(pairs.query.size, dtype=bool)
@@ -1137,9 +1182,12 @@ def _same_rows(corpus: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     query), a bounded number of rows at a time."""
     out = np.zeros(a.size, dtype=bool)
     step = max(1, _KEY_BYTES // (8 * corpus.shape[1]))
+    order = np.lexsort((b, a))  # ascending rows: one sweep of a memory-mapped corpus
     for i in range(0, a.size, step):
-        x, y = np.asarray(corpus[a[i : i + step]]), np.asarray(corpus[b[i : i + step]])
-        out[i : i + step] = (x == y).all(axis=1)
+        at = order[i : i + step]
+        x = np.asarray(corpus[a[at]])
+        held, inverse = np.unique(b[at], return_inverse=True)  # each row read once
+        out[at] = (x == np.asarray(corpus[held])[inverse]).all(axis=1)
     return out
 
 
@@ -1161,12 +1209,15 @@ def _order_bounds(
     if scan.distance != "euclidean":  # once per query, not per pair
         q_norms = np.sqrt(sq_norms(scan.raw, np.arange(scan.raw.shape[0])))
 
+    # rows in ascending order: a memory-mapped corpus is read in one sweep, not at random
+    by_row = np.argsort(rows, kind="stable")
+
     def chunk(a: int) -> None:
-        b = min(qi.size, a + step)
-        q = np.asarray(scan.raw[qi[a:b]], dtype=np.float64)
-        x = np.asarray(corpus[rows[a:b]], dtype=np.float64)
-        qn = None if q_norms is None else q_norms[qi[a:b]]
-        lo[a:b], hi[a:b] = _bounds_of(q, x, scan.distance, g, scan.ties == "trec_eval", qn)
+        at = by_row[a : a + step]
+        q = np.asarray(scan.raw[qi[at]], dtype=np.float64)
+        x = np.asarray(corpus[rows[at]], dtype=np.float64)
+        qn = None if q_norms is None else q_norms[qi[at]]
+        lo[at], hi[at] = _bounds_of(q, x, scan.distance, g, scan.ties == "trec_eval", qn)
 
     for _ in in_order(chunk, range(0, qi.size, step), scan.n_threads):
         pass
