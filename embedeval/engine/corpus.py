@@ -734,22 +734,23 @@ def _exact(q: np.ndarray, x: np.ndarray, distance: str, groups: np.ndarray) -> n
 
 
 def _pair_keys_of(
-    q: np.ndarray, x: np.ndarray, distance: str
+    q: np.ndarray, x: np.ndarray, distance: str, terms: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """The float64 keys of aligned rows before cosine multiples are tied, and (cosine) which
-    corpus rows are not zero."""
+    corpus rows are not zero; ``terms``: a float64 buffer of their shape, when given."""
     q = np.asarray(q, dtype=np.float64)
     x = np.asarray(x, dtype=np.float64)
     if not q.shape[0]:
         return np.zeros(0, dtype=np.float64), np.zeros(0, dtype=bool)
+    terms = np.empty_like(q) if terms is None else terms
     if distance == "euclidean":
-        t = q - x
-        t *= t
-        return _in_column_order(t) + 0.0, None
-    s = _in_column_order(q * x)
+        np.subtract(q, x, out=terms)
+        terms *= terms
+        return _in_column_order(terms) + 0.0, None
+    s = _in_column_order(np.multiply(q, x, out=terms))
     if distance == "inner_product":
         return -s + 0.0, None
-    x_sq = _in_column_order(x * x)
+    x_sq = _in_column_order(np.multiply(x, x, out=terms))
     live = x_sq > 0
     out = np.zeros(s.size, dtype=np.float64)
     out[live] = -np.sign(s[live]) * (s[live] * s[live]) / x_sq[live] + 0.0
@@ -795,10 +796,18 @@ def pair_keys(
     live = np.ones(qi.size, dtype=bool)
     step = max(1, _KEY_BYTES // (8 * corpus.shape[1]))
     by_row = np.argsort(rows, kind="stable")
+    # Buffers reused by every chunk: under a memory limit that the page cache of a mapped
+    # corpus fills, each fresh allocation has its pages reclaimed first (measured: 100 s
+    # against 12 s for 2 million pairs, 200,000 x 768 under 512 MiB).
+    shape = (min(step, qi.size), corpus.shape[1])
+    raw_x, raw_q = np.empty(shape, corpus.dtype), np.empty(shape, scan.raw.dtype)
+    x, q, terms = np.empty(shape), np.empty(shape), np.empty(shape)
     for a in range(0, qi.size, step):
         at = by_row[a : a + step]
-        x = np.asarray(corpus[rows[at]], dtype=np.float32)
-        out[at], alive = _pair_keys_of(scan.raw[qi[at]], x, scan.distance)
+        k = at.size
+        x[:k] = np.take(corpus, rows[at], axis=0, out=raw_x[:k])
+        q[:k] = np.take(scan.raw, qi[at], axis=0, out=raw_q[:k])
+        out[at], alive = _pair_keys_of(q[:k], x[:k], scan.distance, terms[:k])
         if alive is not None:
             live[at] = alive
         release_pages(corpus, 0, corpus.shape[0])  # the rows read stay out of resident memory
@@ -806,11 +815,12 @@ def pair_keys(
         return out
     sub = _maybe_multiples(out, groups, live)
     g, a = groups[sub], 0
-    while a < sub.size:  # whole groups at a time (a group is never split)
-        b = int(np.searchsorted(g, g[min(a + step, sub.size) - 1], side="right"))
+    while a < sub.size:  # whole groups, 4 x step pairs at a time: fewer sweeps of the corpus
+        b = int(np.searchsorted(g, g[min(a + 4 * step, sub.size) - 1], side="right"))
         part = sub[a:b]
-        if part.size > 1:
-            x = np.asarray(corpus[rows[part]], dtype=np.float64)
+        if part.size > 1:  # each row read once, in ascending order
+            held, inverse = np.unique(rows[part], return_inverse=True)
+            x = np.asarray(corpus[held], dtype=np.float64)[inverse]
             out[part] = _tie_multiples(out[part], x, groups[part])
         a = b
     return out
