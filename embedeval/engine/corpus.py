@@ -1114,25 +1114,27 @@ def measure_norms(corpus: np.ndarray, scan: CorpusScan) -> None:
 
 
 def pair_scores(corpus: np.ndarray, scan: CorpusScan, pairs: Pairs) -> np.ndarray:
-    """float32 scores of ``pairs`` formed as the block products form them (rows normalised in
-    float32 for cosine, ``2 q.x - ||x||^2 - ||q||^2`` on the centred rows for Euclidean), so
-    within the bound of :meth:`CorpusScan.band`; excluded pairs are not looked up."""
+    """float32 scores of ``pairs`` formed as the block products form them (unit rows for
+    cosine, :func:`unit_rows`; ``2 q.x - ||x||^2 - ||q||^2`` on the centred rows for
+    Euclidean), so within the bound of :meth:`CorpusScan.band`; the rows are read in
+    ascending order (one sweep of a memory-mapped corpus)."""
     out = np.empty(pairs.query.size, dtype=np.float32)
     step = max(1, _KEY_BYTES // (4 * corpus.shape[1]))
+    by_row = np.argsort(pairs.row, kind="stable")
     for a in range(0, out.size, step):
-        rows = pairs.row[a : a + step]
-        x = np.asarray(corpus[rows], dtype=np.float32)
+        at = by_row[a : a + step]
+        x = np.asarray(corpus[pairs.row[at]], dtype=np.float32)
         if scan.centre is not None:
             x = x - scan.centre
         if scan.distance == "cosine":
             x = unit_rows(x, np.einsum("ij,ij->i", x, x, dtype=np.float64), np.empty_like(x))
         else:
             sq = np.einsum("ij,ij->i", x, x)
-        q = scan.queries[pairs.query[a : a + step]]
+        q = scan.queries[pairs.query[at]]
         s = np.einsum("ij,ij->i", q, x)
         if scan.distance == "euclidean":
-            s = np.float32(2) * s - sq - scan.query_norms[pairs.query[a : a + step]]
-        out[a : a + step] = s
+            s = np.float32(2) * s - sq - scan.query_norms[pairs.query[at]]
+        out[at] = s
     return out
 
 
