@@ -1007,7 +1007,9 @@ def scan_ranks(
     return beats + wins + 1
 
 
-#: Buckets per row in :func:`_count_passing` (between a row's lowest and highest threshold).
+#: Buckets per row in :func:`_count_passing` (between a row's lowest and highest threshold),
+#: at most; a block of few columns takes fewer (a quarter of its columns, at least 16), so the
+#: bucket table (8 bytes a bucket) stays about half the score block (4 bytes a score).
 _BUCKETS = 2048
 
 
@@ -1021,27 +1023,31 @@ def _count_passing(
 
     One map per row sends every score and threshold to a bucket,
     ``k(x) = trunc(min(max((x - a) * inv, -1), W)) + 1`` in float32 (``a`` the row's lowest
-    threshold, ``inv = W / (range of its thresholds)``, ``W`` = :data:`_BUCKETS`): rounding
+    threshold, ``inv = W / (range of its thresholds)``, ``W`` up to :data:`_BUCKETS`): rounding
     keeps it non-decreasing in ``x``, so a score in a higher bucket than a threshold is above
     it, one in a lower bucket below it (NaN scores go to bucket 0, below every threshold).
     Scores are counted per bucket in one ``bincount``; those in the buckets a pair's
     thresholds span are sorted as ``(row, score, column)`` codes and compared exactly.  About
     ten passes over ``s`` however many thresholds a row holds."""
     n_rows, n = s.shape
+    w = int(np.clip(n // 4, 16, _BUCKETS))
     live = ~(np.isnan(hi) | np.isnan(lo))
-    a, inv = _bucket_map(hi[live], lo[live], qs[live], n_rows)
-    width = _BUCKETS + 2
-    k_hi = _buckets_of(hi[:, None], a[qs], inv[qs])[:, 0]
-    k_lo = _buckets_of(lo[:, None], a[qs], inv[qs])[:, 0]
+    a, inv = _bucket_map(hi[live], lo[live], qs[live], n_rows, w)
+    width = w + 2
+    k_hi = _buckets_of(hi[:, None], a[qs], inv[qs], w)[:, 0]
+    k_lo = _buckets_of(lo[:, None], a[qs], inv[qs], w)[:, 0]
     marked = _spanned(k_lo[live], k_hi[live], qs[live], n_rows, width)
-    flat = _buckets_of(s, a, inv)
-    flat += (np.arange(n_rows, dtype=np.int32) * width)[:, None]
+    flat = _buckets_of(s, a, inv, w)
+    if n_rows * width >= 2**31:  # pragma: no cover - a block of a few columns, many queries
+        flat = flat.astype(np.int64)
+    flat += (np.arange(n_rows, dtype=flat.dtype) * width)[:, None]
     counts = np.bincount(flat.ravel(), minlength=n_rows * width).reshape(n_rows, width)
     counts[marked] = 0  # scores of spanned buckets are compared exactly instead
     higher = np.zeros_like(counts)  # per bucket, the other scores in higher buckets
     higher[:, :-1] = np.cumsum(counts[:, :0:-1], axis=1)[:, ::-1]
     pos = np.flatnonzero(marked.ravel()[flat.ravel()])
     del flat
+    # (row, score bits, column) fit 64 bits: a score block holds about 2**22 entries at most
     cb = np.uint64(max(int(n - 1).bit_length(), 1))
     r = pos // n
     codes = (r.astype(np.uint64) << np.uint64(32)) | sortable_bits(s.ravel()[pos])
@@ -1068,10 +1074,10 @@ def _bits64(values: np.ndarray) -> np.ndarray:
 
 
 def _bucket_map(
-    hi: np.ndarray, lo: np.ndarray, rows: np.ndarray, n_rows: int
+    hi: np.ndarray, lo: np.ndarray, rows: np.ndarray, n_rows: int, w: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per row of :func:`_count_passing`, float32 ``a`` (its lowest threshold; ``+inf`` for a
-    row without one: every score in bucket 0) and ``inv`` (``W`` over the row's threshold
+    row without one: every score in bucket 0) and ``inv`` (``w`` over the row's threshold
     range, finite: a product with it never makes ``0 * inf``)."""
     a = np.full(n_rows, np.inf, dtype=np.float32)
     top = np.full(n_rows, -np.inf, dtype=np.float32)
@@ -1079,18 +1085,18 @@ def _bucket_map(
     np.maximum.at(top, rows, hi.astype(np.float32))
     spread = top.astype(np.float64) - a.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        inv = np.where(spread > 0, _BUCKETS / spread, 1.0)
+        inv = np.where(spread > 0, w / spread, 1.0)
     inv = np.minimum(np.nan_to_num(inv, nan=1.0), 1e30).astype(np.float32)
     return a, inv
 
 
-def _buckets_of(x: np.ndarray, a: np.ndarray, inv: np.ndarray) -> np.ndarray:
-    """``k(x)`` of :func:`_count_passing` (int32, in ``[0, W + 1]``) for the rows of ``x``
+def _buckets_of(x: np.ndarray, a: np.ndarray, inv: np.ndarray, w: int) -> np.ndarray:
+    """``k(x)`` of :func:`_count_passing` (int32, in ``[0, w + 1]``) for the rows of ``x``
     (float32, one row per entry of ``a`` / ``inv``), every step in float32."""
     t = np.subtract(x, a[:, None], dtype=np.float32)
     t *= inv[:, None]
     np.fmax(t, np.float32(-1), out=t)  # NaN scores: -1, bucket 0
-    np.minimum(t, np.float32(_BUCKETS), out=t)
+    np.minimum(t, np.float32(w), out=t)
     k = t.astype(np.int32)  # truncation: non-decreasing too
     k += 1
     return k
