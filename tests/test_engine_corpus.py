@@ -359,3 +359,19 @@ def test_pair_keys_tie_positive_multiples_of_a_row_within_a_group():
             assert keys[i] == first[family], (g, r)
         differ += sum(len({plain[b + 6 * m] for m in range(4)}) > 1 for b in range(6))
     assert differ > 0  # the multiples' own keys do differ: the tie is what makes them equal
+
+
+def test_count_passing_with_infinite_thresholds():
+    # a widened score that overflows float32 is an infinite threshold; NaN scores never count
+    from embedeval.engine.corpus import _count_passing
+
+    s = np.float32([[1, 2, np.nan, 3e38]])
+    inf = np.inf
+    hi = np.float32([inf, 1.5, -inf, inf, 2.0])
+    lo = np.float32([0.0, -inf, -inf, inf, 2.0])
+    qs = np.zeros(5, np.int64)
+    own = np.int64([0, 0, 0, 0, 1])
+    above, reach, at, col = _count_passing(s, hi, lo, qs, own)
+    assert above.tolist() == [0, 2, 3, 0, 1]
+    assert reach.tolist() == [3, 3, 3, 0, 2]
+    assert sorted(zip(at.tolist(), col.tolist(), strict=True)) == [(0, 0), (0, 1), (0, 3), (1, 0)]

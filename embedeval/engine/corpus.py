@@ -1047,6 +1047,7 @@ def _count_passing(
     higher[:, :-1] = np.cumsum(counts[:, :0:-1], axis=1)[:, ::-1]
     pos = np.flatnonzero(marked.ravel()[flat.ravel()])
     del flat
+    pos = pos[~np.isnan(s.ravel()[pos])]  # NaN scores share bucket 0 with -inf thresholds
     # (row, score bits, column) fit 64 bits: a score block holds about 2**22 entries at most
     cb = np.uint64(max(int(n - 1).bit_length(), 1))
     r = pos // n
@@ -1078,11 +1079,14 @@ def _bucket_map(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per row of :func:`_count_passing`, float32 ``a`` (its lowest threshold; ``+inf`` for a
     row without one: every score in bucket 0) and ``inv`` (``w`` over the row's threshold
-    range, finite: a product with it never makes ``0 * inf``)."""
+    range, positive and finite: a product with it never makes ``0 * inf``).  Infinite
+    thresholds (a widened score that overflowed) count as the largest finite float32 here:
+    ``a`` and the range stay finite, and the map itself still sends them past every score."""
+    big = np.finfo(np.float32).max
     a = np.full(n_rows, np.inf, dtype=np.float32)
     top = np.full(n_rows, -np.inf, dtype=np.float32)
-    np.minimum.at(a, rows, lo.astype(np.float32))
-    np.maximum.at(top, rows, hi.astype(np.float32))
+    np.minimum.at(a, rows, np.clip(lo, -big, big).astype(np.float32))
+    np.maximum.at(top, rows, np.clip(hi, -big, big).astype(np.float32))
     spread = top.astype(np.float64) - a.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         inv = np.where(spread > 0, w / spread, 1.0)
@@ -1093,8 +1097,9 @@ def _bucket_map(
 def _buckets_of(x: np.ndarray, a: np.ndarray, inv: np.ndarray, w: int) -> np.ndarray:
     """``k(x)`` of :func:`_count_passing` (int32, in ``[0, w + 1]``) for the rows of ``x``
     (float32, one row per entry of ``a`` / ``inv``), every step in float32."""
-    t = np.subtract(x, a[:, None], dtype=np.float32)
-    t *= inv[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):  # +-inf and NaN: handled below
+        t = np.subtract(x, a[:, None], dtype=np.float32)
+        t *= inv[:, None]
     np.fmax(t, np.float32(-1), out=t)  # NaN scores: -1, bucket 0
     np.minimum(t, np.float32(w), out=t)
     k = t.astype(np.int32)  # truncation: non-decreasing too
