@@ -93,3 +93,34 @@ def test_exact_tie_with_a_non_positive_keeps_the_tie_flag():
     assert res.per_query["mrr"].tolist() == [0.5, 1.0]
     assert res.per_query["precision_at_1"].tolist() == [0.0, 1.0]
     assert res.n_ties["precision_at_1"] == 1 and res.n_ties["mrr"] == 1
+
+
+@pytest.mark.parametrize(
+    ("query", "rows"),
+    [
+        # copies and a positive multiple (9x) of one row, and another row with the same cosine
+        ([0, 0, 0.8], [[-2, 4, 2], [-18, 36, 18], [-2, 4, 2], [10, 5, 5]]),
+        # multiples, one of them with a negative zero
+        ([5e-4, 1.5e-3], [[0, 15], [0, 1], [-0.0, 1]]),
+    ],
+)
+def test_equal_cosines_rank_by_index(query, rows):
+    # every row has the same cosine with the query (by hand: 1/sqrt(6), and 0.9487), so with
+    # each row as the only positive its rank is its index
+    xb = np.float32(rows)
+    xq = np.float32([query] * len(rows))
+    ranks, _ = positive_ranks(xq, xb, [[i] for i in range(len(rows))], distance="cosine")
+    assert ranks.tolist() == list(range(len(rows)))
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+def test_scores_in_float32_underflow_match_the_float64_oracle(distance):
+    # coordinates near 1e-22: float32 products fall below float32's normal range
+    rng = np.random.default_rng(9)
+    xb = (rng.integers(-3, 4, (40, 6)) * 5e-23).astype(np.float32)
+    xq = (rng.integers(-3, 4, (12, 6)) * 5e-23).astype(np.float32)
+    pos = [sorted(rng.choice(40, 3, replace=False).tolist()) for _ in range(12)]
+    junk = [[] for _ in range(12)]
+    ranks, lims = positive_ranks(xq, xb, pos, distance=distance)
+    want = oracle_ranks(xq, xb, pos, junk, distance)
+    assert [ranks[lims[i] : lims[i + 1]].tolist() for i in range(12)] == want

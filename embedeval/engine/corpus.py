@@ -98,6 +98,7 @@ _CHUNK_BYTES = 16 << 20  # score matrix of one query chunk and block
 _MERGE_BYTES = 64 << 20  # padded merge buffer of one query chunk
 _MIN_BLOCK = 32  # rows: thinner products take other BLAS paths, with other float32 rounding
 _KEY_BYTES = 8 << 20  # float64 rows of the pairs re-scored at a time (bounded memory)
+_UNDERFLOW = 2.0 * 2.0**-126  # twice float32's smallest normal, per product or sum in a score
 
 
 def tie_keys(doc_ids: Sequence[str] | None, n_rows: int, ties: str) -> np.ndarray:
@@ -398,7 +399,11 @@ class CorpusScan:
         if self.ties == "trec_eval":  # + a few float32 steps of the score (see rank_keys)
             scale += 1.0
         dim = self.queries.shape[1]
-        return 2.0 * key_bounds(self.q_sq, m_sq, dim, self.distance, scale)
+        # + float32 underflow: each of the (at most 3 dim + 8) products and sums below the
+        # normal range errs by up to its smallest normal, 2**-126 (subnormals flushed or not)
+        return 2.0 * key_bounds(self.q_sq, m_sq, dim, self.distance, scale) + _UNDERFLOW * (
+            3 * dim + 8
+        )
 
     def row_of_key(self) -> np.ndarray | None:
         """The corpus row of each tie key (None: the keys are the rows)."""
@@ -1178,7 +1183,8 @@ def _near_beats(
     itself = r[maybe] == pairs.row[p[maybe]]  # the pair's own document, met among the near
     same[maybe[itself]] = True
     maybe = maybe[~itself]
-    same[maybe[_same_rows(corpus, r[maybe], pairs.row[p[maybe]])]] = True
+    if scan.distance != "cosine":  # cosine copies are multiples: keyed with their group below
+        same[maybe[_same_rows(corpus, r[maybe], pairs.row[p[maybe]])]] = True
     unsure &= ~same
     redo = np.zeros(pairs.query.size, dtype=bool)
     redo[p[unsure]] = True

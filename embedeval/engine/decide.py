@@ -196,7 +196,7 @@ def _tie_multiples(keys: np.ndarray, x: np.ndarray, groups: np.ndarray | None) -
     are identical exactly for positive multiples."""
     if keys.size < 2:
         return keys
-    r = x / np.abs(x).max(axis=1, keepdims=True)
+    r = x / np.abs(x).max(axis=1, keepdims=True) + 0.0  # -0.0 and 0.0: one direction
     g = np.zeros(keys.size, dtype=np.int64) if groups is None else groups.astype(np.int64)
     rows = np.ascontiguousarray(np.column_stack((g.astype(np.float64), r)))
     _, first, inverse = np.unique(
