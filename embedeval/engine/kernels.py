@@ -159,9 +159,9 @@ class RankedHits:
 
     def precision_sums(self, window: np.ndarray) -> np.ndarray:
         """Per row, the sum of P@i over the relevant ranks i <= ``window``, by
-        ``np.add.reduceat`` (its own summation order, pairwise rather than strictly from the
-        first rank: a plain left-to-right sum can differ in the last bits; the torch kernels
-        reproduce this order)."""
+        ``np.add.reduceat`` (numpy's summation order, not strictly from the first rank: a
+        plain left-to-right sum can differ in the last bits; the torch kernels reproduce this
+        order)."""
         b = self.counts.size
         end = self.row_start + self.hits_within(window)
         bounds = np.empty(2 * b, dtype=np.int64)
