@@ -1076,6 +1076,7 @@ def _count_passing(
 
 
 def _bits64(values: np.ndarray) -> np.ndarray:
+    """:func:`~embedeval.engine.candidates.sortable_bits` of float32 values, as uint64."""
     return sortable_bits(values.astype(np.float32)).astype(np.uint64)
 
 
