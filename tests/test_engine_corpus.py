@@ -375,3 +375,18 @@ def test_count_passing_with_infinite_thresholds():
     assert above.tolist() == [0, 2, 3, 0, 1]
     assert reach.tolist() == [3, 3, 3, 0, 2]
     assert sorted(zip(at.tolist(), col.tolist(), strict=True)) == [(0, 0), (0, 1), (0, 3), (1, 0)]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 9e18])
+def test_a_corpus_row_that_is_not_finite_is_refused_by_number(bad):
+    # 8 columns of 9e18: each value finite, the float32 squared norm (6.5e38) is not
+    from embedeval.utils.errors import InputError
+
+    corpus = np.ones((6, 8), np.float32)
+    corpus[3] = bad if bad == 9e18 else 1.0
+    corpus[3, 0] = bad
+    with pytest.raises(InputError, match="corpus row 3 .*rescale"):
+        ee.evaluate_qrels(
+            corpus[:1], corpus, {"q": {"0": 1}}, query_ids=["q"], doc_ids=range(6),
+            metrics=["map"], distance="euclidean",
+        )  # fmt: skip

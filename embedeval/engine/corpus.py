@@ -259,8 +259,9 @@ def corpus_block(
     if not finite.all():
         row = start + int(np.flatnonzero(~finite)[0])
         raise InputError(
-            f"corpus row {row} holds NaN, infinite or huge (|x| > 1e19) values; remove or "
-            "repair it (embeddings must be finite)."
+            f"corpus row {row} holds NaN or infinite values, or values so large that its "
+            "squared norm overflows float32 (about 1e19 and above); remove, repair or rescale "
+            "it (embeddings must be finite)."
         )
     if distance == "cosine":  # never into the caller's corpus
         blk = np.empty(raw.shape, np.float32) if out is None else out
