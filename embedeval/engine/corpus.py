@@ -800,7 +800,7 @@ def pair_keys(
     read again, a group at a time."""
     out = np.empty(qi.size, dtype=np.float64)
     live = np.ones(qi.size, dtype=bool)
-    step = max(1, _KEY_BYTES // (8 * corpus.shape[1]))
+    step = max(1, _KEY_BYTES // (16 * corpus.shape[1]))  # 3 float64 buffers and temporaries
     by_row = np.argsort(rows, kind="stable")
     # float64 buffers reused by every chunk (no fresh pages per chunk)
     shape = (min(step, qi.size), corpus.shape[1])
@@ -818,8 +818,8 @@ def pair_keys(
         return out
     sub = _maybe_multiples(out, groups, live)
     g, a = groups[sub], 0
-    while a < sub.size:  # whole groups, 4 x step pairs at a time: fewer sweeps of the corpus
-        b = int(np.searchsorted(g, g[min(a + 4 * step, sub.size) - 1], side="right"))
+    while a < sub.size:  # whole groups, about step pairs at a time
+        b = int(np.searchsorted(g, g[min(a + step, sub.size) - 1], side="right"))
         part = sub[a:b]
         if part.size > 1:  # each row read once, in ascending order
             held, inverse = np.unique(rows[part], return_inverse=True)
