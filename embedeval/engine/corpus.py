@@ -1166,6 +1166,8 @@ def _near_beats(
     A float64 dot product (any summation order) first bounds each order key
     (:func:`_order_bounds`); only documents whose bounds overlap their pair's get the exact
     keys, formed with their pair's own in one group (cosine multiples tie)."""
+    other = r != pairs.row[p]  # a pair's own document met among its near ones: itself
+    p, r = p[other], r[other]
     if not p.size:
         return np.zeros(pairs.query.size, dtype=np.int64), p, r
     mine = np.unique(p)
@@ -1182,9 +1184,6 @@ def _near_beats(
     unsure = ~known & (hi >= own_lo[p]) & (lo <= own_hi[p]) & ~is_own
     same = np.zeros(p.size, dtype=bool)  # a copy of the pair's row: its key, no sum needed
     maybe = np.flatnonzero(unsure)
-    itself = r[maybe] == pairs.row[p[maybe]]  # the pair's own document, met among the near
-    same[maybe[itself]] = True
-    maybe = maybe[~itself]
     if scan.distance != "cosine":  # cosine copies are multiples: keyed with their group below
         same[maybe[_same_rows(corpus, r[maybe], pairs.row[p[maybe]])]] = True
     unsure &= ~same
@@ -1201,7 +1200,7 @@ def _near_beats(
     wins |= equal & (scan.keys[r] < scan.keys[pairs.row[p]])
     wins &= ~is_own
     count = np.bincount(p, weights=wins, minlength=pairs.query.size).astype(np.int64)
-    tied = equal & ~is_own & (r != pairs.row[p])
+    tied = equal & ~is_own
     return count, p[tied], r[tied]
 
 

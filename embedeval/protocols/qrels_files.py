@@ -114,8 +114,8 @@ def _qrels_from_dict(source: Mapping) -> dict[str, dict[str, int]]:
         judged: dict[str, int] = {}
         for raw_doc, value in docs.items():
             # exact str / int first: the general checks cost more than the rest of a judgment
-            doc = raw_doc if type(raw_doc) is str and raw_doc else None
-            doc = doc or _id(raw_doc, f"document id of query {raw_qid!r}")
+            ok = type(raw_doc) is str and raw_doc
+            doc = raw_doc if ok else _id(raw_doc, f"document id of query {raw_qid!r}")
             grade = value if type(value) is int else _grade(value)
             if grade is None:
                 raise InputError(
