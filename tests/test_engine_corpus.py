@@ -200,10 +200,12 @@ def test_written_run_reproduces_the_ranking_in_trec_eval(tmp_path):
 
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
 def test_row_sums_are_the_column_loop_bit_for_bit(distance):
-    # the corpus engine's float64 keys (running sums along rows) against the column loop of
-    # decide.exact_keys, on random rows and small integers with positive multiples
-    from embedeval.engine.corpus import _exact
+    # the corpus engine's float64 keys (sums over all rows, a column at a time) against the
+    # column loop of decide.exact_keys, on random rows and small integers with multiples
+    from embedeval.engine.corpus import CorpusScan, Pairs, pair_keys, tie_keys
     from embedeval.engine.decide import exact_keys
+
+    none = Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     rng = np.random.default_rng(4)
     for dim in (1, 3, 17, 64):
@@ -213,9 +215,12 @@ def test_row_sums_are_the_column_loop_bit_for_bit(distance):
         ints[200:] = ints[:200] * rng.integers(1, 4, (200, 1))  # multiples
         for rows in (x, ints):
             groups = np.sort(rng.integers(0, 9, 400))
-            q = rng.standard_normal((9, dim)).astype(np.float32)[groups]
-            want = exact_keys(q, rows, distance, groups) + 0.0
-            np.testing.assert_array_equal(_exact(q, rows, distance, groups), want)
+            queries = rng.standard_normal((9, dim)).astype(np.float32)
+            want = exact_keys(queries[groups], rows, distance, groups) + 0.0
+            keys = tie_keys(None, 400, "index")
+            scan = CorpusScan(queries, None, distance, 1, keys, none, raw=queries)
+            got = pair_keys(rows, scan, groups, np.arange(400), groups)
+            np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("seed", [2, 3])

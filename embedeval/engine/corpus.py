@@ -718,27 +718,6 @@ def corpus_centre(queries: np.ndarray, corpus: np.ndarray, distance: str) -> np.
     return exact_centre(lo, hi, mean)
 
 
-def _exact(q: np.ndarray, x: np.ndarray, distance: str, groups: np.ndarray) -> np.ndarray:
-    """:func:`~embedeval.engine.decide.exact_keys`, bit for bit (the columns added in the
-    same order, :func:`_in_column_order`).  A zero corpus row has cosine key 0 (as its
-    float32 score: 0), -0.0 becomes 0.0, and only keys within a relative 1e-9 of another key
-    of their group can be positive multiples of its row (their float64 keys differ by a few
-    roundings at most), so only those are compared row by row.
-
-    >>> q = np.array([[1, 2, 0], [1, 0, 0]], np.float32)
-    >>> x = np.array([[1, 1, 0], [3, 3, 0]], np.float32)
-    >>> _exact(q, x, "euclidean", np.arange(2)).tolist()
-    [1.0, 13.0]
-    """
-    x = np.asarray(x, dtype=np.float64)
-    out, live = _pair_keys_of(q, x, distance)
-    if distance == "cosine":
-        sub = _maybe_multiples(out, groups, live)
-        if sub.size > 1:  # positive multiples of a row take its first occurrence's key
-            out[sub] = _tie_multiples(out[sub], x[sub], groups[sub])
-    return out
-
-
 def _pair_keys_of(
     q: np.ndarray, x: np.ndarray, distance: str, terms: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -795,9 +774,12 @@ def pair_keys(
     distance, ``-q.x``, or ``-sign(s) s^2 / ||x||^2`` for cosine, positive multiples of a row
     tied within a ``groups`` entry, ``groups`` sorted), a bounded number of pairs at a time.
 
+    Bit for bit :func:`~embedeval.engine.decide.exact_keys` (the columns added in the same
+    order, :func:`_in_column_order`); a zero corpus row has cosine key 0 and -0.0 becomes 0.0.
     The keys are formed in ascending corpus row order (a memory-mapped corpus is read in one
-    sweep, not at random); only the cosine keys that may belong to multiples of one row are
-    read again, a group at a time."""
+    sweep, not at random); only cosine keys within a relative 1e-9 of another key of their
+    group can belong to positive multiples of one row (their float64 keys differ by a few
+    roundings at most), and only their rows are read again, a group at a time."""
     out = np.empty(qi.size, dtype=np.float64)
     live = np.ones(qi.size, dtype=bool)
     step = max(1, _KEY_BYTES // (16 * corpus.shape[1]))  # 3 float64 buffers and temporaries
