@@ -124,3 +124,32 @@ def test_scores_in_float32_underflow_match_the_float64_oracle(distance):
     ranks, lims = positive_ranks(xq, xb, pos, distance=distance)
     want = oracle_ranks(xq, xb, pos, junk, distance)
     assert [ranks[lims[i] : lims[i + 1]].tolist() for i in range(12)] == want
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+def test_near_documents_re_scored_in_several_batches_match_the_oracle(monkeypatch, distance):
+    # small integers: many exact ties and near-ties, so every query has near documents; with
+    # a batch of at most 7 of them they are re-scored over many batches, 16 rows at a time
+    import embedeval.engine.corpus as corpus_engine
+
+    monkeypatch.setattr(corpus_engine, "_NEAR_PAIRS", 7)
+    monkeypatch.setattr(corpus_engine, "_CACHE_BYTES", 1)
+    rng = np.random.default_rng(4)
+    xb = rng.integers(-2, 3, (120, 4)).astype(np.float32)
+    xb[(xb == 0).all(axis=1), 0] = 1  # cosine: no zero row
+    xq = rng.integers(-2, 3, (15, 4)).astype(np.float32)
+    pos = [sorted(rng.choice(120, 6, replace=False).tolist()) for _ in range(15)]
+    junk = [[] for _ in range(15)]
+    ranks, lims = positive_ranks(xq, xb, pos, distance=distance)
+    want = oracle_ranks(xq, xb, pos, junk, distance)
+    assert [ranks[lims[i] : lims[i + 1]].tolist() for i in range(15)] == want
+    # a query's AP depends on the order within a block of equal keys that holds a positive
+    # and another reference: the tie flag counts those queries
+    res = ee.evaluate(xq, None, xb, None, positives=pos, metrics=["map"], distance=distance)
+    np.testing.assert_allclose(res.per_query["map"], oracle_metrics(want)["map"], atol=1e-12)
+    mixed = 0
+    for i in range(15):
+        keys = oracle_keys(xq[i], xb, distance)
+        others = np.setdiff1d(np.arange(120), pos[i])
+        mixed += bool(np.isin(keys[pos[i]], keys[others]).any())
+    assert mixed > 0 and res.n_ties["map"] == mixed
