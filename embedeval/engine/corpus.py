@@ -208,30 +208,34 @@ def prepare_queries(queries: np.ndarray, distance: str) -> tuple[np.ndarray, np.
 def _normalized(x: np.ndarray) -> np.ndarray:
     """Unit rows in float32 (``x / ||x||``; a zero row stays zero), each element the float64
     quotient rounded once (:func:`unit_rows`)."""
-    return unit_rows(x, np.einsum("ij,ij->i", x, x, dtype=np.float64), np.empty_like(x))
+    return unit_rows(x, np.empty_like(x))[0]
 
 
-def unit_rows(x: np.ndarray, sq: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``x / ||x||`` into float32 ``out`` from float64 squared norms ``sq``: a float64 norm and
-    a float64 quotient rounded once to float32, so each element is within ``u (1 + 2**-20)``
-    (``u = 2**-24``) of the exact unit row's (a float32 norm and division: about ``d/2``
-    roundings).  A zero row stays zero (every score 0).
+def unit_rows(x: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``x / ||x||`` into float32 ``out``, and the rows' float64 squared norms: a float64 norm
+    and a float64 quotient rounded once to float32, so each element is within
+    ``u (1 + 2**-20)`` (``u = 2**-24``) of the exact unit row's (a float32 norm and division:
+    about ``d/2`` roundings).  A zero row stays zero (every score 0).  Rows go through float64
+    a few hundred at a time, each converted once for its norm and its quotients.
 
     >>> x = np.float32([[3, 4], [0, 0]])
-    >>> unit_rows(x, np.array([25.0, 0.0]), np.empty_like(x)).tolist()
-    [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
+    >>> unit, sq = unit_rows(x, np.empty_like(x))
+    >>> unit.tolist(), sq.tolist()
+    ([[0.6000000238418579, 0.800000011920929], [0.0, 0.0]], [25.0, 0.0])
     """
-    norm = np.sqrt(sq)
-    norm[norm == 0] = 1
-    step = 512  # bounded float64 temporaries
-    for a in range(0, x.shape[0], step):
-        np.divide(
-            x[a : a + step].astype(np.float64),
-            norm[a : a + step, None],
-            out=out[a : a + step],
-            casting="same_kind",
-        )
-    return out
+    n, dim = x.shape
+    sq = np.empty(n, dtype=np.float64)
+    step = max(1, (2 << 20) // (8 * max(dim, 1)))  # a float64 piece that stays in cache
+    buf = np.empty((min(n, step), dim), dtype=np.float64)
+    for a in range(0, n, step):
+        piece = buf[: min(step, n - a)]
+        piece[...] = x[a : a + step]
+        part = np.einsum("ij,ij->i", piece, piece)
+        sq[a : a + step] = part
+        norm = np.sqrt(part)
+        norm[norm == 0] = 1
+        np.divide(piece, norm[:, None], out=out[a : a + step], casting="same_kind")
+    return out, sq
 
 
 def corpus_block(
@@ -254,7 +258,7 @@ def corpus_block(
         if centre is not None:  # exact (Sterbenz): the distances stay those of the rows
             src -= centre
     if distance == "cosine":  # float64 norms for the unit rows (see unit_rows)
-        sq = np.einsum("ij,ij->i", src, src, dtype=np.float64)
+        blk, sq = unit_rows(src, np.empty(raw.shape, np.float32) if out is None else out)
         finite = sq <= np.finfo(np.float32).max  # what a float32 norm would overflow on
     else:
         sq = np.einsum("ij,ij->i", src, src)
@@ -267,8 +271,7 @@ def corpus_block(
             "it (embeddings must be finite)."
         )
     if distance == "cosine":  # never into the caller's corpus
-        blk = np.empty(raw.shape, np.float32) if out is None else out
-        return unit_rows(src, sq, blk), sq.astype(np.float32)
+        return blk, sq.astype(np.float32)
     if out is not None and src is raw:  # a contiguous copy was asked for
         out[...] = raw
         return out, sq
@@ -1131,7 +1134,7 @@ def pair_scores(corpus: np.ndarray, scan: CorpusScan, pairs: Pairs) -> np.ndarra
         if scan.centre is not None:
             x = x - scan.centre
         if scan.distance == "cosine":
-            x = unit_rows(x, np.einsum("ij,ij->i", x, x, dtype=np.float64), np.empty_like(x))
+            x = unit_rows(x, np.empty_like(x))[0]
         else:
             sq = np.einsum("ij,ij->i", x, x)
         q = scan.queries[pairs.query[at]]
