@@ -884,23 +884,10 @@ def candidate_ranks(
     rows = code_rows(table[pairs.query[p], at], scan.row_of_key())
     wins = _near_beats(corpus, scan, pairs, p, rows)[0]
     rank = above + wins + 1
-    listed = _members(
-        pairs.query * corpus.shape[0] + pairs.row, query * corpus.shape[0] + rows_of(codes, scan)
-    )
-    return np.where(listed & (rank <= scan.depth), rank, 0)
-
-
-def _members(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """``np.isin(values, pool)`` for integers by one sort of ``pool`` and a binary search
-    (measured with 35,000 values in 1.5 million: 0.09 s against numpy's 1.5 s).
-
-    >>> _members(np.array([3, 5, 7]), np.array([7, 1, 3])).tolist()
-    [True, False, True]
-    """
-    if not pool.size:
-        return np.zeros(values.shape, dtype=bool)
-    pool = np.sort(pool)
-    return pool[np.minimum(np.searchsorted(pool, values), pool.size - 1)] == values
+    # No membership test: a document the scan left out scored below the cut of its block,
+    # more than the band under the depth-th score so far, so at least ``depth`` candidates
+    # score above its ``hi`` and its rank exceeds ``depth``.
+    return np.where(rank <= scan.depth, rank, 0)
 
 
 def rows_of(codes: np.ndarray, scan: CorpusScan) -> np.ndarray:
