@@ -223,15 +223,19 @@ def test_row_sums_are_the_column_loop_bit_for_bit(distance):
             np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("seed", [2, 3])
-def test_count_passing_counts_scores_above_and_at_each_threshold(seed):
+@pytest.mark.parametrize(("seed", "piece_bytes"), [(2, 2 << 20), (3, 2 << 20), (4, 3000)])
+def test_count_passing_counts_scores_above_and_at_each_threshold(monkeypatch, seed, piece_bytes):
     """Per pair (row, thresholds hi >= lo): scores strictly above ``hi`` and at or above
     ``lo``, and the columns of the scores between them where there are more than ``own``
     of them, checked by a plain loop; on scores rounded to one decimal (many equal to a
     threshold), NaN scores, NaN thresholds (excluded pairs, counting nothing), rows whose
     thresholds are all low (most scores pass), all high, equal (no range), or spread over
-    the whole range of the scores, and a row without pairs."""
+    the whole range of the scores, and a row without pairs.  With small pieces, the bucket
+    numbers are formed two rows at a time."""
+    import embedeval.engine.corpus as corpus_engine
     from embedeval.engine.corpus import _count_passing
+
+    monkeypatch.setattr(corpus_engine, "_BUCKET_BYTES", piece_bytes)
 
     rng = np.random.default_rng(seed)
     s = np.round(rng.standard_normal((40, 300)), 1).astype(np.float32)

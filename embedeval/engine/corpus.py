@@ -101,7 +101,7 @@ _MIN_BLOCK = 32  # rows: thinner products take other BLAS paths, with other floa
 _KEY_BYTES = 8 << 20  # float64 rows of the pairs re-scored at a time (bounded memory)
 _UNDERFLOW = 2.0 * 2.0**-126  # twice float32's smallest normal, per product or sum in a score
 _CACHE_BYTES = 3 << 20  # float64 rows gathered at a time for one sum (measured best)
-_NEAR_PAIRS = 1 << 18  # near (pair, document) entries re-scored at a time: ~40 MB of temporaries
+_NEAR_PAIRS = 1 << 17  # near (pair, document) entries re-scored at a time: ~20 MB of temporaries
 
 
 def tie_keys(doc_ids: Sequence[str] | None, n_rows: int, ties: str) -> np.ndarray:
@@ -993,6 +993,7 @@ def scan_ranks(
 #: at most; a block of few columns takes fewer (a quarter of its columns, at least 16), so the
 #: bucket table (8 bytes a bucket) stays about half the score block (4 bytes a score).
 _BUCKETS = 2048
+_BUCKET_BYTES = 2 << 20  # bucket numbers (int32) formed at a time, a few rows of a block
 
 
 def _count_passing(
@@ -1019,16 +1020,10 @@ def _count_passing(
     k_hi = _buckets_of(hi[:, None], a[qs], inv[qs], w)[:, 0]
     k_lo = _buckets_of(lo[:, None], a[qs], inv[qs], w)[:, 0]
     marked = _spanned(k_lo[live], k_hi[live], qs[live], n_rows, width)
-    flat = _buckets_of(s, a, inv, w)
-    if n_rows * width >= 2**31:  # pragma: no cover - a block of a few columns, many queries
-        flat = flat.astype(np.int64)
-    flat += (np.arange(n_rows, dtype=flat.dtype) * width)[:, None]
-    counts = np.bincount(flat.ravel(), minlength=n_rows * width).reshape(n_rows, width)
+    counts, pos = _bucket_counts(s, a, inv, w, marked)
     counts[marked] = 0  # scores of spanned buckets are compared exactly instead
     higher = np.zeros_like(counts)  # per bucket, the other scores in higher buckets
     higher[:, :-1] = np.cumsum(counts[:, :0:-1], axis=1)[:, ::-1]
-    pos = np.flatnonzero(marked.ravel()[flat.ravel()])
-    del flat
     pos = pos[~np.isnan(s.ravel()[pos])]  # NaN scores share bucket 0 with -inf thresholds
     # (row, score bits, column) fit 64 bits: a score block holds about 2**22 entries at most
     cb = np.uint64(max(int(n - 1).bit_length(), 1))
@@ -1050,6 +1045,27 @@ def _count_passing(
     first = np.repeat(lo_start[take] - np.cumsum(m) + m, m) + np.arange(int(m.sum()))
     pair = np.repeat(np.flatnonzero(take), m)
     return above, reach, pair, (codes[first] & cols).astype(np.int64)
+
+
+def _bucket_counts(
+    s: np.ndarray, a: np.ndarray, inv: np.ndarray, w: int, marked: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``s``, its scores counted per bucket (:func:`_buckets_of`), and the flat
+    positions of the scores in ``marked`` buckets; a few rows at a time, so the bucket
+    numbers (as large as ``s``) never exist for the whole block at once."""
+    n_rows, n = s.shape
+    width = w + 2
+    counts = np.empty((n_rows, width), dtype=np.int64)
+    found = [np.zeros(0, np.int64)]
+    step = max(1, _BUCKET_BYTES // (4 * max(n, 1)))
+    for lo in range(0, n_rows, step):
+        hi = min(n_rows, lo + step)
+        k = _buckets_of(s[lo:hi], a[lo:hi], inv[lo:hi], w)
+        k += (np.arange(hi - lo, dtype=k.dtype) * width)[:, None]
+        flat = k.ravel()
+        counts[lo:hi] = np.bincount(flat, minlength=(hi - lo) * width).reshape(-1, width)
+        found.append(np.flatnonzero(marked[lo:hi].ravel()[flat]) + lo * n)
+    return counts, np.concatenate(found)
 
 
 def _bits64(values: np.ndarray) -> np.ndarray:
