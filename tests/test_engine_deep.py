@@ -74,6 +74,18 @@ def test_deep_engine_matches_oracle(distance, classes):
         np.testing.assert_allclose(res.per_query[m], per_query[m], rtol=1e-12, err_msg=m)
 
 
+def test_relevant_items_sorted_in_runs_of_rows_match_oracle(monkeypatch):
+    # runs of about 50 codes: the relevant items of a block are sorted a few rows at a time
+    import embedeval.engine.exact as exact
+
+    monkeypatch.setattr(exact, "_SORT_RUN", 50)
+    x, y = _data("integer", n=300, classes=60)
+    res = ee.evaluate(x, y, metrics=METRICS, distance="euclidean", progress=False)
+    _, per_query = oracle.summary(x, y, metrics=METRICS, distance="euclidean")
+    for m in METRICS:
+        np.testing.assert_allclose(res.per_query[m], per_query[m], rtol=1e-12, err_msg=m)
+
+
 def test_deep_engine_with_reference_and_groups_matches_oracle():
     x, y = _data("integer", n=300, classes=30)
     g = np.random.default_rng(1).integers(0, 4, 300)
@@ -336,3 +348,28 @@ def test_relative_band_covers_every_pair_whose_float32_order_is_not_the_float64_
     gap = k_b[reversed_].astype(np.float64) - k_a[reversed_]
     band = deep.relative_band(k_a[reversed_], e64[reversed_])
     assert np.all(gap <= band)
+
+
+@pytest.mark.parametrize("width", [0, 1, 2, 5, 8, 9, 64])
+@pytest.mark.parametrize("right", [False, True])
+def test_rows_searchsorted_is_searchsorted_row_by_row(width, right):
+    # against numpy's own searchsorted, one row at a time: ties, -0.0 beside 0.0, +inf padding,
+    # values below and above every entry; float32 keys and uint64 codes
+    from embedeval.engine.candidates import rows_searchsorted, sortable_bits
+
+    rng = np.random.default_rng(width)
+    rows = np.sort(rng.integers(-2, 3, (6, width)).astype(np.float32), axis=1)
+    if width:
+        rows[0, : width // 2] = -0.0
+        rows[1, -1] = np.inf
+    at = rng.integers(0, 6, 50)
+    values = rng.integers(-3, 4, 50).astype(np.float32)
+    values[::7] = 0.0
+    values[1::7] = -0.0
+    side = "right" if right else "left"
+    for table, v in ((rows, values), (sortable_bits(rows).astype(np.uint64), None)):
+        v = table[at, rng.integers(0, max(width, 1), 50)] if v is None and width else v
+        if v is None:
+            continue
+        want = [np.searchsorted(table[a], x, side) for a, x in zip(at, v, strict=True)]
+        assert rows_searchsorted(table, at, v, right).tolist() == want

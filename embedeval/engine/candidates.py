@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Candidates", "from_sortable_bits", "sortable_bits"]
+__all__ = ["Candidates", "from_sortable_bits", "rows_searchsorted", "sortable_bits"]
 
 
 def sortable_bits(values: np.ndarray) -> np.ndarray:
@@ -26,6 +26,36 @@ def sortable_bits(values: np.ndarray) -> np.ndarray:
     flip |= np.uint32(0x80000000)
     flip ^= bits
     return flip
+
+
+def rows_searchsorted(
+    sorted_rows: np.ndarray, rows: np.ndarray, values: np.ndarray, right: bool = False
+) -> np.ndarray:
+    """For each ``values[i]``, the entries of row ``rows[i]`` of ``sorted_rows`` (each row
+    ascending) below it (``right``: at or below it): ``np.searchsorted`` of every value in its
+    own row at once.  A branch-free binary search: ``log2(width)`` steps, each one gather and
+    one comparison per value, so nothing the size of ``sorted_rows`` is formed.  Floats
+    compare as floats (``-0.0 == 0.0``).
+
+    >>> r = np.array([[1, 3, 3, 5], [2, 4, 6, 8]])
+    >>> rows_searchsorted(r, np.array([0, 0, 1, 1]), np.array([3, 9, 1, 6])).tolist()
+    [1, 4, 0, 2]
+    >>> rows_searchsorted(r, np.array([0, 0, 1, 1]), np.array([3, 9, 1, 6]), right=True).tolist()
+    [3, 4, 0, 3]
+    """
+    n = sorted_rows.shape[1]
+    flat = sorted_rows.ravel()
+    base = np.asarray(rows, dtype=np.int64) * n - 1  # entry j of a row sits at base + j + 1
+    pos = np.zeros(np.shape(values), dtype=np.int64)
+    step = 1 << (n.bit_length() - 1) if n else 0
+    while step:
+        probe = pos + step  # entries pos .. probe - 1 are below the value when entry probe - 1 is
+        entry = flat[base + np.minimum(probe, n)]
+        ok = (entry <= values) if right else (entry < values)
+        ok &= probe <= n
+        pos += step * ok
+        step >>= 1
+    return pos
 
 
 def from_sortable_bits(bits: np.ndarray) -> np.ndarray:

@@ -57,7 +57,7 @@ import numpy as np
 
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
-from .candidates import from_sortable_bits, sortable_bits
+from .candidates import from_sortable_bits, rows_searchsorted, sortable_bits
 from .decide import _tie_multiples, gamma, key_bounds, reference_sq_bound, sq_norms, widen
 from .exact import column_stats, exact_centre
 from .threads import default_threads, in_order, single_threaded_blas
@@ -83,7 +83,6 @@ __all__ = [
     "rank_keys",
     "release_pages",
     "rows_of",
-    "rows_searchsorted",
     "sample_floor",
     "scan_ranks",
     "scan_top",
@@ -146,26 +145,6 @@ def code_scores(codes: np.ndarray) -> np.ndarray:
     high = (codes >> np.uint64(32)).astype(np.uint32)
     out = from_sortable_bits(~high)
     return np.where(codes == EMPTY, np.float32(np.nan), out)
-
-
-def rows_searchsorted(sorted_rows: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """For each ``values[i]``, the number of entries of ``sorted_rows[rows[i]]`` (each row
-    ascending) below it: one vectorised binary search, O(len(values) log width) memory and time.
-
-    >>> rows_searchsorted(np.array([[1, 3, 5], [2, 4, 6]]), np.array([0, 1, 1]),
-    ...                   np.array([4, 1, 6])).tolist()
-    [2, 0, 2]
-    """
-    lo = np.zeros(values.size, dtype=np.int64)
-    hi = np.full(values.size, sorted_rows.shape[1], dtype=np.int64)
-    while True:
-        active = np.flatnonzero(lo < hi)
-        if not active.size:
-            return lo
-        mid = (lo[active] + hi[active]) // 2
-        below = sorted_rows[rows[active], mid] < values[active]
-        lo[active[below]] = mid[below] + 1
-        hi[active[~below]] = mid[~below]
 
 
 def code_rows(codes: np.ndarray, row_of_key: np.ndarray | None) -> np.ndarray:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..utils.progress import progress_bar
-from .candidates import from_sortable_bits, sortable_bits
+from .candidates import from_sortable_bits, rows_searchsorted, sortable_bits
 from .decide import (
     FLOAT64_MAX_DIM,
     float64_keys,
@@ -59,6 +59,7 @@ from .exact import (
     grid_keys,
     pack_codes,
     plan_search,
+    sort_row_runs,
     tied_search,
 )
 from .kernels import hits_from_ranks, score_hits
@@ -77,7 +78,6 @@ __all__ = [
     "locate",
     "relative_band",
     "relevant_ranks",
-    "row_codes",
     "score_ranks",
 ]
 
@@ -120,24 +120,11 @@ def deep_applies(task: RetrievalTask) -> bool:
     return float(task.relevant.mean()) * _FEW <= int(task.reference.shape[0])
 
 
-def row_codes(sorted_rows: np.ndarray) -> np.ndarray:
-    """The keys of row-sorted ``sorted_rows`` as one sorted flat array of ``(row, sortable
-    key bits)`` codes (:func:`_codes`), for :func:`locate`."""
-    codes = sortable_bits(sorted_rows).astype(np.uint64)
-    codes |= (np.arange(sorted_rows.shape[0], dtype=np.uint64) << np.uint64(32))[:, None]
-    return codes.ravel()
-
-
-def locate(
-    sorted_rows: np.ndarray,
-    rows: np.ndarray,
-    keys: np.ndarray,
-    right: bool,
-    codes: np.ndarray | None = None,
-) -> np.ndarray:
+def locate(sorted_rows: np.ndarray, rows: np.ndarray, keys: np.ndarray, right: bool) -> np.ndarray:
     """Per item, the number of keys of its row of ``sorted_rows`` below ``keys`` (``right``:
-    at or below): one binary search of every item at once in the rows' :func:`row_codes`
-    (``codes``, when already built), where ``-0.0`` and ``0.0`` compare equal as floats do.
+    at or below): a binary search of every item in its own row at once
+    (:func:`~embedeval.engine.candidates.rows_searchsorted`), where ``-0.0`` and ``0.0``
+    compare equal as floats do.
 
     >>> s = np.array([[0.0, 1.0, 1.0, 3.0], [2.0, 2.0, 5.0, 6.0]], dtype=np.float32)
     >>> locate(s, np.array([0, 1]), np.array([1.0, 2.0], np.float32), False).tolist()
@@ -145,9 +132,7 @@ def locate(
     >>> locate(s, np.array([0, 1]), np.array([1.0, 2.0], np.float32), True).tolist()
     [3, 2]
     """
-    codes = row_codes(sorted_rows) if codes is None else codes
-    found = np.searchsorted(codes, _codes(rows, sortable_bits(keys)), "right" if right else "left")
-    return found - rows.astype(np.int64) * sorted_rows.shape[1]
+    return rows_searchsorted(sorted_rows, rows, np.asarray(keys, dtype=np.float32), right)
 
 
 @dataclass(frozen=True)
@@ -204,20 +189,19 @@ def relevant_ranks(
         last = np.flatnonzero(np.append(row[1:] != row[:-1], True))
         cut[row[last]] = np.maximum(cut[row[last]], rel_keys[last])
     sorted_rows, cut = _sorted_rows(keys, cut, need)
-    flat = row_codes(sorted_rows)
     inside = rel_keys <= cut[row]
     if not inside.all():
         row, bits, ref, rel_keys = row[inside], bits[inside], ref[inside], rel_keys[inside]
     row_first = _run_first(row)
     # Non-relevant keys strictly below each relevant key: all keys below it, less the
     # relevant ones (the items of its row before its run of equal keys).
-    at_key = locate(sorted_rows, row, rel_keys, False, flat)
+    at_key = locate(sorted_rows, row, rel_keys, False)
     ahead = at_key - (_run_first(_codes(row, bits)) - row_first)
     item_band = band[row]
     if e64 is not None:
         item_band = np.minimum(item_band, relative_band(rel_keys, e64[row]))
     near, lo_key, hi_key, below = _near_items(
-        sorted_rows, flat, (row, row_first, at_key), bits, rel_keys, item_band, cut
+        sorted_rows, (row, row_first, at_key), bits, rel_keys, item_band, cut
     )
     ties = None
     done = _crowded_rows(keys, relevant, row, near, rows)
@@ -362,11 +346,13 @@ def _relevant_items(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The relevant pairs of a block as ``(row, sortable key bits, reference index)``, sorted
     by (row, key, reference index): the order of the relevant items in the ranking."""
-    n = keys.shape[1]
+    b, n = keys.shape
     flat = np.flatnonzero(relevant)
     row = flat // n
     code = pack_codes(row, keys.ravel()[flat], flat - row * n, plan.col_bits)
-    code.sort()
+    lims = np.zeros(b + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row, minlength=b), out=lims[1:])
+    sort_row_runs(code, lims)  # flatnonzero grouped the items by row
     row = (code >> np.uint64(32 + plan.col_bits)).astype(np.int64)
     bits = ((code >> np.uint64(plan.col_bits)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     ref = (code & np.uint64((1 << plan.col_bits) - 1)).astype(np.int64)
@@ -375,7 +361,6 @@ def _relevant_items(
 
 def _near_items(
     sorted_rows: np.ndarray,
-    flat: np.ndarray,
     items: tuple[np.ndarray, np.ndarray, np.ndarray],
     bits: np.ndarray,
     rel_keys: np.ndarray,
@@ -389,9 +374,9 @@ def _near_items(
     below its key).
 
     ``items`` holds each item's row, the index of its row's first item and the number of its
-    row's keys below its key (where its key sits in ``sorted_rows``); ``flat`` is the
-    :func:`row_codes` of ``sorted_rows``.  An item whose neighbours in the sorted row both lie
-    outside its band holds its band alone and is settled without a search."""
+    row's keys below its key (where its key sits in ``sorted_rows``).  An item whose
+    neighbours in the sorted row both lie outside its band holds its band alone and is settled
+    without a search."""
     row, row_first, at_key = items
     lo_key = (rel_keys.astype(np.float64) - band).astype(np.float32)
     hi_key = widen(rel_keys, band)
@@ -406,8 +391,8 @@ def _near_items(
     if not sub.size:
         return near, lo_key, hi_key, below
     r, lo, hi = row[sub], lo_key[sub], hi_key[sub]
-    lo_at = locate(sorted_rows, r, lo, False, flat)
-    in_band = locate(sorted_rows, r, hi, True, flat) - lo_at
+    lo_at = locate(sorted_rows, r, lo, False)
+    in_band = locate(sorted_rows, r, hi, True) - lo_at
     # Relevant keys of the same row in the band: (row, sortable bits) codes are sorted.
     rel_code = _codes(row, bits)
     rel_lo = np.searchsorted(rel_code, _codes(r, sortable_bits(lo)))

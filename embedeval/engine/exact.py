@@ -82,6 +82,7 @@ __all__ = [
     "representatives",
     "search_block",
     "sort_block",
+    "sort_row_runs",
     "sorted_candidates",
     "tied_search",
 ]
@@ -1024,6 +1025,26 @@ def pack_codes(rows: np.ndarray, keys: np.ndarray, refs: np.ndarray, col_bits: i
     return code
 
 
+def sort_row_runs(codes: np.ndarray, lims: np.ndarray) -> None:
+    """Sort, in place, packed codes (:func:`pack_codes`) already grouped by row (row ``i``'s
+    are ``codes[lims[i]:lims[i + 1]]``): runs of whole rows of about :data:`_SORT_RUN` codes
+    are sorted one at a time, in the cache (a third faster than one sort of 3 million codes),
+    which is the same order since the row leads each code.
+
+    >>> c = np.uint64([5, 4, 9, 7])
+    >>> sort_row_runs(c, np.array([0, 2, 4]))
+    >>> c.tolist()
+    [4, 5, 7, 9]
+    """
+    if codes.size <= _SORT_RUN:
+        codes.sort()
+        return
+    cuts = np.unique(np.searchsorted(lims, np.arange(0, codes.size, _SORT_RUN)))
+    edges = np.append(lims[np.minimum(cuts, lims.size - 1)], codes.size)
+    for a, b in itertools.pairwise(edges):
+        codes[a:b].sort()
+
+
 def sort_block(
     codes: np.ndarray, counts: np.ndarray, start: int, col_bits: int, rows_grouped: bool
 ) -> Candidates:
@@ -1035,11 +1056,8 @@ def sort_block(
     # already grouped by row, cache-sized runs of whole rows are sorted separately (faster).
     lims = np.zeros(counts.size + 1, dtype=np.int64)
     np.cumsum(counts, out=lims[1:])
-    if rows_grouped and codes.size > _SORT_RUN:
-        cuts = np.unique(np.searchsorted(lims, np.arange(0, codes.size, _SORT_RUN)))
-        edges = np.append(lims[np.minimum(cuts, counts.size)], codes.size)
-        for a, b in itertools.pairwise(edges):
-            codes[a:b].sort()
+    if rows_grouped:
+        sort_row_runs(codes, lims)
     else:
         codes.sort()
     if col_bits < 31 and sys.byteorder == "little":
