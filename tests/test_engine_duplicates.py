@@ -109,6 +109,46 @@ def test_a_vector_and_its_double_are_one_point_for_cosine():
     assert i.tolist() == [[10, 31]]
 
 
+# Four float32 rows (shortest round-trip digits): rows 1-3 are a few units in the last place
+# apart, and rows 2 and 3 (which differ in one coordinate) have the same float32 unit row.
+_NEAR_ROWS = np.float32(
+    [[-0.38836074, -0.9714643, -0.11705681, 0.4984244, 0.2498287, -0.7961589, 1.5582321,
+      0.6069449],
+     [-1.0717403, 0.08650638, -1.9918329, 0.89906335, 0.50234973, -0.66447455, -0.8412369,
+      -0.20012611],
+     [-1.0717402, 0.08650638, -1.9918329, 0.8990633, 0.5023496, -0.66447455, -0.8412369,
+      -0.20012608],
+     [-1.0717402, 0.08650638, -1.9918329, 0.8990633, 0.5023496, -0.66447455, -0.8412368,
+      -0.20012608]]
+)  # fmt: skip
+
+
+def test_cosine_groups_exact_multiples_and_not_rows_that_only_normalise_alike():
+    # (1, 1, 0, ...) and (3, 3, 0, ...) are one direction although their float32 unit rows
+    # differ in the last bit; (-3, -3, 0, ...) is not; rows 2 and 3 of _NEAR_ROWS normalise to
+    # the same float32 unit row but point in directions a float64 cosine tells apart
+    from embedeval.engine.exact import normalize_rows, reference_duplicates
+
+    ones = np.float32([1, 1, 0, 0, 0, 0, 0, 0])
+    x = np.vstack([ones, _NEAR_ROWS[2], 3 * ones, _NEAR_ROWS[3], -3 * ones])
+    unit = normalize_rows(x.copy(), "x")
+    assert (unit[1] == unit[3]).all() and not (unit[0] == unit[2]).all()
+    dups = reference_duplicates(x, "cosine")
+    assert dups.members.tolist() == [0, 2] and dups.first.tolist() == [0]
+
+
+def test_rows_normalising_alike_rank_by_their_float64_cosines():
+    # leave-one-out, full depth: from query 0 rows 1-3 rank 3, 1, 2 in float64 (cosines
+    # 0.0394127906, 0.0394127882, 0.0394127748); only row 1 shares its label: AP = 1/2
+    y = np.array([2, 2, 7, 1])
+    metrics = ["map", "precision_at_1", "mrr"]
+    res = _ev(_NEAR_ROWS, y, metrics=metrics, distance="cosine")
+    want = _oracle(_NEAR_ROWS, y, None, None, metrics, distance="cosine")
+    assert res.per_query["map"][0] == 0.5
+    for m in metrics:
+        np.testing.assert_allclose(res.per_query[m], want[m], rtol=1e-12, err_msg=m)
+
+
 @pytest.mark.parametrize("distance", DISTANCES)
 def test_column_sample_path_with_twins_equals_the_oracle(distance):
     # 3,000 references (> 2,048: depth thresholds come from a column sample), 600 distinct.

@@ -3,16 +3,17 @@
 A float32 matrix product rounds the same dot product differently depending on where its column
 sits in the product (BLAS kernels treat edge columns and blocks differently), so two identical
 references could get keys one unit in the last place apart: not a tie, and the tie rule
-(ascending reference index) would not apply.  The engine therefore finds the groups of identical
-reference rows once (after the preprocessing the search applies, e.g. cosine normalisation;
-``-0.0`` equals ``0.0``) and, for each query block, computes the keys of one representative per
-group in a separate product of fixed shape (all groups x block rows).  That key is every
-member's key: the tiles leave the members out of their candidates and
-:meth:`DuplicateKeys.candidates` adds those whose shared key passes the cut-off (one comparison
-per group, not per member); where whole key rows are needed (the threshold column sample, the
-label threshold of full-depth MAP, redone rows) the shared key is written over each member's
-column.  Members then share bit-identical keys whatever their position, and every backend
-(shards, Dask workers) reproduces them.
+(ascending reference index) would not apply.  The engine therefore finds the groups of
+identical reference rows once (``-0.0`` equals ``0.0``; for cosine, rows that are positive
+multiples of one another, compared exactly as :func:`~embedeval.engine.exact.direction_rows`,
+not as float32 unit rows, which can coincide for two directions) and, for each query block,
+computes the keys of one representative per group in a separate product of fixed shape (all
+groups x block rows).  That key is every member's key: the tiles leave the members out of their
+candidates and :meth:`DuplicateKeys.candidates` adds those whose shared key passes the cut-off
+(one comparison per group, not per member); where whole key rows are needed (the threshold
+column sample, the label threshold of full-depth MAP, redone rows) the shared key is written
+over each member's column.  Members then share bit-identical keys whatever their position, and
+every backend (shards, Dask workers) reproduces them.
 """
 
 from __future__ import annotations
@@ -155,17 +156,21 @@ class DuplicateKeys:
 def find_duplicate_rows(
     x: np.ndarray, prepare: Callable[[np.ndarray], np.ndarray] | None = None
 ) -> DuplicateRows | None:
-    """Groups of rows of ``x`` that are identical after ``prepare`` (None when there are none).
+    """Groups of rows of ``x`` that are identical after ``prepare`` (float32 rows in, float32
+    or float64 rows out; None when there are no groups).
 
     Rows are hashed in blocks (a random linear hash of their bits, modulo 2**64, so memory-mapped
     references are read once, block by block); only rows whose hash repeats are compared
     exactly, so the cost without duplicates is one pass and a sort of n 64-bit hashes.
     """
-    n, dim = x.shape
-    multipliers = np.random.default_rng(0).integers(1, 2**63, dim, dtype=np.uint64) | np.uint64(1)
+    n = x.shape[0]
+    multipliers = None
     hashes = np.empty(n, dtype=np.uint64)
     for a in range(0, n, _HASH_ROWS):
         bits = _rows(x, a, min(a + _HASH_ROWS, n), prepare).view(np.uint32)
+        if multipliers is None:  # one per 32-bit word of a prepared row
+            rng = np.random.default_rng(0)
+            multipliers = rng.integers(1, 2**63, bits.shape[1], dtype=np.uint64) | np.uint64(1)
         with np.errstate(over="ignore"):
             hashes[a : a + bits.shape[0]] = (bits.astype(np.uint64) * multipliers).sum(
                 axis=1, dtype=np.uint64
@@ -180,8 +185,8 @@ def find_duplicate_rows(
     if candidates.size == 0:
         return None
     # Exact grouping of the candidates by their bytes (a hash collision is not a duplicate).
-    rows = _rows_at(x, candidates, prepare)
-    raw = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.dtype.itemsize * dim)))[:, 0]
+    rows = np.ascontiguousarray(_rows_at(x, candidates, prepare))
+    raw = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1])))[:, 0]
     _, first_at, inverse, counts = np.unique(
         raw, return_index=True, return_inverse=True, return_counts=True
     )
@@ -208,4 +213,4 @@ def _rows_at(
     rows = np.asarray(x[index], dtype=np.float32)
     if prepare is not None:
         rows = prepare(rows)
-    return rows + np.float32(0.0)  # -0.0 becomes 0.0: equal values, equal bits
+    return rows + rows.dtype.type(0.0)  # -0.0 becomes 0.0: equal values, equal bits
