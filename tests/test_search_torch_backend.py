@@ -423,3 +423,21 @@ def test_bf16_filter_gives_the_float32_filter_values_on_clustered_data():
     for res in runs:
         np.testing.assert_array_equal(res.per_query["precision_at_1"], p1)
     np.testing.assert_array_equal(runs[0].per_query["map_at_r"], runs[1].per_query["map_at_r"])
+
+
+def test_cosine_duplicate_groups_are_exact_multiples():
+    # (1, 1, 0) and (3, 3, 0) are one direction (their float32 unit rows differ in the last
+    # bit), (-3, -3, 0) is not; the last two rows are one float32 step apart in one coordinate
+    # and have the same float32 unit row, yet different float64 cosines: not a group
+    from embedeval.search.torch_backend import _directions, _duplicate_rows, _normalize
+
+    near = np.float32([-1.0717402, 0.08650638, -1.9918329, 0.8990633, 0.5023496, -0.66447455,
+                       -0.8412369, -0.20012608])  # fmt: skip
+    other = near.copy()
+    other[6] = np.float32(-0.8412368)
+    ones = np.float32([1, 1, 0, 0, 0, 0, 0, 0])
+    x = torch.from_numpy(np.vstack([ones, near, 3 * ones, other, -3 * ones]))
+    unit = _normalize(torch, x, "x")
+    assert torch.equal(unit[1], unit[3]) and not torch.equal(unit[0], unit[2])
+    members, first = _duplicate_rows(torch, _directions(x))
+    assert members.tolist() == [2] and first.tolist() == [0]

@@ -208,12 +208,14 @@ def _prepare(
     xq = put(task.query)
     xb = xq if task.reference is task.query else put(task.reference)
     sq_ref = None
-    if task.distance == "cosine":
+    same = xb  # rows that every query ranks alike are the identical rows of this
+    if task.distance == "cosine":  # positive multiples are one direction: tied
+        same = _directions(xb)
         xq = _normalize(torch, xq, "query")
         xb = xq if task.reference is task.query else _normalize(torch, xb, "reference")
     elif task.distance == "euclidean":
         sq_ref = (xb * xb).sum(dim=1)
-    members, first = _duplicate_rows(torch, xb)
+    members, first = _duplicate_rows(torch, same)
     ex = task.exclusions
 
     def codes(a: Any) -> Any:
@@ -269,14 +271,22 @@ def _normalize(torch: Any, x: Any, name: str) -> Any:
     return x / norms[:, None]
 
 
+def _directions(x: Any) -> Any:
+    """float32 rows divided by their largest ``|component|`` in float64: equal exactly for
+    positive multiples (:func:`embedeval.engine.exact.direction_rows`)."""
+    return x.double() / x.abs().amax(dim=1, keepdim=True).double().clamp_min(1e-300)
+
+
 def _duplicate_rows(torch: Any, x: Any, chunk: int = 65536) -> tuple[Any, Any]:
-    """(members, first member of their group) for reference rows with an identical earlier row.
+    """(members, first member of their group) for rows of ``x`` (float32 or float64) with an
+    identical earlier row.
 
     A random linear hash of each row's bits (int64 arithmetic wraps) finds candidate groups in
     one pass; only rows whose hash repeats are compared exactly.
     """
-    n, dim = x.shape
-    gen = np.random.default_rng(0).integers(1, 2**62, dim, dtype=np.int64) | 1
+    n = x.shape[0]
+    words = x.shape[1] * x.element_size() // 4
+    gen = np.random.default_rng(0).integers(1, 2**62, words, dtype=np.int64) | 1
     mult = torch.as_tensor(gen, device=x.device)
     hashes = torch.empty(n, dtype=torch.int64, device=x.device)
     for a in range(0, n, chunk):
