@@ -1131,13 +1131,16 @@ def _near_beats_batched(
     corpus: np.ndarray, scan: CorpusScan, pairs: Pairs, p: np.ndarray, r: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_near_beats` over ranges of pairs holding about :data:`_NEAR_PAIRS` near
-    documents each (a pair's near documents all in one range), so its temporaries stay
-    bounded however many near documents the scan found; the same counts and ties, in the
-    same order (pairs ascending)."""
-    per_pair = np.bincount(p, minlength=pairs.query.size)
-    if p.size <= _NEAR_PAIRS:
+    documents each (eight times as many for a memory-mapped corpus; a pair's near documents
+    all in one range), so its temporaries stay bounded however many near documents the scan
+    found; the same counts and ties, in the same order (pairs ascending)."""
+    # each batch sweeps the rows it reads: a memory-mapped corpus (not in memory itself, and
+    # read again from the disk by every sweep under a memory limit) takes larger batches
+    batch = _NEAR_PAIRS * (8 if getattr(corpus, "_mmap", None) is not None else 1)
+    if p.size <= batch:
         return _near_beats(corpus, scan, pairs, p, r)
-    ends = np.searchsorted(np.cumsum(per_pair), np.arange(_NEAR_PAIRS, p.size, _NEAR_PAIRS))
+    per_pair = np.bincount(p, minlength=pairs.query.size)
+    ends = np.searchsorted(np.cumsum(per_pair), np.arange(batch, p.size, batch))
     limits = np.unique(np.concatenate([[0], ends + 1, [pairs.query.size]]))
     count = np.zeros(pairs.query.size, dtype=np.int64)
     tied_p, tied_r = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
