@@ -64,8 +64,10 @@ def _deep_engine(task, block_size=None):
 # Integer vectors: float32 keys are exact, so float32 and the oracle's float64 rank alike
 # (cosine keys are rounded quotients, and random floats have near-ties float32 cannot tell
 # apart; the bit-for-bit test below covers those against the candidate engine).
+# 6 classes: about 50 relevant keys in rows of 300, located by searching codes of every key
+# (row_codes); 60 classes: about 5, each searched in its own row
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
-@pytest.mark.parametrize("classes", [3, 60])
+@pytest.mark.parametrize("classes", [3, 6, 60])
 def test_deep_engine_matches_oracle(distance, classes):
     x, y = _data("integer", n=300, classes=classes)
     res = ee.evaluate(x, y, metrics=METRICS, distance=distance, progress=False)
@@ -132,8 +134,11 @@ def test_locate_counts_keys_below_and_at_each_key():
     rows = np.array([[0.0, 1.0, 1.0, 1.0, 4.0], [-1.0, 2.0, 2.0, 9.0, 9.0]], np.float32)
     at = np.array([0, 0, 0, 1, 1, 1])
     keys = np.array([-5.0, 1.0, 5.0, 2.0, 9.0, 10.0], np.float32)
-    assert locate(rows, at, keys, False).tolist() == [0, 1, 5, 1, 3, 5]
-    assert locate(rows, at, keys, True).tolist() == [0, 4, 5, 3, 5, 5]
+    codes = deep.row_codes(rows, 10**6)  # as many items as that: the codes are searched
+    assert codes is not None and deep.row_codes(rows, 1) is None
+    for flat in (None, codes):
+        assert locate(rows, at, keys, False, flat).tolist() == [0, 1, 5, 1, 3, 5]
+        assert locate(rows, at, keys, True, flat).tolist() == [0, 4, 5, 3, 5, 5]
 
 
 # Near misses: rows where non-relevant keys lie within the float32 bound of relevant ones are
