@@ -153,3 +153,18 @@ def test_near_documents_re_scored_in_several_batches_match_the_oracle(monkeypatc
         others = np.setdiff1d(np.arange(120), pos[i])
         mixed += bool(np.isin(keys[pos[i]], keys[others]).any())
     assert mixed > 0 and res.n_ties["map"] == mixed
+
+
+def test_cosine_ranks_rows_whose_float32_squared_norm_overflows():
+    # row 3 has eight values of +-9e18: finite, its float32 squared norm (6.5e38) is not; the
+    # cosine needs only its direction (float64 norms), so it is ranked, not refused
+    rng = np.random.default_rng(5)
+    xb = rng.standard_normal((30, 8)).astype(np.float32)
+    xb[3] = np.float32(9e18) * np.sign(rng.standard_normal(8)).astype(np.float32)
+    xq = np.vstack([xb[3] / np.float32(1e18) + 0.1, rng.standard_normal((5, 8))])
+    xq = xq.astype(np.float32)
+    pos = [[3, 7], [3], [1, 3, 4], [2], [3, 9], [0]]
+    ranks, lims = positive_ranks(xq, xb, pos, distance="cosine")
+    want = oracle_ranks(xq, xb, pos, [[] for _ in pos], "cosine")
+    assert [ranks[lims[i] : lims[i + 1]].tolist() for i in range(len(pos))] == want
+    assert want[0][0] == 0  # the large row is the first query's nearest

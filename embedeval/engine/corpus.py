@@ -236,21 +236,22 @@ def corpus_block(
         src[...] = raw
         if centre is not None:  # exact (Sterbenz): the distances stay those of the rows
             src -= centre
-    if distance == "cosine":  # float64 norms for the unit rows (see unit_rows)
+    if distance == "cosine":  # float64 norms for the unit rows (see unit_rows): any finite row
         blk, sq = unit_rows(src, np.empty(raw.shape, np.float32) if out is None else out)
-        finite = sq <= np.finfo(np.float32).max  # what a float32 norm would overflow on
     else:
         sq = np.einsum("ij,ij->i", src, src)
-        finite = np.isfinite(sq)
-    if not finite.all():
-        row = start + int(np.flatnonzero(~finite)[0])
+    if not np.isfinite(sq).all():
+        row = start + int(np.flatnonzero(~np.isfinite(sq))[0])
+        why = "" if distance == "cosine" else (
+            ", or values so large that its squared norm overflows float32 (about 1e19 and "
+            "above; distance='cosine' takes them)"
+        )  # fmt: skip
         raise InputError(
-            f"corpus row {row} holds NaN or infinite values, or values so large that its "
-            "squared norm overflows float32 (about 1e19 and above); remove, repair or rescale "
-            "it (embeddings must be finite)."
+            f"corpus row {row} holds NaN or infinite values{why}; remove, repair or rescale it "
+            "(embeddings must be finite)."
         )
-    if distance == "cosine":  # never into the caller's corpus
-        return blk, sq.astype(np.float32)
+    if distance == "cosine":  # never into the caller's corpus; the norms are not used further
+        return blk, np.minimum(sq, np.finfo(np.float32).max).astype(np.float32)
     if out is not None and src is raw:  # a contiguous copy was asked for
         out[...] = raw
         return out, sq
