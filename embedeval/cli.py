@@ -562,7 +562,7 @@ def _loaded(flag: str, path: str, n: int, of: str, what: str) -> np.ndarray:
     # Checked here, not only in evaluate(), so the message names the flag and the file.
     from .io import load_array
 
-    arr = load_array(path, what=what)
+    arr = load_array(path, what=what, indicators=what == "labels")  # multi-label: 2-D 0/1
     if len(arr) != n:
         raise InputError(
             f"{flag} {path} has {len(arr)} values but {of} has {n} rows; "

@@ -239,9 +239,7 @@ def _validated(path: Path, arrays: dict[str, Any]) -> EmbeddingFile:
     n = emb.shape[0]
     out: dict[str, Any] = {"path": path, "embeddings": emb}
     if arrays.get("labels") is not None:
-        out["labels"] = as_labels(
-            arrays["labels"], f"{path} (labels)", length=n, length_of="embeddings"
-        )
+        out["labels"] = _labels_or_indicators(arrays["labels"], f"{path} (labels)", n)
     for key in ("confidences", "sigmas"):
         if arrays.get(key) is not None:
             out[key] = as_vector(arrays[key], f"{path} ({key})", length=n, length_of="embeddings")
@@ -250,6 +248,20 @@ def _validated(path: Path, arrays: dict[str, Any]) -> EmbeddingFile:
             arrays["groups"], f"{path} (groups)", length=n, length_of="embeddings"
         )
     return EmbeddingFile(**out)
+
+
+def _labels_or_indicators(arr: Any, name: str, n: int) -> np.ndarray:
+    """Labels, one per row, or a 2-D 0/1 indicator matrix of several columns (multi-label:
+    checked by :func:`embedeval.evaluate`), with one row per embedding."""
+    arr = np.asarray(arr)
+    if arr.ndim == 2 and arr.shape[1] > 1:
+        if arr.shape[0] != n:
+            raise FileFormatError(
+                f"{name} has {arr.shape[0]} rows but there are {n} embeddings; "
+                "pass one indicator row per embedding row."
+            )
+        return arr
+    return as_labels(arr, name, length=n, length_of="embeddings")
 
 
 def _load_safetensors(path: Path) -> dict[str, Any]:
@@ -322,9 +334,12 @@ def _load_parquet(path: Path) -> dict[str, Any]:
     return out
 
 
-def load_array(path: str | os.PathLike, *, what: str = "labels") -> np.ndarray:
+def load_array(
+    path: str | os.PathLike, *, what: str = "labels", indicators: bool = False
+) -> np.ndarray:
     """Read a 1-D array (labels, confidences, groups) from ``.npy``, ``.npz`` (its single array
-    or the key named ``what``), or a text file with one value per line.
+    or the key named ``what``), or a text file with one value per line; with ``indicators``,
+    a 2-D array of several columns (multi-label 0/1 indicators) is returned as it is.
 
     Examples
     --------
@@ -360,6 +375,8 @@ def load_array(path: str | os.PathLike, *, what: str = "labels") -> np.ndarray:
         )
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
+    if arr.ndim == 2 and arr.shape[1] > 1 and indicators:
+        return arr
     if arr.ndim == 2 and arr.shape[1] > 1:
         raise FileFormatError(
             f"{path}: {what} must be one column (one value per item); got {arr.shape[1]} "

@@ -993,3 +993,31 @@ def test_approximate_results_say_so_and_warn_when_biased():
     lo, hi = a["difference_ci"]
     assert hi < 0 or lo > 0
     assert f"{a['difference']:+.4f}" in res.table()
+
+
+@pytest.mark.parametrize("stored", ["labels file", "npz key"])
+def test_evaluate_multi_label_indicators(tmp_path, stored):
+    # points 0, 1, 3, 7 on a line with labels {A}, {B}, {A, B}, {A} (indicator columns A, B);
+    # relevant = sharing a label. Leave-one-out, by hand: AP 7/12, 1/2, 1, 5/6 -> map 35/48;
+    # nearest neighbours 1, 0, 1, 2 -> P@1 = 2/4
+    x = np.float32([[0, 0], [1, 0], [3, 0], [7, 0]])
+    y = np.array([[1, 0], [0, 1], [1, 1], [1, 0]], dtype=np.int8)
+    if stored == "npz key":
+        np.savez(tmp_path / "xy.npz", embeddings=x, labels=y)
+        args = ["xy.npz"]
+    else:
+        np.save(tmp_path / "x.npy", x)
+        np.save(tmp_path / "y.npy", y)
+        args = ["x.npy", "--labels", "y.npy"]
+    proc = run(
+        "evaluate", *args, "--metrics", "map", "precision_at_1", "--json", "out.json",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    got = _json(tmp_path / "out.json")["metrics"]
+    assert got["map"] == pytest.approx(35 / 48, abs=1e-12)
+    assert got["precision_at_1"] == 0.5
+    np.save(tmp_path / "bad.npy", np.array([[2, 0], [0, 1], [1, 1], [1, 0]]))
+    bad = run("evaluate", "x.npy" if stored != "npz key" else "xy.npz", "--labels", "bad.npy",
+              cwd=tmp_path)  # fmt: skip
+    _one_line_error(bad, "0 and 1")
