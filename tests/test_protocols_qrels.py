@@ -487,6 +487,22 @@ def test_only_missing_judged_queries():
     assert res.n_evaluated == 1 and res.run() == {}  # no query was ranked
 
 
+def test_a_query_given_no_judgments_is_skipped_as_pytrec_eval_skips_it():
+    # {"q0": {}}: q0 is embedded but judged nothing; pytrec_eval leaves it out of its results,
+    # so it is skipped (NaN, not in the mean), with missing="zero" too
+    qrels = {"q0": {}, "q1": {"a": 1}, "q2": {}}
+    run = {"q0": {"a": 1.0}, "q1": {"a": 1.0}}
+    want = pytrec_eval.RelevanceEvaluator(qrels, {"map"}).evaluate(run)
+    assert list(want) == ["q1"]
+    for missing in ("error", "zero"):
+        res = ee.evaluate_qrels(
+            np.float32([[1, 0], [0, 1]]), np.float32([[1, 0]]), qrels, query_ids=["q0", "q1"],
+            doc_ids=["a"], metrics=["map"], missing=missing,
+        )  # fmt: skip
+        assert np.isnan(res.per_query["map"][0]) and res.per_query["map"][1] == want["q1"]["map"]
+        assert res["map"] == 1.0 and res.n_skipped == 1 and res.n_missing == 0
+
+
 def test_zero_query_ties_with_every_document():
     # a zero query scores 0 against every document under cosine: one tie over the corpus
     rng = np.random.default_rng(15)
