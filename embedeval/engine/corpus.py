@@ -1132,12 +1132,12 @@ def _near_beats_batched(
     corpus: np.ndarray, scan: CorpusScan, pairs: Pairs, p: np.ndarray, r: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_near_beats` over ranges of pairs holding about :data:`_NEAR_PAIRS` near
-    documents each (eight times as many for a memory-mapped corpus; a pair's near documents
+    documents each (16 times as many for a memory-mapped corpus; a pair's near documents
     all in one range), so its temporaries stay bounded however many near documents the scan
     found; the same counts and ties, in the same order (pairs ascending)."""
     # each batch sweeps the rows it reads: a memory-mapped corpus (not in memory itself, and
     # read again from the disk by every sweep under a memory limit) takes larger batches
-    batch = _NEAR_PAIRS * (8 if getattr(corpus, "_mmap", None) is not None else 1)
+    batch = _NEAR_PAIRS * (16 if getattr(corpus, "_mmap", None) is not None else 1)
     if p.size <= batch:
         return _near_beats(corpus, scan, pairs, p, r)
     per_pair = np.bincount(p, minlength=pairs.query.size)
