@@ -375,19 +375,27 @@ def load_array(
         )
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
-    if arr.ndim == 2 and arr.shape[1] > 1 and indicators:
+    if arr.ndim == 2 and arr.shape[1] > 1 and indicators and _zeros_and_ones(arr):
         return arr
     if arr.ndim == 2 and arr.shape[1] > 1:
+        several = " or, for several labels per item, 0/1 indicators" if indicators else ""
         raise FileFormatError(
-            f"{path}: {what} must be one column (one value per item); got {arr.shape[1]} "
-            f"columns (shape {arr.shape}). Save only the {what} column, e.g. np.save(path, "
-            "table[:, 1])."
+            f"{path}: {what} must be one column (one value per item){several}; got "
+            f"{arr.shape[1]} columns (shape {arr.shape}). Save only the {what} column, e.g. "
+            "np.save(path, table[:, 1])."
         )
     if arr.ndim != 1:
         raise FileFormatError(
             f"{path}: {what} must be 1-D (one value per item); got shape {arr.shape}."
         )
     return arr
+
+
+def _zeros_and_ones(arr: np.ndarray) -> bool:
+    """Whether a numeric or boolean array holds only 0 and 1 (a multi-label indicator)."""
+    if arr.dtype.kind not in "biuf":
+        return False
+    return bool(((arr == 0) | (arr == 1)).all())
 
 
 def _number(text: str) -> int | float | None:

@@ -1022,4 +1022,4 @@ def test_evaluate_multi_label_indicators(tmp_path, stored):
     np.save(tmp_path / "bad.npy", np.array([[2, 0], [0, 1], [1, 1], [1, 0]]))
     bad = run("evaluate", "x.npy" if stored != "npz key" else "xy.npz", "--labels", "bad.npy",
               cwd=tmp_path)  # fmt: skip
-    _one_line_error(bad, "0 and 1")
+    _one_line_error(bad, "one column", "0/1 indicators")
