@@ -251,10 +251,10 @@ def _validated(path: Path, arrays: dict[str, Any]) -> EmbeddingFile:
 
 
 def _labels_or_indicators(arr: Any, name: str, n: int) -> np.ndarray:
-    """Labels, one per row, or a 2-D 0/1 indicator matrix of several columns (multi-label:
-    checked by :func:`embedeval.evaluate`), with one row per embedding."""
+    """Labels, one per row, or a 2-D 0/1 indicator matrix of several columns (multi-label),
+    with one row per embedding."""
     arr = np.asarray(arr)
-    if arr.ndim == 2 and arr.shape[1] > 1:
+    if arr.ndim == 2 and arr.shape[1] > 1 and _zeros_and_ones(arr):
         if arr.shape[0] != n:
             raise FileFormatError(
                 f"{name} has {arr.shape[0]} rows but there are {n} embeddings; "
