@@ -82,7 +82,6 @@ __all__ = [
     "prepare_queries",
     "rank_keys",
     "release_pages",
-    "rows_of",
     "sample_floor",
     "scan_ranks",
     "scan_top",
@@ -868,11 +867,6 @@ def candidate_ranks(
     # more than the band under the depth-th score so far, so at least ``depth`` candidates
     # score above its ``hi`` and its rank exceeds ``depth``.
     return np.where(rank <= scan.depth, rank, 0)
-
-
-def rows_of(codes: np.ndarray, scan: CorpusScan) -> np.ndarray:
-    """Corpus rows of codes of a scan (-1 for :data:`EMPTY`)."""
-    return code_rows(codes, scan.row_of_key())
 
 
 def decide_top(
