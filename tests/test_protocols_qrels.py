@@ -501,6 +501,9 @@ def test_a_query_given_no_judgments_is_skipped_as_pytrec_eval_skips_it():
         )  # fmt: skip
         assert np.isnan(res.per_query["map"][0]) and res.per_query["map"][1] == want["q1"]["map"]
         assert res["map"] == 1.0 and res.n_skipped == 1 and res.n_missing == 0
+    with pytest.raises(InputError, match="qrels judge no document"):
+        ee.evaluate_qrels(np.float32([[1, 0]]), np.float32([[1, 0]]), {"q0": {}},
+                          query_ids=["q0"], doc_ids=["a"])  # fmt: skip
 
 
 def test_zero_query_ties_with_every_document():

@@ -155,8 +155,8 @@ class SymmetricSet:
     def from_rows(cls, x: np.ndarray, distance: str) -> SymmetricSet:
         """From the set's rows (float32), built in place: the same bits as
         :meth:`from_search` on a search prepared over ``x``, without preparing one."""
-        if distance == "cosine":
-            x = normalize_rows(x, "reference")
+        if distance == "cosine":  # leave-one-out: the rows are the evaluation's queries
+            x = normalize_rows(x, "query")
         if distance != "euclidean":
             x = np.ascontiguousarray(x, dtype=np.float32)
             return cls(np.negative(x), x, None)

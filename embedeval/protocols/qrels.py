@@ -256,10 +256,14 @@ def _corpus(corpus: Any) -> np.ndarray:
 
 
 def _qrels(qrels: Any) -> dict[str, dict[str, int]]:
-    """``{qid: {docid: grade}}`` from a dict or a TREC / BEIR qrels file."""
+    """``{qid: {docid: grade}}`` from a dict or a TREC / BEIR qrels file, without the queries
+    given no judgments (``{}``): those are not judged, and pytrec_eval leaves them out too."""
     from .qrels_files import read_qrels
 
-    return read_qrels(qrels)
+    judged = {qid: docs for qid, docs in read_qrels(qrels).items() if docs}
+    if not judged:
+        raise InputError("qrels judge no document; give at least one query with its judgments.")
+    return judged
 
 
 def _exclusions(

@@ -100,10 +100,9 @@ def _id(value: Any, what: str, where: str = "qrels") -> str:
 
 def _qrels_from_dict(source: Mapping) -> dict[str, dict[str, int]]:
     qrels: dict[str, dict[str, int]] = {}
-    seen: set[str] = set()
     for raw_qid, docs in source.items():
         qid = _id(raw_qid, "query id")
-        if qid in seen:
+        if qid in qrels:
             raise InputError(
                 f"qrels: query id {raw_qid!r} appears twice once ids are strings (as {qid!r}); "
                 "keep one spelling."
@@ -129,9 +128,7 @@ def _qrels_from_dict(source: Mapping) -> dict[str, dict[str, int]]:
                     "(int and str spellings of one id); keep one."
                 )
             judged[doc] = grade
-        seen.add(qid)
-        if judged:  # a query without judgments is not judged at all (as pytrec_eval drops it)
-            qrels[qid] = judged
+        qrels[qid] = judged
     if not qrels:
         raise InputError("qrels is empty; give at least one query with its judged documents.")
     return qrels
@@ -228,9 +225,7 @@ def read_qrels(source: Any) -> dict[str, dict[str, int]]:
     Returns
     -------
     dict
-        A new dict with ``str`` ids and ``int`` grades, queries and documents in input order;
-        a query given with no judgments (``{}``) is left out, as pytrec_eval leaves it out
-        (a qrels file cannot hold one).
+        A new dict with ``str`` ids and ``int`` grades, queries and documents in input order.
 
     Examples
     --------
