@@ -46,6 +46,7 @@ __all__ = [
     "candidate_bounds",
     "decide",
     "decide_task_block",
+    "direction_rows",
     "exact_keys",
     "first_k",
     "float64_keys",
@@ -190,13 +191,26 @@ def exact_keys(
     return _tie_multiples(out, x, np.asarray(groups) if groups is not None else None)
 
 
+def direction_rows(rows: np.ndarray) -> np.ndarray:
+    """Rows (float32 values) divided by their largest ``|component|`` in float64: equal
+    exactly when two rows are positive multiples of each other (each ratio of two float32
+    numbers rounds to a float64 that no other such ratio rounds to); ``-0.0`` becomes ``0.0``,
+    zero rows stay zero.
+
+    >>> direction_rows(np.float32([[2, -4], [3, -6], [3, -5.5]])).tolist()
+    [[0.5, -1.0], [0.5, -1.0], [0.5454545454545454, -1.0]]
+    """
+    x = np.asarray(rows, dtype=np.float64)
+    top = np.abs(x).max(axis=1, keepdims=True) if x.shape[1] else np.ones((x.shape[0], 1))
+    return x / np.where(top > 0, top, 1.0) + 0.0
+
+
 def _tie_multiples(keys: np.ndarray, x: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
     """Cosine keys with every positive multiple of a row (same ``groups`` entry, e.g. the
-    query) given the key of its first occurrence: rows scaled by their largest |component|
-    are identical exactly for positive multiples."""
+    query) given the key of its first occurrence (equal :func:`direction_rows`)."""
     if keys.size < 2:
         return keys
-    r = x / np.abs(x).max(axis=1, keepdims=True) + 0.0  # -0.0 and 0.0: one direction
+    r = direction_rows(x)
     g = np.zeros(keys.size, dtype=np.int64) if groups is None else groups.astype(np.int64)
     rows = np.ascontiguousarray(np.column_stack((g.astype(np.float64), r)))
     _, first, inverse = np.unique(

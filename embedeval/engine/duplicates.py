@@ -5,7 +5,7 @@ sits in the product (BLAS kernels treat edge columns and blocks differently), so
 references could get keys one unit in the last place apart: not a tie, and the tie rule
 (ascending reference index) would not apply.  The engine therefore finds the groups of
 identical reference rows once (``-0.0`` equals ``0.0``; for cosine, rows that are positive
-multiples of one another, compared exactly as :func:`~embedeval.engine.exact.direction_rows`,
+multiples of one another, compared exactly as :func:`~embedeval.engine.decide.direction_rows`,
 not as float32 unit rows, which can coincide for two directions) and, for each query block,
 computes the keys of one representative per group in a separate product of fixed shape (all
 groups x block rows).  That key is every member's key: the tiles leave the members out of their

@@ -52,7 +52,7 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import Candidates, sortable_bits
-from .decide import Reach, reach_of, reference_sq_bound, rounding_of
+from .decide import Reach, direction_rows, reach_of, reference_sq_bound, rounding_of
 from .duplicates import DuplicateKeys, DuplicateRows, find_duplicate_rows
 from .labels import match_matrix
 from .threads import in_order, single_threaded_blas
@@ -70,7 +70,6 @@ __all__ = [
     "column_stats",
     "column_subsample",
     "depth_thresholds",
-    "direction_rows",
     "exact_centre",
     "grid_keys",
     "label_cutoff",
@@ -412,23 +411,10 @@ def reference_duplicates(xb: np.ndarray, distance: str) -> DuplicateRows | None:
     """Groups of reference rows that every query ranks alike: identical rows, and for cosine
     positive multiples of one another (a vector and its triple are one direction).
 
-    Cosine rows are compared as :func:`direction_rows` (exact: rows equal after float32
+    Cosine rows are compared as :func:`~.decide.direction_rows` (exact: rows equal after float32
     normalisation may point in directions a float64 cosine tells apart, and would be tied
     wrongly)."""
     return find_duplicate_rows(xb, direction_rows if distance == "cosine" else None)
-
-
-def direction_rows(rows: np.ndarray) -> np.ndarray:
-    """float32 ``rows`` divided by their largest ``|component|`` in float64: equal exactly when
-    two rows are positive multiples of each other (each ratio of two float32 numbers rounds to
-    a float64 that no other such ratio rounds to), zero rows unchanged.
-
-    >>> direction_rows(np.float32([[2, -4], [3, -6], [3, -5.5]])).tolist()
-    [[0.5, -1.0], [0.5, -1.0], [0.5454545454545454, -1.0]]
-    """
-    x = rows.astype(np.float64)
-    top = np.abs(x).max(axis=1, keepdims=True) if x.shape[1] else np.ones((x.shape[0], 1))
-    return x / np.where(top > 0, top, 1.0)
 
 
 def representatives(

@@ -273,7 +273,7 @@ def _normalize(torch: Any, x: Any, name: str) -> Any:
 
 def _directions(x: Any) -> Any:
     """float32 rows divided by their largest ``|component|`` in float64: equal exactly for
-    positive multiples (:func:`embedeval.engine.exact.direction_rows`)."""
+    positive multiples (:func:`embedeval.engine.decide.direction_rows`)."""
     return x.double() / x.abs().amax(dim=1, keepdim=True).double().clamp_min(1e-300)
 
 
