@@ -27,7 +27,13 @@ import numpy as np
 
 from .utils.errors import FileFormatError
 from .utils.files import install_hint
-from .utils.validation import as_embeddings, as_labels, as_vector
+from .utils.validation import (
+    as_embeddings,
+    as_label_indicator,
+    as_labels,
+    as_vector,
+    is_label_indicator,
+)
 
 __all__ = [
     "EmbeddingFile",
@@ -254,13 +260,8 @@ def _labels_or_indicators(arr: Any, name: str, n: int) -> np.ndarray:
     """Labels, one per row, or a 2-D 0/1 indicator matrix of several columns (multi-label),
     with one row per embedding."""
     arr = np.asarray(arr)
-    if arr.ndim == 2 and arr.shape[1] > 1 and _zeros_and_ones(arr):
-        if arr.shape[0] != n:
-            raise FileFormatError(
-                f"{name} has {arr.shape[0]} rows but there are {n} embeddings; "
-                "pass one indicator row per embedding row."
-            )
-        return arr
+    if is_label_indicator(arr) and _zeros_and_ones(arr):
+        return as_label_indicator(arr, name, length=n, length_of="embeddings")
     return as_labels(arr, name, length=n, length_of="embeddings")
 
 

@@ -1018,7 +1018,7 @@ def test_evaluate_multi_label_indicators(tmp_path, stored):
     assert got["map"] == pytest.approx(35 / 48, abs=1e-12)
     assert got["precision_at_1"] == 0.5
     np.savez(tmp_path / "short.npz", embeddings=x, labels=y[:3])  # 3 indicator rows for 4
-    _one_line_error(run("evaluate", "short.npz", cwd=tmp_path), "3 rows", "4 embeddings")
+    _one_line_error(run("evaluate", "short.npz", cwd=tmp_path), "3 rows", "4 rows of embeddings")
     np.save(tmp_path / "bad.npy", np.array([[2, 0], [0, 1], [1, 1], [1, 0]]))
     bad = run("evaluate", "x.npy" if stored != "npz key" else "xy.npz", "--labels", "bad.npy",
               cwd=tmp_path)  # fmt: skip
