@@ -10,7 +10,8 @@ import pytest
 
 import embedeval as ee
 import embedeval.engine.deep as deep
-from embedeval.engine.deep import deep_applies, deep_blocks, locate
+from embedeval.engine.candidates import from_sortable_bits, sortable_bits
+from embedeval.engine.deep import deep_applies, deep_blocks, flagged_keys
 from embedeval.engine.exact import DEFAULT_MEMORY_BUDGET, sorted_candidates
 from embedeval.engine.task import write_back
 from embedeval.evaluation.settings import EvaluationInputs, validate_arguments
@@ -76,15 +77,23 @@ def test_deep_engine_matches_oracle(distance, classes):
         np.testing.assert_allclose(res.per_query[m], per_query[m], rtol=1e-12, err_msg=m)
 
 
-def test_relevant_items_sorted_in_runs_of_rows_match_oracle(monkeypatch):
-    # runs of about 50 codes: the relevant items of a block are sorted a few rows at a time
+def test_candidates_sorted_in_runs_of_rows_match_oracle(monkeypatch):
+    # runs of about 50 codes: a block's candidates are sorted a few rows at a time (windows
+    # only, so the candidate engine runs)
     import embedeval.engine.exact as exact
 
     monkeypatch.setattr(exact, "_SORT_RUN", 50)
+    calls = []
+    sort_row_runs = exact.sort_row_runs
+    monkeypatch.setattr(
+        exact, "sort_row_runs", lambda c, lims: calls.append(1) or sort_row_runs(c, lims)
+    )
+    metrics = [m for m in METRICS if m != "map"]
     x, y = _data("integer", n=300, classes=60)
-    res = ee.evaluate(x, y, metrics=METRICS, distance="euclidean", progress=False)
-    _, per_query = oracle.summary(x, y, metrics=METRICS, distance="euclidean")
-    for m in METRICS:
+    res = ee.evaluate(x, y, metrics=metrics, distance="euclidean", progress=False)
+    _, per_query = oracle.summary(x, y, metrics=metrics, distance="euclidean")
+    assert calls
+    for m in metrics:
         np.testing.assert_allclose(res.per_query[m], per_query[m], rtol=1e-12, err_msg=m)
 
 
@@ -128,17 +137,6 @@ def test_deep_applies_to_full_depth_rankings_with_few_relevant_references():
     assert not deep_applies(_task(x, y, metrics=["map"], k=50))
     x, y = _data("float", n=400, classes=2)  # R_q about 200: the candidate engine
     assert not deep_applies(_task(x, y, metrics=["map"]))
-
-
-def test_locate_counts_keys_below_and_at_each_key():
-    rows = np.array([[0.0, 1.0, 1.0, 1.0, 4.0], [-1.0, 2.0, 2.0, 9.0, 9.0]], np.float32)
-    at = np.array([0, 0, 0, 1, 1, 1])
-    keys = np.array([-5.0, 1.0, 5.0, 2.0, 9.0, 10.0], np.float32)
-    codes = deep.row_codes(rows, 10**6)  # as many items as that: the codes are searched
-    assert codes is not None and deep.row_codes(rows, 1) is None
-    for flat in (None, codes):
-        assert locate(rows, at, keys, False, flat).tolist() == [0, 1, 5, 1, 3, 5]
-        assert locate(rows, at, keys, True, flat).tolist() == [0, 4, 5, 3, 5, 5]
 
 
 # Near misses: rows where non-relevant keys lie within the float32 bound of relevant ones are
@@ -232,11 +230,11 @@ def _count_paths(monkeypatch):
     band_ahead = deep._band_ahead
     lock = threading.Lock()  # blocks run on worker threads
 
-    def counted_band(keys, relevant, row, *args):
+    def counted_band(row, *args):
         with lock:
             seen["near"] += row.size
             seen["near_rows"] += np.unique(row).size
-        return band_ahead(keys, relevant, row, *args)
+        return band_ahead(row, *args)
 
     crowded_rows = deep._crowded_rows
 
@@ -329,6 +327,100 @@ def test_exact_ties_between_kinds_are_flagged_and_valued_by_reference_index(dist
     np.testing.assert_allclose(values["map"], ap, rtol=1e-12)
     np.testing.assert_array_equal(values["precision_at_1"], p1)
     assert tie.sum() > 100
+    np.testing.assert_array_equal(ties["map"], tie)
+
+
+def test_flagged_keys_order_as_float_keys_up_to_the_flag():
+    """Against float comparisons of the keys: every sign, zeros of both signs, subnormals,
+    +inf; a flagged non-relevant key lies below an even threshold exactly when its key does,
+    and sorting keeps the float order of keys more than one unit in the last place apart."""
+    rng = np.random.default_rng(12)
+    bits = rng.integers(0, 2**32, 4000, dtype=np.uint64).astype(np.uint32)
+    keys = bits.view(np.float32).copy()
+    keys[~np.isfinite(keys)] = np.inf
+    keys[:40] = [0.0, -0.0, 1e-45, -1e-45, 3e-45, -3e-45, 1.0, np.nextafter(1.0, 2.0)] * 5
+    relevant = rng.random(keys.size) < 0.5
+    relevant &= np.isfinite(keys)
+    flagged = flagged_keys(keys[None], relevant[None])[0]
+    assert np.array_equal(flagged & 1, relevant.astype(np.uint32))
+    t_keys = rng.choice(keys[np.isfinite(keys)], 300)
+    t_bits = sortable_bits(t_keys) & np.uint32(0xFFFFFFFE)  # even thresholds
+    t_vals = from_sortable_bits(t_bits)
+    other = ~relevant
+    for t, v in zip(t_bits, t_vals, strict=True):
+        assert np.array_equal(flagged[other] < t, keys[other] < v)
+    order = np.argsort(flagged, kind="stable")
+    k = keys[order].astype(np.float64)
+    ulp = np.spacing(np.abs(keys[order]).astype(np.float32)).astype(np.float64)
+    behind = k[:-1] > k[1:] + np.maximum(ulp[:-1], ulp[1:])
+    assert not behind.any()
+
+
+def test_item_bands_hold_the_band_around_either_key_a_flag_stands_for():
+    """A relevant item's flagged bits stand for its key or the float below: the returned
+    ``[lo, hi]`` must hold ``key -+ band`` for both (float64 arithmetic), with ``lo`` even."""
+    rng = np.random.default_rng(14)
+    n = 20_000
+    keys = (2.0 ** rng.integers(-149, 30, n) * rng.uniform(1, 2, n)).astype(np.float32)
+    keys *= rng.choice(np.array([-1, 1], np.float32), n)
+    keys[:6] = [0.0, -0.0, 1e-45, -1e-45, 2e-45, -2e-45]
+    band = np.abs(keys.astype(np.float64)) * rng.uniform(0, 2**-21, n) + 2.0**-149 * rng.integers(
+        0, 4, n
+    )
+    e64 = np.abs(keys.astype(np.float64)) * 2.0**-50
+    for err in (None, e64):
+        lo, hi = deep._item_bands(sortable_bits(keys) | np.uint32(1), band, err)
+        assert np.all((lo & 1 == 0) | (lo == sortable_bits(np.float32(-np.inf))))
+        lo_f = from_sortable_bits(lo).astype(np.float64)
+        hi_f = from_sortable_bits(hi).astype(np.float64)
+        for key in (keys, from_sortable_bits(sortable_bits(keys) | np.uint32(1))):
+            k = key.astype(np.float64)
+            need = band if err is None else np.minimum(band, deep.relative_band(key, err))
+            assert np.all(lo_f <= k - need) and np.all(hi_f >= k + need)
+
+
+def test_near_items_are_the_items_whose_band_may_hold_a_non_relevant_key():
+    """Against a plain loop: an item is near when some non-relevant key of its row (its
+    flagged bits ``e`` or ``e + 1``) may lie in its band, or the band passes the row's cut."""
+    rng = np.random.default_rng(15)
+    b, n = 6, 40
+    keys = (np.uint32(0x3F800000) + rng.integers(0, 150, (b, n)).astype(np.uint32)).view(np.float32)
+    relevant = rng.random((b, n)) < 0.4
+    rows = np.sort(flagged_keys(keys, relevant), axis=1)
+    # even rows compacted as the engine does: keys past the farthest relevant one left out
+    cut = np.where(
+        np.arange(b) % 2, np.uint32(0xFFFFFFFF), rows.max(axis=1, where=rows & 1 == 1, initial=0)
+    )
+    rows[rows > cut[:, None]] = 0xFFFFFFFE
+    flat_at = np.flatnonzero(rows & 1)
+    row, pos = np.divmod(flat_at, n)
+    item = rows.ravel()[flat_at]
+    lo = (item - rng.integers(1, 6, item.size).astype(np.uint32)) & np.uint32(0xFFFFFFFE)
+    hi = item + rng.integers(0, 5, item.size).astype(np.uint32)
+    near = deep._near_items(rows, (row, pos, flat_at), lo, hi, cut)
+    want = []
+    for i in range(item.size):
+        other = rows[row[i]][(rows[row[i]] & 1) == 0]
+        other = other[other <= cut[row[i]]]
+        held = ((other <= hi[i]) & (other + 1 >= lo[i])).any()
+        want.append(bool(held or hi[i] > cut[row[i]]))
+    assert 0 < sum(want) < len(want)
+    assert near.tolist() == want
+
+
+def test_deep_engine_ranks_subnormal_and_signed_zero_keys():
+    """Inner products of order 2**-140 (float32 subnormals, zeros of both signs, exact ties
+    between relevant and non-relevant references) against the float64 brute force."""
+    rng = np.random.default_rng(13)
+    x = (rng.integers(-3, 4, size=(400, 4)) * 2.0**-70).astype(np.float32)
+    y = rng.integers(0, 40, 400)
+    task = _task(x, y, metrics=["map", "precision_at_1"], distance="inner_product")
+    assert deep_applies(task)
+    values, ties = _deep_engine(task, 64)
+    ap, p1, tie = _float64_ranking_oracle(x, y, x, y, "inner_product", loo=True)
+    assert tie.sum() > 50
+    np.testing.assert_allclose(values["map"], ap, rtol=1e-12)
+    np.testing.assert_array_equal(values["precision_at_1"], p1)
     np.testing.assert_array_equal(ties["map"], tie)
 
 

@@ -10,17 +10,19 @@ every row.  This engine instead, for each block of queries:
 1. computes the block's whole-row filter keys (:func:`filter_precision`: float32 keys rounded
    from a float64 product where the rows fit; identical references share one key; excluded
    pairs are ``+inf``), with the candidate engine's plan and block layout;
-2. sorts each row's float32 keys up to its farthest relevant one (no reference index: half
-   the bytes of a packed code) and gathers the keys of the relevant references, sorted by
-   (key, reference index);
-3. locates each relevant key in its sorted row by binary search (:func:`locate`): the
-   non-relevant keys strictly below it are its *N*, the non-relevant references ahead of it;
+2. replaces the lowest bit of each key's sortable 32-bit form by the reference's relevance
+   (:func:`flagged_keys`) and sorts each row up to its farthest relevant key: the keys fall
+   in float32 order to within one unit in the last place, and the flags show where the
+   relevant ones landed, so the non-relevant entries before a relevant one are its *N*, the
+   non-relevant references ahead of it (no reference index is sorted, and nothing searched);
+3. checks each relevant key's band (twice the float32 keys' error bound, widened by the bit
+   the flag replaced; :func:`_item_bands`) against the non-relevant keys next to it in the
+   sorted row (:func:`_near_items`): with none inside, its *N* is exact;
 4. ranks each row in float64 (:mod:`embedeval.engine.decide`) from *N* alone: the ``j``-th
    relevant reference in float64 order has rank ``j + N_j`` and ``N`` never decreases along
-   the order, so the ranks are ``sort(N) + (0, 1, ...)``.  A relevant key with no non-relevant
-   key within its band (twice the float32 keys' error bound) keeps its float32 ``N``; for a
-   *near miss*, ``N`` counts the non-relevant keys below the band and the band members that
-   precede it in float64 (:func:`_band_members` finds them in the key matrix,
+   the order, so the ranks are ``sort(N) + (0, 1, ...)``.  For a *near miss*, ``N`` counts
+   the non-relevant keys below the band and the band members that precede it in float64
+   (:func:`_band_members` finds the near misses and the members in the key matrix,
    :func:`embedeval.engine.decide.float64_keys` orders them);
 5. scores the ranks with :func:`embedeval.engine.kernels.hits_from_ranks`; where a relevant
    and a non-relevant reference have equal float64 keys, the non-relevant ones of smaller
@@ -34,6 +36,7 @@ says when it is the faster of the two.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -57,9 +60,7 @@ from .exact import (
     EnginePlan,
     PreparedSearch,
     grid_keys,
-    pack_codes,
     plan_search,
-    sort_row_runs,
     tied_search,
 )
 from .kernels import hits_from_ranks, score_hits
@@ -69,16 +70,24 @@ from .threads import in_order, single_threaded_blas
 
 #: Mean R_q above n_reference / _FEW keeps the candidate engine (see deep_applies).
 _FEW = 5
+#: The flag of :func:`flagged_keys` (their lowest bit) and the mask that clears it.
+_FLAG, _EVEN = np.uint32(1), np.uint32(0xFFFFFFFE)
+#: Sortable bits of the largest finite float32 (a cut-off under which every valid key lies) and
+#: of ``-inf`` (below every key), and the padding of compacted rows (above every key, no flag).
+_ALL = sortable_bits(np.array([KEY_MAX]))[0]
+_NEG_INF_BITS = sortable_bits(np.array([-np.inf]))[0]
+_PAD = np.uint32(0xFFFFFFFE)
+#: Where a uint32's lowest byte lies in memory.
+_LOW_BYTE = 0 if sys.byteorder == "little" else 3
 
 __all__ = [
     "BlockRows",
     "RelevantRanks",
     "deep_applies",
     "deep_blocks",
-    "locate",
+    "flagged_keys",
     "relative_band",
     "relevant_ranks",
-    "row_codes",
     "score_ranks",
 ]
 
@@ -121,44 +130,48 @@ def deep_applies(task: RetrievalTask) -> bool:
     return float(task.relevant.mean()) * _FEW <= int(task.reference.shape[0])
 
 
-def row_codes(sorted_rows: np.ndarray, n_items: int) -> np.ndarray | None:
-    """The keys of row-sorted ``sorted_rows`` as one sorted flat array of ``(row, sortable
-    key bits)`` codes (:func:`_codes`) for :func:`locate` to search, where that is cheaper
-    than a binary search of ``n_items`` items in their own rows (``None``): building the
-    codes touches every key once, each search step touches one key per item, so the codes
-    pay when the items times ``log2`` of the row width outnumber the keys (measured: the
-    hashing shape, 5,000 relevant keys in rows of 50,000, 8.4 ms a block with codes, 11 ms
-    without; 100 in rows of 10,000, 7.5 ms with codes, 1.8 ms without)."""
-    b, n = sorted_rows.shape
-    if n_items * max(int(n).bit_length(), 1) <= b * n:
-        return None
-    codes = sortable_bits(sorted_rows).astype(np.uint64)
-    codes |= (np.arange(b, dtype=np.uint64) << np.uint64(32))[:, None]
-    return codes.ravel()
+def flagged_keys(keys: np.ndarray, relevant: np.ndarray, step: int = 1 << 14) -> np.ndarray:
+    """The sortable bits of float32 ``keys`` (:func:`~embedeval.engine.candidates.sortable_bits`:
+    unsigned order is float order, ``-0.0`` is ``0.0``) with the lowest bit replaced by
+    ``relevant``.
 
+    Sorting them sorts the keys to within one unit in the last place and shows, by the flag,
+    where each relevant key landed.  A key of bits ``k`` becomes ``k & ~1 | flag``: a relevant
+    key's own bits are its flagged bits or the ones below, a non-relevant key's its flagged
+    bits or the ones above, so a flagged non-relevant key lies below an even ``t`` exactly when
+    its key does.  Formed in cache-sized pieces of ``step`` keys.
 
-def locate(
-    sorted_rows: np.ndarray,
-    rows: np.ndarray,
-    keys: np.ndarray,
-    right: bool,
-    codes: np.ndarray | None = None,
-) -> np.ndarray:
-    """Per item, the number of keys of its row of ``sorted_rows`` below ``keys`` (``right``:
-    at or below), where ``-0.0`` and ``0.0`` compare equal as floats do: one binary search of
-    every item at once, in the rows' :func:`row_codes` when given, else in its own row
-    (:func:`~embedeval.engine.candidates.rows_searchsorted`).
-
-    >>> s = np.array([[0.0, 1.0, 1.0, 3.0], [2.0, 2.0, 5.0, 6.0]], dtype=np.float32)
-    >>> locate(s, np.array([0, 1]), np.array([1.0, 2.0], np.float32), False).tolist()
-    [1, 0]
-    >>> locate(s, np.array([0, 1]), np.array([1.0, 2.0], np.float32), True).tolist()
-    [3, 2]
+    >>> k = np.array([[1.0, 2.0, -1.0, 1.0]], np.float32)
+    >>> s = flagged_keys(k, np.array([[True, False, False, False]]))
+    >>> (s & 1).tolist(), np.argsort(s, kind="stable").tolist()
+    ([[1, 0, 0, 0]], [[2, 3, 0, 1]])
     """
-    if codes is None:
-        return rows_searchsorted(sorted_rows, rows, np.asarray(keys, dtype=np.float32), right)
-    found = np.searchsorted(codes, _codes(rows, sortable_bits(keys)), "right" if right else "left")
-    return found - rows.astype(np.int64) * sorted_rows.shape[1]
+    out = np.empty(keys.shape, dtype=np.uint32)
+    src, rel, dst = keys.reshape(-1), relevant.reshape(-1), out.reshape(-1)
+    sign = np.empty(min(step, dst.size), dtype=np.int32)
+    for a in range(0, dst.size, step):
+        bits = dst[a : a + step]
+        np.add(src[a : a + step], np.float32(0.0), out=bits.view(np.float32))  # -0.0 is 0.0
+        flip = sign[: bits.size]
+        np.right_shift(bits.view(np.int32), 31, out=flip)  # all ones for negative keys
+        flip |= np.int32(-(2**31))
+        flip &= np.int32(-2)
+        bits &= _EVEN
+        bits ^= flip.view(np.uint32)
+        bits |= rel[a : a + step]
+    return out
+
+
+def _farthest_relevant(flagged: np.ndarray) -> np.ndarray:
+    """Per row of :func:`flagged_keys`, the largest flagged key of a relevant reference (0
+    where there is none)."""
+    return np.max(flagged & (np.uint32(0) - (flagged & _FLAG)), axis=1, initial=0)
+
+
+def _flag_bytes(sorted_rows: np.ndarray) -> np.ndarray:
+    """The flags of flagged keys (:func:`flagged_keys`), one bool per key: their lowest bytes."""
+    low = sorted_rows.reshape(-1).view(np.uint8)[_LOW_BYTE::4]
+    return np.bitwise_and(low, np.uint8(1)).view(bool)
 
 
 @dataclass(frozen=True)
@@ -187,7 +200,8 @@ def relevant_ranks(
     """The :class:`RelevantRanks` of a block of query rows from their whole-row ``keys`` (valid
     keys finite, excluded pairs ``+inf``) and label codes (:mod:`embedeval.engine.labels`).
 
-    Only keys up to a per-row cut-off are sorted: ``tau`` (a depth threshold, see
+    The keys are sorted as :func:`flagged_keys`, whose lowest bit says which references are
+    relevant, and only up to a per-row cut-off: ``tau`` (a depth threshold, see
     :func:`embedeval.engine.exact.depth_thresholds`), raised under the label threshold
     (``plan.threshold``) to the row's farthest relevant key; a row with fewer than ``need``
     keys under it is sorted whole.  Relevant references past the cut-off lie past every
@@ -196,40 +210,36 @@ def relevant_ranks(
     The ``j``-th relevant reference of a row in float64 order has rank ``j + N_j``, ``N_j`` the
     non-relevant references ahead of it; ``N`` never decreases along the order, so the ranks
     are ``sort(N) + (0, 1, ...)``.  ``band`` (per row) is twice the bound on a float32 key's
-    distance from its float64 key (:func:`embedeval.engine.decide.key_bounds`): for a relevant
-    key with no non-relevant key within its band, ``N`` is the count of non-relevant keys below
-    it; for a *near miss*, the count below its band plus the non-relevant references in the
-    band that precede it in float64 (:func:`_band_ahead`).  Keys rounded once from a float64
-    product (``e64``: per row, the float64 keys' own error, see :func:`relative_band`) take
-    the narrower of ``band`` and a band relative to the key.  A relevant reference whose
-    float64 key equals that of non-relevant ones counts those of smaller index as ahead of it,
-    and their run of equal keys is reported (:func:`_tie_blocks`) for the kernels' tie flags.
+    distance from its float64 key (:func:`embedeval.engine.decide.key_bounds`): a relevant key
+    with no non-relevant key within its band (:func:`_near_items`) takes ``N`` from its place
+    in the sorted row (the non-relevant entries before it); for a *near miss*, ``N`` is the
+    count below its band plus the non-relevant references in the band that precede it in
+    float64 (:func:`_band_ahead`).  Keys rounded once from a float64 product (``e64``: per
+    row, the float64 keys' own error, see :func:`relative_band`) take the narrower of
+    ``band`` and a band relative to the key.  A relevant reference whose float64 key equals
+    that of non-relevant ones counts those of smaller index as ahead of it, and their run of
+    equal keys is reported (:func:`_tie_blocks`) for the kernels' tie flags.
     """
     b = keys.shape[0]
     relevant = match_matrix(query_codes, reference_codes)
     relevant &= keys <= KEY_MAX
-    row, bits, ref = _relevant_items(plan, keys, relevant)
-    rel_keys = from_sortable_bits(bits)
-    cut = np.minimum(tau, KEY_MAX).astype(np.float32)
-    if plan.threshold == "max" and row.size:
-        last = np.flatnonzero(np.append(row[1:] != row[:-1], True))
-        cut[row[last]] = np.maximum(cut[row[last]], rel_keys[last])
-    sorted_rows, cut = _sorted_rows(keys, cut, need)
-    flat = row_codes(sorted_rows, row.size)
-    inside = rel_keys <= cut[row]
-    if not inside.all():
-        row, bits, ref, rel_keys = row[inside], bits[inside], ref[inside], rel_keys[inside]
-    row_first = _run_first(row)
-    # Non-relevant keys strictly below each relevant key: all keys below it, less the
-    # relevant ones (the items of its row before its run of equal keys).
-    at_key = locate(sorted_rows, row, rel_keys, False, flat)
-    ahead = at_key - (_run_first(_codes(row, bits)) - row_first)
-    item_band = band[row]
-    if e64 is not None:
-        item_band = np.minimum(item_band, relative_band(rel_keys, e64[row]))
-    near, lo_key, hi_key, below = _near_items(
-        sorted_rows, flat, (row, row_first, at_key), bits, rel_keys, item_band, cut
-    )
+    flagged = flagged_keys(keys, relevant)
+    # Odd: a relevant key at tau keeps its place under the cut-off.
+    cut = sortable_bits(np.minimum(tau, KEY_MAX).astype(np.float32)) | np.uint32(1)
+    if plan.threshold == "max":
+        np.maximum(cut, _farthest_relevant(flagged), out=cut)
+    sorted_rows, cut = _sorted_rows(flagged, cut, need)
+    width = sorted_rows.shape[1]
+    at_flag = np.flatnonzero(_flag_bytes(sorted_rows))
+    lims = np.searchsorted(at_flag, np.arange(b + 1) * width)
+    n_items = np.diff(lims)
+    row = np.repeat(np.arange(b), n_items)
+    row_first = np.repeat(lims[:-1], n_items)
+    pos = at_flag - row * width
+    ahead = pos - (np.arange(row.size) - row_first)  # non-relevant entries before each item
+    item_bits = sorted_rows.ravel()[at_flag]
+    lo_bits, hi_bits = _item_bands(item_bits, band[row], None if e64 is None else e64[row])
+    near = _near_items(sorted_rows, (row, pos, at_flag), lo_bits, hi_bits, cut)
     ties = None
     done = _crowded_rows(keys, relevant, row, near, rows)
     if done is not None:  # rows ranked from float64 keys of the whole row
@@ -239,15 +249,19 @@ def relevant_ranks(
         near &= ~in_dense
     if near.any():
         at = np.flatnonzero(near)
-        spans = (lo_key[at], hi_key[at])
-        strict, before, n_equal, k_item = _band_ahead(
-            keys, relevant, row[at], ref[at], bits[at], spans, rows
+        below, (i_row, i_ref, i_bits, i_lo), members = _near_members(
+            keys, relevant, sorted_rows, (row, row_first, item_bits), at, (lo_bits, hi_bits)
         )
-        ahead[at] = below[at] + strict + before
+        strict, before, n_equal, k_item = _band_ahead(
+            i_row, i_ref, i_bits, i_lo, members, rows, keys.shape
+        )
+        # The items of a near miss's flagged key are listed, in both orders, as a run of
+        # that (row, flagged key): any pairing within the run gives each row the same N.
+        ahead[at] = below + strict + before
         tied = n_equal > 0
         if tied.any():
             t = at[tied]
-            ties = (t, below[t] + strict[tied], before[tied], n_equal[tied], k_item[tied])
+            ties = (t, below[tied] + strict[tied], before[tied], n_equal[tied], k_item[tied])
     # sort(N) per row: one sort of (row, N) codes.  Rows are sorted already and N follows the
     # float32 order but for near misses, so the codes are nearly sorted: a merge sort runs
     # through them (measured 0.1 ms against 6.9 ms for quicksort on 150,000 codes).
@@ -255,7 +269,7 @@ def relevant_ranks(
     code = np.sort(row.astype(np.int64) * span + ahead, kind="stable")
     hit_pos = code - row * span + np.arange(row.size) - row_first
     blocks = _tie_blocks(row, code, span, ties, b)
-    return RelevantRanks(np.bincount(row, minlength=b), hit_pos, blocks)
+    return RelevantRanks(n_items, hit_pos, blocks)
 
 
 def _tie_blocks(
@@ -368,66 +382,90 @@ def _codes(row: np.ndarray, bits: np.ndarray) -> np.ndarray:
     return (row.astype(np.uint64) << np.uint64(32)) | bits.astype(np.uint64)
 
 
-def _relevant_items(
-    plan: EnginePlan, keys: np.ndarray, relevant: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The relevant pairs of a block as ``(row, sortable key bits, reference index)``, sorted
-    by (row, key, reference index): the order of the relevant items in the ranking."""
-    b, n = keys.shape
-    flat = np.flatnonzero(relevant)
-    row = flat // n
-    code = pack_codes(row, keys.ravel()[flat], flat - row * n, plan.col_bits)
-    lims = np.zeros(b + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row, minlength=b), out=lims[1:])
-    sort_row_runs(code, lims)  # flatnonzero grouped the items by row
-    row = (code >> np.uint64(32 + plan.col_bits)).astype(np.int64)
-    bits = ((code >> np.uint64(plan.col_bits)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    ref = (code & np.uint64((1 << plan.col_bits) - 1)).astype(np.int64)
-    return row, bits, ref
+def _item_bands(
+    item_bits: np.ndarray, band: np.ndarray, e64: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per relevant item (its :func:`flagged_keys` bits), the sortable bits ``[lo, hi]`` of
+    its band: every key whose float64 order against the item's may differ from their float32
+    order lies in it.  The item's own key is its flagged key or the float below; ``band`` (and,
+    given ``e64``, :func:`relative_band` of the larger of the two) is added on either side,
+    rounded outwards.  ``lo`` is even, so a non-relevant key lies below it exactly when its
+    flagged key does."""
+    low = from_sortable_bits(item_bits - np.uint32(1))
+    high = from_sortable_bits(item_bits)
+    if e64 is not None:
+        larger = np.where(np.abs(low) > np.abs(high), low, high)
+        band = np.minimum(band, relative_band(larger, e64))
+    lo = low.astype(np.float64) - band
+    with np.errstate(over="ignore"):
+        lo32 = lo.astype(np.float32)
+    lo32 = np.where(lo32 > lo, np.nextafter(lo32, np.float32(-np.inf)), lo32)
+    lo_bits = np.maximum(sortable_bits(lo32) & _EVEN, _NEG_INF_BITS)
+    return lo_bits, sortable_bits(widen(high, band))
 
 
 def _near_items(
     sorted_rows: np.ndarray,
-    flat: np.ndarray | None,
     items: tuple[np.ndarray, np.ndarray, np.ndarray],
-    bits: np.ndarray,
-    rel_keys: np.ndarray,
-    band: np.ndarray,
+    lo_bits: np.ndarray,
+    hi_bits: np.ndarray,
     cut: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per relevant item: whether it is a near miss (a key within its ``band`` of it is not
-    relevant, or may lie past the sorted cut-off: more keys in the band than relevant keys in
-    it), its band ``[lo, hi]`` in float32 (rounded outwards), and, for near misses, the
-    non-relevant keys below ``lo`` (each certainly ahead of it in float64: more than ``band``
-    below its key).
+) -> np.ndarray:
+    """Per relevant item, whether it is a near miss: a non-relevant key may lie in its band
+    ``[lo_bits, hi_bits]`` (:func:`_item_bands`), or the band reaches past its row's sorted
+    ``cut``.  ``items`` holds each item's row, place in its row and place in the flat
+    ``sorted_rows``.  Only the non-relevant keys next to the item's run of flagged keys are
+    read: the flagged order puts every other non-relevant key farther away."""
+    row, pos, flat_at = items
+    if not row.size:
+        return np.zeros(0, dtype=bool)
+    width = sorted_rows.shape[1]
+    flat = sorted_rows.reshape(-1)
+    start = np.ones(row.size, dtype=bool)
+    start[1:] = (flat_at[1:] != flat_at[:-1] + 1) | (row[1:] != row[:-1])
+    first = np.flatnonzero(start)
+    last = np.append(first[1:], row.size) - 1
+    run = np.cumsum(start) - 1
+    below = np.where(pos[first] > 0, flat[np.maximum(flat_at[first] - 1, 0)], np.uint32(0))
+    up = np.minimum(flat_at[last] + 1, flat.size - 1)
+    above = np.where(pos[last] + 1 < width, flat[up], _PAD)
+    return (below[run] >= lo_bits) | (above[run] <= hi_bits) | (hi_bits > cut[row])
 
-    ``items`` holds each item's row, the index of its row's first item and the number of its
-    row's keys below its key (where its key sits in ``sorted_rows``); ``flat`` is the
-    :func:`row_codes` of ``sorted_rows`` (or None).  An item whose neighbours in the sorted row
-    both lie outside its band holds its band alone and is settled without a search."""
-    row, row_first, at_key = items
-    lo_key = (rel_keys.astype(np.float64) - band).astype(np.float32)
-    hi_key = widen(rel_keys, band)
-    lo_key = np.where(lo_key > rel_keys - band, np.nextafter(lo_key, -np.inf), lo_key)
-    n = sorted_rows.shape[1]
-    keys, pos = sorted_rows.ravel(), row * n + at_key
-    shared = (at_key > 0) & (keys[np.maximum(pos - 1, 0)] >= lo_key)
-    shared |= (at_key + 1 < n) & (keys[np.minimum(pos + 1, keys.size - 1)] <= hi_key)
-    sub = np.flatnonzero(shared | (hi_key > cut[row]))
-    near = np.zeros(row.size, dtype=bool)
-    below = np.zeros(row.size, dtype=np.int64)
-    if not sub.size:
-        return near, lo_key, hi_key, below
-    r, lo, hi = row[sub], lo_key[sub], hi_key[sub]
-    lo_at = locate(sorted_rows, r, lo, False, flat)
-    in_band = locate(sorted_rows, r, hi, True, flat) - lo_at
-    # Relevant keys of the same row in the band: (row, sortable bits) codes are sorted.
-    rel_code = _codes(row, bits)
-    rel_lo = np.searchsorted(rel_code, _codes(r, sortable_bits(lo)))
-    rel_in_band = np.searchsorted(rel_code, _codes(r, sortable_bits(hi)), "right") - rel_lo
-    near[sub] = (in_band > rel_in_band) | (hi > cut[r])
-    below[sub] = lo_at - (rel_lo - row_first[sub])
-    return near, lo_key, hi_key, below
+
+def _near_members(
+    keys: np.ndarray,
+    relevant: np.ndarray,
+    sorted_rows: np.ndarray,
+    items: tuple[np.ndarray, np.ndarray, np.ndarray],
+    at: np.ndarray,
+    bands: tuple[np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, tuple, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """For the near misses ``at`` (items given as row, index of the row's first item and
+    flagged key bits; ``bands`` their :func:`_item_bands`): the non-relevant keys below each
+    one's band; the near misses found again in ``keys`` as ``(row, reference, key bits, lower
+    end of the band)`` sorted by (row, key, reference); and the non-relevant members of their
+    bands (:func:`_band_members`).  The relevant references of one row and flagged key share a
+    band and are near misses together."""
+    row, row_first, item_bits = items
+    lo_bits, hi_bits = bands
+    item_code = _codes(row, item_bits)
+    r, lo = row[at], lo_bits[at]
+    relevant_below = np.searchsorted(item_code, _codes(r, lo)) - row_first[at]
+    below = rows_searchsorted(sorted_rows, r, lo) - relevant_below
+    g_code = item_code[at]
+    g = at[np.append(True, g_code[1:] != g_code[:-1])]
+    g_code = item_code[g]
+    lo_key, hi_key = from_sortable_bits(lo_bits[g]), from_sortable_bits(hi_bits[g])
+    m_row, m_ref, m_code, m_rel = _band_members(keys, relevant, row[g], lo_key, hi_key)
+    flagged = m_code | np.uint64(1)
+    j = np.minimum(np.searchsorted(g_code, flagged), g.size - 1)
+    mine = m_rel & (g_code[j] == flagged)
+    if int(mine.sum()) != at.size:  # every near miss lies in its own band
+        raise RuntimeError("internal error: near misses not found in their bands")
+    bits = (m_code[mine] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    found = (m_row[mine], m_ref[mine], bits, lo_key[j[mine]])
+    other = ~m_rel
+    return below, found, (m_row[other], m_ref[other], m_code[other])
 
 
 def relative_band(keys: np.ndarray, e64: np.ndarray) -> np.ndarray:
@@ -448,20 +486,11 @@ def relative_band(keys: np.ndarray, e64: np.ndarray) -> np.ndarray:
     return (2.0 * u * size + 2.0 * e64 + 2.0**-148) / (1.0 - u) * (1.0 + 2.0**-40)
 
 
-def _run_first(values: np.ndarray) -> np.ndarray:
-    """For sorted ``values``: the index of the first value equal to each one
-    (``np.searchsorted(values, values)`` in one pass)."""
-    new = np.ones(values.size, dtype=bool)
-    new[1:] = values[1:] != values[:-1]
-    starts = np.flatnonzero(new)
-    return np.repeat(starts, np.diff(np.append(starts, values.size)))
-
-
 def _band_members(
     keys: np.ndarray, relevant: np.ndarray, row: np.ndarray, lo_key: np.ndarray, hi_key: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The valid non-relevant references whose key lies in the band ``[lo_key, hi_key]`` of
-    some item of its row (items sorted by (row, key)) as ``(row, reference, code)`` sorted by
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The valid references whose key lies in the band ``[lo_key, hi_key]`` of some item of
+    its row (items sorted by (row, key)) as ``(row, reference, code, relevant)`` sorted by
     code (:func:`_codes`), then reference.
 
     One pass over the rows' keys in float32: each row is cut into buckets at least twice as
@@ -496,15 +525,16 @@ def _band_members(
     flat = np.flatnonzero(np.take(marked.ravel(), at))
     r = flat // n
     c = flat - r * n
-    other = ~relevant[rows[r], c] & (sub[r, c] <= KEY_MAX)  # excluded pairs are +inf
-    r, c = r[other], c[other]
+    valid = sub[r, c] <= KEY_MAX  # excluded pairs are +inf
+    r, c = r[valid], c[valid]
     code = _codes(rows[r], sortable_bits(sub[r, c]))
     j = np.searchsorted(_codes(row, sortable_bits(hi_key)), code)
     ok = j < row.size
     ok[ok] = _codes(row[j[ok]], sortable_bits(lo_key[j[ok]])) <= code[ok]
     r, c, code = rows[r[ok]], c[ok], code[ok]
     order = np.lexsort((c, code))
-    return r[order], c[order], code[order]
+    r, c = r[order], c[order]
+    return r, c, code[order], relevant[r, c]
 
 
 def _buckets(values: np.ndarray, base: np.ndarray, inv: np.ndarray, n_bucket: int) -> np.ndarray:
@@ -522,28 +552,29 @@ def _buckets(values: np.ndarray, base: np.ndarray, inv: np.ndarray, n_bucket: in
 
 
 def _band_ahead(
-    keys: np.ndarray,
-    relevant: np.ndarray,
     row: np.ndarray,
     ref: np.ndarray,
     bits: np.ndarray,
-    spans: tuple[np.ndarray, np.ndarray],
+    lo_key: np.ndarray,
+    members: tuple[np.ndarray, np.ndarray, np.ndarray],
     rows: BlockRows,
+    shape: tuple[int, int],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per near-miss relevant item (``row``, reference ``ref``, float32 key ``bits``, band
-    ``spans``; sorted by (row, key, reference)): the non-relevant references of its band with
-    a smaller :func:`embedeval.engine.decide.float64_keys` key, those with an equal key and a
-    smaller index, those with an equal key, and the item's float64 key.
+    """Per near-miss relevant item (``row``, reference ``ref``, float32 key ``bits``, lower
+    end of its band ``lo_key``; sorted by (row, key, reference)): the non-relevant references
+    of its band with a smaller :func:`embedeval.engine.decide.float64_keys` key, those with an
+    equal key and a smaller index, those with an equal key, and the item's float64 key.
+    ``members`` are the non-relevant references in the bands of the items' rows
+    (:func:`_band_members`: row, reference, code) of a block of ``shape``.
 
     The items and the band members of a row get their float64 keys in one call, listed in
     float32 order, so every relevant / non-relevant pair among them is in its float64 order.
     """
-    lo_key, hi_key = spans
-    m_row, m_ref, m_code = _band_members(keys, relevant, row, lo_key, hi_key)
+    m_row, m_ref, m_code = members
     all_row = np.concatenate((row, m_row))
     all_ref = np.concatenate((ref, m_ref))
     kind = np.arange(all_row.size) < row.size
-    order = _merged_order(row, bits, ref, m_row, m_code, m_ref, keys.shape)
+    order = _merged_order(row, bits, ref, m_row, m_code, m_ref, shape)
     exact = np.empty(all_row.size, dtype=np.float64)
     exact[order] = float64_keys(
         rows.xq, rows.xb, rows.start + all_row[order], all_ref[order], all_row[order],
@@ -620,27 +651,29 @@ def _members_below(
 
 
 def _sorted_rows(
-    keys: np.ndarray, cut: np.ndarray, need: np.ndarray
+    flagged: np.ndarray, cut: np.ndarray, need: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's keys up to its ``cut``, sorted and padded with ``+inf`` (the whole row
-    when fewer than ``need`` keys lie under the cut, or when most rows keep most keys), and
-    the cut-offs used."""
-    b, n = keys.shape
-    mask = keys <= cut[:, None]
+    """Each row's :func:`flagged_keys` up to its ``cut`` (flagged bits), sorted and padded
+    with :data:`_PAD` (the whole row when fewer than ``need`` keys lie under the cut, or when
+    most rows keep most keys: then ``flagged`` itself, sorted in place), and the cut-offs
+    used."""
+    b, n = flagged.shape
+    mask = flagged <= cut[:, None]
     counts = np.count_nonzero(mask, axis=1)
     short = counts < need
     if short.any():
-        cut[short] = KEY_MAX
-        mask[short] = keys[short] <= KEY_MAX
+        cut[short] = _ALL
+        mask[short] = flagged[short] <= _ALL
         counts[short] = np.count_nonzero(mask[short], axis=1)
     width = int(counts.max(initial=0))
     # Compacting costs a pass and a scatter; it pays when the sort shrinks by half or more.
     if 2 * width > n:
-        return np.sort(keys, axis=1), np.full(b, KEY_MAX, dtype=np.float32)
-    out = np.full((b, max(width, 1)), np.inf, dtype=np.float32)
+        flagged.sort(axis=1)
+        return flagged, np.full(b, _ALL, dtype=np.uint32)
+    out = np.full((b, max(width, 1)), _PAD, dtype=np.uint32)
     starts = np.cumsum(counts) - counts
     col = np.arange(int(counts.sum())) - np.repeat(starts, counts)
-    out[np.repeat(np.arange(b), counts), col] = keys[mask]
+    out[np.repeat(np.arange(b), counts), col] = flagged[mask]
     out.sort(axis=1)
     return out, cut
 
