@@ -261,7 +261,12 @@ class PreparedSearch:
         dim = int(xq.shape[1])
         rounding = rounding_of("float64")
         q = np.asarray(xq, dtype=np.float64)
-        x = q if xb is xq else np.asarray(xb, dtype=np.float64)
+        if distance == "euclidean":  # the rows written once, beside their squared norms
+            ref = np.empty((xb.shape[0], dim + 1), dtype=np.float64)
+            ref[:, :-1] = q if xb is xq else xb
+            x = ref[:, :-1]
+        else:
+            x = q if xb is xq else np.asarray(xb, dtype=np.float64)
         if distance == "cosine":
             q = unit_rows64(q, "query")
             x = q if xb is xq else unit_rows64(x, "reference")
@@ -274,13 +279,13 @@ class PreparedSearch:
         reach = Reach(sq_query * wide, m_sq * wide, dim, distance, *rounding)
         if distance == "inner_product":
             return cls(-q, x.T, None, reach=reach)
-        ref = np.empty((x.shape[1] + 1, x.shape[0]), dtype=np.float64)
-        ref[:-1] = x.T
-        ref[-1] = sq_ref
+        # Row-major with the norms as a last column (its transpose is the product's operand,
+        # as for float32): a transposed copy of the rows took most of the build.
+        ref[:, -1] = sq_ref
         queries = np.empty((q.shape[0], dim + 1), dtype=np.float64)
         np.multiply(q, -2.0, out=queries[:, :-1])
         queries[:, -1] = 1.0
-        return cls(queries, ref, sq_query, reach=reach)
+        return cls(queries, ref.T, sq_query, reach=reach)
 
     @property
     def n_reference(self) -> int:
