@@ -70,8 +70,8 @@ from .threads import in_order, single_threaded_blas
 
 #: Mean R_q above n_reference / _FEW keeps the candidate engine (see deep_applies).
 _FEW = 5
-#: The flag of :func:`flagged_keys` (their lowest bit) and the mask that clears it.
-_FLAG, _EVEN = np.uint32(1), np.uint32(0xFFFFFFFE)
+#: The mask that clears the flag of :func:`flagged_keys` (their lowest bit).
+_EVEN = np.uint32(0xFFFFFFFE)
 #: Sortable bits of the largest finite float32 (a cut-off under which every valid key lies) and
 #: of ``-inf`` (below every key), and the padding of compacted rows (above every key, no flag).
 _ALL = sortable_bits(np.array([KEY_MAX]))[0]
@@ -162,10 +162,17 @@ def flagged_keys(keys: np.ndarray, relevant: np.ndarray, step: int = 1 << 14) ->
     return out
 
 
-def _farthest_relevant(flagged: np.ndarray) -> np.ndarray:
-    """Per row of :func:`flagged_keys`, the largest flagged key of a relevant reference (0
-    where there is none)."""
-    return np.max(flagged & (np.uint32(0) - (flagged & _FLAG)), axis=1, initial=0)
+def _farthest_relevant(keys: np.ndarray, relevant: np.ndarray) -> np.ndarray:
+    """Per row, the largest key of a relevant reference (``-inf`` where there is none)."""
+    b, n = keys.shape
+    flat = np.flatnonzero(relevant)
+    out = np.full(b, -np.inf, dtype=np.float32)
+    if flat.size:
+        per_row = np.bincount(flat // n, minlength=b)
+        has = per_row > 0
+        first = (np.cumsum(per_row) - per_row)[has]
+        out[has] = np.maximum.reduceat(keys.reshape(-1)[flat], first)
+    return out
 
 
 def _flag_bytes(sorted_rows: np.ndarray) -> np.ndarray:
@@ -223,12 +230,10 @@ def relevant_ranks(
     b = keys.shape[0]
     relevant = match_matrix(query_codes, reference_codes)
     relevant &= keys <= KEY_MAX
-    flagged = flagged_keys(keys, relevant)
-    # Odd: a relevant key at tau keeps its place under the cut-off.
-    cut = sortable_bits(np.minimum(tau, KEY_MAX).astype(np.float32)) | np.uint32(1)
+    cut = np.minimum(tau, KEY_MAX).astype(np.float32)
     if plan.threshold == "max":
-        np.maximum(cut, _farthest_relevant(flagged), out=cut)
-    sorted_rows, cut = _sorted_rows(flagged, cut, need)
+        np.maximum(cut, _farthest_relevant(keys, relevant), out=cut)
+    sorted_rows, cut = _sorted_rows(keys, relevant, cut, need)
     width = sorted_rows.shape[1]
     at_flag = np.flatnonzero(_flag_bytes(sorted_rows))
     lims = np.searchsorted(at_flag, np.arange(b + 1) * width)
@@ -651,31 +656,37 @@ def _members_below(
 
 
 def _sorted_rows(
-    flagged: np.ndarray, cut: np.ndarray, need: np.ndarray
+    keys: np.ndarray, relevant: np.ndarray, cut: np.ndarray, need: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's :func:`flagged_keys` up to its ``cut`` (flagged bits), sorted and padded
+    """Each row's :func:`flagged_keys` of the keys up to its float32 ``cut``, sorted and padded
     with :data:`_PAD` (the whole row when fewer than ``need`` keys lie under the cut, or when
-    most rows keep most keys: then ``flagged`` itself, sorted in place), and the cut-offs
-    used."""
-    b, n = flagged.shape
-    mask = flagged <= cut[:, None]
+    most rows keep most keys), and per row the flagged bits at or under which every
+    non-relevant key of the row is among the sorted ones.
+
+    Compacting costs a pass and a scatter; it pays when the sort shrinks by half or more (and
+    then only the kept keys are flagged)."""
+    b, n = keys.shape
+    mask = keys <= cut[:, None]
     counts = np.count_nonzero(mask, axis=1)
     short = counts < need
     if short.any():
-        cut[short] = _ALL
-        mask[short] = flagged[short] <= _ALL
+        cut[short] = KEY_MAX
+        mask[short] = keys[short] <= KEY_MAX
         counts[short] = np.count_nonzero(mask[short], axis=1)
     width = int(counts.max(initial=0))
-    # Compacting costs a pass and a scatter; it pays when the sort shrinks by half or more.
     if 2 * width > n:
+        flagged = flagged_keys(keys, relevant)
         flagged.sort(axis=1)
         return flagged, np.full(b, _ALL, dtype=np.uint32)
     out = np.full((b, max(width, 1)), _PAD, dtype=np.uint32)
     starts = np.cumsum(counts) - counts
     col = np.arange(int(counts.sum())) - np.repeat(starts, counts)
-    out[np.repeat(np.arange(b), counts), col] = flagged[mask]
+    out[np.repeat(np.arange(b), counts), col] = flagged_keys(keys[mask], relevant[mask])
     out.sort(axis=1)
-    return out, cut
+    # A non-relevant key's own bits are its flagged bits or the next ones: those at or under
+    # the cut's bits less one are kept.  Zero bits (below every key) where the cut is -inf.
+    cut_bits = sortable_bits(cut)
+    return out, np.where(cut_bits > _NEG_INF_BITS, cut_bits - np.uint32(1), np.uint32(0))
 
 
 def score_ranks(task: RetrievalTask, start: int, ranks: RelevantRanks) -> ScoredBlock:
