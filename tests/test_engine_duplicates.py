@@ -189,3 +189,34 @@ def test_approximate_lists_tie_twins(distance):
     want = _oracle(x, y, None, None, metrics, distance=distance)
     for m in metrics:
         np.testing.assert_allclose(res.per_query[m], want[m], rtol=1e-6, err_msg=m)
+
+
+def _groups_by_bytes(x):
+    """Plain grouping of identical rows (-0.0 taken as 0.0): {first member: members}."""
+    seen = {}
+    for i, row in enumerate(x + np.float32(0.0)):
+        seen.setdefault(row.tobytes(), []).append(i)
+    return {m[0]: m for m in seen.values() if len(m) > 1}
+
+
+@pytest.mark.parametrize("dim", [1, 3, 8])
+@pytest.mark.parametrize("collide", [False, True])
+def test_duplicate_rows_are_the_groups_of_identical_rows(monkeypatch, dim, collide):
+    """Against a plain grouping by bytes; with ``collide`` every row hashes alike, so the
+    exact comparison alone must tell the groups apart."""
+    from embedeval.engine import duplicates
+
+    if collide:
+        monkeypatch.setattr(
+            duplicates, "_words", lambda rows: np.zeros((rows.shape[0], 1), np.uint64)
+        )
+    rng = np.random.default_rng(dim)
+    x = rng.integers(-2, 3, (400, dim)).astype(np.float32)
+    x[rng.random(x.shape) < 0.2] = -0.0
+    x[200:260] = np.abs(x[rng.integers(0, 200, 60)])  # copies, some with 0.0 for -0.0
+    found = duplicates.find_duplicate_rows(x)
+    want = _groups_by_bytes(x)
+    got = {}
+    for g, first in enumerate(found.first):
+        got[int(first)] = found.members[found.group == g].tolist()
+    assert want and got == want

