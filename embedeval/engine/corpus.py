@@ -1226,7 +1226,7 @@ def _order_bounds(
     step = max(1, _KEY_BYTES // (8 * d))
     q_norms = None
     if scan.distance != "euclidean":  # once per query, not per pair
-        q_norms = np.sqrt(sq_norms(scan.raw, np.arange(scan.raw.shape[0])))
+        q_norms = np.sqrt(sq_norms(scan.raw))
 
     # rows in ascending order: a memory-mapped corpus is read in one sweep, not at random
     by_row = np.argsort(rows, kind="stable")

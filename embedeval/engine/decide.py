@@ -738,11 +738,19 @@ def reach_of(x: np.ndarray, sq32: np.ndarray | None, m_sq: float, distance: str)
     return Reach(q_sq, m_sq, dim, distance)
 
 
-def sq_norms(x: Any, rows: np.ndarray, step: int = 8192) -> np.ndarray:
-    """float64 squared norms of rows ``rows`` of ``x``, a few thousand rows at a time."""
-    out = np.empty(rows.size, dtype=np.float64)
-    for a in range(0, rows.size, step):
-        part = np.asarray(host_array(x[rows[a : a + step]]), dtype=np.float64)
+def sq_norms(x: Any) -> np.ndarray:
+    """float64 squared norms of the rows of ``x`` (numpy, memory-mapped or a tensor), read in
+    pieces of about 4 MB of float64: a larger copy costs more in fresh pages than in
+    arithmetic (the re-id shape, 19,281 x 2,048: 0.5 s in pieces of 8,192 rows, 0.03 s so).
+
+    >>> sq_norms(np.array([[3, 4], [1, 1]], np.float32)).tolist()
+    [25.0, 2.0]
+    """
+    n = int(x.shape[0])
+    step = max(64, (4 << 20) // (8 * max(int(x.shape[1]), 1)))
+    out = np.empty(n, dtype=np.float64)
+    for a in range(0, n, step):
+        part = np.asarray(host_array(x[a : a + step]), dtype=np.float64)
         out[a : a + step] = np.einsum("ij,ij->i", part, part)
     return out
 
@@ -796,11 +804,11 @@ def task_norms(task: Any) -> TaskNorms:
     with _NORMS_LOCK:
         out = _NORMS.get(id(task))
     if out is None:
-        q_sq = sq_norms(task.query, np.arange(int(task.query.shape[0])))
+        q_sq = sq_norms(task.query)
         if task.reference is task.query:
             ref_sq = q_sq
         else:
-            ref_sq = sq_norms(task.reference, np.arange(int(task.reference.shape[0])))
+            ref_sq = sq_norms(task.reference)
         out = TaskNorms(q_sq, ref_sq)
         with _NORMS_LOCK:
             _NORMS[id(task)] = out

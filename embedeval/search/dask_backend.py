@@ -194,7 +194,7 @@ def _scored_blocks(
     if rows is None:  # Euclidean: [x, ||x||^2]; inner product: x
         rows = shared.reference[:, :-1] if shared.distance == "euclidean" else shared.reference
     dim = int(rows.shape[1])
-    ref_sq = sq_norms(rows, np.arange(int(rows.shape[0])))
+    ref_sq = sq_norms(rows)
     for start in range(0, n, plan.block_size):
         stop = min(start + plan.block_size, n)
         block = search_block(plan, start, stop, *buffers)
