@@ -159,6 +159,24 @@ def test_cosine_positive_multiples_tie_exactly():
     assert sim[0, 0] == np.float32(3 / (np.sqrt(5.25) * np.sqrt(2)))
 
 
+def test_cosine_multiples_take_the_key_of_their_smallest_reference_whatever_the_order():
+    """Two multiples of (1, 1) whose own float64 keys differ in the last place against this
+    query: listed in either order, both take the key of reference 3 (the smaller index),
+    computed here alone with the plain formula -s**2 / ||x||**2."""
+    from embedeval.engine.decide import exact_keys
+
+    q = np.float32([1000.0028, 1000.00336])
+    a, b = np.float32([1000.00244, 1000.00244]), np.float32([1000.00336, 1000.00336])
+    s = float(q[0]) * float(a[0]) + float(q[1]) * float(a[1])
+    want = -(s * s) / (float(a[0]) * float(a[0]) + float(a[1]) * float(a[1]))
+    q2 = np.stack([q, q])
+    alone_b = exact_keys(q2[:1], b[None], "cosine")[0]
+    assert alone_b != want  # the two multiples' own keys differ: the choice matters
+    for x, refs in (([a, b], [3, 9]), ([b, a], [9, 3])):
+        got = exact_keys(q2, np.stack(x), "cosine", np.zeros(2, int), np.array(refs))
+        assert got.tolist() == [want, want]
+
+
 def test_decide_orders_a_cluster_by_float64_keys_then_index():
     x = np.array([[0, 0], [2, 0], [0, 2], [1, 1], [-2, 0]], dtype=np.float32)
     # Float32 keys that pretend 4, 3, 2, 1 are equally near query 0 (within the bound).

@@ -791,7 +791,7 @@ def pair_keys(
         if part.size > 1:  # each row read once, in ascending order
             held, inverse = np.unique(rows[part], return_inverse=True)
             x = np.asarray(corpus[held], dtype=np.float64)[inverse]
-            out[part] = _tie_multiples(out[part], x, groups[part])
+            out[part] = _tie_multiples(out[part], x, groups[part], rows[part])
         a = b
     return out
 

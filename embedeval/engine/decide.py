@@ -20,9 +20,10 @@ column at a time, vectorised over pairs), so they do not depend on block or shar
 * inner product: ``-sum_j q_j x_j``;
 * cosine: ``-sign(s) s**2 / ||x||**2`` with ``s = sum_j q_j x_j`` and
   ``||x||**2 = sum_j x_j**2`` (ranks like ``-cos``; no square root, so exact rational ties
-  of small-integer data stay ties), and a positive multiple of a reference row takes the key
-  of the row's first occurrence among the query's re-scored pairs (rows scaled by their
-  largest component are then identical), so ``(1, 1, 0)`` and ``(3, 3, 0)`` tie exactly.
+  of small-integer data stay ties), and the positive multiples of a reference row take the
+  key of the one of smallest reference index among the query's re-scored pairs (rows scaled
+  by their largest component are then identical), so ``(1, 1, 0)`` and ``(3, 3, 0)`` tie
+  exactly, whatever order the pairs are re-scored in.
 """
 
 from __future__ import annotations
@@ -157,10 +158,18 @@ def reference_sq_bound(sq32: np.ndarray, dim: int) -> float:
 
 
 def exact_keys(
-    q: np.ndarray, x: np.ndarray, distance: str, groups: np.ndarray | None = None
+    q: np.ndarray,
+    x: np.ndarray,
+    distance: str,
+    groups: np.ndarray | None = None,
+    refs: np.ndarray | None = None,
 ) -> np.ndarray:
     """float64 keys of the aligned row pairs ``(q[i], x[i])`` (float32 rows), one column at a
     time so that the result does not depend on how pairs are grouped (see the module).
+
+    Cosine: the positive multiples of a row within one ``groups`` entry (e.g. the query) take
+    one key, that of the multiple with the smallest reference index ``refs`` (of the first
+    listed without ``refs``), so the key does not depend on the order of the pairs.
 
     >>> q = np.array([[1, 2, 0], [1, 0, 0]], np.float32)
     >>> exact_keys(q, np.array([[1, 1, 0], [3, 3, 0]], np.float32), "euclidean").tolist()
@@ -188,7 +197,7 @@ def exact_keys(
     # -sign(s) s^2 / ||x||^2 ranks like -cos (the query's norm is common to its references):
     # exact rational ties (small-integer data) stay ties, with no square root to round.
     out = -np.sign(acc) * (acc * acc) / x_sq
-    return _tie_multiples(out, x, np.asarray(groups) if groups is not None else None)
+    return _tie_multiples(out, x, np.asarray(groups) if groups is not None else None, refs)
 
 
 def direction_rows(rows: np.ndarray) -> np.ndarray:
@@ -205,19 +214,25 @@ def direction_rows(rows: np.ndarray) -> np.ndarray:
     return x / np.where(top > 0, top, 1.0) + 0.0
 
 
-def _tie_multiples(keys: np.ndarray, x: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
+def _tie_multiples(
+    keys: np.ndarray, x: np.ndarray, groups: np.ndarray | None, refs: np.ndarray | None = None
+) -> np.ndarray:
     """Cosine keys with every positive multiple of a row (same ``groups`` entry, e.g. the
-    query) given the key of its first occurrence (equal :func:`direction_rows`)."""
+    query; equal :func:`direction_rows`) given the key of the one with the smallest ``refs``
+    (without ``refs``: of its first occurrence)."""
     if keys.size < 2:
         return keys
     r = direction_rows(x)
     g = np.zeros(keys.size, dtype=np.int64) if groups is None else groups.astype(np.int64)
     rows = np.ascontiguousarray(np.column_stack((g.astype(np.float64), r)))
-    _, first, inverse = np.unique(
+    _, inverse = np.unique(
         rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel(),
-        return_index=True,
         return_inverse=True,
     )
+    inverse = inverse.ravel()
+    order = np.lexsort((np.arange(keys.size) if refs is None else refs, inverse))
+    by_class = inverse[order]  # 0, 0, 1, ...: every class appears
+    first = order[np.flatnonzero(np.append(True, by_class[1:] != by_class[:-1]))]
     return keys[first][inverse]
 
 
@@ -229,7 +244,7 @@ def _gather_keys(xq: Any, xb: Any, qi: np.ndarray, ri: np.ndarray, distance: str
     while a < qi.size:
         b = int(np.searchsorted(qi, qi[min(a + _ROWS, qi.size) - 1], side="right"))
         q, x = host_array(xq[qi[a:b]]), host_array(xb[ri[a:b]])
-        out[a:b] = exact_keys(np.asarray(q), np.asarray(x), distance, qi[a:b])
+        out[a:b] = exact_keys(np.asarray(q), np.asarray(x), distance, qi[a:b], ri[a:b])
         a = b
     return out
 
@@ -525,9 +540,9 @@ def float64_keys(
     :func:`exact_keys` do, equal keys included: a float64 product filters, the fixed-order
     reduction decides what it cannot (the two filters of the module).
 
-    ``qi`` is sorted and pairs are grouped by ``row`` (one row per query); for cosine, a
-    positive multiple of a row takes the key of its first occurrence among the query's pairs
-    that are re-scored, so list a query's pairs in their float32 order.
+    ``qi`` is sorted and pairs are grouped by ``row`` (one row per query); for cosine, the
+    positive multiples of a row take the key of the one of smallest reference index among the
+    query's pairs that are re-scored.
 
     A float64 product (:func:`_product_keys`, any summation order) is a second filter: its keys
     are within ``beta = 16 gamma_{d+8}`` (double precision) times the pair's magnitude of the
