@@ -223,6 +223,46 @@ def test_row_sums_are_the_column_loop_bit_for_bit(distance):
             np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
+def test_score_bounds_hold_the_exact_score_tightly(distance):
+    # each pair's exact score (fractions; the cosine's square roots in 60 decimal digits)
+    # lies within its float64 bounds, themselves within 1e-12 of its magnitude, on rows of
+    # mixed magnitudes far from the origin and a zero corpus row
+    from decimal import Decimal, getcontext
+    from fractions import Fraction
+
+    from embedeval.engine.corpus import CorpusScan, Pairs, score_bounds, tie_keys
+
+    getcontext().prec = 60
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((50, 96)) * np.exp(rng.normal(0, 2, (50, 96))) + 300).astype(
+        np.float32
+    )
+    x[7] = 0
+    q = (rng.standard_normal((6, 96)) + 300).astype(np.float32)
+    pairs = Pairs(np.repeat(np.arange(6), 40), rng.integers(0, 50, 240))
+    none = Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    scan = CorpusScan(q, None, distance, 1, tie_keys(None, 50, "index"), none, raw=q)
+    lo, hi = score_bounds(x, scan, pairs)
+    for i, (a, b) in enumerate(zip(pairs.query, pairs.row, strict=True)):
+        qa, xb = [Fraction(float(v)) for v in q[a]], [Fraction(float(v)) for v in x[b]]
+        dot = sum(u * v for u, v in zip(qa, xb, strict=True))
+        if distance == "euclidean":
+            exact = -sum((u - v) ** 2 for u, v in zip(qa, xb, strict=True))
+        elif distance == "inner_product":
+            exact = dot
+        else:
+            norms = [Decimal(sum(v * v for v in r).numerator) / Decimal(
+                sum(v * v for v in r).denominator) for r in (qa, xb)]  # fmt: skip
+            denominator = norms[0].sqrt() * norms[1].sqrt()
+            exact = 0 if not denominator else Decimal(dot.numerator) / Decimal(
+                dot.denominator) / denominator  # fmt: skip
+        exact = Fraction(exact)
+        assert Fraction(lo[i]) <= exact <= Fraction(hi[i]), i
+        magnitude = abs(float(exact)) + (1.0 if distance == "cosine" else 0.0)
+        assert hi[i] - lo[i] <= 1e-12 * magnitude + 1e-299, i
+
+
 @pytest.mark.parametrize(("seed", "piece_bytes"), [(2, 2 << 20), (3, 2 << 20), (4, 3000)])
 def test_count_passing_counts_scores_above_and_at_each_threshold(monkeypatch, seed, piece_bytes):
     """Per pair (row, thresholds hi >= lo): scores strictly above ``hi`` and at or above
@@ -371,20 +411,37 @@ def test_pair_keys_tie_positive_multiples_of_a_row_within_a_group():
     assert differ > 0  # the multiples' own keys do differ: the tie is what makes them equal
 
 
+@pytest.mark.parametrize("span", [3, 40])
+def test_spanned_marks_each_pairs_buckets(span):
+    # narrow spans are marked one by one, wide ones (more than the table) by a running sum
+    from embedeval.engine.corpus import _spanned
+
+    rng = np.random.default_rng(span)
+    rows = np.sort(rng.integers(0, 6, 30))
+    lo = rng.integers(0, 42 - span, 30)
+    hi = lo + rng.integers(0, span, 30)
+    want = np.zeros((6, 42), bool)
+    for r, a, b in zip(rows, lo, hi, strict=True):
+        want[r, a : b + 1] = True
+    np.testing.assert_array_equal(_spanned(lo, hi, rows, 6, 42).reshape(6, 42), want)
+
+
 def test_count_passing_with_infinite_thresholds():
     # a widened score that overflows float32 is an infinite threshold; NaN scores never count
     from embedeval.engine.corpus import _count_passing
 
-    s = np.float32([[1, 2, np.nan, 3e38]])
+    # (the -inf score of the second row is at or above a -inf threshold, and near it)
     inf = np.inf
-    hi = np.float32([inf, 1.5, -inf, inf, 2.0])
-    lo = np.float32([0.0, -inf, -inf, inf, 2.0])
-    qs = np.zeros(5, np.int64)
-    own = np.int64([0, 0, 0, 0, 1])
+    s = np.float32([[1, 2, np.nan, 3e38], [1, 2, np.nan, -inf]])
+    hi = np.float32([inf, 1.5, -inf, inf, 2.0, 1.5, -inf])
+    lo = np.float32([0.0, -inf, -inf, inf, 2.0, -inf, -inf])
+    qs = np.int64([0, 0, 0, 0, 0, 1, 1])
+    own = np.int64([0, 0, 0, 0, 1, 0, 0])
     above, reach, at, col = _count_passing(s, hi, lo, qs, own)
-    assert above.tolist() == [0, 2, 3, 0, 1]
-    assert reach.tolist() == [3, 3, 3, 0, 2]
-    assert sorted(zip(at.tolist(), col.tolist(), strict=True)) == [(0, 0), (0, 1), (0, 3), (1, 0)]
+    assert above.tolist() == [0, 2, 3, 0, 1, 1, 2]
+    assert reach.tolist() == [3, 3, 3, 0, 2, 3, 3]
+    near = sorted(zip(at.tolist(), col.tolist(), strict=True))
+    assert near == [(0, 0), (0, 1), (0, 3), (1, 0), (5, 0), (5, 3), (6, 3)]
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, 9e18])

@@ -126,10 +126,15 @@ def test_scores_in_float32_underflow_match_the_float64_oracle(distance):
     assert [ranks[lims[i] : lims[i + 1]].tolist() for i in range(12)] == want
 
 
+@pytest.mark.parametrize("mapped", [False, True])
 @pytest.mark.parametrize("distance", ["euclidean", "cosine"])
-def test_near_documents_re_scored_in_several_batches_match_the_oracle(monkeypatch, distance):
+def test_near_documents_re_scored_in_several_batches_match_the_oracle(
+    monkeypatch, tmp_path, distance, mapped
+):
     # small integers: many exact ties and near-ties, so every query has near documents; with
-    # a batch of at most 7 of them they are re-scored over many batches, 16 rows at a time
+    # a batch of at most 7 of them (16 times that memory-mapped) they are re-scored over many
+    # batches, 16 rows at a time: by query, or by row (a memory-mapped corpus: several
+    # queries to a piece)
     import embedeval.engine.corpus as corpus_engine
 
     monkeypatch.setattr(corpus_engine, "_NEAR_PAIRS", 7)
@@ -140,6 +145,9 @@ def test_near_documents_re_scored_in_several_batches_match_the_oracle(monkeypatc
     xq = rng.integers(-2, 3, (15, 4)).astype(np.float32)
     pos = [sorted(rng.choice(120, 6, replace=False).tolist()) for _ in range(15)]
     junk = [[] for _ in range(15)]
+    if mapped:
+        np.save(tmp_path / "corpus.npy", xb)
+        xb = np.load(tmp_path / "corpus.npy", mmap_mode="r")
     ranks, lims = positive_ranks(xq, xb, pos, distance=distance)
     want = oracle_ranks(xq, xb, pos, junk, distance)
     assert [ranks[lims[i] : lims[i + 1]].tolist() for i in range(15)] == want

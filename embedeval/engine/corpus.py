@@ -85,6 +85,7 @@ __all__ = [
     "sample_floor",
     "scan_ranks",
     "scan_top",
+    "score_bounds",
     "tie_keys",
     "torch_product",
     "widen_down",
@@ -517,13 +518,14 @@ def _cutoff(top: np.ndarray) -> np.ndarray:
 
 
 def widen_down(tau: np.ndarray, band: np.ndarray) -> np.ndarray:
-    """float32 thresholds ``tau - band`` rounded down (``-inf`` stays): a float32 score within
-    ``band`` below ``tau`` still passes ``score >= threshold``.
+    """float32 thresholds ``tau - band`` rounded down (``-inf`` stays; ``tau`` float32 or
+    float64): a float32 score within ``band`` below ``tau`` still passes
+    ``score >= threshold``.
 
     >>> widen_down(np.float32([1.0]), np.array([1e-9])).tolist()
     [0.9999999403953552]
     """
-    return -widen(-np.asarray(tau, dtype=np.float32), band)
+    return -widen(-np.asarray(tau), band)
 
 
 class _ChunkTop:
@@ -912,18 +914,20 @@ def scan_ranks(
     corpus: np.ndarray,
     scan: CorpusScan,
     pairs: Pairs,
-    pair_scores: np.ndarray,
+    pair_scores: np.ndarray | tuple[np.ndarray, np.ndarray],
     equal: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """1-based rank of each pair (a document in the corpus, with a float32 score within the
-    bound, e.g. from :func:`scan_top` or :func:`pair_scores`) in its query's float64 ranking:
-    1 + the documents that beat it.  No row is sorted: per block, the scores of a query's row
-    are counted per bucket between its thresholds (:func:`_count_passing`), which gives the
-    documents whose float32 score is more than the band ``2 B_q`` above each pair's
-    (certainly better) and picks out those within the band; only these are
-    re-scored in float64 (:func:`_near_beats`: a smaller order key, or an equal one and a
-    smaller tie key).  With ``equal``, also ``(pair, row)`` of every other document whose
-    order key equals its pair's (exact ties).
+    """1-based rank of each pair (a document in the corpus) in its query's float64 ranking:
+    1 + the documents that beat it.  ``pair_scores``: each pair's float32 score within the
+    bound (e.g. from :func:`scan_top` or :func:`pair_scores`), or float64 ``(lo, hi)`` around
+    its exact score (:func:`score_bounds`).  No row is sorted: per block, the scores of a
+    query's row are counted per bucket between its thresholds (:func:`_count_passing`), which
+    gives the documents whose float32 score is certainly above each pair's exact one and
+    picks out those that may be near it: within the band ``2 B_q`` of its float32 score, or
+    within ``B_q`` of its bounds (half as many documents).  Only these are re-scored in
+    float64 (:func:`_near_beats`: a smaller order key, or an equal one and a smaller tie key).
+    With ``equal``, also ``(pair, row)`` of every other document whose order key equals its
+    pair's (exact ties).
     """
     if scan.m_sq == 0.0 and scan.distance != "cosine":  # no pass has measured the corpus yet
         measure_norms(corpus, scan)
@@ -931,7 +935,11 @@ def scan_ranks(
     order = np.lexsort((np.arange(pairs.query.size), pairs.query))
     q_sorted = pairs.query[order]
     band = scan.band()[pairs.query]
-    hi, lo = widen(pair_scores, band), widen_down(pair_scores, band)
+    if isinstance(pair_scores, tuple):  # each document's own error only: half the band
+        half = band / 2 + _UNDERFLOW * (3 * scan.queries.shape[1] + 8) / 2
+        hi, lo = widen(pair_scores[1], half), widen_down(pair_scores[0], half)
+    else:
+        hi, lo = widen(pair_scores, band), widen_down(pair_scores, band)
     near: list[tuple[np.ndarray, np.ndarray]] = []
 
     def work(c: int, start: int, blk: np.ndarray, norms: np.ndarray | None) -> None:
@@ -964,9 +972,12 @@ def scan_ranks(
 
 
 #: Buckets per row in :func:`_count_passing` (between a row's lowest and highest threshold),
-#: at most; a block of few columns takes fewer (a quarter of its columns, at least 16), so the
-#: bucket table (8 bytes a bucket) stays about half the score block (4 bytes a score).
-_BUCKETS = 2048
+#: at most; a block of few columns takes fewer (an eighth of its columns, at least 16).  The
+#: bucket table (8 bytes a bucket) stays a quarter of the score block (4 bytes a score): only
+#: the scores above a row's lowest threshold reach it, and with more buckets than those
+#: scores, clearing and summing the table costs more than the few scores it keeps from the
+#: exact comparison.
+_BUCKETS = 1024
 _BUCKET_BYTES = 2 << 20  # bucket numbers (int32) formed at a time, a few rows of a block
 
 
@@ -978,27 +989,29 @@ def _count_passing(
     above ``lo``, not above ``hi``) where it has more than ``own`` of them (1 where the pair's
     own document is in ``s``, else 0).  A NaN threshold (an excluded pair) counts nothing.
 
-    One map per row sends every score and threshold to a bucket,
+    Scores below a row's lowest threshold (and NaN scores) count for no pair and are dropped
+    by one comparison.  One map per row sends every other score and threshold to a bucket,
     ``k(x) = trunc(min(max((x - a) * inv, -1), W)) + 1`` in float32 (``a`` the row's lowest
     threshold, ``inv = W / (range of its thresholds)``, ``W`` up to :data:`_BUCKETS`): rounding
     keeps it non-decreasing in ``x``, so a score in a higher bucket than a threshold is above
-    it, one in a lower bucket below it (NaN scores go to bucket 0, below every threshold).
-    Scores are counted per bucket in one ``bincount``; those in the buckets a pair's
-    thresholds span are sorted as ``(row, score, column)`` codes and compared exactly.  About
-    ten passes over ``s`` however many thresholds a row holds."""
+    it, one in a lower bucket below it.  Scores are counted per bucket in one ``bincount``;
+    those in the buckets a pair's thresholds span are sorted as ``(row, score, column)``
+    codes and compared exactly.  About three passes over ``s``, and ten over the scores kept,
+    however many thresholds a row holds."""
     n_rows, n = s.shape
-    w = int(np.clip(n // 4, 16, _BUCKETS))
+    w = int(np.clip(n // 8, 16, _BUCKETS))
     live = ~(np.isnan(hi) | np.isnan(lo))
     a, inv = _bucket_map(hi[live], lo[live], qs[live], n_rows, w)
+    floor = np.full(n_rows, np.inf, dtype=np.float32)
+    np.minimum.at(floor, qs[live], lo[live].astype(np.float32))
     width = w + 2
-    k_hi = _buckets_of(hi[:, None], a[qs], inv[qs], w)[:, 0]
-    k_lo = _buckets_of(lo[:, None], a[qs], inv[qs], w)[:, 0]
+    k_hi = _buckets_of(hi, a[qs], inv[qs], w)
+    k_lo = _buckets_of(lo, a[qs], inv[qs], w)
     marked = _spanned(k_lo[live], k_hi[live], qs[live], n_rows, width)
-    counts, pos = _bucket_counts(s, a, inv, w, marked)
+    counts, pos = _bucket_counts(s, floor, a, inv, w, marked)
     counts[marked] = 0  # scores of spanned buckets are compared exactly instead
-    higher = np.zeros_like(counts)  # per bucket, the other scores in higher buckets
-    higher[:, :-1] = np.cumsum(counts[:, :0:-1], axis=1)[:, ::-1]
-    pos = pos[~np.isnan(s.ravel()[pos])]  # NaN scores share bucket 0 with -inf thresholds
+    total = np.cumsum(counts)  # the other scores above bucket k: row's last total - total[k]
+    last = total[qs * width + width - 1]
     # (row, score bits, column) fit 64 bits: a score block holds about 2**22 entries at most
     cb = np.uint64(max(int(n - 1).bit_length(), 1))
     r = pos // n
@@ -1011,8 +1024,8 @@ def _count_passing(
     safe_hi, safe_lo = np.where(live, hi, np.inf), np.where(live, lo, np.inf)
     hi_end = np.searchsorted(codes, at | (_bits64(safe_hi) << cb) | cols, "right")
     lo_start = np.searchsorted(codes, at | (_bits64(safe_lo) << cb), "left")
-    above = np.where(live, higher[qs, k_hi] + end - hi_end, 0)
-    reach = np.where(live, higher[qs, k_lo] + end - lo_start, 0)
+    above = np.where(live, last - total[qs * width + k_hi] + end - hi_end, 0)
+    reach = np.where(live, last - total[qs * width + k_lo] + end - lo_start, 0)
     n_near = np.where(live, np.maximum(hi_end - lo_start, 0), 0)
     take = n_near > own
     m = n_near[take]
@@ -1022,23 +1035,34 @@ def _count_passing(
 
 
 def _bucket_counts(
-    s: np.ndarray, a: np.ndarray, inv: np.ndarray, w: int, marked: np.ndarray
+    s: np.ndarray,
+    floor: np.ndarray,
+    a: np.ndarray,
+    inv: np.ndarray,
+    w: int,
+    marked: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of ``s``, its scores counted per bucket (:func:`_buckets_of`), and the flat
-    positions of the scores in ``marked`` buckets; a few rows at a time, so the bucket
-    numbers (as large as ``s``) never exist for the whole block at once."""
+    """The scores of each row of ``s`` at or above its ``floor``, counted per bucket
+    (:func:`_buckets_of`; flat, ``w + 2`` buckets a row), and the flat positions of those in
+    ``marked`` buckets; a few rows at a time, so the bucket numbers never exist for the whole
+    block at once."""
     n_rows, n = s.shape
     width = w + 2
-    counts = np.empty((n_rows, width), dtype=np.int64)
+    counts = np.empty(n_rows * width, dtype=np.int64)
     found = [np.zeros(0, np.int64)]
     step = max(1, _BUCKET_BYTES // (4 * max(n, 1)))
-    for lo in range(0, n_rows, step):
-        hi = min(n_rows, lo + step)
-        k = _buckets_of(s[lo:hi], a[lo:hi], inv[lo:hi], w)
-        k += (np.arange(hi - lo, dtype=k.dtype) * width)[:, None]
-        flat = k.ravel()
-        counts[lo:hi] = np.bincount(flat, minlength=(hi - lo) * width).reshape(-1, width)
-        found.append(np.flatnonzero(marked[lo:hi].ravel()[flat]) + lo * n)
+    for r0 in range(0, n_rows, step):
+        r1 = min(n_rows, r0 + step)
+        part = s[r0:r1]
+        kept = np.flatnonzero(part >= floor[r0:r1, None])  # NaN scores: never kept
+        per_row = np.diff(np.searchsorted(kept, np.arange(r1 - r0 + 1) * n))
+        k = _buckets_of(
+            part.ravel()[kept], np.repeat(a[r0:r1], per_row), np.repeat(inv[r0:r1], per_row), w
+        )
+        k += np.repeat(np.arange(0, (r1 - r0) * width, width, dtype=np.int32), per_row)
+        counts[r0 * width : r1 * width] = np.bincount(k, minlength=(r1 - r0) * width)
+        near = marked[r0 * width : r1 * width][k]
+        found.append(kept[near] + r0 * n)
     return counts, np.concatenate(found)
 
 
@@ -1068,12 +1092,13 @@ def _bucket_map(
 
 
 def _buckets_of(x: np.ndarray, a: np.ndarray, inv: np.ndarray, w: int) -> np.ndarray:
-    """``k(x)`` of :func:`_count_passing` (int32, in ``[0, w + 1]``) for the rows of ``x``
-    (float32, one row per entry of ``a`` / ``inv``), every step in float32."""
+    """``k(x)`` of :func:`_count_passing` (int32, in ``[0, w + 1]``) for float32 ``x``, with
+    ``a`` / ``inv`` of its row (same shape as ``x``, or broadcast to it), every step in
+    float32."""
     with np.errstate(over="ignore", invalid="ignore"):  # +-inf and NaN: handled below
-        t = np.subtract(x, a[:, None], dtype=np.float32)
-        t *= inv[:, None]
-    np.fmax(t, np.float32(-1), out=t)  # NaN scores: -1, bucket 0
+        t = np.subtract(x, a, dtype=np.float32)
+        t *= inv
+    np.fmax(t, np.float32(-1), out=t)  # NaN: -1, bucket 0
     np.minimum(t, np.float32(w), out=t)
     k = t.astype(np.int32)  # truncation: non-decreasing too
     k += 1
@@ -1083,11 +1108,18 @@ def _buckets_of(x: np.ndarray, a: np.ndarray, inv: np.ndarray, w: int) -> np.nda
 def _spanned(
     lo: np.ndarray, hi: np.ndarray, rows: np.ndarray, n_rows: int, width: int
 ) -> np.ndarray:
-    """(rows, width) bool: the buckets from ``lo[i]`` to ``hi[i]`` of row ``rows[i]``."""
-    step = np.zeros((n_rows, width + 1), dtype=np.int32)
-    np.add.at(step, (rows, lo), 1)
-    np.add.at(step, (rows, hi + 1), -1)
-    return np.cumsum(step, axis=1)[:, :width] > 0
+    """Flat ``(n_rows * width)`` bool: the buckets from ``lo[i]`` to ``hi[i]`` of row
+    ``rows[i]``."""
+    marked = np.zeros(n_rows * width, dtype=bool)
+    size = hi - lo + 1
+    if size.sum() > marked.size:  # wide bands: mark by a running sum of steps instead
+        step = np.zeros(n_rows * width + 1, dtype=np.int32)
+        np.add.at(step, rows * width + lo, 1)
+        np.add.at(step, rows * width + hi + 1, -1)
+        return np.cumsum(step[:-1]) > 0
+    first = np.repeat(rows * width + lo - np.cumsum(size) + size, size)
+    marked[first + np.arange(int(size.sum()))] = True
+    return marked
 
 
 def measure_norms(corpus: np.ndarray, scan: CorpusScan) -> None:
@@ -1095,6 +1127,15 @@ def measure_norms(corpus: np.ndarray, scan: CorpusScan) -> None:
     for start, stop in block_bounds(corpus.shape[0], scan.block):
         scan.see(corpus_block(corpus, start, stop, scan.distance, None, scan.centre)[1])
         release_pages(corpus, start, stop)
+
+
+def score_bounds(
+    corpus: np.ndarray, scan: CorpusScan, pairs: Pairs
+) -> tuple[np.ndarray, np.ndarray]:
+    """float64 ``(lo, hi)`` around each pair's exact score, on the scale of the scan's float32
+    scores (``-||q - x||^2``, ``q.x`` or the cosine, from the rows as given), a float64
+    dot product per pair (:func:`_order_bounds`)."""
+    return _order_bounds(corpus, scan, pairs.query, pairs.row, "score")
 
 
 def pair_scores(corpus: np.ndarray, scan: CorpusScan, pairs: Pairs) -> np.ndarray:
@@ -1211,7 +1252,7 @@ def _same_rows(corpus: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _order_bounds(
-    corpus: np.ndarray, scan: CorpusScan, qi: np.ndarray, rows: np.ndarray
+    corpus: np.ndarray, scan: CorpusScan, qi: np.ndarray, rows: np.ndarray, kind: str = ""
 ) -> tuple[np.ndarray, np.ndarray]:
     """Bounds ``lo <= order key <= hi`` of pairs (:func:`rank_keys`) from float64 dot products
     in any summation order (``np.einsum``): each within ``gamma_{dim}`` (unit roundoff
@@ -1219,7 +1260,9 @@ def _order_bounds(
     gamma_{dim+8}`` times the magnitude (``(||q|| + ||x||)^2``, ``||q|| ||x||``, or ``||q||``
     for the cosine ``c = s / ||x||``, whose key is ``-c |c|``) holds both.  Under
     ``ties="trec_eval"`` the bounds are those of the score rounded to float32: equal where
-    the rounding is decided."""
+    the rounding is decided.  ``kind="score"``: bounds of the scores instead
+    (:func:`_bounds_of`)."""
+    kind = kind or ("float32" if scan.ties == "trec_eval" else "key")
     lo, hi = np.empty(qi.size), np.empty(qi.size)
     d = corpus.shape[1]
     g = 3.5 * gamma(d + 8, 2.0**-53) * (1 + 2.0**-20)
@@ -1241,7 +1284,7 @@ def _order_bounds(
             q = np.asarray(scan.raw[qi[at]], dtype=np.float64)
             x = np.asarray(corpus[rows[at]], dtype=np.float64)
             qn = None if q_norms is None else q_norms[qi[at]]
-            lo[at], hi[at] = _bounds_of(q, x, scan.distance, g, scan.ties == "trec_eval", qn)
+            lo[at], hi[at] = _bounds_of(q, x, scan.distance, g, kind, qn)
 
     for _ in in_order(chunk, range(0, qi.size, step), scan.n_threads):
         pass
@@ -1253,11 +1296,14 @@ def _bounds_of(
     x: np.ndarray,
     distance: str,
     g: float,
-    rounded: bool,
+    kind: str,
     qn: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_order_bounds` of aligned float64 rows (see there); ``qn``: the query rows'
-    float64 norms, when known."""
+    """:func:`_order_bounds` of aligned float64 rows ``q`` and ``x`` (see there): of the
+    order key (``kind="key"``), of the key of the score
+    rounded to float32 (``"float32"``, ``ties="trec_eval"``), or of the score on the scale the
+    scan's float32 scores approximate (``"score"``: ``-||q - x||^2``, ``q.x`` or the cosine);
+    ``qn``: the query rows' float64 norms, when known."""
     tiny = 1e-300
     if distance == "euclidean":
         t = q - x
@@ -1277,12 +1323,14 @@ def _bounds_of(
             c = np.where(live, s / np.where(live, xn, 1), 0.0)
             e = np.where(live, g * qn * wide + tiny, 0.0)
             slack = np.where(live, tiny, 0.0)  # a zero row: key and score 0 exactly
-            if not rounded:  # key = -c |c|, decreasing in c
+            if kind == "key":  # key = -c |c|, decreasing in c
                 k_lo, k_hi = -(c + e) * np.abs(c + e), -(c - e) * np.abs(c - e)
                 return _outward(k_lo, k_hi, slack)
             inv = np.where(qn > 0, 1 / np.where(qn > 0, qn, 1), 0.0)
             s_lo, s_hi = _outward((c - e) * inv, (c + e) * inv, slack)
-    if not rounded:
+    if kind == "score":
+        return s_lo, s_hi
+    if kind == "key":
         return -s_hi, -s_lo  # key = -score
     with np.errstate(over="ignore"):
         return -s_hi.astype(np.float32).astype(np.float64), -s_lo.astype(np.float32).astype(

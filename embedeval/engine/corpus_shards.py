@@ -172,11 +172,12 @@ def shard_ranks(
     shard: np.ndarray,
     gathered: np.ndarray,
     pairs: tuple[np.ndarray, np.ndarray],
-    pair_scores: np.ndarray,
+    pair_scores: np.ndarray | tuple[np.ndarray, np.ndarray],
     m_sq: float,
 ) -> np.ndarray:
     """Per pair ``(query, local row)`` (:func:`shard_pairs`), the number of the shard's documents
-    that beat it in the float64 ranking (:func:`~.corpus.scan_ranks` minus one); ``gathered``
+    that beat it in the float64 ranking (:func:`~.corpus.scan_ranks` minus one; ``pair_scores``
+    as there: float32 scores, or float64 bounds of the exact ones); ``gathered``
     holds the pairs' rows from other shards, ``m_sq`` bounds every row norm of the corpus.
 
     >>> from .corpus import tie_keys

@@ -110,12 +110,12 @@ def _streamed_ranks(xq, xb, distance, pos, junk, memory_budget):
 
     The corpus engine counts, per positive, the references that beat it
     (:func:`embedeval.engine.corpus.scan_ranks`): no row is sorted."""
-    from ..engine.corpus import Pairs, pair_scores, scan_ranks
+    from ..engine.corpus import Pairs, scan_ranks, score_bounds
 
     scan = _corpus_scan(xq, xb, distance, junk, memory_budget)
     p_rows, p_cols = _csr_pairs(pos, 0, xq.shape[0])
     pairs = Pairs(p_rows, p_cols)
-    ranks, tied_pair, tied_row = scan_ranks(xb, scan, pairs, pair_scores(xb, scan, pairs), True)
+    ranks, tied_pair, tied_row = scan_ranks(xb, scan, pairs, score_bounds(xb, scan, pairs), True)
     blocks = _mixed_blocks(pairs, ranks - 1, tied_pair, tied_row, xq.shape[0], xb.shape[0])
     order = np.lexsort((ranks, p_rows))
     return ranks[order] - 1, blocks

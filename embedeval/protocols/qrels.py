@@ -28,6 +28,7 @@ from ..engine.corpus import (
     decide_top,
     numpy_product,
     prepare_queries,
+    score_bounds,
     tie_keys,
     torch_product,
 )
@@ -374,7 +375,7 @@ def _ranks(
         idx = np.flatnonzero(beyond)
         if idx.size:
             pairs = Pairs(q[idx], judged.rows[idx])
-            ranks[idx] = search.beyond(scan, pairs, pair_scores[idx])
+            ranks[idx] = search.beyond(scan, pairs, score_bounds(search.rows, scan, pairs))
     return ranks
 
 

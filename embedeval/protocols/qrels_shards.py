@@ -78,9 +78,10 @@ class CorpusSearch:
         scan.m_sq = max([scan.m_sq, *[r[3] for r in results]])
         return (*merge_candidates([(r[0], r[1]) for r in results]), scores)
 
-    def beyond(self, scan: CorpusScan, pairs: Pairs, pair_scores: np.ndarray) -> np.ndarray:
-        """:func:`~embedeval.engine.corpus.scan_ranks`; sharded: 1 + the documents that beat
-        each pair, counted in every shard against the pair's row gathered from its own."""
+    def beyond(self, scan: CorpusScan, pairs: Pairs, pair_scores: Any) -> np.ndarray:
+        """:func:`~embedeval.engine.corpus.scan_ranks` (``pair_scores`` as there: float32
+        scores or float64 bounds); sharded: 1 + the documents that beat each pair, counted in
+        every shard against the pair's row gathered from its own."""
         if self.client is None and len(self.pieces) == 1:
             return scan_ranks(self.rows, scan, pairs, pair_scores)
         plan, jobs = ShardPlan.of(scan, self.progress), []
@@ -132,7 +133,7 @@ def _ranks_job(
     i: int,
     gathered: np.ndarray,
     pairs: tuple[np.ndarray, np.ndarray],
-    pair_scores: np.ndarray,
+    pair_scores: Any,
     m_sq: float,
 ) -> np.ndarray:
     shard = _open(source, i, plan.queries.shape[1])
