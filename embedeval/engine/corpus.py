@@ -1255,7 +1255,7 @@ def _order_bounds(
     corpus: np.ndarray, scan: CorpusScan, qi: np.ndarray, rows: np.ndarray, kind: str = ""
 ) -> tuple[np.ndarray, np.ndarray]:
     """Bounds ``lo <= order key <= hi`` of pairs (:func:`rank_keys`) from float64 dot products
-    in any summation order (``np.einsum``): each within ``gamma_{dim}`` (unit roundoff
+    in any summation order (:func:`_row_dots`): each within ``gamma_{dim}`` (unit roundoff
     2**-53) of the exact sum, as is the key's own fixed-order sum, so ``E = 3.5
     gamma_{dim+8}`` times the magnitude (``(||q|| + ||x||)^2``, ``||q|| ||x||``, or ``||q||``
     for the cosine ``c = s / ||x||``, whose key is ``-c |c|``) holds both.  Under
@@ -1307,13 +1307,13 @@ def _bounds_of(
     tiny = 1e-300
     if distance == "euclidean":
         t = q - x
-        k = np.einsum("ij,ij->i", t, t)
+        k = _row_dots(t, t)
         e = g * k + tiny  # every term is positive: a relative bound
         s_lo, s_hi = -(k + e), -(k - e)  # score = -key
     else:
-        s = np.einsum("ij,ij->i", q, x)
-        qn = np.sqrt(np.einsum("ij,ij->i", q, q)) if qn is None else qn
-        xn = np.sqrt(np.einsum("ij,ij->i", x, x))
+        s = _row_dots(q, x)
+        qn = np.sqrt(_row_dots(q, q)) if qn is None else qn
+        xn = np.sqrt(_row_dots(x, x))
         wide = 1 + 2.0**-40  # the norms' own rounding, in the bounds only
         if distance == "inner_product":
             e = g * qn * xn * wide + tiny
@@ -1336,6 +1336,14 @@ def _bounds_of(
         return -s_hi.astype(np.float32).astype(np.float64), -s_lo.astype(np.float32).astype(
             np.float64
         )
+
+
+def _row_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise dot products of float64 ``a`` and ``b``, in any summation order: numpy 2's
+    ``vecdot`` (a vectorised loop, twice as fast as ``einsum`` here), else ``einsum``."""
+    if hasattr(np, "vecdot"):
+        return np.vecdot(a, b)
+    return np.einsum("ij,ij->i", a, b)
 
 
 def _outward(lo: np.ndarray, hi: np.ndarray, slack: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
