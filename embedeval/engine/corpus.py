@@ -1300,10 +1300,10 @@ def _bounds_of(
     qn: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_order_bounds` of aligned float64 rows ``q`` and ``x`` (see there): of the
-    order key (``kind="key"``), of the key of the score
-    rounded to float32 (``"float32"``, ``ties="trec_eval"``), or of the score on the scale the
-    scan's float32 scores approximate (``"score"``: ``-||q - x||^2``, ``q.x`` or the cosine);
-    ``qn``: the query rows' float64 norms, when known."""
+    order key (``kind="key"``), of the key of the score rounded to float32 (``"float32"``,
+    ``ties="trec_eval"``), or of the score on the scale the scan's float32 scores approximate
+    (``"score"``: ``-||q - x||^2``, ``q.x`` or the cosine); ``qn``: the query rows' float64
+    norms, when known."""
     tiny = 1e-300
     if distance == "euclidean":
         t = q - x
