@@ -176,3 +176,36 @@ def test_cosine_ranks_rows_whose_float32_squared_norm_overflows():
     want = oracle_ranks(xq, xb, pos, [[] for _ in pos], "cosine")
     assert [ranks[lims[i] : lims[i + 1]].tolist() for i in range(len(pos))] == want
     assert want[0][0] == 0  # the large row is the first query's nearest
+
+
+def test_a_reference_the_query_does_not_rank_lends_no_key_to_its_multiples():
+    # rows 0 and 1 are positive multiples (15, -10) and (21, -14); row 2, (2, -3), has the same
+    # real cosine with the query but another direction. Summed in float64, rows 1 and 2 get
+    # one key and row 0 a key one unit larger. Ranked, row 0 lends its key to its multiple
+    # row 1, and row 2 comes first; junk, same-group or deleted, row 0 lends nothing, rows 1
+    # and 2 tie and row 1 (smaller index) comes first.
+    q = np.float32([[29.66666603088379, -29.66666603088379]])
+    x = np.float32([[15, -10], [21, -14], [2, -3]])
+    keys = oracle_keys(q[0], x, "cosine")
+    assert keys[1] == keys[2] and keys[0] > keys[1]  # the premise, by the plain float64 loop
+
+    def rank_of_row_2(rows):
+        # multiples (the same bytes after scaling by the largest |component|) take the key of
+        # the one of smallest index among the ranked rows
+        first, key = {}, {}
+        for r in rows:
+            shape = (x[r] / np.abs(x[r]).max()).tobytes()
+            key[r] = keys[first.setdefault(shape, r)]
+        return sorted(rows, key=lambda r: (key[r], r)).index(2)
+
+    ranked, without_0 = rank_of_row_2([0, 1, 2]), rank_of_row_2([1, 2])
+    assert (ranked, without_0) == (0, 1)
+    lists = ee.evaluate(q, None, x, None, positives=[[2]], junk=[[0]], metrics=["mrr"],
+                        distance="cosine")  # fmt: skip
+    full = ee.evaluate(q, None, x, None, positives=[[2]], metrics=["mrr"], distance="cosine")
+    grouped = ee.evaluate(q, [1], x, [0, 0, 1], metrics=["mrr"], distance="cosine",
+                          query_groups=[7], reference_groups=[7, 8, 8])  # fmt: skip
+    deleted = ee.evaluate(q, [1], x[1:], [0, 1], metrics=["mrr"], distance="cosine")
+    assert full.per_query["mrr"].tolist() == [1 / (ranked + 1)]
+    for res in (lists, grouped, deleted):
+        assert res.per_query["mrr"].tolist() == [1 / (without_0 + 1)]
