@@ -35,9 +35,10 @@ depend on block shapes or threads.
    million) has its chunk scanned again without a floor.  It also picks out the scores of
    chosen (query, document) pairs from the products.  :func:`decide_top` then orders the
    candidates in float64.
-2. :func:`scan_ranks` gives the exact rank of chosen pairs beyond the top-depth: it counts, per
-   block, the documents scoring more than the band above each pair, and re-scores in float64
-   only those within the band of it.
+2. :func:`scan_ranks` gives the exact rank of chosen pairs beyond the top-depth: their scores
+   bounded in float64 first (:func:`score_bounds`), it counts, per block, the documents
+   scoring more than half the band above each pair's bounds, and re-scores in float64 only
+   those within half the band of them.
 
 Excluded pairs (a query's own id, user exclusion lists) get a NaN score: never a candidate,
 never counted.
@@ -78,7 +79,6 @@ __all__ = [
     "merge_top",
     "pack_codes",
     "pair_keys",
-    "pair_scores",
     "prepare_queries",
     "rank_keys",
     "release_pages",
@@ -914,32 +914,28 @@ def scan_ranks(
     corpus: np.ndarray,
     scan: CorpusScan,
     pairs: Pairs,
-    pair_scores: np.ndarray | tuple[np.ndarray, np.ndarray],
+    bounds: tuple[np.ndarray, np.ndarray],
     equal: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """1-based rank of each pair (a document in the corpus) in its query's float64 ranking:
-    1 + the documents that beat it.  ``pair_scores``: each pair's float32 score within the
-    bound (e.g. from :func:`scan_top` or :func:`pair_scores`), or float64 ``(lo, hi)`` around
-    its exact score (:func:`score_bounds`).  No row is sorted: per block, the scores of a
-    query's row are counted per bucket between its thresholds (:func:`_count_passing`), which
-    gives the documents whose float32 score is certainly above each pair's exact one and
-    picks out those that may be near it: within the band ``2 B_q`` of its float32 score, or
-    within ``B_q`` of its bounds (half as many documents).  Only these are re-scored in
-    float64 (:func:`_near_beats`: a smaller order key, or an equal one and a smaller tie key).
-    With ``equal``, also ``(pair, row)`` of every other document whose order key equals its
-    pair's (exact ties).
+    1 + the documents that beat it.  ``bounds``: float64 ``(lo, hi)`` around each pair's
+    exact score (:func:`score_bounds`).  No row is sorted: per block, the scores of a query's
+    row are counted per bucket between its thresholds (:func:`_count_passing`), which gives
+    the documents whose float32 score is more than ``B_q`` (:meth:`CorpusScan.band`, halved:
+    only the document's own score errs) above a pair's upper bound (certainly better) and
+    picks out those within ``B_q`` of its bounds; only these are re-scored in float64
+    (:func:`_near_beats`: a smaller order key, or an equal one and a smaller tie key).  With
+    ``equal``, also ``(pair, row)`` of every other document whose order key equals its pair's
+    (exact ties).
     """
     if scan.m_sq == 0.0 and scan.distance != "cosine":  # no pass has measured the corpus yet
         measure_norms(corpus, scan)
     beats = np.zeros(pairs.query.size, dtype=np.int64)
     order = np.lexsort((np.arange(pairs.query.size), pairs.query))
     q_sorted = pairs.query[order]
-    band = scan.band()[pairs.query]
-    if isinstance(pair_scores, tuple):  # each document's own error only: half the band
-        half = band / 2 + _UNDERFLOW * (3 * scan.queries.shape[1] + 8) / 2
-        hi, lo = widen(pair_scores[1], half), widen_down(pair_scores[0], half)
-    else:
-        hi, lo = widen(pair_scores, band), widen_down(pair_scores, band)
+    # the band holds two scores' errors; only the document's own is left: half of it
+    half = scan.band()[pairs.query] / 2 + _UNDERFLOW * (3 * scan.queries.shape[1] + 8) / 2
+    hi, lo = widen(bounds[1], half), widen_down(bounds[0], half)
     near: list[tuple[np.ndarray, np.ndarray]] = []
 
     def work(c: int, start: int, blk: np.ndarray, norms: np.ndarray | None) -> None:
@@ -1136,31 +1132,6 @@ def score_bounds(
     scores (``-||q - x||^2``, ``q.x`` or the cosine, from the rows as given), a float64
     dot product per pair (:func:`_order_bounds`)."""
     return _order_bounds(corpus, scan, pairs.query, pairs.row, "score")
-
-
-def pair_scores(corpus: np.ndarray, scan: CorpusScan, pairs: Pairs) -> np.ndarray:
-    """float32 scores of ``pairs`` formed as the block products form them (unit rows for
-    cosine, :func:`unit_rows`; ``2 q.x - ||x||^2 - ||q||^2`` on the centred rows for
-    Euclidean), so within the bound of :meth:`CorpusScan.band`; the rows are read in
-    ascending order (one sweep of a memory-mapped corpus)."""
-    out = np.empty(pairs.query.size, dtype=np.float32)
-    step = max(1, _KEY_BYTES // (4 * corpus.shape[1]))
-    by_row = np.argsort(pairs.row, kind="stable")
-    for a in range(0, out.size, step):
-        at = by_row[a : a + step]
-        x = np.asarray(corpus[pairs.row[at]], dtype=np.float32)
-        if scan.centre is not None:
-            x = x - scan.centre
-        if scan.distance == "cosine":
-            x = unit_rows(x, np.empty_like(x))[0]
-        else:
-            sq = np.einsum("ij,ij->i", x, x)
-        q = scan.queries[pairs.query[at]]
-        s = np.einsum("ij,ij->i", q, x)
-        if scan.distance == "euclidean":
-            s = np.float32(2) * s - sq - scan.query_norms[pairs.query[at]]
-        out[at] = s
-    return out
 
 
 def _near_beats_batched(

@@ -172,27 +172,28 @@ def shard_ranks(
     shard: np.ndarray,
     gathered: np.ndarray,
     pairs: tuple[np.ndarray, np.ndarray],
-    pair_scores: np.ndarray | tuple[np.ndarray, np.ndarray],
+    bounds: tuple[np.ndarray, np.ndarray],
     m_sq: float,
 ) -> np.ndarray:
     """Per pair ``(query, local row)`` (:func:`shard_pairs`), the number of the shard's documents
-    that beat it in the float64 ranking (:func:`~.corpus.scan_ranks` minus one; ``pair_scores``
-    as there: float32 scores, or float64 bounds of the exact ones); ``gathered``
+    that beat it in the float64 ranking (:func:`~.corpus.scan_ranks` minus one; ``bounds`` of
+    the pairs' exact scores, :func:`~.corpus.score_bounds`); ``gathered``
     holds the pairs' rows from other shards, ``m_sq`` bounds every row norm of the corpus.
 
     >>> from .corpus import tie_keys
     >>> corpus = np.float32([[3, 0], [1, 0], [2, 0], [1, 0]])  # query [1, 0]: rows 0, 2, 1, 3
     >>> scan = CorpusScan(np.float32([[1, 0]]), None, "inner_product", 1,
     ...                   tie_keys(None, 4, "index"), Pairs(np.zeros(0, int), np.zeros(0, int)))
-    >>> plan, rows, score = ShardPlan.of(scan, False), np.array([3]), np.float32([1])
+    >>> plan, rows = ShardPlan.of(scan, False), np.array([3])
+    >>> exact = (np.array([1.0]), np.array([1.0]))  # bounds of row 3's score, 1 exactly
     >>> beaten = []
     >>> for a, b in [(0, 2), (2, 4)]:  # row 3 (rank 4) is beaten by 1 + 2 rows of the shards
     ...     local, gather = shard_pairs(rows, a, b)
     ...     beaten.append(shard_ranks(plan.piece(a, b, gather), corpus[a:b], corpus[gather],
-    ...                               (np.array([0]), local), score, 9.0)[0])
+    ...                               (np.array([0]), local), exact, 9.0)[0])
     >>> [int(v) for v in beaten]
     [2, 1]
     """
     rows = StackedRows([shard, gathered], shard.shape[0])
     scan = plan.scan(m_sq)
-    return scan_ranks(rows, scan, Pairs(*pairs), pair_scores) - 1
+    return scan_ranks(rows, scan, Pairs(*pairs), bounds) - 1

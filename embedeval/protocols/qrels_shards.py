@@ -78,12 +78,14 @@ class CorpusSearch:
         scan.m_sq = max([scan.m_sq, *[r[3] for r in results]])
         return (*merge_candidates([(r[0], r[1]) for r in results]), scores)
 
-    def beyond(self, scan: CorpusScan, pairs: Pairs, pair_scores: Any) -> np.ndarray:
-        """:func:`~embedeval.engine.corpus.scan_ranks` (``pair_scores`` as there: float32
-        scores or float64 bounds); sharded: 1 + the documents that beat each pair, counted in
-        every shard against the pair's row gathered from its own."""
+    def beyond(
+        self, scan: CorpusScan, pairs: Pairs, bounds: tuple[np.ndarray, np.ndarray]
+    ) -> np.ndarray:
+        """:func:`~embedeval.engine.corpus.scan_ranks` (``bounds`` of the pairs' exact
+        scores); sharded: 1 + the documents that beat each pair, counted in every shard
+        against the pair's row gathered from its own."""
         if self.client is None and len(self.pieces) == 1:
-            return scan_ranks(self.rows, scan, pairs, pair_scores)
+            return scan_ranks(self.rows, scan, pairs, bounds)
         plan, jobs = ShardPlan.of(scan, self.progress), []
         for i, ((a, b), src) in enumerate(zip(_ends(self.offsets), self.sources, strict=True)):
             local, gather = shard_pairs(pairs.row, a, b)
@@ -95,7 +97,7 @@ class CorpusSearch:
                     i,
                     gathered,
                     (pairs.query, local),
-                    pair_scores,
+                    bounds,
                     scan.m_sq,
                 )
             )
@@ -133,11 +135,11 @@ def _ranks_job(
     i: int,
     gathered: np.ndarray,
     pairs: tuple[np.ndarray, np.ndarray],
-    pair_scores: Any,
+    bounds: tuple[np.ndarray, np.ndarray],
     m_sq: float,
 ) -> np.ndarray:
     shard = _open(source, i, plan.queries.shape[1])
-    return shard_ranks(plan, shard, gathered, pairs, pair_scores, m_sq)
+    return shard_ranks(plan, shard, gathered, pairs, bounds, m_sq)
 
 
 def corpus_search(
