@@ -145,9 +145,16 @@ def test_near_ties_one_float32_bit_apart(distance, ties):
     check(queries, corpus, qids, dids, qrels, distance, ties, [None, 40, 64])
 
 
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
 @pytest.mark.parametrize("ties", ["index", "trec_eval"])
-def test_small_integers_exact_ties_and_duplicates(distance, ties):
+def test_small_integers_exact_ties_and_duplicates(monkeypatch, distance, ties, split):
+    # split: 512 bytes of scores per product, so each block splits into parts of 32 or 33
+    # corpus rows, one product each (the judged documents' ranks included)
+    if split:
+        import embedeval.engine.corpus as corpus_engine
+
+        monkeypatch.setattr(corpus_engine, "_CHUNK_BYTES", 512)
     rng = np.random.default_rng(2)
     n_docs, n_q, dim = 300, 15, 3
     corpus = rng.integers(-2, 3, (n_docs, dim)).astype(np.float32)
@@ -336,26 +343,44 @@ def test_scan_top_candidates_sorted_and_holding_the_float64_top(block):
 
 @pytest.mark.parametrize(
     ("n_q", "threads", "want"),
-    [(1000, 2, (250, 4)), (1000, 3, (334, 3)), (5, 2, (3, 2)), (0, 2, (1, 1))],
+    [(1000, 2, (250, 4)), (1000, 3, (167, 6)), (5, 2, (3, 2)), (0, 2, (1, 1))],
 )
 def test_query_chunks_are_equal_and_a_multiple_of_the_threads(n_q, threads, want):
-    # 16 MiB of float32 scores per chunk and block of 10,486 rows: at most 400 queries a
-    # chunk; 1,000 queries on 2 threads then take 4 chunks of 250 (not 400, 400, 200)
+    # numpy products take about 256 queries a chunk, in chunks of equal size, a multiple of
+    # the threads: 1,000 queries on 2 threads take 4 chunks of 250 (not 256, 256, 256, 232),
+    # on 3 threads 6 of 167; a block then splits into parts of at most 16 MiB of scores
     from embedeval.engine.corpus import CorpusScan, Pairs, tie_keys
 
     none = Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
     q = np.zeros((n_q, 4), np.float32)
     scan = CorpusScan(
-        q,
-        None,
-        "inner_product",
-        1,
-        tie_keys(None, 9, "index"),
-        none,
-        block=10486,
+        q, None, "inner_product", 1, tie_keys(None, 9, "index"), none, block=65536,
         n_threads=threads,
-    )
+    )  # fmt: skip
     assert (scan.chunk, scan.n_chunks) == want
+    assert scan.step == min(65536, (16 << 20) // (4 * scan.chunk))
+    parts = list(scan.parts(100, np.zeros((65536, 4), np.float32), None))
+    k = len(parts)  # parts of equal size, one where the scores of the block fit
+    assert k == -(-65536 // scan.step)
+    assert [p[0] for p in parts] == [100 + i * 65536 // k for i in range(k)]
+    assert sum(p[1].shape[0] for p in parts) == 65536
+    assert max(p[1].shape[0] for p in parts) <= scan.step
+
+
+def test_a_device_product_takes_whole_blocks_in_chunks_of_16_mib():
+    # a device product keeps one block on the device while the chunks pass: no parts, and
+    # chunks of 16 MiB of scores (10,486-row blocks: at most 400 queries; 1,000 on 2 threads
+    # take 4 chunks of 250)
+    from embedeval.engine.corpus import CorpusScan, Pairs, tie_keys
+
+    none = Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    scan = CorpusScan(
+        np.zeros((1000, 4), np.float32), None, "inner_product", 1, tie_keys(None, 9, "index"),
+        none, block=10486, n_threads=2, product=lambda q, b: q @ b.T,
+    )  # fmt: skip
+    assert (scan.chunk, scan.n_chunks, scan.step) == (250, 4, 10486)
+    blk = np.zeros((10486, 4), np.float32)
+    assert [(a, p is blk) for a, p, _ in scan.parts(7, blk, None)] == [(7, True)]
 
 
 def test_unit_rows_are_the_exact_unit_rows_rounded_once():

@@ -2,7 +2,8 @@
 exact ranks of chosen documents, without ever sorting a corpus row.
 
 The corpus is read in blocks of rows (a ``.npy`` memory map is never copied whole; a float16
-block becomes float32 one block at a time).  Per block and per chunk of queries, one product
+block becomes float32 one block at a time; the next block is read while this one is
+multiplied).  Per chunk of queries and part of a block (:meth:`CorpusScan.parts`), one product
 gives the float32 *scores* (larger is better): ``q . r`` (inner product; cosine on unit
 rows rounded once from float64 first) or ``-||q - r||^2`` (Euclidean, as
 ``2 q.r - ||r||^2 - ||q||^2``).
@@ -46,6 +47,7 @@ never counted.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import itertools
 import mmap
@@ -95,6 +97,10 @@ __all__ = [
 EMPTY = np.uint64(np.iinfo(np.uint64).max)
 DISTANCES = ("cosine", "inner_product", "euclidean")
 _CHUNK_BYTES = 16 << 20  # score matrix of one query chunk and block
+#: Query rows per numpy product, about: a one-thread sgemm packs the corpus rows once per
+#: call, so a thin chunk pays that packing per few queries (measured on 768 columns: 64
+#: rows run at 2/3 the speed of 256); a block then splits into parts of fewer corpus rows
+_CHUNK_ROWS = 256
 _MERGE_BYTES = 64 << 20  # padded merge buffer of one query chunk
 _MIN_BLOCK = 32  # rows: thinner products take other BLAS paths, with other float32 rounding
 _KEY_BYTES = 8 << 20  # float64 rows of the pairs re-scored at a time (bounded memory)
@@ -332,6 +338,8 @@ class CorpusScan:
     the exact translation of the Euclidean rows (:func:`corpus_centre`), ``ties`` the tie
     rule (``"trec_eval"`` orders re-scored documents by their float64 score, see
     :func:`rank_keys`); ``m_sq`` bounds the squared norm of every block read so far.
+    Set from these: ``chunk`` queries per product (``n_chunks`` chunks of equal size, a
+    multiple of the threads) and ``step`` corpus rows per product, at most.
     """
 
     queries: np.ndarray
@@ -351,17 +359,22 @@ class CorpusScan:
     q_sq: np.ndarray = field(init=False)
     chunk: int = field(init=False)
     n_chunks: int = field(init=False)
+    step: int = field(init=False)
     _buffers: queue.SimpleQueue = field(init=False, repr=False, default_factory=queue.SimpleQueue)
 
     def __post_init__(self) -> None:
         n_q = self.queries.shape[0]
         self.n_threads = default_threads() if self.n_threads is None else self.n_threads
-        per_chunk = max(1, _CHUNK_BYTES // (4 * max(1, self.block)))
+        local = self.product is numpy_product
+        per_chunk = _CHUNK_ROWS if local else max(1, _CHUNK_BYTES // (4 * max(1, self.block)))
         # a multiple of the threads in chunks of equal size, so that every core works on every
         # block to its end (3 chunks on 2 threads leave one core idle a third of the time)
         rounds = max(1, -(-n_q // (self.n_threads * per_chunk)))
         self.chunk = max(1, -(-n_q // (self.n_threads * rounds)))
         self.n_chunks = max(1, -(-n_q // self.chunk))
+        # a device product takes whole blocks (it keeps one on the device while the chunks pass)
+        self.step = max(_MIN_BLOCK, _CHUNK_BYTES // (4 * self.chunk)) if local else self.block
+        self.step = min(self.step, max(1, self.block))
         self.excluded.group(self.chunk, self.n_chunks)
         self.raw = self.queries if self.raw is None else self.raw
         dim = self.queries.shape[1]
@@ -403,6 +416,20 @@ class CorpusScan:
         if self.distance != "cosine" and sq.size:
             self.m_sq = max(self.m_sq, reference_sq_bound(sq, self.queries.shape[1]))
 
+    def parts(
+        self, start: int, blk: np.ndarray, norms: np.ndarray | None
+    ) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
+        """``(start, rows, squared norms)`` of a block in parts of :attr:`step` rows, the
+        corpus rows of one product."""
+        n = blk.shape[0]
+        k = max(1, min(-(-n // self.step), n // _MIN_BLOCK))  # parts of equal size
+        if k == 1:  # the block itself: a device product keeps it by its identity
+            yield start, blk, norms
+            return
+        for a, b in zip(range(k), range(1, k + 1), strict=True):
+            lo, hi = a * n // k, b * n // k
+            yield start + lo, blk[lo:hi], None if norms is None else norms[lo:hi]
+
     def release_buffers(self) -> None:
         """Free the pooled score buffers (a later pass allocates them again)."""
         self._buffers = queue.SimpleQueue()
@@ -420,7 +447,7 @@ class CorpusScan:
             try:
                 flat = self._buffers.get_nowait()
             except queue.Empty:
-                flat = np.empty(self.chunk * (self.block + _MIN_BLOCK), dtype=np.float32)
+                flat = np.empty(self.chunk * (self.step + _MIN_BLOCK), dtype=np.float32)
             size = q.shape[0] * blk.shape[0]
             s = numpy_product(q, blk, flat[:size].reshape(q.shape[0], blk.shape[0]))
         else:
@@ -441,26 +468,37 @@ class CorpusScan:
 
 def _blocks(corpus: np.ndarray, scan: CorpusScan, unit: str) -> Iterator[tuple]:
     """``(start, block, block squared norms)`` over the corpus, with a progress bar over its
-    rows; each block is read and normalised by every thread, into one reused buffer."""
+    rows.  One thread reads and normalises the next block (into the other of two reused
+    buffers) while the caller's threads work on this one: the reading, page faults of a
+    memory-mapped file included, runs while a core would otherwise wait for the slowest
+    query chunk, not between the products."""
     n, dim = corpus.shape
     direct = scan.distance != "cosine" and corpus.dtype == np.float32 and corpus.flags.c_contiguous
     direct = direct and scan.centre is None
-    buffer = None if direct else np.empty((min(n, scan.block + _MIN_BLOCK), dim), np.float32)
-    with progress_bar(n, unit, enabled=scan.progress) as bar:
-        for start, stop in block_bounds(n, scan.block):
-            step = max(_MIN_BLOCK, -(-(stop - start) // scan.n_threads))
-            parts = [(a, min(stop, a + step)) for a in range(start, stop, step)]
+    bounds = block_bounds(n, scan.block)
+    size = (min(n, scan.block + _MIN_BLOCK), dim)
+    buffers = [None if direct else np.empty(size, np.float32) for _ in range(min(2, len(bounds)))]
 
-            def read(i: int, start: int = start, parts: list = parts) -> tuple:
-                a, b = parts[i]
-                out = None if direct else buffer[a - start : b - start]
-                return corpus_block(corpus, a, b, scan.distance, out, scan.centre)
+    def read(i: int) -> tuple[np.ndarray, np.ndarray]:
+        start, stop = bounds[i]
+        out = None if buffers[i % 2] is None else buffers[i % 2][: stop - start]
+        return corpus_block(corpus, start, stop, scan.distance, out, scan.centre)
 
-            done = [r for _, r in in_order(read, range(len(parts)), scan.n_threads)]
-            blk = np.asarray(corpus[start:stop]) if direct else buffer[: stop - start]
-            sq = np.concatenate([d[1] for d in done])
-            scan.see(sq)
-            yield start, blk, sq
+    with (
+        progress_bar(n, unit, enabled=scan.progress) as bar,
+        concurrent.futures.ThreadPoolExecutor(1, "embedeval-read") as reader,
+    ):
+        ahead = reader.submit(read, 0) if bounds else None
+        for i, (start, stop) in enumerate(bounds):
+            blk, sq = ahead.result()
+            ahead = reader.submit(read, i + 1) if i + 1 < len(bounds) else None
+            try:
+                scan.see(sq)
+                yield start, blk, sq
+            except BaseException:  # the caller stopped: read no further block
+                if ahead is not None:
+                    ahead.cancel()
+                raise
             release_pages(corpus, start, stop)
             bar.update(stop - start)
 
@@ -606,11 +644,18 @@ def sample_floor(corpus: np.ndarray, scan: CorpusScan, size: int = 4096) -> np.n
     if scan.distance == "cosine":
         np.divide(sample, np.where(sq > 0, np.sqrt(sq), 1)[:, None], out=sample)
     floor = np.empty(n_q, dtype=np.float32)
-    for lo in range(0, n_q, 256):  # bounded temporaries: 256 x 4,096 scores at a time
+
+    def piece(lo: int) -> None:  # bounded temporaries: 256 x 4,096 scores at a time
         s = scan.queries[lo : lo + 256] @ sample.T
         if scan.distance == "euclidean":
             s = 2 * s - sq[None, :] - scan.query_norms[lo : lo + 256, None]
         floor[lo : lo + 256] = np.partition(s, m - kq, axis=1)[:, m - kq]
+
+    # the engine's threads, one BLAS thread each: the partitions run in parallel too, and no
+    # BLAS thread is left spinning for work into the scan
+    with single_threaded_blas():
+        for _ in in_order(piece, range(0, n_q, 256), scan.n_threads):
+            pass
     return floor
 
 
@@ -678,19 +723,21 @@ def _scan_chunks(
 
             def work(c: int, start=start, blk=blk, norms=norms, band=band) -> None:
                 tops[c].widen(band[c * scan.chunk : (c + 1) * scan.chunk])
-                with scan.scores(c, blk, norms, start) as s:
-                    p = pairs.in_block(c, start, start + blk.shape[0])
-                    pair_scores[p] = s[pairs.query[p] - c * scan.chunk, pairs.row[p] - start]
-                    # flat indices: 2-D np.nonzero is ~15x slower on a sparse mask
-                    r, col = np.divmod(np.flatnonzero(s >= tops[c].cut[:, None]), s.shape[1])
-                    codes = pack_codes(s[r, col], scan.keys[start + col])
-                tops[c].add(r, codes)
+                for a, part, sq in scan.parts(start, blk, norms):
+                    with scan.scores(c, part, sq, a) as s:
+                        p = pairs.in_block(c, a, a + part.shape[0])
+                        pair_scores[p] = s[pairs.query[p] - c * scan.chunk, pairs.row[p] - a]
+                        # flat indices: 2-D np.nonzero is ~15x slower on a sparse mask
+                        at = np.flatnonzero(s >= tops[c].cut[:, None])
+                        r, col = np.divmod(at, s.shape[1])
+                        codes = pack_codes(s.reshape(-1)[at], scan.keys[a + col])
+                    tops[c].add(r, codes)
 
             for _ in in_order(work, list(chunks), scan.n_threads):
                 pass
     scan.release_buffers()
-    for t in tops.values():
-        t.flush()
+    for _ in in_order(lambda c: tops[c].flush(), list(tops), scan.n_threads):
+        pass
     return tops
 
 
@@ -942,12 +989,13 @@ def scan_ranks(
         a, b = np.searchsorted(q_sorted, [c * scan.chunk, (c + 1) * scan.chunk])
         if a == b:
             return
-        with scan.scores(c, blk, norms, start) as s:
-            idx, qs = order[a:b], q_sorted[a:b] - c * scan.chunk
-            own = (pairs.row[idx] >= start) & (pairs.row[idx] < start + blk.shape[0])
-            above, _, at, col = _count_passing(s, hi[idx], lo[idx], qs, own.astype(np.int64))
-            beats[idx] += above
-            near.append((idx[at], start + col))  # near another document than itself
+        idx, qs = order[a:b], q_sorted[a:b] - c * scan.chunk
+        for first, part, sq in scan.parts(start, blk, norms):
+            with scan.scores(c, part, sq, first) as s:
+                own = (pairs.row[idx] >= first) & (pairs.row[idx] < first + part.shape[0])
+                above, _, at, col = _count_passing(s, hi[idx], lo[idx], qs, own.astype(np.int64))
+                beats[idx] += above
+                near.append((idx[at], first + col))  # near another document than itself
 
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs (ranks)"):
