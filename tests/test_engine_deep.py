@@ -330,6 +330,90 @@ def test_exact_ties_between_kinds_are_flagged_and_valued_by_reference_index(dist
     np.testing.assert_array_equal(ties["map"], tie)
 
 
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+@pytest.mark.parametrize("split", [False, True])
+def test_near_misses_among_identical_rows_only_are_ranked_by_index(
+    monkeypatch, precision, distance, split
+):
+    """Deep rankings (four classes) with 80 groups of 2 to 5 identical rows of mixed labels,
+    several relevant and non-relevant copies per query, as hashing databases have them; ten
+    groups also have a row one ulp away under another label, inside their band.  A relevant
+    copy whose band holds nothing but its own copies is ranked without float64 (copies of
+    smaller index ahead, all of them tied with it); the others band by band; both against
+    the float64 brute force, tie flags included."""
+    monkeypatch.setattr(deep, "filter_precision", lambda task: precision)
+    rng = np.random.default_rng(8)
+    n, d = 900, 8
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    y = rng.integers(0, 4, n)
+    rows = rng.permutation(n)
+    at = 0
+    for g in range(80):
+        size = int(rng.integers(2, 6))
+        members = rows[at : at + size]
+        at += size
+        x[members] = x[members[0]]
+        y[members] = rng.integers(0, 4, size)
+        if g < 10:  # a neighbour one ulp away, another label
+            other = rows[at]
+            at += 1
+            x[other] = x[members[0]]
+            x[other, 2] = np.nextafter(x[other, 2], np.float32(np.inf))
+            y[other] = (y[members[0]] + 1) % 4
+    args = (x[:300], y[:300], x[300:], y[300:]) if split else (x, y)
+    oracle_args = args if split else (x, y, x, y)
+    task = _task(*args, metrics=["map", "precision_at_1"], distance=distance)
+    seen = _count_paths(monkeypatch)
+    resolved = [0]
+    twin_items = deep._twin_items
+
+    def counted_twins(*a):
+        out = twin_items(*a)
+        resolved[0] += 0 if out is None else out[0].size
+        return out
+
+    monkeypatch.setattr(deep, "_twin_items", counted_twins)
+    runs = set()  # (query, first place, last place) of each run of tied kinds
+    score_ranks = deep.score_ranks
+
+    def kept_runs(task, start, ranks):
+        block_row, first, last, _ = ranks.blocks
+        runs.update(zip((start + block_row).tolist(), first.tolist(), last.tolist(), strict=True))
+        return score_ranks(task, start, ranks)
+
+    monkeypatch.setattr(deep, "score_ranks", kept_runs)
+    values, ties = _deep_engine(task, 128)
+    ap, p1, tie = _float64_ranking_oracle(*oracle_args, distance, loo=not split)
+    assert resolved[0] > task.n_query and seen["near"] > 0  # both paths taken
+    assert tie.sum() > 0.5 * task.n_query
+    np.testing.assert_allclose(values["map"], ap, rtol=1e-12)
+    np.testing.assert_array_equal(values["precision_at_1"], p1)
+    np.testing.assert_array_equal(ties["map"], tie)
+    assert runs == _mixed_runs(*oracle_args, distance, loo=not split)
+
+
+def _mixed_runs(xq, yq, xr, yr, distance, loo):
+    """Per query, the runs of equal float64 keys (column-order sums) that hold relevant and
+    non-relevant references, as ``(query, first place, last place)`` (0-based places)."""
+    q, r = xq.astype(np.float64), xr.astype(np.float64)
+    runs = set()
+    for i in range(len(q)):
+        keys = np.zeros(len(r))
+        for j in range(q.shape[1]):
+            keys += (q[i, j] - r[:, j]) ** 2 if distance == "euclidean" else -q[i, j] * r[:, j]
+        idx = np.array([j for j in range(len(r)) if not (loo and j == i)])
+        idx = idx[np.lexsort((idx, keys[idx]))]
+        k, rel = keys[idx], yr[idx] == yq[i]
+        start = 0
+        for end in range(1, len(k) + 1):  # runs of equal keys: places start..end-1
+            if end == len(k) or k[end] != k[start]:
+                if 0 < rel[start:end].sum() < end - start:
+                    runs.add((i, start, end - 1))
+                start = end
+    return runs
+
+
 def test_flagged_keys_order_as_float_keys_up_to_the_flag():
     """Against float comparisons of the keys: every sign, zeros of both signs, subnormals,
     +inf; a flagged non-relevant key lies below an even threshold exactly when its key does,
