@@ -257,8 +257,8 @@ def relevant_ranks(
     twins = None
     if near.any() and plan.duplicates is not None:
         twins = _twin_items(
-            plan.duplicates, keys, relevant, (sorted_rows, cut), (row, item_bits), near,
-            (lo_bits, hi_bits),
+            plan.duplicates, reference_codes, keys, relevant, (sorted_rows, cut),
+            (row, item_bits), near, (lo_bits, hi_bits),
         )  # fmt: skip
         if twins is not None:
             ahead[twins[0]] = twins[1] + twins[2]
@@ -453,6 +453,7 @@ def _near_items(
 
 def _twin_items(
     dups: DuplicateRows,
+    reference_codes: np.ndarray,
     keys: np.ndarray,
     relevant: np.ndarray,
     sorted_cut: tuple[np.ndarray, np.ndarray],
@@ -475,7 +476,9 @@ def _twin_items(
     are paired with the items in index order (the ranks need ``N`` as a multiset per row)."""
     sorted_rows, cut = sorted_cut
     row, item_bits = items
-    groups = _group_order(dups)
+    groups = _group_order(dups, reference_codes)
+    if not groups[0].size:
+        return None
     mixed = _mixed_groups(groups, keys, relevant)
     if mixed is None:
         return None
@@ -512,12 +515,20 @@ def _twin_items(
     )  # fmt: skip
 
 
-def _group_order(dups: DuplicateRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The members of the groups of identical rows listed group by group (in index order
-    within a group), and each group's first place and size in that list."""
+def _group_order(
+    dups: DuplicateRows, reference_codes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The members of the groups of identical rows whose members' labels differ (only those
+    can hold relevant and non-relevant members for a query), listed group by group (in
+    index order within a group), and each group's first place and size in that list."""
     by_group = np.argsort(dups.group, kind="stable")
     members, group = dups.members[by_group], dups.group[by_group]
-    starts = np.flatnonzero(np.append(True, group[1:] != group[:-1]))
+    codes = reference_codes[members].reshape(members.size, -1)  # label sets: several words
+    other = np.zeros(members.size, dtype=bool)  # labelled unlike the member before it
+    other[1:] = (group[1:] == group[:-1]) & (codes[1:] != codes[:-1]).any(axis=1)
+    keep = np.isin(group, group[other])
+    members, group = members[keep], group[keep]
+    starts = np.flatnonzero(np.append(True, group[1:] != group[:-1])) if group.size else group
     return members, starts, np.diff(np.append(starts, members.size))
 
 
