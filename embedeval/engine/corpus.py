@@ -2,11 +2,10 @@
 exact ranks of chosen documents, without ever sorting a corpus row.
 
 The corpus is read in blocks of rows (a ``.npy`` memory map is never copied whole; a float16
-block becomes float32 one block at a time; the next block is read while this one is
-multiplied).  Per chunk of queries and part of a block (:meth:`CorpusScan.parts`), one product
-gives the float32 *scores* (larger is better): ``q . r`` (inner product; cosine on unit
-rows rounded once from float64 first) or ``-||q - r||^2`` (Euclidean, as
-``2 q.r - ||r||^2 - ||q||^2``).
+block becomes float32 one block at a time).  Per chunk of queries and part of a block
+(:meth:`CorpusScan.parts`), one product gives the float32 *scores* (larger is better):
+``q . r`` (inner product; cosine on unit rows rounded once from float64 first) or
+``-||q - r||^2`` (Euclidean, as ``2 q.r - ||r||^2 - ||q||^2``).
 
 Every (query, document) pair gets a ``uint64`` *code*, smaller = ranked first::
 
@@ -47,7 +46,6 @@ never counted.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import itertools
 import mmap
@@ -468,37 +466,26 @@ class CorpusScan:
 
 def _blocks(corpus: np.ndarray, scan: CorpusScan, unit: str) -> Iterator[tuple]:
     """``(start, block, block squared norms)`` over the corpus, with a progress bar over its
-    rows.  One thread reads and normalises the next block (into the other of two reused
-    buffers) while the caller's threads work on this one: the reading, page faults of a
-    memory-mapped file included, runs while a core would otherwise wait for the slowest
-    query chunk, not between the products."""
+    rows; each block is read and normalised by every thread, into one reused buffer."""
     n, dim = corpus.shape
     direct = scan.distance != "cosine" and corpus.dtype == np.float32 and corpus.flags.c_contiguous
     direct = direct and scan.centre is None
-    bounds = block_bounds(n, scan.block)
-    size = (min(n, scan.block + _MIN_BLOCK), dim)
-    buffers = [None if direct else np.empty(size, np.float32) for _ in range(min(2, len(bounds)))]
+    buffer = None if direct else np.empty((min(n, scan.block + _MIN_BLOCK), dim), np.float32)
+    with progress_bar(n, unit, enabled=scan.progress) as bar:
+        for start, stop in block_bounds(n, scan.block):
+            step = max(_MIN_BLOCK, -(-(stop - start) // scan.n_threads))
+            parts = [(a, min(stop, a + step)) for a in range(start, stop, step)]
 
-    def read(i: int) -> tuple[np.ndarray, np.ndarray]:
-        start, stop = bounds[i]
-        out = None if buffers[i % 2] is None else buffers[i % 2][: stop - start]
-        return corpus_block(corpus, start, stop, scan.distance, out, scan.centre)
+            def read(i: int, start: int = start, parts: list = parts) -> tuple:
+                a, b = parts[i]
+                out = None if direct else buffer[a - start : b - start]
+                return corpus_block(corpus, a, b, scan.distance, out, scan.centre)
 
-    with (
-        progress_bar(n, unit, enabled=scan.progress) as bar,
-        concurrent.futures.ThreadPoolExecutor(1, "embedeval-read") as reader,
-    ):
-        ahead = reader.submit(read, 0) if bounds else None
-        for i, (start, stop) in enumerate(bounds):
-            blk, sq = ahead.result()
-            ahead = reader.submit(read, i + 1) if i + 1 < len(bounds) else None
-            try:
-                scan.see(sq)
-                yield start, blk, sq
-            except BaseException:  # the caller stopped: read no further block
-                if ahead is not None:
-                    ahead.cancel()
-                raise
+            done = [r for _, r in in_order(read, range(len(parts)), scan.n_threads)]
+            blk = np.asarray(corpus[start:stop]) if direct else buffer[: stop - start]
+            sq = np.concatenate([d[1] for d in done])
+            scan.see(sq)
+            yield start, blk, sq
             release_pages(corpus, start, stop)
             bar.update(stop - start)
 

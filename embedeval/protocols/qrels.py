@@ -482,8 +482,7 @@ def evaluate_qrels(
     and no judgments is skipped (NaN, ``n_skipped``).  A query's value depends only on the
     ranks of its judged documents; equal float64 keys are ordered by ``ties``, so the
     ranking, hence every value, is deterministic and the same whatever ``block_size``.
-    Memory: the queries, two corpus blocks (the next one is read while this one is
-    multiplied) and O(n_queries x depth), plus the near-ties.
+    Memory: the queries, one corpus block and O(n_queries x depth), plus the near-ties.
 
     Examples
     --------
@@ -623,9 +622,8 @@ def _plan(
     """The scan: prepared queries, block size from the memory budget, the product."""
     budget = check_int(memory_budget, "memory_budget")
     if block_size is None:
-        # an eighth of the budget for each of the two blocks' float32 copies (one is read
-        # ahead): the rest holds one score block per thread (16 MiB each), the sample and
-        # the candidates
+        # an eighth of the budget for the block's float32 copy: the rest holds one score
+        # block per thread (16 MiB each), the sample and the candidates
         block_size = int(np.clip(budget // (32 * corpus.shape[1]), 1024, 65536))
     block_size = check_int(block_size, "block_size")
     threads = check_int(n_threads, "n_threads", allow_none=True)
