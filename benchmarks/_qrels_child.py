@@ -90,7 +90,9 @@ def main() -> None:
     parser.add_argument("--depth", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--path", default=None)
+    parser.add_argument("--memory-budget", type=int, default=None)  # MiB
     args = parser.parse_args()
+    budget = {} if args.memory_budget is None else {"memory_budget": args.memory_budget << 20}
     method, depth = args.method, args.depth
     data = make_qrels_data(args.corpus, args.queries, args.dim, args.seed)
 
@@ -179,6 +181,7 @@ def main() -> None:
                     doc_ids=data.doc_ids,
                     metrics=ee_metrics,
                     distance="cosine",
+                    **budget,
                 )
             values = embedeval_values(res)
         elif method == "positives":
@@ -192,6 +195,7 @@ def main() -> None:
                     metrics=["map", "mrr", "precision_at_10"],
                     distance="cosine",
                     progress=False,
+                    **budget,
                 )
             got = embedeval_values(res)
             values = {

@@ -433,6 +433,7 @@ def child_args(args: argparse.Namespace) -> list[str]:
         str(args.depth),
         "--seed",
         str(args.seed),
+        *(["--memory-budget", str(args.memory_budget)] if args.memory_budget else []),
     ]
 
 
@@ -449,6 +450,10 @@ def main(argv: list[str] | None = None) -> None:
         "--cgroup-limit", type=float, default=None, metavar="MB", help="memmap case under a limit"
     )
     parser.add_argument("--tmpdir", default=None, help="where the .npy files go (not tmpfs)")
+    parser.add_argument(
+        "--memory-budget", type=int, default=None, metavar="MiB",
+        help="embedeval's memory_budget (default: the library's, 256 MiB)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     args.corpus = args.corpus or (20_000 if args.quick else 200_000)
     args.queries = args.queries or (200 if args.quick else 1_000)
@@ -465,6 +470,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load}; corpus "
         f"{args.corpus:,} x {args.dim} float32, {args.queries:,} queries, depth {args.depth}, "
         f"seed {args.seed}"
+        + (f", memory_budget {args.memory_budget} MiB" if args.memory_budget else "")
     )
     corpus_mb = args.corpus * args.dim * 4 / 2**20
     need_files = any(c.startswith("embedeval_mmap") for c in cases) or args.cgroup_limit
