@@ -90,3 +90,12 @@ def test_mrr_at_10_is_recip_rank_of_the_top_10():
     # Equal scores: trec_eval's order is by document id, descending ("d9" before "d10").
     tied = {"q0": {"d10": 0.5, "d9": 0.5}, "q1": {"d0": 0.5}}
     assert list(bq.top_of_run(tied, 1)["q0"]) == ["d9"]
+
+
+def test_memory_budget_reaches_the_children_only_when_given():
+    import argparse
+
+    args = argparse.Namespace(corpus=10, queries=2, dim=4, depth=100, seed=0, memory_budget=None)
+    assert "--memory-budget" not in bq.child_args(args)
+    args.memory_budget = 2048
+    assert bq.child_args(args)[-2:] == ["--memory-budget", "2048"]
