@@ -333,19 +333,24 @@ def test_exact_ties_between_kinds_are_flagged_and_valued_by_reference_index(dist
 @pytest.mark.parametrize("precision", ["float32", "float64"])
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
 @pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("ints", [False, True])
 def test_near_misses_among_identical_rows_only_are_ranked_by_index(
-    monkeypatch, precision, distance, split
+    monkeypatch, precision, distance, split, ints
 ):
     """Deep rankings (four classes) with 80 groups of 2 to 5 identical rows of mixed labels,
     several relevant and non-relevant copies per query, as hashing databases have them; ten
     groups also have a row one ulp away under another label, inside their band.  A relevant
     copy whose band holds nothing but its own copies is ranked without float64 (copies of
     smaller index ahead, all of them tied with it); the others band by band; both against
-    the float64 brute force, tie flags included."""
+    the float64 brute force, tie flags included.  ``ints``: small integers in 3 dimensions
+    (float32 keys exact, many runs of equal keys beside the groups', whose float32 key values
+    can equal another run's float64 key)."""
     monkeypatch.setattr(deep, "filter_precision", lambda task: precision)
     rng = np.random.default_rng(8)
     n, d = 900, 8
     x = rng.standard_normal((n, d)).astype(np.float32)
+    if ints:
+        x = rng.integers(-3, 4, (n, 3)).astype(np.float32)
     y = rng.integers(0, 4, n)
     rows = rng.permutation(n)
     at = 0

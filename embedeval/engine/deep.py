@@ -258,7 +258,7 @@ def relevant_ranks(
     if near.any() and plan.duplicates is not None:
         twins = _twin_items(
             plan.duplicates, reference_codes, keys, relevant, (sorted_rows, cut),
-            (row, item_bits), near, (lo_bits, hi_bits),
+            (row, pos, row_first, item_bits), near, (lo_bits, hi_bits),
         )  # fmt: skip
         if twins is not None:
             ahead[twins[0]] = twins[1] + twins[2]
@@ -279,6 +279,7 @@ def relevant_ranks(
         if tied.any():
             t = at[tied]
             ties = (t, below[tied] + strict[tied], before[tied], n_equal[tied], k_item[tied])
+            ties += (np.full(t.size, -1),)  # no group: runs of float64 keys
             if twins is not None:
                 ties = tuple(np.concatenate(pair) for pair in zip(twins, ties, strict=True))
     # sort(N) per row: one sort of (row, N) codes.  Rows are sorted already and N follows the
@@ -297,8 +298,10 @@ def _tie_blocks(
     """The runs of equal float64 keys mixing relevant and non-relevant references of ``b``
     rows (relevant items by ``row``; ``code`` the sorted ``row * span + N`` of every item,
     ``N`` its non-relevant references ahead), from the tied items ``ties = (item, strict,
-    before, n_equal, key)``: non-relevant references with a smaller key, of the same key and
-    a smaller index, of the same key, and the float64 key.
+    before, n_equal, key, group)``: non-relevant references with a smaller key, of the same
+    key and a smaller index, of the same key, the key, and the group of identical rows
+    whose members alone form the run (:func:`_twin_items`: its key is the float32 one, on
+    another scale than the float64 keys, and no other reference shares it), or -1.
 
     A run of key ``K`` holding items ``I`` and ``n_equal`` non-relevant references starts at
     rank ``strict + (relevant references with a key below K)``; those are the items with
@@ -309,11 +312,14 @@ def _tie_blocks(
     if ties is None:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty, first_mixed
-    item, strict, before, n_equal, key = ties
-    order = np.lexsort((key, row[item]))
-    item, strict, before, n_equal, key = (a[order] for a in (item, strict, before, n_equal, key))
+    item, strict, before, n_equal, key, group = ties
+    order = np.lexsort((group, key, row[item]))
+    item, strict, before, n_equal, key, group = (
+        a[order] for a in (item, strict, before, n_equal, key, group)
+    )
     r = row[item]
-    head = np.flatnonzero(np.append(True, (r[1:] != r[:-1]) | (key[1:] != key[:-1])))
+    new = (r[1:] != r[:-1]) | (key[1:] != key[:-1]) | (group[1:] != group[:-1])
+    head = np.flatnonzero(np.append(True, new))
     size = np.diff(np.append(head, item.size))
     leading = np.add.reduceat((before == 0).astype(np.int64), head)
     up_to = np.searchsorted(code, r[head] * span + strict[head], side="right")
@@ -457,7 +463,7 @@ def _twin_items(
     keys: np.ndarray,
     relevant: np.ndarray,
     sorted_cut: tuple[np.ndarray, np.ndarray],
-    items: tuple[np.ndarray, np.ndarray],
+    items: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     near: np.ndarray,
     bands: tuple[np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, ...] | None:
@@ -468,14 +474,19 @@ def _twin_items(
     of them tie with it.  As ``(item, N below the band, members ahead, members tied, key)``
     (the ties of :func:`_tie_blocks`), or None.
 
-    A row's group qualifies when it holds relevant and non-relevant valid members, no other
-    group of the row has its flagged key, the row's items at that key are exactly its
-    relevant members, and the band holds exactly its members (all sorted: the band lies
-    under the row's cut).  No other reference lies within the band, so no other key can
-    equal theirs in float64: the float32 key serves as the run's key.  The relevant members
-    are paired with the items in index order (the ranks need ``N`` as a multiset per row)."""
+    ``items`` are the relevant items' rows, places in their sorted rows, first items of
+    their rows and flagged bits.  A row's group qualifies when it holds relevant and
+    non-relevant valid members, no other group of the row has its flagged key, the row's
+    items at that key are exactly its relevant members, and the band holds exactly its
+    members (the band lies under the row's cut, so every key in it is sorted; the run from
+    the non-relevant members, just before the items, to the last item lies in it, and the
+    entries on either side of the run do not).  No other reference lies within the band,
+    so no other key can equal theirs in float64: the run is the group's alone (its key is
+    the float32 key, named apart from the float64 ones by the group).  The relevant members
+    are paired with the items in index order (the ranks need ``N`` as
+    a multiset per row)."""
     sorted_rows, cut = sorted_cut
-    row, item_bits = items
+    row, pos, row_first, item_bits = items
     groups = _group_order(dups, reference_codes)
     if not groups[0].size:
         return None
@@ -498,20 +509,27 @@ def _twin_items(
     r, g, n_non, first, n_at, lo, hi, shared = (
         a[ok] for a in (r, g, n_non, first, n_at, lo, hi, shared)
     )
-    under = rows_searchsorted(sorted_rows, r, lo)  # the row's entries below the band
-    ok = rows_searchsorted(sorted_rows, r, hi, True) - under == n_at + n_non
+    # The band holds exactly the group when the entries from its non-relevant members (just
+    # before the items: their flagged bits are one less) to the last item lie in it and the
+    # entries on either side do not.
+    width = sorted_rows.shape[1]
+    start = pos[first] - n_non  # the row's entries below the band, if it qualifies
+    after = pos[first] + n_at  # the entry after the items
+    flat = sorted_rows.reshape(-1)
+    at = r * width
+    ok = (start >= 0) & (flat[at + np.maximum(start, 0)] >= lo)
+    ok &= (start <= 0) | (flat[at + np.maximum(start - 1, 0)] < lo)
+    ok &= (after >= width) | (flat[at + np.minimum(after, width - 1)] > hi)
     if not ok.any():
         return None
-    r, g, n_non, first, n_at, lo, under, shared = (
-        a[ok] for a in (r, g, n_non, first, n_at, lo, under, shared)
+    r, g, n_non, first, n_at, start, shared = (
+        a[ok] for a in (r, g, n_non, first, n_at, start, shared)
     )
-    items_under = np.searchsorted(item_code, _codes(r, lo)) - np.searchsorted(
-        item_code, _codes(r, 0 * lo)
-    )
+    items_under = first - row_first[first]  # the row's items before these: below the band
     ahead = _copies_ahead(groups, relevant, keys, r, g)
     return (
-        _spans(first, n_at), np.repeat(under - items_under, n_at), ahead,
-        np.repeat(n_non, n_at), np.repeat(shared.astype(np.float64), n_at),
+        _spans(first, n_at), np.repeat(start - items_under, n_at), ahead,
+        np.repeat(n_non, n_at), np.repeat(shared.astype(np.float64), n_at), np.repeat(g, n_at),
     )  # fmt: skip
 
 
