@@ -471,8 +471,8 @@ def _twin_items(
     row (:class:`~embedeval.engine.duplicates.DuplicateRows`, whose members share one float32
     key), decided without float64: identical rows have equal float64 keys, so of a group's
     non-relevant members exactly those of smaller index are ahead of a relevant one, and all
-    of them tie with it.  As ``(item, N below the band, members ahead, members tied, key)``
-    (the ties of :func:`_tie_blocks`), or None.
+    of them tie with it.  As ``(item, N below the band, members ahead, members tied, key,
+    group)`` (the ties of :func:`_tie_blocks`), or None.
 
     ``items`` are the relevant items' rows, places in their sorted rows, first items of
     their rows and flagged bits.  A row's group qualifies when it holds relevant and
@@ -483,8 +483,7 @@ def _twin_items(
     entries on either side of the run do not).  No other reference lies within the band,
     so no other key can equal theirs in float64: the run is the group's alone (its key is
     the float32 key, named apart from the float64 ones by the group).  The relevant members
-    are paired with the items in index order (the ranks need ``N`` as
-    a multiset per row)."""
+    are paired with the items in index order (the ranks need ``N`` as a multiset per row)."""
     sorted_rows, cut = sorted_cut
     row, pos, row_first, item_bits = items
     groups = _group_order(dups, reference_codes)
