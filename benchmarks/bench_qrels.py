@@ -49,6 +49,7 @@ Run::
     python -m benchmarks.bench_qrels --quick              # 20,000 x 768, 200 queries
     python -m benchmarks.bench_qrels --cases product,faiss --corpus 50000
     python -m benchmarks.bench_qrels --cgroup-limit 400   # + the memmap case under 400 MiB
+    python -m benchmarks.bench_qrels --memory-budget 2048 # embedeval's blocks from 2 GiB
 """
 
 from __future__ import annotations
