@@ -11,7 +11,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Candidates", "from_sortable_bits", "rows_searchsorted", "sortable_bits"]
+__all__ = ["Candidates", "from_sortable_bits", "rows_searchsorted", "sortable_bits", "spans"]
+
+
+def spans(first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """``first[i], first[i] + 1, ..., first[i] + count[i] - 1`` for every ``i``, in turn: the
+    places of ranges laid end to end (a ragged gather in one index array).
+
+    >>> spans(np.array([5, 0]), np.array([2, 3])).tolist()
+    [5, 6, 0, 1, 2]
+    """
+    ends = np.cumsum(count)
+    return np.repeat(first - ends + count, count) + np.arange(int(ends[-1]) if ends.size else 0)
 
 
 def sortable_bits(values: np.ndarray) -> np.ndarray:

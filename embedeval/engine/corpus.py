@@ -58,7 +58,7 @@ import numpy as np
 
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
-from .candidates import from_sortable_bits, rows_searchsorted, sortable_bits
+from .candidates import from_sortable_bits, rows_searchsorted, sortable_bits, spans
 from .decide import _tie_multiples, gamma, key_bounds, reference_sq_bound, sq_norms, widen
 from .exact import column_stats, exact_centre
 from .threads import default_threads, in_order, single_threaded_blas
@@ -895,7 +895,7 @@ def candidate_ranks(
     reach = rows_searchsorted(table, pairs.query, pack_codes(under, zero))
     n_near = np.maximum(reach - above, 0)
     p = np.repeat(np.arange(pairs.query.size), n_near)
-    at = np.repeat(above - np.cumsum(n_near) + n_near, n_near) + np.arange(n_near.sum())
+    at = spans(above, n_near)
     rows = code_rows(table[pairs.query[p], at], scan.row_of_key())
     wins = _near_beats(corpus, scan, pairs, p, rows)[0]
     rank = above + wins + 1
@@ -1060,7 +1060,7 @@ def _count_passing(
     n_near = np.where(live, np.maximum(hi_end - lo_start, 0), 0)
     take = n_near > own
     m = n_near[take]
-    first = np.repeat(lo_start[take] - np.cumsum(m) + m, m) + np.arange(int(m.sum()))
+    first = spans(lo_start[take], m)
     pair = np.repeat(np.flatnonzero(take), m)
     return above, reach, pair, (codes[first] & cols).astype(np.int64)
 
@@ -1148,8 +1148,7 @@ def _spanned(
         np.add.at(step, rows * width + lo, 1)
         np.add.at(step, rows * width + hi + 1, -1)
         return np.cumsum(step[:-1]) > 0
-    first = np.repeat(rows * width + lo - np.cumsum(size) + size, size)
-    marked[first + np.arange(int(size.sum()))] = True
+    marked[spans(rows * width + lo, size)] = True
     return marked
 
 

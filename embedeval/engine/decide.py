@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..utils.validation import host_array
-from .candidates import Candidates, from_sortable_bits, sortable_bits
+from .candidates import Candidates, from_sortable_bits, sortable_bits, spans
 from .labels import match_pairs
 
 __all__ = [
@@ -484,8 +484,7 @@ def _windows(
     first = np.flatnonzero(np.append(True, lo[1:] >= np.maximum.accumulate(hi)[:-1]))
     start, end = lo[first], np.maximum.reduceat(hi, first)
     length = end - start
-    offset = np.cumsum(length) - length
-    part = np.arange(int(length.sum())) + np.repeat(start - offset, length)
+    part = spans(start, length)
     return part, np.repeat(np.arange(first.size), length), end
 
 

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from ..utils.progress import progress_bar
-from .candidates import from_sortable_bits, rows_searchsorted, sortable_bits
+from .candidates import from_sortable_bits, rows_searchsorted, sortable_bits, spans
 from .decide import (
     FLOAT64_MAX_DIM,
     float64_keys,
@@ -527,7 +527,7 @@ def _twin_items(
     items_under = first - row_first[first]  # the row's items before these: below the band
     ahead = _copies_ahead(groups, relevant, keys, r, g)
     return (
-        _spans(first, n_at), np.repeat(start - items_under, n_at), ahead,
+        spans(first, n_at), np.repeat(start - items_under, n_at), ahead,
         np.repeat(n_non, n_at), np.repeat(shared.astype(np.float64), n_at), np.repeat(g, n_at),
     )  # fmt: skip
 
@@ -580,22 +580,12 @@ def _copies_ahead(
     members, starts, size = groups
     m = size[g]
     seg = np.repeat(r, m)
-    ref = members[_spans(starts[g], m)]
+    ref = members[spans(starts[g], m)]
     is_rel = relevant[seg, ref]
     is_non = (keys[seg, ref] <= KEY_MAX) & ~is_rel
     ahead = np.cumsum(is_non) - is_non
     ahead -= np.repeat(ahead[np.cumsum(m) - m], m)  # counted from each group's start
     return ahead[is_rel]
-
-
-def _spans(first: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """``first[i], first[i] + 1, ..., first[i] + count[i] - 1`` for every ``i``, in turn.
-
-    >>> _spans(np.array([5, 0]), np.array([2, 3])).tolist()
-    [5, 6, 0, 1, 2]
-    """
-    ends = np.cumsum(count)
-    return np.repeat(first - ends + count, count) + np.arange(int(ends[-1]) if ends.size else 0)
 
 
 def _near_members(
@@ -840,8 +830,7 @@ def _sorted_rows(
         flagged.sort(axis=1)
         return flagged, np.full(b, _ALL, dtype=np.uint32)
     out = np.full((b, max(width, 1)), _PAD, dtype=np.uint32)
-    starts = np.cumsum(counts) - counts
-    col = np.arange(int(counts.sum())) - np.repeat(starts, counts)
+    col = spans(np.zeros_like(counts), counts)
     out[np.repeat(np.arange(b), counts), col] = flagged_keys(keys[mask], relevant[mask])
     out.sort(axis=1)
     # A non-relevant key's own bits are its flagged bits or the next ones: those at or under

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .candidates import spans
+
 __all__ = ["DuplicateKeys", "DuplicateRows", "find_duplicate_rows"]
 
 _HASH_ROWS = 8192
@@ -105,8 +107,7 @@ class DuplicateKeys:
         r, g = np.nonzero(shared.T <= tau[:, None])  # row by row, like the tiles' codes
         key = shared[g, r]
         sizes = self.lims[g + 1] - self.lims[g]
-        offsets = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        col = self.by_group[np.repeat(self.lims[g], sizes) + offsets]
+        col = self.by_group[spans(self.lims[g], sizes)]
         r, key = np.repeat(r, sizes), np.repeat(key, sizes)
         out = excluded(r, col)
         if out is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.candidates import Candidates
+from ..engine.candidates import Candidates, spans
 from ..engine.duplicates import DuplicateRows
 from ..engine.exact import (
     Exclusions,
@@ -449,8 +449,7 @@ def _tie_duplicates(
     lims = np.concatenate(([0], np.cumsum(np.bincount(dups.group, minlength=n_groups))))
     g = pair % n_groups
     sizes = lims[g + 1] - lims[g]
-    offsets = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    new_ref = dups.members[order][np.repeat(lims[g], sizes) + offsets]
+    new_ref = dups.members[order][spans(lims[g], sizes)]
     new_row = np.repeat(pair // n_groups, sizes)
     new_key = np.repeat(shared, sizes)
     if exclusions.reference_groups is not None:  # a twin in the query's group stays out
