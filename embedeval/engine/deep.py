@@ -227,7 +227,9 @@ def relevant_ranks(
     row, the float64 keys' own error, see :func:`relative_band`) take the narrower of
     ``band`` and a band relative to the key.  A relevant reference whose float64 key equals
     that of non-relevant ones counts those of smaller index as ahead of it, and their run of
-    equal keys is reported (:func:`_tie_blocks`) for the kernels' tie flags.
+    equal keys is reported (:func:`_tie_blocks`) for the kernels' tie flags.  A near miss
+    whose band holds only identical copies of its own reference row (``plan.duplicates``) is
+    counted from the copies' indices, with no float64 key (:func:`_twin_items`).
     """
     b = keys.shape[0]
     relevant = match_matrix(query_codes, reference_codes)
