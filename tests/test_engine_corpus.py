@@ -46,7 +46,10 @@ def oracle_ranking(q, corpus, doc_ids, distance, ties):
     return np.array(rows), scores[rows]
 
 
-def check(queries, corpus, qids, dids, qrels, distance, ties, block_sizes):
+def check(queries, corpus, qids, dids, qrels, distance, ties, block_sizes, products=()):
+    """``products``: keyword sets of further runs (another product), each bit-identical to
+    the first, which the oracle checks."""
+    runs = [{"block_size": b} for b in block_sizes] + [dict(p) for p in products]
     results = [
         ee.evaluate_qrels(
             queries,
@@ -58,10 +61,10 @@ def check(queries, corpus, qids, dids, qrels, distance, ties, block_sizes):
             distance=distance,
             ties=ties,
             run_depth=DEPTH,
-            block_size=b,
             n_threads=2,
+            **kw,
         )
-        for b in block_sizes
+        for kw in runs
     ]
     run = {}
     for i, qid in enumerate(qids):
@@ -145,16 +148,19 @@ def test_near_ties_one_float32_bit_apart(distance, ties):
     check(queries, corpus, qids, dids, qrels, distance, ties, [None, 40, 64])
 
 
-@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("split", [False, True, "from the top lists"])
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
 @pytest.mark.parametrize("ties", ["index", "trec_eval"])
 def test_small_integers_exact_ties_and_duplicates(monkeypatch, distance, ties, split):
     # split: 512 bytes of scores per product, so each block splits into parts of 32 or 33
-    # corpus rows, one product each (the judged documents' ranks included)
-    if split:
-        import embedeval.engine.corpus as corpus_engine
+    # corpus rows, one product each (the judged documents' ranks included); "from the top
+    # lists": the judged documents' ranks read from the decided lists (the wide-band path)
+    import embedeval.engine.corpus as corpus_engine
 
+    if split is True:
         monkeypatch.setattr(corpus_engine, "_CHUNK_BYTES", 512)
+    if split == "from the top lists":
+        monkeypatch.setattr(corpus_engine, "_shared_near", lambda n_near, n_candidates: True)
     rng = np.random.default_rng(2)
     n_docs, n_q, dim = 300, 15, 3
     corpus = rng.integers(-2, 3, (n_docs, dim)).astype(np.float32)
@@ -167,6 +173,70 @@ def test_small_integers_exact_ties_and_duplicates(monkeypatch, distance, ties, s
     qrels = judged(rng, n_docs, n_q, dids, close)
     qids = [f"q{i}" for i in range(n_q)]
     check(queries, corpus, qids, dids, qrels, distance, ties, [None, 37, 64])
+
+
+TORCH_PRODUCTS = [
+    {"backend": "torch", "device": "cpu", "precision": "bf16"},
+    {"backend": "torch", "device": "cpu", "precision": "bf16", "block_size": 40},
+    {"backend": "torch", "device": "cpu", "precision": "float32"},
+]
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
+@pytest.mark.parametrize("ties", ["index", "trec_eval"])
+def test_bfloat16_filter_rows_equal_in_bfloat16_and_near_ties(distance, ties):
+    # per query, rows equal once rounded to bfloat16 (8-bit mantissa) but not in float32, near
+    # the top and deep, one relevant and one not; a common offset for the Euclidean case
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    n_base, n_q, dim = 300, 10, 8
+    offset = 100.0 if distance == "euclidean" else 0.0
+    base = rng.standard_normal((n_base, dim)) + offset
+    queries = (rng.standard_normal((n_q, dim)) + offset).astype(np.float32)
+    extra, close = [], []
+    for i in range(n_q):
+        pairs = []
+        for scale in (0.999, 0.0):
+            x = (queries[i] - offset) * scale + rng.normal(0, 0.05, dim) + offset
+            x = x.astype(np.float32)
+            bits = x.view(np.uint32) & np.uint32(0xFFFF0000)  # a bfloat16 value, exactly
+            x = (bits | np.uint32(0x1000)).view(np.float32)  # a quarter of its step above
+            y = (bits | rng.integers(0x0001, 0x7FFF, dim).astype(np.uint32)).view(np.float32)
+            a = n_base + len(extra)
+            extra += [x, y]  # both round to the bfloat16 `bits`
+            pairs += [(a, 1), (a + 1, 0)] if rng.random() < 0.5 else [(a, 0), (a + 1, 2)]
+        close.append(pairs)
+    corpus = np.concatenate([base.astype(np.float32), np.array(extra, np.float32)])
+    n_docs = corpus.shape[0]
+    dids = [f"d{v}" for v in rng.permutation(n_docs)]
+    qrels = judged(rng, n_docs, n_q, dids, close)
+    qids = [f"q{i}" for i in range(n_q)]
+    check(queries, corpus, qids, dids, qrels, distance, ties, [None], TORCH_PRODUCTS)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
+def test_bfloat16_filter_small_integers_and_offsets(distance):
+    # exact ties, duplicates and multiples (small integers), then the large common offset
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(6)
+    n_docs, n_q, dim = 300, 15, 3
+    corpus = rng.integers(-2, 3, (n_docs, dim)).astype(np.float32)
+    corpus[rng.choice(n_docs, 60, replace=False)] = corpus[rng.choice(n_docs, 60)]
+    corpus[:4] = [[1, 1, 0], [3, 3, 0], [2, 2, 0], [0, 0, 0]]
+    queries = rng.integers(-2, 3, (n_q, dim)).astype(np.float32)
+    dids = [f"d{v}" for v in rng.permutation(n_docs)]
+    qrels = judged(rng, n_docs, n_q, dids, [[(0, 1), (1, 0), (2, 2)]] * n_q)
+    qids = [f"q{i}" for i in range(n_q)]
+    check(queries, corpus, qids, dids, qrels, distance, "index", [None], TORCH_PRODUCTS)
+    if distance == "euclidean":
+        classes = rng.normal(0, 0.02, (6, 8))
+        far = 1000 + classes[rng.integers(0, 6, 400)] + rng.normal(0, 0.01, (400, 8))
+        q_far = 1000 + classes[rng.integers(0, 6, 12)] + rng.normal(0, 0.01, (12, 8))
+        dids = [f"d{v}" for v in rng.permutation(400)]
+        qrels = judged(rng, 400, 12, dids)
+        qids = [f"q{i}" for i in range(12)]
+        far, q_far = far.astype(np.float32), q_far.astype(np.float32)
+        check(q_far, far, qids, dids, qrels, distance, "trec_eval", [None], TORCH_PRODUCTS)
 
 
 def test_written_run_reproduces_the_ranking_in_trec_eval(tmp_path):

@@ -50,7 +50,6 @@ import contextlib
 import itertools
 import mmap
 import queue
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -59,7 +58,15 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
 from .candidates import from_sortable_bits, rows_searchsorted, sortable_bits, spans
-from .decide import _tie_multiples, gamma, key_bounds, reference_sq_bound, sq_norms, widen
+from .decide import (
+    _tie_multiples,
+    gamma,
+    key_bounds,
+    reference_sq_bound,
+    rounding_of,
+    sq_norms,
+    widen,
+)
 from .exact import column_stats, exact_centre
 from .threads import default_threads, in_order, single_threaded_blas
 
@@ -87,7 +94,6 @@ __all__ = [
     "scan_top",
     "score_bounds",
     "tie_keys",
-    "torch_product",
     "widen_down",
 ]
 
@@ -297,34 +303,6 @@ def numpy_product(q: np.ndarray, blk: np.ndarray, out: np.ndarray | None = None)
     return np.matmul(q, blk.T, out=out)
 
 
-def torch_product(device: str) -> Product:
-    """A product on a torch device: the block (and once, the query chunk) moved there, the
-    float32 result brought back.  Another library's float32 sums may differ in the last bit
-    from numpy's, which can only reorder documents whose scores are that close."""
-    import torch
-
-    dev = torch.device(device)
-    cache: dict[int, object] = {}
-
-    def product(q: np.ndarray, blk: np.ndarray) -> np.ndarray:
-        tq = cache.get(q.__array_interface__["data"][0])
-        if tq is None:  # each query chunk moves once
-            tq = torch.from_numpy(np.ascontiguousarray(q)).to(dev)
-            cache[q.__array_interface__["data"][0]] = tq
-        tb = cache.get(("block", id(blk)))
-        if tb is None:  # each block moves once, whatever the number of query chunks
-            with warnings.catch_warnings():  # a read-only memory map is only read here
-                warnings.simplefilter("ignore", UserWarning)
-                tb = torch.from_numpy(blk).to(dev)
-            cache.pop("last", None)
-            for k in [k for k in cache if isinstance(k, tuple)]:
-                cache.pop(k, None)
-            cache[("block", id(blk))] = tb
-        return (tq @ tb.T).cpu().numpy()
-
-    return product
-
-
 @dataclass
 class CorpusScan:
     """Everything fixed before the first corpus block.
@@ -335,7 +313,9 @@ class CorpusScan:
     the float32 queries the float64 keys are formed from (default: ``queries``), ``centre``
     the exact translation of the Euclidean rows (:func:`corpus_centre`), ``ties`` the tie
     rule (``"trec_eval"`` orders re-scored documents by their float64 score, see
-    :func:`rank_keys`); ``m_sq`` bounds the squared norm of every block read so far.
+    :func:`rank_keys`); ``m_sq`` bounds the squared norm of every block read so far;
+    ``precision`` is the product's (``"float32"``, or a device product's ``"tf32"`` /
+    ``"bf16"``: :func:`embedeval.search.torch_backend.torch_product`).
     Set from these: ``chunk`` queries per product (``n_chunks`` chunks of equal size, a
     multiple of the threads) and ``step`` corpus rows per product, at most.
     """
@@ -354,6 +334,7 @@ class CorpusScan:
     centre: np.ndarray | None = None
     ties: str = "index"
     m_sq: float = 0.0
+    precision: str = "float32"
     q_sq: np.ndarray = field(init=False)
     chunk: int = field(init=False)
     n_chunks: int = field(init=False)
@@ -391,17 +372,24 @@ class CorpusScan:
         cosine term of :func:`~embedeval.engine.decide.key_bounds`.  Under
         ``ties="trec_eval"`` the band also holds ``2 gamma_{dim+8}`` times the score's
         magnitude (over four float32 steps of any score): two documents whose float32 scores
-        are farther apart than the band have float64 scores whose float32 roundings differ."""
+        are farther apart than the band have float64 scores whose float32 roundings differ.
+        A coarser product (:attr:`precision`: ``"tf32"``, ``"bf16"``) widens it by its own
+        rounding (:func:`~embedeval.engine.decide.rounding_of`)."""
         m_sq = self.m_sq if m_sq is None else m_sq
-        scale = 1.0
+        scale, input_u = rounding_of(self.precision)  # the product's own rounding
         if self.ties == "trec_eval":  # + a few float32 steps of the score (see rank_keys)
             scale += 1.0
         dim = self.queries.shape[1]
         # + float32 underflow: each of the (at most 3 dim + 8) products and sums below the
         # normal range errs by up to its smallest normal, 2**-126 (subnormals flushed or not)
-        return 2.0 * key_bounds(self.q_sq, m_sq, dim, self.distance, scale) + _UNDERFLOW * (
-            3 * dim + 8
-        )
+        band = 2.0 * key_bounds(self.q_sq, m_sq, dim, self.distance, scale, input_u)
+        band += _UNDERFLOW * (3 * dim + 8)
+        if input_u:  # bfloat16 inputs below 2**-126 may be read as zero: each term loses
+            # at most 2**-126 times the other factor, so the sum at most 2**-126 sqrt(dim)
+            # (||q|| + ||x||); twice, as for the other terms
+            m = 1.0 + 2.0**-20 if self.distance == "cosine" else np.sqrt(m_sq)  # unit rows
+            band += 2.0**-125 * np.sqrt(dim) * (np.sqrt(self.q_sq) + m)
+        return band
 
     def row_of_key(self) -> np.ndarray | None:
         """The corpus row of each tie key (None: the keys are the rows)."""
@@ -894,6 +882,8 @@ def candidate_ranks(
     above = rows_searchsorted(table, pairs.query, pack_codes(hi, zero))
     reach = rows_searchsorted(table, pairs.query, pack_codes(under, zero))
     n_near = np.maximum(reach - above, 0)
+    if _shared_near(int(n_near.sum()), codes.size):
+        return _positions_in_top(corpus, scan, candidates, pairs)
     p = np.repeat(np.arange(pairs.query.size), n_near)
     at = spans(above, n_near)
     rows = code_rows(table[pairs.query[p], at], scan.row_of_key())
@@ -903,6 +893,33 @@ def candidate_ranks(
     # more than the band under the depth-th score so far, so at least ``depth`` candidates
     # score above its ``hi`` and its rank exceeds ``depth``.
     return np.where(rank <= scan.depth, rank, 0)
+
+
+def _shared_near(n_near: int, n_candidates: int) -> bool:
+    """Whether the pairs' near candidates outnumber the candidates (and a batch): with a wide
+    band (a bfloat16 product, dense ties) the pairs share them, so each candidate is better
+    re-scored once (:func:`_positions_in_top`) than once per pair."""
+    return n_near > max(n_candidates, _NEAR_PAIRS)
+
+
+def _positions_in_top(
+    corpus: np.ndarray,
+    scan: CorpusScan,
+    candidates: tuple[np.ndarray, np.ndarray],
+    pairs: Pairs,
+) -> np.ndarray:
+    """:func:`candidate_ranks` from the decided top lists (:func:`decide_top`): each pair's
+    1-based place in its query's list, 0 where it is not there."""
+    top = decide_top(corpus, scan, *candidates, False)[0]
+    query, place = np.nonzero(top >= 0)
+    width = np.int64(corpus.shape[0])
+    held = query * width + top[query, place]
+    order = np.argsort(held)
+    held, place = held[order], place[order]
+    wanted = pairs.query * width + pairs.row
+    at = np.minimum(np.searchsorted(held, wanted), max(held.size - 1, 0))
+    found = held[at] == wanted if held.size else np.zeros(wanted.size, dtype=bool)
+    return np.where(found, place[at] + 1, 0)
 
 
 def decide_top(

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -116,6 +117,39 @@ def resolve_precision(torch: Any, precision: str, device: Any) -> str:
     else:
         native = False
     return "bf16" if native else "float32"
+
+
+def torch_product(device: str, precision: str = "float32") -> Callable[..., np.ndarray]:
+    """A product on a torch device: the block (and once, the query chunk) moved there, the
+    float32 result brought back.  Another library's float32 sums may differ in the last bit
+    from numpy's: the scan's bound holds for any summation order, so the ranking is the same.
+    ``precision``: ``"float32"``, ``"tf32"`` (CUDA float32 products with a 10-bit mantissa)
+    or ``"bf16"`` (bfloat16 copies of both sides, accumulated in float32); the scan's band
+    (:meth:`embedeval.engine.corpus.CorpusScan.band`) covers each one's rounding."""
+    import torch
+
+    dev = torch.device(device)
+    low = torch.bfloat16 if precision == "bf16" else torch.float32
+    cache: dict[int, object] = {}
+
+    def product(q: np.ndarray, blk: np.ndarray) -> np.ndarray:
+        tq = cache.get(q.__array_interface__["data"][0])
+        if tq is None:  # each query chunk moves once
+            tq = torch.from_numpy(np.ascontiguousarray(q)).to(dev).to(low)
+            cache[q.__array_interface__["data"][0]] = tq
+        tb = cache.get(("block", id(blk)))
+        if tb is None:  # each block moves once, whatever the number of query chunks
+            with warnings.catch_warnings():  # a read-only memory map is only read here
+                warnings.simplefilter("ignore", UserWarning)
+                tb = torch.from_numpy(blk).to(dev).to(low)
+            cache.pop("last", None)
+            for k in [k for k in cache if isinstance(k, tuple)]:
+                cache.pop(k, None)
+            cache[("block", id(blk))] = tb
+        with _matmul_precision(torch, precision == "tf32"):
+            return (tq @ tb.T).float().cpu().numpy()
+
+    return product
 
 
 # ---------------------------------------------------------------------------------- search
