@@ -242,8 +242,9 @@ def add_search_options(p: argparse.ArgumentParser) -> Any:
         choices=("auto", "float32", "tf32", "bf16"),
         default=None,
         help="the torch backend's filter product: auto (default: bfloat16 where the device "
-        "multiplies it natively, else float32), float32, tf32 or bf16; rankings are decided in "
-        "float64 either way, so the numbers do not depend on it",
+        "multiplies it natively, else float32; retrieve takes bfloat16 only for metrics at "
+        "depth 10 or less), float32, tf32 or bf16; rankings are decided in float64 either way, "
+        "so the numbers do not depend on it",
     )
     g.add_argument(
         "--scheduler",
@@ -1182,11 +1183,6 @@ def _retrieval_inputs(args: argparse.Namespace) -> dict[str, Any]:
 
 def _check_retrieve_search(search: dict[str, Any]) -> None:
     """Search options ``retrieve`` has no use for, refused with the reason."""
-    if "precision" in search:
-        raise InputError(
-            "--precision chooses the torch backend's product in evaluate and compare; "
-            "retrieve multiplies in float32 (numpy or torch): drop --precision."
-        )
     approximate = [f for f in ("index", "index_params", "exact_sample") if f in search]
     if approximate:
         raise InputError(

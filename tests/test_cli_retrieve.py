@@ -196,6 +196,29 @@ def test_search_options_reach_retrieve(files):
     assert not (d / "never.trec").exists()
 
 
+def test_retrieve_bfloat16_filter_gives_the_local_numbers(files):
+    # small-integer rows with exact ties and duplicates: a bfloat16 product only filters, the
+    # band it needs is re-scored in float64, so the values and the run are the local ones
+    pytest.importorskip("torch")
+    d = files[0]
+    extra = ("--metrics", "map", "ndcg@10", "mrr@10", "--ties", "trec_eval", "--depth", "20")
+    local = run(*_args(d, *extra, "--json", d / "local.json", "--run", d / "local.trec"))
+    assert local.returncode == 0, local.stderr
+    low = run(
+        *_args(d, *extra, "--device", "cpu", "--precision", "bf16", "--json", d / "bf.json",
+               "--run", d / "bf.trec")
+    )  # fmt: skip
+    assert low.returncode == 0, low.stderr
+    a, b = (json.loads((d / f).read_text()) for f in ("local.json", "bf.json"))
+    assert a["per_query"] == b["per_query"]
+    assert b["settings"]["precision"] == "bf16"
+    assert a["settings"]["precision"] == "float32"
+    assert (d / "local.trec").read_text() == (d / "bf.trec").read_text()
+    proc = run(*_args(d, "--precision", "bf16", "--run", d / "never.trec"))
+    _one_line_error(proc, "precision", "backend")
+    assert not (d / "never.trec").exists()
+
+
 def test_retrieve_shards_and_dask_give_the_local_numbers(files):
     # --shards N: the corpus scanned in N pieces; --backend dask: the pieces on the workers of
     # a local in-process cluster; merged exactly, so every per-query value is the local one

@@ -353,6 +353,26 @@ def test_float16_memmap_and_torch_backend(tmp_path):
         np.testing.assert_array_equal(tq.per_query[name], base.per_query[name])
 
 
+def test_precision_auto_filters_shallow_lists_in_bfloat16_and_is_torch_only():
+    queries, corpus, qids, dids, qrels = make_case(13)
+    kw = dict(query_ids=qids, doc_ids=dids, distance="inner_product", ties="trec_eval")
+    for bad in ({"precision": "bf16"}, {"device": "cpu"}):
+        with pytest.raises(InputError, match=f"{next(iter(bad))}=.*backend='torch'"):
+            ee.evaluate_qrels(queries, corpus, qrels, metrics=["mrr@10"], **kw, **bad)
+    torch = pytest.importorskip("torch")
+    mkldnn = torch.backends.mkldnn
+    native = mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    for names, want in ((["ndcg@10", "mrr@10"], "bf16" if native else "float32"),
+                        (["ndcg@10", "recall@100"], "float32"), (["map"], "float32")):  # fmt: skip
+        base = ee.evaluate_qrels(queries, corpus, qrels, metrics=names, **kw)
+        res = ee.evaluate_qrels(
+            queries, corpus, qrels, metrics=names, backend="torch", device="cpu", **kw
+        )
+        assert res.settings["precision"] == want, names
+        for name in names:
+            np.testing.assert_array_equal(res.per_query[name], base.per_query[name])
+
+
 def _has_cuda() -> bool:
     try:
         import torch

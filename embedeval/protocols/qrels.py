@@ -30,12 +30,13 @@ from ..engine.corpus import (
     prepare_queries,
     score_bounds,
     tie_keys,
-    torch_product,
 )
 from ..engine.corpus_shards import StackedRows
 from ..evaluation.compare import bootstrap_ci
 from ..evaluation.result import EvaluationResult
 from ..metrics.judged import NOT_RANKED, IRMetric, judged_metric_values, parse_ir_metrics
+from ..search.options import PRECISIONS, TorchOptions
+from ..search.torch_backend import resolve_precision, torch_product
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import as_embeddings, check_bool, check_choice, check_int, host_array
 from .qrels_shards import CorpusSearch, corpus_search, shard_list
@@ -46,6 +47,11 @@ TIES = ("index", "trec_eval")
 MISSING = ("error", "zero")
 _DEFAULT_RUN_DEPTH = 1000  # when only full-depth metrics are asked: BEIR's and MTEB's depth
 _SHOW = 5  # ids echoed in an error message
+#: The deepest lists ``precision="auto"`` filters with bfloat16: its band holds every document
+#: within about 2**-8 of the depth-th score, all re-scored in float64, which outweighs the
+#: faster product beyond a few tens of documents (``benchmarks/bench_qrels.py``, 2 cores:
+#: depth 10 0.7x the float32 time, depth 20 even, depth 40 1.2x, depth 1,000 over 10x)
+_BF16_MAX_DEPTH = 10
 
 
 @dataclass(repr=False)
@@ -405,6 +411,7 @@ def evaluate_qrels(
     progress: bool | None = None,
     backend: str = "local",
     device: str | None = None,
+    precision: str = "auto",
     shards: int | Sequence[Any] | None = None,
     client: Any = None,
 ) -> QrelsResult:
@@ -459,7 +466,17 @@ def evaluate_qrels(
         over the corpus (default: when stderr is a terminal).
     backend, device
         ``"local"`` (numpy), ``"torch"`` (each corpus block moved to ``device`` for its
-        product; the ranking stays on the host) or ``"dask"`` (with ``client``).
+        product; the ranking stays on the host; default device: the GPU when PyTorch sees
+        one, else the CPU) or ``"dask"`` (with ``client``).
+    precision : {"auto", "float32", "tf32", "bf16"}
+        The torch backend's filter product: bfloat16 copies of both sides (``"bf16"``,
+        accumulated in float32), TF32 (CUDA only; on the CPU it is float32) or float32;
+        ``"auto"``: bfloat16 where the device multiplies it natively and no metric reads
+        deeper than 10 documents (nDCG@10, MRR@10, P@10), else float32 (see Notes).  The
+        scores only filter: the band of documents re-scored in float64 widens with the
+        product's rounding, so the numbers are the same whatever the precision; only the time
+        changes.  The other backends multiply in float32 (anything but ``"auto"`` is then an
+        error).
     shards : int or list, optional
         The corpus in shards, each scanned by itself and merged exactly (bit-identical
         numbers, :mod:`embedeval.engine.corpus_shards`): an int N splits the corpus rows into N
@@ -484,6 +501,15 @@ def evaluate_qrels(
     ranking, hence every value, is deterministic and the same whatever ``block_size``.
     Memory: the queries, one corpus block and O(n_queries x depth), plus the near-ties.
 
+    A bfloat16 product errs by up to about ``2**-8`` of ``||q|| ||d||``: every document
+    within that of the depth-th score is a candidate and is re-scored in float64, and
+    documents that close to each other are ordered in float64 too.  At depth 1,000 on a
+    corpus of a few hundred thousand that is a few thousand re-scored documents per query,
+    which costs more on the host than the faster product saves on a two-core CPU
+    (``benchmarks/bench_qrels.py``: depth 20 breaks even); for metrics at depth 10 it pays
+    (0.7x the float32 time).  So ``"auto"`` takes bfloat16 for lists of at most 10 documents
+    and float32 beyond, unlike :func:`embedeval.evaluate`.
+
     Examples
     --------
     >>> import numpy as np, embedeval as ee
@@ -498,6 +524,7 @@ def evaluate_qrels(
     ties = check_choice(ties, "ties", TIES)
     missing = check_choice(missing, "missing", MISSING)
     backend = check_choice(backend, "backend", ("local", "torch", "dask"))
+    precision = check_choice(precision, "precision", PRECISIONS)
     ignore_identical_ids = check_bool(ignore_identical_ids, "ignore_identical_ids")
     _check_distributed(backend, shards, client)
     parsed = parse_ir_metrics(metrics)
@@ -522,8 +549,7 @@ def evaluate_qrels(
         memory_budget=memory_budget,
         n_threads=n_threads,
         progress=progress,
-        backend=backend,
-        device=device,
+        product=_product(backend, device, precision, queries, depth, full),
     )
     search = corpus_search(docs, pieces, shards, client, progress)
     pairs = Pairs(judged.query, np.maximum(judged.rows, 0))
@@ -537,6 +563,7 @@ def evaluate_qrels(
         "metrics": [m.name for m in parsed], "distance": distance, "ties": ties,
         "relevance_level": level, "gain": gain, "missing": missing,
         "ignore_identical_ids": ignore_identical_ids, "backend": backend, "device": device,
+        "precision": scan.precision,
         "shards": len(search.pieces),
         "ci": ci, "n_boot": n_boot, "seed": seed,
         **_counts(scan, depth, q_all, docs, judged),
@@ -616,8 +643,7 @@ def _plan(
     memory_budget: int,
     n_threads: int | None,
     progress: bool | None,
-    backend: str,
-    device: str | None,
+    product: tuple[Callable[..., np.ndarray], str],
 ) -> CorpusScan:
     """The scan: prepared queries, block size from the memory budget, the product."""
     budget = check_int(memory_budget, "memory_budget")
@@ -630,7 +656,6 @@ def _plan(
     centre = corpus_centre(queries, corpus, distance)
     centred = queries if centre is None else np.subtract(queries, centre, dtype=np.float32)
     q, norms = prepare_queries(centred, distance)
-    product = numpy_product if backend == "local" else torch_product(device or "cpu")
     return CorpusScan(
         q,
         norms,
@@ -641,11 +666,38 @@ def _plan(
         block=block_size,
         n_threads=threads,
         progress=progress,
-        product=product,
+        product=product[0],
         raw=np.ascontiguousarray(queries, dtype=np.float32),
         centre=centre,
         ties=ties,
+        precision=product[1],
     )
+
+
+def _product(
+    backend: str, device: Any, precision: str, queries: Any, depth: int, full: bool
+) -> tuple[Callable[..., np.ndarray], str]:
+    """The block product and its precision: numpy float32, or on a torch device (``"auto"``:
+    bfloat16 for shallow lists on a device that multiplies it natively, else float32)."""
+    if backend != "torch":
+        if device is not None or precision != "auto":
+            name = "device" if device is not None else "precision"
+            raise InputError(
+                f"{name}= chooses the torch backend's product (the {backend!r} backend "
+                f"multiplies in float32 with numpy); pass backend='torch' or drop {name}."
+            )
+        return numpy_product, "float32"
+    import torch
+
+    opts = TorchOptions.make(device, like=queries, precision=precision)
+    dev = torch.device(opts.device)
+    chosen = opts.precision
+    if chosen == "auto":
+        shallow = depth <= _BF16_MAX_DEPTH and not full
+        chosen = resolve_precision(torch, "auto", dev) if shallow else "float32"
+    if chosen == "tf32" and dev.type != "cuda":  # TF32 exists only on GPUs
+        chosen = "float32"
+    return torch_product(opts.device, chosen), chosen
 
 
 def _result(
