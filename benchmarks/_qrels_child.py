@@ -13,6 +13,7 @@ import numpy as np
 from benchmarks._common import PeakSampler, Timer, peak_rss_mb, rss_parts_mb
 from benchmarks.bench_qrels import (
     CHUNK,
+    SHALLOW,
     drop_page_cache,
     make_corpus,
     make_qrels_data,
@@ -112,7 +113,17 @@ def main() -> None:
     values: dict[str, float] = {}
     check: dict[str, float] = {}
     ee_metrics = metric_names(depth)
-    if method in ("embedeval", "embedeval_mmap", "embedeval_mmap16", "positives"):
+    torch_kw: dict[str, str] = {}
+    if method.endswith("bf16"):
+        import torch  # imported outside the timing
+
+        torch_kw = {"backend": "torch", "device": "cpu", "precision": "bf16"}
+    if method.startswith("shallow"):
+        ee_metrics = list(SHALLOW)
+    if method in (
+        "embedeval", "embedeval_mmap", "embedeval_mmap16", "positives", "torch_bf16", "shallow",
+        "shallow_bf16",
+    ):  # fmt: skip
         import embedeval as ee
 
         if method != "positives" and not hasattr(ee, "evaluate_qrels"):
@@ -171,7 +182,10 @@ def main() -> None:
                 f"recall@{depth}": recall[f"Recall@{depth}"],
                 "precision@10": precision["P@10"],
             }
-        elif method in ("embedeval", "embedeval_mmap", "embedeval_mmap16"):
+        elif method in (
+            "embedeval", "embedeval_mmap", "embedeval_mmap16", "torch_bf16", "shallow",
+            "shallow_bf16",
+        ):  # fmt: skip
             with Timer() as t:
                 res = ee.evaluate_qrels(
                     data.queries,
@@ -182,6 +196,7 @@ def main() -> None:
                     metrics=ee_metrics,
                     distance="cosine",
                     **budget,
+                    **torch_kw,
                 )
             values = embedeval_values(res)
         elif method == "positives":

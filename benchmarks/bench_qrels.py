@@ -42,6 +42,11 @@ anonymous and file-backed parts):
    streamed corpus engine: each positive's rank counted, no row sorted)
    (positives = each query's documents of grade >= 1) with ``map``, ``mrr`` (both full depth:
    that path has no cut-offs but ``precision_at_k``) and ``precision_at_10``.
+7. ``torch_bf16``  ``embedeval`` with ``backend="torch", device="cpu", precision="bf16"``: the
+   product of bfloat16 copies filters, the band it needs is re-scored in float64 (same values).
+8. ``shallow``, ``shallow_bf16``  nDCG@10, MRR@10 and P@10 only (depth 10), numpy, then the
+   torch CPU backend's bfloat16 filter (what ``precision="auto"`` takes at that depth on a CPU
+   with AVX512-BF16 or AMX).  PyTorch is imported before the timing.
 
 Run::
 
@@ -79,13 +84,19 @@ CASES = (
     "embedeval_mmap",
     "embedeval_mmap16",
     "positives",
+    "torch_bf16",
+    "shallow",
+    "shallow_bf16",
 )
+#: The shallow cases' metrics: what a BEIR / MTEB leaderboard reports first.
+SHALLOW = ["ndcg@10", "mrr@10", "precision@10"]
 TARGETS = {
     "time / product": 1.3,
     "time / faiss": 0.65,
     "time / beir": 0.2,
     "memory over corpus MB": 300,
     "memmap peak MB": 1024,
+    "bf16 time / product": 0.4,
 }
 
 
@@ -344,7 +355,8 @@ def report(rows: dict[str, dict], corpus_mb: float, depth: int, limited: dict | 
         if other:
             print(f"{case:<24} " + ", ".join(f"{k}={v:.6f}" for k, v in other.items()))
     ref = rows.get("faiss", {}).get("values")
-    for case in ("beir", "embedeval", "embedeval_mmap", "embedeval_mmap16", "positives"):
+    for case in ("beir", "embedeval", "embedeval_mmap", "embedeval_mmap16", "positives",
+                 "torch_bf16", "shallow", "shallow_bf16"):  # fmt: skip
         vals = rows.get(case, {}).get("values")
         common = [n for n in names if ref and vals and n in vals]
         if common:
@@ -382,6 +394,12 @@ def report(rows: dict[str, dict], corpus_mb: float, depth: int, limited: dict | 
             ok = "met" if r["peak_mb"] <= cap else "MISSED"
             parts.append(f"peak RSS {r['peak_mb']:.0f} MB (target <= {cap:.0f}: {ok})")
         print(f"  {case}: " + "; ".join(parts))
+    for case in ("torch_bf16", "shallow", "shallow_bf16"):
+        r, o = rows.get(case, {}), rows.get("product", {})
+        if "seconds" in r and "seconds" in o:
+            x, cap = r["seconds"] / o["seconds"], TARGETS["bf16 time / product"]
+            goal = f" (target for a bfloat16 filter <= {cap}: {'met' if x <= cap else 'MISSED'})"
+            print(f"  {case}: {x:.3f} x product" + (goal if case.endswith("bf16") else ""))
     if limited is not None:
         print(f"\nmemory-mapped float32 corpus under a memory cgroup: {limited['summary']}")
 
