@@ -181,7 +181,7 @@ def _oracle_from_keys(keys, yq, yr, loo):
     for i in range(n_q):
         idx = np.array([j for j in range(n_r) if not (loo and j == i)])
         idx = idx[np.lexsort((idx, keys[i, idx]))]
-        rel = yr[idx] == yq[i]
+        rel = _relevant(yq[i], yr[idx])
         if not rel.any():
             continue
         ranks = np.flatnonzero(rel) + 1
@@ -333,7 +333,7 @@ def test_exact_ties_between_kinds_are_flagged_and_valued_by_reference_index(dist
 @pytest.mark.parametrize("precision", ["float32", "float64"])
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
 @pytest.mark.parametrize("split", [False, True])
-@pytest.mark.parametrize("ints", [False, True])
+@pytest.mark.parametrize("ints", [False, True, "multi-label"])
 def test_near_misses_among_identical_rows_only_are_ranked_by_index(
     monkeypatch, precision, distance, split, ints
 ):
@@ -344,14 +344,17 @@ def test_near_misses_among_identical_rows_only_are_ranked_by_index(
     smaller index ahead, all of them tied with it); the others band by band; both against
     the float64 brute force, tie flags included.  ``ints``: small integers in 3 dimensions
     (float32 keys exact, many runs of equal keys beside the groups', whose float32 key values
-    can equal another run's float64 key)."""
+    can equal another run's float64 key).  ``"multi-label"``: random floats, each row with one
+    or two of four labels (an indicator matrix), relevant when it shares one with the query."""
     monkeypatch.setattr(deep, "filter_precision", lambda task: precision)
     rng = np.random.default_rng(8)
     n, d = 900, 8
     x = rng.standard_normal((n, d)).astype(np.float32)
-    if ints:
+    if ints is True:
         x = rng.integers(-3, 4, (n, 3)).astype(np.float32)
     y = rng.integers(0, 4, n)
+    if ints == "multi-label":
+        y = np.eye(4, dtype=np.int64)[y] | np.eye(4, dtype=np.int64)[rng.integers(0, 4, n)]
     rows = rng.permutation(n)
     at = 0
     for g in range(80):
@@ -359,13 +362,13 @@ def test_near_misses_among_identical_rows_only_are_ranked_by_index(
         members = rows[at : at + size]
         at += size
         x[members] = x[members[0]]
-        y[members] = rng.integers(0, 4, size)
+        y[members] = _labels_like(y, rng, size)
         if g < 10:  # a neighbour one ulp away, another label
             other = rows[at]
             at += 1
             x[other] = x[members[0]]
             x[other, 2] = np.nextafter(x[other, 2], np.float32(np.inf))
-            y[other] = (y[members[0]] + 1) % 4
+            y[other] = np.roll(y[members[0]], 1) if y.ndim == 2 else (y[members[0]] + 1) % 4
     args = (x[:300], y[:300], x[300:], y[300:]) if split else (x, y)
     oracle_args = args if split else (x, y, x, y)
     task = _task(*args, metrics=["map", "precision_at_1"], distance=distance)
@@ -398,6 +401,23 @@ def test_near_misses_among_identical_rows_only_are_ranked_by_index(
     assert runs == _mixed_runs(*oracle_args, distance, loo=not split)
 
 
+def _labels_like(y, rng, size):
+    """``size`` random labels of ``y``'s kind: class numbers 0..3, or indicator rows of one or
+    two of four labels."""
+    drawn = rng.integers(0, 4, size)
+    if y.ndim == 1:
+        return drawn
+    return np.eye(4, dtype=y.dtype)[drawn] | np.eye(4, dtype=y.dtype)[rng.integers(0, 4, size)]
+
+
+def _relevant(yq_i, yr):
+    """Which references (labels ``yr``) are relevant to a query of label(s) ``yq_i``: the same
+    class, or (indicator rows) at least one shared label."""
+    if np.ndim(yr) == 2:
+        return (np.asarray(yr, bool) & np.asarray(yq_i, bool)).any(axis=1)
+    return yr == yq_i
+
+
 def _mixed_runs(xq, yq, xr, yr, distance, loo):
     """Per query, the runs of equal float64 keys (column-order sums) that hold relevant and
     non-relevant references, as ``(query, first place, last place)`` (0-based places)."""
@@ -409,7 +429,7 @@ def _mixed_runs(xq, yq, xr, yr, distance, loo):
             keys += (q[i, j] - r[:, j]) ** 2 if distance == "euclidean" else -q[i, j] * r[:, j]
         idx = np.array([j for j in range(len(r)) if not (loo and j == i)])
         idx = idx[np.lexsort((idx, keys[idx]))]
-        k, rel = keys[idx], yr[idx] == yq[i]
+        k, rel = keys[idx], _relevant(yq[i], yr[idx])
         start = 0
         for end in range(1, len(k) + 1):  # runs of equal keys: places start..end-1
             if end == len(k) or k[end] != k[start]:
