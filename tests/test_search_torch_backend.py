@@ -314,6 +314,41 @@ def test_tf32_setting_is_restored():
     assert getattr(torch.backends.cuda.matmul, flag) == before
 
 
+def test_corpus_products_on_threads_restore_the_settings_they_found():
+    # the corpus scan's threads share one product: the first in sets the matmul settings, the
+    # last out restores what the user had (here the opposite of what the product sets)
+    import threading
+
+    matmul = torch.backends.cuda.matmul
+    flag = "fp32_precision" if hasattr(matmul, "fp32_precision") else "allow_tf32"
+    before = getattr(matmul, flag)
+    user = "tf32" if flag == "fp32_precision" else True
+    setattr(matmul, flag, user)
+    try:
+        product = tb.torch_product("cpu", "float32")
+        rng = np.random.default_rng(0)
+        q = rng.integers(-3, 4, (64, 16)).astype(np.float32)
+        blk = rng.integers(-3, 4, (300, 16)).astype(np.float32)
+        errors = []
+
+        def work():
+            try:
+                for _ in range(100):
+                    np.testing.assert_array_equal(product(q, blk), q @ blk.T)  # exact: integers
+            except AssertionError as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert getattr(matmul, flag) == user
+    finally:
+        setattr(matmul, flag, before)
+
+
 # ------------------------------------------------------------------------------ bad input
 
 

@@ -48,7 +48,7 @@ MISSING = ("error", "zero")
 _DEFAULT_RUN_DEPTH = 1000  # when only full-depth metrics are asked: BEIR's and MTEB's depth
 _SHOW = 5  # ids echoed in an error message
 #: The deepest lists ``precision="auto"`` filters with bfloat16: its band holds every document
-#: within about 2**-8 of the depth-th score, all re-scored in float64, which outweighs the
+#: within about 2**-6 of the depth-th cosine, all re-scored in float64, which outweighs the
 #: faster product beyond a few tens of documents (``benchmarks/bench_qrels.py``, 2 cores:
 #: depth 10 0.7x the float32 time, depth 20 even, depth 40 1.2x, depth 1,000 over 10x)
 _BF16_MAX_DEPTH = 10
@@ -501,8 +501,8 @@ def evaluate_qrels(
     ranking, hence every value, is deterministic and the same whatever ``block_size``.
     Memory: the queries, one corpus block and O(n_queries x depth), plus the near-ties.
 
-    A bfloat16 product errs by up to about ``2**-8`` of ``||q|| ||d||``: every document
-    within that of the depth-th score is a candidate and is re-scored in float64, and
+    A bfloat16 product errs by up to about ``2**-7`` of ``||q|| ||d||``: every document
+    within twice that of the depth-th score is a candidate and is re-scored in float64, and
     documents that close to each other are ordered in float64 too.  At depth 1,000 on a
     corpus of a few hundred thousand that is a few thousand re-scored documents per query,
     which costs more on the host than the faster product saves on a two-core CPU

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -131,22 +132,46 @@ def torch_product(device: str, precision: str = "float32") -> Callable[..., np.n
     dev = torch.device(device)
     low = torch.bfloat16 if precision == "bf16" else torch.float32
     cache: dict[int, object] = {}
+    lock = threading.Lock()  # the scan's threads share the copies
+
+    def on_device(q: np.ndarray, blk: np.ndarray) -> tuple[Any, Any]:
+        with lock:
+            tq = cache.get(q.__array_interface__["data"][0])
+            if tq is None:  # each query chunk moves once
+                tq = torch.from_numpy(np.ascontiguousarray(q)).to(dev).to(low)
+                cache[q.__array_interface__["data"][0]] = tq
+            tb = cache.get(("block", id(blk)))
+            if tb is None:  # each block moves once, whatever the number of query chunks
+                with warnings.catch_warnings():  # a read-only memory map is only read here
+                    warnings.simplefilter("ignore", UserWarning)
+                    tb = torch.from_numpy(blk).to(dev).to(low)
+                for k in [k for k in cache if isinstance(k, tuple)]:
+                    cache.pop(k, None)
+                cache[("block", id(blk))] = tb
+        return tq, tb
+
+    held = [0, None]  # threads inside a product, and the settings they share
+
+    @contextlib.contextmanager
+    def settings() -> Iterator[None]:
+        # set by the first thread in, restored by the last out (each thread restoring what it
+        # found could leave another thread's settings behind)
+        with lock:
+            if held[0] == 0:
+                held[1] = _matmul_precision(torch, precision == "tf32")
+                held[1].__enter__()
+            held[0] += 1
+        try:
+            yield
+        finally:
+            with lock:
+                held[0] -= 1
+                if held[0] == 0:
+                    held[1].__exit__(None, None, None)
 
     def product(q: np.ndarray, blk: np.ndarray) -> np.ndarray:
-        tq = cache.get(q.__array_interface__["data"][0])
-        if tq is None:  # each query chunk moves once
-            tq = torch.from_numpy(np.ascontiguousarray(q)).to(dev).to(low)
-            cache[q.__array_interface__["data"][0]] = tq
-        tb = cache.get(("block", id(blk)))
-        if tb is None:  # each block moves once, whatever the number of query chunks
-            with warnings.catch_warnings():  # a read-only memory map is only read here
-                warnings.simplefilter("ignore", UserWarning)
-                tb = torch.from_numpy(blk).to(dev).to(low)
-            cache.pop("last", None)
-            for k in [k for k in cache if isinstance(k, tuple)]:
-                cache.pop(k, None)
-            cache[("block", id(blk))] = tb
-        with _matmul_precision(torch, precision == "tf32"):
+        tq, tb = on_device(q, blk)
+        with settings():
             return (tq @ tb.T).float().cpu().numpy()
 
     return product
