@@ -314,6 +314,21 @@ def test_tf32_setting_is_restored():
     assert getattr(torch.backends.cuda.matmul, flag) == before
 
 
+@pytest.mark.parametrize("precision", ["float32", "bf16"])
+def test_corpus_product_never_reuses_the_copy_of_a_freed_block(precision):
+    # each block is a fresh array freed before the next one exists, as a second pass over the
+    # corpus meets its first block after the first pass's last: Python may give the new
+    # array the freed one's id, and the product must still multiply the new rows
+    product = tb.torch_product("cpu", precision)
+    rng = np.random.default_rng(1)
+    q = rng.integers(-3, 4, (8, 16)).astype(np.float32)
+    rows = rng.integers(-3, 4, (900, 16)).astype(np.float32)
+    for start in range(0, 900, 30):  # views of the corpus, as the scan's blocks are
+        blk = rows[start : start + 30]
+        np.testing.assert_array_equal(product(q, blk), q @ blk.T)  # small integers: exact
+        del blk
+
+
 def test_corpus_products_on_threads_restore_the_settings_they_found():
     # the corpus scan's threads share one product: the first in sets the matmul settings, the
     # last out restores what the user had (here the opposite of what the product sets)

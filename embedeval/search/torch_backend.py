@@ -131,24 +131,26 @@ def torch_product(device: str, precision: str = "float32") -> Callable[..., np.n
 
     dev = torch.device(device)
     low = torch.bfloat16 if precision == "bf16" else torch.float32
-    cache: dict[int, object] = {}
+    cache: dict[Any, Any] = {}
     lock = threading.Lock()  # the scan's threads share the copies
 
     def on_device(q: np.ndarray, blk: np.ndarray) -> tuple[Any, Any]:
         with lock:
-            tq = cache.get(q.__array_interface__["data"][0])
+            # the scan's query chunks are views of one array that outlives the product
+            key = (q.__array_interface__["data"][0], q.shape)
+            tq = cache.get(key)
             if tq is None:  # each query chunk moves once
                 tq = torch.from_numpy(np.ascontiguousarray(q)).to(dev).to(low)
-                cache[q.__array_interface__["data"][0]] = tq
-            tb = cache.get(("block", id(blk)))
-            if tb is None:  # each block moves once, whatever the number of query chunks
+                cache[key] = tq
+            held = cache.get("block")
+            # the block itself is kept with its copy: while held, no other array can have
+            # its identity (an id alone can be reused by the next pass's first block)
+            if held is None or held[0] is not blk:  # each block moves once
                 with warnings.catch_warnings():  # a read-only memory map is only read here
                     warnings.simplefilter("ignore", UserWarning)
-                    tb = torch.from_numpy(blk).to(dev).to(low)
-                for k in [k for k in cache if isinstance(k, tuple)]:
-                    cache.pop(k, None)
-                cache[("block", id(blk))] = tb
-        return tq, tb
+                    held = (blk, torch.from_numpy(blk).to(dev).to(low))
+                cache["block"] = held
+        return tq, held[1]
 
     held = [0, None]  # threads inside a product, and the settings they share
 
