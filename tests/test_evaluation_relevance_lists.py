@@ -84,6 +84,48 @@ def test_ranks_and_metrics_match_the_float64_oracle(distance, offset):
         assert res.n_ties[name] == 0
 
 
+SEARCHES = [
+    {"n_threads": 1},
+    {"backend": "torch", "device": "cpu", "precision": "float32"},
+    {"backend": "torch", "device": "cpu", "precision": "bf16"},
+]
+
+
+@pytest.mark.parametrize("search", SEARCHES, ids=["one-thread", "torch", "torch-bf16"])
+@pytest.mark.parametrize(
+    "case", ["euclidean", "offset", "cosine", "inner_product", "underflow", "integers"]
+)
+def test_other_searches_match_the_float64_oracle(search, case):
+    # one worker thread, or each block multiplied by torch on the CPU (float32 or bfloat16
+    # copies: a wider band, decided in float64 alike), on near ties one float32 step apart,
+    # a large common offset, products below float32's normal range and small integers with
+    # duplicated rows (exact ties with non-positives, tie flags counted)
+    if search.get("backend") == "torch":
+        pytest.importorskip("torch")
+    distance = case if case in ("cosine", "inner_product") else "euclidean"
+    if case in ("underflow", "integers"):
+        rng = np.random.default_rng(9)
+        scale = 5e-23 if case == "underflow" else 1.0
+        xb = (rng.integers(-3, 4, (60, 6)) * scale).astype(np.float32)
+        xb[30:40] = xb[:10]
+        xq = (rng.integers(-3, 4, (12, 6)) * scale).astype(np.float32)
+        pos = [sorted(rng.choice(40, 3, replace=False).tolist()) for _ in range(12)]
+        junk = [sorted(rng.choice(np.arange(40, 60), 2, replace=False).tolist()) for _ in range(12)]
+    else:
+        xq, xb, pos, junk = near_tie_case(0, case == "offset")
+    names = ["map", "mrr", "precision_at_1", "r_precision", "map_at_r"]
+    res = ee.evaluate(
+        xq, None, xb, None, positives=pos, junk=junk, metrics=names, distance=distance, **search
+    )
+    want = oracle_metrics(oracle_ranks(xq, xb, pos, junk, distance))
+    for name in names:
+        np.testing.assert_allclose(res.per_query[name], want[name], rtol=0, atol=1e-12)
+    base = ee.evaluate(xq, None, xb, None, positives=pos, junk=junk, metrics=names,
+                       distance=distance)  # fmt: skip
+    assert res.n_ties == base.n_ties
+    assert res.settings["precision"] == search.get("precision", "float32")
+
+
 def test_exact_tie_with_a_non_positive_keeps_the_tie_flag():
     # reference 1 duplicates positive 0: the tie block mixes the two, ranked by index
     xb = np.array([[1, 0], [1, 0], [0, 1], [5, 5]], np.float32)

@@ -120,7 +120,6 @@ IGNORED = [
     ("shards", {"client": _NotAClient()}, "client"),
     ("shards", {"index_params": {"nprobe": 4}}, "index_params"),
     ("ci", {"rejection_fractions": [0.0, 0.3]}, "rejection_fractions"),
-    ("positives", {"n_threads": 2}, "n_threads"),
     ("positives", {"custom_metrics": {}}, "custom_metrics"),
     ("positives", {"index": "Flat"}, "index"),
     ("positives", {"shards": 2}, "shards"),

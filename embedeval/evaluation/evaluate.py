@@ -157,7 +157,10 @@ def evaluate(
         revisited Oxford / Paris): pass ``query_labels=None`` and ``reference_labels=None``.
         Each query's ``junk`` items are removed from its ranking before every metric, and
         R_q = ``len(positives[q])``; a list may not repeat an index, nor hold one in both lists
-        of a query (an error names the query and the index).  See
+        of a query (an error names the query and the index).  The references are streamed
+        past the queries (``n_threads`` threads; each block multiplied on a torch device with
+        ``backend="torch"``, in float32 unless ``precision`` says otherwise: every positive's
+        rank is a deep one, whose bfloat16 band would hold too much).  See
         :mod:`embedeval.protocols.landmarks`.
 
     Returns

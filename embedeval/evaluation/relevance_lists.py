@@ -89,9 +89,17 @@ def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarr
 
 
 # ---------------------------------------------------------------------------- streamed ranking
-def _corpus_scan(xq, xb, distance, junk, memory_budget):
-    """The corpus engine's scan of the references past the queries, junk excluded."""
-    from ..engine.corpus import CorpusScan, Pairs, corpus_centre, prepare_queries, tie_keys
+def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=None):
+    """The corpus engine's scan of the references past the queries, junk excluded; numpy
+    products, or on a torch ``device`` (:class:`~embedeval.search.options.TorchOptions`)."""
+    from ..engine.corpus import (
+        CorpusScan,
+        Pairs,
+        corpus_centre,
+        numpy_product,
+        prepare_queries,
+        tie_keys,
+    )
 
     centre = corpus_centre(xq, xb, distance)  # exact: only the float32 filter sees it
     centred = xq if centre is None else np.subtract(xq, centre, dtype=np.float32)
@@ -100,25 +108,33 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget):
     block = int(np.clip(memory_budget // (32 * xb.shape[1]), 1024, 65536))
     keys = tie_keys(None, xb.shape[0], "index")
     excluded = Pairs(j_rows, j_cols)
-    return CorpusScan(q, norms, distance, 1, keys, excluded, block=block, raw=xq, centre=centre)
+    product, precision = numpy_product, "float32"
+    if device is not None:  # every positive's full rank: a deep ranking (float32 by default)
+        from ..search.torch_backend import corpus_product
+
+        product, precision = corpus_product(device, shallow=False)
+    return CorpusScan(
+        q, norms, distance, 1, keys, excluded, block=block, raw=xq, centre=centre,
+        n_threads=n_threads, product=product, precision=precision,
+    )  # fmt: skip
 
 
-def _streamed_ranks(xq, xb, distance, pos, junk, memory_budget):
+def _streamed_ranks(xq, xb, distance, pos, junk, memory_budget, n_threads=None, device=None):
     """Each positive's 0-based rank in its query's junk-free float64 ranking (equal keys by
-    reference index), sorted within each query (CSR as ``pos``), and the tie blocks that mix
-    positives and other references (:func:`_mixed_blocks`).
+    reference index), sorted within each query (CSR as ``pos``), the tie blocks that mix
+    positives and other references (:func:`_mixed_blocks`), and the product's precision.
 
     The corpus engine counts, per positive, the references that beat it
     (:func:`embedeval.engine.corpus.scan_ranks`): no row is sorted."""
     from ..engine.corpus import Pairs, scan_ranks, score_bounds
 
-    scan = _corpus_scan(xq, xb, distance, junk, memory_budget)
+    scan = _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads, device)
     p_rows, p_cols = _csr_pairs(pos, 0, xq.shape[0])
     pairs = Pairs(p_rows, p_cols)
     ranks, tied_pair, tied_row = scan_ranks(xb, scan, pairs, score_bounds(xb, scan, pairs), True)
     blocks = _mixed_blocks(pairs, ranks - 1, tied_pair, tied_row, xq.shape[0], xb.shape[0])
     order = np.lexsort((ranks, p_rows))
-    return ranks[order] - 1, blocks
+    return ranks[order] - 1, blocks, scan.precision
 
 
 def _mixed_blocks(pairs, rank0, tied_pair, tied_row, n_q, n_ref):
@@ -225,6 +241,8 @@ def evaluate_listed(
     distance: str = "euclidean",
     block_size: int | None = None,
     memory_budget: int = 256 * 2**20,
+    n_threads: int | None = None,
+    device: Any = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[MetricInfo], dict[str, Any]]:
     """Per-query metric values and tie flags with relevance given as lists of reference indices.
 
@@ -236,6 +254,9 @@ def evaluate_listed(
     streamed in blocks (from ``memory_budget``) past all queries and only the positives' ranks
     are kept; the rare queries with a positive tied exactly to another reference are ranked in
     full, ``block_size`` queries at a time (O(block_size x n_reference) memory).
+    ``n_threads`` worker threads scan the references (default: every usable core);
+    ``device`` (:class:`~embedeval.search.options.TorchOptions`, ``backend="torch"``) moves
+    each block of references to a torch device for its product; the values are the same.
 
     Returns ``(per_query, ties, infos, info)``; :func:`embedeval.evaluate` wraps it in an
     :class:`~embedeval.evaluation.result.EvaluationResult`.
@@ -262,11 +283,13 @@ def evaluate_listed(
     n_valid = xb.shape[0] - np.diff(jk[0])
     from ..engine.kernels import hits_from_ranks, score_hits
 
-    hit_pos, blocks = _streamed_ranks(xq, xb, distance, pos, jk, memory_budget)
+    hit_pos, blocks, precision = _streamed_ranks(
+        xq, xb, distance, pos, jk, memory_budget, n_threads, device
+    )
     hits = hits_from_ranks(relevant, hit_pos, relevant, n_valid, k, blocks)
     values, ties = score_hits(hits, infos)
     info = {"distance": distance, "n_reference": xb.shape[0], "dim": xq.shape[1], "k": k}
-    info["n_junk"] = int(jk[1].size)
+    info["n_junk"], info["precision"] = int(jk[1].size), precision
     return values, ties, infos, info
 
 
@@ -291,7 +314,7 @@ def positive_ranks(
         query, reference, positives, junk, distance, block_size, memory_budget
     )
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
-    ranks, _ = _streamed_ranks(xq, xb, distance, pos, jk, memory_budget)
+    ranks, _, _ = _streamed_ranks(xq, xb, distance, pos, jk, memory_budget)
     return ranks, pos[0]
 
 
@@ -315,6 +338,8 @@ def evaluate_with_lists(settings: EvaluationSettings, inputs: EvaluationInputs) 
         distance=ms.distance,
         block_size=settings.search.block_size,
         memory_budget=settings.search.memory_budget,
+        n_threads=settings.search.n_threads,
+        device=settings.search.torch,
     )
     n_q = next(iter(per_query.values())).size if per_query else len(inputs.positives)
     summary = {
@@ -330,6 +355,8 @@ def evaluate_with_lists(settings: EvaluationSettings, inputs: EvaluationInputs) 
         "relevance": "positives lists (junk removed from the ranking)",
         "n_reference": info["n_reference"],
         "n_junk": info["n_junk"],
+        "backend": "local" if settings.search.torch is None else "torch",
+        "precision": info["precision"],
         "dim": int(info["dim"]),
     }
     return EvaluationResult(

@@ -285,8 +285,7 @@ def _check_lists_path(
         "index": search.index is not None,
         "shards": search.shards is not None,
         "ref_includes_query": protocol.ref_includes_query,
-        f"backend={search.backend!r}": search.backend != "local",
-        "n_threads": search.n_threads is not None,
+        f"backend={search.backend!r}": search.backend not in ("local", "torch"),
     }
     given = [name for name, value in unsupported.items() if value]
     if given:

@@ -36,7 +36,7 @@ from ..evaluation.compare import bootstrap_ci
 from ..evaluation.result import EvaluationResult
 from ..metrics.judged import NOT_RANKED, IRMetric, judged_metric_values, parse_ir_metrics
 from ..search.options import PRECISIONS, TorchOptions
-from ..search.torch_backend import resolve_precision, torch_product
+from ..search.torch_backend import corpus_product
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import as_embeddings, check_bool, check_choice, check_int, host_array
 from .qrels_shards import CorpusSearch, corpus_search, shard_list
@@ -687,17 +687,8 @@ def _product(
                 f"multiplies in float32 with numpy); pass backend='torch' or drop {name}."
             )
         return numpy_product, "float32"
-    import torch
-
     opts = TorchOptions.make(device, like=queries, precision=precision)
-    dev = torch.device(opts.device)
-    chosen = opts.precision
-    if chosen == "auto":
-        shallow = depth <= _BF16_MAX_DEPTH and not full
-        chosen = resolve_precision(torch, "auto", dev) if shallow else "float32"
-    if chosen == "tf32" and dev.type != "cuda":  # TF32 exists only on GPUs
-        chosen = "float32"
-    return torch_product(opts.device, chosen), chosen
+    return corpus_product(opts, depth <= _BF16_MAX_DEPTH and not full)
 
 
 def _result(

@@ -179,6 +179,21 @@ def torch_product(device: str, precision: str = "float32") -> Callable[..., np.n
     return product
 
 
+def corpus_product(options: Any, shallow: bool) -> tuple[Callable[..., np.ndarray], str]:
+    """The corpus engine's device product for ``options`` (:class:`TorchOptions`) and its
+    precision: ``"auto"`` takes bfloat16 only for ``shallow`` rankings on a device that
+    multiplies it natively (a deep ranking's band holds thousands of documents per query,
+    all re-scored in float64 on the host); TF32 exists only on GPUs (float32 elsewhere)."""
+    torch = import_torch()
+    dev = torch.device(options.device)
+    chosen = options.precision
+    if chosen == "auto":
+        chosen = resolve_precision(torch, "auto", dev) if shallow else "float32"
+    if chosen == "tf32" and dev.type != "cuda":
+        chosen = "float32"
+    return torch_product(options.device, chosen), chosen
+
+
 # ---------------------------------------------------------------------------------- search
 
 
