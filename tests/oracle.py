@@ -36,14 +36,22 @@ def pairwise(q, r, distance):
     return out
 
 
+def squared_distances(q, r):
+    """float64 squared distances, each added up column by column."""
+    return np.array([fixed_order_keys(row, np.asarray(r), "euclidean") for row in np.asarray(q)])
+
+
 def rankings(
     q, ql, r=None, rl=None, *, distance="euclidean", ref_includes_query=False, qg=None, rg=None
 ):
-    """List of (relevance list in rank order, sorted distances list) per query."""
+    """List of (relevance list in rank order, sorted distances list) per query (squared
+    distances for Euclidean)."""
     loo = r is None
     if loo:
         r, rl, rg = q, ql, qg
-    d = pairwise(q, r, distance)
+    # Euclidean: ranked by the squared distance itself (the square root can round two
+    # distinct squared distances to one value, a tie the float64 keys do not have)
+    d = pairwise(q, r, distance) if distance != "euclidean" else squared_distances(q, r)
     # Python objects: integers of any size compare exactly (never through float64).
     ql, rl = np.asarray(ql, dtype=object), np.asarray(rl, dtype=object)
     if qg is not None:

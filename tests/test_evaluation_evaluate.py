@@ -1113,3 +1113,22 @@ def check_case(case: dict) -> None:
 @pytest.mark.parametrize("seed", [*range(12), 28, 56, 72, 110])
 def test_evaluate_equals_the_brute_force_oracle(seed):
     check_case(draw_case(seed))
+
+
+@pytest.mark.parametrize("scale", [5e-23, 3e-24, 2e17])
+@pytest.mark.parametrize("search", [{}, {"backend": "torch", "device": "cpu", "precision": "bf16"}])
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+def test_rows_of_tiny_or_huge_magnitude_rank_as_float64_does(scale, search, distance):
+    # products of rows near 1e-23 fall far below float32's normal range, near 2e17 the squared
+    # norms come close to its largest value: leave-one-out and a gallery, against the oracle
+    if search:
+        pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((240, 6)) * scale).astype(np.float32)
+    y = rng.integers(0, 5, 240)
+    names = ["precision_at_1", "map_at_r", "map"]
+    for args in ((x, y), (x[:80], y[:80], x[80:], y[80:])):
+        res = ee.evaluate(*args, metrics=names, distance=distance, progress=False, **search)
+        _, want = oracle.summary(*args, metrics=names, distance=distance)
+        for name in names:
+            np.testing.assert_allclose(res.per_query[name], want[name], rtol=0, atol=1e-12)
