@@ -50,7 +50,7 @@ _SHOW = 5  # ids echoed in an error message
 #: The deepest lists ``precision="auto"`` filters with bfloat16: its band holds every document
 #: within about 2**-6 of the depth-th cosine, all re-scored in float64, which outweighs the
 #: faster product beyond a few tens of documents (``benchmarks/bench_qrels.py``, 2 cores:
-#: depth 10 0.7x the float32 time, depth 20 even, depth 40 1.2x, depth 1,000 over 10x)
+#: depth 10 0.7-0.8x the float32 time, depth 20 even, depth 40 1.2x, depth 1,000 about 10x)
 _BF16_MAX_DEPTH = 10
 
 
@@ -507,7 +507,7 @@ def evaluate_qrels(
     corpus of a few hundred thousand that is a few thousand re-scored documents per query,
     which costs more on the host than the faster product saves on a two-core CPU
     (``benchmarks/bench_qrels.py``: depth 20 breaks even); for metrics at depth 10 it pays
-    (0.7x the float32 time).  So ``"auto"`` takes bfloat16 for lists of at most 10 documents
+    (0.7-0.8x the float32 time).  So ``"auto"`` takes bfloat16 for lists of at most 10 documents
     and float32 beyond, unlike :func:`embedeval.evaluate`.
 
     Examples
