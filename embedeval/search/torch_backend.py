@@ -152,24 +152,24 @@ def torch_product(device: str, precision: str = "float32") -> Callable[..., np.n
                 cache["block"] = held
         return tq, held[1]
 
-    held = [0, None]  # threads inside a product, and the settings they share
+    inside = [0, None]  # threads inside a product, and the settings they share
 
     @contextlib.contextmanager
     def settings() -> Iterator[None]:
         # set by the first thread in, restored by the last out (each thread restoring what it
         # found could leave another thread's settings behind)
         with lock:
-            if held[0] == 0:
-                held[1] = _matmul_precision(torch, precision == "tf32")
-                held[1].__enter__()
-            held[0] += 1
+            if inside[0] == 0:
+                inside[1] = _matmul_precision(torch, precision == "tf32")
+                inside[1].__enter__()
+            inside[0] += 1
         try:
             yield
         finally:
             with lock:
-                held[0] -= 1
-                if held[0] == 0:
-                    held[1].__exit__(None, None, None)
+                inside[0] -= 1
+                if inside[0] == 0:
+                    inside[1].__exit__(None, None, None)
 
     def product(q: np.ndarray, blk: np.ndarray) -> np.ndarray:
         tq, tb = on_device(q, blk)
