@@ -912,14 +912,15 @@ def _positions_in_top(
     1-based place in its query's list, 0 where it is not there."""
     top = decide_top(corpus, scan, *candidates, False)[0]
     query, place = np.nonzero(top >= 0)
+    if not query.size:
+        return np.zeros(pairs.query.size, dtype=np.int64)
     width = np.int64(corpus.shape[0])
     held = query * width + top[query, place]
     order = np.argsort(held)
     held, place = held[order], place[order]
     wanted = pairs.query * width + pairs.row
-    at = np.minimum(np.searchsorted(held, wanted), max(held.size - 1, 0))
-    found = held[at] == wanted if held.size else np.zeros(wanted.size, dtype=bool)
-    return np.where(found, place[at] + 1, 0)
+    at = np.minimum(np.searchsorted(held, wanted), held.size - 1)
+    return np.where(held[at] == wanted, place[at] + 1, 0)
 
 
 def decide_top(
