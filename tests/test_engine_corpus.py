@@ -175,6 +175,23 @@ def test_small_integers_exact_ties_and_duplicates(monkeypatch, distance, ties, s
     check(queries, corpus, qids, dids, qrels, distance, ties, [None, 37, 64])
 
 
+def test_judged_ranks_from_the_top_lists_when_nothing_is_retrieved(monkeypatch):
+    # the judged ranks read from the decided lists (the wide-band path), one query with every
+    # document excluded (its judged document is never retrieved: 0 everywhere), the other's
+    # relevant document 2nd of 2
+    import embedeval.engine.corpus as corpus_engine
+
+    monkeypatch.setattr(corpus_engine, "_shared_near", lambda n_near, n_candidates: True)
+    q = np.float32([[1, 0], [1, 0]])
+    c = np.float32([[1, 0], [0, 1]])
+    res = ee.evaluate_qrels(
+        q, c, {"a": {"d0": 1}, "b": {"d1": 1}}, query_ids=["a", "b"], doc_ids=["d0", "d1"],
+        metrics=["mrr@10", "ndcg@10"], exclude={"a": ["d0", "d1"]},
+    )  # fmt: skip
+    assert res.per_query["mrr@10"].tolist() == [0.0, 0.5]
+    np.testing.assert_allclose(res.per_query["ndcg@10"], [0.0, 1 / np.log2(3)], rtol=1e-15)
+
+
 TORCH_PRODUCTS = [
     {"backend": "torch", "device": "cpu", "precision": "bf16"},
     {"backend": "torch", "device": "cpu", "precision": "bf16", "block_size": 40},
