@@ -115,8 +115,11 @@ def main() -> None:
     ee_metrics = metric_names(depth)
     torch_kw: dict[str, str] = {}
     if method.endswith("bf16"):
-        import torch  # imported outside the timing
-
+        try:
+            import torch  # imported outside the timing
+        except ImportError:
+            print(json.dumps({"unavailable": "PyTorch is not installed (pip install torch)"}))
+            return
         torch_kw = {"backend": "torch", "device": "cpu", "precision": "bf16"}
     if method.startswith("shallow"):
         ee_metrics = list(SHALLOW)
