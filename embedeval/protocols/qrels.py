@@ -470,7 +470,8 @@ def evaluate_qrels(
         one, else the CPU) or ``"dask"`` (with ``client``).
     precision : {"auto", "float32", "tf32", "bf16"}
         The torch backend's filter product: bfloat16 copies of both sides (``"bf16"``,
-        accumulated in float32), TF32 (CUDA only; on the CPU it is float32) or float32;
+        accumulated in float32), TF32 (CUDA only; on the CPU it is float32) or float32 (on
+        the CPU, numpy's product);
         ``"auto"``: bfloat16 where the device multiplies it natively and no metric reads
         deeper than 10 documents (nDCG@10, MRR@10, P@10), else float32 (see Notes).  The
         scores only filter: the band of documents re-scored in float64 widens with the
