@@ -205,6 +205,7 @@ def relevant_ranks(
     band: np.ndarray,
     rows: BlockRows,
     e64: np.ndarray | None = None,
+    groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> RelevantRanks:
     """The :class:`RelevantRanks` of a block of query rows from their whole-row ``keys`` (valid
     keys finite, excluded pairs ``+inf``) and label codes (:mod:`embedeval.engine.labels`).
@@ -228,8 +229,9 @@ def relevant_ranks(
     ``band`` and a band relative to the key.  A relevant reference whose float64 key equals
     that of non-relevant ones counts those of smaller index as ahead of it, and their run of
     equal keys is reported (:func:`_tie_blocks`) for the kernels' tie flags.  A near miss
-    whose band holds only identical copies of its own reference row (``plan.duplicates``) is
-    counted from the copies' indices, with no float64 key (:func:`_twin_items`).
+    whose band holds only identical copies of its own reference row is counted from the
+    copies' indices, with no float64 key (:func:`_twin_items`; ``groups``: the identical rows
+    of :func:`_twin_groups`, formed once per search).
     """
     b = keys.shape[0]
     relevant = match_matrix(query_codes, reference_codes)
@@ -257,10 +259,10 @@ def relevant_ranks(
         ahead[in_dense] = n_ahead
         near &= ~in_dense
     twins = None
-    if near.any() and plan.duplicates is not None:
+    if near.any() and groups is not None and groups[0].size:
         twins = _twin_items(
-            plan.duplicates, reference_codes, keys, relevant, (sorted_rows, cut),
-            (row, pos, row_first, item_bits), near, (lo_bits, hi_bits),
+            groups, keys, relevant, (sorted_rows, cut), (row, pos, row_first, item_bits), near,
+            (lo_bits, hi_bits),
         )  # fmt: skip
         if twins is not None:
             ahead[twins[0]] = twins[1] + twins[2]
@@ -460,8 +462,7 @@ def _near_items(
 
 
 def _twin_items(
-    dups: DuplicateRows,
-    reference_codes: np.ndarray,
+    groups: tuple[np.ndarray, np.ndarray, np.ndarray],
     keys: np.ndarray,
     relevant: np.ndarray,
     sorted_cut: tuple[np.ndarray, np.ndarray],
@@ -470,8 +471,8 @@ def _twin_items(
     bands: tuple[np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, ...] | None:
     """The near misses whose band holds nothing but identical copies of their own reference
-    row (:class:`~embedeval.engine.duplicates.DuplicateRows`, whose members share one float32
-    key), decided without float64: identical rows have equal float64 keys, so of a group's
+    row (``groups``: :func:`_twin_groups`, whose members share one float32 key), decided
+    without float64: identical rows have equal float64 keys, so of a group's
     non-relevant members exactly those of smaller index are ahead of a relevant one, and all
     of them tie with it.  As ``(item, N below the band, members ahead, members tied, key,
     group)`` (the ties of :func:`_tie_blocks`), or None.
@@ -488,9 +489,6 @@ def _twin_items(
     are paired with the items in index order (the ranks need ``N`` as a multiset per row)."""
     sorted_rows, cut = sorted_cut
     row, pos, row_first, item_bits = items
-    groups = _group_order(dups, reference_codes)
-    if not groups[0].size:
-        return None
     mixed = _mixed_groups(groups, keys, relevant)
     if mixed is None:
         return None
@@ -534,7 +532,7 @@ def _twin_items(
     )  # fmt: skip
 
 
-def _group_order(
+def _twin_groups(
     dups: DuplicateRows, reference_codes: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The members of the groups of identical rows whose members' labels differ (only those
@@ -557,7 +555,7 @@ def _mixed_groups(
     """Per row of a block, the groups of identical rows with relevant and non-relevant
     valid members: ``(row, group, relevant members, non-relevant members, shared key)`` (the
     key of the group's first member: ``+inf`` where that one is excluded), or None.
-    ``groups``: :func:`_group_order`."""
+    ``groups``: :func:`_twin_groups`."""
     members, starts, _ = groups
     rel = relevant[:, members]
     non = (keys[:, members] <= KEY_MAX) & ~rel
@@ -578,7 +576,7 @@ def _copies_ahead(
     g: np.ndarray,
 ) -> np.ndarray:
     """For each (row ``r``, group ``g``) in turn, each relevant member (in index order): the
-    group's valid non-relevant members of smaller index (``groups``: :func:`_group_order`)."""
+    group's valid non-relevant members of smaller index (``groups``: :func:`_twin_groups`)."""
     members, starts, size = groups
     m = size[g]
     seg = np.repeat(r, m)
@@ -918,6 +916,8 @@ def deep_blocks(
     m_sq = float(norms.ref_sq.max(initial=0.0)) * (1.0 + 2.0**-40)
     dim = int(task.reference.shape[1])
     rounding = rounding_of(precision)
+    dups = plan.duplicates  # the identical rows' groups, once for every block
+    groups = None if dups is None else _twin_groups(dups, task.reference_codes)
 
     def one_block(start: int) -> ScoredBlock:
         stop = min(start + size, n_query)
@@ -936,7 +936,9 @@ def deep_blocks(
         e64 = None
         if precision == "float64":  # the float64 product's error and the fixed-order key's
             e64 = 2 * key_bounds(q_sq[start:stop], m_sq, dim, task.distance, 0.0, 0.0)
-        ranks = relevant_ranks(plan, keys, codes, task.reference_codes, tau, need, band, rows, e64)
+        ranks = relevant_ranks(
+            plan, keys, codes, task.reference_codes, tau, need, band, rows, e64, groups
+        )
         return score_ranks(task, start, ranks)
 
     starts = range(0, n_query, size)
