@@ -359,6 +359,8 @@ def test_precision_auto_filters_shallow_lists_in_bfloat16_and_is_torch_only():
     for bad in ({"precision": "bf16"}, {"device": "cpu"}):
         with pytest.raises(InputError, match=f"{next(iter(bad))}=.*backend='torch'"):
             ee.evaluate_qrels(queries, corpus, qrels, metrics=["mrr@10"], **kw, **bad)
+    with pytest.raises(InputError, match="precision='fp8' is not valid; use one of"):
+        ee.evaluate_qrels(queries, corpus, qrels, metrics=["mrr@10"], precision="fp8", **kw)
     torch = pytest.importorskip("torch")
     mkldnn = torch.backends.mkldnn
     native = mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
