@@ -154,3 +154,18 @@ def test_dask_far_from_origin_equals_float64(far, far_truth):
         x, y = far
         result = ee.evaluate(x, y, metrics=METRICS, backend="dask", client=client)
     assert_equal_to(result, far_truth)
+
+
+def test_tensor_queries_with_a_host_reference_are_centred_like_host_arrays(far, far_truth):
+    torch = pytest.importorskip("torch")
+    x, y = far
+    xq, xb, centre = centre_for_distance(torch.from_numpy(x[:100]), x, "euclidean", same=False)
+    # The centre from every row (the column range [999.9, 1000.1] allows it): the translated
+    # rows are exactly the original float32 rows minus that centre, in their own kind.
+    assert centre is not None and isinstance(xq, torch.Tensor) and isinstance(xb, np.ndarray)
+    shift = x.astype(np.float64) - centre.astype(np.float64)
+    np.testing.assert_array_equal(xq.numpy().astype(np.float64), shift[:100])
+    np.testing.assert_array_equal(xb.astype(np.float64), shift)
+    got = ee.evaluate(torch.from_numpy(x), y, x, y, metrics=METRICS, ref_includes_query=True,
+                      backend="torch", device="cpu")  # fmt: skip
+    assert_equal_to(got, far_truth)

@@ -120,12 +120,22 @@ def centre_for_distance(xq: Any, xb: Any, distance: str, same: bool) -> tuple[An
 
 
 def _tensor_stats(arrays: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`embedeval.engine.exact.column_stats` of device tensors, computed on their device."""
+    """:func:`embedeval.engine.exact.column_stats` of arrays some of which are device tensors
+    (a tensor's computed on its device, a host array's on the host)."""
     torch = import_torch()
-    lo = np.min([x.amin(dim=0).cpu().numpy() for x in arrays], axis=0)
-    hi = np.max([x.amax(dim=0).cpu().numpy() for x in arrays], axis=0)
-    total = sum(x.to(torch.float64).sum(dim=0).cpu().numpy() for x in arrays)
-    return lo, hi, total / sum(int(x.shape[0]) for x in arrays)
+    lows, highs, total, count = [], [], 0.0, 0
+    for x in arrays:
+        n = int(x.shape[0])
+        if isinstance(x, np.ndarray) or not hasattr(x, "amin"):
+            lo, hi, mean = column_stats([x])
+            part = mean * n
+        else:
+            lo, hi = x.amin(dim=0).cpu().numpy(), x.amax(dim=0).cpu().numpy()
+            part = x.to(torch.float64).sum(dim=0).cpu().numpy()
+        lows.append(lo)
+        highs.append(hi)
+        total, count = total + part, count + n
+    return np.min(lows, axis=0), np.max(highs, axis=0), total / max(count, 1)
 
 
 def _minus(x: Any, centre: np.ndarray) -> Any:
