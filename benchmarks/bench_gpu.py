@@ -56,9 +56,13 @@ TARGETS = {
     "sop": "embedeval <= 0.15 x PML",
     "large": "embedeval <= 0.3 x PML",
     "map": "-",
-    "1m": "embedeval <= 15 s and <= 1.6 x products",
+    "1m": "embedeval <= 4 s (exact), <= 1.6 x products",
+    "qrels": "-",
 }
 BLOCK = 4096
+#: embedeval's rows: the default filter (``"auto"``: bfloat16 on a GPU of compute capability
+#: 8.0 or more) and the float32 and TF32 filters (TF32 only on CUDA).
+VARIANTS = {"embedeval": "auto", "embedeval_float32": "float32", "embedeval_tf32": "tf32"}
 
 
 def clustered(sizes: list[int], spread: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -122,6 +126,12 @@ def blocks_of_keys(torch: Any, x: Any, each: Callable[[Any], Any]) -> None:
     sq = (x * x).sum(dim=1)
     for s in range(0, x.shape[0], BLOCK):
         each(torch.addmm(sq, x[s : s + BLOCK], x.T, beta=1.0, alpha=-2.0))
+
+
+def bf16_products(xb: Any) -> None:
+    """The bfloat16 products of 4,096-query blocks against every row, each dropped at once."""
+    for s in range(0, xb.shape[0], BLOCK):
+        xb[s : s + BLOCK] @ xb.T
 
 
 def run_pml(torch: Any, xt: Any, yt: Any, case: str, batch: bool) -> dict[str, float]:
@@ -194,19 +204,25 @@ def one_case(
     repeat = 1 if case == "1m" else args.repeat
     rows: dict[str, tuple[float, float]] = {}
 
-    def ours(tf32: bool) -> Any:
+    def ours(precision: str) -> Any:
         return ee.evaluate(
-            xt, yt, metrics=metrics, backend="torch", device=str(device), tf32=tf32, progress=False
-        )
+            xt, yt, metrics=metrics, backend="torch", device=str(device), precision=precision,
+            progress=False,
+        )  # fmt: skip
 
-    t, peak, res = clock(lambda: ours(False), repeat)
-    rows["embedeval"] = (t, peak)
-    t, peak, res32 = clock(lambda: ours(True), repeat)
-    rows["embedeval_tf32"] = (t, peak)
-    changed_tf32 = differing(res32.per_query, res.per_query)
+    results: dict[str, Any] = {}
+    for variant, precision in VARIANTS.items():
+        if precision == "tf32" and device.type != "cuda":
+            continue
+        t, peak, results[variant] = clock(lambda p=precision: ours(p), repeat)
+        rows[variant] = (t, peak)
+    res = results["embedeval"]
 
     t, peak, _ = clock(lambda: blocks_of_keys(torch, xt, lambda keys: None), repeat)
     rows["products"] = (t, peak)
+    xb = xt.to(torch.bfloat16)
+    t, peak, _ = clock(lambda: bf16_products(xb), repeat)
+    rows["products (bf16)"] = (t, peak)
     depth = {"sop": 101, "large": int(np.bincount(y).max()) + 1, "map": n, "1m": 101}[case]
     depth = min(depth, n)
     t, peak, _ = clock(
@@ -236,14 +252,14 @@ def one_case(
         cpu_seconds = time.perf_counter() - t0
         checked, cpu_rows = n, None
     differ_mask = differing(res.per_query, cpu.per_query, cpu_rows)
-    differ = int(differ_mask.sum())
     value_gap = max(
         float(np.nanmax(np.abs(res.per_query[m][sample] - cpu.per_query[m]), initial=0.0))
         for m in metrics
         for sample in [slice(None) if cpu_rows is None else cpu_rows]
     )
-    differ_tf32 = int(differing(res32.per_query, cpu.per_query, cpu_rows).sum())
-    changed_tf32 = int(changed_tf32.sum())
+    differ = {
+        v: int(differing(r.per_query, cpu.per_query, cpu_rows).sum()) for v, r in results.items()
+    }
     sample_rows = np.arange(n) if cpu_rows is None else cpu_rows
     checked_rows = sample_rows[differ_mask][: args.explain]
     explained = rounding_explained(x, y, checked_rows, case == "map")
@@ -262,23 +278,83 @@ def one_case(
     if pml_values is not None:
         gap = max(abs(res.metrics[m] - pml_values[m]) for m in metrics)
         out.append(f"max |embedeval - PML| over metrics: {gap:.2e}")
+    counts = ", ".join(f"{v} {c}" for v, c in differ.items())
     out.append(
-        f"queries whose values differ from the CPU engine: {differ} of {checked:,} checked, "
-        f"by at most {value_gap:.1e} (TF32: {differ_tf32}); queries changed by TF32 vs "
-        f"float32 on the device: {changed_tf32} of {n:,}; n_ties (float32): {res.n_ties}"
+        f"queries whose values differ from the CPU engine (of {checked:,} checked; exact: 0): "
+        f"{counts}; largest difference (embedeval) {value_gap:.1e}; "
+        f"n_ties: {res.n_ties}"
     )
-    out.append(
-        f"of {checked_rows.size} differing queries checked in float64, {explained} have two "
-        "references of different relevance inside their window closer than the float32 error "
-        "bound of their keys (rounding explains the difference)"
-    )
+    if checked_rows.size:
+        out.append(
+            f"of {checked_rows.size} differing queries checked in float64, {explained} have two "
+            "references of different relevance inside their window closer than the float32 "
+            "error bound of their keys"
+        )
     if not quiet:
         print("\n".join(out[first_line:]), flush=True)
 
 
+def qrels_case(torch: Any, device: Any, args: argparse.Namespace, out: list[str]) -> None:
+    """bench_qrels's data (200,000 x 768 cosine, 1,000 queries, graded qrels with exact
+    duplicates) through ``evaluate_qrels``: the host's numpy engine, then the corpus blocks
+    multiplied on ``device`` at each precision; the bare device product and ``topk`` with the
+    corpus already there; every per-query value compared with the host engine's."""
+    import embedeval as ee
+    from benchmarks.bench_qrels import SHALLOW, make_corpus, make_qrels_data, metric_names
+
+    n_corpus, n_queries = (20_000, 200) if args.small else (200_000, 1_000)
+    data = make_qrels_data(n_corpus, n_queries)
+    corpus = make_corpus(data)
+    clock = Clock(torch, device)
+    deep = metric_names(min(1000, n_corpus))
+
+    def run(metrics: list[str], **kw: Any) -> Any:
+        return ee.evaluate_qrels(
+            data.queries, corpus, data.qrels, query_ids=data.query_ids, doc_ids=data.doc_ids,
+            metrics=metrics, distance="cosine", progress=False, **kw,
+        )  # fmt: skip
+
+    torch_kw = {"backend": "torch", "device": str(device)}
+    plan = {
+        "host numpy (deep)": (deep, {}),
+        "torch float32 (deep)": (deep, {**torch_kw, "precision": "float32"}),
+        "torch bf16 (deep)": (deep, {**torch_kw, "precision": "bf16"}),
+        "host numpy (shallow)": (SHALLOW, {}),
+        "torch auto (shallow)": (SHALLOW, torch_kw),
+    }
+    rows, results = {}, {}
+    for name, (metrics, kw) in plan.items():
+        t, peak, results[name] = clock(lambda m=metrics, k=kw: run(m, **k))
+        rows[name] = (t, peak, results[name].settings.get("precision", "float32"))
+    qn = torch.nn.functional.normalize(torch.from_numpy(data.queries).to(device), dim=1)
+    cn = torch.nn.functional.normalize(torch.from_numpy(corpus).to(device), dim=1)
+    for name, dtype in (
+        ("device product float32", torch.float32),
+        ("device product bf16", torch.bfloat16),
+    ):
+        a, b = qn.to(dtype), cn.to(dtype)
+        rows[name] = (*clock(lambda a=a, b=b: a @ b.T)[:2], "-")
+    rows["device product + topk(1000)"] = (*clock(lambda: torch.topk(qn @ cn.T, 1000))[:2], "-")
+
+    first_line = len(out)
+    out.append(f"\n### qrels: {n_corpus:,} x 768 cosine corpus (host), {n_queries:,} queries")
+    out.append("| method | seconds | peak device MiB | precision |")
+    out.append("|---|---:|---:|---|")
+    out.extend(f"| {k} | {t:.3f} | {p:,.0f} | {prec} |" for k, (t, p, prec) in rows.items())
+    for kind in ("deep", "shallow"):
+        ref = results[f"host numpy ({kind})"]
+        for name, res in results.items():
+            if name.endswith(f"({kind})") and res is not ref:
+                bad = differing(res.per_query, ref.per_query)
+                out.append(f"{name}: {int(bad.sum())} queries differ from the host engine")
+    vals = ", ".join(f"{m}={v:.4f}" for m, v in results["host numpy (deep)"].metrics.items())
+    out.append(f"values: {vals}")
+    print("\n".join(out[first_line:]), flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("cases", nargs="*", default=["sop", "large", "map", "1m"])
+    parser.add_argument("cases", nargs="*", default=["sop", "large", "map", "1m", "qrels"])
     parser.add_argument("--small", action="store_true", help="small sizes (a CPU smoke run)")
     parser.add_argument("--device", default=None, help="default: cuda if present (else cpu)")
     parser.add_argument("--repeat", type=int, default=2, help="best of N (not for 1m)")
@@ -306,7 +382,10 @@ def main(argv: list[str] | None = None) -> None:
     if device.type == "cuda":
         one_case(torch, device, "map", warm, sink, quiet=True)
     for case in args.cases:
-        one_case(torch, device, case, args, out)
+        if case == "qrels":
+            qrels_case(torch, device, args, out)
+        else:
+            one_case(torch, device, case, args, out)
     if args.out:
         with open(args.out, "w") as fh:
             fh.write("\n".join(out) + "\n")
