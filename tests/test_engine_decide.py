@@ -9,7 +9,7 @@ import pytest
 
 import embedeval as ee
 from embedeval.engine.candidates import Candidates, sortable_bits
-from embedeval.engine.decide import decide, gamma, key_bounds
+from embedeval.engine.decide import decide, gamma, key_bounds, rounding_of
 
 METRICS = ["precision_at_1", "map_at_r"]
 
@@ -321,3 +321,58 @@ def test_positions_near_the_other_kind_include_every_close_pair_of_both_kinds(sp
             assert t[lo : hi + 1].any() and not t[lo : hi + 1].all()
     if spread == 1.0:
         assert n_superset == 0
+
+
+def _chop_to_tf32(a):
+    """float32 values with the mantissa chopped to TF32's 10 bits (toward zero: the larger
+    of the two input errors a tensor core may make)."""
+    bits = np.asarray(a, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
+    return bits.view(np.float32)
+
+
+def _chopped_sum(terms):
+    """float32 sums of the rows of ``terms`` whose every partial sum is chopped toward zero
+    (a tensor core's accumulator at its worst), one column at a time."""
+    acc = np.zeros(terms.shape[0], dtype=np.float64)
+    for j in range(terms.shape[1]):
+        exact = acc + terms[:, j]
+        acc = np.trunc(exact / _ulp32(exact)) * _ulp32(exact)  # chop to float32's 24 bits
+    return acc
+
+
+def _ulp32(v):
+    m = np.maximum(np.abs(v), np.finfo(np.float32).tiny)
+    return 2.0 ** (np.floor(np.log2(m)) - 23)
+
+
+@pytest.mark.parametrize("distance", ["inner_product", "euclidean"])
+def test_tf32_bound_covers_chopped_inputs_and_chopping_accumulators(distance):
+    """A TF32 product's keys, simulated at their worst (inputs chopped to 10 bits, every
+    partial sum chopped), lie within the bound; and the bound is the input rounding's order
+    (a few 2**-10 of the magnitude), not a multiple of float32's accumulation error."""
+    rng = np.random.default_rng(3)
+    d = 256
+    q = rng.standard_normal((4000, d)).astype(np.float32)
+    x = rng.standard_normal((4000, d)).astype(np.float32)
+    x[:2000] = np.abs(x[:2000]) * np.sign(q[:2000])  # all terms positive: errors add up
+    x[:1000] = 2 * q[:1000]  # parallel: the sum of |terms| is ||q|| ||x||
+    # mantissas 1.0000000001111111111111 (binary): TF32 drops the 13 set bits, almost 2**-10
+    q, x = ((a.view(np.uint32) & np.uint32(0xFF800000)) | np.uint32(0x1FFF) for a in (q, x))
+    q, x = q.view(np.float32), x.view(np.float32)
+    exact = np.einsum("ij,ij->i", q.astype(np.float64), x.astype(np.float64))
+    dots = _chopped_sum(_chop_to_tf32(q).astype(np.float64) * _chop_to_tf32(x))
+    q_sq = np.einsum("ij,ij->i", q.astype(np.float64), q.astype(np.float64))
+    x_sq = np.einsum("ij,ij->i", x.astype(np.float64), x.astype(np.float64))
+    scale, input_u = rounding_of("tf32")
+    if distance == "inner_product":
+        err = np.abs(dots - exact)
+        bound = key_bounds(q_sq, x_sq, d, distance, scale, input_u)
+        magnitude = np.sqrt(q_sq * x_sq)
+    else:  # ||x||^2 (float32, exact enough) - 2 q.x with the TF32 product
+        err = 2.0 * np.abs(dots - exact)
+        bound = key_bounds(q_sq, x_sq, d, distance, scale, input_u)
+        magnitude = (np.sqrt(q_sq) + np.sqrt(x_sq)) ** 2
+    assert (err <= bound).all()
+    terms = np.abs(q.astype(np.float64) * x).sum(axis=1)
+    assert (np.abs(dots - exact) / terms).max() > 1.9 * 2.0**-10  # two chops per term
+    assert (bound <= 8 * 2.0**-10 * magnitude).all()

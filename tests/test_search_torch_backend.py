@@ -491,3 +491,97 @@ def test_cosine_duplicate_groups_are_exact_multiples():
     assert torch.equal(unit[1], unit[3]) and not torch.equal(unit[0], unit[2])
     members, first = _duplicate_rows(torch, _directions(x))
     assert members.tolist() == [2] and first.tolist() == [0]
+
+
+def _gpu_path(monkeypatch, **changes):
+    """The code path a GPU runs, on the CPU: torch's own products (no local-engine keys, no
+    local symmetric engine) and the float64 decision on the device."""
+    monkeypatch.setattr(TORCH_BACKEND, "_local_symmetric", lambda task, device: False)
+    _force(monkeypatch, engine_keys=False, device_decision=True, **changes)
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+@pytest.mark.parametrize("distance", ["euclidean", "cosine", "inner_product"])
+@pytest.mark.parametrize("precision", ["float32", "bf16"])
+def test_device_decision_bit_identical_on_exact_data(monkeypatch, setup, distance, precision):
+    """Small integers (exact ties, duplicates, cosine multiples): the float64 decision made on
+    the device gives the local engine's values and tie counts."""
+    x, y = int_data(9, 170, 12, distance=distance)
+    xq, yq, opts, _ = _call(x, y, setup, 9)
+    kw = dict(metrics=WITH_MINP, distance=distance, **opts)
+    expected = ev(xq, yq, **kw)
+    _gpu_path(monkeypatch)
+    got = ev(xq, yq, backend="torch", device="cpu", precision=precision, **kw)
+    assert_same(got, expected, WITH_MINP)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine", "inner_product"])
+@pytest.mark.parametrize("kernels", ["torch", "numpy"])
+def test_device_decision_on_real_valued_data_equals_the_oracle(monkeypatch, distance, kernels):
+    """Deep windows of large classes (many near-ties) far from the origin, blocks of 64 queries
+    and a dense re-scoring (every candidate of a block): the float64 brute force's values."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((600, 10)) * 0.05 + 40.0).astype(np.float32)
+    y = rng.integers(0, 3, 600)
+    _gpu_path(monkeypatch, block_size=64, kernels=kernels)
+    for precision in ("float32", "bf16"):
+        got = ev(x, y, metrics=METRICS, distance=distance, backend="torch", device="cpu",
+                 precision=precision)  # fmt: skip
+        _, expected, _ = oracle.evaluate(x, y, None, None, metrics=METRICS, distance=distance)
+        for m, values in expected.items():
+            np.testing.assert_allclose(got.per_query[m], values, rtol=0, atol=1e-12, err_msg=m)
+
+
+def test_device_decision_neighbors_in_float64_order(monkeypatch):
+    rng = np.random.default_rng(12)
+    x = rng.integers(-2, 3, (300, 3)).astype(np.float32)
+    _gpu_path(monkeypatch)
+    d, i = ee.neighbors(x[:50], 6, x, backend="torch", device="cpu")
+    b = x.astype(np.float64)
+    for row in range(50):
+        d2 = ((b - b[row]) ** 2).sum(axis=1)
+        order = np.argsort(d2, kind="stable")[:6]
+        assert i[row].tolist() == order.tolist()
+        np.testing.assert_array_equal(d[row], np.sqrt(d2[order]).astype(np.float32))
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine", "inner_product"])
+def test_device_decision_orders_references_one_float32_step_apart(monkeypatch, distance):
+    """Each query has, at the top of its ranking and deeper, a reference and its copy with one
+    coordinate one float32 step away, of different labels: only float64 keys order them."""
+    rng = np.random.default_rng(13)
+    n_q, dim = 24, 8
+    xq = rng.standard_normal((n_q, dim)).astype(np.float32)
+    yq = np.arange(n_q) % 5
+    refs, labels = [rng.standard_normal((300, dim)).astype(np.float32)], [np.full(300, 7)]
+    for i in range(n_q):
+        for scale in (0.999, 0.3):
+            a = (xq[i] * scale + rng.normal(0, 0.05, dim)).astype(np.float32)
+            b = a.copy()
+            j = int(rng.integers(dim))
+            b[j] = np.nextafter(b[j], np.float32(rng.choice([-np.inf, np.inf])))
+            refs.append(np.stack([a, b]))
+            pair = [yq[i], 6] if rng.random() < 0.5 else [6, yq[i]]
+            labels.append(np.array(pair))
+    xb, yb = np.concatenate(refs), np.concatenate(labels)
+    _gpu_path(monkeypatch)
+    names = ["precision_at_1", "map_at_r", "map", "mrr"]
+    got = ev(xq, yq, xb, yb, metrics=names, distance=distance, backend="torch", device="cpu",
+             precision="float32")  # fmt: skip
+    _, expected, _ = oracle.evaluate(xq, yq, xb, yb, metrics=names, distance=distance)
+    for m, values in expected.items():
+        np.testing.assert_allclose(got.per_query[m], values, rtol=0, atol=1e-12, err_msg=m)
+
+
+def test_device_decision_ties_positive_multiples_under_cosine(monkeypatch):
+    """Rows that are positive multiples (x 3, x 5, x 0.75) of earlier rows tie exactly under
+    cosine and rank by index, whatever the rounding of their float64 products."""
+    rng = np.random.default_rng(14)
+    base = rng.integers(-3, 4, (120, 4)).astype(np.float32)
+    base[np.abs(base).sum(axis=1) == 0, 0] = 1.0
+    x = np.concatenate([base, base[:60] * 3, base[30:90] * 5, base[::2] * 0.75])
+    y = rng.integers(0, 6, x.shape[0])
+    kw = dict(metrics=WITH_MINP, distance="cosine", reference=x, reference_labels=y)
+    expected = ev(x[:80], y[:80], **kw)
+    _gpu_path(monkeypatch)
+    assert_same(ev(x[:80], y[:80], backend="torch", device="cpu", **kw), expected, WITH_MINP)

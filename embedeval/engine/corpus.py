@@ -376,7 +376,9 @@ class CorpusScan:
         A coarser product (:attr:`precision`: ``"tf32"``, ``"bf16"``) widens it by its own
         rounding (:func:`~embedeval.engine.decide.rounding_of`)."""
         m_sq = self.m_sq if m_sq is None else m_sq
-        scale, input_u = rounding_of(self.precision)  # the product's own rounding
+        # the product's own rounding (a device product says whether it ran on tensor cores)
+        tensor_cores = bool(getattr(self.product, "tensor_cores", False))
+        scale, input_u = rounding_of(self.precision, tensor_cores)
         if self.ties == "trec_eval":  # + a few float32 steps of the score (see rank_keys)
             scale += 1.0
         dim = self.queries.shape[1]

@@ -96,14 +96,14 @@ def key_bounds(
     ``|err| <= 3 gamma_{dim+3} (||q|| + M)^2``.  Inner product: ``gamma_dim ||q|| M``.
     Cosine: each normalised element carries up to 4 roundings (float32 norm, division), so
     ``gamma_{dim+8}`` (unit rows).  ``scale`` multiplies the unit roundoff of the products
-    (2**13 for TF32).  ``input_u`` is the relative rounding of each input element before a
-    product that accumulates in float32 and rounds its result to the same format (bfloat16:
-    ``2**-9``): each dot product then errs by at most ``(3 u_in + gamma_dim) ||q|| ||x||``
-    more; with the squared norms inside the product too (the symmetric engine's canonical
-    product) the Euclidean key errs by at most ``3 u_in (||q|| + ||x||)^2`` more, and
-    ``4 u_in (||q|| + M)^2`` is added to its bound, ``4 u_in`` times the magnitude to the
-    others.  Each bound is then
-    raised by ``1 + 2**-20`` and by ``8 gamma_{dim+8}`` in float64 times the same magnitude,
+    (16 on tensor cores: :func:`rounding_of`).  ``input_u`` is the relative rounding of each
+    input element before a product that accumulates in float32 and rounds its result to the
+    same format (bfloat16: ``2**-9``): each dot product then errs by at most
+    ``(3 u_in + gamma_dim) ||q|| ||x||`` more; with the squared norms inside the product too
+    (the symmetric engine's canonical product) the Euclidean key errs by at most
+    ``3 u_in (||q|| + ||x||)^2`` more, and ``4 u_in (||q|| + M)^2`` is added to its bound,
+    ``4 u_in`` times the magnitude to the others.  Each bound is then raised by
+    ``1 + 2**-20`` and by ``8 gamma_{dim+8}`` in float64 times the same magnitude,
     for the float64 key's own rounding.
 
     >>> key_bounds(np.array([1.0]), 1.0, 8, "euclidean") > 4 * 11 * 2.0**-24
@@ -122,20 +122,23 @@ def key_bounds(
     return np.full(q_sq.shape, c, dtype=np.float64)
 
 
-def rounding_of(precision: str) -> tuple[float, float]:
+def rounding_of(precision: str, tensor_cores: bool = False) -> tuple[float, float]:
     """``(scale, input_u)`` of :func:`key_bounds` for a filter product ``precision``:
     ``"float32"``; ``"float64"`` (a float64 product rounded to float32 keys: one
-    rounding); ``"tf32"`` keeps a 10-bit mantissa in the product (2**13 times float32's
-    unit roundoff); ``"bf16"`` rounds each input to an 8-bit mantissa (2**-9) and the product's
-    result once more, accumulating in float32.
+    rounding); ``"tf32"`` reads each float32 input with a 10-bit mantissa (chopped or rounded:
+    ``2**-10``) and multiplies exactly, accumulating in float32; ``"bf16"`` rounds each input to
+    an 8-bit mantissa (``2**-9``) and the product's result once more, accumulating in float32.
+    ``tensor_cores``: the product runs on GPU tensor cores (TF32 always does), whose float32
+    accumulators may align and chop several terms at once rather than round each addition, so
+    the accumulation term is taken 16 times float32's (still small beside the inputs' rounding).
 
-    >>> rounding_of("bf16")
-    (1.0, 0.001953125)
+    >>> rounding_of("bf16"), rounding_of("bf16", tensor_cores=True)
+    ((1.0, 0.001953125), (16.0, 0.001953125))
     """
     if precision == "tf32":
-        return 2.0**13, 0.0
+        return _TENSOR_CORE_SCALE, 2.0**-10
     if precision == "bf16":
-        return 1.0, 2.0**-9
+        return (_TENSOR_CORE_SCALE if tensor_cores else 1.0), 2.0**-9
     if precision == "float64":
         # No float32 product: a float64 one (within 4 gamma_{d+2} of the real key in double
         # precision, cosine's float64 normalisation included) rounded once to float32 (2**-24
@@ -143,6 +146,10 @@ def rounding_of(precision: str) -> tuple[float, float]:
         # d < 2**23 (FLOAT64_MAX_DIM): 2**-24 + 2**-26 >= 2**-24 + 8 gamma_{d+2}.
         return 0.0, 2.0**-26 + 2.0**-28
     return 1.0, 0.0
+
+
+#: The accumulation term of a tensor-core product (TF32, bfloat16 on a GPU), in float32's.
+_TENSOR_CORE_SCALE = 16.0
 
 
 #: The largest dimension whose float64 filter keys :func:`rounding_of` bounds.
@@ -694,9 +701,9 @@ def _on_exact_scale(
 class Reach:
     """What the engine needs to widen a query's threshold by ``2 B_q``: upper bounds on the
     squared norms of its rows (``q_sq``, float64 per row) and of every reference (``m_sq``),
-    the dimension, the distance, a factor on the unit roundoff (``scale``: 2**13 for TF32
-    products) and the rounding of the product's inputs (``input_u``: 2**-9 for bfloat16; see
-    :func:`key_bounds`).
+    the dimension, the distance, a factor on the unit roundoff (``scale``: 16 for
+    tensor-core products) and the rounding of the product's inputs (``input_u``: 2**-9 for
+    bfloat16; see :func:`key_bounds`).
 
     For the Euclidean key the band depends on the threshold ``tau``: a reference whose key can
     reach ``tau + band`` has a norm of at most ``R = (1 + c) ||q|| + sqrt((1 + c)^2 ||q||^2 +

@@ -116,8 +116,11 @@ class RetrievalTask:
         """Per-query values and tie flags of ``block.queries`` from their sorted candidates,
         ordered by their float64 keys first (:func:`embedeval.engine.decide.decide`; the keys'
         ``rounding`` is ``(scale, input_u)`` of :func:`embedeval.engine.decide.key_bounds`)."""
+        return self.score_decided(self.decided(block, rounding))
+
+    def score_decided(self, block: Candidates) -> tuple[Columns, Columns]:
+        """:meth:`score_block` of a block already in float64 order (dense tie codes)."""
         rows = block.queries
-        block = self.decided(block, rounding)
         return chunk_metrics(
             block,
             self.query_codes[rows],

@@ -235,7 +235,9 @@ class TorchOptions:
     the keys with the local engine's product code in its block layout (``memory_budget`` is
     that engine's) when the product is float32.  ``precision``: the product that filters the
     candidates (see :data:`PRECISIONS`); every ranking is decided in float64 whatever it is, so
-    it changes the speed, never a value.
+    it changes the speed, never a value.  ``device_decision``: decide each block's order in
+    float64 on the device (:mod:`embedeval.engine.torch_decide`) rather than on the host
+    (``None``: on GPUs); the same order either way.
     """
 
     device: str = "cpu"
@@ -247,6 +249,7 @@ class TorchOptions:
     engine_keys: bool = True
     memory_budget: int = DEFAULT_MEMORY_BUDGET
     precision: str = "auto"
+    device_decision: bool | None = None
 
     @classmethod
     def make(

@@ -47,6 +47,7 @@ from ..engine.candidates import Candidates
 from ..engine.corpus import numpy_product
 from ..engine.decide import decide_task_block, first_k, rounding_of, task_norms
 from ..engine.exact import DEFAULT_MEMORY_BUDGET
+from ..engine.torch_decide import decide_on_device
 from ..engine.torch_kernels import DeviceKernels
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
@@ -177,6 +178,8 @@ def torch_product(device: str, precision: str = "float32") -> Callable[..., np.n
         with settings():
             return (tq @ tb.T).float().cpu().numpy()
 
+    # read by the scan's band (embedeval.engine.decide.rounding_of)
+    product.tensor_cores = dev.type == "cuda" and precision != "float32"  # type: ignore[attr-defined]
     return product
 
 
@@ -221,6 +224,9 @@ class _Search:
     engine_block: int = 0
     #: bfloat16 copies of the queries and references (the "bf16" filter product), else None.
     low: tuple[Any, Any] | None = None
+    #: The task's float32 rows on the device, as given (cosine: before normalisation), for
+    #: the float64 decision on the device (:mod:`embedeval.engine.torch_decide`).
+    raw: tuple[Any, Any] | None = None
 
     @property
     def n_reference(self) -> int:
@@ -289,6 +295,7 @@ def _prepare(
 
     xq = put(task.query)
     xb = xq if task.reference is task.query else put(task.reference)
+    raw = (xq, xb)
     sq_ref = None
     same = xb  # rows that every query ranks alike are the identical rows of this
     if task.distance == "cosine":  # positive multiples are one direction: tied
@@ -310,7 +317,7 @@ def _prepare(
         low = (low_q, low_q if xb is xq else xb.to(torch.bfloat16))
     return _Search(
         torch, xq, xb, sq_ref, members, first, bool(ex.self_index),
-        codes(ex.query_groups), codes(ex.reference_groups), search, block, low,
+        codes(ex.query_groups), codes(ex.reference_groups), search, block, low, raw,
     )  # fmt: skip
 
 
@@ -630,8 +637,6 @@ def run_torch(
 def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
     """Scored blocks (:class:`embedeval.engine.task.ScoredBlock`) of ``task``, searched on
     ``options.device``."""
-    from ..engine.task import ScoredBlock
-
     torch = import_torch()
     if not task.has_work:
         return
@@ -651,22 +656,58 @@ def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
         engine = _engine_search(task, need, label, options, device)
         search = _prepare(torch, task, device, engine, options.precision)
         kernels = None if host else DeviceKernels(torch, task, device)
-        rounding = rounding_of(options.precision)
+        rounding = rounding_of(options.precision, device.type == "cuda")
         reach = task_norms(task).reach(task.distance, int(task.reference.shape[1]), *rounding)
+        on_device = _decides_on_device(options, device)
         for block in _candidate_blocks(torch, search, need, label, options, reach):
-            b = block.lims.numel() - 1
-            rows = slice(block.start, block.start + b)
-            if host:
-                yield ScoredBlock(rows, *task.score_block(block.to_host(), rounding))
-                bar.update(b)
-                continue
-            # Near-ties the filter keys cannot order are decided on the host in float64.
-            on_host = block.to_host()
-            decided = decide_task_block(task, on_host, *rounding)
-            if decided is not on_host:
-                block = _DeviceCandidates.from_host(torch, decided, device)
-            yield ScoredBlock(rows, *kernels.score(block))
-            bar.update(b)
+            yield _scored(torch, task, search, block, kernels, rounding, on_device)
+            bar.update(block.lims.numel() - 1)
+
+
+def _scored(
+    torch: Any,
+    task: Any,
+    search: _Search,
+    block: _DeviceCandidates,
+    kernels: DeviceKernels | None,
+    rounding: tuple[float, float],
+    on_device: bool,
+) -> Any:
+    """A block's scored values: decided in float64 on the device or on the host, scored by
+    the device ``kernels`` (``None``: on the host)."""
+    from ..engine.task import ScoredBlock
+
+    rows = slice(block.start, block.start + block.lims.numel() - 1)
+    if on_device:
+        block = _device_decided(torch, search, task, block)
+        if kernels is None:
+            return ScoredBlock(rows, *task.score_decided(block.to_host()))
+        return ScoredBlock(rows, *kernels.score(block))
+    if kernels is None:
+        return ScoredBlock(rows, *task.score_block(block.to_host(), rounding))
+    # Near-ties the filter keys cannot order are decided on the host in float64.
+    on_host = block.to_host()
+    decided = decide_task_block(task, on_host, *rounding)
+    if decided is not on_host:
+        block = _DeviceCandidates.from_host(torch, decided, block.index.device)
+    return ScoredBlock(rows, *kernels.score(block))
+
+
+def _decides_on_device(options: TorchOptions, device: Any) -> bool:
+    """Whether blocks are decided in float64 on the device (GPUs) or on the host (the CPU, where
+    the host's sparse decision re-scores fewer pairs)."""
+    if options.device_decision is not None:
+        return bool(options.device_decision)
+    return device.type != "cpu"
+
+
+def _device_decided(torch: Any, search: _Search, task: Any, block: Any) -> Any:
+    """``block`` (filter order) in float64 order, decided on its device."""
+    index, bits = decide_on_device(
+        torch, block.lims, block.index, block.start, search.raw, (task.query, task.reference),
+        task.distance,
+    )  # fmt: skip
+    return _DeviceCandidates(block.start, block.lims, index, bits)
 
 
 def _local_symmetric(task: Any, device: Any) -> bool:
@@ -715,11 +756,14 @@ def torch_neighbors(
     with torch.no_grad(), _matmul_precision(torch, options.tf32):
         engine = _engine_search(task, need, None, options, device)
         search = _prepare(torch, task, device, engine, options.precision)
-        rounding = rounding_of(options.precision)
+        rounding = rounding_of(options.precision, device.type == "cuda")
         reach = task_norms(task).reach(distance, int(xb.shape[1]), *rounding)
         for block in _candidate_blocks(torch, search, need, None, options, reach):
             b = block.lims.numel() - 1
             rows = slice(block.start, block.start + b)
-            decided = decide_task_block(task, block.to_host(), *rounding)
+            if _decides_on_device(options, device):
+                decided = _device_decided(torch, search, task, block).to_host()
+            else:
+                decided = decide_task_block(task, block.to_host(), *rounding)
             dist[rows], idx[rows] = first_k(task, decided, k)
     return dist, idx
