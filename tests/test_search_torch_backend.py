@@ -311,6 +311,8 @@ def test_tf32_setting_is_restored():
         assert seen[0] in ("tf32", True)  # on during the search
         ev(x, y, backend="torch", device="cpu")
         assert seen[-1] in ("ieee", False)  # off by default
+        ev(x, y, backend="torch", device="cpu", precision="tf32")
+        assert seen[-1] in ("tf32", True)  # the other spelling
     assert getattr(torch.backends.cuda.matmul, flag) == before
 
 
@@ -585,3 +587,51 @@ def test_device_decision_ties_positive_multiples_under_cosine(monkeypatch):
     expected = ev(x[:80], y[:80], **kw)
     _gpu_path(monkeypatch)
     assert_same(ev(x[:80], y[:80], backend="torch", device="cpu", **kw), expected, WITH_MINP)
+
+
+def _spy_band_checks(monkeypatch):
+    """Record each block's verdict of the coarse-filter check."""
+    verdicts = []
+    check = TORCH_BACKEND._band_too_wide
+
+    def spy(*args):
+        verdicts.append(check(*args))
+        return verdicts[-1]
+
+    monkeypatch.setattr(TORCH_BACKEND, "_band_too_wide", spy)
+    return verdicts
+
+
+def test_a_block_whose_bf16_band_is_too_wide_is_filtered_again_in_float32(monkeypatch):
+    """Dense real-valued data (R ~ 1,200 of 6,000): a bfloat16 band would hold hundreds of keys
+    per row beyond the cut-off, so blocks fall back to float32; values stay the local
+    engine's."""
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((6000, 64)).astype(np.float32)
+    y = rng.integers(0, 5, 6000)
+    names = ["precision_at_1", "r_precision", "map_at_r"]
+    expected = ev(x[:300], y[:300], x, y, metrics=names, ref_includes_query=True)
+    for decide_here in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            verdicts = _spy_band_checks(mp)
+            _force(mp, engine_keys=False, device_decision=decide_here, block_size=100)
+            got = ev(x[:300], y[:300], x, y, metrics=names, ref_includes_query=True,
+                     backend="torch", device="cpu", precision="bf16")  # fmt: skip
+        assert verdicts == [True, True, True]
+        assert_same(got, expected, names)
+
+
+def test_a_narrow_bf16_band_keeps_the_bf16_filter(monkeypatch):
+    """Tight classes far apart (SOP-like: a few members each): the bfloat16 band holds almost
+    nothing beyond the cut-off, so no block falls back."""
+    rng = np.random.default_rng(16)
+    centres = rng.standard_normal((300, 32)) * 10
+    y = np.repeat(np.arange(300), 4)
+    x = (centres[y] + rng.standard_normal((1200, 32)) * 0.01).astype(np.float32)
+    verdicts = _spy_band_checks(monkeypatch)
+    _force(monkeypatch, engine_keys=False, block_size=400)
+    names = ["precision_at_1", "map_at_r"]
+    got = ev(x[:800], y[:800], x, y, metrics=names, ref_includes_query=True, backend="torch",
+             device="cpu", precision="bf16")  # fmt: skip
+    assert verdicts == [False, False]
+    assert_same(got, ev(x[:800], y[:800], x, y, metrics=names, ref_includes_query=True), names)

@@ -305,7 +305,8 @@ class TorchOptions:
             raise InputError(
                 f"tf32=True asks for TF32 products but precision={precision!r}; drop one of them."
             )
+        tf32 = bool(tf32) or precision == "tf32"  # either spelling turns TF32 products on
         return cls(
-            str(dev), memory, bool(tf32), block_size, progress=progress,
+            str(dev), memory, tf32, block_size, progress=progress,
             memory_budget=memory_budget, precision="tf32" if tf32 else precision,
         )  # fmt: skip

@@ -227,6 +227,8 @@ class _Search:
     #: The task's float32 rows on the device, as given (cosine: before normalisation), for
     #: the float64 decision on the device (:mod:`embedeval.engine.torch_decide`).
     raw: tuple[Any, Any] | None = None
+    #: The filter product: "float32", "tf32" (the matmul settings of the search) or "bf16".
+    precision: str = "float32"
 
     @property
     def n_reference(self) -> int:
@@ -250,9 +252,13 @@ class _Search:
                 out[a - start : b - start] = keys[a - e0 : b - e0]
         return out
 
-    def keys(self, start: int, stop: int) -> Any:
-        """Ranking keys of queries [start, stop) against every reference, exclusions at +inf."""
+    def keys(self, start: int, stop: int, float32: bool = False) -> Any:
+        """Ranking keys of queries [start, stop) against every reference, exclusions at +inf;
+        from the filter product, or a float32 one (``float32``: no TF32, no bfloat16)."""
         torch = self.torch
+        if float32 and self.precision != "float32":
+            with _matmul_precision(torch, False):
+                return replace(self, low=None, precision="float32").keys(start, stop)
         q = self.queries[start:stop]
         if self.engine is not None:
             keys = torch.from_numpy(self._engine_products(start, stop))
@@ -317,7 +323,7 @@ def _prepare(
         low = (low_q, low_q if xb is xq else xb.to(torch.bfloat16))
     return _Search(
         torch, xq, xb, sq_ref, members, first, bool(ex.self_index),
-        codes(ex.query_groups), codes(ex.reference_groups), search, block, low, raw,
+        codes(ex.query_groups), codes(ex.reference_groups), search, block, low, raw, precision,
     )  # fmt: skip
 
 
@@ -490,6 +496,8 @@ class _DeviceCandidates:
     lims: Any  # int64 (b + 1,)
     index: Any  # int64 reference indices, nearest first, ties by ascending index
     bits: Any  # int64 sortable key bits (equal = exact tie)
+    #: ``(scale, input_u)`` of the product that filtered them (the host decision's bound).
+    rounding: tuple[float, float] = (1.0, 0.0)
 
     @classmethod
     def from_host(cls, torch: Any, block: Candidates, device: Any) -> _DeviceCandidates:
@@ -576,12 +584,20 @@ def _collect(
 
 
 def _candidate_blocks(
-    torch: Any, search: _Search, need: np.ndarray, label: Any, opts: TorchOptions, reach: Any
+    torch: Any,
+    search: _Search,
+    need: np.ndarray,
+    label: Any,
+    opts: TorchOptions,
+    reaches: dict[str, tuple[Any, tuple[float, float]]],
 ) -> Iterator[_DeviceCandidates]:
     """Sorted candidates of each query block (see the module for the steps), thresholds widened
-    by ``reach`` (:class:`embedeval.engine.decide.Reach`)."""
+    by the :class:`embedeval.engine.decide.Reach` of the product that filtered them
+    (``reaches``: precision -> (reach, rounding)).  A block whose coarse filter (TF32,
+    bfloat16) would let through too many keys beyond its cut-offs is filtered again with a
+    float32 product (:func:`_band_too_wide`)."""
     device = search.queries.device
-    band = _widener(torch, reach, device)
+    bands = {p: _widener(torch, reach, device) for p, (reach, _) in reaches.items()}
     n_query, n_ref = int(search.queries.shape[0]), search.n_reference
     budget = _budget(torch, device, opts.memory)
     block = _block_size(need, n_ref, label is not None, budget, opts.block_size)
@@ -600,16 +616,50 @@ def _candidate_blocks(
     codes = None
     if label is not None:
         codes = (torch.as_tensor(label[1], device=device), torch.as_tensor(label[2], device=device))
-    for start in range(0, n_query, block):
-        stop = min(start + block, n_query)
-        keys = search.keys(start, stop)
+    limit = _band_limit(n_ref, int(search.queries.shape[1]))
+
+    def filtered(start: int, stop: int, float32: bool) -> tuple[Any, Any, Any]:
+        keys = search.keys(start, stop, float32)
         label_tau = None
         if codes is not None:
             label_tau = _label_tau(torch, keys, label[0], codes[0][start:stop], codes[1])
-        need_b = need_t[start:stop]
-        tau = _thresholds(torch, keys, need_b, sample, sort_rows)
-        yield _collect(torch, keys, tau, need_b, label_tau, start, sort_rows, band)
+        return keys, label_tau, _thresholds(torch, keys, need_t[start:stop], sample, sort_rows)
+
+    for start in range(0, n_query, block):
+        stop = min(start + block, n_query)
+        precision = search.precision
+        keys, label_tau, tau = filtered(start, stop, False)
+        if precision != "float32":
+            cut = tau if label_tau is None else _cap(torch, tau, label_tau)
+            if _band_too_wide(torch, keys, cut, sample, bands[precision], start, limit):
+                del keys
+                precision = "float32"
+                keys, label_tau, tau = filtered(start, stop, True)
+        found = _collect(
+            torch, keys, tau, need_t[start:stop], label_tau, start, sort_rows, bands[precision]
+        )
+        yield replace(found, rounding=reaches[precision][1])
         del keys
+
+
+def _band_limit(n_ref: int, dim: int) -> int:
+    """Keys per row beyond the cut-off that a coarse filter may let through before a float32
+    product of the block costs less: one float32 product row (``2 dim n_ref`` flops, ~50
+    TFLOP/s on a current GPU) against ~1.5 ns per extra candidate (kept, sorted, re-scored in
+    float64), at least 256."""
+    return max(256, n_ref * dim // 32768)
+
+
+def _band_too_wide(
+    torch: Any, keys: Any, tau: Any, sample: Any, band: Any, start: int, limit: int
+) -> bool:
+    """Whether widening the cut-offs ``tau`` by the filter's ``band`` would keep, per row on
+    average, more than ``limit`` keys beyond them (counted on the column ``sample``, scaled to
+    the whole row)."""
+    part = keys if sample is None else keys[:, sample]
+    wide = band(start, tau)
+    extra = (part <= wide[:, None]).sum(dim=1) - (part <= tau[:, None]).sum(dim=1)
+    return float(extra.double().mean()) * keys.shape[1] / part.shape[1] > limit
 
 
 def _device(torch: Any, opts: TorchOptions) -> Any:
@@ -656,11 +706,10 @@ def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
         engine = _engine_search(task, need, label, options, device)
         search = _prepare(torch, task, device, engine, options.precision)
         kernels = None if host else DeviceKernels(torch, task, device)
-        rounding = rounding_of(options.precision, device.type == "cuda")
-        reach = task_norms(task).reach(task.distance, int(task.reference.shape[1]), *rounding)
+        reaches = _reaches(task, options.precision, device)
         on_device = _decides_on_device(options, device)
-        for block in _candidate_blocks(torch, search, need, label, options, reach):
-            yield _scored(torch, task, search, block, kernels, rounding, on_device)
+        for block in _candidate_blocks(torch, search, need, label, options, reaches):
+            yield _scored(torch, task, search, block, kernels, on_device)
             bar.update(block.lims.numel() - 1)
 
 
@@ -670,7 +719,6 @@ def _scored(
     search: _Search,
     block: _DeviceCandidates,
     kernels: DeviceKernels | None,
-    rounding: tuple[float, float],
     on_device: bool,
 ) -> Any:
     """A block's scored values: decided in float64 on the device or on the host, scored by
@@ -684,13 +732,24 @@ def _scored(
             return ScoredBlock(rows, *task.score_decided(block.to_host()))
         return ScoredBlock(rows, *kernels.score(block))
     if kernels is None:
-        return ScoredBlock(rows, *task.score_block(block.to_host(), rounding))
+        return ScoredBlock(rows, *task.score_block(block.to_host(), block.rounding))
     # Near-ties the filter keys cannot order are decided on the host in float64.
     on_host = block.to_host()
-    decided = decide_task_block(task, on_host, *rounding)
+    decided = decide_task_block(task, on_host, *block.rounding)
     if decided is not on_host:
         block = _DeviceCandidates.from_host(torch, decided, block.index.device)
     return ScoredBlock(rows, *kernels.score(block))
+
+
+def _reaches(task: Any, precision: str, device: Any) -> dict[str, tuple[Any, tuple[float, float]]]:
+    """Per product that may filter a block (``precision``, and float32 to fall back on), the
+    :class:`embedeval.engine.decide.Reach` of its bound and its ``(scale, input_u)``."""
+    norms, dim = task_norms(task), int(task.reference.shape[1])
+    out = {}
+    for p in dict.fromkeys((precision, "float32")):
+        rounding = rounding_of(p, device.type == "cuda")
+        out[p] = (norms.reach(task.distance, dim, *rounding), rounding)
+    return out
 
 
 def _decides_on_device(options: TorchOptions, device: Any) -> bool:
@@ -756,14 +815,13 @@ def torch_neighbors(
     with torch.no_grad(), _matmul_precision(torch, options.tf32):
         engine = _engine_search(task, need, None, options, device)
         search = _prepare(torch, task, device, engine, options.precision)
-        rounding = rounding_of(options.precision, device.type == "cuda")
-        reach = task_norms(task).reach(distance, int(xb.shape[1]), *rounding)
-        for block in _candidate_blocks(torch, search, need, None, options, reach):
+        reaches = _reaches(task, options.precision, device)
+        for block in _candidate_blocks(torch, search, need, None, options, reaches):
             b = block.lims.numel() - 1
             rows = slice(block.start, block.start + b)
             if _decides_on_device(options, device):
                 decided = _device_decided(torch, search, task, block).to_host()
             else:
-                decided = decide_task_block(task, block.to_host(), *rounding)
+                decided = decide_task_block(task, block.to_host(), *block.rounding)
             dist[rows], idx[rows] = first_k(task, decided, k)
     return dist, idx
