@@ -2,21 +2,26 @@
 
 For each case, on the same device and with the embeddings already there:
 
-* ``embedeval``       ``ee.evaluate(x, y, backend="torch", device=...)`` (float32, TF32 off)
-* ``embedeval_tf32``  the same with ``tf32=True`` (opt-in; the report counts changed queries)
+* ``embedeval``       ``ee.evaluate(x, y, backend="torch", device=...)`` (the default filter:
+                      bfloat16 on a GPU of compute capability 8.0 or more)
+* ``embedeval_float32``, ``embedeval_tf32``  the same with ``precision="float32"`` / ``"tf32"``
 * ``pml``             PML 2.9 ``AccuracyCalculator(knn_func=CustomKNN(LpDistance()))``,
                       ``k="max_bin_count"`` (``k=None`` for full-depth MAP), as PML is run
 * ``topk``            a bare ``addmm`` (||r||^2 - 2 q.r) + ``topk`` in 4,096-query blocks
-* ``products``        the ``addmm`` products alone (what any exact method must compute)
+* ``products``        the ``addmm`` products alone (what any exact method must compute), and
+                      the bfloat16 products alone
 * ``cpu_engine``      the local CPU engine on the host (every core), for the exactness count
 
-Cases: ``sop``, ``large``, ``map`` (the data of ``benchmarks/bench_core.py``) and ``1m``
+Cases: ``sop``, ``large``, ``map`` (the data of ``benchmarks/bench_core.py``), ``1m``
 (1,000,000 x 128, 10,000 classes of 100, P@1 / R-Precision / MAP@R; the CPU engine is run on a
 seeded sample of ``--cpu-sample`` queries against the whole set, each query excluding only
-itself).  The report gives seconds, peak device memory, the ratios embedeval / other, the
-largest metric difference from PML, and how many queries' values differ from the CPU engine's
-(float32 products rounded differently on the GPU: queries whose neighbours are closer than
-float32 resolution may swap) and between TF32 and float32.
+itself) and ``qrels`` (bench_qrels's 200,000 x 768 corpus on the host, 1,000 queries:
+``evaluate_qrels`` on the host and with the corpus blocks multiplied on the device in float32
+and bfloat16, deep and shallow metrics, beside the bare device product and ``topk``).  The
+report gives seconds, peak device memory, the ratios embedeval / other, the largest metric
+difference from PML, and, per embedeval row, how many queries' values differ from the CPU
+engine's: every ranking is decided in float64, so the answer should be 0 at every precision
+(differing queries are checked in float64 for references closer than the float32 bound).
 
 Run on a CUDA machine (PyTorch with CUDA and ``pytorch-metric-learning==2.9.0``; faiss is not
 needed)::

@@ -20,11 +20,15 @@ device:
    values leave the device, and they are bit-identical to the local engine's whenever the keys
    are.
 
-On the CPU the products of step 1 are the local engine's own (same code, block layout and
-single-threaded BLAS), so ``device="cpu"`` reproduces the local engine bit for bit on any data;
-on a GPU, cuBLAS sums the same float32 products in another order, which the error bound of
-:mod:`embedeval.engine.decide` covers: each block's near-ties are decided in float64 on the host
-and the re-ordered candidates go back to the device kernels.
+Between steps 3 and 4 each block is put in float64 order.  On a GPU that happens on the device
+(:mod:`embedeval.engine.torch_decide`: every candidate takes a float64 product key, only runs
+closer than float64's bound take the fixed-order keys on the host); on the CPU the host's
+sparse decision (:mod:`embedeval.engine.decide`) re-scores only the near-ties.  The cut-offs of
+step 2 are widened by the filter product's error bound (float32, TF32 or bfloat16), and a block
+whose TF32 / bfloat16 band would keep too many keys beyond its cut-offs is filtered again with a
+float32 product (:func:`_band_too_wide`): the values never depend on the product, only the time.
+On the CPU the float32 products of step 1 are the local engine's own (same code, block layout
+and single-threaded BLAS).
 
 Memory is bounded by query blocks sized from a budget (default half the free device memory);
 no buffer grows with n_query x depth.  torch is imported only when this backend is used.
