@@ -97,6 +97,20 @@ def case_data(case: str, small: bool) -> tuple[np.ndarray, np.ndarray]:
     return clustered(*sizes, seed=0)
 
 
+class Rows(dict):
+    """``{method: (seconds, peak MiB)}`` of a case, each printed as it is measured (a run cut
+    short still reports what it finished)."""
+
+    def __init__(self, case: str, quiet: bool) -> None:
+        super().__init__()
+        self.case, self.quiet = case, quiet
+
+    def add(self, name: str, seconds: float, peak: float) -> None:
+        self[name] = (seconds, peak)
+        if not self.quiet:
+            print(f"  [{self.case}] {name}: {seconds:.3f} s, {peak:,.0f} MiB", flush=True)
+
+
 class Clock:
     """Wall time of a call, synchronising the device before and after."""
 
@@ -207,7 +221,7 @@ def one_case(
     xt = torch.from_numpy(x).to(device)
     yt = torch.from_numpy(y).to(device)
     repeat = 1 if case == "1m" else args.repeat
-    rows: dict[str, tuple[float, float]] = {}
+    rows = Rows(case, quiet)
 
     def ours(precision: str) -> Any:
         return ee.evaluate(
@@ -220,26 +234,26 @@ def one_case(
         if precision == "tf32" and device.type != "cuda":
             continue
         t, peak, results[variant] = clock(lambda p=precision: ours(p), repeat)
-        rows[variant] = (t, peak)
+        rows.add(variant, t, peak)
     res = results["embedeval"]
 
     t, peak, _ = clock(lambda: blocks_of_keys(torch, xt, lambda keys: None), repeat)
-    rows["products"] = (t, peak)
+    rows.add("products", t, peak)
     xb = xt.to(torch.bfloat16)
     t, peak, _ = clock(lambda: bf16_products(xb), repeat)
-    rows["products (bf16)"] = (t, peak)
+    rows.add("products (bf16)", t, peak)
     depth = {"sop": 101, "large": int(np.bincount(y).max()) + 1, "map": n, "1m": 101}[case]
     depth = min(depth, n)
     t, peak, _ = clock(
         lambda: blocks_of_keys(torch, xt, lambda keys: torch.topk(keys, depth, largest=False)),
         repeat,
     )
-    rows[f"topk (k={depth})"] = (t, peak)
+    rows.add(f"topk (k={depth})", t, peak)
 
     pml_values = None
     if not args.no_pml and (case != "1m" or args.pml_1m):
         t, peak, pml_values = clock(lambda: run_pml(torch, xt, yt, case, case == "1m"), repeat)
-        rows["pml"] = (t, peak)
+        rows.add("pml", t, peak)
 
     # The CPU engine on the host: every query, or a sample for the million.
     if case == "1m":
@@ -328,9 +342,14 @@ def qrels_case(torch: Any, device: Any, args: argparse.Namespace, out: list[str]
         "torch auto (shallow)": (SHALLOW, torch_kw),
     }
     rows, results = {}, {}
+
+    def add(name: str, t: float, peak: float, precision: str) -> None:
+        rows[name] = (t, peak, precision)
+        print(f"  [qrels] {name}: {t:.3f} s, {peak:,.0f} MiB ({precision})", flush=True)
+
     for name, (metrics, kw) in plan.items():
         t, peak, results[name] = clock(lambda m=metrics, k=kw: run(m, **k))
-        rows[name] = (t, peak, results[name].settings.get("precision", "float32"))
+        add(name, t, peak, results[name].settings.get("precision", "float32"))
     qn = torch.nn.functional.normalize(torch.from_numpy(data.queries).to(device), dim=1)
     cn = torch.nn.functional.normalize(torch.from_numpy(corpus).to(device), dim=1)
     for name, dtype in (
@@ -338,8 +357,8 @@ def qrels_case(torch: Any, device: Any, args: argparse.Namespace, out: list[str]
         ("device product bf16", torch.bfloat16),
     ):
         a, b = qn.to(dtype), cn.to(dtype)
-        rows[name] = (*clock(lambda a=a, b=b: a @ b.T)[:2], "-")
-    rows["device product + topk(1000)"] = (*clock(lambda: torch.topk(qn @ cn.T, 1000))[:2], "-")
+        add(name, *clock(lambda a=a, b=b: a @ b.T)[:2], "-")
+    add("device product + topk(1000)", *clock(lambda: torch.topk(qn @ cn.T, 1000))[:2], "-")
 
     first_line = len(out)
     out.append(f"\n### qrels: {n_corpus:,} x 768 cosine corpus (host), {n_queries:,} queries")
@@ -359,7 +378,7 @@ def qrels_case(torch: Any, device: Any, args: argparse.Namespace, out: list[str]
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("cases", nargs="*", default=["sop", "large", "map", "1m", "qrels"])
+    parser.add_argument("cases", nargs="*", default=["sop", "large", "map", "qrels", "1m"])
     parser.add_argument("--small", action="store_true", help="small sizes (a CPU smoke run)")
     parser.add_argument("--device", default=None, help="default: cuda if present (else cpu)")
     parser.add_argument("--repeat", type=int, default=2, help="best of N (not for 1m)")

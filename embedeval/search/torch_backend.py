@@ -67,7 +67,9 @@ _SAMPLE = 4096
 _TOPK_MAX = 2048  # deepest order statistic taken by topk rather than a full sort
 _MAX_BLOCK = 8192
 _BYTES_PER_KEY = 12  # keys, the comparison mask, exclusion / label masks and their temporaries
-_BYTES_PER_CANDIDATE = 80  # packed codes, their sort, decoded index / bits, kernel arrays
+# packed codes, their sort, decoded index / bits, kernel arrays; and the float64 decision on a
+# GPU: keys, magnitudes, rows, two sort permutations (engine/torch_decide.py)
+_BYTES_PER_CANDIDATE = 160
 
 
 def _budget(torch: Any, device: Any, memory: float | int | None) -> int:
