@@ -631,21 +631,29 @@ def _candidate_blocks(
             label_tau = _label_tau(torch, keys, label[0], codes[0][start:stop], codes[1])
         return keys, label_tau, _thresholds(torch, keys, need_t[start:stop], sample, sort_rows)
 
+    skip = 0  # blocks left that go straight to float32 after a fallback
     for start in range(0, n_query, block):
         stop = min(start + block, n_query)
-        precision = search.precision
-        keys, label_tau, tau = filtered(start, stop, False)
+        precision = search.precision if skip == 0 else "float32"
+        skip = max(0, skip - 1)
+        keys, label_tau, tau = filtered(start, stop, precision == "float32")
         if precision != "float32":
             cut = tau if label_tau is None else _cap(torch, tau, label_tau)
             if _band_too_wide(torch, keys, cut, sample, bands[precision], start, limit):
                 del keys
-                precision = "float32"
+                # neighbouring blocks are usually alike: the next few skip the coarse product
+                # (at most 1 in _RETRY blocks is multiplied twice)
+                precision, skip = "float32", _RETRY - 1
                 keys, label_tau, tau = filtered(start, stop, True)
         found = _collect(
             torch, keys, tau, need_t[start:stop], label_tau, start, sort_rows, bands[precision]
         )
         yield replace(found, rounding=reaches[precision][1])
         del keys
+
+
+#: After a block falls back to float32, the next ``_RETRY - 1`` blocks are filtered in float32.
+_RETRY = 8
 
 
 def _band_limit(n_ref: int, dim: int) -> int:
