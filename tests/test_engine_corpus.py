@@ -569,3 +569,28 @@ def test_a_corpus_row_that_is_not_finite_is_refused_by_number(bad):
             corpus[:1], corpus, {"q": {"0": 1}}, query_ids=["q"], doc_ids=range(6),
             metrics=["map"], distance="euclidean",
         )  # fmt: skip
+
+
+def test_a_tensor_core_product_widens_the_band_by_its_accumulation_term():
+    """A device product that ran on tensor cores (it says so) takes 16 times float32's
+    accumulation term: for inner products the band grows by 2 * 15 gamma_{d+1} (1 + 2**-20)
+    ||q|| M; numpy's product keeps one."""
+    from embedeval.engine.corpus import CorpusScan, Pairs, numpy_product, tie_keys
+
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((4, 64)).astype(np.float32)
+    none = Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    def on_tensor_cores(a, b):
+        return a @ b.T
+
+    on_tensor_cores.tensor_cores = True
+    bands = []
+    for product in (numpy_product, on_tensor_cores):
+        scan = CorpusScan(q, None, "inner_product", 1, tie_keys(None, 10, "index"), none, raw=q,
+                          product=product, precision="bf16", m_sq=4.0)  # fmt: skip
+        bands.append(scan.band())
+    u = 2.0**-24
+    gamma_65 = 65 * u / (1 - 65 * u)
+    expected = 2 * 15 * gamma_65 * (1 + 2.0**-20) * np.sqrt(scan.q_sq) * 2.0
+    np.testing.assert_allclose(bands[1] - bands[0], expected, rtol=1e-9)
