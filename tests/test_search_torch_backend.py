@@ -637,3 +637,22 @@ def test_a_narrow_bf16_band_keeps_the_bf16_filter(monkeypatch):
              device="cpu", precision="bf16")  # fmt: skip
     assert verdicts == [False, False]
     assert_same(got, ev(x[:800], y[:800], x, y, metrics=names, ref_includes_query=True), names)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+def test_fixed_order_keys_on_the_device_are_the_hosts_bit_for_bit(distance):
+    from embedeval.engine.decide import exact_keys
+    from embedeval.engine.torch_decide import fixed_order_keys
+
+    rng = np.random.default_rng(17)
+    for x in (
+        rng.standard_normal((300, 37)).astype(np.float32),
+        (rng.standard_normal((300, 37)) * 1e-3 + 250.0).astype(np.float32),
+        (rng.standard_normal((300, 37)) * np.exp(rng.normal(0, 8, (300, 37)))).astype(np.float32),
+    ):
+        qi, ri = rng.integers(0, 300, 5000), rng.integers(0, 300, 5000)
+        want = exact_keys(x[qi], x[ri], distance)
+        xt = torch.from_numpy(x)
+        got = fixed_order_keys(torch, xt, xt, torch.from_numpy(qi), torch.from_numpy(ri),
+                               distance, chunk=777).numpy()  # fmt: skip
+        np.testing.assert_array_equal(got, want)

@@ -5,8 +5,10 @@ Every candidate takes a float64 product key on the device (within ``beta = 16 ga
 in double precision times the pair's magnitude of the fixed-order key
 :func:`embedeval.engine.decide.exact_keys`, whatever order the device sums in), and each row is
 sorted by it.  Neighbours closer than ``2 beta`` (exact ties, identical rows, cosine multiples,
-near-ties below float64 resolution: rare) are re-scored with the fixed-order keys on the host
-and sorted by (key, reference index).  Any two other neighbours are more than ``2 beta`` apart,
+near-ties below float64 resolution) are re-scored with the fixed-order keys -- on the device
+(:func:`fixed_order_keys`, the same float64 operations as the host's, so the same bits), for
+cosine on the host, whose key groups the positive multiples of a row -- and sorted by (key,
+reference index).  Any two other neighbours are more than ``2 beta`` apart,
 so their product keys are in the order of their fixed-order keys: the result is the order of
 :func:`embedeval.engine.decide.decide` -- float64 keys, equal keys by reference index -- with
 dense tie codes, what the metric kernels read.
@@ -21,11 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from .decide import _U64, _gather_keys, gamma
 
-__all__ = ["decide_on_device", "device_product_keys"]
+__all__ = ["decide_on_device", "device_product_keys", "fixed_order_keys"]
 
 #: float64 elements per gathered operand of a pair chunk (128 MiB).
 _PAIR_CELLS = 1 << 24
@@ -113,7 +113,7 @@ def decide_on_device(
     same = row[1:] == row[:-1]
     close = same & (g[1:] - g[:-1] <= 2.0 * beta * row_max[row[1:]])
     if bool(close.any()):
-        index, g = _fixed_order_runs(torch, close, index, g, start + row, task_rows, distance)
+        index, g = _fixed_order_runs(torch, close, index, g, start + row, rows, task_rows, distance)
     distinct = torch.ones(n, dtype=torch.bool, device=dev)
     distinct[1:] = ~same | (g[1:] != g[:-1])
     return index, torch.cumsum(distinct, 0) - 1
@@ -125,11 +125,13 @@ def _fixed_order_runs(
     index: Any,
     g: Any,
     query: Any,
+    rows: tuple[Any, Any],
     task_rows: tuple[Any, Any],
     distance: str,
 ) -> tuple[Any, Any]:
-    """Runs of ``close`` neighbours re-scored with the fixed-order keys (on the host: few
-    pairs) and sorted by (key, reference index)."""
+    """Runs of ``close`` neighbours re-scored with the fixed-order keys (on the device; for
+    cosine on the host, which keys the positive multiples of a row alike) and sorted by
+    (key, reference index)."""
     n = int(index.numel())
     flag = torch.zeros(n, dtype=torch.bool, device=index.device)
     flag[1:] |= close
@@ -137,11 +139,46 @@ def _fixed_order_runs(
     f = torch.nonzero(flag).flatten()
     opens = torch.ones(int(f.numel()), dtype=torch.bool, device=index.device)
     opens[1:] = ~close[f[1:] - 1]
-    qi, ri = query[f].cpu().numpy(), index[f].cpu().numpy()
-    exact = _gather_keys(task_rows[0], task_rows[1], qi, ri, distance)
-    run = np.cumsum(opens.cpu().numpy())
-    order = np.lexsort((ri, exact, run))
+    if distance == "cosine":  # multiples share a key: the host's grouping (exact_keys)
+        qi, ri = query[f].cpu().numpy(), index[f].cpu().numpy()
+        exact = torch.as_tensor(_gather_keys(task_rows[0], task_rows[1], qi, ri, distance))
+        exact = exact.to(index.device)
+    else:
+        exact = fixed_order_keys(torch, rows[0], rows[1], query[f], index[f], distance)
+    run = torch.cumsum(opens, 0)
+    ri = index[f]
+    # (run, key, reference index) ascending: three stable sorts, the last key first
+    order = torch.sort(ri, stable=True).indices
+    order = order[torch.sort(exact[order], stable=True).indices]
+    order = order[torch.sort(run[order], stable=True).indices]
     index, g = index.clone(), g.clone()
-    index[f] = torch.as_tensor(ri[order], device=index.device)
-    g[f] = torch.as_tensor(exact[order], device=index.device)
+    index[f] = ri[order]
+    g[f] = exact[order]
     return index, g
+
+
+def fixed_order_keys(
+    torch: Any, xq: Any, xb: Any, qi: Any, ri: Any, distance: str, chunk: int = 1 << 20
+) -> Any:
+    """:func:`embedeval.engine.decide.exact_keys` of the pairs ``(xq[qi[i]], xb[ri[i]])`` on
+    the device, bit for bit (Euclidean and inner product): the same float64 operations one
+    column at a time, each rounded once (no fused multiply-add), in pieces of ``chunk`` pairs.
+
+    >>> import torch
+    >>> x = torch.tensor([[1.0, 2.0, 0.0], [1.0, 1.0, 0.0]])
+    >>> i = torch.tensor([0])
+    >>> fixed_order_keys(torch, x, x, i, torch.tensor([1]), "euclidean").tolist()
+    [1.0]
+    """
+    out = torch.empty(int(qi.numel()), dtype=torch.float64, device=qi.device)
+    for a in range(0, int(qi.numel()), chunk):
+        q, x = xq[qi[a : a + chunk]].double(), xb[ri[a : a + chunk]].double()
+        acc = torch.zeros(q.shape[0], dtype=torch.float64, device=q.device)
+        for j in range(q.shape[1]):
+            if distance == "euclidean":
+                t = q[:, j] - x[:, j]
+                acc += t * t
+            else:
+                acc += q[:, j] * x[:, j]
+        out[a : a + chunk] = acc if distance == "euclidean" else -acc
+    return out
