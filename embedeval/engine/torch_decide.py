@@ -39,7 +39,8 @@ def device_product_keys(
     """float64 keys (on the scale of :func:`embedeval.engine.decide.exact_keys`) and
     magnitudes of the pairs ``(xq[start + row[i]], xb[index[i]])`` from float64 products on the
     device: dense tiles of the block's queries against the columns the pairs touch when they
-    cover much of them, else the gathered pairs in chunks.
+    cover much of them (and one float64 copy of those columns stays under 128 MiB), else the
+    gathered pairs in chunks.
 
     Magnitudes are what a key's rounding scales with: ``(||q|| + ||x||)^2`` (Euclidean),
     ``||q|| ||x||`` (inner product), ``||q||^2`` (cosine, ``-sign(s) s^2 / ||x||^2``).
@@ -50,10 +51,11 @@ def device_product_keys(
     q_sq = (q * q).sum(dim=1)
     dots = torch.empty(n, dtype=torch.float64, device=index.device)
     cols, inverse = torch.unique(index, return_inverse=True)
-    if n * _DENSE_RATIO >= b * int(cols.numel()):
+    n_cols = int(cols.numel())
+    if n * _DENSE_RATIO >= b * n_cols and n_cols * dim <= _PAIR_CELLS:
         x = xb[cols].double()
         x_sq = (x * x).sum(dim=1)[inverse]
-        step = max(1, _PAIR_CELLS // max(int(cols.numel()), 1))
+        step = max(1, _PAIR_CELLS // max(n_cols, 1))
         lims = torch.searchsorted(row, torch.arange(0, b + step, step, device=row.device))
         for a, r0 in enumerate(range(0, b, step)):
             lo, hi = int(lims[a]), int(lims[a + 1])

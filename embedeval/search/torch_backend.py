@@ -660,8 +660,10 @@ def _band_limit(n_ref: int, dim: int) -> int:
     """Keys per row beyond the cut-off that a coarse filter may let through before a float32
     product of the block costs less: one float32 product row (``2 dim n_ref`` flops, ~50
     TFLOP/s on a current GPU) against ~1.5 ns per extra candidate (kept, sorted, re-scored in
-    float64), at least 256."""
-    return max(256, n_ref * dim // 32768)
+    float64), at least 256; and at most what half the row's key memory holds in candidates,
+    so that the block's budget stays about right."""
+    memory = n_ref * _BYTES_PER_KEY // (2 * _BYTES_PER_CANDIDATE)
+    return max(256, min(n_ref * dim // 32768, memory))
 
 
 def _band_too_wide(
