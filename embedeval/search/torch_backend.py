@@ -22,7 +22,7 @@ device:
 
 Between steps 3 and 4 each block is put in float64 order.  On a GPU that happens on the device
 (:mod:`embedeval.engine.torch_decide`: every candidate takes a float64 product key, only runs
-closer than float64's bound take the fixed-order keys on the host); on the CPU the host's
+closer than float64's bound take the fixed-order keys); on the CPU the host's
 sparse decision (:mod:`embedeval.engine.decide`) re-scores only the near-ties.  The cut-offs of
 step 2 are widened by the filter product's error bound (float32, TF32 or bfloat16), and a block
 whose TF32 / bfloat16 band would keep too many keys beyond its cut-offs is filtered again with a
