@@ -89,8 +89,8 @@ def decide_on_device(
     """``(index, bits)`` of a block's candidates (CSR ``lims`` / ``index`` on the device, rows
     ``start ...``) in float64 order, equal float64 keys by reference index, ``bits`` the dense
     tie codes (equal exactly where the keys tie).  ``rows``: the task's query and reference rows
-    as float32 tensors on the device; ``task_rows``: the same rows as the task holds them (the
-    fixed-order keys of the rare near-equal pairs are computed from these on the host).
+    as float32 tensors on the device; ``task_rows``: the same rows as the task holds them
+    (cosine's fixed-order keys of near-equal pairs are computed from these on the host).
 
     >>> import torch
     >>> x = torch.tensor([[0.0, 0.0], [3.0, 4.0], [1.0, 1.0], [3.0, 4.0]])
