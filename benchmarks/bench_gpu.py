@@ -235,6 +235,8 @@ def one_case(
             continue
         t, peak, results[variant] = clock(lambda p=precision: ours(p), repeat)
         rows.add(variant, t, peak)
+        if not quiet:  # which products filtered, where the blocks were decided
+            print(f"    {results[variant].settings.get('torch')}", flush=True)
     res = results["embedeval"]
 
     t, peak, _ = clock(lambda: blocks_of_keys(torch, xt, lambda keys: None), repeat)

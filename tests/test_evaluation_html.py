@@ -417,7 +417,13 @@ def test_cli_device_cpu_and_shards_give_the_local_numbers(run_files):
         proc = run("evaluate", f / "ckpt.npz", "--json", f / f"{name}.json", "--quiet", *extra)
         assert proc.returncode == 0, proc.stderr
         outs[name] = json.loads((f / f"{name}.json").read_text())
-    assert outs["torch"]["settings"] == outs["local"]["settings"]
+    # the same settings, but for the backend each run records and the torch backend's record
+    torch_run = dict(outs["torch"]["settings"])
+    assert torch_run.pop("backend") == "torch" and torch_run.pop("torch")["device"] == "cpu"
+    local = dict(outs["local"]["settings"])
+    assert local.pop("backend") == "local" and torch_run == local
+    assert outs["shards"]["settings"]["backend"] == "sharded"
+    assert outs["bf16"]["settings"]["torch"]["precision"] == "bf16"
     for name in ("torch", "shards", "bf16"):
         assert outs[name]["metrics"] == outs["local"]["metrics"]
 

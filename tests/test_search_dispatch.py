@@ -77,11 +77,15 @@ def test_run_search_returns_the_backend_report(monkeypatch):
     module.search = search
     monkeypatch.setitem(sys.modules, "fake_backend", module)
     monkeypatch.setitem(_search.BACKEND_MODULES, "local", "fake_backend")
+    monkeypatch.setitem(_search.BACKEND_MODULES, "approximate", "fake_backend")
     x = np.zeros((2, 1), dtype=np.float32)
     codes = np.zeros(2, dtype=np.int64)
     task = RetrievalTask(x, x, codes, codes, codes + 1, codes + 1, Exclusions(self_index=True),
                          (METRICS["precision_at_1"],), None, "euclidean")  # fmt: skip
+    # an approximate index's report is its error estimate; any other backend's, its record
+    outcome = run_search(task, SearchOptions.make(index="Flat"))
+    assert outcome.approximation == {"index": "made up"} and outcome.search == {}
     outcome = run_search(task, SearchOptions.make())
-    assert outcome.approximation == {"index": "made up"}
+    assert outcome.approximation == {} and outcome.search == {"index": "made up"}
     assert outcome.values["precision_at_1"].tolist() == [0.5, 1.0]
     assert outcome.ties["precision_at_1"].tolist() == [False, True]

@@ -620,6 +620,8 @@ def test_a_block_whose_bf16_band_is_too_wide_is_filtered_again_in_float32(monkey
         # ten blocks: the first falls back, the next seven skip the coarse product, the
         # ninth tries it again and falls back
         assert verdicts == [True, True]
+        assert got.settings["torch"]["blocks"] == {"float32": 10}
+        assert got.settings["torch"]["decision"] == ("device" if decide_here else "host")
         assert_same(got, expected, names)
 
 
@@ -636,7 +638,14 @@ def test_a_narrow_bf16_band_keeps_the_bf16_filter(monkeypatch):
     got = ev(x[:800], y[:800], x, y, metrics=names, ref_includes_query=True, backend="torch",
              device="cpu", precision="bf16")  # fmt: skip
     assert verdicts == [False, False]
-    assert_same(got, ev(x[:800], y[:800], x, y, metrics=names, ref_includes_query=True), names)
+    assert got.settings["backend"] == "torch"
+    assert got.settings["torch"] == {
+        "device": "cpu", "precision": "bf16", "engine": "whole rows", "decision": "host",
+        "blocks": {"bf16": 2},
+    }  # fmt: skip
+    want = ev(x[:800], y[:800], x, y, metrics=names, ref_includes_query=True)
+    assert want.settings["backend"] == "local" and "torch" not in want.settings
+    assert_same(got, want, names)
 
 
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product"])

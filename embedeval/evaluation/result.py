@@ -47,7 +47,10 @@ class EvaluationResult:
     n_ties : dict of str to int
         Queries whose value could change under another ordering of equally distant references.
     settings : dict
-        Everything needed to reproduce the run (k, distance, average, metrics, sizes, ...).
+        Everything needed to reproduce the run (k, distance, average, metrics, sizes, ...), the
+        search ``backend`` that ran it, and with ``backend="torch"`` its record under
+        ``"torch"`` (device, filter precision, engine, where blocks were decided in float64,
+        blocks per product).
     confidence : dict of str to float
         Confidence/uncertainty metrics, when ``confidences=`` was given.
     ci : dict of str to (float, float)

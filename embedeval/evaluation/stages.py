@@ -445,15 +445,20 @@ def summarise(
         n_queries=data.n_query,
         n_lone=n_lone,
         n_ties={name: int(flags.sum()) for name, flags in outcome.ties.items()},
-        settings=_settings_record(settings, data, plan),
+        settings=_settings_record(settings, data, plan, outcome.search),
         approximation=outcome.approximation,
     )
 
 
 def _settings_record(
-    settings: EvaluationSettings, data: EvaluationData, plan: SearchPlan
+    settings: EvaluationSettings,
+    data: EvaluationData,
+    plan: SearchPlan,
+    search: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The settings as :attr:`EvaluationResult.settings` reports them."""
+    """The settings as :attr:`EvaluationResult.settings` reports them: the options, the data's
+    shape, the backend, and what the torch backend reports of its products (``"torch"``)."""
+    torch = {"torch": dict(search)} if search else {}
     return {
         "metrics": [m.name for m in plan.infos],
         "k": settings.metrics.k,
@@ -467,6 +472,8 @@ def _settings_record(
         "dim": int(data.query.shape[1]),
         "n_classes": _n_classes(data),
         "multi_label": is_label_sets(data.query_codes),
+        "backend": settings.search.engine,
+        **torch,
     }
 
 

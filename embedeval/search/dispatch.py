@@ -10,8 +10,10 @@ codes, exclusions, metrics, depth) and the validated options
 :class:`embedeval.engine.task.ScoredBlock` s: the per-query values and tie flags of some query rows.
 :func:`run_search` writes them into the per-query arrays with one function
 (:func:`embedeval.engine.task.write_back`); rows never yielded stay NaN (lone queries).  A backend
-that measures something about its own search (the approximate index's error estimate) returns it
-from the generator; it becomes :attr:`SearchOutcome.approximation`.
+that measures something about its own search returns it from the generator: the approximate
+index's error estimate becomes :attr:`SearchOutcome.approximation`, the torch backend's record
+of the products it ran (device, filter precision, blocks per product, where it decided)
+:attr:`SearchOutcome.search`.
 
 The backends: ``local`` (:mod:`embedeval.search.local`, the exact streaming engine of
 :mod:`embedeval.engine.exact`), ``sharded`` (:mod:`embedeval.search.sharded`), ``dask``
@@ -26,7 +28,7 @@ selects it in :attr:`SearchOptions.engine`; nothing else threads through the pac
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,16 +52,20 @@ BACKEND_MODULES = {
 @dataclass(frozen=True)
 class SearchOutcome:
     """What a search returns: per-query values (NaN for lone queries), per-query tie flags,
-    and, for an approximate index, the exact-sample report (``{}`` otherwise)."""
+    for an approximate index the exact-sample report, and for the torch backend the record of
+    how it searched (``{}`` otherwise)."""
 
     values: dict[str, np.ndarray]
     ties: dict[str, np.ndarray]
     approximation: dict[str, Any]
+    search: dict[str, Any] = field(default_factory=dict)
 
 
 def run_search(task: RetrievalTask, options: SearchOptions) -> SearchOutcome:
     """Run ``task`` on the backend ``options`` select and gather its scored blocks."""
     backend = importlib.import_module(BACKEND_MODULES[options.engine])
     values, ties = task.empty_outputs()
-    report = write_back(values, ties, backend.search(task, options))
-    return SearchOutcome(values, ties, report or {})
+    report = write_back(values, ties, backend.search(task, options)) or {}
+    if options.engine == "approximate":
+        return SearchOutcome(values, ties, report)
+    return SearchOutcome(values, ties, {}, report)

@@ -40,7 +40,7 @@ import contextlib
 import math
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -502,7 +502,8 @@ class _DeviceCandidates:
     lims: Any  # int64 (b + 1,)
     index: Any  # int64 reference indices, nearest first, ties by ascending index
     bits: Any  # int64 sortable key bits (equal = exact tie)
-    #: ``(scale, input_u)`` of the product that filtered them (the host decision's bound).
+    #: The product that filtered them and its ``(scale, input_u)`` (the host decision's bound).
+    precision: str = "float32"
     rounding: tuple[float, float] = (1.0, 0.0)
 
     @classmethod
@@ -648,7 +649,7 @@ def _candidate_blocks(
         found = _collect(
             torch, keys, tau, need_t[start:stop], label_tau, start, sort_rows, bands[precision]
         )
-        yield replace(found, rounding=reaches[precision][1])
+        yield replace(found, precision=precision, rounding=reaches[precision][1])
         del keys
 
 
@@ -682,7 +683,7 @@ def _device(torch: Any, opts: TorchOptions) -> Any:
     return torch.device(opts.device)
 
 
-def search(task: Any, options: Any) -> Iterator[Any]:
+def search(task: Any, options: Any) -> Generator[Any, None, dict[str, Any]]:
     """The torch backend's entry point (see :mod:`embedeval.search.dispatch`): the scored blocks of
     ``task`` computed with ``options.torch`` (:class:`TorchOptions`)."""
     return torch_blocks(task, options.torch)
@@ -700,12 +701,15 @@ def run_torch(
     return values, ties
 
 
-def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
+def torch_blocks(task: Any, options: TorchOptions) -> Generator[Any, None, dict[str, Any]]:
     """Scored blocks (:class:`embedeval.engine.task.ScoredBlock`) of ``task``, searched on
-    ``options.device``."""
+    ``options.device``; returns the record of the search (``EvaluationResult.settings
+    ["torch"]``): the device, the filter precision, the engine (``"whole rows"``, or on the CPU
+    ``"local symmetric"``), where blocks were decided in float64, and how many blocks each
+    product filtered (a coarse one falls back to float32 where its band is too wide)."""
     torch = import_torch()
     if not task.has_work:
-        return
+        return {}
     device = _device(torch, options)
     depth, threshold = task.depth()
     need = np.minimum(depth, task.n_valid)
@@ -716,17 +720,22 @@ def torch_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
     bar = progress_bar(task.n_query, "queries", enabled=options.progress)
     with torch.no_grad(), _matmul_precision(torch, options.tf32), bar as bar:
         options = replace(options, precision=resolve_precision(torch, options.precision, device))
+        report = {"device": str(device), "precision": options.precision}
         if _local_symmetric(task, device):
             yield from _local_blocks(task, options, bar)
-            return
+            return {**report, "engine": "local symmetric", "decision": "host"}
         engine = _engine_search(task, need, label, options, device)
         search = _prepare(torch, task, device, engine, options.precision)
         kernels = None if host else DeviceKernels(torch, task, device)
         reaches = _reaches(task, options.precision, device)
         on_device = _decides_on_device(options, device)
+        blocks: dict[str, int] = {}
         for block in _candidate_blocks(torch, search, need, label, options, reaches):
             yield _scored(torch, task, search, block, kernels, on_device)
+            blocks[block.precision] = blocks.get(block.precision, 0) + 1
             bar.update(block.lims.numel() - 1)
+    decision = "device" if on_device else "host"
+    return {**report, "engine": "whole rows", "decision": decision, "blocks": blocks}
 
 
 def _scored(
