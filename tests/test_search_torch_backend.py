@@ -665,3 +665,30 @@ def test_fixed_order_keys_on_the_device_are_the_hosts_bit_for_bit(distance):
         got = fixed_order_keys(torch, xt, xt, torch.from_numpy(qi), torch.from_numpy(ri),
                                distance, chunk=777).numpy()  # fmt: skip
         np.testing.assert_array_equal(got, want)
+
+
+def test_auto_filters_with_bf16_on_the_cpu_only_for_shallow_one_sided_searches():
+    """precision="auto" on the CPU: bfloat16 (where oneDNN has it) for a shallow query /
+    reference search; float32 for leave-one-out (the local symmetric engine) and for deep or
+    full-depth rankings, where a bfloat16 band costs more in float64 decisions than it saves."""
+    native = torch.backends.mkldnn.is_available() and bool(
+        torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
+    x, y = int_data(18, 400, 40, dim=4)
+    runs = {
+        "shallow split": (dict(reference=x, reference_labels=y, ref_includes_query=True),
+                          ["precision_at_1", "recall_at_10"], "bf16" if native else "float32"),
+        "deep split": (dict(reference=x, reference_labels=y, ref_includes_query=True),
+                       ["map"], "float32"),
+        "window deeper than 16": (dict(reference=x, reference_labels=y, ref_includes_query=True),
+                                  ["precision_at_20"], "float32"),
+    }  # fmt: skip
+    for name, (kw, names, expected) in runs.items():
+        got = ev(x[:60], y[:60], metrics=names, backend="torch", device="cpu", **kw)
+        assert got.settings["torch"]["precision"] == expected, name
+        assert_same(got, ev(x[:60], y[:60], metrics=names, **kw), names)
+    # leave-one-out without identical rows: the local symmetric engine, in float32
+    z = np.random.default_rng(18).standard_normal((300, 8)).astype(np.float32)
+    got = ev(z, y[:300], metrics=["precision_at_1"], backend="torch", device="cpu")
+    assert got.settings["torch"]["engine"] == "local symmetric"
+    assert got.settings["torch"]["precision"] == "float32"

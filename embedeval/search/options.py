@@ -217,7 +217,8 @@ def _check_shards(shards: Any) -> Any:
 #: a 10-bit mantissa in the product: GPUs from Ampere on); ``"bf16"`` (inputs rounded to
 #: bfloat16, products accumulated in float32: oneDNN's AVX512-BF16 / AMX kernels on CPUs that
 #: have them, tensor cores on GPUs), each with its own error bound; ``"auto"``: ``"bf16"`` where
-#: the device multiplies bfloat16 natively, else ``"float32"``.
+#: the device multiplies bfloat16 natively (on a CPU only for shallow query / reference
+#: searches), else ``"float32"``.
 PRECISIONS = ("auto", "float32", "tf32", "bf16")
 
 
