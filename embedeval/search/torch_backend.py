@@ -4,16 +4,17 @@
 backends and returns the same per-query values and tie flags.  Per block of queries, on the
 device:
 
-1. keys ``||r||^2 - 2 q.r`` (Euclidean) or ``-q.r`` (cosine, inner product) in float32, TF32 off
-   unless asked for; identical reference rows get their first member's key (so they tie and
-   rank by index); excluded references (self, same group) get ``+inf``;
+1. keys ``||r||^2 - 2 q.r`` (Euclidean) or ``-q.r`` (cosine, inner product) from the filter
+   product (float32; TF32 or bfloat16 when asked for, or bfloat16 by ``precision="auto"``, see
+   :func:`_search_precision`); identical reference rows get their first member's key (so they
+   tie and rank by index); excluded references (self, same group) get ``+inf``;
 2. a per-query cut-off at that query's depth: an order statistic of a fixed column sample with a
    safety margin (the exact order statistic of the whole row when the sample cannot tell, or
    when the cut-off kept too few), raised to the farthest / nearest same-label reference for
    full-depth MAP / MRR, and never above the largest finite key;
-3. every key at or below the cut-off is kept (ties at the cut are kept whole) and the kept
-   (row, key, reference) triples are sorted as packed int64 codes, i.e. by key and then by
-   ascending reference index;
+3. every key at or below the cut-off, widened by the product's error bound, is kept (ties at
+   the cut are kept whole) and the kept (row, key, reference) triples are sorted as packed
+   int64 codes, i.e. by key and then by ascending reference index;
 4. the metric kernels (:mod:`embedeval.engine.torch_kernels`, a port of
 :mod:`embedeval.engine.kernels`:
    searchsorted, cumulative counts, segment sums in numpy's summation order), so only per-query
