@@ -160,11 +160,12 @@ def _fixed_order_runs(
 
 
 def fixed_order_keys(
-    torch: Any, xq: Any, xb: Any, qi: Any, ri: Any, distance: str, chunk: int = 1 << 20
+    torch: Any, xq: Any, xb: Any, qi: Any, ri: Any, distance: str, chunk: int | None = None
 ) -> Any:
     """:func:`embedeval.engine.decide.exact_keys` of the pairs ``(xq[qi[i]], xb[ri[i]])`` on
     the device, bit for bit (Euclidean and inner product): the same float64 operations one
-    column at a time, each rounded once (no fused multiply-add), in pieces of ``chunk`` pairs.
+    column at a time, each rounded once (no fused multiply-add), in pieces of ``chunk`` pairs
+    (default: 128 MiB of gathered float64 rows per side).
 
     >>> import torch
     >>> x = torch.tensor([[1.0, 2.0, 0.0], [1.0, 1.0, 0.0]])
@@ -173,14 +174,17 @@ def fixed_order_keys(
     [1.0]
     """
     out = torch.empty(int(qi.numel()), dtype=torch.float64, device=qi.device)
+    chunk = chunk or max(1, _PAIR_CELLS // int(xq.shape[1]))
     for a in range(0, int(qi.numel()), chunk):
-        q, x = xq[qi[a : a + chunk]].double(), xb[ri[a : a + chunk]].double()
-        acc = torch.zeros(q.shape[0], dtype=torch.float64, device=q.device)
-        for j in range(q.shape[1]):
+        # columns contiguous: each step of the fixed order reads one row of these
+        q = xq[qi[a : a + chunk]].double().T.contiguous()
+        x = xb[ri[a : a + chunk]].double().T.contiguous()
+        acc = torch.zeros(q.shape[1], dtype=torch.float64, device=q.device)
+        for j in range(q.shape[0]):
             if distance == "euclidean":
-                t = q[:, j] - x[:, j]
+                t = q[j] - x[j]
                 acc += t * t
             else:
-                acc += q[:, j] * x[:, j]
+                acc += q[j] * x[j]
         out[a : a + chunk] = acc if distance == "euclidean" else -acc
     return out
