@@ -68,9 +68,10 @@ _SAMPLE = 4096
 _TOPK_MAX = 2048  # deepest order statistic taken by topk rather than a full sort
 _MAX_BLOCK = 8192
 _BYTES_PER_KEY = 12  # keys, the comparison mask, exclusion / label masks and their temporaries
-# packed codes, their sort, decoded index / bits, kernel arrays; and the float64 decision on a
-# GPU: keys, magnitudes, rows, two sort permutations (engine/torch_decide.py)
-_BYTES_PER_CANDIDATE = 160
+_BYTES_PER_CANDIDATE = 80  # packed codes, their sort, decoded index / bits, kernel arrays
+# more per candidate when the float64 decision runs on the device: keys, magnitudes, rows, two
+# sort permutations (engine/torch_decide.py)
+_BYTES_PER_DECIDED = 80
 
 
 def _budget(torch: Any, device: Any, memory: float | int | None) -> int:
@@ -420,14 +421,16 @@ def _sortable(torch: Any, keys: Any) -> Any:
     return torch.where(bits < 0, 0xFFFFFFFF - low, low | 0x80000000)
 
 
-def _block_size(need: np.ndarray, n_ref: int, label: bool, budget: int, given: int | None) -> int:
+def _block_size(
+    need: np.ndarray, n_ref: int, label: bool, budget: int, given: int | None, per_candidate: int
+) -> int:
     # At most 2**31 keys per block: some CUDA kernels (nonzero among them in older PyTorch)
     # index with 32-bit integers.
     cap = max(1, (2**31 - 1) // n_ref)
     if given is not None:
         return min(int(given), cap)
     expected = n_ref if label else min(n_ref, int(need.max(initial=0) * 1.5) + 256)
-    per_row = n_ref * _BYTES_PER_KEY + expected * _BYTES_PER_CANDIDATE
+    per_row = n_ref * _BYTES_PER_KEY + expected * per_candidate
     return int(max(1, min(_MAX_BLOCK, budget // per_row, cap)))
 
 
@@ -608,7 +611,8 @@ def _candidate_blocks(
     bands = {p: _widener(torch, reach, device) for p, (reach, _) in reaches.items()}
     n_query, n_ref = int(search.queries.shape[0]), search.n_reference
     budget = _budget(torch, device, opts.memory)
-    block = _block_size(need, n_ref, label is not None, budget, opts.block_size)
+    per_candidate = _BYTES_PER_CANDIDATE + _BYTES_PER_DECIDED * _decides_on_device(opts, device)
+    block = _block_size(need, n_ref, label is not None, budget, opts.block_size, per_candidate)
     if search.engine_block:  # whole local-engine blocks (see _prepare)
         block = search.engine_block * max(1, block // search.engine_block)
     sort_rows = max(1, budget // (4 * 16 * n_ref))  # rows per exact sort (values + indices)
@@ -624,7 +628,7 @@ def _candidate_blocks(
     codes = None
     if label is not None:
         codes = (torch.as_tensor(label[1], device=device), torch.as_tensor(label[2], device=device))
-    limit = _band_limit(n_ref, int(search.queries.shape[1]))
+    limit = _band_limit(n_ref, int(search.queries.shape[1]), per_candidate)
 
     def filtered(start: int, stop: int, float32: bool) -> tuple[Any, Any, Any]:
         keys = search.keys(start, stop, float32)
@@ -658,13 +662,13 @@ def _candidate_blocks(
 _RETRY = 8
 
 
-def _band_limit(n_ref: int, dim: int) -> int:
+def _band_limit(n_ref: int, dim: int, per_candidate: int) -> int:
     """Keys per row beyond the cut-off that a coarse filter may let through before a float32
     product of the block costs less: one float32 product row (``2 dim n_ref`` flops, ~50
     TFLOP/s on a current GPU) against ~1.5 ns per extra candidate (kept, sorted, re-scored in
     float64), at least 256; and at most what half the row's key memory holds in candidates,
     so that the block's budget stays about right."""
-    memory = n_ref * _BYTES_PER_KEY // (2 * _BYTES_PER_CANDIDATE)
+    memory = n_ref * _BYTES_PER_KEY // (2 * per_candidate)
     return max(256, min(n_ref * dim // 32768, memory))
 
 
