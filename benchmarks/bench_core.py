@@ -30,8 +30,8 @@ need k = n, so it is run at k = 2048 as a lower bound.  Run::
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
-import sys
 
 from benchmarks._common import machine, run_child
 
@@ -86,4 +86,10 @@ def main(cases: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["sop", "large", "map", "reid", "hashing", "hashing_dups"])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="*", default=list(TARGETS), help=", ".join(TARGETS))
+    args = parser.parse_args()
+    unknown = [c for c in args.cases if c not in TARGETS]
+    if unknown:
+        parser.error(f"unknown case {unknown[0]!r}: choose from {', '.join(TARGETS)}")
+    main(args.cases)
