@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
@@ -276,6 +278,22 @@ def test_in_order_keeps_the_order_of_items():
 
     assert list(threads.in_order(slow_first, range(7), 3)) == [(i, i * i) for i in range(7)]
     assert list(threads.in_order(slow_first, range(3), 1)) == [(0, 0), (1, 1), (2, 4)]
+
+
+def test_one_torch_thread_holds_only_inside_and_is_restored():
+    torch = pytest.importorskip("torch")
+    seen = []
+
+    def worker():  # a thread of its own: PyTorch keeps the setting per thread
+        torch.set_num_threads(2)
+        with threads.one_torch_thread(torch):
+            seen.append(torch.get_num_threads())
+        seen.append(torch.get_num_threads())
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen == [1, 2]
 
 
 @pytest.mark.parametrize("bad", [0, -2, 1.5, "2", True])

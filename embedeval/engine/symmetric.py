@@ -68,7 +68,7 @@ from .exact import (
     sort_block,
 )
 from .task import Columns, RetrievalTask, ScoredBlock, write_back
-from .threads import default_threads, single_threaded_blas
+from .threads import default_threads, one_torch_thread, single_threaded_blas
 
 __all__ = [
     "STRIP",
@@ -200,7 +200,8 @@ class SymmetricSet:
         if self.low is None:
             return np.matmul(self.left[rows], self.right[cols].T, out=out)
         torch = import_torch()
-        torch.from_numpy(out).copy_(torch.mm(self.low[0][rows], self.low[1][cols].T))
+        with one_torch_thread(torch):  # called from the engine's worker threads
+            torch.from_numpy(out).copy_(torch.mm(self.low[0][rows], self.low[1][cols].T))
         return out
 
     def product(self, a: int, b: int, out: np.ndarray | None = None) -> np.ndarray:

@@ -52,6 +52,7 @@ from ..engine.candidates import Candidates
 from ..engine.corpus import numpy_product
 from ..engine.decide import decide_task_block, first_k, rounding_of, task_norms
 from ..engine.exact import DEFAULT_MEMORY_BUDGET
+from ..engine.threads import one_torch_thread
 from ..engine.torch_decide import decide_on_device
 from ..engine.torch_kernels import DeviceKernels
 from ..utils.errors import InputError
@@ -130,6 +131,11 @@ def resolve_precision(torch: Any, precision: str, device: Any) -> str:
     return "bf16" if native else "float32"
 
 
+@contextlib.contextmanager
+def _no_thread_limit(torch: Any) -> Iterator[None]:
+    yield
+
+
 def torch_product(device: str, precision: str = "float32") -> Callable[..., np.ndarray]:
     """A product on a torch device: the block (and once, the query chunk) moved there, the
     float32 result brought back.  Another library's float32 sums may differ in the last bit
@@ -181,9 +187,12 @@ def torch_product(device: str, precision: str = "float32") -> Callable[..., np.n
                 if inside[0] == 0:
                     inside[1].__exit__(None, None, None)
 
+    # on the CPU the scan's worker threads share the cores: each product takes one
+    threads = one_torch_thread if dev.type == "cpu" else _no_thread_limit
+
     def product(q: np.ndarray, blk: np.ndarray) -> np.ndarray:
         tq, tb = on_device(q, blk)
-        with settings():
+        with settings(), threads(torch):
             return (tq @ tb.T).float().cpu().numpy()
 
     # read by the scan's band (embedeval.engine.decide.rounding_of)
