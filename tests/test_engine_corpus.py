@@ -594,3 +594,23 @@ def test_a_tensor_core_product_widens_the_band_by_its_accumulation_term():
     gamma_65 = 65 * u / (1 - 65 * u)
     expected = 2 * 15 * gamma_65 * (1 + 2.0**-20) * np.sqrt(scan.q_sq) * 2.0
     np.testing.assert_allclose(bands[1] - bands[0], expected, rtol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_overlapping_intervals_against_pairwise_checks(seed):
+    # the candidates whose float64 bounds meet another's bounds within their cluster, which the
+    # ordering of the top lists re-scores: a plain pairwise check (closed intervals), with
+    # equal ends, nested and chained intervals, and groups whose values interleave
+    from embedeval.engine.corpus import _overlapping
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    group = rng.integers(0, 12, n)
+    lo = rng.integers(0, 200, n).astype(np.float64)
+    hi = lo + rng.choice([0, 0, 1, 3, 40], n)
+    want = np.zeros(n, dtype=bool)
+    for i in range(n):
+        for j in range(n):
+            if i != j and group[i] == group[j] and lo[i] <= hi[j] and lo[j] <= hi[i]:
+                want[i] = True
+    np.testing.assert_array_equal(_overlapping(group, lo, hi), want)

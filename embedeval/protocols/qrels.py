@@ -48,9 +48,10 @@ MISSING = ("error", "zero")
 _DEFAULT_RUN_DEPTH = 1000  # when only full-depth metrics are asked: BEIR's and MTEB's depth
 _SHOW = 5  # ids echoed in an error message
 #: The deepest lists ``precision="auto"`` filters with bfloat16: its band holds every document
-#: within about 2**-6 of the depth-th cosine, all re-scored in float64, which outweighs the
-#: faster product beyond a few tens of documents (``benchmarks/bench_qrels.py``, 2 cores:
-#: depth 10 0.7-0.8x the float32 time, depth 20 even, depth 40 1.2x, depth 1,000 about 10x)
+#: within about 2**-6 of the depth-th cosine, all ordered in float64, which outweighs the
+#: faster product beyond a few tens of documents (``benchmarks/bench_qrels.py``, 2 cores; AMD
+#: EPYC: depth 10 0.7-0.8x the float32 time, depth 20 even, depth 40 1.2x; Intel Xeon with
+#: AMX, candidates bounded by float64 dot products first: depth 40 0.75x, 100 1.1x, 1,000 5x)
 _BF16_MAX_DEPTH = 10
 
 
@@ -504,11 +505,12 @@ def evaluate_qrels(
 
     A bfloat16 product errs by up to about ``2**-7`` of ``||q|| ||d||``: every document
     within twice that of the depth-th score is a candidate and is re-scored in float64, and
-    documents that close to each other are ordered in float64 too.  At depth 1,000 on a
-    corpus of a few hundred thousand that is a few thousand re-scored documents per query,
-    which costs more on the host than the faster product saves on a two-core CPU
-    (``benchmarks/bench_qrels.py``: depth 20 breaks even); for metrics at depth 10 it pays
-    (0.7-0.8x the float32 time).  So ``"auto"`` takes bfloat16 for lists of at most 10 documents
+    documents that close to each other are ordered in float64 too (a float64 dot product
+    each, and a fixed-order sum where those meet).  At depth 1,000 on a corpus of a few
+    hundred thousand that is a few thousand documents per query, which costs more on the host
+    than the faster product saves on a two-core CPU (``benchmarks/bench_qrels.py``: depth 20
+    to 80 breaks even, by the CPU); for metrics at depth 10 it pays (0.6-0.8x the float32
+    time).  So ``"auto"`` takes bfloat16 for lists of at most 10 documents
     and float32 beyond, unlike :func:`embedeval.evaluate`.
 
     Examples
