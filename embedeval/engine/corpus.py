@@ -934,10 +934,12 @@ def decide_top(
     Two neighbours whose float32 scores differ by more than ``2 B_q`` are in float64 order;
     runs closer than that (*clusters*) are sorted by (order key, tie key).  Their order keys
     are bounded first by a float64 dot product in any summation order (:func:`_order_bounds`,
-    about ``2**-50`` of the magnitude wide): a candidate whose bounds meet no other bounds of
-    its cluster is ordered by its lower bound, and only runs of overlapping bounds are
-    re-scored (:func:`rank_keys`, a fixed-order sum per element); a coarse filter (bfloat16:
-    thousands of candidates a cluster) so costs one vectorised dot product per candidate.
+    about ``4.5 (d + 8) 2**-53`` of the magnitude on either side): a candidate whose bounds
+    meet no other bounds of its cluster is ordered by its lower bound, one whose bounds are a
+    single value (``ties="trec_eval"``: its float32 score decided) by that value, and only
+    the others in runs of overlapping bounds are re-scored (:func:`rank_keys`, a fixed-order
+    sum per element); a coarse filter (bfloat16: thousands of candidates a cluster) so costs
+    one vectorised dot product per candidate.
     With ``scores`` every candidate is re-scored (the run reports them: the float64 scores,
     rounded to float32 under ``ties="trec_eval"``, where they decide).
     """
@@ -1315,16 +1317,20 @@ def _order_bounds(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Bounds ``lo <= order key <= hi`` of pairs (:func:`rank_keys`) from float64 dot products
     in any summation order (:func:`_row_dots`): each within ``gamma_{dim}`` (unit roundoff
-    2**-53) of the exact sum, as is the key's own fixed-order sum, so ``E = 3.5
+    2**-53) of the exact sum, as is each of the key's own fixed-order sums, so ``E = 4.5
     gamma_{dim+8}`` times the magnitude (``(||q|| + ||x||)^2``, ``||q|| ||x||``, or ``||q||``
-    for the cosine ``c = s / ||x||``, whose key is ``-c |c|``) holds both.  Under
-    ``ties="trec_eval"`` the bounds are those of the score rounded to float32: equal where
-    the rounding is decided.  ``kind="score"``: bounds of the scores instead
+    for the cosine ``c = s / ||x||``, whose key is ``-c |c|``) holds both.  The cosine is
+    the widest case: the dot product (``gamma_dim ||q||`` on each side) and the row's norm
+    (``gamma_dim / 2`` of ``|c|`` on each side) put the two values of ``c`` up to
+    ``3 gamma_dim ||q||`` apart, and a score (``c / ||q||``, under ``ties="trec_eval"``) adds
+    the query norm's ``gamma_dim / 2`` on each side: ``4 gamma_dim`` and a few roundings.
+    Under ``ties="trec_eval"`` the bounds are those of the score rounded to float32: equal
+    where the rounding is decided.  ``kind="score"``: bounds of the scores instead
     (:func:`_bounds_of`)."""
     kind = kind or ("float32" if scan.ties == "trec_eval" else "key")
     lo, hi = np.empty(qi.size), np.empty(qi.size)
     d = corpus.shape[1]
-    g = 3.5 * gamma(d + 8, 2.0**-53) * (1 + 2.0**-20)
+    g = 4.5 * gamma(d + 8, 2.0**-53) * (1 + 2.0**-20)
     step = max(1, _KEY_BYTES // (8 * d))
     q_norms = None
     if scan.distance != "euclidean":  # once per query, not per pair

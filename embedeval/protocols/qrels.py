@@ -508,9 +508,10 @@ def evaluate_qrels(
     documents that close to each other are ordered in float64 too (a float64 dot product
     each, and a fixed-order sum where those meet).  At depth 1,000 on a corpus of a few
     hundred thousand that is a few thousand documents per query, which costs more on the host
-    than the faster product saves on a two-core CPU (``benchmarks/bench_qrels.py``: depth 20
-    to 80 breaks even, by the CPU); for metrics at depth 10 it pays (0.6-0.8x the float32
-    time).  So ``"auto"`` takes bfloat16 for lists of at most 10 documents
+    than the faster product saves on a two-core CPU (``benchmarks/bench_qrels.py``: even at
+    depth 20 on an AMD EPYC, measured before the float64 dot-product bounds; between depth 40
+    and 100 on an Intel Xeon with AMX, after them); for metrics at depth 10 it pays (0.6-0.8x
+    the float32 time).  So ``"auto"`` takes bfloat16 for lists of at most 10 documents
     and float32 beyond, unlike :func:`embedeval.evaluate`.
 
     Examples
