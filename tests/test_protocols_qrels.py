@@ -353,7 +353,11 @@ def test_float16_memmap_and_torch_backend(tmp_path):
         np.testing.assert_array_equal(tq.per_query[name], base.per_query[name])
 
 
-def test_precision_auto_filters_shallow_lists_in_bfloat16_and_is_torch_only():
+def test_precision_auto_filters_shallow_lists_in_bfloat16_and_is_torch_only(monkeypatch):
+    import embedeval.protocols.qrels as qrels_module
+
+    # a corpus this small never pays for a bfloat16 band (see the next test): no fall back here
+    monkeypatch.setattr(qrels_module, "_DOCS_PER_CANDIDATE", 1e-9)
     queries, corpus, qids, dids, qrels = make_case(13)
     kw = dict(query_ids=qids, doc_ids=dids, distance="inner_product", ties="trec_eval")
     for bad in ({"precision": "bf16"}, {"device": "cpu"}):
@@ -373,6 +377,62 @@ def test_precision_auto_filters_shallow_lists_in_bfloat16_and_is_torch_only():
         assert res.settings["precision"] == want, names
         for name in names:
             np.testing.assert_array_equal(res.per_query[name], base.per_query[name])
+
+
+def test_bfloat16_falls_back_to_float32_where_its_band_holds_too_many_documents():
+    # dense scores at depth 500: the sample says the band holds thousands of documents a
+    # query, more than one per 500 of the corpus, so the scan multiplies in float32 (the same
+    # values); a copy of a document as the query at depth 1, where the band holds a handful,
+    # and a corpus below the size where a fall back is considered: bfloat16
+    torch = pytest.importorskip("torch")
+    mkldnn = torch.backends.mkldnn
+    if not (mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())):
+        pytest.skip("this CPU has no native bfloat16 product")
+    rng = np.random.default_rng(3)
+    n = 70_000
+    corpus = rng.standard_normal((n, 32)).astype(np.float32)
+    queries = corpus[rng.choice(n, 8, replace=False)].copy()
+    dids, qids = [f"d{i}" for i in range(n)], [f"q{i}" for i in range(8)]
+    qrels = {q: {dids[j]: 1 for j in rng.choice(n, 30, replace=False)} for q in qids}
+    kw = dict(query_ids=qids, doc_ids=dids, distance="cosine")
+    cases = ((["ndcg@500", "recall@500"], "float32", n), (["precision@1"], "bf16", n),
+             (["ndcg@500"], "bf16", 60_000))  # fmt: skip
+    for names, want, rows in cases:
+        corpus_rows, kept = (
+            corpus[:rows],
+            {q: {d: g for d, g in j.items() if int(d[1:]) < rows} for q, j in qrels.items()},
+        )
+        kw["doc_ids"] = dids[:rows]
+        base = ee.evaluate_qrels(queries, corpus_rows, kept, metrics=names, **kw)
+        res = ee.evaluate_qrels(
+            queries, corpus_rows, kept, metrics=names, backend="torch", device="cpu",
+            precision="bf16", **kw,
+        )  # fmt: skip
+        assert res.settings["precision"] == want, (names, rows)
+        for name in names:
+            np.testing.assert_array_equal(res.per_query[name], base.per_query[name])
+
+
+def test_band_population_counts_the_band_when_the_sample_is_the_corpus():
+    # corpus smaller than the sample: every row is sampled and the depth-th score is the
+    # query's own, so the estimate is the mean count of scores at least band below it
+    # (integer inner products: exact float32 scores; the band comes from the scan)
+    from embedeval.engine.corpus import CorpusScan, Pairs, band_population, tie_keys
+
+    rng = np.random.default_rng(4)
+    corpus = rng.integers(-30, 31, (700, 6)).astype(np.float32)  # bfloat16 band: about 60
+    queries = rng.integers(-30, 31, (30, 6)).astype(np.float32)
+    for depth, precision in ((1, "float32"), (5, "bf16"), (40, "bf16")):
+        none = Pairs(np.zeros(0, int), np.zeros(0, int))
+        keys = tie_keys(None, 700, "index")
+        scan = CorpusScan(queries, None, "inner_product", depth, keys, none, precision=precision)
+        band = scan.band(float((corpus.astype(np.float64) ** 2).sum(axis=1).max()))
+        counts = []
+        for i in range(30):
+            s = [float(np.dot(queries[i].astype(np.float64), row)) for row in corpus]
+            kth = sorted(s, reverse=True)[depth - 1]
+            counts.append(sum(v >= kth - band[i] for v in s))
+        assert band_population(corpus, scan) == pytest.approx(np.mean(counts), rel=1e-12)
 
 
 def _has_cuda() -> bool:

@@ -23,6 +23,7 @@ from ..engine.corpus import (
     DISTANCES,
     CorpusScan,
     Pairs,
+    band_population,
     candidate_ranks,
     corpus_centre,
     decide_top,
@@ -53,6 +54,16 @@ _SHOW = 5  # ids echoed in an error message
 #: EPYC: depth 10 0.7-0.8x the float32 time, depth 20 even, depth 40 1.2x; Intel Xeon with
 #: AMX, candidates bounded by float64 dot products first: depth 40 0.75x, 100 1.1x, 1,000 5x)
 _BF16_MAX_DEPTH = 10
+#: A bfloat16 product on the CPU pays while its band leaves at most one candidate per this
+#: many documents of the corpus a query: each candidate costs a float64 dot product of one
+#: gathered row (the saving of the faster product grows with the corpus, the cost with the
+#: candidates).  Measured on 200,000 x 768 (Intel Xeon with AMX, 2 cores), nDCG@K with the
+#: sample's estimate of the candidates: K = 40, 180 a query, 1.6 s against 2.2 s in float32;
+#: K = 100, 573, 2.4 s against 1.9-2.2 s; K = 200, 929, 3.6 s against 2.0-2.2 s.
+_DOCS_PER_CANDIDATE = 500
+#: The smallest corpus whose bfloat16 scan may fall back to float32 (one default block: below
+#: it either product takes little time, and the product asked for is kept).
+_FALLBACK_MIN_DOCS = 1 << 16
 
 
 @dataclass(repr=False)
@@ -474,11 +485,13 @@ def evaluate_qrels(
         accumulated in float32), TF32 (CUDA only; on the CPU it is float32) or float32 (on
         the CPU, numpy's product);
         ``"auto"``: bfloat16 where the device multiplies it natively and no metric reads
-        deeper than 10 documents (nDCG@10, MRR@10, P@10), else float32 (see Notes).  The
-        scores only filter: the band of documents re-scored in float64 widens with the
-        product's rounding, so the numbers are the same whatever the precision; only the time
-        changes.  The other backends multiply in float32 (anything but ``"auto"`` is then an
-        error).
+        deeper than 10 documents (nDCG@10, MRR@10, P@10), else float32 (see Notes).  On the
+        CPU a bfloat16 scan of at least 65,536 documents whose band a corpus sample shows to
+        hold more than one document per 500 of the corpus a query multiplies in float32
+        instead (``settings["precision"]`` says which ran).  The scores only filter: the
+        band of documents re-scored in float64 widens with the product's rounding, so the
+        numbers are the same whatever the precision; only the time changes.  The other
+        backends multiply in float32 (anything but ``"auto"`` is then an error).
     shards : int or list, optional
         The corpus in shards, each scanned by itself and merged exactly (bit-identical
         numbers, :mod:`embedeval.engine.corpus_shards`): an int N splits the corpus rows into N
@@ -541,20 +554,19 @@ def evaluate_qrels(
     eval_pos = np.array([i for i, qid in enumerate(qids) if qid in judgments], dtype=np.int64)
     eval_ids = [qids[i] for i in eval_pos.tolist()]
     judged = _judgments(judgments, eval_ids, doc_index)
-    scan = _plan(
-        q_all[eval_pos],
-        docs,
-        depth,
-        tie_keys(dids, len(dids), ties),
-        ties,
-        _exclusions(exclude, ignore_identical_ids, eval_ids, doc_index),
-        distance=distance,
-        block_size=block_size,
-        memory_budget=memory_budget,
-        n_threads=n_threads,
-        progress=progress,
-        product=_product(backend, device, precision, queries, depth, full),
-    )
+    excluded = _exclusions(exclude, ignore_identical_ids, eval_ids, doc_index)
+
+    def plan(product: tuple[Callable[..., np.ndarray], str]) -> CorpusScan:
+        return _plan(
+            q_all[eval_pos], docs, depth, tie_keys(dids, len(dids), ties), ties, excluded,
+            distance=distance, block_size=block_size, memory_budget=memory_budget,
+            n_threads=n_threads, progress=progress, product=product,
+        )  # fmt: skip
+
+    *product, fallback = _product(backend, device, precision, queries, depth, full)
+    scan = plan(tuple(product))
+    if fallback is not None and _band_too_wide(docs, scan):
+        scan = plan(fallback)
     search = corpus_search(docs, pieces, shards, client, progress)
     pairs = Pairs(judged.query, np.maximum(judged.rows, 0))
     cand_q, cand_codes, pair_scores = search.top(scan, pairs)
@@ -680,9 +692,11 @@ def _plan(
 
 def _product(
     backend: str, device: Any, precision: str, queries: Any, depth: int, full: bool
-) -> tuple[Callable[..., np.ndarray], str]:
+) -> tuple[Callable[..., np.ndarray], str, tuple[Callable[..., np.ndarray], str] | None]:
     """The block product and its precision: numpy float32, or on a torch device (``"auto"``:
-    bfloat16 for shallow lists on a device that multiplies it natively, else float32)."""
+    bfloat16 for shallow lists on a device that multiplies it natively, else float32); and
+    on the CPU, for a bfloat16 product, the float32 one to fall back on
+    (:func:`_band_too_wide`)."""
     if backend != "torch":
         if device is not None or precision != "auto":
             name = "device" if device is not None else "precision"
@@ -690,9 +704,21 @@ def _product(
                 f"{name}= chooses the torch backend's product (the {backend!r} backend "
                 f"multiplies in float32 with numpy); pass backend='torch' or drop {name}."
             )
-        return numpy_product, "float32"
+        return numpy_product, "float32", None
     opts = TorchOptions.make(device, like=queries, precision=precision)
-    return corpus_product(opts, depth <= _BF16_MAX_DEPTH and not full)
+    product, chosen = corpus_product(opts, depth <= _BF16_MAX_DEPTH and not full)
+    on_cpu = str(opts.device).split(":")[0] == "cpu"
+    fallback = (numpy_product, "float32") if on_cpu and chosen == "bf16" else None
+    return product, chosen, fallback
+
+
+def _band_too_wide(docs: Any, scan: CorpusScan) -> bool:
+    """Whether a bfloat16 scan on the CPU would leave more candidates per query than it pays
+    for: more than one per :data:`_DOCS_PER_CANDIDATE` documents of the corpus
+    (:func:`~embedeval.engine.corpus.band_population`, from a sample), in a corpus of at
+    least :data:`_FALLBACK_MIN_DOCS` documents (a smaller one keeps the product asked for)."""
+    n = docs.shape[0]
+    return n >= _FALLBACK_MIN_DOCS and band_population(docs, scan) > n / _DOCS_PER_CANDIDATE
 
 
 def _result(
