@@ -409,6 +409,7 @@ def test_bfloat16_falls_back_to_float32_where_its_band_holds_too_many_documents(
             precision="bf16", **kw,
         )  # fmt: skip
         assert res.settings["precision"] == want, (names, rows)
+        assert res.settings["precision_asked"] == "bf16"
         for name in names:
             np.testing.assert_array_equal(res.per_query[name], base.per_query[name])
 

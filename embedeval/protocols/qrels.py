@@ -488,10 +488,11 @@ def evaluate_qrels(
         deeper than 10 documents (nDCG@10, MRR@10, P@10), else float32 (see Notes).  On the
         CPU a bfloat16 scan of at least 65,536 documents whose band a corpus sample shows to
         hold more than one document per 500 of the corpus a query multiplies in float32
-        instead (``settings["precision"]`` says which ran).  The scores only filter: the
-        band of documents re-scored in float64 widens with the product's rounding, so the
-        numbers are the same whatever the precision; only the time changes.  The other
-        backends multiply in float32 (anything but ``"auto"`` is then an error).
+        instead (``settings["precision"]`` says which ran, ``"precision_asked"`` what this
+        argument was).  The scores only filter: the band of documents re-scored in float64
+        widens with the product's rounding, so the numbers are the same whatever the
+        precision; only the time changes.  The other backends multiply in float32 (anything
+        but ``"auto"`` is then an error).
     shards : int or list, optional
         The corpus in shards, each scanned by itself and merged exactly (bit-identical
         numbers, :mod:`embedeval.engine.corpus_shards`): an int N splits the corpus rows into N
@@ -579,7 +580,7 @@ def evaluate_qrels(
         "metrics": [m.name for m in parsed], "distance": distance, "ties": ties,
         "relevance_level": level, "gain": gain, "missing": missing,
         "ignore_identical_ids": ignore_identical_ids, "backend": backend, "device": device,
-        "precision": scan.precision,
+        "precision": scan.precision, "precision_asked": precision,
         "shards": len(search.pieces),
         "ci": ci, "n_boot": n_boot, "seed": seed,
         **_counts(scan, depth, q_all, docs, judged),
