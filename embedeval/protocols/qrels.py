@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -555,19 +555,23 @@ def evaluate_qrels(
     eval_pos = np.array([i for i, qid in enumerate(qids) if qid in judgments], dtype=np.int64)
     eval_ids = [qids[i] for i in eval_pos.tolist()]
     judged = _judgments(judgments, eval_ids, doc_index)
-    excluded = _exclusions(exclude, ignore_identical_ids, eval_ids, doc_index)
-
-    def plan(product: tuple[Callable[..., np.ndarray], str]) -> CorpusScan:
-        return _plan(
-            q_all[eval_pos], docs, depth, tie_keys(dids, len(dids), ties), ties, excluded,
-            distance=distance, block_size=block_size, memory_budget=memory_budget,
-            n_threads=n_threads, progress=progress, product=product,
-        )  # fmt: skip
-
     *product, fallback = _product(backend, device, precision, queries, depth, full)
-    scan = plan(tuple(product))
+    scan = _plan(
+        q_all[eval_pos],
+        docs,
+        depth,
+        tie_keys(dids, len(dids), ties),
+        ties,
+        _exclusions(exclude, ignore_identical_ids, eval_ids, doc_index),
+        distance=distance,
+        block_size=block_size,
+        memory_budget=memory_budget,
+        n_threads=n_threads,
+        progress=progress,
+        product=tuple(product),
+    )
     if fallback is not None and _band_too_wide(docs, scan):
-        scan = plan(fallback)
+        scan = replace(scan, product=fallback[0], precision=fallback[1])
     search = corpus_search(docs, pieces, shards, client, progress)
     pairs = Pairs(judged.query, np.maximum(judged.rows, 0))
     cand_q, cand_codes, pair_scores = search.top(scan, pairs)
