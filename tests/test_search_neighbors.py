@@ -285,10 +285,14 @@ def test_one_torch_thread_holds_only_inside_and_is_restored():
     seen = []
 
     def worker():  # a thread of its own: PyTorch keeps the setting per thread
+        before = torch.get_num_threads()
         torch.set_num_threads(2)
-        with threads.one_torch_thread(torch):
+        try:
+            with threads.one_torch_thread(torch):
+                seen.append(torch.get_num_threads())
             seen.append(torch.get_num_threads())
-        seen.append(torch.get_num_threads())
+        finally:
+            torch.set_num_threads(before)  # also the default of threads started later
 
     t = threading.Thread(target=worker)
     t.start()
