@@ -381,9 +381,10 @@ def test_precision_auto_filters_shallow_lists_in_bfloat16_and_is_torch_only(monk
 
 def test_bfloat16_falls_back_to_float32_where_its_band_holds_too_many_documents():
     # dense scores at depth 500: the sample says the band holds thousands of documents a
-    # query, more than one per 500 of the corpus, so the scan multiplies in float32 (the same
-    # values); a copy of a document as the query at depth 1, where the band holds a handful,
-    # and a corpus below the size where a fall back is considered: bfloat16
+    # query, more than one per 500 of the corpus, so the scan multiplies in float32; a copy of
+    # a document as the query at depth 1, where the band holds a handful, and a corpus below
+    # the size where a fall back is considered: bfloat16.  Values: pytrec_eval's on the
+    # float64 cosines rounded to float32 (ties="trec_eval")
     torch = pytest.importorskip("torch")
     mkldnn = torch.backends.mkldnn
     if not (mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())):
@@ -394,24 +395,25 @@ def test_bfloat16_falls_back_to_float32_where_its_band_holds_too_many_documents(
     queries = corpus[rng.choice(n, 8, replace=False)].copy()
     dids, qids = [f"d{i}" for i in range(n)], [f"q{i}" for i in range(8)]
     qrels = {q: {dids[j]: 1 for j in rng.choice(n, 30, replace=False)} for q in qids}
-    kw = dict(query_ids=qids, doc_ids=dids, distance="cosine")
+    kw = dict(query_ids=qids, distance="cosine", ties="trec_eval")
+    q64, c64 = queries.astype(np.float64), corpus.astype(np.float64)
+    cosines = (q64 @ c64.T) / np.outer(np.linalg.norm(q64, axis=1), np.linalg.norm(c64, axis=1))
     cases = ((["ndcg@500", "recall@500"], "float32", n), (["precision@1"], "bf16", n),
              (["ndcg@500"], "bf16", 60_000))  # fmt: skip
     for names, want, rows in cases:
-        corpus_rows, kept = (
-            corpus[:rows],
-            {q: {d: g for d, g in j.items() if int(d[1:]) < rows} for q, j in qrels.items()},
-        )
-        kw["doc_ids"] = dids[:rows]
-        base = ee.evaluate_qrels(queries, corpus_rows, kept, metrics=names, **kw)
+        kept = {q: {d: g for d, g in j.items() if int(d[1:]) < rows} for q, j in qrels.items()}
         res = ee.evaluate_qrels(
-            queries, corpus_rows, kept, metrics=names, backend="torch", device="cpu",
-            precision="bf16", **kw,
+            queries, corpus[:rows], kept, metrics=names, doc_ids=dids[:rows], backend="torch",
+            device="cpu", precision="bf16", **kw,
         )  # fmt: skip
         assert res.settings["precision"] == want, (names, rows)
         assert res.settings["precision_asked"] == "bf16"
+        scores = cosines[:, :rows].astype(np.float32).tolist()
+        run = {q: dict(zip(dids[:rows], scores[i], strict=True)) for i, q in enumerate(qids)}
+        expected = pytrec(kept, run, names)
         for name in names:
-            np.testing.assert_array_equal(res.per_query[name], base.per_query[name])
+            got = {q: res.per_query[name][i] for i, q in enumerate(qids)}
+            assert got == pytest.approx(expected[name], abs=1e-12), (name, rows)
 
 
 def test_band_population_counts_the_band_when_the_sample_is_the_corpus():

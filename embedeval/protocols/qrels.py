@@ -555,7 +555,7 @@ def evaluate_qrels(
     eval_pos = np.array([i for i, qid in enumerate(qids) if qid in judgments], dtype=np.int64)
     eval_ids = [qids[i] for i in eval_pos.tolist()]
     judged = _judgments(judgments, eval_ids, doc_index)
-    *product, fallback = _product(backend, device, precision, queries, depth, full)
+    product, chosen, fallback = _product(backend, device, precision, queries, depth, full)
     scan = _plan(
         q_all[eval_pos],
         docs,
@@ -568,7 +568,7 @@ def evaluate_qrels(
         memory_budget=memory_budget,
         n_threads=n_threads,
         progress=progress,
-        product=tuple(product),
+        product=(product, chosen),
     )
     if fallback is not None and _band_too_wide(docs, scan):
         scan = replace(scan, product=fallback[0], precision=fallback[1])

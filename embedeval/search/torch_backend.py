@@ -131,11 +131,6 @@ def resolve_precision(torch: Any, precision: str, device: Any) -> str:
     return "bf16" if native else "float32"
 
 
-@contextlib.contextmanager
-def _no_thread_limit(torch: Any) -> Iterator[None]:
-    yield
-
-
 def torch_product(device: str, precision: str = "float32") -> Callable[..., np.ndarray]:
     """A product on a torch device: the block (and once, the query chunk) moved there, the
     float32 result brought back.  Another library's float32 sums may differ in the last bit
@@ -187,12 +182,11 @@ def torch_product(device: str, precision: str = "float32") -> Callable[..., np.n
                 if inside[0] == 0:
                     inside[1].__exit__(None, None, None)
 
-    # on the CPU the scan's worker threads share the cores: each product takes one
-    threads = one_torch_thread if dev.type == "cpu" else _no_thread_limit
-
     def product(q: np.ndarray, blk: np.ndarray) -> np.ndarray:
         tq, tb = on_device(q, blk)
-        with settings(), threads(torch):
+        # on the CPU the scan's worker threads share the cores: each product takes one
+        one = one_torch_thread(torch) if dev.type == "cpu" else contextlib.nullcontext()
+        with settings(), one:
             return (tq @ tb.T).float().cpu().numpy()
 
     # read by the scan's band (embedeval.engine.decide.rounding_of)
