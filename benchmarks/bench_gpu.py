@@ -3,8 +3,9 @@
 For each case, on the same device and with the embeddings already there:
 
 * ``embedeval``       ``ee.evaluate(x, y, backend="torch", device=...)`` (the default filter:
-                      bfloat16 on a GPU of compute capability 8.0 or more)
-* ``embedeval_float32``, ``embedeval_tf32``  the same with ``precision="float32"`` / ``"tf32"``
+                      float32 on a GPU, see ``resolve_precision`` in
+                      ``embedeval/search/torch_backend.py``)
+* ``embedeval_bf16``, ``embedeval_tf32``  the same with ``precision="bf16"`` / ``"tf32"``
 * ``pml``             PML 2.9 ``AccuracyCalculator(knn_func=CustomKNN(LpDistance()))``,
                       ``k="max_bin_count"`` (``k=None`` for full-depth MAP), as PML is run
 * ``topk``            a bare ``addmm`` (||r||^2 - 2 q.r) + ``topk`` in 4,096-query blocks
@@ -65,9 +66,9 @@ TARGETS = {
     "qrels": "-",
 }
 BLOCK = 4096
-#: embedeval's rows: the default filter (``"auto"``: bfloat16 on a GPU of compute capability
-#: 8.0 or more) and the float32 and TF32 filters (TF32 only on CUDA).
-VARIANTS = {"embedeval": "auto", "embedeval_float32": "float32", "embedeval_tf32": "tf32"}
+#: embedeval's rows: the default filter (``"auto"``: float32 on a GPU) and the bfloat16 and
+#: TF32 filters (TF32 only on CUDA).
+VARIANTS = {"embedeval": "auto", "embedeval_bf16": "bf16", "embedeval_tf32": "tf32"}
 
 
 def clustered(sizes: list[int], spread: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -342,6 +343,7 @@ def qrels_case(torch: Any, device: Any, args: argparse.Namespace, out: list[str]
         "torch bf16 (deep)": (deep, {**torch_kw, "precision": "bf16"}),
         "host numpy (shallow)": (SHALLOW, {}),
         "torch auto (shallow)": (SHALLOW, torch_kw),
+        "torch bf16 (shallow)": (SHALLOW, {**torch_kw, "precision": "bf16"}),
     }
     rows, results = {}, {}
 

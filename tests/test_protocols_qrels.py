@@ -379,15 +379,19 @@ def test_precision_auto_filters_shallow_lists_in_bfloat16_and_is_torch_only(monk
             np.testing.assert_array_equal(res.per_query[name], base.per_query[name])
 
 
-def test_bfloat16_falls_back_to_float32_where_its_band_holds_too_many_documents():
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_bfloat16_falls_back_to_float32_where_its_band_holds_too_many_documents(device):
     # dense scores at depth 500: the sample says the band holds thousands of documents a
     # query, more than one per 500 of the corpus, so the scan multiplies in float32; a copy of
     # a document as the query at depth 1, where the band holds a handful, and a corpus below
     # the size where a fall back is considered: bfloat16.  Values: pytrec_eval's on the
     # float64 cosines rounded to float32 (ties="trec_eval")
     torch = pytest.importorskip("torch")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
     mkldnn = torch.backends.mkldnn
-    if not (mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())):
+    native = mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    if device == "cpu" and not native:
         pytest.skip("this CPU has no native bfloat16 product")
     rng = np.random.default_rng(3)
     n = 70_000
@@ -404,7 +408,7 @@ def test_bfloat16_falls_back_to_float32_where_its_band_holds_too_many_documents(
         kept = {q: {d: g for d, g in j.items() if int(d[1:]) < rows} for q, j in qrels.items()}
         res = ee.evaluate_qrels(
             queries, corpus[:rows], kept, metrics=names, doc_ids=dids[:rows], backend="torch",
-            device="cpu", precision="bf16", **kw,
+            device=device, precision="bf16", **kw,
         )  # fmt: skip
         assert res.settings["precision"] == want, (names, rows)
         assert res.settings["precision_asked"] == "bf16"

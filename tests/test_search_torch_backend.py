@@ -667,6 +667,14 @@ def test_fixed_order_keys_on_the_device_are_the_hosts_bit_for_bit(distance):
         np.testing.assert_array_equal(got, want)
 
 
+def test_auto_filters_in_float32_on_a_gpu():
+    # on a GPU the product is a small part of the search and bfloat16's wider band costs more
+    # than it saves: "auto" is float32 there (no GPU needed to resolve it); asked for, bf16 stays
+    for name in ("cuda", "cuda:1"):
+        assert tb.resolve_precision(torch, "auto", torch.device(name)) == "float32"
+        assert tb.resolve_precision(torch, "bf16", torch.device(name)) == "bf16"
+
+
 def test_auto_filters_with_bf16_on_the_cpu_only_for_shallow_one_sided_searches():
     """precision="auto" on the CPU: bfloat16 (where oneDNN has it) for a shallow query /
     reference search; float32 for leave-one-out (the local symmetric engine) and for deep or

@@ -484,12 +484,13 @@ def evaluate_qrels(
         The torch backend's filter product: bfloat16 copies of both sides (``"bf16"``,
         accumulated in float32), TF32 (CUDA only; on the CPU it is float32) or float32 (on
         the CPU, numpy's product);
-        ``"auto"``: bfloat16 where the device multiplies it natively and no metric reads
-        deeper than 10 documents (nDCG@10, MRR@10, P@10), else float32 (see Notes).  On the
-        CPU a bfloat16 scan of at least 65,536 documents whose band a corpus sample shows to
-        hold more than one document per 500 of the corpus a query multiplies in float32
-        instead (``settings["precision"]`` says which ran, ``"precision_asked"`` what this
-        argument was).  The scores only filter: the band of documents re-scored in float64
+        ``"auto"``: bfloat16 on a CPU that multiplies it natively when no metric reads
+        deeper than 10 documents (nDCG@10, MRR@10, P@10), else float32 (on a GPU the
+        product is a small part of the time, see Notes).  A bfloat16 or TF32 scan of at
+        least 65,536 documents whose band a corpus sample shows to hold more than one
+        document per 500 of the corpus a query multiplies in float32 instead
+        (``settings["precision"]`` says which ran, ``"precision_asked"`` what this argument
+        was).  The scores only filter: the band of documents re-scored in float64
         widens with the product's rounding, so the numbers are the same whatever the
         precision; only the time changes.  The other backends multiply in float32 (anything
         but ``"auto"`` is then an error).
@@ -526,7 +527,10 @@ def evaluate_qrels(
     depth 20 on an AMD EPYC, measured before the float64 dot-product bounds; between depth 40
     and 100 on an Intel Xeon with AMX, after them); for metrics at depth 10 it pays (0.6-0.8x
     the float32 time).  So ``"auto"`` takes bfloat16 for lists of at most 10 documents
-    and float32 beyond, unlike :func:`embedeval.evaluate`.
+    and float32 beyond, unlike :func:`embedeval.evaluate`.  On a GPU it takes float32 at
+    every depth: the product is a small part of the scan there (an H200 took 0.9 s for the
+    depth-1,000 scan of ``benchmarks/bench_gpu.py``'s ``qrels`` case in float32 and 14.4 s
+    with a bfloat16 product and no fall-back).
 
     Examples
     --------
@@ -699,8 +703,8 @@ def _product(
     backend: str, device: Any, precision: str, queries: Any, depth: int, full: bool
 ) -> tuple[Callable[..., np.ndarray], str, tuple[Callable[..., np.ndarray], str] | None]:
     """The block product and its precision: numpy float32, or on a torch device (``"auto"``:
-    bfloat16 for shallow lists on a device that multiplies it natively, else float32); and
-    on the CPU, for a bfloat16 product, the float32 one to fall back on
+    bfloat16 for shallow lists on a CPU that multiplies it natively, else float32); and, for a
+    bfloat16 or TF32 product, the float32 one of the same device to fall back on
     (:func:`_band_too_wide`)."""
     if backend != "torch":
         if device is not None or precision != "auto":
@@ -712,16 +716,19 @@ def _product(
         return numpy_product, "float32", None
     opts = TorchOptions.make(device, like=queries, precision=precision)
     product, chosen = corpus_product(opts, depth <= _BF16_MAX_DEPTH and not full)
-    on_cpu = str(opts.device).split(":")[0] == "cpu"
-    fallback = (numpy_product, "float32") if on_cpu and chosen == "bf16" else None
-    return product, chosen, fallback
+    if chosen == "float32":
+        return product, chosen, None
+    return product, chosen, corpus_product(replace(opts, precision="float32"), False)
 
 
 def _band_too_wide(docs: Any, scan: CorpusScan) -> bool:
-    """Whether a bfloat16 scan on the CPU would leave more candidates per query than it pays
+    """Whether a bfloat16 or TF32 scan would leave more candidates per query than it pays
     for: more than one per :data:`_DOCS_PER_CANDIDATE` documents of the corpus
     (:func:`~embedeval.engine.corpus.band_population`, from a sample), in a corpus of at
-    least :data:`_FALLBACK_MIN_DOCS` documents (a smaller one keeps the product asked for)."""
+    least :data:`_FALLBACK_MIN_DOCS` documents (a smaller one keeps the product asked for).
+    Every candidate is ordered in float64 on the host, whichever device multiplied: an H200
+    took 14.4 s for bench_qrels's depth-1,000 scan with a bfloat16 product, 0.9 s in
+    float32."""
     n = docs.shape[0]
     return n >= _FALLBACK_MIN_DOCS and band_population(docs, scan) > n / _DOCS_PER_CANDIDATE
 

@@ -116,18 +116,21 @@ def _matmul_precision(torch: Any, tf32: bool) -> Iterator[None]:
 
 def resolve_precision(torch: Any, precision: str, device: Any) -> str:
     """The product ``precision`` (:data:`embedeval.search.options.PRECISIONS`) on ``device``:
-    ``"auto"`` is ``"bf16"`` where the device multiplies bfloat16 natively (a CPU with
-    AVX512-BF16 or AMX through oneDNN; a CUDA GPU of compute capability 8.0 or more), else
-    ``"float32"``."""
+    ``"auto"`` is ``"bf16"`` on a CPU that multiplies bfloat16 natively (AVX512-BF16 or AMX
+    through oneDNN), else ``"float32"``.
+
+    On a GPU ``"auto"`` is float32: there the product is a small part of a search's time (an
+    H200 multiplied 1,000,000 x 1,000,000 x 128 in 6.1 s in float32 and 0.7 s in bfloat16,
+    and spent 13 s more on cut-offs, candidates and decisions), and the wider bfloat16 band
+    leaves more candidates to that part.  ``python -m benchmarks.bench_gpu`` measured the
+    bfloat16 filter slower on every case: SOP-like 60,000 x 128 0.27 s against 0.19 s, one
+    million 29.6 s against 18.8 s."""
     if precision != "auto":
         return precision
-    if device.type == "cpu":
-        mkldnn = torch.backends.mkldnn
-        native = mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    elif device.type == "cuda":
-        native = torch.cuda.get_device_capability(device)[0] >= 8
-    else:
-        native = False
+    if device.type != "cpu":
+        return "float32"
+    mkldnn = torch.backends.mkldnn
+    native = mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     return "bf16" if native else "float32"
 
 
@@ -196,10 +199,10 @@ def torch_product(device: str, precision: str = "float32") -> Callable[..., np.n
 
 def corpus_product(options: Any, shallow: bool) -> tuple[Callable[..., np.ndarray], str]:
     """The corpus engine's device product for ``options`` (:class:`TorchOptions`) and its
-    precision: ``"auto"`` takes bfloat16 only for ``shallow`` rankings on a device that
-    multiplies it natively (a deep ranking's band holds thousands of documents per query,
-    all re-scored in float64 on the host); TF32 exists only on GPUs (float32 elsewhere), and a
-    float32 product on the CPU is numpy's."""
+    precision: ``"auto"`` takes bfloat16 only for ``shallow`` rankings on a CPU that
+    multiplies it natively (:func:`resolve_precision`; a deep ranking's band holds thousands
+    of documents per query, all re-scored in float64 on the host); TF32 exists only on GPUs
+    (float32 elsewhere), and a float32 product on the CPU is numpy's."""
     torch = import_torch()
     dev = torch.device(options.device)
     chosen = options.precision
