@@ -201,6 +201,34 @@ def test_short_cut_offs_are_redone_exactly(monkeypatch):
     assert_same(got, expected, METRICS)
 
 
+def test_loose_cut_offs_are_cut_back_to_the_exact_order_statistic():
+    """A cut-off that keeps every key (as a column sample keeps several times the depth): the
+    block's candidates are those at or below the need-th smallest key of their row widened by
+    the band, raised to the widened label cut-off, sorted by key then index (ties kept
+    whole); a plain loop over sorted rows is the oracle."""
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 20, (7, 60)).astype(np.float32)  # many exact ties
+    need = np.array([0, 1, 5, 5, 17, 60, 3])
+    label = np.array([-np.inf, 2.0, -np.inf, 19.0, 1.0, -np.inf, 30.0], np.float32)
+    for label_tau in (None, label):
+        got = tb._collect(
+            torch, torch.from_numpy(keys), torch.full((7,), math.inf), torch.from_numpy(need),
+            None if label_tau is None else torch.from_numpy(label_tau), 0, 64,
+            lambda rows, tau: tau + 0.5,
+        )  # fmt: skip
+        for r in range(7):
+            row = keys[r]
+            cut = np.sort(row)[need[r] - 1] + 0.5 if need[r] else -np.inf
+            if label_tau is not None:
+                cut = max(cut, label_tau[r] + 0.5)
+            want = sorted(np.flatnonzero(row <= cut).tolist(), key=lambda j: (row[j], j))
+            a, e = int(got.lims[r]), int(got.lims[r + 1])
+            assert got.index[a:e].tolist() == want, (r, label_tau is None)
+            assert (
+                got.bits[a:e].tolist() == tb._sortable(torch, torch.from_numpy(row[want])).tolist()
+            )
+
+
 def test_tie_counts_match_the_oracle():
     # 1-D points 0, -1, 1, 10, 11 labelled 0, 0, 1, 1, 5:
     # q0 sees -1 (label 0) and 1 (label 1) both at distance 1: by index -1 first, P@1 = 1, and a
