@@ -3,9 +3,10 @@
 For each case, on the same device and with the embeddings already there:
 
 * ``embedeval``       ``ee.evaluate(x, y, backend="torch", device=...)`` (the default filter:
-                      float32 on a GPU, see ``resolve_precision`` in
+                      TF32 on a GPU from Ampere on, see ``resolve_precision`` in
                       ``embedeval/search/torch_backend.py``)
-* ``embedeval_bf16``, ``embedeval_tf32``  the same with ``precision="bf16"`` / ``"tf32"``
+* ``embedeval_bf16``, ``embedeval_float32``  the same with ``precision="bf16"`` /
+                      ``"float32"``
 * ``pml``             PML 2.9 ``AccuracyCalculator(knn_func=CustomKNN(LpDistance()))``,
                       ``k="max_bin_count"`` (``k=None`` for full-depth MAP), as PML is run
 * ``topk``            a bare ``addmm`` (||r||^2 - 2 q.r) + ``topk`` in 4,096-query blocks
@@ -66,9 +67,9 @@ TARGETS = {
     "qrels": "-",
 }
 BLOCK = 4096
-#: embedeval's rows: the default filter (``"auto"``: float32 on a GPU) and the bfloat16 and
-#: TF32 filters (TF32 only on CUDA).
-VARIANTS = {"embedeval": "auto", "embedeval_bf16": "bf16", "embedeval_tf32": "tf32"}
+#: embedeval's rows: the default filter (``"auto"``: TF32 on a recent GPU) and the bfloat16
+#: and float32 filters.
+VARIANTS = {"embedeval": "auto", "embedeval_bf16": "bf16", "embedeval_float32": "float32"}
 
 
 def clustered(sizes: list[int], spread: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -232,8 +233,6 @@ def one_case(
 
     results: dict[str, Any] = {}
     for variant, precision in VARIANTS.items():
-        if precision == "tf32" and device.type != "cuda":
-            continue
         t, peak, results[variant] = clock(lambda p=precision: ours(p), repeat)
         rows.add(variant, t, peak)
         if not quiet:  # which products filtered, where the blocks were decided

@@ -241,10 +241,10 @@ def add_search_options(p: argparse.ArgumentParser) -> Any:
         "--precision",
         choices=("auto", "float32", "tf32", "bf16"),
         default=None,
-        help="the torch backend's filter product: auto (default: bfloat16 where the device "
-        "multiplies it natively, else float32; retrieve takes bfloat16 only for metrics at "
-        "depth 10 or less), float32, tf32 or bf16; rankings are decided in float64 either way, "
-        "so the numbers do not depend on it",
+        help="the torch backend's filter product: auto (default: TF32 on a GPU that has it, "
+        "bfloat16 on a CPU that has it for shallow searches, else float32; retrieve takes "
+        "float32 on a GPU and bfloat16 only for metrics at depth 10 or less), float32, tf32 or "
+        "bf16; rankings are decided in float64 either way, so the numbers do not depend on it",
     )
     g.add_argument(
         "--scheduler",

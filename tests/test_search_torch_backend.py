@@ -341,6 +341,18 @@ def test_tf32_setting_is_restored():
         assert seen[-1] in ("ieee", False)  # off by default
         ev(x, y, backend="torch", device="cpu", precision="tf32")
         assert seen[-1] in ("tf32", True)  # the other spelling
+        mp.setattr(tb, "_search_precision", lambda *a: "tf32")  # "auto" on a recent GPU
+        ev(x, y, backend="torch", device="cpu")
+        assert seen[-1] in ("tf32", True)  # chosen, not asked for: on as well
+        keys = tb._Search.keys
+
+        def spy_keys(self, *a, **k):
+            seen.append(getattr(torch.backends.cuda.matmul, flag))
+            return keys(self, *a, **k)
+
+        mp.setattr(tb._Search, "keys", spy_keys)
+        ee.neighbors(x, 3, backend="torch", device="cpu")
+        assert seen[-1] in ("tf32", True)  # the neighbour search alike
     assert getattr(torch.backends.cuda.matmul, flag) == before
 
 
@@ -695,12 +707,15 @@ def test_fixed_order_keys_on_the_device_are_the_hosts_bit_for_bit(distance):
         np.testing.assert_array_equal(got, want)
 
 
-def test_auto_filters_in_float32_on_a_gpu():
+def test_auto_filters_in_tf32_on_a_gpu_that_has_it(monkeypatch):
     # on a GPU the product is a small part of the search and bfloat16's wider band costs more
-    # than it saves: "auto" is float32 there (no GPU needed to resolve it); asked for, bf16 stays
-    for name in ("cuda", "cuda:1"):
-        assert tb.resolve_precision(torch, "auto", torch.device(name)) == "float32"
-        assert tb.resolve_precision(torch, "bf16", torch.device(name)) == "bf16"
+    # than it saves: "auto" is TF32 from compute capability 8.0 on, float32 before (resolved
+    # without a GPU: the capability is faked); a precision asked for stays
+    for capability, want in (((9, 0), "tf32"), ((8, 0), "tf32"), ((7, 5), "float32")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d, c=capability: c)
+        for name in ("cuda", "cuda:1"):
+            assert tb.resolve_precision(torch, "auto", torch.device(name)) == want
+            assert tb.resolve_precision(torch, "bf16", torch.device(name)) == "bf16"
 
 
 def test_auto_filters_with_bf16_on_the_cpu_only_for_shallow_one_sided_searches():

@@ -144,14 +144,14 @@ def evaluate(
         device's free memory or in bytes (default: half the free GPU memory).
     tf32 : bool
         ``backend="torch"`` only: TF32 filter products on the GPU (the same as
-        ``precision="tf32"``).  Off by default.
+        ``precision="tf32"``, which ``"auto"`` chooses on GPUs from Ampere on).
     precision : {"auto", "float32", "tf32", "bf16"}
         ``backend="torch"`` only: the product that filters candidates.  Every ranking is still
         decided in float64 (near-ties within the product's error bound are re-scored), so this
-        changes the speed, never a value.  ``"auto"`` (default): bfloat16 where the device
-        multiplies it natively (a CPU with AVX512-BF16 or AMX, a GPU from Ampere on), else
-        float32.  Dense data (a few large classes) can be slower with ``"bf16"``: its wider
-        bound leaves more near-ties to re-score.
+        changes the speed, never a value.  ``"auto"`` (default): TF32 on a GPU from Ampere
+        on, bfloat16 on a CPU with AVX512-BF16 or AMX (shallow query / reference searches
+        only), else float32.  Dense data (a few large classes) can be slower with
+        ``"bf16"``: its wider bound leaves more near-ties to re-score.
     positives, junk : list of lists of int, optional
         Relevance given per query as reference indices instead of labels (landmark retrieval:
         revisited Oxford / Paris): pass ``query_labels=None`` and ``reference_labels=None``.

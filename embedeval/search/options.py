@@ -216,9 +216,9 @@ def _check_shards(shards: Any) -> Any:
 #: The torch backend's filter products.  ``"float32"``; ``"tf32"`` (float32 inputs rounded to
 #: a 10-bit mantissa in the product: GPUs from Ampere on); ``"bf16"`` (inputs rounded to
 #: bfloat16, products accumulated in float32: oneDNN's AVX512-BF16 / AMX kernels on CPUs that
-#: have them, tensor cores on GPUs), each with its own error bound; ``"auto"``: ``"bf16"`` where
-#: the device multiplies bfloat16 natively (on a CPU only for shallow query / reference
-#: searches), else ``"float32"``.
+#: have them, tensor cores on GPUs), each with its own error bound; ``"auto"``: ``"tf32"`` on a
+#: GPU that has it, ``"bf16"`` on a CPU that multiplies bfloat16 natively (only for shallow
+#: query / reference searches), else ``"float32"``.
 PRECISIONS = ("auto", "float32", "tf32", "bf16")
 
 

@@ -119,16 +119,18 @@ def _matmul_precision(torch: Any, tf32: bool) -> Iterator[None]:
 def resolve_precision(torch: Any, precision: str, device: Any) -> str:
     """The product ``precision`` (:data:`embedeval.search.options.PRECISIONS`) on ``device``:
     ``"auto"`` is ``"bf16"`` on a CPU that multiplies bfloat16 natively (AVX512-BF16 or AMX
-    through oneDNN), else ``"float32"``.
+    through oneDNN), ``"tf32"`` on a CUDA GPU that has TF32 (compute capability 8.0 or
+    more), else ``"float32"``.
 
-    On a GPU ``"auto"`` is float32: there the product is a small part of a search's time (an
-    H200 multiplied 1,000,000 x 1,000,000 x 128 in 6.1 s in float32 and 0.7 s in bfloat16,
-    and spent 13 s more on cut-offs, candidates and decisions), and the wider bfloat16 band
-    leaves more candidates to that part.  ``python -m benchmarks.bench_gpu`` measured the
-    bfloat16 filter slower on every case: SOP-like 60,000 x 128 0.27 s against 0.19 s, one
-    million 29.6 s against 18.8 s."""
+    On a GPU the product is a small part of a search's time, and bfloat16's wider band leaves
+    more candidates to the rest; TF32's band is narrow enough.  Measured on an H200
+    (``python -m benchmarks.bench_gpu``, every value exact): 1,000,000 x 128 leave-one-out
+    11.9 s in TF32, 15.6 s in float32, 20.2 s in bfloat16; SOP-like 60,000 x 128 0.122,
+    0.125 and 0.143 s; the deep cases alike within 3 %."""
     if precision != "auto":
         return precision
+    if device.type == "cuda":
+        return "tf32" if torch.cuda.get_device_capability(device)[0] >= 8 else "float32"
     if device.type != "cpu":
         return "float32"
     mkldnn = torch.backends.mkldnn
@@ -208,7 +210,8 @@ def corpus_product(options: Any, shallow: bool) -> tuple[Callable[..., np.ndarra
     torch = import_torch()
     dev = torch.device(options.device)
     chosen = options.precision
-    if chosen == "auto":
+    if chosen == "auto":  # GPUs: float32 (a TF32 scan is not measured to pay for its band)
+        shallow = shallow and dev.type == "cpu"
         chosen = resolve_precision(torch, "auto", dev) if shallow else "float32"
     if chosen == "tf32" and dev.type != "cuda":
         chosen = "float32"
@@ -761,9 +764,10 @@ def torch_blocks(task: Any, options: TorchOptions) -> Generator[Any, None, dict[
     # are scored on the host, from the same device ranking.
     host = options.kernels == "numpy" or not all(map(DeviceKernels.supports, task.metrics))
     bar = progress_bar(task.n_query, "queries", enabled=options.progress)
-    with torch.no_grad(), _matmul_precision(torch, options.tf32), bar as bar:
-        chosen = _search_precision(torch, options.precision, device, task, need, label)
-        options = replace(options, precision=chosen)
+    chosen = _search_precision(torch, options.precision, device, task, need, label)
+    options = replace(options, precision=chosen)
+    # TF32 products on when TF32 was chosen ("auto" on a GPU), not only when asked for
+    with torch.no_grad(), _matmul_precision(torch, chosen == "tf32"), bar as bar:
         report = {"device": str(device), "precision": options.precision}
         if _local_symmetric(task, device):
             yield from _local_blocks(task, options, bar)
@@ -905,7 +909,7 @@ def torch_neighbors(
     need = np.full(n_query, k, dtype=np.int64)
     chosen = _search_precision(torch, options.precision, device, task, need, None)
     options = replace(options, precision=chosen)
-    with torch.no_grad(), _matmul_precision(torch, options.tf32):
+    with torch.no_grad(), _matmul_precision(torch, chosen == "tf32"):
         engine = _engine_search(task, need, None, options, device)
         search = _prepare(torch, task, device, engine, options.precision)
         reaches = _reaches(task, options.precision, device)
