@@ -73,16 +73,20 @@ def test_run_search_returns_the_backend_report(monkeypatch):
                           {"precision_at_1": np.array([False, True])})  # fmt: skip
         return {"index": "made up"}
 
-    module = types.ModuleType("fake_backend")
-    module.search = search
-    monkeypatch.setitem(sys.modules, "fake_backend", module)
+    for name, report in (("fake_backend", None), ("fake_index", "approximation")):
+        module = types.ModuleType(name)
+        module.search = search
+        if report:
+            module.REPORT = report
+        monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setitem(_search.BACKEND_MODULES, "local", "fake_backend")
-    monkeypatch.setitem(_search.BACKEND_MODULES, "approximate", "fake_backend")
+    monkeypatch.setitem(_search.BACKEND_MODULES, "approximate", "fake_index")
     x = np.zeros((2, 1), dtype=np.float32)
     codes = np.zeros(2, dtype=np.int64)
     task = RetrievalTask(x, x, codes, codes, codes + 1, codes + 1, Exclusions(self_index=True),
                          (METRICS["precision_at_1"],), None, "euclidean")  # fmt: skip
-    # an approximate index's report is its error estimate; any other backend's, its record
+    # a module that says REPORT = "approximation" (the approximate index) reports its error
+    # estimate; any other backend's report is its record of the search
     outcome = run_search(task, SearchOptions.make(index="Flat"))
     assert outcome.approximation == {"index": "made up"} and outcome.search == {}
     outcome = run_search(task, SearchOptions.make())

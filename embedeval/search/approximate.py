@@ -41,6 +41,9 @@ _DEFAULT_TRAINING_ROWS = 65_536
 _ADD_BLOCK = 65_536
 _N_BOOT = 1000
 _CI = 0.95
+#: What :func:`search` returns about itself: its exact-sample report, which
+#: :func:`embedeval.search.dispatch.run_search` files as :attr:`SearchOutcome.approximation`.
+REPORT = "approximation"
 
 
 def train_index(

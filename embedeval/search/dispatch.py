@@ -11,9 +11,10 @@ codes, exclusions, metrics, depth) and the validated options
 :func:`run_search` writes them into the per-query arrays with one function
 (:func:`embedeval.engine.task.write_back`); rows never yielded stay NaN (lone queries).  A backend
 that measures something about its own search returns it from the generator: the approximate
-index's error estimate becomes :attr:`SearchOutcome.approximation`, the torch backend's record
-of the products it ran (device, filter precision, blocks per product, where it decided)
-:attr:`SearchOutcome.search`.
+index's error estimate becomes :attr:`SearchOutcome.approximation` (its module says so with
+``REPORT = "approximation"``), the torch backend's record of the products it ran (device,
+filter precision, blocks per product, where it decided) :attr:`SearchOutcome.search` (the
+default).
 
 The backends: ``local`` (:mod:`embedeval.search.local`, the exact streaming engine of
 :mod:`embedeval.engine.exact`), ``sharded`` (:mod:`embedeval.search.sharded`), ``dask``
@@ -66,6 +67,6 @@ def run_search(task: RetrievalTask, options: SearchOptions) -> SearchOutcome:
     backend = importlib.import_module(BACKEND_MODULES[options.engine])
     values, ties = task.empty_outputs()
     report = write_back(values, ties, backend.search(task, options)) or {}
-    if options.engine == "approximate":
+    if getattr(backend, "REPORT", "search") == "approximation":
         return SearchOutcome(values, ties, report)
     return SearchOutcome(values, ties, {}, report)
