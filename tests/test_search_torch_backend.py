@@ -208,7 +208,8 @@ def test_loose_cut_offs_are_cut_back_to_the_exact_order_statistic():
     whole); a plain loop over sorted rows is the oracle."""
     rng = np.random.default_rng(5)
     keys = rng.integers(0, 20, (7, 60)).astype(np.float32)  # many exact ties
-    need = np.array([0, 1, 5, 5, 17, 60, 3])
+    keys[2, ::2] = np.inf  # excluded: the row sees 30 keys, fewer than it needs
+    need = np.array([0, 1, 40, 5, 17, 60, 3])
     label = np.array([-np.inf, 2.0, -np.inf, 19.0, 1.0, -np.inf, 30.0], np.float32)
     for label_tau in (None, label):
         got = tb._collect(
@@ -219,6 +220,7 @@ def test_loose_cut_offs_are_cut_back_to_the_exact_order_statistic():
         for r in range(7):
             row = keys[r]
             cut = np.sort(row)[need[r] - 1] + 0.5 if need[r] else -np.inf
+            cut = min(cut, np.finfo(np.float32).max)  # excluded keys (+inf) never pass
             if label_tau is not None:
                 cut = max(cut, label_tau[r] + 0.5)
             want = sorted(np.flatnonzero(row <= cut).tolist(), key=lambda j: (row[j], j))

@@ -623,6 +623,8 @@ def _within_exact_cut(
     at = (lims[:-1] + need - 1).clamp(min=0, max=int(bits.numel()) - 1)
     tau = _float_of_sortable(torch, bits[at])
     tau = torch.where(need > 0, tau, torch.full_like(tau, -math.inf))
+    # a row holding fewer than need candidates (every key it can see) keeps them all
+    tau = torch.where(lims[1:] - lims[:-1] < need, torch.full_like(tau, math.inf), tau)
     cut = _sortable(torch, _cap(torch, band(start, tau), label_tau))
     return bits <= cut[row]
 
