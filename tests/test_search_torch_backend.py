@@ -231,6 +231,29 @@ def test_loose_cut_offs_are_cut_back_to_the_exact_order_statistic():
             )
 
 
+def test_a_cut_off_short_by_less_than_the_band_is_gathered_again():
+    """A sampled cut-off below the exact order statistic, but by less than the band, keeps
+    at least ``need`` keys once widened, yet not the keys between its widened value and the
+    exact one's: the block is gathered again under the exact cut-off.  Keys in quarters, the
+    given cut-offs 0.3 below the need-th key, a band of 0.5: the keys 0.25 above the need-th
+    one must be there (a plain loop is the oracle)."""
+    rng = np.random.default_rng(8)
+    keys = (rng.integers(0, 80, (6, 50)) / 4).astype(np.float32)
+    need = np.array([1, 4, 9, 20, 33, 50])
+    exact = np.sort(keys, axis=1)[np.arange(6), need - 1]
+    got = tb._collect(
+        torch, torch.from_numpy(keys), torch.from_numpy(exact - 0.3), torch.from_numpy(need),
+        None, 0, 64, lambda rows, tau: tau + 0.5,
+    )  # fmt: skip
+    for r in range(6):
+        row = keys[r]
+        want = sorted(np.flatnonzero(row <= exact[r] + 0.5).tolist(), key=lambda j: (row[j], j))
+        a, e = int(got.lims[r]), int(got.lims[r + 1])
+        assert got.index[a:e].tolist() == want, r
+    # the data holds such keys: the sampled cut-offs alone would have missed them
+    assert (keys == (exact + 0.25)[:, None]).any(axis=1).sum() >= 3
+
+
 def test_tie_counts_match_the_oracle():
     # 1-D points 0, -1, 1, 10, 11 labelled 0, 0, 1, 1, 5:
     # q0 sees -1 (label 0) and 1 (label 1) both at distance 1: by index -1 first, P@1 = 1, and a

@@ -567,34 +567,54 @@ def _collect(
     chunk: int,
     band: Any,
 ) -> _DeviceCandidates:
-    """Every (row, reference) with key <= its cut-off widened by ``band`` (the float64
-    decision's band, :func:`_widener`), sorted by (row, key, reference index); a row whose
-    sampled cut-off kept fewer than ``need`` keys gets the exact one first."""
-    b, n_ref = keys.shape
+    """Every (row, reference) with key <= its exact cut-off widened by ``band`` (the float64
+    decision's band, :func:`_widener`), sorted by (row, key, reference index).
+
+    The keys under the given (sampled) cut-offs ``tau`` are gathered and sorted first; a row
+    that kept fewer than ``need`` gets the exact order statistic first; the sorted keys then
+    give every row's exact cut-off (:func:`_exact_cut`), and only the keys under it are kept.
+    A row whose sampled cut-off, widened, still lies below its exact one widened (a sample
+    can fall short by less than the band) is gathered again under the exact one."""
+    n_ref = keys.shape[1]
     if label_tau is not None:
         label_tau = band(start, label_tau)
     tau = _cap(torch, band(start, tau), label_tau)
-    # One pass over the keys (the comparison); row counts come from the few kept positions.
-    bounds = torch.arange(b + 1, device=keys.device) * n_ref
-    flat = torch.nonzero((keys <= tau[:, None]).view(-1)).flatten()
-    lims = torch.searchsorted(flat, bounds)
+    lims, code, row = _gathered(torch, keys, tau)
     short = torch.nonzero(lims[1:] - lims[:-1] < need).flatten()
     if short.numel():  # rare: the sampled cut-off of these rows kept too few; redo them exactly
         redo = _exact_tau(torch, keys, short, need[short], chunk)
         redo = band(start + short, redo)
         tau[short] = _cap(torch, redo, None if label_tau is None else label_tau[short])
-        flat = torch.nonzero((keys <= tau[:, None]).view(-1)).flatten()
-        lims = torch.searchsorted(flat, bounds)
+        lims, code, row = _gathered(torch, keys, tau)
+    col_bits = max(1, (n_ref - 1).bit_length())
+    bits = (code >> col_bits) & 0xFFFFFFFF
+    if bits.numel():  # sampled cut-offs keep more than the exact ones: cut back to those
+        cut = _exact_cut(torch, lims, bits, need, label_tau, start, band)
+        if bool((cut > tau).any()):  # rare: gather those rows again under the exact cut-off
+            lims, code, row = _gathered(torch, keys, torch.maximum(tau, cut))
+            bits = (code >> col_bits) & 0xFFFFFFFF
+        keep = bits <= _sortable(torch, cut)[row]
+        code, bits = code[keep], bits[keep]
+        lims = torch.nn.functional.pad(torch.cumsum(keep, 0), (1, 0))[lims]
+    return _DeviceCandidates(start, lims, code & ((1 << col_bits) - 1), bits)
+
+
+def _gathered(torch: Any, keys: Any, tau: Any) -> tuple[Any, Any, Any]:
+    """The keys at or below each row's ``tau`` as CSR ``lims`` and packed codes (key bits,
+    then reference index) sorted within each row, and each code's row."""
+    b, n_ref = keys.shape
+    # One pass over the keys (the comparison); row counts come from the few kept positions.
+    bounds = torch.arange(b + 1, device=keys.device) * n_ref
+    flat = torch.nonzero((keys <= tau[:, None]).view(-1)).flatten()
+    lims = torch.searchsorted(flat, bounds)
     col_bits = max(1, (n_ref - 1).bit_length())
     if col_bits > 30:
         raise InputError("the torch backend supports at most 2**30 reference vectors.")
     # (row in chunk, key bits, reference) packed in 63 bits: one sort orders by key, then index.
     rows_per_sort = 1 << (31 - col_bits)
-    low = (1 << col_bits) - 1
     row = torch.div(flat, n_ref, rounding_mode="floor")
-    col = flat - row * n_ref
-    code = (_sortable(torch, keys.view(-1)[flat]) << col_bits) | col
-    del flat, col
+    code = (_sortable(torch, keys.view(-1)[flat]) << col_bits) | (flat - row * n_ref)
+    del flat
     lims_host = lims.cpu().numpy()
     for r0 in range(0, b, rows_per_sort):
         r1 = min(r0 + rows_per_sort, b)
@@ -602,31 +622,25 @@ def _collect(
         if e > a:
             seg = code[a:e] | ((row[a:e] - r0) << (32 + col_bits))
             code[a:e] = torch.sort(seg).values
-    bits = (code >> col_bits) & 0xFFFFFFFF
-    if bits.numel():  # sampled cut-offs keep more than the exact ones: cut back to those
-        keep = _within_exact_cut(torch, lims, bits, row, need, label_tau, start, band)
-        code, bits = code[keep], bits[keep]
-        lims = torch.nn.functional.pad(torch.cumsum(keep, 0), (1, 0))[lims]
-    return _DeviceCandidates(start, lims, code & low, bits)
+    return lims, code, row
 
 
-def _within_exact_cut(
-    torch: Any, lims: Any, bits: Any, row: Any, need: Any, label_tau: Any, start: int, band: Any
+def _exact_cut(
+    torch: Any, lims: Any, bits: Any, need: Any, label_tau: Any, start: int, band: Any
 ) -> Any:
-    """Which of a block's sorted candidates (CSR ``lims``, sortable key ``bits``, their ``row``)
-    lie at or below the cut-off an exact order statistic gives: the need-th smallest key of
-    the row (read off its sorted candidates) widened by ``band``, raised to the widened
-    ``label_tau``.  A sampled cut-off keeps several times the depth (a 1/64 column sample at
-    depth 101 keeps about 600 keys a row); the float64 decision and the metric kernels
-    then read only what the exact cut-off keeps, the same candidates as when the order
-    statistic is taken over the whole row."""
+    """Per row, the cut-off an exact order statistic gives, read off a block's sorted
+    candidates (CSR ``lims``, sortable key ``bits``) that hold every key up to it: the
+    need-th smallest key of the row widened by ``band``, raised to the widened ``label_tau``
+    (``+inf`` capped, i.e. every key, for a row that holds fewer than ``need``).  A sampled
+    cut-off keeps several times the depth (a 1/64 column sample at depth 101 keeps about 600
+    keys a row); the float64 decision and the metric kernels then read only what this one
+    keeps, the same candidates as when the order statistic is taken over the whole row."""
     at = (lims[:-1] + need - 1).clamp(min=0, max=int(bits.numel()) - 1)
     tau = _float_of_sortable(torch, bits[at])
     tau = torch.where(need > 0, tau, torch.full_like(tau, -math.inf))
     # a row holding fewer than need candidates (every key it can see) keeps them all
     tau = torch.where(lims[1:] - lims[:-1] < need, torch.full_like(tau, math.inf), tau)
-    cut = _sortable(torch, _cap(torch, band(start, tau), label_tau))
-    return bits <= cut[row]
+    return _cap(torch, band(start, tau), label_tau)
 
 
 def _float_of_sortable(torch: Any, bits: Any) -> Any:
