@@ -137,6 +137,37 @@ def test_short_thresholds_are_redone_over_every_reference(monkeypatch):
     _same(evaluate(x, y, metrics=METRICS, progress=False), expected)
 
 
+def test_thresholds_short_by_less_than_the_band_are_redone(monkeypatch):
+    # A subsample threshold one float32 step below the query's depth-th key still keeps that
+    # many keys once widened by the keys' bound, but not every key up to the depth-th one
+    # widened, which the float64 decision reads: such a query is redone over every reference.
+    # Small-integer rows make every key an exact integer, so the depth-th key is known here.
+    x = _distinct_grid(21, 1200, 6)
+    y = np.random.default_rng(21).integers(0, 30, 1200)
+    expected = evaluate(x, y, metrics=METRICS, progress=False)
+    x64 = x.astype(np.float64)
+    keys = (x64 * x64).sum(1)[None, :] - 2.0 * x64 @ x64.T  # the key: ||r||^2 - 2 q.r
+    np.fill_diagonal(keys, np.inf)
+    real, redone = sym.sample_thresholds, []
+
+    def one_step_low(sample_keys, start, need, *rest):
+        tau = real(sample_keys, start, need, *rest)
+        kth = np.sort(keys[start : start + need.size], axis=1)[np.arange(need.size), need - 1]
+        tau[::2] = np.nextafter(kth.astype(np.float32), np.float32(-np.inf))[::2]
+        return tau
+
+    redo = sym._redo
+
+    def spy(plan, q0, rows):
+        redone.extend((q0 + rows).tolist())
+        return redo(plan, q0, rows)
+
+    monkeypatch.setattr(sym, "sample_thresholds", one_step_low)
+    monkeypatch.setattr(sym, "_redo", spy)
+    _same(evaluate(x, y, metrics=METRICS, progress=False), expected)
+    assert sorted(redone) == list(range(0, 1200, 2))
+
+
 def test_canonical_keys_of_i_j_and_j_i_come_from_one_product():
     # Both keys of a pair come from one product entry: the entry of the lower tile's row and
     # the higher tile's column (on a diagonal tile, the upper triangle), less the query's own

@@ -369,6 +369,42 @@ def test_search_block_sorts_redone_rows_with_whole_row_tiles(monkeypatch):
         assert np.all(np.diff(block.bits[block.lims[row] : block.lims[row + 1]]) >= 0)
 
 
+def test_search_block_redoes_rows_whose_threshold_is_short_by_less_than_the_band(monkeypatch):
+    # A subsample threshold one float32 step below a row's need-th key keeps need keys once
+    # widened by the keys' bound, but maybe not every key up to the need-th one widened (what
+    # the float64 decision reads): the row is redone over every reference.  Small-integer rows
+    # make every key an exact integer, so the need-th key is known here.
+    rng = np.random.default_rng(23)
+    x = np.unique(rng.integers(-3, 4, (6000, 5)), axis=0)[:3000].astype(np.float32)
+    n_rows, need = 40, 25
+    x64 = x.astype(np.float64)
+    keys = (x64 * x64).sum(1)[None, :] - 2.0 * x64[:n_rows] @ x64.T
+    kth = np.sort(keys, axis=1)[:, need - 1].astype(np.float32)
+    search = _exact.PreparedSearch.build(x[:n_rows], x, "euclidean")
+
+    def one_step_low(search, start, stop, need, subsample, exclusions):
+        tau = np.full(stop - start, _exact.KEY_MAX, dtype=np.float32)
+        tau[::2] = np.nextafter(kth[start:stop], np.float32(-np.inf))[::2]
+        return tau
+
+    redo, redone = _exact.redo_rows, []
+
+    def spy(plan, start, rows, codes, counts):
+        redone.extend((start + rows).tolist())
+        return redo(plan, start, rows, codes, counts)
+
+    monkeypatch.setattr(_exact, "depth_thresholds", one_step_low)
+    monkeypatch.setattr(_exact, "redo_rows", spy)
+    plan = _exact.EnginePlan(need=np.full(n_rows, need), block_size=n_rows, tile=1024,
+                             col_bits=12, subsample=None, distance="euclidean",
+                             memory_budget=1 << 28, search=search)  # fmt: skip
+    block = _exact.search_block(plan, 0, n_rows)
+    assert redone == list(range(0, n_rows, 2))
+    for row in range(n_rows):  # every key up to the need-th one: exact integers, exact order
+        got = block.index[block.lims[row] : block.lims[row] + need]
+        np.testing.assert_array_equal(got, np.argsort(keys[row], kind="stable")[:need])
+
+
 def test_reject_both_curve_takes_n_threads_and_does_not_depend_on_it(data):
     x, y, _ = data
     kappa = np.random.default_rng(3).random(len(x))

@@ -80,6 +80,7 @@ __all__ = [
     "redo_rows",
     "reference_duplicates",
     "representatives",
+    "rows_past_threshold",
     "search_block",
     "sort_block",
     "sort_row_runs",
@@ -841,7 +842,35 @@ def search_block(
         codes, counts = redo_rows(plan, start, short, codes, counts)
     # Whole-row tiles leave the codes grouped by row unless redone rows were appended.
     grouped = plan.tile == plan.search.n_reference and not short.size
-    return sort_block(codes, counts, start, plan.col_bits, grouped)
+    block = sort_block(codes, counts, start, plan.col_bits, grouped)
+    late = rows_past_threshold(block, block_need, tau)
+    if late.size:  # rarer still: short by less than the band; every valid reference again
+        codes, counts = redo_rows(plan, start, late, codes, block.counts)
+        block = sort_block(codes, counts, start, plan.col_bits, False)
+    return block
+
+
+def rows_past_threshold(block: Candidates, need: np.ndarray, tau: np.ndarray) -> np.ndarray:
+    """The rows of a sorted ``block`` whose ``need``-th key lies above their subsample
+    threshold ``tau`` (before widening by the keys' bound).
+
+    Such a row kept every key up to ``tau`` widened, hence ``need`` of them, yet maybe not
+    every key up to its ``need``-th key widened, which the float64 decision reads: the
+    subsample margin fell short by less than the band.  (Rows with fewer than ``need``
+    candidates are the caller's short rows.)
+
+    >>> from embedeval.engine.candidates import sortable_bits
+    >>> bits = sortable_bits(np.float32([1, 2, 3, 1]))
+    >>> block = Candidates(np.arange(2), np.array([0, 3, 4]), np.arange(4), bits)
+    >>> rows_past_threshold(block, np.array([2, 1]), np.float32([1.5, 1.0])).tolist()
+    [0]
+    """
+    lims = block.lims
+    held = (need > 0) & (np.diff(lims) >= need)
+    rows = np.flatnonzero(held)
+    kth = block.bits[lims[rows] + need[rows] - 1]
+    cut = sortable_bits(np.minimum(tau[rows], KEY_MAX).astype(np.float32))
+    return rows[kth > cut]
 
 
 def collect(

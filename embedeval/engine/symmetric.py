@@ -64,6 +64,7 @@ from .exact import (
     PreparedSearch,
     normalize_rows,
     reference_duplicates,
+    rows_past_threshold,
     sample_thresholds,
     sort_block,
 )
@@ -364,6 +365,9 @@ class _Plan:
     col_bits: int
     #: How far above tau each query keeps float32 keys (embedeval.engine.decide).
     reach: Reach | None = None
+    #: The subsample thresholds before widening (a query whose depth-th key lies above its
+    #: own is redone, see _finish); None: no subsample.
+    sampled: np.ndarray | None = None
     triangles: dict = dataclasses.field(default_factory=dict)
     local: threading.local = dataclasses.field(default_factory=threading.local)
 
@@ -430,6 +434,7 @@ def _make_plan(task: Any, pool: Any) -> _Plan:
         return sample_thresholds(sample_keys, s, need[s:e], subsample, n, task.exclusions)
 
     tau = np.concatenate(list(pool_map(pool, block_tau, range(0, n, 512))))
+    sampled = None if subsample is None else tau.copy()
     # Every key the float64 decision may rank within the depth is kept.
     rounding = rounding_of(task.precision)
     reach = task_norms(task).reach(task.distance, int(task.reference.shape[1]), *rounding)
@@ -438,7 +443,7 @@ def _make_plan(task: Any, pool: Any) -> _Plan:
     limit = entry_limits(tau, whole.sq)
     col_bits = max(1, int(n - 1).bit_length())
     groups = task.exclusions.query_groups
-    return _Plan(task, whole, need, tau, limit, groups, col_bits, reach=reach)
+    return _Plan(task, whole, need, tau, limit, groups, col_bits, reach=reach, sampled=sampled)
 
 
 def _subsample(need: np.ndarray, n: int) -> np.ndarray | None:
@@ -595,13 +600,28 @@ def _finish(plan: _Plan, a: int, parts: list[np.ndarray]) -> ScoredBlock:
     codes = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
     row_shift = np.uint64(32 + plan.col_bits)
     counts = np.bincount((codes >> row_shift).astype(np.int64), minlength=b)
-    short = np.flatnonzero(counts < plan.need[q0 : q0 + b])
+    need = plan.need[q0 : q0 + b]
+    short = np.flatnonzero(counts < need)
     if short.size:  # the subsample margin failed (rare): take every valid reference
-        codes = codes[~np.isin(codes >> row_shift, short.astype(np.uint64))]
-        codes = np.concatenate((codes, _redo(plan, q0, short)))
-        counts = np.bincount((codes >> row_shift).astype(np.int64), minlength=b)
+        codes, counts = _with_redone(plan, q0, short, codes, b)
     block: Candidates = sort_block(codes, counts, q0, plan.col_bits, False)
+    if plan.sampled is not None:
+        late = rows_past_threshold(block, need, plan.sampled[q0 : q0 + b])
+        if late.size:  # rarer still: short by less than the band; every valid reference again
+            codes, counts = _with_redone(plan, q0, late, codes, b)
+            block = sort_block(codes, counts, q0, plan.col_bits, False)
     return ScoredBlock(slice(q0, q0 + b), *plan.task.score_block(block))
+
+
+def _with_redone(
+    plan: _Plan, q0: int, rows: np.ndarray, codes: np.ndarray, b: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``codes`` of the ``b`` queries of tile rows from ``q0`` with those of ``rows`` replaced
+    by every valid reference (:func:`_redo`), and the counts per query."""
+    row_shift = np.uint64(32 + plan.col_bits)
+    codes = codes[~np.isin(codes >> row_shift, rows.astype(np.uint64))]
+    codes = np.concatenate((codes, _redo(plan, q0, rows)))
+    return codes, np.bincount((codes >> row_shift).astype(np.int64), minlength=b)
 
 
 def stripe_window(need: np.ndarray, memory_budget: int) -> int:
