@@ -493,6 +493,71 @@ def test_unit_rows_are_the_exact_unit_rows_rounded_once():
             assert abs(float(out[i, j]) - exact) <= u * abs(exact) + 1e-45, (i, j)
 
 
+def test_cosine_scales_are_the_float64_inverse_norms_rounded_once():
+    # 1 / ||x|| from an exact sum of squares (fsum), rounded once to float32: equal to that
+    # rounding or one float32 step from it (the float64 norm errs by ~d 2**-53); zero rows 0;
+    # a non-zero row whose squared norm lies outside [2**-40, 2**200] gives None
+    import math
+
+    from embedeval.engine.corpus import cosine_scales
+    from embedeval.utils.errors import InputError
+
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((30, 768)) * np.exp(rng.normal(0, 3, (30, 768)))).astype(np.float32)
+    x[0] = 0
+    got = cosine_scales(x)
+    for i in range(x.shape[0]):
+        exact_sq = math.fsum(float(v) * float(v) for v in x[i])
+        want = np.float32(1 / math.sqrt(exact_sq)) if exact_sq else np.float32(0)
+        assert abs(int(got[i].view(np.int32)) - int(want.view(np.int32))) <= 1, i
+    assert got[0] == 0
+    for value in (1e-21, 1e31):  # squared norms of 8 such values: 8e-42 and 8e62
+        y = np.ones((3, 8), np.float32)
+        y[1] = value
+        assert cosine_scales(y) is None
+    assert cosine_scales(np.full((2, 8), 1e-6, np.float32)) is not None  # 8e-12 > 2**-40
+    bad = np.ones((4, 8), np.float32)
+    bad[2, 5] = np.nan
+    with pytest.raises(InputError, match="corpus row 12 "):
+        cosine_scales(bad, start=10)
+
+
+@pytest.mark.parametrize("ties", ["index", "trec_eval"])
+def test_cosine_rows_of_extreme_norms_stay_exact(monkeypatch, ties):
+    # cosine multiplies the corpus rows as stored and scales each column by 1 / ||x||; blocks
+    # holding a zero row keep that path, blocks with a row too small (products below float32's
+    # normal range) or too large (a product that overflows float32) take unit rows: every
+    # ranking the float64 one, with multiples and rows one float32 step apart
+    import embedeval.engine.corpus as corpus_engine
+
+    rng = np.random.default_rng(8)
+    n_q, dim = 6, 8
+    queries = np.abs(rng.standard_normal((n_q, dim))).astype(np.float32)
+    base = np.abs(rng.standard_normal((120, dim))).astype(np.float32)
+    base[5] = 0
+    base[40:48] = base[:8] * np.float32(2.0**-122)  # elements near 1e-37: products underflow
+    base[80:88] = base[8:16] / base[8:16].max(axis=1, keepdims=True) * np.float32(3e38)
+    base[100:110] = base[:10] * np.float32(3)  # multiples: one cosine
+    base[110:120] = base[:10]
+    for i in range(110, 120):
+        j = int(rng.integers(dim))
+        base[i, j] = np.nextafter(base[i, j], np.float32(np.inf))
+    dids = [f"d{v}" for v in rng.permutation(base.shape[0])]
+    qrels = judged(rng, base.shape[0], n_q, dids)
+    qids = [f"q{i}" for i in range(n_q)]
+    real = corpus_engine.cosine_scales
+    seen = []
+
+    def spy(rows, start=0):
+        out = real(rows, start)
+        seen.append(out is None)
+        return out
+
+    monkeypatch.setattr(corpus_engine, "cosine_scales", spy)
+    check(queries, base, qids, dids, qrels, "cosine", ties, [40, None])
+    assert any(seen) and not all(seen)  # both paths were taken
+
+
 def test_pair_keys_tie_positive_multiples_of_a_row_within_a_group():
     # rows x, 3x, 5x and 0.75x (exact in float32) have one cosine but, summed in float64,
     # keys that differ in their last bits: within a group (a query) each takes the fixed-order

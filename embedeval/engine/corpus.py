@@ -4,7 +4,8 @@ exact ranks of chosen documents, without ever sorting a corpus row.
 The corpus is read in blocks of rows (a ``.npy`` memory map is never copied whole; a float16
 block becomes float32 one block at a time).  Per chunk of queries and part of a block
 (:meth:`CorpusScan.parts`), one product gives the float32 *scores* (larger is better):
-``q . r`` (inner product; cosine on unit rows rounded once from float64 first) or
+``q . r`` (inner product; cosine: unit query rows times the corpus rows as stored, each
+column then scaled by ``1 / ||r||`` from a float64 norm, :func:`cosine_scales`) or
 ``-||q - r||^2`` (Euclidean, as ``2 q.r - ||r||^2 - ||q||^2``).
 
 Every (query, document) pair gets a ``uint64`` *code*, smaller = ranked first::
@@ -251,22 +252,58 @@ def corpus_block(
         blk, sq = unit_rows(src, np.empty(raw.shape, np.float32) if out is None else out)
     else:
         sq = np.einsum("ij,ij->i", src, src)
-    if not np.isfinite(sq).all():
-        row = start + int(np.flatnonzero(~np.isfinite(sq))[0])
-        why = "" if distance == "cosine" else (
-            ", or values so large that its squared norm overflows float32 (about 1e19 and "
-            "above; distance='cosine' takes them)"
-        )  # fmt: skip
-        raise InputError(
-            f"corpus row {row} holds NaN or infinite values{why}; remove, repair or rescale it "
-            "(embeddings must be finite)."
-        )
+    _check_finite(sq, start, distance)
     if distance == "cosine":  # never into the caller's corpus; the norms are not used further
         return blk, np.minimum(sq, np.finfo(np.float32).max).astype(np.float32)
     if out is not None and src is raw:  # a contiguous copy was asked for
         out[...] = raw
         return out, sq
     return src, sq
+
+
+def _check_finite(sq: np.ndarray, start: int, distance: str) -> None:
+    """Raise for the first row (numbered from ``start``) whose squared norm ``sq`` is not
+    finite."""
+    if np.isfinite(sq).all():
+        return
+    row = start + int(np.flatnonzero(~np.isfinite(sq))[0])
+    why = "" if distance == "cosine" else (
+        ", or values so large that its squared norm overflows float32 (about 1e19 and "
+        "above; distance='cosine' takes them)"
+    )  # fmt: skip
+    raise InputError(
+        f"corpus row {row} holds NaN or infinite values{why}; remove, repair or rescale it "
+        "(embeddings must be finite)."
+    )
+
+
+#: Squared norms of the rows a cosine scan multiplies as stored (:func:`cosine_scales`): at
+#: least 2**-40, so the float32 underflow of their products, scaled by ``1 / ||x|| <= 2**20``,
+#: stays far inside the band; at most 2**200, so no product or partial sum with a unit query
+#: row overflows float32.  A block with a non-zero row outside takes unit rows instead.
+_SCALED_SQ = (2.0**-40, 2.0**200)
+
+
+def cosine_scales(rows: np.ndarray, start: int = 0) -> np.ndarray | None:
+    """``1 / ||x||`` of each float32 row, the norm in float64 and the quotient rounded once to
+    float32 (0 for a zero row), or None when a non-zero row's squared norm lies outside
+    :data:`_SCALED_SQ`; raises for a row that is not finite (numbered from ``start``).
+
+    A cosine scan multiplies its unit query rows with the corpus rows as stored and scales
+    each column by these (:meth:`CorpusScan.scores`): one pass over the scores, which are
+    still in cache after the product, instead of a normalised copy of every block.
+
+    >>> cosine_scales(np.float32([[3, 4], [0, 0]])).tolist()
+    [0.20000000298023224, 0.0]
+    """
+    sq = np.einsum("ij,ij->i", rows, rows, dtype=np.float64)  # each product exact
+    _check_finite(sq, start, "cosine")
+    live = sq > 0
+    if np.any(live & ((sq < _SCALED_SQ[0]) | (sq > _SCALED_SQ[1]))):
+        return None
+    scales = np.zeros(sq.shape, dtype=np.float32)
+    scales[live] = 1.0 / np.sqrt(sq[live])
+    return scales
 
 
 @dataclass
@@ -370,7 +407,14 @@ class CorpusScan:
         read so far).  Cosine scores here are products of unit rows whose elements are each
         within ``u' = u (1 + 2**-20)`` of the exact unit row's (:func:`unit_rows`), so a score
         is within ``gamma_dim (1 + u')**2 + 2 u' + u'**2 <= gamma_{dim+8}`` of the cosine: the
-        cosine term of :func:`~embedeval.engine.decide.key_bounds`.  Under
+        cosine term of :func:`~embedeval.engine.decide.key_bounds`.  Rows multiplied as
+        stored (:attr:`scales_columns`) give ``p = fl(q . x)``, within ``(u' + gamma_dim
+        (1 + u')) ||x||`` of ``cos ||x||`` (the unit query's rounding, then the sum's), and
+        the score ``fl(p r)``, ``r`` the float32 rounding of a float64 ``1 / ||x||``
+        (``|r ||x|| - 1| <= rho``, about ``u + dim 2**-54``: half the float64 norm's error and
+        a few float64 roundings); with ``|cos| <= 1`` it errs by at most ``rho + u + rho u +
+        (u' + gamma_dim (1 + u')) (1 + rho) (1 + u)``, under the same ``gamma_{dim+8}
+        (1 + 2**-20)`` for every ``dim`` (by 5 ``u`` at least).  Under
         ``ties="trec_eval"`` the band also holds ``2 gamma_{dim+8}`` times the score's
         magnitude (over four float32 steps of any score): two documents whose float32 scores
         are farther apart than the band have float64 scores whose float32 roundings differ.
@@ -383,16 +427,31 @@ class CorpusScan:
         if self.ties == "trec_eval":  # + a few float32 steps of the score (see rank_keys)
             scale += 1.0
         dim = self.queries.shape[1]
-        # + float32 underflow: each of the (at most 3 dim + 8) products and sums below the
-        # normal range errs by up to its smallest normal, 2**-126 (subnormals flushed or not)
+        # + float32 underflow (:attr:`underflow`)
         band = 2.0 * key_bounds(self.q_sq, m_sq, dim, self.distance, scale, input_u)
-        band += _UNDERFLOW * (3 * dim + 8)
+        band += self.underflow
         if input_u:  # bfloat16 inputs below 2**-126 may be read as zero: each term loses
             # at most 2**-126 times the other factor, so the sum at most 2**-126 sqrt(dim)
             # (||q|| + ||x||); twice, as for the other terms
             m = 1.0 + 2.0**-20 if self.distance == "cosine" else np.sqrt(m_sq)  # unit rows
             band += 2.0**-125 * np.sqrt(dim) * (np.sqrt(self.q_sq) + m)
         return band
+
+    @property
+    def underflow(self) -> float:
+        """A bound on a float32 score's underflow error: each of the (at most 3 dim + 8)
+        products and sums below the normal range errs by up to its smallest normal, 2**-126
+        (subnormals flushed or not); twice that, as the band holds two scores' errors.  Rows
+        multiplied as stored scale theirs by ``1 / ||x|| <= 2**20`` (:data:`_SCALED_SQ`)."""
+        scaled = 2.0**20 if self.scales_columns else 1.0
+        return _UNDERFLOW * (3 * self.queries.shape[1] + 8) * scaled
+
+    @property
+    def scales_columns(self) -> bool:
+        """Whether a cosine scan multiplies the corpus rows as stored and scales each column by
+        ``1 / ||x||`` (:func:`cosine_scales`) instead of normalising a copy of every block: on
+        the host (numpy products); a device product takes unit rows."""
+        return self.distance == "cosine" and self.product is numpy_product
 
     def row_of_key(self) -> np.ndarray | None:
         """The corpus row of each tie key (None: the keys are the rows)."""
@@ -425,10 +484,13 @@ class CorpusScan:
 
     @contextlib.contextmanager
     def scores(
-        self, c: int, blk: np.ndarray, blk_norms: np.ndarray | None, start: int
+        self, c: int, blk: np.ndarray, columns: np.ndarray | None, start: int
     ) -> Iterator[np.ndarray]:
         """Float32 scores of query chunk ``c`` against a block, excluded pairs NaN, in a
-        result buffer taken from a pool (as many as threads at work) and given back after."""
+        result buffer taken from a pool (as many as threads at work) and given back after.
+        ``columns``: the block's per-column data from :func:`_block` (squared norms for
+        Euclidean and inner product, ``1 / ||x||`` for cosine rows multiplied as stored, else
+        None)."""
         lo = c * self.chunk
         q = self.queries[lo : lo + self.chunk]
         flat = None
@@ -443,8 +505,10 @@ class CorpusScan:
             s = np.asarray(self.product(q, blk), dtype=np.float32)
         if self.distance == "euclidean":
             s *= np.float32(2)
-            s -= blk_norms[None, :]
+            s -= columns[None, :]
             s -= self.query_norms[lo : lo + self.chunk, None]
+        elif self.distance == "cosine" and columns is not None:  # rows as stored: scaled
+            s *= columns[None, :]
         ex = self.excluded.in_block(c, start, start + blk.shape[0])
         if ex.size:
             s[self.excluded.query[ex] - lo, self.excluded.row[ex] - start] = np.nan
@@ -456,29 +520,65 @@ class CorpusScan:
 
 
 def _blocks(corpus: np.ndarray, scan: CorpusScan, unit: str) -> Iterator[tuple]:
-    """``(start, block, block squared norms)`` over the corpus, with a progress bar over its
-    rows; each block is read and normalised by every thread, into one reused buffer."""
+    """``(start, block, columns)`` over the corpus, with a progress bar over its rows: each
+    block as multiplied and its per-column data for :meth:`CorpusScan.scores` (:func:`_block`)."""
     n, dim = corpus.shape
-    direct = scan.distance != "cosine" and corpus.dtype == np.float32 and corpus.flags.c_contiguous
-    direct = direct and scan.centre is None
-    buffer = None if direct else np.empty((min(n, scan.block + _MIN_BLOCK), dim), np.float32)
+    direct = corpus.dtype == np.float32 and corpus.flags.c_contiguous and scan.centre is None
+    direct = direct and (scan.distance != "cosine" or scan.scales_columns)
+    buffer: list[np.ndarray | None] = [None]  # one reused block, where one is needed
     with progress_bar(n, unit, enabled=scan.progress) as bar:
         for start, stop in block_bounds(n, scan.block):
-            step = max(_MIN_BLOCK, -(-(stop - start) // scan.n_threads))
-            parts = [(a, min(stop, a + step)) for a in range(start, stop, step)]
-
-            def read(i: int, start: int = start, parts: list = parts) -> tuple:
-                a, b = parts[i]
-                out = None if direct else buffer[a - start : b - start]
-                return corpus_block(corpus, a, b, scan.distance, out, scan.centre)
-
-            done = [r for _, r in in_order(read, range(len(parts)), scan.n_threads)]
-            blk = np.asarray(corpus[start:stop]) if direct else buffer[: stop - start]
-            sq = np.concatenate([d[1] for d in done])
-            scan.see(sq)
-            yield start, blk, sq
+            if buffer[0] is None and not direct:
+                buffer[0] = np.empty((min(n, scan.block + _MIN_BLOCK), dim), np.float32)
+            blk, columns = _block(corpus, scan, start, stop, direct, buffer)
+            if scan.distance != "cosine":
+                scan.see(columns)
+            yield start, blk, columns
             release_pages(corpus, start, stop)
             bar.update(stop - start)
+
+
+def _block(
+    corpus: np.ndarray,
+    scan: CorpusScan,
+    start: int,
+    stop: int,
+    direct: bool,
+    buffer: list[np.ndarray | None],
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Rows ``start:stop`` as multiplied (``direct``: the corpus's own rows, else a copy in
+    ``buffer[0]``) and their per-column data: squared norms (Euclidean, inner product),
+    ``1 / ||x||`` (cosine rows multiplied as stored: :func:`cosine_scales`) or None (cosine
+    unit rows, which a block with a norm out of that range takes).  Every thread reads a
+    part."""
+    step = max(_MIN_BLOCK, -(-(stop - start) // scan.n_threads))
+    parts = [(a, min(stop, a + step)) for a in range(start, stop, step)]
+
+    def read(i: int, unit: bool = False) -> tuple:
+        a, b = parts[i]
+        out = None if buffer[0] is None else buffer[0][a - start : b - start]
+        if scan.scales_columns and not unit:
+            rows = np.asarray(corpus[a:b]) if direct else _as_float32(corpus[a:b], out)
+            return rows, cosine_scales(rows, a)
+        return corpus_block(corpus, a, b, scan.distance, out, scan.centre)
+
+    done = [r for _, r in in_order(read, range(len(parts)), scan.n_threads)]
+    if scan.scales_columns and any(d[1] is None for d in done):
+        if buffer[0] is None:
+            buffer[0] = np.empty((min(corpus.shape[0], scan.block + _MIN_BLOCK),
+                                  corpus.shape[1]), np.float32)  # fmt: skip
+        done = [r for _, r in in_order(lambda i: read(i, True), range(len(parts)), scan.n_threads)]
+        return buffer[0][: stop - start], None
+    blk = np.asarray(corpus[start:stop]) if direct else buffer[0][: stop - start]
+    if scan.distance == "cosine" and not scan.scales_columns:
+        return blk, None
+    return blk, np.concatenate([d[1] for d in done])
+
+
+def _as_float32(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``rows`` (float16, or strided) as float32, in ``out``."""
+    out[...] = rows
+    return out
 
 
 def release_pages(corpus: np.ndarray, start: int, stop: int) -> None:
@@ -1073,7 +1173,7 @@ def scan_ranks(
     order = np.lexsort((np.arange(pairs.query.size), pairs.query))
     q_sorted = pairs.query[order]
     # the band holds two scores' errors; only the document's own is left: half of it
-    half = scan.band()[pairs.query] / 2 + _UNDERFLOW * (3 * scan.queries.shape[1] + 8) / 2
+    half = (scan.band()[pairs.query] + scan.underflow) / 2
     hi, lo = widen(bounds[1], half), widen_down(bounds[0], half)
     near: list[tuple[np.ndarray, np.ndarray]] = []
 
