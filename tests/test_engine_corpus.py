@@ -46,14 +46,15 @@ def oracle_ranking(q, corpus, doc_ids, distance, ties):
     return np.array(rows), scores[rows]
 
 
-def check(queries, corpus, qids, dids, qrels, distance, ties, block_sizes, products=()):
+def check(queries, corpus, qids, dids, qrels, distance, ties, block_sizes, products=(), given=None):
     """``products``: keyword sets of further runs (another product), each bit-identical to
-    the first, which the oracle checks."""
+    the first, which the oracle checks.  ``given``: the corpus passed to the engine (default
+    ``corpus``, the float32 rows the oracle ranks)."""
     runs = [{"block_size": b} for b in block_sizes] + [dict(p) for p in products]
     results = [
         ee.evaluate_qrels(
             queries,
-            corpus,
+            corpus if given is None else given,
             qrels,
             query_ids=qids,
             doc_ids=dids,
@@ -556,6 +557,29 @@ def test_cosine_rows_of_extreme_norms_stay_exact(monkeypatch, ties):
     monkeypatch.setattr(corpus_engine, "cosine_scales", spy)
     check(queries, base, qids, dids, qrels, "cosine", ties, [40, None])
     assert any(seen) and not all(seen)  # both paths were taken
+
+
+@pytest.mark.parametrize("stored", ["memory", "memory-mapped"])
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+def test_a_float64_corpus_is_ranked_as_its_float32_rows(tmp_path, stored, distance):
+    # rows apart only below float32's precision (and in reverse index order) are duplicates
+    # once rounded to float32, the inputs every ranking is defined on: they tie, by index
+    rng = np.random.default_rng(9)
+    n_q, dim = 5, 8
+    queries = rng.standard_normal((n_q, dim)).astype(np.float32)
+    base = rng.standard_normal((60, dim)).astype(np.float32)
+    wide = np.repeat(base.astype(np.float64), 3, axis=0)
+    wide[:, 0] -= np.tile([0.0, 1e-11, 2e-11], 60) * np.sign(wide[:, 0])  # not float32 steps
+    corpus32 = wide.astype(np.float32)
+    assert np.array_equal(corpus32, np.repeat(base, 3, axis=0))
+    given = wide
+    if stored == "memory-mapped":
+        np.save(tmp_path / "corpus.npy", wide)
+        given = np.load(tmp_path / "corpus.npy", mmap_mode="r")
+    dids = [f"d{v}" for v in rng.permutation(corpus32.shape[0])]
+    qrels = judged(rng, corpus32.shape[0], n_q, dids)
+    qids = [f"q{i}" for i in range(n_q)]
+    check(queries, corpus32, qids, dids, qrels, distance, "index", [None, 50], given=given)
 
 
 def test_pair_keys_tie_positive_multiples_of_a_row_within_a_group():

@@ -739,7 +739,8 @@ def _sample_rows(corpus: np.ndarray, scan: CorpusScan, m: int) -> tuple[np.ndarr
         sample -= scan.centre
     sq = np.einsum("ij,ij->i", sample, sample)
     if scan.distance == "cosine":
-        np.divide(sample, np.where(sq > 0, np.sqrt(sq), 1)[:, None], out=sample)
+        with np.errstate(invalid="ignore"):  # a row too large (inf / inf): the scan refuses it
+            np.divide(sample, np.where(sq > 0, np.sqrt(sq), 1)[:, None], out=sample)
     return sample, sq
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from .corpus import CorpusScan, Pairs, scan_ranks, scan_top
 
 __all__ = [
+    "Float32Rows",
     "ShardPlan",
     "StackedRows",
     "merge_candidates",
@@ -73,6 +74,28 @@ class StackedRows:
             mine = piece == i
             out[mine] = self.pieces[i][rows[mine] - self.offsets[i]]
         return out
+
+
+class Float32Rows:
+    """A 2-D array stored in another type (float64, integers) read as float32 rows, a slice or
+    a list of rows at a time: a memory-mapped corpus is never converted whole, and the scan's
+    float32 filter and its float64 keys read the same float32 values (the inputs the ranking
+    is defined on).  Its pages are left to the kernel (nothing to unmap from a copy).
+
+    >>> Float32Rows(np.array([[1e-50, 3.0]]))[0:1].tolist()
+    [[0.0, 3.0]]
+    """
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.rows = rows
+        self.shape = tuple(int(v) for v in rows.shape)
+        self.dtype = np.dtype(np.float32)
+        self.flags = np.empty((0, 0), np.float32)[:, ::-1].flags  # not C-contiguous: copied
+        self.strides = (4 * self.shape[1], 4)
+
+    def __getitem__(self, index: slice | np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):  # beyond float32's range: inf, refused by the scan
+            return np.asarray(self.rows[index], dtype=np.float32)
 
 
 @dataclass(frozen=True)
