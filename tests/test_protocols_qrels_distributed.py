@@ -158,6 +158,49 @@ def test_shards_match_a_float64_brute_force(data):
                 assert rank == truth[i][int(row)]
 
 
+def _cosine_key(q: np.ndarray, x: np.ndarray) -> float:
+    """The float64 cosine key (smaller is better) summed in column order: -sign(s) s^2 / |x|^2."""
+    s = n = 0.0
+    for a, b in zip(q.astype(np.float64), x.astype(np.float64), strict=True):
+        s += a * b
+    for b in x.astype(np.float64):
+        n += b * b
+    return -np.sign(s) * s * s / n
+
+
+@pytest.mark.parametrize("shards", [None, 2, 3])
+def test_multiples_across_shards_take_the_key_of_the_smallest_row(shards):
+    # A (row 0) and B = 3A (row 16) are positive multiples: one cosine, whose float64 key is
+    # A's (the smaller row), here larger than B's own by a rounding.  J (row 17) swaps B's
+    # first two columns, which the query weighs equally: J's key equals B's own exactly.  So
+    # J ties neither A nor B, and neither beats it; a shard holding B but not A must not let
+    # B's own key tie J (and beat it on index)
+    rng = np.random.default_rng(11)
+    t, w = rng.standard_normal(2).astype(np.float32)
+    q = np.float32([t, t, w])
+    for _ in range(1000):  # rows of 22-bit mantissas: 3 x is exact in float32
+        a = (rng.integers(2**21, 2**22, 3) * 2.0 ** rng.integers(-30, -20, 3)).astype(np.float32)
+        a *= np.sign(q)  # near the query: ahead of every filler below
+        b = a * np.float32(3)
+        if a[0] != a[1] and _cosine_key(q, a) > _cosine_key(q, b):
+            break
+    assert a[0] != a[1] and _cosine_key(q, a) > _cosine_key(q, b)
+    j = b[[1, 0, 2]]
+    assert _cosine_key(q, j) == _cosine_key(q, b)
+    better = q + rng.normal(0, 1e-3, (15, 3)).astype(np.float32)  # rows 1-15
+    worse = rng.standard_normal((12, 3)).astype(np.float32) - 3 * q  # rows 18-29
+    corpus = np.concatenate([a[None], better, b[None], j[None], worse]).astype(np.float32)
+    keys = [_cosine_key(q, x) for x in corpus]
+    keys[16] = keys[0]  # B takes A's key
+    want = 1 + sum(k < keys[17] or (k == keys[17] and r < 17) for r, k in enumerate(keys))
+    doc_ids = [f"d{r}" for r in range(corpus.shape[0])]
+    res = ee.evaluate_qrels(
+        q[None], corpus, {"q": {"d17": 1}}, query_ids=["q"], doc_ids=doc_ids,
+        metrics=["mrr", "map"], distance="cosine", run_depth=2, shards=shards, n_threads=1,
+    )  # fmt: skip
+    assert res["mrr"] == 1 / want
+
+
 def test_bad_shards(data, tmp_path):
     corpus = data[1]
     with pytest.raises(InputError, match="shards"):

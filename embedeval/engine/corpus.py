@@ -82,10 +82,12 @@ __all__ = [
     "code_scores",
     "corpus_block",
     "corpus_centre",
+    "count_beats",
     "decide_top",
     "float64_scores",
     "measure_norms",
     "merge_top",
+    "near_wins",
     "pack_codes",
     "pair_keys",
     "prepare_queries",
@@ -1168,6 +1170,24 @@ def scan_ranks(
     ``equal``, also ``(pair, row)`` of every other document whose order key equals its pair's
     (exact ties).
     """
+    beats, p, r = count_beats(corpus, scan, pairs, bounds)
+    wins, tied_p, tied_r = _near_beats_batched(corpus, scan, pairs, p, r)
+    if equal:
+        return beats + wins + 1, tied_p, tied_r
+    return beats + wins + 1
+
+
+def count_beats(
+    corpus: np.ndarray,
+    scan: CorpusScan,
+    pairs: Pairs,
+    bounds: tuple[np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pass of :func:`scan_ranks` over the corpus: per pair, the documents whose float32
+    score is more than half the band above its bounds (certainly better), and ``(pair, row)``
+    of the *near* documents, which :func:`near_wins` decides in float64.  A corpus in shards
+    counts shard by shard and decides the near documents of every shard together, as one
+    scan would (the tie of positive multiples takes the key of the group's smallest row)."""
     if scan.m_sq == 0.0 and scan.distance != "cosine":  # no pass has measured the corpus yet
         measure_norms(corpus, scan)
     beats = np.zeros(pairs.query.size, dtype=np.int64)
@@ -1202,10 +1222,15 @@ def scan_ranks(
     p = np.concatenate([np.zeros(0, np.int64), *[n[0] for n in near]])
     r = np.concatenate([np.zeros(0, np.int64), *[n[1] for n in near]])
     near.clear()  # the parts, now in p and r
-    wins, tied_p, tied_r = _near_beats_batched(corpus, scan, pairs, p, r)
-    if equal:
-        return beats + wins + 1, tied_p, tied_r
-    return beats + wins + 1
+    return beats, p, r
+
+
+def near_wins(
+    corpus: np.ndarray, scan: CorpusScan, pairs: Pairs, p: np.ndarray, r: np.ndarray
+) -> np.ndarray:
+    """Per pair, how many of its near documents (pair ``p[i]``, corpus row ``r[i]``, from
+    :func:`count_beats`) beat it in float64 (:func:`_near_beats`)."""
+    return _near_beats_batched(corpus, scan, pairs, p, r)[0]
 
 
 #: Buckets per row in :func:`_count_passing` (between a row's lowest and highest threshold),

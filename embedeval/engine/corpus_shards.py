@@ -10,11 +10,14 @@ centre; only the bound on the shard's row norms (``m_sq``) is its own.
   candidates.  The union of the shards' candidates (codes carry the global tie key) is then
   decided in float64 by :func:`~.corpus.decide_top` / :func:`~.corpus.candidate_ranks` under
   a band covering every shard's rows: the same float64 order, hence the same lists and ranks.
-* Ranks beyond the top: the documents that beat a judged document are counted shard by shard
-  (:func:`~.corpus.scan_ranks`) and summed.  The judged document's own row may lie in another
-  shard; those rows are gathered first and read after the shard's own rows
-  (:class:`StackedRows`), so each shard forms the float64 keys of its near-ties against them.
-  The band of every shard covers the largest row norm of the whole corpus.
+* Ranks beyond the top: the documents that certainly beat a judged document (more than the
+  band above it) are counted shard by shard (:func:`~.corpus.count_beats`) and summed; the
+  judged document's own row may lie in another shard, so those rows are gathered first and
+  read after the shard's own rows (:class:`StackedRows`).  The *near* documents of every
+  shard are then decided together in float64 (:func:`~.corpus.near_wins`), as one scan
+  decides them: positive multiples of a row tie under the key of the group's smallest row,
+  which may lie in another shard than the one holding the others.  The band of every shard
+  covers the largest row norm of the whole corpus.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .corpus import CorpusScan, Pairs, scan_ranks, scan_top
+from .corpus import CorpusScan, Pairs, count_beats, scan_top
 
 __all__ = [
     "Float32Rows",
@@ -197,10 +200,13 @@ def shard_ranks(
     pairs: tuple[np.ndarray, np.ndarray],
     bounds: tuple[np.ndarray, np.ndarray],
     m_sq: float,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per pair ``(query, local row)`` (:func:`shard_pairs`), the number of the shard's documents
-    that beat it in the float64 ranking (:func:`~.corpus.scan_ranks` minus one; ``bounds`` of
-    the pairs' exact scores, :func:`~.corpus.score_bounds`); ``gathered``
+    that certainly beat it in the float64 ranking, and ``(pair, local row)`` of the shard's
+    near documents (:func:`~.corpus.count_beats`; ``bounds`` of the pairs' exact scores,
+    :func:`~.corpus.score_bounds`), which the caller decides with every other shard's
+    (:func:`~.corpus.near_wins` over the whole corpus: the tie of positive multiples takes
+    the key of the group's smallest row, which may lie in another shard).  ``gathered``
     holds the pairs' rows from other shards, ``m_sq`` bounds every row norm of the corpus.
 
     >>> from .corpus import tie_keys
@@ -209,14 +215,14 @@ def shard_ranks(
     ...                   tie_keys(None, 4, "index"), Pairs(np.zeros(0, int), np.zeros(0, int)))
     >>> plan, rows = ShardPlan.of(scan, False), np.array([3])
     >>> exact = (np.array([1.0]), np.array([1.0]))  # bounds of row 3's score, 1 exactly
-    >>> beaten = []
-    >>> for a, b in [(0, 2), (2, 4)]:  # row 3 (rank 4) is beaten by 1 + 2 rows of the shards
+    >>> for a, b in [(0, 2), (2, 4)]:  # rows 0 and 2 beat row 3; row 1 ties it (near)
     ...     local, gather = shard_pairs(rows, a, b)
-    ...     beaten.append(shard_ranks(plan.piece(a, b, gather), corpus[a:b], corpus[gather],
-    ...                               (np.array([0]), local), exact, 9.0)[0])
-    >>> [int(v) for v in beaten]
-    [2, 1]
+    ...     beats, p, r = shard_ranks(plan.piece(a, b, gather), corpus[a:b], corpus[gather],
+    ...                               (np.array([0]), local), exact, 9.0)
+    ...     print(beats.tolist(), (a + r).tolist())
+    [1] [1]
+    [1] []
     """
     rows = StackedRows([shard, gathered], shard.shape[0])
     scan = plan.scan(m_sq)
-    return scan_ranks(rows, scan, Pairs(*pairs), bounds) - 1
+    return count_beats(rows, scan, Pairs(*pairs), bounds)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.corpus import CorpusScan, Pairs, scan_ranks, scan_top
+from ..engine.corpus import CorpusScan, Pairs, near_wins, scan_ranks, scan_top
 from ..engine.corpus_shards import (
     ShardPlan,
     merge_candidates,
@@ -83,7 +83,9 @@ class CorpusSearch:
     ) -> np.ndarray:
         """:func:`~embedeval.engine.corpus.scan_ranks` (``bounds`` of the pairs' exact
         scores); sharded: 1 + the documents that beat each pair, counted in every shard
-        against the pair's row gathered from its own."""
+        against the pair's row gathered from its own, and the near documents of every shard
+        decided here together (:func:`~embedeval.engine.corpus.near_wins`), as one scan
+        decides them."""
         if self.client is None and len(self.pieces) == 1:
             return scan_ranks(self.rows, scan, pairs, bounds)
         plan, jobs = ShardPlan.of(scan, self.progress), []
@@ -101,7 +103,14 @@ class CorpusSearch:
                     scan.m_sq,
                 )
             )
-        return 1 + np.sum(self._map(_ranks_job, jobs), axis=0, dtype=np.int64)
+        parts = self._map(_ranks_job, jobs)
+        beats = np.sum([b for b, _, _ in parts], axis=0, dtype=np.int64)
+        p = np.concatenate([np.zeros(0, np.int64), *[p for _, p, _ in parts]])
+        starts = self.offsets[:-1]
+        r = np.concatenate(
+            [np.zeros(0, np.int64), *[a + r for a, (_, _, r) in zip(starts, parts, strict=True)]]
+        )
+        return 1 + beats + near_wins(self.rows, scan, pairs, p, r)
 
     def _map(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
         """``fn(*job)`` for every job, here or on the workers (results in job order)."""
@@ -137,7 +146,7 @@ def _ranks_job(
     pairs: tuple[np.ndarray, np.ndarray],
     bounds: tuple[np.ndarray, np.ndarray],
     m_sq: float,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     shard = _open(source, i, plan.queries.shape[1])
     return shard_ranks(plan, shard, gathered, pairs, bounds, m_sq)
 
