@@ -579,7 +579,18 @@ def test_a_float64_corpus_is_ranked_as_its_float32_rows(tmp_path, stored, distan
     dids = [f"d{v}" for v in rng.permutation(corpus32.shape[0])]
     qrels = judged(rng, corpus32.shape[0], n_q, dids)
     qids = [f"q{i}" for i in range(n_q)]
-    check(queries, corpus32, qids, dids, qrels, distance, "index", [None, 50], given=given)
+    res = check(
+        queries, corpus32, qids, dids, qrels, distance, "index", [None, 50], given=given,
+        products=[{"shards": 2}],
+    )  # fmt: skip
+    pieces = [given[:100], given[100:]]  # the corpus as a list of float64 pieces
+    listed = ee.evaluate_qrels(
+        queries, None, qrels, query_ids=qids, doc_ids=dids, metrics=list(NAMES),
+        distance=distance, run_depth=DEPTH, shards=pieces,
+    )  # fmt: skip
+    np.testing.assert_array_equal(listed.run_rows, res.run_rows)
+    for name in NAMES:
+        np.testing.assert_array_equal(listed.per_query[name], res.per_query[name])
 
 
 def test_pair_keys_tie_positive_multiples_of_a_row_within_a_group():

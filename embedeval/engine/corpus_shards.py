@@ -33,6 +33,7 @@ __all__ = [
     "Float32Rows",
     "ShardPlan",
     "StackedRows",
+    "float32_rows",
     "merge_candidates",
     "shard_pairs",
     "shard_ranks",
@@ -99,6 +100,19 @@ class Float32Rows:
     def __getitem__(self, index: slice | np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):  # beyond float32's range: inf, refused by the scan
             return np.asarray(self.rows[index], dtype=np.float32)
+
+
+def float32_rows(arr: np.ndarray) -> np.ndarray | Float32Rows:
+    """A corpus (or piece) as the engine reads it: float32 and float16 arrays as they are (a
+    memory map stays one), other types as float32 rows: an array in memory converted once, a
+    memory map read through :class:`Float32Rows` (the ranking is that of the float32 inputs,
+    which the filter and the float64 keys must both read)."""
+    if arr.dtype in (np.float32, np.float16):
+        return arr
+    if isinstance(arr, np.memmap) or getattr(arr, "_mmap", None) is not None:
+        return Float32Rows(arr)
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, refused by the scan
+        return arr.astype(np.float32)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from ..engine.corpus import (
     score_bounds,
     tie_keys,
 )
-from ..engine.corpus_shards import Float32Rows, StackedRows
+from ..engine.corpus_shards import Float32Rows, StackedRows, float32_rows
 from ..evaluation.compare import bootstrap_ci
 from ..evaluation.result import EvaluationResult
 from ..metrics.judged import NOT_RANKED, IRMetric, judged_metric_values, parse_ir_metrics
@@ -263,10 +263,9 @@ def _ids(ids: Any, n: int, name: str, rows: str) -> list[str]:
 
 
 def _corpus(corpus: Any) -> np.ndarray | Float32Rows:
-    """The corpus as a 2-D float32 or float16 array (a memory map stays one, never copied),
-    other types as float32: an array in memory converted once, a memory map read through
-    :class:`~embedeval.engine.corpus_shards.Float32Rows` (the ranking is that of the float32
-    inputs, which the filter and the float64 keys must both read)."""
+    """The corpus checked 2-D and numeric, as the engine reads it
+    (:func:`~embedeval.engine.corpus_shards.float32_rows`: float32 rows, a memory map never
+    copied)."""
     arr = host_array(corpus)
     if not isinstance(arr, np.ndarray):
         arr = as_embeddings(arr, "corpus")
@@ -274,12 +273,7 @@ def _corpus(corpus: Any) -> np.ndarray | Float32Rows:
         raise InputError(f"corpus must be 2-D (n_documents, dim), not empty; got {arr.shape}.")
     if arr.dtype.kind not in "fiu":
         raise InputTypeError(f"corpus must be numeric; got dtype {arr.dtype}.")
-    if arr.dtype in (np.float32, np.float16):
-        return arr
-    if isinstance(arr, np.memmap) or getattr(arr, "_mmap", None) is not None:
-        return Float32Rows(arr)
-    with np.errstate(over="ignore"):  # beyond float32's range: inf, refused by the scan
-        return arr.astype(np.float32)
+    return float32_rows(arr)
 
 
 def _qrels(qrels: Any) -> dict[str, dict[str, int]]:

@@ -6,6 +6,7 @@ this machine or on the workers of a Dask cluster (``client=``), merged exactly
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,9 @@ import numpy as np
 
 from ..engine.corpus import CorpusScan, Pairs, near_wins, scan_ranks, scan_top
 from ..engine.corpus_shards import (
+    Float32Rows,
     ShardPlan,
+    float32_rows,
     merge_candidates,
     shard_pairs,
     shard_ranks,
@@ -41,7 +44,7 @@ def shard_list(corpus: Any, shards: Any, dim: int) -> list[np.ndarray] | None:
         )
     if not shards:
         raise InputError("shards is an empty list; pass an int or at least one array/path.")
-    return [open_piece(p, i, dim) for i, p in enumerate(shards)]
+    return [float32_rows(open_piece(p, i, dim)) for i, p in enumerate(shards)]
 
 
 @dataclass
@@ -130,8 +133,9 @@ def _ends(offsets: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _open(source: Any, i: int, dim: int) -> np.ndarray:
-    """A shard on a worker: the array shipped, or its ``.npy`` file memory-mapped there."""
-    return source if isinstance(source, np.ndarray) else open_piece(source, i, dim)
+    """A shard on a worker: the array shipped (or its float32 reader), or its ``.npy`` file
+    memory-mapped there."""
+    return open_piece(source, i, dim) if isinstance(source, (str, os.PathLike)) else source
 
 
 def _top_job(plan: ShardPlan, source: Any, i: int, query: np.ndarray, row: np.ndarray) -> tuple:
@@ -170,7 +174,10 @@ def corpus_search(
         else:
             parts = check_int(shards, "shards")
         cuts = np.linspace(0, n, min(parts, n) + 1).round().astype(np.int64)
-        pieces = [docs[a:b] for a, b in _ends(cuts)]
+        if isinstance(docs, Float32Rows):  # each piece read as float32 in turn, not copied
+            pieces = [Float32Rows(docs.rows[a:b]) for a, b in _ends(cuts)]
+        else:
+            pieces = [docs[a:b] for a, b in _ends(cuts)]
         listed = pieces
     sources: list[Any] = list(pieces if client is None else listed)
     if client is not None:  # arrays go to the workers once; paths are opened there
