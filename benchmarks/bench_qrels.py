@@ -55,6 +55,7 @@ Run::
     python -m benchmarks.bench_qrels --cases product,faiss --corpus 50000
     python -m benchmarks.bench_qrels --cgroup-limit 400   # + the memmap case under 400 MiB
     python -m benchmarks.bench_qrels --memory-budget 2048 # embedeval's blocks from 2 GiB
+    python -m benchmarks.bench_qrels --cases product,embedeval --repeat 5  # median of 5 rounds
 """
 
 from __future__ import annotations
@@ -317,6 +318,32 @@ def pytrec_values(
 
 
 # ---------------------------------------------------------------------------- report
+def median_run(runs: list[dict], product: list[dict] | None) -> dict:
+    """A case's report over its rounds: the run of median time (the first failure, if any), with
+    every round's time and the median over rounds of its ratio to the product *of the same
+    round* (the product runs just before it, so the ratio drifts less than either time).
+
+    >>> r = median_run([{"seconds": 3.0}, {"seconds": 2.0}, {"seconds": 4.0}],
+    ...                [{"seconds": 2.0}, {"seconds": 1.0}, {"seconds": 2.0}])
+    >>> r["seconds"], r["rounds"], r["product_ratio"]
+    (3.0, [3.0, 2.0, 4.0], 2.0)
+    """
+    for r in runs:
+        if "seconds" not in r:
+            return r
+    out = dict(sorted(runs, key=lambda r: r["seconds"])[(len(runs) - 1) // 2])
+    out["rounds"] = [r["seconds"] for r in runs]
+    if product and len(product) == len(runs) and all("seconds" in p for p in product):
+        ratios = [r["seconds"] / p["seconds"] for r, p in zip(runs, product, strict=True)]
+        out["product_ratio"] = float(np.median(ratios))
+    return out
+
+
+def _x_product(r: dict, product: dict) -> float:
+    """The ratio to the product: the median of the rounds' ratios where there are rounds."""
+    return r.get("product_ratio", r["seconds"] / product["seconds"])
+
+
 def _fmt_time(r: dict) -> str:
     return f"{r['seconds']:8.2f} {r['cpu_seconds']:7.2f}"
 
@@ -334,7 +361,7 @@ def report(rows: dict[str, dict], corpus_mb: float, depth: int, limited: dict | 
         if "unavailable" in r:
             print(f"{case:<18} not available: {r['unavailable']}")
             continue
-        ratio = f"{r['seconds'] / product['seconds']:10.3f}" if "seconds" in product else ""
+        ratio = f"{_x_product(r, product):10.3f}" if "seconds" in product else ""
         print(
             f"{case:<18} {_fmt_time(r)} {r['peak_mb']:8.0f} {r['peak_anon_mb']:8.0f}"
             f" {r['peak_file_mb']:8.0f} {r['data_mb']:8.0f} {ratio}"
@@ -343,6 +370,11 @@ def report(rows: dict[str, dict], corpus_mb: float, depth: int, limited: dict | 
         "peak MB = ru_maxrss (anonymous + mapped file pages); anon / file MB = sampled peaks of "
         "RssAnon / RssFile; data MB = RSS before the timed part"
     )
+    if any(len(r.get("rounds", [])) > 1 for r in rows.values()):
+        print("rounds (wall s; the row above is the median round, x product the median ratio):")
+        for case, r in rows.items():
+            if len(r.get("rounds", [])) > 1:
+                print(f"  {case:<18} " + " ".join(f"{t:.2f}" for t in r["rounds"]))
 
     names = metric_names(depth)
     print(f"\n{'values':<24} " + " ".join(f"{n:>12}" for n in names))
@@ -374,7 +406,7 @@ def report(rows: dict[str, dict], corpus_mb: float, depth: int, limited: dict | 
         for other, key in (("product", "time / product"), ("faiss", "time / faiss")):
             o = rows.get(other, {})
             if "seconds" in o:
-                x = r["seconds"] / o["seconds"]
+                x = _x_product(r, o) if other == "product" else r["seconds"] / o["seconds"]
                 ok = "met" if x <= TARGETS[key] else "MISSED"
                 parts.append(f"{x:.3f} x {other} (target <= {TARGETS[key]}: {ok})")
         o = rows.get("beir", {})
@@ -397,7 +429,7 @@ def report(rows: dict[str, dict], corpus_mb: float, depth: int, limited: dict | 
     for case in ("torch_bf16", "shallow", "shallow_bf16"):
         r, o = rows.get(case, {}), rows.get("product", {})
         if "seconds" in r and "seconds" in o:
-            x, cap = r["seconds"] / o["seconds"], TARGETS["bf16 time / product"]
+            x, cap = _x_product(r, o), TARGETS["bf16 time / product"]
             goal = f" (target for a bfloat16 filter <= {cap}: {'met' if x <= cap else 'MISSED'})"
             print(f"  {case}: {x:.3f} x product" + (goal if case.endswith("bf16") else ""))
     if limited is not None:
@@ -470,6 +502,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--tmpdir", default=None, help="where the .npy files go (not tmpfs)")
     parser.add_argument(
+        "--repeat", type=int, default=1, metavar="N",
+        help="rounds of every case (each in its own process); the median round is reported",
+    )  # fmt: skip
+    parser.add_argument(
         "--memory-budget", type=int, default=None, metavar="MiB",
         help="embedeval's memory_budget (default: the library's, 256 MiB)",
     )  # fmt: skip
@@ -505,13 +541,18 @@ def main(argv: list[str] | None = None) -> None:
             if "error" in w:
                 raise SystemExit(f"writing the corpus files failed: {w['error']}")
             print(f"corpus files written in {w['seconds']:.1f} s ({kind})")
-        for case in cases:
-            extra = []
-            if case == "embedeval_mmap":
-                extra = ["--path", os.path.join(tmp, "corpus_f32.npy")]
-            elif case == "embedeval_mmap16":
-                extra = ["--path", os.path.join(tmp, "corpus_f16.npy")]
-            rows[case] = run_child("benchmarks._qrels_child", case, *child_args(args), *extra)
+        runs: dict[str, list[dict]] = {case: [] for case in cases}
+        for _ in range(max(1, args.repeat)):  # rounds: the machine's speed drifts between them
+            for case in cases:
+                extra = []
+                if case == "embedeval_mmap":
+                    extra = ["--path", os.path.join(tmp, "corpus_f32.npy")]
+                elif case == "embedeval_mmap16":
+                    extra = ["--path", os.path.join(tmp, "corpus_f16.npy")]
+                runs[case].append(
+                    run_child("benchmarks._qrels_child", case, *child_args(args), *extra)
+                )
+        rows = {case: median_run(rs, runs.get("product")) for case, rs in runs.items()}
         if args.cgroup_limit:
             limited = run_limited_case(args, os.path.join(tmp, "corpus_f32.npy"))
     finally:
