@@ -86,15 +86,16 @@ class Float32Rows:
     float32 filter and its float64 keys read the same float32 values (the inputs the ranking
     is defined on).  Its pages are left to the kernel (nothing to unmap from a copy).
 
-    >>> Float32Rows(np.array([[1e-50, 3.0]]))[0:1].tolist()
-    [[0.0, 3.0]]
+    >>> rows = Float32Rows(np.array([[1e-50, 3.0]]))
+    >>> rows[0:1].tolist(), rows.flags.c_contiguous  # not contiguous: the engine copies blocks
+    ([[0.0, 3.0]], False)
     """
 
     def __init__(self, rows: np.ndarray) -> None:
         self.rows = rows
         self.shape = tuple(int(v) for v in rows.shape)
         self.dtype = np.dtype(np.float32)
-        self.flags = np.empty((0, 0), np.float32)[:, ::-1].flags  # not C-contiguous: copied
+        self.flags = np.empty((2, 2), np.float32)[:, ::-1].flags  # not C-contiguous: copied
         self.strides = (4 * self.shape[1], 4)
 
     def __getitem__(self, index: slice | np.ndarray) -> np.ndarray:
