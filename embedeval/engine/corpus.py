@@ -434,9 +434,13 @@ class CorpusScan:
         band += self.underflow
         if input_u:  # bfloat16 inputs below 2**-126 may be read as zero: each term loses
             # at most 2**-126 times the other factor, so the sum at most 2**-126 sqrt(dim)
-            # (||q|| + ||x||); twice, as for the other terms
-            m = 1.0 + 2.0**-20 if self.distance == "cosine" else np.sqrt(m_sq)  # unit rows
-            band += 2.0**-125 * np.sqrt(dim) * (np.sqrt(self.q_sq) + m)
+            # (||q|| + ||x||); twice, as for the other terms.  Cosine rows as stored: the
+            # unit query's part scaled by r <= 2**20 (1 + u), the row's by r ||x|| <= 1 + 2**-20
+            if self.distance == "cosine":
+                lost = (2.0**20 + 1.0) * (1.0 + 2.0**-19)
+            else:
+                lost = np.sqrt(self.q_sq) + np.sqrt(m_sq)
+            band += 2.0**-125 * np.sqrt(dim) * lost
         return band
 
     @property
@@ -450,10 +454,12 @@ class CorpusScan:
 
     @property
     def scales_columns(self) -> bool:
-        """Whether a cosine scan multiplies the corpus rows as stored and scales each column by
-        ``1 / ||x||`` (:func:`cosine_scales`) instead of normalising a copy of every block: on
-        the host (numpy products); a device product takes unit rows."""
-        return self.distance == "cosine" and self.product is numpy_product
+        """Whether the scan multiplies the corpus rows as stored and scales each column of
+        scores by ``1 / ||x||`` (:func:`cosine_scales`) instead of normalising a copy of every
+        block: cosine, whatever the product (a device product's scores come back to the host,
+        where the columns are scaled; its inputs' relative rounding does not depend on the
+        rows' scale)."""
+        return self.distance == "cosine"
 
     def row_of_key(self) -> np.ndarray | None:
         """The corpus row of each tie key (None: the keys are the rows)."""
