@@ -321,7 +321,7 @@ def pytrec_values(
 def median_run(runs: list[dict], product: list[dict] | None) -> dict:
     """A case's report over its rounds: the run of median time (the first failure, if any), with
     every round's time and the median over rounds of its ratio to the product *of the same
-    round* (the product runs just before it, so the ratio drifts less than either time).
+    round* (a round runs every case once, so the machine's drift between rounds cancels).
 
     >>> r = median_run([{"seconds": 3.0}, {"seconds": 2.0}, {"seconds": 4.0}],
     ...                [{"seconds": 2.0}, {"seconds": 1.0}, {"seconds": 2.0}])

@@ -99,6 +99,10 @@ def test_dask_bit_identical(data, tmp_path):
             )
         with pytest.raises(InputError, match="backend='dask'"):
             _run(data, corpus, client=client)
+        # a float64 memory map (read as float32 rows): its pieces go to the workers as stored
+        np.save(tmp_path / "c64.npy", corpus.astype(np.float64))
+        mapped = np.load(tmp_path / "c64.npy", mmap_mode="r")
+        _assert_same(_run(data, corpus), _run(data, mapped, backend="dask", client=client))
 
 
 def test_one_piece_and_more_shards_than_rows(data, tmp_path):

@@ -475,8 +475,8 @@ class CorpusScan:
     def parts(
         self, start: int, blk: np.ndarray, norms: np.ndarray | None
     ) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
-        """``(start, rows, squared norms)`` of a block in parts of :attr:`step` rows, the
-        corpus rows of one product."""
+        """``(start, rows, columns)`` of a block in parts of :attr:`step` rows, the corpus rows
+        of one product, with their per-column data (:meth:`scores`)."""
         n = blk.shape[0]
         k = max(1, min(-(-n // self.step), n // _MIN_BLOCK))  # parts of equal size
         if k == 1:  # the block itself: a device product keeps it by its identity
@@ -532,7 +532,6 @@ def _blocks(corpus: np.ndarray, scan: CorpusScan, unit: str) -> Iterator[tuple]:
     block as multiplied and its per-column data for :meth:`CorpusScan.scores` (:func:`_block`)."""
     n, dim = corpus.shape
     direct = corpus.dtype == np.float32 and corpus.flags.c_contiguous and scan.centre is None
-    direct = direct and (scan.distance != "cosine" or scan.scales_columns)
     buffer: list[np.ndarray | None] = [None]  # one reused block, where one is needed
     with progress_bar(n, unit, enabled=scan.progress) as bar:
         for start, stop in block_bounds(n, scan.block):
@@ -562,10 +561,10 @@ def _block(
     step = max(_MIN_BLOCK, -(-(stop - start) // scan.n_threads))
     parts = [(a, min(stop, a + step)) for a in range(start, stop, step)]
 
-    def read(i: int, unit: bool = False) -> tuple:
+    def read(i: int, as_unit: bool = False) -> tuple:
         a, b = parts[i]
         out = None if buffer[0] is None else buffer[0][a - start : b - start]
-        if scan.scales_columns and not unit:
+        if scan.scales_columns and not as_unit:
             rows = np.asarray(corpus[a:b]) if direct else _as_float32(corpus[a:b], out)
             return rows, cosine_scales(rows, a)
         return corpus_block(corpus, a, b, scan.distance, out, scan.centre)
@@ -578,8 +577,6 @@ def _block(
         done = [r for _, r in in_order(lambda i: read(i, True), range(len(parts)), scan.n_threads)]
         return buffer[0][: stop - start], None
     blk = np.asarray(corpus[start:stop]) if direct else buffer[0][: stop - start]
-    if scan.distance == "cosine" and not scan.scales_columns:
-        return blk, None
     return blk, np.concatenate([d[1] for d in done])
 
 
@@ -592,7 +589,9 @@ def _as_float32(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
 def release_pages(corpus: np.ndarray, start: int, stop: int) -> None:
     """Unmap rows ``start:stop`` of a memory-mapped corpus from this process once read: they
     stay in the page cache (the kernel keeps or drops them), but no longer count in the
-    process's resident memory, which then stays that of one block.  Anything else: nothing."""
+    process's resident memory, which then stays that of one block (a float32 reader of other
+    types: of its stored map).  Anything else: nothing."""
+    corpus = getattr(corpus, "stored", corpus)
     mm = getattr(corpus, "_mmap", None)
     if mm is None or not corpus.flags.c_contiguous or stop <= start:
         return
@@ -747,7 +746,7 @@ def _sample_rows(corpus: np.ndarray, scan: CorpusScan, m: int) -> tuple[np.ndarr
         sample -= scan.centre
     sq = np.einsum("ij,ij->i", sample, sample)
     if scan.distance == "cosine":
-        with np.errstate(invalid="ignore"):  # a row too large (inf / inf): the scan refuses it
+        with np.errstate(invalid="ignore"):  # inf elements (inf / inf): the scan refuses them
             np.divide(sample, np.where(sq > 0, np.sqrt(sq), 1)[:, None], out=sample)
     return sample, sq
 
@@ -1414,7 +1413,8 @@ def _near_beats_batched(
     found; the same counts and ties, in the same order (pairs ascending)."""
     # each batch sweeps the rows it reads: a memory-mapped corpus (not in memory itself, and
     # read again from the disk by every sweep under a memory limit) takes larger batches
-    batch = _NEAR_PAIRS * (16 if getattr(corpus, "_mmap", None) is not None else 1)
+    mapped = getattr(getattr(corpus, "stored", corpus), "_mmap", None) is not None
+    batch = _NEAR_PAIRS * (16 if mapped else 1)
     if p.size <= batch:
         return _near_beats(corpus, scan, pairs, p, r)
     per_pair = np.bincount(p, minlength=pairs.query.size)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -95,8 +96,17 @@ class Float32Rows:
         self.rows = rows
         self.shape = tuple(int(v) for v in rows.shape)
         self.dtype = np.dtype(np.float32)
-        self.flags = np.empty((2, 2), np.float32)[:, ::-1].flags  # not C-contiguous: copied
         self.strides = (4 * self.shape[1], 4)
+
+    @property
+    def flags(self) -> Any:
+        """Not C-contiguous: the engine copies each block (a property: flags do not pickle)."""
+        return np.empty((2, 2), np.float32)[:, ::-1].flags
+
+    @property
+    def stored(self) -> np.ndarray:
+        """The rows as stored (a memory map releases its pages through them)."""
+        return self.rows
 
     def __getitem__(self, index: slice | np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):  # beyond float32's range: inf, refused by the scan

@@ -181,6 +181,9 @@ def corpus_search(
         listed = pieces
     sources: list[Any] = list(pieces if client is None else listed)
     if client is not None:  # arrays go to the workers once; paths are opened there
+        # a float32 reader goes as its stored rows: a worker's scan reads them as float32
+        # block by block, and the near documents are decided here, on the float32 rows
+        sources = [s.stored if isinstance(s, Float32Rows) else s for s in sources]
         sources = [client.scatter(s) if isinstance(s, np.ndarray) else s for s in sources]
         progress = False
     return CorpusSearch(docs, pieces, sources, client, progress)
