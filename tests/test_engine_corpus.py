@@ -676,6 +676,23 @@ def test_a_corpus_row_that_is_not_finite_is_refused_by_number(bad):
         )  # fmt: skip
 
 
+@pytest.mark.parametrize("stored", ["memory", "memory-mapped"])
+def test_a_float64_value_beyond_float32_is_refused_by_row(tmp_path, stored):
+    # the corpus is ranked as float32 rows: 1e50 has no float32 value, and the error says so
+    from embedeval.utils.errors import InputError
+
+    corpus = np.ones((6, 4))
+    corpus[4, 2] = 1e50
+    if stored == "memory-mapped":
+        np.save(tmp_path / "c.npy", corpus)
+        corpus = np.load(tmp_path / "c.npy", mmap_mode="r")
+    with pytest.raises(InputError, match=r"corpus row 4 .*beyond about 3\.4e38"):
+        ee.evaluate_qrels(
+            np.float32([[1, 0, 0, 0]]), corpus, {"q": {"0": 1}}, query_ids=["q"],
+            doc_ids=range(6), metrics=["map"], distance="cosine",
+        )  # fmt: skip
+
+
 def test_a_tensor_core_product_widens_the_band_by_its_accumulation_term():
     """A device product that ran on tensor cores (it says so) takes 16 times float32's
     accumulation term: for inner products the band grows by 2 * 15 gamma_{d+1} (1 + 2**-20)

@@ -275,7 +275,8 @@ def _check_finite(sq: np.ndarray, start: int, distance: str) -> None:
     )  # fmt: skip
     raise InputError(
         f"corpus row {row} holds NaN or infinite values{why}; remove, repair or rescale it "
-        "(embeddings must be finite)."
+        "(embeddings must be finite; they are ranked as float32, so a float64 value beyond "
+        "about 3.4e38 counts as infinite)."
     )
 
 
