@@ -13,6 +13,7 @@ import numpy as np
 from benchmarks._common import PeakSampler, Timer, peak_rss_mb, rss_parts_mb
 from benchmarks.bench_qrels import (
     CHUNK,
+    FULL_DEPTH,
     SHALLOW,
     drop_page_cache,
     make_corpus,
@@ -123,9 +124,11 @@ def main() -> None:
         torch_kw = {"backend": "torch", "device": "cpu", "precision": "bf16"}
     if method.startswith("shallow"):
         ee_metrics = list(SHALLOW)
+    if method == "full_depth":
+        ee_metrics = list(FULL_DEPTH)
     if method in (
-        "embedeval", "embedeval_mmap", "embedeval_mmap16", "positives", "torch_bf16", "shallow",
-        "shallow_bf16",
+        "embedeval", "embedeval_mmap", "embedeval_mmap16", "positives", "full_depth",
+        "torch_bf16", "shallow", "shallow_bf16",
     ):  # fmt: skip
         import embedeval as ee
 
@@ -186,8 +189,8 @@ def main() -> None:
                 "precision@10": precision["P@10"],
             }
         elif method in (
-            "embedeval", "embedeval_mmap", "embedeval_mmap16", "torch_bf16", "shallow",
-            "shallow_bf16",
+            "embedeval", "embedeval_mmap", "embedeval_mmap16", "full_depth", "torch_bf16",
+            "shallow", "shallow_bf16",
         ):  # fmt: skip
             with Timer() as t:
                 res = ee.evaluate_qrels(

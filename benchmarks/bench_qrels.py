@@ -44,7 +44,9 @@ anonymous and file-backed parts):
    that path has no cut-offs but ``precision_at_k``) and ``precision_at_10``.
 7. ``torch_bf16``  ``embedeval`` with ``backend="torch", device="cpu", precision="bf16"``: the
    product of bfloat16 copies filters, the band it needs is re-scored in float64 (same values).
-8. ``shallow``, ``shallow_bf16``  nDCG@10, MRR@10 and P@10 only (depth 10), numpy, then the
+8. ``full_depth``  ``evaluate_qrels`` with trec_eval's uncut ``ndcg`` and ``map`` (every
+   relevant document's rank in the whole corpus) beside nDCG@10 and MRR@10.
+9. ``shallow``, ``shallow_bf16``  nDCG@10, MRR@10 and P@10 only (depth 10), numpy, then the
    torch CPU backend's bfloat16 filter (what ``precision="auto"`` takes at that depth on a CPU
    with AVX512-BF16 or AMX).  PyTorch is imported before the timing.
 
@@ -85,12 +87,15 @@ CASES = (
     "embedeval_mmap",
     "embedeval_mmap16",
     "positives",
+    "full_depth",
     "torch_bf16",
     "shallow",
     "shallow_bf16",
 )
 #: The shallow cases' metrics: what a BEIR / MTEB leaderboard reports first.
 SHALLOW = ["ndcg@10", "mrr@10", "precision@10"]
+#: The full_depth case's metrics: trec_eval's uncut ``ndcg`` and ``map`` beside two shallow ones.
+FULL_DEPTH = ["ndcg", "map", "ndcg@10", "mrr@10"]
 TARGETS = {
     "time / product": 1.3,
     "time / faiss": 0.65,
@@ -388,7 +393,7 @@ def report(rows: dict[str, dict], corpus_mb: float, depth: int, limited: dict | 
             print(f"{case:<24} " + ", ".join(f"{k}={v:.6f}" for k, v in other.items()))
     ref = rows.get("faiss", {}).get("values")
     for case in ("beir", "embedeval", "embedeval_mmap", "embedeval_mmap16", "positives",
-                 "torch_bf16", "shallow", "shallow_bf16"):  # fmt: skip
+                 "full_depth", "torch_bf16", "shallow", "shallow_bf16"):  # fmt: skip
         vals = rows.get(case, {}).get("values")
         common = [n for n in names if ref and vals and n in vals]
         if common:
@@ -426,7 +431,7 @@ def report(rows: dict[str, dict], corpus_mb: float, depth: int, limited: dict | 
             ok = "met" if r["peak_mb"] <= cap else "MISSED"
             parts.append(f"peak RSS {r['peak_mb']:.0f} MB (target <= {cap:.0f}: {ok})")
         print(f"  {case}: " + "; ".join(parts))
-    for case in ("torch_bf16", "shallow", "shallow_bf16"):
+    for case in ("full_depth", "torch_bf16", "shallow", "shallow_bf16"):
         r, o = rows.get(case, {}), rows.get("product", {})
         if "seconds" in r and "seconds" in o:
             x, cap = _x_product(r, o), TARGETS["bf16 time / product"]

@@ -9,7 +9,7 @@ import pytest
 import embedeval as ee
 from embedeval.utils.errors import InputError
 
-from .oracle import pytrec_measure
+from .oracle import fixed_order_keys, pytrec_measure
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
@@ -206,6 +206,111 @@ def test_index_ties_against_brute_force_oracle(seed):
     ):
         got = {q: res.per_query[ours][i] for i, q in enumerate(qids) if q in qrels}
         assert got == pytest.approx(expected[theirs], abs=1e-12)
+
+
+def float64_oracle_ranks(queries, corpus, query_ids, doc_ids, qrels, distance):
+    """Rank of each judged doc by (fixed-order float64 key, row), one query at a time."""
+    out = {}
+    for i, qid in enumerate(query_ids):
+        if qid in qrels:
+            keys = fixed_order_keys(queries[i], corpus, distance)
+            order = np.lexsort((np.arange(len(doc_ids)), keys))
+            position = {doc_ids[j]: r + 1 for r, j in enumerate(order.tolist())}
+            out[qid] = {d: position.get(d) for d in qrels[qid]}
+    return out
+
+
+def growing_norms_case(seed):
+    """Euclidean rows whose norms grow block by block (blocks of 150: the band grows with
+    them; the queries are short), exact copies, and twins one ulp apart in the last block."""
+    rng = np.random.default_rng(seed)
+    n, dim = 600, 6
+    scale = np.repeat(np.float32([0.01, 1, 30, 1000]), n // 4)[:, None]
+    corpus = (rng.standard_normal((n, dim)) * scale).astype(np.float32)
+    src = rng.choice(n, 60)
+    corpus[src // 150 * 150 + rng.integers(0, 150, 60)] = corpus[src]  # copies, same block
+    # twins in the last block (the largest norms), one ulp apart in a coordinate that every
+    # query shares with them: their distances differ by far less than float32 resolves there
+    twins = 450 + rng.choice(150, 40, replace=False)
+    corpus[twins[:20], 0] = 1
+    corpus[twins[20:]] = corpus[twins[:20]]
+    corpus[twins[20:], 0] = np.nextafter(np.float32(1), np.float32(2))
+    queries = (rng.standard_normal((30, dim)) * 0.01).astype(np.float32)
+    queries[:, 0] = 1
+    queries[:5] = corpus[twins[:5]]  # a query at a row: its one-ulp neighbour ties in float32
+    dids = [f"d{j}" for j in range(n)]
+    qids = [f"q{i}" for i in range(30)]
+    qrels = {}
+    for i, qid in enumerate(qids):
+        docs = rng.choice(n, 12, replace=False).tolist()
+        t = i if i < 5 else int(rng.integers(0, 20))  # a pair of twins judged
+        docs[:2] = [int(twins[20 + t]), int(twins[t])]
+        grades = rng.integers(0, 3, 12)
+        grades[0] = max(grades[0], 1)
+        qrels[qid] = {dids[j]: int(g) for j, g in zip(docs, grades, strict=True)}
+    return queries, corpus, qids, dids, qrels
+
+
+def _count_passes(monkeypatch):
+    from embedeval.engine import corpus as engine
+
+    passes = []
+    original = engine._blocks
+
+    def counted(*args, **kwargs):
+        passes.append(args[2])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "_blocks", counted)
+    return passes
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_full_depth_ranks_counted_in_the_one_pass(seed, monkeypatch):
+    """Full-depth metrics on a whole corpus read it once: the top pass also counts what beats
+    every judged document; the ranks are the float64 ones (ties by row)."""
+    queries, corpus, qids, dids, qrels = growing_norms_case(seed)
+    passes = _count_passes(monkeypatch)
+    res = ee.evaluate_qrels(
+        queries, corpus, qrels, query_ids=qids, doc_ids=dids, distance="euclidean",
+        metrics=["precision@5", "recall@5", "mrr", "map"], block_size=150, n_threads=2,
+    )  # fmt: skip
+    assert len(passes) == 1
+    ranks = float64_oracle_ranks(queries, corpus, qids, dids, qrels, "euclidean")
+    expected = oracle_values(ranks, qrels, 5)
+    for ours, theirs in (("precision@5", "precision"), ("recall@5", "recall"),
+                         ("mrr", "mrr"), ("map", "map")):  # fmt: skip
+        got = {q: res.per_query[ours][i] for i, q in enumerate(qids)}
+        assert got == pytest.approx(expected[theirs], abs=1e-12), ours
+
+
+def test_full_depth_counts_survive_a_second_top_pass(monkeypatch):
+    """A floor too high for some queries scans their chunks again for the top lists; what
+    beats each judged document was counted in the first pass and is not counted twice."""
+    from embedeval.engine import corpus as engine
+
+    queries, corpus, qids, dids, qrels = growing_norms_case(2)
+    original = engine.sample_floor
+
+    def too_high(corpus_, scan, size=4096):
+        floor = np.asarray(original(corpus_, scan, size), dtype=np.float32).copy()
+        floor[::3] = np.float32(1e30)  # above every score: those queries find nothing
+        return floor
+
+    monkeypatch.setattr(engine, "sample_floor", too_high)
+    passes = _count_passes(monkeypatch)
+    res = ee.evaluate_qrels(
+        queries, corpus, qrels, query_ids=qids, doc_ids=dids, distance="inner_product",
+        metrics=["precision@5", "map"], block_size=150, n_threads=2,
+    )  # fmt: skip
+    assert len(passes) == 2
+    expected = oracle_values(
+        float64_oracle_ranks(queries, corpus, qids, dids, qrels, "inner_product"), qrels, 5
+    )
+    got = {q: res.per_query["map"][i] for i, q in enumerate(qids)}
+    assert got == pytest.approx(expected["map"], abs=1e-12)
+    got = {q: res.per_query["precision@5"][i] for i, q in enumerate(qids)}
+    assert got == pytest.approx(expected["precision"], abs=1e-12)
 
 
 def test_run_lists_against_brute_force_oracle():

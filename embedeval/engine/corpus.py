@@ -39,7 +39,8 @@ depend on block shapes or threads.
 2. :func:`scan_ranks` gives the exact rank of chosen pairs beyond the top-depth: their scores
    bounded in float64 first (:func:`score_bounds`), it counts, per block, the documents
    scoring more than half the band above each pair's bounds, and re-scores in float64 only
-   those within half the band of them.
+   those within half the band of them.  The counting (:class:`BeatCounter`) can also ride on
+   :func:`scan_top`'s own pass, from the same products: one read of the corpus for both.
 
 Excluded pairs (a query's own id, user exclusion lists) get a NaN score: never a candidate,
 never counted.
@@ -73,6 +74,7 @@ from .threads import default_threads, in_order, single_threaded_blas
 
 __all__ = [
     "EMPTY",
+    "BeatCounter",
     "CorpusScan",
     "Pairs",
     "band_population",
@@ -799,11 +801,14 @@ def scan_top(
     scan: CorpusScan,
     pairs: Pairs | None = None,
     floor: np.ndarray | None = None,
+    counter: BeatCounter | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each query's candidates for its float64 top ``depth`` as ``(query, code)`` (query
     ascending, codes ascending within a query), and the float32 scores of ``pairs`` (NaN
     where excluded).  :func:`decide_top` orders the candidates, :func:`candidate_ranks` ranks
-    chosen documents among them.
+    chosen documents among them.  A ``counter`` (:class:`BeatCounter`) also counts, from the
+    same products, what beats its pairs anywhere in the ranking (full-depth metrics: one pass
+    over the corpus instead of two).
 
     Candidates are the float32 scores at or above the larger of the query's ``floor`` (default
     :func:`sample_floor`) and its depth-th score so far, *lowered by the band* ``2 B_q``
@@ -823,9 +828,10 @@ def scan_top(
     pairs.group(scan.chunk, scan.n_chunks)
     pair_scores = np.full(pairs.query.size, np.nan, dtype=np.float32)
     floor = sample_floor(corpus, scan) if floor is None else floor
-    tops = _scan_chunks(corpus, scan, pairs, pair_scores, floor, range(scan.n_chunks))
+    tops = _scan_chunks(corpus, scan, pairs, pair_scores, floor, range(scan.n_chunks), counter)
     short = [c for c, t in tops.items() if np.any((_cutoff(t.top) < t.floor) & (t.floor > -np.inf))]
     if short:  # the floor was too high for some query (rare): those chunks again, exactly
+        # (the counter has counted every block already: not again)
         lowest = np.full_like(floor, -np.inf)
         tops.update(_scan_chunks(corpus, scan, pairs, pair_scores, lowest, short))
 
@@ -845,8 +851,9 @@ def _scan_chunks(
     pair_scores: np.ndarray,
     floor: np.ndarray,
     chunks: Sequence[int],
+    counter: BeatCounter | None = None,
 ) -> dict[int, _ChunkTop]:
-    """One pass over the corpus for the given query chunks."""
+    """One pass over the corpus for the given query chunks (and the ``counter``'s pairs)."""
     n_q = scan.queries.shape[0]
     tops = {}
     for c in chunks:
@@ -855,6 +862,8 @@ def _scan_chunks(
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs"):
             band = scan.band()  # this block's rows included
+            if counter is not None:
+                counter.widen(band)
 
             def work(c: int, start=start, blk=blk, norms=norms, band=band) -> None:
                 tops[c].widen(band[c * scan.chunk : (c + 1) * scan.chunk])
@@ -862,6 +871,8 @@ def _scan_chunks(
                     with scan.scores(c, part, sq, a) as s:
                         p = pairs.in_block(c, a, a + part.shape[0])
                         pair_scores[p] = s[pairs.query[p] - c * scan.chunk, pairs.row[p] - a]
+                        if counter is not None:
+                            counter.count(c, s, a)
                         # flat indices: 2-D np.nonzero is ~15x slower on a sparse mask
                         at = np.flatnonzero(s >= tops[c].cut[:, None])
                         r, col = np.divmod(at, s.shape[1])
@@ -1183,52 +1194,86 @@ def scan_ranks(
     return beats + wins + 1
 
 
+class BeatCounter:
+    """Per pair, the documents that certainly beat it and its *near* documents, counted block
+    by block during a pass over the corpus (:func:`count_beats`, or :func:`scan_top`'s own
+    pass: one product per block for both).  ``bounds``: float64 ``(lo, hi)`` around each
+    pair's exact score (:func:`score_bounds`).
+
+    A document beats a pair for certain when its float32 score is more than half the band
+    (:meth:`CorpusScan.band`: it holds two scores' errors, and the pair's own is in its
+    bounds) above the pair's upper bound; it is near when its score lies within half the band
+    of the bounds.  The band is that of the rows read so far (:meth:`widen`, once per block,
+    before the block's work): the errors of this block's scores are within it."""
+
+    def __init__(self, scan: CorpusScan, pairs: Pairs, bounds: tuple[np.ndarray, np.ndarray]):
+        self.scan, self.pairs, self.bounds = scan, pairs, bounds
+        self.beats = np.zeros(pairs.query.size, dtype=np.int64)
+        self.order = np.lexsort((np.arange(pairs.query.size), pairs.query))
+        self.q_sorted = pairs.query[self.order]
+        self.hi = self.lo = np.zeros(0)
+        self.near: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def widen(self, band: np.ndarray) -> None:
+        """Thresholds for the next block, from the band of every row read so far."""
+        half = (band[self.pairs.query] + self.scan.underflow) / 2
+        self.hi, self.lo = widen(self.bounds[1], half), widen_down(self.bounds[0], half)
+
+    def count(self, c: int, s: np.ndarray, first: int) -> None:
+        """Count the scores ``s`` of query chunk ``c`` against corpus rows ``first ...``
+        (threads may count other chunks at the same time)."""
+        chunk = self.scan.chunk
+        a, b = np.searchsorted(self.q_sorted, [c * chunk, (c + 1) * chunk])
+        if a == b:
+            return
+        idx, qs = self.order[a:b], self.q_sorted[a:b] - c * chunk
+        rows = self.pairs.row[idx]
+        own = ((rows >= first) & (rows < first + s.shape[1])).astype(np.int64)
+        above, _, at, col = _count_passing(s, self.hi[idx], self.lo[idx], qs, own)
+        self.beats[idx] += above
+        self.near.append((idx[at], first + col))  # near another document than itself
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(beats, p, r)``: per pair the certain beats, and the near ``(pair, row)``."""
+        p = np.concatenate([np.zeros(0, np.int64), *[n[0] for n in self.near]])
+        r = np.concatenate([np.zeros(0, np.int64), *[n[1] for n in self.near]])
+        self.near.clear()  # the parts, now in p and r
+        return self.beats, p, r
+
+
 def count_beats(
     corpus: np.ndarray,
     scan: CorpusScan,
     pairs: Pairs,
     bounds: tuple[np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pass of :func:`scan_ranks` over the corpus: per pair, the documents whose float32
-    score is more than half the band above its bounds (certainly better), and ``(pair, row)``
-    of the *near* documents, which :func:`near_wins` decides in float64.  A corpus in shards
-    counts shard by shard and decides the near documents of every shard together, as one
-    scan would (the tie of positive multiples takes the key of the group's smallest row)."""
+    """The pass of :func:`scan_ranks` over the corpus (:class:`BeatCounter`): per pair, the
+    documents whose float32 score is more than half the band above its bounds (certainly
+    better), and ``(pair, row)`` of the *near* documents, which :func:`near_wins` decides in
+    float64.  A corpus in shards counts shard by shard and decides the near documents of
+    every shard together, as one scan would (the tie of positive multiples takes the key of
+    the group's smallest row)."""
     if scan.m_sq == 0.0 and scan.distance != "cosine":  # no pass has measured the corpus yet
         measure_norms(corpus, scan)
-    beats = np.zeros(pairs.query.size, dtype=np.int64)
-    order = np.lexsort((np.arange(pairs.query.size), pairs.query))
-    q_sorted = pairs.query[order]
-    # the band holds two scores' errors; only the document's own is left: half of it
-    half = (scan.band()[pairs.query] + scan.underflow) / 2
-    hi, lo = widen(bounds[1], half), widen_down(bounds[0], half)
-    near: list[tuple[np.ndarray, np.ndarray]] = []
+    counter = BeatCounter(scan, pairs, bounds)
+    counter.widen(scan.band())
 
     def work(c: int, start: int, blk: np.ndarray, norms: np.ndarray | None) -> None:
-        a, b = np.searchsorted(q_sorted, [c * scan.chunk, (c + 1) * scan.chunk])
-        if a == b:
-            return
-        idx, qs = order[a:b], q_sorted[a:b] - c * scan.chunk
         for first, part, sq in scan.parts(start, blk, norms):
             with scan.scores(c, part, sq, first) as s:
-                own = (pairs.row[idx] >= first) & (pairs.row[idx] < first + part.shape[0])
-                above, _, at, col = _count_passing(s, hi[idx], lo[idx], qs, own.astype(np.int64))
-                beats[idx] += above
-                near.append((idx[at], first + col))  # near another document than itself
+                counter.count(c, s, first)
 
+    chunks = np.unique(pairs.query // scan.chunk).tolist()
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs (ranks)"):
             for _ in in_order(
                 lambda c, start=start, blk=blk, norms=norms: work(c, start, blk, norms),
-                range(scan.n_chunks),
+                chunks,
                 scan.n_threads,
             ):
                 pass
     scan.release_buffers()
-    p = np.concatenate([np.zeros(0, np.int64), *[n[0] for n in near]])
-    r = np.concatenate([np.zeros(0, np.int64), *[n[1] for n in near]])
-    near.clear()  # the parts, now in p and r
-    return beats, p, r
+    return counter.result()
 
 
 def near_wins(

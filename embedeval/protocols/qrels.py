@@ -21,12 +21,14 @@ import numpy as np
 
 from ..engine.corpus import (
     DISTANCES,
+    BeatCounter,
     CorpusScan,
     Pairs,
     band_population,
     candidate_ranks,
     corpus_centre,
     decide_top,
+    near_wins,
     numpy_product,
     prepare_queries,
     score_bounds,
@@ -369,6 +371,35 @@ def _depth(parsed: list[IRMetric], run_depth: int | None) -> tuple[int, bool]:
 
 
 # --------------------------------------------------------------------------- ranks
+def _full_counter(
+    search: CorpusSearch, scan: CorpusScan, judged: _Judgments, level: int
+) -> tuple[np.ndarray, BeatCounter] | None:
+    """For full-depth metrics on a corpus scanned whole: the judged documents a full-depth
+    metric reads (in the corpus, a grade of at least ``min(level, 1)``) and a counter of what
+    beats each of them, which the top pass feeds from its own products (one pass over the
+    corpus, not two); None for a corpus in shards (a second pass counts shard by shard)."""
+    if not search.whole:
+        return None
+    at = np.flatnonzero((judged.rows >= 0) & (judged.grades >= min(level, 1)))
+    pairs = Pairs(judged.query[at], judged.rows[at])
+    return at, BeatCounter(scan, pairs, score_bounds(search.rows, scan, pairs))
+
+
+def _counted_ranks(
+    search: CorpusSearch, scan: CorpusScan, counted: tuple[np.ndarray, BeatCounter], idx: np.ndarray
+) -> np.ndarray:
+    """Ranks of the judged documents ``idx`` (among the counter's) from the counts of the top
+    pass: 1 + the certain beats + the near documents that beat them in float64."""
+    at, counter = counted
+    beats, p, r = counter.result()
+    pos = np.searchsorted(at, idx)
+    wanted = np.zeros(at.size, dtype=bool)
+    wanted[pos] = True
+    keep = wanted[p]  # the near documents of the pairs ranked in the top lists: not needed
+    wins = near_wins(search.rows, scan, counter.pairs, p[keep], r[keep])
+    return 1 + beats[pos] + wins[pos]
+
+
 def _ranks(
     search: CorpusSearch,
     scan: CorpusScan,
@@ -377,9 +408,11 @@ def _ranks(
     pair_scores: np.ndarray,
     full: bool,
     level: int,
+    counted: tuple[np.ndarray, BeatCounter] | None = None,
 ) -> np.ndarray:
     """The 1-based rank of each judged document (NOT_RANKED: not retrieved or beyond depth):
-    within the top lists (:func:`candidate_ranks`), else (full-depth metrics)
+    within the top lists (:func:`candidate_ranks`), else (full-depth metrics) from the counts
+    of the top pass (``counted``: :func:`_full_counter`) or
     :func:`~embedeval.engine.corpus.scan_ranks` (shard by shard when sharded)."""
     q = judged.query
     ranks = np.full(q.size, NOT_RANKED, dtype=np.int64)
@@ -394,8 +427,11 @@ def _ranks(
         beyond &= judged.grades >= min(level, 1)
         idx = np.flatnonzero(beyond)
         if idx.size:
-            pairs = Pairs(q[idx], judged.rows[idx])
-            ranks[idx] = search.beyond(scan, pairs, score_bounds(search.rows, scan, pairs))
+            if counted is not None:
+                ranks[idx] = _counted_ranks(search, scan, counted, idx)
+            else:
+                pairs = Pairs(q[idx], judged.rows[idx])
+                ranks[idx] = search.beyond(scan, pairs, score_bounds(search.rows, scan, pairs))
     return ranks
 
 
@@ -580,9 +616,10 @@ def evaluate_qrels(
         scan = replace(scan, product=fallback[0], precision=fallback[1])
     search = corpus_search(docs, pieces, shards, client, progress)
     pairs = Pairs(judged.query, np.maximum(judged.rows, 0))
-    cand_q, cand_codes, pair_scores = search.top(scan, pairs)
+    counted = _full_counter(search, scan, judged, level) if full else None
+    cand_q, cand_codes, pair_scores = search.top(scan, pairs, counted and counted[1])
     pair_scores[judged.rows < 0] = np.nan
-    ranks = _ranks(search, scan, judged, (cand_q, cand_codes), pair_scores, full, level)
+    ranks = _ranks(search, scan, judged, (cand_q, cand_codes), pair_scores, full, level, counted)
     values = judged_metric_values(
         parsed, judged.lims, ranks, judged.grades, relevance_level=level, gain=gain
     )

@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.corpus import CorpusScan, Pairs, near_wins, scan_ranks, scan_top
+from ..engine.corpus import (
+    BeatCounter,
+    CorpusScan,
+    Pairs,
+    near_wins,
+    scan_ranks,
+    scan_top,
+)
 from ..engine.corpus_shards import (
     Float32Rows,
     ShardPlan,
@@ -63,11 +70,21 @@ class CorpusSearch:
     def offsets(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum([p.shape[0] for p in self.pieces])])
 
-    def top(self, scan: CorpusScan, pairs: Pairs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:func:`~embedeval.engine.corpus.scan_top` of the whole corpus; sharded: each shard's,
-        merged, and ``scan.m_sq`` raised to cover every shard's rows."""
-        if self.client is None and len(self.pieces) == 1:
-            return scan_top(self.rows, scan, pairs)
+    @property
+    def whole(self) -> bool:
+        """Whether the corpus is scanned whole, here (not in shards)."""
+        return self.client is None and len(self.pieces) == 1
+
+    def top(
+        self, scan: CorpusScan, pairs: Pairs, counter: BeatCounter | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`~embedeval.engine.corpus.scan_top` of the whole corpus (counting for
+        ``counter`` in the same pass, which only a :attr:`whole` corpus takes); sharded: each
+        shard's, merged, and ``scan.m_sq`` raised to cover every shard's rows."""
+        if self.whole:
+            return scan_top(self.rows, scan, pairs, counter=counter)
+        if counter is not None:
+            raise ValueError("a corpus in shards counts its ranks in its own pass (beyond)")
         plan, ends = ShardPlan.of(scan, self.progress), _ends(self.offsets)
         inside = [np.flatnonzero((pairs.row >= a) & (pairs.row < b)) for a, b in ends]
         jobs = [
@@ -89,7 +106,7 @@ class CorpusSearch:
         against the pair's row gathered from its own, and the near documents of every shard
         decided here together (:func:`~embedeval.engine.corpus.near_wins`), as one scan
         decides them."""
-        if self.client is None and len(self.pieces) == 1:
+        if self.whole:
             return scan_ranks(self.rows, scan, pairs, bounds)
         plan, jobs = ShardPlan.of(scan, self.progress), []
         for i, ((a, b), src) in enumerate(zip(_ends(self.offsets), self.sources, strict=True)):
