@@ -265,17 +265,18 @@ def _count_passes(monkeypatch):
     return passes
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_full_depth_ranks_counted_in_the_one_pass(seed, monkeypatch):
-    """Full-depth metrics on a whole corpus read it once: the top pass also counts what beats
-    every judged document; the ranks are the float64 ones (ties by row)."""
+@pytest.mark.parametrize(("seed", "shards"), [(0, None), (1, None), (0, 3), (1, 2)])
+def test_full_depth_ranks_counted_in_the_one_pass(seed, shards, monkeypatch):
+    """Full-depth metrics read the corpus (each shard) once: the top pass also counts what
+    beats every judged document; the ranks are the float64 ones (ties by row)."""
     queries, corpus, qids, dids, qrels = growing_norms_case(seed)
     passes = _count_passes(monkeypatch)
     res = ee.evaluate_qrels(
         queries, corpus, qrels, query_ids=qids, doc_ids=dids, distance="euclidean",
         metrics=["precision@5", "recall@5", "mrr", "map"], block_size=150, n_threads=2,
+        shards=shards,
     )  # fmt: skip
-    assert len(passes) == 1
+    assert len(passes) == (shards or 1)
     ranks = float64_oracle_ranks(queries, corpus, qids, dids, qrels, "euclidean")
     expected = oracle_values(ranks, qrels, 5)
     for ours, theirs in (("precision@5", "precision"), ("recall@5", "recall"),

@@ -10,14 +10,13 @@ centre; only the bound on the shard's row norms (``m_sq``) is its own.
   candidates.  The union of the shards' candidates (codes carry the global tie key) is then
   decided in float64 by :func:`~.corpus.decide_top` / :func:`~.corpus.candidate_ranks` under
   a band covering every shard's rows: the same float64 order, hence the same lists and ranks.
-* Ranks beyond the top: the documents that certainly beat a judged document (more than the
-  band above it) are counted shard by shard (:func:`~.corpus.count_beats`) and summed; the
-  judged document's own row may lie in another shard, so those rows are gathered first and
-  read after the shard's own rows (:class:`StackedRows`).  The *near* documents of every
-  shard are then decided together in float64 (:func:`~.corpus.near_wins`), as one scan
-  decides them: positive multiples of a row tie under the key of the group's smallest row,
-  which may lie in another shard than the one holding the others.  The band of every shard
-  covers the largest row norm of the whole corpus.
+* Ranks beyond the top (full-depth metrics): in the same pass, each shard counts the
+  documents that certainly beat a judged document (more than the band above it; the judged
+  document's own row may lie in another shard) with :class:`~.corpus.BeatCounter`, and the
+  counts are summed.  The *near* documents of every shard are then decided together in
+  float64 (:func:`~.corpus.near_wins`), as one scan decides them: positive multiples of a
+  row tie under the key of the group's smallest row, which may lie in another shard than the
+  one holding the others.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .corpus import CorpusScan, Pairs, count_beats, scan_top
+from .corpus import BeatCounter, CorpusScan, Pairs, scan_top
 
 __all__ = [
     "Float32Rows",
@@ -36,8 +35,6 @@ __all__ = [
     "StackedRows",
     "float32_rows",
     "merge_candidates",
-    "shard_pairs",
-    "shard_ranks",
     "shard_top",
 ]
 
@@ -155,14 +152,12 @@ class ShardPlan:
             scan.n_threads, progress,
         )  # fmt: skip
 
-    def piece(self, start: int, stop: int, gather: np.ndarray | None = None) -> ShardPlan:
-        """The plan of corpus rows ``start:stop``: their tie keys (then those of the ``gather``
-        rows, read after them: :func:`shard_pairs`) and exclusions, rows local."""
+    def piece(self, start: int, stop: int) -> ShardPlan:
+        """The plan of corpus rows ``start:stop``: their tie keys and exclusions, rows local."""
         sel = (self.excluded_row >= start) & (self.excluded_row < stop)
-        keys = self.keys[start:stop]
         return replace(
             self,
-            keys=keys if gather is None else np.concatenate([keys, self.keys[gather]]),
+            keys=self.keys[start:stop],
             excluded_query=self.excluded_query[sel],
             excluded_row=self.excluded_row[sel] - start,
         )
@@ -178,14 +173,41 @@ class ShardPlan:
 
 
 def shard_top(
-    plan: ShardPlan, shard: np.ndarray, query: np.ndarray, row: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    plan: ShardPlan,
+    shard: np.ndarray,
+    query: np.ndarray,
+    row: np.ndarray,
+    counted: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> tuple:
     """One shard's :func:`~.corpus.scan_top`: its candidates ``(query, code)``, the float32
-    scores of the pairs ``(query, row)`` (rows local to the shard), and the bound ``m_sq`` on
-    its rows' squared norms."""
+    scores of the pairs ``(query, row)`` (rows local to the shard), the bound ``m_sq`` on its
+    rows' squared norms, and, for the pairs ``counted = (query, local row, lo, hi)`` (a row
+    of another shard: outside ``0 .. n - 1``; ``lo``/``hi`` bound the pairs' exact scores), the
+    shard's documents
+    that certainly beat each and ``(pair, local row)`` of its near documents, counted from the
+    same products (:class:`~.corpus.BeatCounter`; None when nothing is counted), which the
+    caller sums and decides with every other shard's (:func:`~.corpus.near_wins`).
+
+    >>> from .corpus import tie_keys
+    >>> corpus = np.float32([[3, 0], [1, 0], [2, 0], [1, 0]])  # query [1, 0]: rows 0, 2, 1, 3
+    >>> scan = CorpusScan(np.float32([[1, 0]]), None, "inner_product", 1,
+    ...                   tie_keys(None, 4, "index"), Pairs(np.zeros(0, int), np.zeros(0, int)))
+    >>> plan, none = ShardPlan.of(scan, False), np.zeros(0, int)
+    >>> exact = (np.array([1.0]), np.array([1.0]))  # bounds of row 3's score, 1 exactly
+    >>> for a, b, local in [(0, 2, -1), (2, 4, 1)]:  # rows 0 and 2 beat row 3; row 1 ties it
+    ...     out = shard_top(plan.piece(a, b), corpus[a:b], none, none,
+    ...                     (np.array([0]), np.array([local]), *exact))
+    ...     beats, p, r = out[4]
+    ...     print(beats.tolist(), (a + r).tolist())
+    [1] [1]
+    [1] []
+    """
     scan = plan.scan()
-    cand_q, codes, scores = scan_top(shard, scan, Pairs(query, row))
-    return cand_q, codes, scores, scan.m_sq
+    counter = None
+    if counted is not None:
+        counter = BeatCounter(scan, Pairs(counted[0], counted[1]), (counted[2], counted[3]))
+    cand_q, codes, scores = scan_top(shard, scan, Pairs(query, row), counter=counter)
+    return cand_q, codes, scores, scan.m_sq, None if counter is None else counter.result()
 
 
 def merge_candidates(
@@ -201,53 +223,3 @@ def merge_candidates(
     codes = np.concatenate([p[1] for p in parts])
     order = np.lexsort((codes, query))
     return query[order], codes[order]
-
-
-def shard_pairs(rows: np.ndarray, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of a shard ``start:stop`` as the shard's :class:`StackedRows` reads them: a row of
-    the shard at its local index, any other after the shard's rows, in the order of the
-    returned global rows to gather (ascending, unique).
-
-    >>> local, gather = shard_pairs(np.array([5, 1, 6, 1]), 4, 7)
-    >>> local.tolist(), gather.tolist()
-    ([1, 3, 2, 3], [1])
-    """
-    inside = (rows >= start) & (rows < stop)
-    gather = np.unique(rows[~inside])
-    local = np.where(inside, rows - start, (stop - start) + np.searchsorted(gather, rows))
-    return local, gather
-
-
-def shard_ranks(
-    plan: ShardPlan,
-    shard: np.ndarray,
-    gathered: np.ndarray,
-    pairs: tuple[np.ndarray, np.ndarray],
-    bounds: tuple[np.ndarray, np.ndarray],
-    m_sq: float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per pair ``(query, local row)`` (:func:`shard_pairs`), the number of the shard's documents
-    that certainly beat it in the float64 ranking, and ``(pair, local row)`` of the shard's
-    near documents (:func:`~.corpus.count_beats`; ``bounds`` of the pairs' exact scores,
-    :func:`~.corpus.score_bounds`), which the caller decides with every other shard's
-    (:func:`~.corpus.near_wins` over the whole corpus: the tie of positive multiples takes
-    the key of the group's smallest row, which may lie in another shard).  ``gathered``
-    holds the pairs' rows from other shards, ``m_sq`` bounds every row norm of the corpus.
-
-    >>> from .corpus import tie_keys
-    >>> corpus = np.float32([[3, 0], [1, 0], [2, 0], [1, 0]])  # query [1, 0]: rows 0, 2, 1, 3
-    >>> scan = CorpusScan(np.float32([[1, 0]]), None, "inner_product", 1,
-    ...                   tie_keys(None, 4, "index"), Pairs(np.zeros(0, int), np.zeros(0, int)))
-    >>> plan, rows = ShardPlan.of(scan, False), np.array([3])
-    >>> exact = (np.array([1.0]), np.array([1.0]))  # bounds of row 3's score, 1 exactly
-    >>> for a, b in [(0, 2), (2, 4)]:  # rows 0 and 2 beat row 3; row 1 ties it (near)
-    ...     local, gather = shard_pairs(rows, a, b)
-    ...     beats, p, r = shard_ranks(plan.piece(a, b, gather), corpus[a:b], corpus[gather],
-    ...                               (np.array([0]), local), exact, 9.0)
-    ...     print(beats.tolist(), (a + r).tolist())
-    [1] [1]
-    [1] []
-    """
-    rows = StackedRows([shard, gathered], shard.shape[0])
-    scan = plan.scan(m_sq)
-    return count_beats(rows, scan, Pairs(*pairs), bounds)

@@ -249,19 +249,21 @@ class QrelsResult(EvaluationResult):
 
 
 # --------------------------------------------------------------------------- inputs
-def _ids(ids: Any, n: int, name: str, rows: str) -> list[str]:
-    """Ids as strings, one per row, unique."""
+def _ids(ids: Any, n: int, name: str, rows: str) -> tuple[list[str], dict[str, int]]:
+    """Ids as strings, one per row, unique; and the row of each id (one dictionary serves
+    both: building it is most of the cost for millions of ids)."""
     if ids is None:
         raise InputError(f"{name} is required: one id per {rows} row, e.g. {name}=['1', '2', ...].")
     arr = host_array(ids)
     out = list(map(str, arr.tolist() if isinstance(arr, np.ndarray) else arr))
     if len(out) != n:
         raise InputError(f"{name} has {len(out)} ids but there are {n} {rows} rows; give one each.")
-    if len(set(out)) != len(out):
+    index = dict(zip(out, range(n), strict=True))
+    if len(index) != n:
         seen: set[str] = set()
         dup = next(v for v in out if v in seen or seen.add(v))
         raise InputError(f"{name} holds {dup!r} more than once; ids must be unique.")
-    return out
+    return out, index
 
 
 def _corpus(corpus: Any) -> np.ndarray | Float32Rows:
@@ -373,13 +375,10 @@ def _depth(parsed: list[IRMetric], run_depth: int | None) -> tuple[int, bool]:
 # --------------------------------------------------------------------------- ranks
 def _full_counter(
     search: CorpusSearch, scan: CorpusScan, judged: _Judgments, level: int
-) -> tuple[np.ndarray, BeatCounter] | None:
-    """For full-depth metrics on a corpus scanned whole: the judged documents a full-depth
-    metric reads (in the corpus, a grade of at least ``min(level, 1)``) and a counter of what
-    beats each of them, which the top pass feeds from its own products (one pass over the
-    corpus, not two); None for a corpus in shards (a second pass counts shard by shard)."""
-    if not search.whole:
-        return None
+) -> tuple[np.ndarray, BeatCounter]:
+    """For full-depth metrics: the judged documents a full-depth metric reads (in the corpus,
+    a grade of at least ``min(level, 1)``) and a counter of what beats each of them, which
+    the top pass feeds from its own products (one pass over the corpus, or over each shard)."""
     at = np.flatnonzero((judged.rows >= 0) & (judged.grades >= min(level, 1)))
     pairs = Pairs(judged.query[at], judged.rows[at])
     return at, BeatCounter(scan, pairs, score_bounds(search.rows, scan, pairs))
@@ -406,14 +405,12 @@ def _ranks(
     judged: _Judgments,
     candidates: tuple[np.ndarray, np.ndarray],
     pair_scores: np.ndarray,
-    full: bool,
     level: int,
-    counted: tuple[np.ndarray, BeatCounter] | None = None,
+    counted: tuple[np.ndarray, BeatCounter] | None,
 ) -> np.ndarray:
     """The 1-based rank of each judged document (NOT_RANKED: not retrieved or beyond depth):
     within the top lists (:func:`candidate_ranks`), else (full-depth metrics) from the counts
-    of the top pass (``counted``: :func:`_full_counter`) or
-    :func:`~embedeval.engine.corpus.scan_ranks` (shard by shard when sharded)."""
+    of the top pass (``counted``: :func:`_full_counter`)."""
     q = judged.query
     ranks = np.full(q.size, NOT_RANKED, dtype=np.int64)
     present = np.flatnonzero((judged.rows >= 0) & ~np.isnan(pair_scores))
@@ -421,17 +418,13 @@ def _ranks(
         pairs = Pairs(q[present], judged.rows[present])
         rank = candidate_ranks(search.rows, scan, candidates, pairs, pair_scores[present])
         ranks[present[rank > 0]] = rank[rank > 0]
-    if full:
+    if counted is not None:
         # only a relevant document's rank enters a full-depth metric (nDCG: a positive grade)
         beyond = (ranks == NOT_RANKED) & (judged.rows >= 0) & ~np.isnan(pair_scores)
         beyond &= judged.grades >= min(level, 1)
         idx = np.flatnonzero(beyond)
         if idx.size:
-            if counted is not None:
-                ranks[idx] = _counted_ranks(search, scan, counted, idx)
-            else:
-                pairs = Pairs(q[idx], judged.rows[idx])
-                ranks[idx] = search.beyond(scan, pairs, score_bounds(search.rows, scan, pairs))
+            ranks[idx] = _counted_ranks(search, scan, counted, idx)
     return ranks
 
 
@@ -590,10 +583,11 @@ def evaluate_qrels(
     parsed = parse_ir_metrics(metrics)
     level = check_int(relevance_level, "relevance_level", minimum=None)
     depth, full = _depth(parsed, run_depth)
-    q_all, docs, qids, dids, pieces = _inputs(queries, corpus, query_ids, doc_ids, shards)
+    q_all, docs, qids, (dids, doc_index), pieces = _inputs(
+        queries, corpus, query_ids, doc_ids, shards
+    )
     judgments = _qrels(qrels)
     absent = _missing(judgments, qids, missing, "queries")
-    doc_index = {d: i for i, d in enumerate(dids)}
     eval_pos = np.array([i for i, qid in enumerate(qids) if qid in judgments], dtype=np.int64)
     eval_ids = [qids[i] for i in eval_pos.tolist()]
     judged = _judgments(judgments, eval_ids, doc_index)
@@ -619,7 +613,7 @@ def evaluate_qrels(
     counted = _full_counter(search, scan, judged, level) if full else None
     cand_q, cand_codes, pair_scores = search.top(scan, pairs, counted and counted[1])
     pair_scores[judged.rows < 0] = np.nan
-    ranks = _ranks(search, scan, judged, (cand_q, cand_codes), pair_scores, full, level, counted)
+    ranks = _ranks(search, scan, judged, (cand_q, cand_codes), pair_scores, level, counted)
     values = judged_metric_values(
         parsed, judged.lims, ranks, judged.grades, relevance_level=level, gain=gain
     )
@@ -641,9 +635,10 @@ def evaluate_qrels(
 
 def _inputs(
     queries: Any, corpus: Any, query_ids: Any, doc_ids: Any, shards: Any
-) -> tuple[np.ndarray, Any, list[str], list[str], list[np.ndarray] | None]:
+) -> tuple[np.ndarray, Any, list[str], tuple[list[str], dict[str, int]], list[np.ndarray] | None]:
     """Checked queries (float32, in memory), corpus (as given, or the ``shards`` pieces read as
-    one), the ids as strings, and the pieces (None: no list of shards)."""
+    one), the ids as strings (the doc ids with the row of each), and the pieces (None: no list
+    of shards)."""
     q_all = as_embeddings(queries, "queries")
     pieces = shard_list(corpus, shards, q_all.shape[1])
     docs = _corpus(corpus) if pieces is None else StackedRows(pieces)
@@ -652,9 +647,9 @@ def _inputs(
             f"queries have dimension {q_all.shape[1]} but the corpus has {docs.shape[1]}; embed "
             "both with the same model."
         )
-    qids = _ids(query_ids, q_all.shape[0], "query_ids", "query")
-    dids = _ids(doc_ids, docs.shape[0], "doc_ids", "corpus")
-    return q_all, docs, qids, dids, pieces
+    qids = _ids(query_ids, q_all.shape[0], "query_ids", "query")[0]
+    dids, doc_index = _ids(doc_ids, docs.shape[0], "doc_ids", "corpus")
+    return q_all, docs, qids, (dids, doc_index), pieces
 
 
 def _counts(

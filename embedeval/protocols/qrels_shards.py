@@ -13,21 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.corpus import (
-    BeatCounter,
-    CorpusScan,
-    Pairs,
-    near_wins,
-    scan_ranks,
-    scan_top,
-)
+from ..engine.corpus import BeatCounter, CorpusScan, Pairs, scan_top
 from ..engine.corpus_shards import (
     Float32Rows,
     ShardPlan,
     float32_rows,
     merge_candidates,
-    shard_pairs,
-    shard_ranks,
     shard_top,
 )
 from ..search.dask_backend import check_client, n_workers_of
@@ -70,67 +61,33 @@ class CorpusSearch:
     def offsets(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum([p.shape[0] for p in self.pieces])])
 
-    @property
-    def whole(self) -> bool:
-        """Whether the corpus is scanned whole, here (not in shards)."""
-        return self.client is None and len(self.pieces) == 1
-
     def top(
         self, scan: CorpusScan, pairs: Pairs, counter: BeatCounter | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:func:`~embedeval.engine.corpus.scan_top` of the whole corpus (counting for
-        ``counter`` in the same pass, which only a :attr:`whole` corpus takes); sharded: each
-        shard's, merged, and ``scan.m_sq`` raised to cover every shard's rows."""
-        if self.whole:
+        """:func:`~embedeval.engine.corpus.scan_top` of the whole corpus, counting for
+        ``counter`` (what beats its pairs anywhere in the ranking) from the same products;
+        sharded: each shard's, merged, ``scan.m_sq`` raised to cover every shard's rows, and
+        the shards' counts summed into ``counter`` (their near documents with global rows, to
+        be decided together: :func:`~embedeval.engine.corpus.near_wins`)."""
+        if self.client is None and len(self.pieces) == 1:
             return scan_top(self.rows, scan, pairs, counter=counter)
-        if counter is not None:
-            raise ValueError("a corpus in shards counts its ranks in its own pass (beyond)")
         plan, ends = ShardPlan.of(scan, self.progress), _ends(self.offsets)
         inside = [np.flatnonzero((pairs.row >= a) & (pairs.row < b)) for a, b in ends]
-        jobs = [
-            (plan.piece(a, b), src, i, pairs.query[idx], pairs.row[idx] - a)
-            for i, ((a, b), src, idx) in enumerate(zip(ends, self.sources, inside, strict=True))
-        ]
+        jobs = []
+        for i, ((a, b), src, idx) in enumerate(zip(ends, self.sources, inside, strict=True)):
+            counted = None
+            if counter is not None:  # rows of other shards fall outside 0 .. b - a - 1
+                counted = (counter.pairs.query, counter.pairs.row - a, *counter.bounds)
+            jobs.append((plan.piece(a, b), src, i, pairs.query[idx], pairs.row[idx] - a, counted))
         results = self._map(_top_job, jobs)
         scores = np.full(pairs.query.size, np.nan, dtype=np.float32)
         for idx, r in zip(inside, results, strict=True):
             scores[idx] = r[2]
         scan.m_sq = max([scan.m_sq, *[r[3] for r in results]])
+        if counter is not None:
+            counter.beats = np.sum([r[4][0] for r in results], axis=0, dtype=np.int64)
+            counter.near = [(r[4][1], a + r[4][2]) for (a, _), r in zip(ends, results, strict=True)]
         return (*merge_candidates([(r[0], r[1]) for r in results]), scores)
-
-    def beyond(
-        self, scan: CorpusScan, pairs: Pairs, bounds: tuple[np.ndarray, np.ndarray]
-    ) -> np.ndarray:
-        """:func:`~embedeval.engine.corpus.scan_ranks` (``bounds`` of the pairs' exact
-        scores); sharded: 1 + the documents that beat each pair, counted in every shard
-        against the pair's row gathered from its own, and the near documents of every shard
-        decided here together (:func:`~embedeval.engine.corpus.near_wins`), as one scan
-        decides them."""
-        if self.whole:
-            return scan_ranks(self.rows, scan, pairs, bounds)
-        plan, jobs = ShardPlan.of(scan, self.progress), []
-        for i, ((a, b), src) in enumerate(zip(_ends(self.offsets), self.sources, strict=True)):
-            local, gather = shard_pairs(pairs.row, a, b)
-            gathered = self.rows[gather]
-            jobs.append(
-                (
-                    plan.piece(a, b, gather),
-                    src,
-                    i,
-                    gathered,
-                    (pairs.query, local),
-                    bounds,
-                    scan.m_sq,
-                )
-            )
-        parts = self._map(_ranks_job, jobs)
-        beats = np.sum([b for b, _, _ in parts], axis=0, dtype=np.int64)
-        p = np.concatenate([np.zeros(0, np.int64), *[p for _, p, _ in parts]])
-        starts = self.offsets[:-1]
-        r = np.concatenate(
-            [np.zeros(0, np.int64), *[a + r for a, (_, _, r) in zip(starts, parts, strict=True)]]
-        )
-        return 1 + beats + near_wins(self.rows, scan, pairs, p, r)
 
     def _map(self, fn: Callable[..., Any], jobs: Sequence[tuple]) -> list[Any]:
         """``fn(*job)`` for every job, here or on the workers (results in job order)."""
@@ -155,21 +112,15 @@ def _open(source: Any, i: int, dim: int) -> np.ndarray:
     return open_piece(source, i, dim) if isinstance(source, (str, os.PathLike)) else source
 
 
-def _top_job(plan: ShardPlan, source: Any, i: int, query: np.ndarray, row: np.ndarray) -> tuple:
-    return shard_top(plan, _open(source, i, plan.queries.shape[1]), query, row)
-
-
-def _ranks_job(
+def _top_job(
     plan: ShardPlan,
     source: Any,
     i: int,
-    gathered: np.ndarray,
-    pairs: tuple[np.ndarray, np.ndarray],
-    bounds: tuple[np.ndarray, np.ndarray],
-    m_sq: float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    shard = _open(source, i, plan.queries.shape[1])
-    return shard_ranks(plan, shard, gathered, pairs, bounds, m_sq)
+    query: np.ndarray,
+    row: np.ndarray,
+    counted: tuple[np.ndarray, ...] | None,
+) -> tuple:
+    return shard_top(plan, _open(source, i, plan.queries.shape[1]), query, row, counted)
 
 
 def corpus_search(
