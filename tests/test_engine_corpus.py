@@ -305,18 +305,20 @@ def test_row_sums_are_the_column_loop_bit_for_bit(distance):
     none = Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     rng = np.random.default_rng(4)
-    for dim in (1, 3, 17, 64):
-        x = rng.standard_normal((400, dim)).astype(np.float32)
-        ints = rng.integers(-2, 3, (400, dim)).astype(np.float32)
+    # 768 columns: several chunks of pairs on two threads; 1 and 15 pairs: a chunk of a few
+    for dim, n in ((1, 400), (3, 400), (17, 400), (64, 400), (768, 3000), (768, 15), (40, 1)):
+        x = rng.standard_normal((n, dim)).astype(np.float32)
+        x[: n // 2] *= np.float32(1e6)  # magnitudes apart: the order of the sums shows
+        ints = rng.integers(-2, 3, (n, dim)).astype(np.float32)
         ints[~ints.any(axis=1)] = 1
-        ints[200:] = ints[:200] * rng.integers(1, 4, (200, 1))  # multiples
+        ints[n // 2 : 2 * (n // 2)] = ints[: n // 2] * rng.integers(1, 4, (n // 2, 1))
         for rows in (x, ints):
-            groups = np.sort(rng.integers(0, 9, 400))
+            groups = np.sort(rng.integers(0, 9, n))
             queries = rng.standard_normal((9, dim)).astype(np.float32)
             want = exact_keys(queries[groups], rows, distance, groups) + 0.0
-            keys = tie_keys(None, 400, "index")
-            scan = CorpusScan(queries, None, distance, 1, keys, none, raw=queries)
-            got = pair_keys(rows, scan, groups, np.arange(400), groups)
+            keys = tie_keys(None, n, "index")
+            scan = CorpusScan(queries, None, distance, 1, keys, none, raw=queries, n_threads=2)
+            got = pair_keys(rows, scan, groups, np.arange(n), groups)
             np.testing.assert_array_equal(got, want)
 
 
@@ -337,10 +339,16 @@ def test_score_bounds_hold_the_exact_score_tightly(distance):
     )
     x[7] = 0
     q = (rng.standard_normal((6, 96)) + 300).astype(np.float32)
-    pairs = Pairs(np.repeat(np.arange(6), 40), rng.integers(0, 50, 240))
+    # six queries in a piece of pairs (a dot product per pair), or two (one product with each)
+    pairs = Pairs(
+        np.concatenate([np.repeat(np.arange(6), 40), np.repeat([1, 4], 60)]),
+        rng.integers(0, 50, 360),
+    )
     none = Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
     scan = CorpusScan(q, None, distance, 1, tie_keys(None, 50, "index"), none, raw=q)
     lo, hi = score_bounds(x, scan, pairs)
+    two = score_bounds(x, scan, Pairs(pairs.query[240:], pairs.row[240:]))
+    lo, hi = np.concatenate([lo[:240], two[0]]), np.concatenate([hi[:240], two[1]])
     for i, (a, b) in enumerate(zip(pairs.query, pairs.row, strict=True)):
         qa, xb = [Fraction(float(v)) for v in q[a]], [Fraction(float(v)) for v in x[b]]
         dot = sum(u * v for u, v in zip(qa, xb, strict=True))

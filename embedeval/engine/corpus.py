@@ -52,8 +52,10 @@ import contextlib
 import itertools
 import mmap
 import queue
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -899,15 +901,13 @@ def corpus_centre(queries: np.ndarray, corpus: np.ndarray, distance: str) -> np.
 
 
 def _pair_keys_of(
-    q: np.ndarray, x: np.ndarray, distance: str, terms: np.ndarray | None = None
+    q: np.ndarray, x: np.ndarray, distance: str, terms: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """The float64 keys of aligned rows before cosine multiples are tied, and (cosine) which
-    corpus rows are not zero; ``terms``: a float64 buffer of their shape, when given."""
-    q = np.asarray(q, dtype=np.float64)
-    x = np.asarray(x, dtype=np.float64)
-    if not q.shape[0]:
+    """The float64 keys of pairs before cosine multiples are tied, and (cosine) which corpus
+    rows are not zero.  ``q``, ``x`` and the buffer ``terms`` are float64, C-ordered and
+    transposed: one column per pair (shape ``(dim, pairs)``)."""
+    if not q.shape[1]:
         return np.zeros(0, dtype=np.float64), np.zeros(0, dtype=bool)
-    terms = np.empty_like(q) if terms is None else terms
     if distance == "euclidean":
         np.subtract(q, x, out=terms)
         terms *= terms
@@ -923,14 +923,24 @@ def _pair_keys_of(
 
 
 def _in_column_order(terms: np.ndarray) -> np.ndarray:
-    """Each row's sum added from its first column to its last, as the column loop of
-    :func:`~embedeval.engine.decide.exact_keys` adds (up to the sign of a zero sum): one
-    vectorised add per column over every row, several times faster than ``np.cumsum`` along
-    the rows."""
-    acc = terms[:, 0].copy()
-    for j in range(1, terms.shape[1]):
-        acc += terms[:, j]
-    return acc
+    """Each pair's sum (a column of the C-ordered ``terms``, shape ``(dim, pairs)``) added from
+    its first term to its last, as the column loop of
+    :func:`~embedeval.engine.decide.exact_keys` adds (up to the sign of a zero sum).
+
+    numpy reduces along a slow axis of an array row after row, one vectorised add per row
+    over every pair (pairwise summation only ever applies along the fast axis); a few pairs
+    (the slow axis may then be the only one of length > 1) take that loop in Python.
+
+    >>> t = np.array([[1e16, 1e16], [1.0, 1.0], [-1e16, -1e16]])  # (1e16 + 1) - 1e16 = 0
+    >>> _in_column_order(t).tolist()
+    [0.0, 0.0]
+    """
+    if terms.shape[1] < 16:
+        acc = terms[0].copy()
+        for row in terms[1:]:
+            acc += row
+        return acc
+    return np.add.reduce(terms, axis=0)
 
 
 def _maybe_multiples(keys: np.ndarray, groups: np.ndarray, live: np.ndarray) -> np.ndarray:
@@ -962,20 +972,27 @@ def pair_keys(
     roundings at most), and only their rows are read again, a group at a time."""
     out = np.empty(qi.size, dtype=np.float64)
     live = np.ones(qi.size, dtype=bool)
-    step = max(1, _KEY_BYTES // (16 * corpus.shape[1]))  # 3 float64 buffers and temporaries
+    dim = corpus.shape[1]
+    step = max(1, _KEY_BYTES // (16 * dim))  # 3 float64 buffers and temporaries
     by_row = np.argsort(rows, kind="stable")
-    # float64 buffers reused by every chunk (no fresh pages per chunk)
-    shape = (min(step, qi.size), corpus.shape[1])
-    x, q, terms = np.empty(shape), np.empty(shape), np.empty(shape)
-    for a in range(0, qi.size, step):
+    local = threading.local()  # each thread's float64 buffers, reused by its chunks
+
+    def chunk(a: int) -> None:
         at = by_row[a : a + step]
         k = at.size
-        x[:k] = corpus[rows[at]]
-        q[:k] = scan.raw[qi[at]]
-        out[at], alive = _pair_keys_of(q[:k], x[:k], scan.distance, terms[:k])
+        if getattr(local, "flat", None) is None:
+            local.flat = [np.empty(dim * min(step, qi.size)) for _ in range(3)]
+        # one column per pair: the sums then run along the slow axis (_in_column_order)
+        x, q, terms = (f[: dim * k].reshape(dim, k) for f in local.flat)
+        x[...] = np.asarray(corpus[rows[at]]).T
+        q[...] = np.asarray(scan.raw[qi[at]]).T
+        out[at], alive = _pair_keys_of(q, x, scan.distance, terms)
         if alive is not None:
             live[at] = alive
         release_pages(corpus, 0, corpus.shape[0])  # the rows read stay out of resident memory
+
+    for _ in in_order(chunk, range(0, qi.size, step), scan.n_threads):
+        pass
     if scan.distance != "cosine":
         return out
     sub = _maybe_multiples(out, groups, live)
@@ -1110,7 +1127,8 @@ def decide_top(
     sum per element); a coarse filter (bfloat16: thousands of candidates a cluster) so costs
     one vectorised dot product per candidate.
     With ``scores`` every candidate is re-scored (the run reports them: the float64 scores,
-    rounded to float32 under ``ties="trec_eval"``, where they decide).
+    rounded to float32 under ``ties="trec_eval"``, where they decide: there the bounds give
+    the rounded score of nearly every candidate, and only the others take exact keys).
     """
     n_q, depth = scan.queries.shape[0], scan.depth
     top = np.full((n_q, depth), -1, dtype=np.int64)
@@ -1124,10 +1142,11 @@ def decide_top(
     amb = np.arange(n) if scores else np.flatnonzero(np.bincount(cluster)[cluster] > 1)
     order_key = np.zeros(n, dtype=np.float64)
     keys = np.full(n, np.nan)
-    if amb.size and not scores:
+    trec = scan.ties == "trec_eval"  # order key: minus the float32 score, which it reports
+    if amb.size and (trec or not scores):
         lo, hi = _order_bounds(corpus, scan, query[amb], rows[amb])
         order_key[amb] = lo  # the order key itself where lo == hi (ties="trec_eval")
-        amb = amb[(lo < hi) & _overlapping(cluster[amb], lo, hi)]
+        amb = amb[(lo < hi) & (scores or _overlapping(cluster[amb], lo, hi))]
     if amb.size:
         order_key[amb], keys[amb] = rank_keys(corpus, scan, query[amb], rows[amb], query[amb])
     order = np.lexsort((scan.keys[rows], order_key, cluster))
@@ -1137,9 +1156,8 @@ def decide_top(
     if not scores:
         return top, None
     top_scores = np.full((n_q, depth), np.nan)
-    values = float64_scores(scan, query, keys)
-    if scan.ties == "trec_eval":  # the scores trec_eval reads and ranks by (see rank_keys)
-        values = values.astype(np.float32).astype(np.float64)
+    # ties="trec_eval": the scores trec_eval reads and ranks by, rounded to float32 (rank_keys)
+    values = -order_key + 0.0 if trec else float64_scores(scan, query, keys)
     top_scores[query[keep], pos[keep]] = values[order][keep]
     return top, top_scores
 
@@ -1459,8 +1477,7 @@ def _near_beats_batched(
     found; the same counts and ties, in the same order (pairs ascending)."""
     # each batch sweeps the rows it reads: a memory-mapped corpus (not in memory itself, and
     # read again from the disk by every sweep under a memory limit) takes larger batches
-    mapped = getattr(getattr(corpus, "stored", corpus), "_mmap", None) is not None
-    batch = _NEAR_PAIRS * (16 if mapped else 1)
+    batch = _NEAR_PAIRS * (16 if _is_mapped(corpus) else 1)
     if p.size <= batch:
         return _near_beats(corpus, scan, pairs, p, r)
     per_pair = np.bincount(p, minlength=pairs.query.size)
@@ -1563,8 +1580,10 @@ def _order_bounds(
     if scan.distance != "euclidean":  # once per query, not per pair
         q_norms = np.sqrt(sq_norms(scan.raw))
 
-    # rows in ascending order: a memory-mapped corpus is read in one sweep, not at random
-    by_row = np.argsort(rows, kind="stable")
+    # rows in ascending order: a memory-mapped corpus is read in one sweep, not at random; in
+    # memory, each query's pairs together: their dot products are one matrix-vector product
+    grouped = scan.distance != "euclidean" and not _is_mapped(corpus)
+    order = np.lexsort((rows, qi)) if grouped else np.argsort(rows, kind="stable")
 
     # each task's rows in cache-sized pieces: the gathered float64 rows are read again by
     # every sum, about twice as fast from the core's cache as from memory
@@ -1572,15 +1591,40 @@ def _order_bounds(
 
     def chunk(a: int) -> None:
         for b in range(a, min(a + step, qi.size), piece):
-            at = by_row[b : min(b + piece, a + step)]
-            q = np.asarray(scan.raw[qi[at]], dtype=np.float64)
+            at = order[b : min(b + piece, a + step)]
             x = np.asarray(corpus[rows[at]], dtype=np.float64)
+            s = _few_queries_dots(scan.raw, qi[at], x) if grouped else None
+            q = None if s is not None else np.asarray(scan.raw[qi[at]], dtype=np.float64)
             qn = None if q_norms is None else q_norms[qi[at]]
-            lo[at], hi[at] = _bounds_of(q, x, scan.distance, g, kind, qn)
+            lo[at], hi[at] = _bounds_of(q, x, scan.distance, g, kind, qn, s)
 
-    for _ in in_order(chunk, range(0, qi.size, step), scan.n_threads):
-        pass
+    with single_threaded_blas():  # the engine's threads, one BLAS thread each
+        for _ in in_order(chunk, range(0, qi.size, step), scan.n_threads):
+            pass
     return lo, hi
+
+
+#: Queries in a piece of pairs above which :func:`_few_queries_dots` leaves the dot products
+#: to :func:`_row_dots` (a product with every query of the piece would cost more).
+_FEW_QUERIES = 4
+
+
+def _few_queries_dots(raw: np.ndarray, qi: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+    """float64 ``raw[qi[i]] . x[i]`` for a piece of pairs that holds at most
+    :data:`_FEW_QUERIES` queries: the rows times each of those queries (a BLAS product, in any
+    summation order), the pair's column picked; None for more queries."""
+    held, inverse = np.unique(qi, return_inverse=True)
+    if held.size > _FEW_QUERIES:
+        return None
+    products = x @ np.asarray(raw[held], dtype=np.float64).T
+    return products[np.arange(qi.size), inverse]
+
+
+def _is_mapped(corpus: Any) -> bool:
+    """Whether rows of ``corpus`` are read from a memory map (itself, the rows a float32
+    reader reads, or any piece of stacked rows)."""
+    pieces = getattr(corpus, "pieces", [corpus])
+    return any(getattr(getattr(p, "stored", p), "_mmap", None) is not None for p in pieces)
 
 
 def _bounds_of(
@@ -1590,12 +1634,14 @@ def _bounds_of(
     g: float,
     kind: str,
     qn: np.ndarray | None = None,
+    s: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_order_bounds` of aligned float64 rows ``q`` and ``x`` (see there): of the
     order key (``kind="key"``), of the key of the score rounded to float32 (``"float32"``,
     ``ties="trec_eval"``), or of the score on the scale the scan's float32 scores approximate
     (``"score"``: ``-||q - x||^2``, ``q.x`` or the cosine); ``qn``: the query rows' float64
-    norms, when known."""
+    norms, when known; ``s``: their dot products, when known (any summation order: then
+    ``q`` is not read, and may be None)."""
     tiny = 1e-300
     if distance == "euclidean":
         t = q - x
@@ -1603,7 +1649,7 @@ def _bounds_of(
         e = g * k + tiny  # every term is positive: a relative bound
         s_lo, s_hi = -(k + e), -(k - e)  # score = -key
     else:
-        s = _row_dots(q, x)
+        s = _row_dots(q, x) if s is None else s
         qn = np.sqrt(_row_dots(q, q)) if qn is None else qn
         xn = np.sqrt(_row_dots(x, x))
         wide = 1 + 2.0**-40  # the norms' own rounding, in the bounds only
