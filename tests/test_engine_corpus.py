@@ -441,12 +441,19 @@ def test_scan_top_candidates_sorted_and_holding_the_float64_top(block):
 
 @pytest.mark.parametrize(
     ("n_q", "threads", "want"),
-    [(1000, 2, (250, 4)), (1000, 3, (167, 6)), (5, 2, (3, 2)), (0, 2, (1, 1))],
+    [
+        (1000, 2, (500, 2)),
+        (2500, 2, (417, 6)),
+        (1000, 3, (334, 3)),
+        (5, 2, (3, 2)),
+        (0, 2, (1, 1)),
+    ],
 )
 def test_query_chunks_are_equal_and_a_multiple_of_the_threads(n_q, threads, want):
-    # numpy products take about 256 queries a chunk, in chunks of equal size, a multiple of
-    # the threads: 1,000 queries on 2 threads take 4 chunks of 250 (not 256, 256, 256, 232),
-    # on 3 threads 6 of 167; a block then splits into parts of at most 16 MiB of scores
+    # numpy products take at most about 512 queries a chunk, in chunks of equal size, a
+    # multiple of the threads: 2,500 queries on 2 threads take 6 chunks of 417 (not five of
+    # 512 and one of 60), 1,000 on 3 threads 3 of 334; a block then splits into parts of at
+    # most 16 MiB of scores
     from embedeval.engine.corpus import CorpusScan, Pairs, tie_keys
 
     none = Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
