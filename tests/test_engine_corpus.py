@@ -315,11 +315,13 @@ def test_row_sums_are_the_column_loop_bit_for_bit(distance):
         for rows in (x, ints):
             groups = np.sort(rng.integers(0, 9, n))
             queries = rng.standard_normal((9, dim)).astype(np.float32)
-            want = exact_keys(queries[groups], rows, distance, groups) + 0.0
             keys = tie_keys(None, n, "index")
             scan = CorpusScan(queries, None, distance, 1, keys, none, raw=queries, n_threads=2)
-            got = pair_keys(rows, scan, groups, np.arange(n), groups)
-            np.testing.assert_array_equal(got, want)
+            # every row once, then rows met by several pairs (a row read once per chunk)
+            for at in (np.arange(n), rng.integers(0, n, n)):
+                want = exact_keys(queries[groups], rows[at], distance, groups, at) + 0.0
+                got = pair_keys(rows, scan, groups, at, groups)
+                np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
