@@ -410,6 +410,10 @@ def test_count_passing_counts_scores_above_and_at_each_threshold(monkeypatch, se
             want += [(i, c) for c in between]
     assert got == sorted(want)
     assert len(want) > 100
+    # a limit on the near scores: met exactly, the same; one short, none are listed
+    at, col = _count_passing(s, hi, lo, qs, own, len(want))[2:]
+    assert sorted(zip(at.tolist(), col.tolist(), strict=True)) == sorted(want)
+    assert _count_passing(s, hi, lo, qs, own, len(want) - 1)[2:] == (None, None)
 
 
 @pytest.mark.parametrize("block", [64, 700])

@@ -285,6 +285,27 @@ def test_full_depth_ranks_counted_in_the_one_pass(seed, shards, monkeypatch):
         assert got == pytest.approx(expected[theirs], abs=1e-12), ours
 
 
+@pytest.mark.parametrize("shards", [None, 3])
+def test_full_depth_counts_again_past_the_near_limit(shards, monkeypatch):
+    """Past its limit of near documents the top pass's counter gives up, and the judged
+    documents beyond the top lists are counted in a pass of their own: the same ranks."""
+    from embedeval.protocols import qrels as qrels_module
+
+    queries, corpus, qids, dids, qrels = growing_norms_case(3)
+    monkeypatch.setattr(qrels_module, "_NEAR_LIMIT", 5)
+    passes = _count_passes(monkeypatch)
+    res = ee.evaluate_qrels(
+        queries, corpus, qrels, query_ids=qids, doc_ids=dids, distance="euclidean",
+        metrics=["precision@5", "map"], block_size=150, n_threads=2, shards=shards,
+    )  # fmt: skip
+    assert len(passes) == 2 * (shards or 1)
+    expected = oracle_values(
+        float64_oracle_ranks(queries, corpus, qids, dids, qrels, "euclidean"), qrels, 5
+    )
+    got = {q: res.per_query["map"][i] for i, q in enumerate(qids)}
+    assert got == pytest.approx(expected["map"], abs=1e-12)
+
+
 def test_full_depth_counts_survive_a_second_top_pass(monkeypatch):
     """A floor too high for some queries scans their chunks again for the top lists; what
     beats each judged document was counted in the first pass and is not counted twice."""

@@ -1224,15 +1224,29 @@ class BeatCounter:
     (:meth:`CorpusScan.band`: it holds two scores' errors, and the pair's own is in its
     bounds) above the pair's upper bound; it is near when its score lies within half the band
     of the bounds.  The band is that of the rows read so far (:meth:`widen`, once per block,
-    before the block's work): the errors of this block's scores are within it."""
+    before the block's work): the errors of this block's scores are within it.
 
-    def __init__(self, scan: CorpusScan, pairs: Pairs, bounds: tuple[np.ndarray, np.ndarray]):
-        self.scan, self.pairs, self.bounds = scan, pairs, bounds
+    ``limit``: the near documents kept at most (None: all).  Past it the counter gives up
+    (:attr:`overflowed`, :meth:`result` None), so that counting pairs that may not need it
+    (:func:`scan_top`'s pass, before the top lists say which pairs lie beyond them) never
+    holds more than that on data with large runs of ties; the caller then counts the pairs
+    it needs in a pass of their own."""
+
+    def __init__(
+        self,
+        scan: CorpusScan,
+        pairs: Pairs,
+        bounds: tuple[np.ndarray, np.ndarray],
+        limit: int | None = None,
+    ):
+        self.scan, self.pairs, self.bounds, self.limit = scan, pairs, bounds, limit
         self.beats = np.zeros(pairs.query.size, dtype=np.int64)
         self.order = np.lexsort((np.arange(pairs.query.size), pairs.query))
         self.q_sorted = pairs.query[self.order]
         self.hi = self.lo = np.zeros(0)
         self.near: list[tuple[np.ndarray, np.ndarray]] = []
+        self.n_near = 0
+        self.overflowed = False
 
     def widen(self, band: np.ndarray) -> None:
         """Thresholds for the next block, from the band of every row read so far."""
@@ -1244,17 +1258,27 @@ class BeatCounter:
         (threads may count other chunks at the same time)."""
         chunk = self.scan.chunk
         a, b = np.searchsorted(self.q_sorted, [c * chunk, (c + 1) * chunk])
-        if a == b:
+        if a == b or self.overflowed:
             return
         idx, qs = self.order[a:b], self.q_sorted[a:b] - c * chunk
         rows = self.pairs.row[idx]
         own = ((rows >= first) & (rows < first + s.shape[1])).astype(np.int64)
-        above, _, at, col = _count_passing(s, self.hi[idx], self.lo[idx], qs, own)
+        room = None if self.limit is None else max(self.limit - self.n_near, 0)
+        above, _, at, col = _count_passing(s, self.hi[idx], self.lo[idx], qs, own, room)
+        if at is None or col is None:
+            self.overflowed = True
+            self.near.clear()
+            return
         self.beats[idx] += above
+        self.n_near += at.size  # an estimate across threads: a limit, not a count
         self.near.append((idx[at], first + col))  # near another document than itself
 
-    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(beats, p, r)``: per pair the certain beats, and the near ``(pair, row)``."""
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(beats, p, r)``: per pair the certain beats, and the near ``(pair, row)``; None
+        when the counter :attr:`overflowed`."""
+        if self.overflowed:
+            self.near.clear()
+            return None
         p = np.concatenate([np.zeros(0, np.int64), *[n[0] for n in self.near]])
         r = np.concatenate([np.zeros(0, np.int64), *[n[1] for n in self.near]])
         self.near.clear()  # the parts, now in p and r
@@ -1293,7 +1317,7 @@ def count_beats(
             ):
                 pass
     scan.release_buffers()
-    return counter.result()
+    return counter.result()  # no limit: never None
 
 
 def near_wins(
@@ -1315,12 +1339,18 @@ _BUCKET_BYTES = 2 << 20  # bucket numbers (int32) formed at a time, a few rows o
 
 
 def _count_passing(
-    s: np.ndarray, hi: np.ndarray, lo: np.ndarray, qs: np.ndarray, own: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    s: np.ndarray,
+    hi: np.ndarray,
+    lo: np.ndarray,
+    qs: np.ndarray,
+    own: np.ndarray,
+    limit: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Per pair (row ``qs`` of ``s``, float32 thresholds ``hi >= lo``): the scores of its row
     above ``hi`` and at or above ``lo``; and ``(pair, column)`` of its *near* scores (at or
     above ``lo``, not above ``hi``) where it has more than ``own`` of them (1 where the pair's
-    own document is in ``s``, else 0).  A NaN threshold (an excluded pair) counts nothing.
+    own document is in ``s``, else 0), or ``(None, None)`` when they number more than
+    ``limit``.  A NaN threshold (an excluded pair) counts nothing.
 
     Scores below a row's lowest threshold (and NaN scores) count for no pair and are dropped
     by one comparison.  One map per row sends every other score and threshold to a bucket,
@@ -1362,6 +1392,8 @@ def _count_passing(
     n_near = np.where(live, np.maximum(hi_end - lo_start, 0), 0)
     take = n_near > own
     m = n_near[take]
+    if limit is not None and int(m.sum()) > limit:
+        return above, reach, None, None
     first = spans(lo_start[take], m)
     pair = np.repeat(np.flatnonzero(take), m)
     return above, reach, pair, (codes[first] & cols).astype(np.int64)

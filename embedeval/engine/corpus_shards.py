@@ -181,12 +181,12 @@ def shard_top(
 ) -> tuple:
     """One shard's :func:`~.corpus.scan_top`: its candidates ``(query, code)``, the float32
     scores of the pairs ``(query, row)`` (rows local to the shard), the bound ``m_sq`` on its
-    rows' squared norms, and, for the pairs ``counted = (query, local row, lo, hi)`` (a row
-    of another shard: outside ``0 .. n - 1``; ``lo``/``hi`` bound the pairs' exact scores), the
-    shard's documents
-    that certainly beat each and ``(pair, local row)`` of its near documents, counted from the
-    same products (:class:`~.corpus.BeatCounter`; None when nothing is counted), which the
-    caller sums and decides with every other shard's (:func:`~.corpus.near_wins`).
+    rows' squared norms, and, for the pairs ``counted = (query, local row, lo, hi, limit)`` (a
+    row of another shard: outside ``0 .. n - 1``; ``lo``/``hi`` bound the pairs' exact scores;
+    ``limit`` the near documents kept at most), the shard's documents that certainly beat each
+    and ``(pair, local row)`` of its near documents, counted from the same products
+    (:meth:`~.corpus.BeatCounter.result`: None past the limit or when nothing is counted),
+    which the caller sums and decides with every other shard's (:func:`~.corpus.near_wins`).
 
     >>> from .corpus import tie_keys
     >>> corpus = np.float32([[3, 0], [1, 0], [2, 0], [1, 0]])  # query [1, 0]: rows 0, 2, 1, 3
@@ -196,7 +196,7 @@ def shard_top(
     >>> exact = (np.array([1.0]), np.array([1.0]))  # bounds of row 3's score, 1 exactly
     >>> for a, b, local in [(0, 2, -1), (2, 4, 1)]:  # rows 0 and 2 beat row 3; row 1 ties it
     ...     out = shard_top(plan.piece(a, b), corpus[a:b], none, none,
-    ...                     (np.array([0]), np.array([local]), *exact))
+    ...                     (np.array([0]), np.array([local]), *exact, None))
     ...     beats, p, r = out[4]
     ...     print(beats.tolist(), (a + r).tolist())
     [1] [1]
@@ -205,7 +205,8 @@ def shard_top(
     scan = plan.scan()
     counter = None
     if counted is not None:
-        counter = BeatCounter(scan, Pairs(counted[0], counted[1]), (counted[2], counted[3]))
+        query_, local, lo, hi, limit = counted
+        counter = BeatCounter(scan, Pairs(query_, local), (lo, hi), limit)
     cand_q, codes, scores = scan_top(shard, scan, Pairs(query, row), counter=counter)
     return cand_q, codes, scores, scan.m_sq, None if counter is None else counter.result()
 

@@ -77,14 +77,17 @@ class CorpusSearch:
         for i, ((a, b), src, idx) in enumerate(zip(ends, self.sources, inside, strict=True)):
             counted = None
             if counter is not None:  # rows of other shards fall outside 0 .. b - a - 1
-                counted = (counter.pairs.query, counter.pairs.row - a, *counter.bounds)
+                rows = counter.pairs.row - a
+                counted = (counter.pairs.query, rows, *counter.bounds, counter.limit)
             jobs.append((plan.piece(a, b), src, i, pairs.query[idx], pairs.row[idx] - a, counted))
         results = self._map(_top_job, jobs)
         scores = np.full(pairs.query.size, np.nan, dtype=np.float32)
         for idx, r in zip(inside, results, strict=True):
             scores[idx] = r[2]
         scan.m_sq = max([scan.m_sq, *[r[3] for r in results]])
-        if counter is not None:
+        if counter is not None and any(r[4] is None for r in results):
+            counter.overflowed = True  # a shard gave up: the caller counts again
+        elif counter is not None:
             counter.beats = np.sum([r[4][0] for r in results], axis=0, dtype=np.int64)
             counter.near = [(r[4][1], a + r[4][2]) for (a, _), r in zip(ends, results, strict=True)]
         return (*merge_candidates([(r[0], r[1]) for r in results]), scores)
