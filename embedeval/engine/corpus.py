@@ -116,6 +116,7 @@ _CHUNK_BYTES = 16 << 20  # score matrix of one query chunk and block
 #: then splits into parts of fewer corpus rows
 _CHUNK_ROWS = 512
 _MERGE_BYTES = 64 << 20  # padded merge buffer of one query chunk
+_PENDING_ROWS = 256  # a chunk's pending candidates: this many queries' depth, at most
 _MIN_BLOCK = 32  # rows: thinner products take other BLAS paths, with other float32 rounding
 _KEY_BYTES = 8 << 20  # float64 rows of the pairs re-scored at a time (bounded memory)
 _UNDERFLOW = 2.0 * 2.0**-126  # twice float32's smallest normal, per product or sum in a score
@@ -671,7 +672,9 @@ class _ChunkTop:
         self.near = (np.zeros(0, np.int32), np.zeros(0, np.uint64))
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []
         self.n_pending = 0
-        self.cap = max(n * depth, 1 << 16)  # pending candidates: about 12 bytes each
+        # pending candidates (about 12 bytes each) of at most _PENDING_ROWS queries' depth:
+        # a flush holds about three copies of them with the kept codes
+        self.cap = max(min(n, _PENDING_ROWS) * depth, 1 << 16)
 
     def widen(self, band: np.ndarray) -> None:
         """Candidates from now on: scores at least ``band`` below the floor or depth-th score."""
