@@ -335,6 +335,35 @@ def test_full_depth_counts_survive_a_second_top_pass(monkeypatch):
     assert got == pytest.approx(expected["precision"], abs=1e-12)
 
 
+def test_top_lists_of_many_queries_merged_in_row_ranges():
+    """600 queries on one thread (two chunks of 300 queries, each merged 256 rows at a time)
+    and deep lists (several merges during the scan): every query's run is the float64
+    order, ties by row, and the judged ranks are the oracle's."""
+    rng = np.random.default_rng(12)
+    corpus = rng.integers(-3, 4, (3000, 8)).astype(np.float32)
+    corpus[2000:2400] = corpus[:400]  # exact ties
+    queries = rng.integers(-3, 4, (600, 8)).astype(np.float32)
+    dids = [f"d{j}" for j in range(3000)]
+    qids = [f"q{i}" for i in range(600)]
+    qrels = {q: {dids[j]: int(rng.integers(0, 3)) for j in rng.choice(3000, 8)} for q in qids}
+    res = ee.evaluate_qrels(
+        queries, corpus, qrels, query_ids=qids, doc_ids=dids, distance="inner_product",
+        metrics=["precision@150", "map"], block_size=700, n_threads=1,
+    )  # fmt: skip
+    keys = -(queries.astype(np.float64) @ corpus.T.astype(np.float64))  # small integers: exact
+    run = res.run()
+    for i in range(0, 600, 7):
+        order = np.lexsort((np.arange(3000), keys[i]))[:150]
+        assert list(run[qids[i]]) == [dids[j] for j in order]
+    expected = oracle_values(
+        float64_oracle_ranks(queries, corpus, qids, dids, qrels, "inner_product"), qrels, 150
+    )
+    got = {q: res.per_query["map"][i] for i, q in enumerate(qids)}
+    assert got == pytest.approx(expected["map"], abs=1e-12)
+    got = {q: res.per_query["precision@150"][i] for i, q in enumerate(qids)}
+    assert got == pytest.approx(expected["precision"], abs=1e-12)
+
+
 def test_run_lists_against_brute_force_oracle():
     queries, corpus, qids, dids, qrels = make_case(6)
     res = ee.evaluate_qrels(

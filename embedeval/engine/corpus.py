@@ -116,7 +116,8 @@ _CHUNK_BYTES = 16 << 20  # score matrix of one query chunk and block
 #: then splits into parts of fewer corpus rows
 _CHUNK_ROWS = 512
 _MERGE_BYTES = 64 << 20  # padded merge buffer of one query chunk
-_PENDING_ROWS = 256  # a chunk's pending candidates: this many queries' depth, at most
+#: A chunk's pending candidates: this many queries' depth, at most; and the rows of one merge
+_PENDING_ROWS = 256
 _MIN_BLOCK = 32  # rows: thinner products take other BLAS paths, with other float32 rounding
 _KEY_BYTES = 8 << 20  # float64 rows of the pairs re-scored at a time (bounded memory)
 _UNDERFLOW = 2.0 * 2.0**-126  # twice float32's smallest normal, per product or sum in a score
@@ -688,21 +689,39 @@ class _ChunkTop:
             self.flush()
 
     def flush(self) -> None:
+        """Merge the pending candidates into the kept and near codes, :data:`_PENDING_ROWS`
+        queries at a time (the temporaries of a merge stay those of that many rows)."""
         if self.pending:
-            held = self.top != EMPTY
-            rows = np.concatenate(
-                [np.nonzero(held)[0].astype(np.int32), self.near[0], *[r for r, _ in self.pending]]
+            parts = [self.near, *self.pending]  # each with its rows ascending
+            starts = range(0, self.top.shape[0], _PENDING_ROWS)
+            near = [self._merge_rows(lo, parts) for lo in starts]
+            self.near = (
+                np.concatenate([np.zeros(0, np.int32), *[r for r, _ in near]]),
+                np.concatenate([np.zeros(0, np.uint64), *[c for _, c in near]]),
             )
-            codes = np.concatenate([self.top[held], self.near[1], *[c for _, c in self.pending]])
-            order = np.argsort(rows, kind="stable")
-            rows, codes = rows[order], codes[order]
-            self.top = merge_top(np.full_like(self.top, EMPTY), rows, codes)
             self.pending, self.n_pending = [], 0
-            self.widen(self.band)
-            worst = self.top.max(axis=1)
-            keep = (codes > worst[rows]) & (code_scores(codes) >= self.cut[rows])
-            self.near = (rows[keep], codes[keep])
         self.widen(self.band)
+
+    def _merge_rows(
+        self, lo: int, parts: list[tuple[np.ndarray, np.ndarray]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`flush` of rows ``lo`` to ``lo + _PENDING_ROWS``: their kept codes replaced by
+        the ``depth`` smallest of kept, near and pending; their new near codes returned."""
+        hi = min(self.top.shape[0], lo + _PENDING_ROWS)
+        top = self.top[lo:hi]
+        held = top != EMPTY
+        rows, codes = [np.nonzero(held)[0].astype(np.int32) + lo], [top[held]]
+        for r, c in parts:
+            a, b = np.searchsorted(r, [lo, hi])
+            rows.append(r[a:b])
+            codes.append(c[a:b])
+        order = np.argsort(np.concatenate(rows), kind="stable")
+        rows_, codes_ = np.concatenate(rows)[order] - lo, np.concatenate(codes)[order]
+        merged = merge_top(np.full_like(top, EMPTY), rows_, codes_)
+        self.top[lo:hi] = merged
+        cut = widen_down(np.maximum(self.floor[lo:hi], _cutoff(merged)), self.band[lo:hi])
+        keep = (codes_ > merged.max(axis=1)[rows_]) & (code_scores(codes_) >= cut[rows_])
+        return (rows_[keep] + lo).astype(np.int32), codes_[keep]
 
     def candidates(self, lo: int) -> tuple[np.ndarray, np.ndarray]:
         """(query, code) of every kept code, queries numbered from ``lo``, sorted by query then
