@@ -220,6 +220,17 @@ def float64_oracle_ranks(queries, corpus, query_ids, doc_ids, qrels, distance):
     return out
 
 
+def assert_float64_values(res, case, distance, k, names):
+    """``res``'s per-query values equal the float64 oracle's (:func:`oracle_values` at ``k``);
+    ``names``: (our metric, the oracle's)."""
+    queries, corpus, qids, dids, qrels = case
+    ranks = float64_oracle_ranks(queries, corpus, qids, dids, qrels, distance)
+    expected = oracle_values(ranks, qrels, k)
+    for ours, theirs in names:
+        got = {q: res.per_query[ours][i] for i, q in enumerate(qids)}
+        assert got == pytest.approx(expected[theirs], abs=1e-12), ours
+
+
 def growing_norms_case(seed):
     """Euclidean rows whose norms grow block by block (blocks of 150: the band grows with
     them; the queries are short), exact copies, and twins one ulp apart in the last block."""
@@ -277,12 +288,8 @@ def test_full_depth_ranks_counted_in_the_one_pass(seed, shards, monkeypatch):
         shards=shards,
     )  # fmt: skip
     assert len(passes) == (shards or 1)
-    ranks = float64_oracle_ranks(queries, corpus, qids, dids, qrels, "euclidean")
-    expected = oracle_values(ranks, qrels, 5)
-    for ours, theirs in (("precision@5", "precision"), ("recall@5", "recall"),
-                         ("mrr", "mrr"), ("map", "map")):  # fmt: skip
-        got = {q: res.per_query[ours][i] for i, q in enumerate(qids)}
-        assert got == pytest.approx(expected[theirs], abs=1e-12), ours
+    names = [("precision@5", "precision"), ("recall@5", "recall"), ("mrr", "mrr"), ("map", "map")]
+    assert_float64_values(res, (queries, corpus, qids, dids, qrels), "euclidean", 5, names)
 
 
 @pytest.mark.parametrize("shards", [None, 3])
@@ -299,11 +306,8 @@ def test_full_depth_counts_again_past_the_near_limit(shards, monkeypatch):
         metrics=["precision@5", "map"], block_size=150, n_threads=2, shards=shards,
     )  # fmt: skip
     assert len(passes) == 2 * (shards or 1)
-    expected = oracle_values(
-        float64_oracle_ranks(queries, corpus, qids, dids, qrels, "euclidean"), qrels, 5
-    )
-    got = {q: res.per_query["map"][i] for i, q in enumerate(qids)}
-    assert got == pytest.approx(expected["map"], abs=1e-12)
+    case = (queries, corpus, qids, dids, qrels)
+    assert_float64_values(res, case, "euclidean", 5, [("precision@5", "precision"), ("map", "map")])
 
 
 def test_full_depth_counts_survive_a_second_top_pass(monkeypatch):
@@ -326,13 +330,9 @@ def test_full_depth_counts_survive_a_second_top_pass(monkeypatch):
         metrics=["precision@5", "map"], block_size=150, n_threads=2,
     )  # fmt: skip
     assert len(passes) == 2
-    expected = oracle_values(
-        float64_oracle_ranks(queries, corpus, qids, dids, qrels, "inner_product"), qrels, 5
-    )
-    got = {q: res.per_query["map"][i] for i, q in enumerate(qids)}
-    assert got == pytest.approx(expected["map"], abs=1e-12)
-    got = {q: res.per_query["precision@5"][i] for i, q in enumerate(qids)}
-    assert got == pytest.approx(expected["precision"], abs=1e-12)
+    case = (queries, corpus, qids, dids, qrels)
+    names = [("precision@5", "precision"), ("map", "map")]
+    assert_float64_values(res, case, "inner_product", 5, names)
 
 
 def test_top_lists_of_many_queries_merged_in_row_ranges():
@@ -355,13 +355,9 @@ def test_top_lists_of_many_queries_merged_in_row_ranges():
     for i in range(0, 600, 7):
         order = np.lexsort((np.arange(3000), keys[i]))[:150]
         assert list(run[qids[i]]) == [dids[j] for j in order]
-    expected = oracle_values(
-        float64_oracle_ranks(queries, corpus, qids, dids, qrels, "inner_product"), qrels, 150
-    )
-    got = {q: res.per_query["map"][i] for i, q in enumerate(qids)}
-    assert got == pytest.approx(expected["map"], abs=1e-12)
-    got = {q: res.per_query["precision@150"][i] for i, q in enumerate(qids)}
-    assert got == pytest.approx(expected["precision"], abs=1e-12)
+    case = (queries, corpus, qids, dids, qrels)
+    names = [("precision@150", "precision"), ("map", "map")]
+    assert_float64_values(res, case, "inner_product", 150, names)
 
 
 def test_run_lists_against_brute_force_oracle():
