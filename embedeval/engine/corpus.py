@@ -716,12 +716,15 @@ class _ChunkTop:
             rows.append(r[a:b])
             codes.append(c[a:b])
         order = np.argsort(np.concatenate(rows), kind="stable")
-        rows_, codes_ = np.concatenate(rows)[order] - lo, np.concatenate(codes)[order]
-        merged = merge_top(np.full_like(top, EMPTY), rows_, codes_)
+        by_row = np.concatenate(rows)[order] - lo  # rows of this range, from 0
+        sorted_codes = np.concatenate(codes)[order]
+        merged = merge_top(np.full_like(top, EMPTY), by_row, sorted_codes)
         self.top[lo:hi] = merged
         cut = widen_down(np.maximum(self.floor[lo:hi], _cutoff(merged)), self.band[lo:hi])
-        keep = (codes_ > merged.max(axis=1)[rows_]) & (code_scores(codes_) >= cut[rows_])
-        return (rows_[keep] + lo).astype(np.int32), codes_[keep]
+        # near: not among the depth kept, and within the band below the depth-th score
+        keep = sorted_codes > merged.max(axis=1)[by_row]
+        keep &= code_scores(sorted_codes) >= cut[by_row]
+        return (by_row[keep] + lo).astype(np.int32), sorted_codes[keep]
 
     def candidates(self, lo: int) -> tuple[np.ndarray, np.ndarray]:
         """(query, code) of every kept code, queries numbered from ``lo``, sorted by query then
