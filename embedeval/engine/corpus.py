@@ -1319,9 +1319,8 @@ def count_beats(
     """The pass of :func:`scan_ranks` over the corpus (:class:`BeatCounter`): per pair, the
     documents whose float32 score is more than half the band above its bounds (certainly
     better), and ``(pair, row)`` of the *near* documents, which :func:`near_wins` decides in
-    float64.  A corpus in shards counts shard by shard and decides the near documents of
-    every shard together, as one scan would (the tie of positive multiples takes the key of
-    the group's smallest row)."""
+    float64.  (A corpus in shards counts in each shard's top pass instead:
+    :func:`~embedeval.engine.corpus_shards.shard_top`.)"""
     if scan.m_sq == 0.0 and scan.distance != "cosine":  # no pass has measured the corpus yet
         measure_norms(corpus, scan)
     counter = BeatCounter(scan, pairs, bounds)

@@ -41,22 +41,21 @@ __all__ = [
 
 class StackedRows:
     """Several 2-D arrays read as one, row after row, without a copy of the whole: slices and
-    integer arrays of rows, ``shape``, ``dtype``.  ``n_rows`` (default: all) is the number of
-    rows a scan streams; rows past it are only looked up by index (gathered rows).
+    integer arrays of rows, ``shape``, ``dtype``.
 
     >>> s = StackedRows([np.zeros((2, 2), np.float32), np.ones((1, 2), np.float32)])
     >>> s.shape, s[np.array([2, 0])].tolist()
     ((3, 2), [[1.0, 1.0], [0.0, 0.0]])
     """
 
-    def __init__(self, pieces: Sequence[np.ndarray], n_rows: int | None = None) -> None:
+    def __init__(self, pieces: Sequence[np.ndarray]) -> None:
         self.pieces = list(pieces)
         sizes = [p.shape[0] for p in self.pieces]
         self.offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-        n = int(self.offsets[-1]) if n_rows is None else n_rows
+        n = int(self.offsets[-1])
         self.shape = (n, int(self.pieces[0].shape[1]))
         first = self.pieces[0]
-        own = n <= sizes[0]  # the streamed rows are the first piece's: its slices, as they are
+        own = n <= sizes[0]  # every row is the first piece's: its slices, as they are
         self._gather_dtype = np.result_type(*[p.dtype for p in self.pieces])
         self.dtype = first.dtype if own else self._gather_dtype
         self.flags, self.strides = first.flags, first.strides
@@ -162,13 +161,13 @@ class ShardPlan:
             excluded_row=self.excluded_row[sel] - start,
         )
 
-    def scan(self, m_sq: float = 0.0) -> CorpusScan:
-        """A fresh scan of the shard (``m_sq``: a bound on every row norm it will meet)."""
+    def scan(self) -> CorpusScan:
+        """A fresh scan of the shard."""
         return CorpusScan(
             self.queries, self.query_norms, self.distance, self.depth, self.keys,
             Pairs(self.excluded_query, self.excluded_row), block=self.block,
             n_threads=self.n_threads, progress=self.progress, raw=self.raw,
-            centre=self.centre, ties=self.ties, m_sq=m_sq,
+            centre=self.centre, ties=self.ties,
         )  # fmt: skip
 
 
@@ -177,7 +176,7 @@ def shard_top(
     shard: np.ndarray,
     query: np.ndarray,
     row: np.ndarray,
-    counted: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+    counted: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int | None] | None = None,
 ) -> tuple:
     """One shard's :func:`~.corpus.scan_top`: its candidates ``(query, code)``, the float32
     scores of the pairs ``(query, row)`` (rows local to the shard), the bound ``m_sq`` on its
