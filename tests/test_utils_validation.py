@@ -352,3 +352,29 @@ def test_neighbors_rejects_bad_input():
         ee.neighbors(X32, 1, np.zeros((3, 5)))
     with pytest.raises(ee.InputError, match="distance="):
         ee.neighbors(X32, 1, distance="l2")
+
+
+def test_finite_rows_whose_squares_overflow_or_underflow_are_accepted_bad_ones_named():
+    # the row screens sum squares: 1e30 squares past float32's range and 1e-30 squares to 0,
+    # yet those rows are finite and non-zero; only the NaN, infinite and zero rows are named
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((20_000, 6)).astype(np.float32)
+    x[[5, 9_000]] = 1e30
+    x[[7, 19_999]] = 1e-30
+    y = np.arange(20_000) % 50
+    res = ee.evaluate(x, y, distance="cosine", metrics=["precision_at_1"], progress=False)
+    assert 0 <= res["precision_at_1"] <= 1
+    bad = x.copy()
+    bad[[8_200, 17_000], 3] = [np.inf, np.nan]
+    with pytest.raises(ee.InputError, match=r"query has NaN or infinite values in 2 row\(s\), "
+                       r"first at row 8200"):  # fmt: skip
+        ee.evaluate(bad, y, progress=False)
+    lists = [[(i + 1) % 20_000] for i in range(20_000)]
+    ok = ee.evaluate(x, None, x, None, positives=lists, distance="cosine",
+                     metrics=["precision_at_1"], progress=False)  # fmt: skip
+    assert 0 <= ok["precision_at_1"] <= 1
+    zero = x.copy()
+    zero[[9_500, 12_000]] = 0
+    with pytest.raises(ee.InputError, match=r"2 row\(s\) of reference are all zero \(first at "
+                       r"row 9500\)"):  # fmt: skip
+        ee.evaluate(x, None, zero, None, positives=lists, distance="cosine", progress=False)

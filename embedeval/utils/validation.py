@@ -29,6 +29,7 @@ __all__ = [
     "divide",
     "factorize",
     "host_array",
+    "row_squares",
     "suggest",
 ]
 
@@ -200,12 +201,26 @@ def as_embeddings(
     return arr
 
 
-def _rows_finite(arr: np.ndarray, block: int = 65536) -> np.ndarray:
-    # Blocked so that a memory-mapped file is scanned without materialising a full boolean copy.
-    out = np.empty(arr.shape[0], dtype=bool)
+def _rows_finite(arr: np.ndarray, block: int = 8192) -> np.ndarray:
+    """Whether each row of a float array is finite, a block at a time (a memory-mapped file is
+    read once, never copied whole).  A row's sum of squares is NaN or infinite where one of
+    its values is (squares are never negative: no ``inf - inf`` hides one), so one vectorised
+    sum per row finds the suspects; only those whose squares merely overflow (finite values
+    above about 1e19 in float32) are then checked value by value."""
+    out = np.ones(arr.shape[0], dtype=bool)
     for start in range(0, arr.shape[0], block):
-        out[start : start + block] = np.isfinite(arr[start : start + block]).all(axis=1)
+        rows = arr[start : start + block]
+        odd = np.flatnonzero(~np.isfinite(row_squares(rows)))
+        if odd.size:
+            out[start + odd] = np.isfinite(rows[odd]).all(axis=1)
     return out
+
+
+def row_squares(rows: np.ndarray) -> np.ndarray:
+    """Each row's sum of squares in the rows' own float type (NaN or infinite where a value is,
+    or where the sum overflows): a cheap screen, not a norm."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.einsum("ij,ij->i", rows, rows)
 
 
 def as_vector(
