@@ -86,34 +86,65 @@ def one_torch_thread(torch: Any) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+_POOLS: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+_POOLS_PID = [os.getpid()]
+_IN_WORKER = threading.local()
+
+
+def _pool(n_threads: int) -> concurrent.futures.ThreadPoolExecutor:
+    """The process's pool of ``n_threads`` engine threads, started once: a pass over a corpus
+    runs two parallel steps per block, and starting fresh threads for each took about 1 % of
+    a 2-second evaluation.  A forked child starts its own (the parent's threads are not in it)."""
+    with _POOLS_LOCK:
+        if _POOLS_PID[0] != os.getpid():
+            _POOLS.clear()
+            _POOLS_PID[0] = os.getpid()
+        pool = _POOLS.get(n_threads)
+        if pool is None:
+            pool = concurrent.futures.ThreadPoolExecutor(
+                n_threads, "embedeval-engine", initializer=_mark_worker
+            )
+            _POOLS[n_threads] = pool
+        return pool
+
+
+def _mark_worker() -> None:
+    _IN_WORKER.active = True
+
+
 def in_order(
     fn: Callable[[int], Any], items: Iterable[int], n_threads: int | None
 ) -> Iterator[tuple[int, Any]]:
     """``(item, fn(item))`` in the order of ``items``, computed by ``n_threads`` threads with at
-    most ``n_threads`` results waiting, so memory stays that of a few blocks.
+    most ``n_threads`` results waiting, so memory stays that of a few blocks.  Called from one
+    of those threads (a step inside a step), it runs in that thread: the cores are busy
+    already, and a worker waiting for work queued behind it could wait forever.
 
     >>> list(in_order(lambda i: i * i, range(4), 2))
     [(0, 0), (1, 1), (2, 4), (3, 9)]
     """
     n_threads = default_threads() if n_threads is None else n_threads
     items = list(items)
-    if n_threads <= 1 or len(items) <= 1:
+    if n_threads <= 1 or len(items) <= 1 or getattr(_IN_WORKER, "active", False):
         for item in items:
             yield item, fn(item)
         return
     waiting: collections.deque = collections.deque()
     feed = iter(items)
-    with concurrent.futures.ThreadPoolExecutor(n_threads, "embedeval-engine") as pool:
-        try:
-            for item in itertools.islice(feed, n_threads):
-                waiting.append((item, pool.submit(fn, item)))
-            while waiting:
-                item, future = waiting.popleft()
-                result = future.result()
-                for nxt in itertools.islice(feed, 1):
-                    waiting.append((nxt, pool.submit(fn, nxt)))
-                yield item, result
-        finally:
-            # An error, Ctrl-C or an abandoned generator: start no further block.
-            for _, future in waiting:
-                future.cancel()
+    pool = _pool(n_threads)
+    try:
+        for item in itertools.islice(feed, n_threads):
+            waiting.append((item, pool.submit(fn, item)))
+        while waiting:
+            item, future = waiting.popleft()
+            result = future.result()
+            for nxt in itertools.islice(feed, 1):
+                waiting.append((nxt, pool.submit(fn, nxt)))
+            yield item, result
+    finally:
+        # An error, Ctrl-C or an abandoned generator: start no further block, and let the
+        # ones already running end before returning (their buffers are the caller's).
+        for _, future in waiting:
+            future.cancel()
+        concurrent.futures.wait([f for _, f in waiting])

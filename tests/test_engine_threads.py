@@ -1,0 +1,68 @@
+"""The engine's worker threads: results in order, a step inside a step, a forked child."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import threading
+
+import pytest
+
+from embedeval.engine.threads import in_order
+
+
+def test_results_come_in_the_order_of_the_items_whatever_order_they_finish_in():
+    import time
+
+    def slow_first(i):
+        time.sleep(0.05 if i == 0 else 0.0)
+        return i * i
+
+    assert list(in_order(slow_first, range(6), 3)) == [(i, i * i) for i in range(6)]
+
+
+def test_a_step_inside_a_step_runs_in_its_worker_thread_and_returns_in_order():
+    def inner(i):
+        names = []
+
+        def leaf(j):
+            names.append(threading.current_thread().name)
+            return i * 10 + j
+
+        values = [v for _, v in in_order(leaf, range(3), 2)]
+        return values, set(names)
+
+    out = list(in_order(inner, range(4), 2))
+    assert [v for _, (v, _) in out] == [[i * 10 + j for j in range(3)] for i in range(4)]
+    for _, (_, names) in out:
+        assert len(names) == 1  # the worker that ran the outer step, nothing more
+
+
+def test_an_error_in_a_step_reaches_the_caller():
+    def fail_on_two(i):
+        if i == 2:
+            raise ValueError("step 2")
+        return i
+
+    with pytest.raises(ValueError, match="step 2"):
+        list(in_order(fail_on_two, range(5), 2))
+    assert list(in_order(lambda i: i + 1, range(3), 2)) == [(0, 1), (1, 2), (2, 3)]
+
+
+def _child(out):
+    out.put([v for _, v in in_order(lambda i: i * 3, range(5), 2)])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+def test_a_forked_child_starts_threads_of_its_own():
+    list(in_order(lambda i: i, range(4), 2))  # the parent's pool exists before the fork
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(out,))
+    proc.start()
+    proc.join(30)
+    alive = proc.is_alive()
+    if alive:
+        proc.kill()
+    assert not alive, "the child waited for threads it does not have"
+    assert out.get(timeout=5) == [0, 3, 6, 9, 12]
