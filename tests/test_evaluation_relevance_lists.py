@@ -177,11 +177,11 @@ def test_near_documents_re_scored_in_several_batches_match_the_oracle(
     # a batch of at most 7 of them (16 times that memory-mapped) they are re-scored over many
     # batches, 16 rows at a time: by query, or by row (a memory-mapped corpus: several
     # queries to a piece); 256 bytes of scores per product split the corpus into parts of
-    # 40 rows, each counted on its own
+    # 40 rows, each counted on its own (16 float64 rows of 4 values: 512 bytes)
     import embedeval.engine.corpus as corpus_engine
 
     monkeypatch.setattr(corpus_engine, "_NEAR_PAIRS", 7)
-    monkeypatch.setattr(corpus_engine, "_CACHE_BYTES", 1)
+    monkeypatch.setattr(corpus_engine, "_KEY_BYTES", 512)
     monkeypatch.setattr(corpus_engine, "_CHUNK_BYTES", 256)
     rng = np.random.default_rng(4)
     xb = rng.integers(-2, 3, (120, 4)).astype(np.float32)
