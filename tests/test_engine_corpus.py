@@ -757,3 +757,17 @@ def test_overlapping_intervals_against_pairwise_checks(seed):
             if i != j and group[i] == group[j] and lo[i] <= hi[j] and lo[j] <= hi[i]:
                 want[i] = True
     np.testing.assert_array_equal(_overlapping(group, lo, hi), want)
+
+
+def test_pending_candidates_wait_for_one_merge_only_under_a_sampled_floor():
+    # with a sampled floor about twice the depth reach it: a chunk's candidates wait for one
+    # merge at the end (up to 3 x its kept codes); with none (a small corpus, a chunk scanned
+    # again) every score is a candidate, so they are merged every 256 queries' depth, and the
+    # merges raise the threshold early (500 queries at depth 5,000: 1.28 million candidates
+    # pending at most, not 7.5 million)
+    from embedeval.engine.corpus import _ChunkTop
+
+    floor = np.full(500, 0.25, dtype=np.float32)
+    assert _ChunkTop(500, 5000, floor).cap == 3 * 500 * 5000
+    assert _ChunkTop(500, 5000, np.full(500, -np.inf, np.float32)).cap == 256 * 5000
+    assert _ChunkTop(10, 3, np.full(10, -np.inf, np.float32)).cap == 1 << 16

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
 import threading
 
@@ -66,3 +67,30 @@ def test_a_forked_child_starts_threads_of_its_own():
         proc.kill()
     assert not alive, "the child waited for threads it does not have"
     assert out.get(timeout=5) == [0, 3, 6, 9, 12]
+
+
+def _engine_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("embedeval-engine")]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_idle_engine_threads_are_joined_before_a_fork():
+    # the pool outlives a call (no fresh threads per parallel step), but not a fork: the
+    # child would not have those threads, and Python warns about forking with threads running
+    list(in_order(lambda i: i, range(4), 2))
+    assert _engine_threads()
+    pid = os.fork()
+    if pid == 0:  # the child: runs in parallel on threads of its own, then leaves at once
+        os._exit(0 if [v for _, v in in_order(lambda i: i + 1, range(3), 2)] == [1, 2, 3] else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not _engine_threads()
+    assert list(in_order(lambda i: -i, range(3), 2)) == [(0, 0), (1, -1), (2, -2)]
+
+
+def test_one_idle_pool_at_most():
+    from embedeval.engine import threads
+
+    list(in_order(lambda i: i, range(6), 3))
+    list(in_order(lambda i: i, range(6), 2))
+    assert sorted(threads._POOLS) == [2]

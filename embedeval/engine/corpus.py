@@ -118,11 +118,11 @@ _CHUNK_ROWS = 512
 _MERGE_BYTES = 64 << 20  # padded merge buffer of one query chunk
 #: The rows of one merge of a chunk's pending candidates (bounded temporaries)
 _PENDING_ROWS = 256
-#: A chunk's pending candidates, at most, in multiples of its kept codes (``rows x depth``):
-#: the sampled floor lets about twice the depth through per query, so a chunk normally merges
-#: once, at the end of its pass.  Merging earlier raises the threshold sooner (fewer
-#: candidates) but merges the kept codes again each time: with a floor of this quality, more
-#: work (measured on 1,000 queries at depth 1,000: 8 % less CPU time merging once)
+#: A chunk's pending candidates, at most, in multiples of its kept codes (``rows x depth``)
+#: when it has a sampled floor: that lets about twice the depth through per query, so a chunk
+#: normally merges once, at the end of its pass.  Merging earlier raises the threshold sooner
+#: (fewer candidates) but merges the kept codes again each time: with a floor of this quality,
+#: more work (measured on 1,000 queries at depth 1,000: 8 % less CPU time merging once)
 _PENDING_DEPTHS = 3
 _MIN_BLOCK = 32  # rows: thinner products take other BLAS paths, with other float32 rounding
 _KEY_BYTES = 8 << 20  # float64 rows of the pairs re-scored at a time (bounded memory)
@@ -678,8 +678,13 @@ class _ChunkTop:
         self.near = (np.zeros(0, np.int32), np.zeros(0, np.uint64))
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []
         self.n_pending = 0
-        # pending candidates, about 12 bytes each: O(rows x depth), as the kept codes
-        self.cap = max(_PENDING_DEPTHS * n * depth, 1 << 16)
+        # pending candidates, about 12 bytes each: O(rows x depth), as the kept codes; with no
+        # floor (a corpus too small for a sample to help, or a chunk scanned again) every
+        # score is a candidate until the first merge: then as many as the kept codes of up to
+        # _PENDING_ROWS queries, so that the merges raise the threshold early
+        floored = n > 0 and bool(np.isfinite(floor).any())
+        rows = _PENDING_DEPTHS * n if floored else min(n, _PENDING_ROWS)
+        self.cap = max(rows * depth, 1 << 16)
 
     def widen(self, band: np.ndarray) -> None:
         """Candidates from now on: scores at least ``band`` below the floor or depth-th score."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import itertools
 import os
 import threading
@@ -86,31 +87,69 @@ def one_torch_thread(torch: Any) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-_POOLS: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+@dataclasses.dataclass
+class _Pool:
+    executor: concurrent.futures.ThreadPoolExecutor
+    users: int = 0  # in_order calls using it now
+
+
+_POOLS: dict[int, _Pool] = {}
 _POOLS_LOCK = threading.Lock()
-_POOLS_PID = [os.getpid()]
 _IN_WORKER = threading.local()
 
 
-def _pool(n_threads: int) -> concurrent.futures.ThreadPoolExecutor:
-    """The process's pool of ``n_threads`` engine threads, started once: a pass over a corpus
-    runs two parallel steps per block, and starting fresh threads for each took about 1 % of
-    a 2-second evaluation.  A forked child starts its own (the parent's threads are not in it)."""
+@contextlib.contextmanager
+def _borrowed(n_threads: int) -> Iterator[concurrent.futures.ThreadPoolExecutor]:
+    """The process's pool of ``n_threads`` engine threads, started once and kept while idle: a
+    pass over a corpus runs two parallel steps per block, and starting fresh threads for each
+    took about 1 % of a 2-second evaluation.  At most one pool stays idle (a pool of another
+    size is started only once the idle ones are closed), and none across a fork."""
     with _POOLS_LOCK:
-        if _POOLS_PID[0] != os.getpid():
-            _POOLS.clear()
-            _POOLS_PID[0] = os.getpid()
         pool = _POOLS.get(n_threads)
         if pool is None:
-            pool = concurrent.futures.ThreadPoolExecutor(
+            _close_idle(wait=False)
+            executor = concurrent.futures.ThreadPoolExecutor(
                 n_threads, "embedeval-engine", initializer=_mark_worker
             )
-            _POOLS[n_threads] = pool
-        return pool
+            pool = _POOLS[n_threads] = _Pool(executor)
+        pool.users += 1
+    try:
+        yield pool.executor
+    finally:
+        with _POOLS_LOCK:
+            pool.users -= 1
+
+
+def _close_idle(wait: bool) -> None:
+    """Shut down the pools no call is using (the caller holds the lock)."""
+    for n, pool in list(_POOLS.items()):
+        if pool.users == 0:
+            del _POOLS[n]
+            pool.executor.shutdown(wait=wait)
 
 
 def _mark_worker() -> None:
     _IN_WORKER.active = True
+
+
+def _before_fork() -> None:
+    """Join the idle engine threads before a fork: the child would not have them, and Python
+    warns about forking a process that runs other threads."""
+    if not getattr(_IN_WORKER, "active", False):  # a worker cannot join its own pool
+        with _POOLS_LOCK:
+            _close_idle(wait=True)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's threads (and maybe a lock another thread
+    held at the fork): it starts pools of its own."""
+    global _POOLS_LOCK
+    _POOLS_LOCK = threading.Lock()
+    _POOLS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def in_order(
@@ -119,7 +158,8 @@ def in_order(
     """``(item, fn(item))`` in the order of ``items``, computed by ``n_threads`` threads with at
     most ``n_threads`` results waiting, so memory stays that of a few blocks.  Called from one
     of those threads (a step inside a step), it runs in that thread: the cores are busy
-    already, and a worker waiting for work queued behind it could wait forever.
+    already, and a worker waiting for work queued behind it could wait forever.  For the same
+    reason a step must not wait for another thread that calls this function.
 
     >>> list(in_order(lambda i: i * i, range(4), 2))
     [(0, 0), (1, 1), (2, 4), (3, 9)]
@@ -132,19 +172,19 @@ def in_order(
         return
     waiting: collections.deque = collections.deque()
     feed = iter(items)
-    pool = _pool(n_threads)
-    try:
-        for item in itertools.islice(feed, n_threads):
-            waiting.append((item, pool.submit(fn, item)))
-        while waiting:
-            item, future = waiting.popleft()
-            result = future.result()
-            for nxt in itertools.islice(feed, 1):
-                waiting.append((nxt, pool.submit(fn, nxt)))
-            yield item, result
-    finally:
-        # An error, Ctrl-C or an abandoned generator: start no further block, and let the
-        # ones already running end before returning (their buffers are the caller's).
-        for _, future in waiting:
-            future.cancel()
-        concurrent.futures.wait([f for _, f in waiting])
+    with _borrowed(n_threads) as pool:
+        try:
+            for item in itertools.islice(feed, n_threads):
+                waiting.append((item, pool.submit(fn, item)))
+            while waiting:
+                item, future = waiting.popleft()
+                result = future.result()
+                for nxt in itertools.islice(feed, 1):
+                    waiting.append((nxt, pool.submit(fn, nxt)))
+                yield item, result
+        finally:
+            # An error, Ctrl-C or an abandoned generator: start no further block, and let the
+            # ones already running end before returning (their buffers are the caller's).
+            for _, future in waiting:
+                future.cancel()
+            concurrent.futures.wait([f for _, f in waiting])
