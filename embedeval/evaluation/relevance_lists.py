@@ -31,7 +31,7 @@ from ..utils.validation import (
     check_choice,
     check_int,
     check_same_dimension,
-    row_squares,
+    zero_rows,
 )
 from .settings import EvaluationInputs, EvaluationSettings
 
@@ -183,17 +183,9 @@ def _mixed_blocks(pairs, rank0, tied_pair, tied_row, n_q, n_ref):
     return q[kept], start[kept], start[kept] + size[kept] - 1, none
 
 
-def _check_nonzero(x, name, block=8192):
-    """Cosine ranks directions: a zero row is refused (as on every other path).  A zero row's
-    sum of squares is 0; so is that of a row of values too small to square (below about
-    1e-23 in float32), which are then read value by value."""
-    x = np.asarray(x)
-    zero = [np.zeros(0, np.int64)]
-    for start in range(0, x.shape[0], block):
-        rows = x[start : start + block]
-        maybe = np.flatnonzero(row_squares(rows) == 0)
-        zero.append(start + maybe[~rows[maybe].any(axis=1)])
-    zero = np.concatenate(zero)
+def _check_nonzero(x, name):
+    """Cosine ranks directions: a zero row is refused (as on every other path)."""
+    zero = zero_rows(np.asarray(x))
     if zero.size:
         raise InputError(
             f"distance='cosine' needs non-zero vectors; {zero.size} row(s) of {name} are all "

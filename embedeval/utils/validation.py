@@ -29,8 +29,8 @@ __all__ = [
     "divide",
     "factorize",
     "host_array",
-    "row_squares",
     "suggest",
+    "zero_rows",
 ]
 
 
@@ -210,15 +210,31 @@ def _rows_finite(arr: np.ndarray, block: int = 8192) -> np.ndarray:
     out = np.ones(arr.shape[0], dtype=bool)
     for start in range(0, arr.shape[0], block):
         rows = arr[start : start + block]
-        odd = np.flatnonzero(~np.isfinite(row_squares(rows)))
+        odd = np.flatnonzero(~np.isfinite(_row_squares(rows)))
         if odd.size:
             out[start + odd] = np.isfinite(rows[odd]).all(axis=1)
     return out
 
 
-def row_squares(rows: np.ndarray) -> np.ndarray:
+def zero_rows(arr: np.ndarray, block: int = 8192) -> np.ndarray:
+    """Indices of the rows of a finite float array that are all zero, a block at a time.  A
+    zero row's sum of squares is 0; so is that of a row of values too small to square (below
+    about 1e-23 in float32), so only the rows the screen finds are read value by value.
+
+    >>> zero_rows(np.float32([[0, 0], [1e-30, 0], [0, 2]])).tolist()
+    [0]
+    """
+    found = [np.zeros(0, np.int64)]
+    for start in range(0, arr.shape[0], block):
+        rows = arr[start : start + block]
+        maybe = np.flatnonzero(_row_squares(rows) == 0)
+        found.append(start + maybe[~rows[maybe].any(axis=1)])
+    return np.concatenate(found)
+
+
+def _row_squares(rows: np.ndarray) -> np.ndarray:
     """Each row's sum of squares in the rows' own float type (NaN or infinite where a value is,
-    or where the sum overflows): a cheap screen, not a norm."""
+    or where the sum overflows; 0 where every square underflows): a screen, not a norm."""
     with np.errstate(over="ignore", invalid="ignore"):
         return np.einsum("ij,ij->i", rows, rows)
 
