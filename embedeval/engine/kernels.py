@@ -734,18 +734,18 @@ class TieFinder:
         equal[boundaries[(boundaries >= 0) & (boundaries < equal.size)]] = False
         # Pairs (i, i+1) of equal keys are rare: work on their sparse positions.  A run of
         # consecutive pair positions is one tie block.
-        self.pairs = np.flatnonzero(equal)
-        self.any = self.pairs.size > 0
+        pairs = np.flatnonzero(equal)
+        self.any = pairs.size > 0
         if not self.any:
             return
-        new_run = np.diff(self.pairs) != 1
-        self.run = np.concatenate(([0], np.cumsum(new_run)))
+        new_run = np.diff(pairs) != 1
+        run = np.concatenate(([0], np.cumsum(new_run)))
         # Flat position of each block's first and last item, indexed by run id.
-        self.run_first = self.pairs[np.concatenate(([True], new_run))]
-        self.run_last = self.pairs[np.concatenate((new_run, [True]))] + 1
-        mixed = rel[self.pairs] != rel[self.pairs + 1]
-        self.mixed_runs = np.unique(self.run[mixed])
-        mixed_pairs = self.pairs[mixed]
+        self.run_first = pairs[np.concatenate(([True], new_run))]
+        self.run_last = pairs[np.concatenate((new_run, [True]))] + 1
+        mixed = rel[pairs] != rel[pairs + 1]
+        self.mixed_runs = np.unique(run[mixed])
+        mixed_pairs = pairs[mixed]
         pair_row = np.searchsorted(block.lims, mixed_pairs, side="right") - 1
         self.first_mixed = np.full(b, np.iinfo(np.int64).max // 2)
         np.minimum.at(self.first_mixed, pair_row, mixed_pairs - block.lims[pair_row])
@@ -765,11 +765,7 @@ class TieFinder:
         """
         self = cls.__new__(cls)
         self.block = block
-        size = run_last - run_first  # equal neighbours per block
-        ends = np.cumsum(size)
-        self.pairs = np.repeat(run_first, size) + np.arange(ends[-1]) - np.repeat(ends - size, size)
-        self.any = self.pairs.size > 0
-        self.run = np.repeat(np.arange(run_first.size), size)
+        self.any = bool((run_last > run_first).any())
         self.run_first, self.run_last = run_first, run_last
         self.mixed_runs = np.arange(run_first.size)
         self.first_mixed = np.asarray(first_mixed)
@@ -780,9 +776,10 @@ class TieFinder:
         counts = self.block.counts
         rows = np.flatnonzero((window >= 1) & (window < counts))
         at = self.block.lims[rows] + window[rows] - 1
-        where = np.minimum(np.searchsorted(self.pairs, at), self.pairs.size - 1)
-        tied = self.pairs[where] == at
-        rows, runs = rows[tied], self.run[where[tied]]
+        # the run (blocks are disjoint and increasing) holding the pair (at, at + 1), if any
+        runs = np.searchsorted(self.run_first, at, side="right") - 1
+        tied = (runs >= 0) & (at < self.run_last[np.maximum(runs, 0)])
+        rows, runs = rows[tied], runs[tied]
         mixed = np.isin(runs, self.mixed_runs)
         return rows[mixed], runs[mixed]
 
