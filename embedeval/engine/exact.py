@@ -452,9 +452,10 @@ def tied_search(
     columns: slice | np.ndarray,
 ) -> PreparedSearch:
     """``search`` (of ``precision``) with the identical reference rows of ``plan`` tied, their
-    representatives prepared at the same precision (:meth:`PreparedSearch.with_duplicates`)."""
+    representatives prepared at the same precision (:meth:`PreparedSearch.with_duplicates`;
+    the plan's own for a float32 product, ``"exact"`` included)."""
     reps = plan.representatives
-    if precision != "float32" and plan.duplicates is not None:
+    if precision == "float64" and plan.duplicates is not None:
         reps = representatives(xb, plan.duplicates, distance, precision)
     return search.with_duplicates(plan.duplicates, reps, columns)
 
@@ -843,7 +844,7 @@ def search_block(
     # Whole-row tiles leave the codes grouped by row unless redone rows were appended.
     grouped = plan.tile == plan.search.n_reference and not short.size
     block = sort_block(codes, counts, start, plan.col_bits, grouped)
-    late = rows_past_threshold(block, block_need, tau)
+    late = np.setdiff1d(rows_past_threshold(block, block_need, tau), short)  # short: complete
     if late.size:  # rarer still: short by less than the band; every valid reference again
         codes, counts = redo_rows(plan, start, late, codes, block.counts)
         block = sort_block(codes, counts, start, plan.col_bits, False)

@@ -607,6 +607,7 @@ def _finish(plan: _Plan, a: int, parts: list[np.ndarray]) -> ScoredBlock:
     block: Candidates = sort_block(codes, counts, q0, plan.col_bits, False)
     if plan.sampled is not None:
         late = rows_past_threshold(block, need, plan.sampled[q0 : q0 + b])
+        late = np.setdiff1d(late, short)  # the short rows hold every valid reference already
         if late.size:  # rarer still: short by less than the band; every valid reference again
             codes, counts = _with_redone(plan, q0, late, codes, b)
             block = sort_block(codes, counts, q0, plan.col_bits, False)
