@@ -57,11 +57,13 @@ def make_split(case: str, seed: int = 0) -> dict[str, np.ndarray]:
     * ``hashing_dups``: ``hashing`` with duplicates, as real databases have them: 2,500
       database items are copies of others (half of them with another label: exact ties
       between relevant and non-relevant items) and 100 queries are copies of database items.
+    * ``hashing_codes``: ``hashing`` as 64-bit binary codes in ``{-1, 1}``, the sign of a seeded
+      random projection (what deep-hashing protocols rank; 65 distances, ties everywhere).
     """
     rng = np.random.default_rng(seed)
     if case == "reid":
         n_q, n_g, d, n_id, spread = 3_368, 15_913, 2_048, 751, 10.0
-    elif case in ("hashing", "hashing_dups"):
+    elif case in ("hashing", "hashing_dups", "hashing_codes"):
         n_q, n_g, d, n_id, spread = 5_000, 50_000, 64, 10, 6.0
     else:
         raise ValueError(case)
@@ -79,6 +81,10 @@ def make_split(case: str, seed: int = 0) -> dict[str, np.ndarray]:
     if case == "reid":
         out["gq"] = yq * 6 + rng.integers(0, 6, n_q)
         out["gr"] = yr * 6 + rng.integers(0, 6, n_g)
+    if case == "hashing_codes":
+        projection = rng.standard_normal((d, 64)).astype(np.float32)
+        for side in ("xq", "xr"):
+            out[side] = np.where(out[side] @ projection >= 0, 1.0, -1.0).astype(np.float32)
     if case == "hashing_dups":
         src, dst = rng.choice(n_g, 2_500, replace=False), rng.choice(n_g, 2_500, replace=False)
         xr[dst] = xr[src]

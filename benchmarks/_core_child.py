@@ -18,11 +18,12 @@ METRICS = {
     "reid": ["map", "precision_at_1"],
     "hashing": ["map"],
     "hashing_dups": ["map"],
+    "hashing_codes": ["map"],
 }
 #: Query / gallery cases (the others are leave-one-out).
-SPLIT = ("reid", "hashing", "hashing_dups")
+SPLIT = ("reid", "hashing", "hashing_dups", "hashing_codes")
 #: Deep rankings: timed against the product and "product + sort every row" of their shape.
-DEEP = ("large", "map", "reid", "hashing", "hashing_dups")
+DEEP = ("large", "map", "reid", "hashing", "hashing_dups", "hashing_codes")
 #: Queries whose values are checked against the brute force (float64, stable sort).
 N_CHECK = 100
 PML_NAMES = {

@@ -10,6 +10,7 @@ import pytest
 
 import embedeval as ee
 import embedeval.engine.deep as deep
+import embedeval.search.local as local
 from embedeval.engine.candidates import from_sortable_bits, sortable_bits
 from embedeval.engine.deep import deep_applies, deep_blocks, flagged_keys
 from embedeval.engine.exact import DEFAULT_MEMORY_BUDGET, sorted_candidates
@@ -69,7 +70,12 @@ def _deep_engine(task, block_size=None):
 # (row_codes); 60 classes: about 5, each searched in its own row
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
 @pytest.mark.parametrize("classes", [3, 6, 60])
-def test_deep_engine_matches_oracle(distance, classes):
+@pytest.mark.parametrize("exact_keys", [True, False])
+def test_deep_engine_matches_oracle(monkeypatch, distance, classes, exact_keys):
+    # exact_keys=False: the float32 keys of these integers are not taken as exact (the float64
+    # filter and decision run on them).
+    if not exact_keys:
+        monkeypatch.setattr(local, "with_exact_keys", lambda task: task)
     x, y = _data("integer", n=300, classes=classes)
     res = ee.evaluate(x, y, metrics=METRICS, distance=distance, progress=False)
     _, per_query = oracle.summary(x, y, metrics=METRICS, distance=distance)
@@ -97,7 +103,10 @@ def test_candidates_sorted_in_runs_of_rows_match_oracle(monkeypatch):
         np.testing.assert_allclose(res.per_query[m], per_query[m], rtol=1e-12, err_msg=m)
 
 
-def test_deep_engine_with_reference_and_groups_matches_oracle():
+@pytest.mark.parametrize("exact_keys", [True, False])
+def test_deep_engine_with_reference_and_groups_matches_oracle(monkeypatch, exact_keys):
+    if not exact_keys:
+        monkeypatch.setattr(local, "with_exact_keys", lambda task: task)
     x, y = _data("integer", n=300, classes=30)
     g = np.random.default_rng(1).integers(0, 4, 300)
     xq, yq, gq, xr, yr, gr = x[:90], y[:90], g[:90], x[90:], y[90:], g[90:]

@@ -30,6 +30,11 @@ def _one_sided(monkeypatch):
     monkeypatch.setattr(engine, "uses_symmetric_engine", lambda task: False)
 
 
+def _float64_decision(monkeypatch):
+    """Keep small-integer data on the float64 decision (exact float32 keys not detected)."""
+    monkeypatch.setattr(engine, "with_exact_keys", lambda task: task)
+
+
 def _distinct_grid(seed, n, dim, low=-3, high=4):
     """Distinct small-integer points: every key is an exact float32 integer, so distance ties
     are exact and the oracle's float64 order is the engine's, yet no two rows are identical."""
@@ -59,8 +64,12 @@ def _check_oracle(x, y, distance="euclidean", **kw):
 
 
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
-def test_exact_ties_on_distinct_grid_points_match_the_oracle(distance):
-    # 1,500 distinct integer points in 4-D: two tiles, exact ties everywhere (ranked by index).
+@pytest.mark.parametrize("exact_keys", [True, False])
+def test_exact_ties_on_distinct_grid_points_match_the_oracle(monkeypatch, distance, exact_keys):
+    # 1,500 distinct integer points in 4-D: two tiles, exact ties everywhere (ranked by index),
+    # with the float32 keys taken as exact or decided in float64.
+    if not exact_keys:
+        _float64_decision(monkeypatch)
     x = _distinct_grid(0, 1500, 4)
     y = np.random.default_rng(1).integers(0, 30, len(x))
     got = _check_oracle(x, y, distance)
@@ -87,7 +96,10 @@ def test_odd_sizes_match_the_oracle(n):
     _check_oracle(x, y)
 
 
-def test_groups_match_the_oracle():
+@pytest.mark.parametrize("exact_keys", [True, False])
+def test_groups_match_the_oracle(monkeypatch, exact_keys):
+    if not exact_keys:
+        _float64_decision(monkeypatch)
     x = _distinct_grid(5, 1300, 5)
     rng = np.random.default_rng(6)
     y, g = rng.integers(0, 20, len(x)), rng.integers(0, 50, len(x))
@@ -141,7 +153,9 @@ def test_thresholds_short_by_less_than_the_band_are_redone(monkeypatch):
     # A subsample threshold one float32 step below the query's depth-th key still keeps that
     # many keys once widened by the keys' bound, but not every key up to the depth-th one
     # widened, which the float64 decision reads: such a query is redone over every reference.
-    # Small-integer rows make every key an exact integer, so the depth-th key is known here.
+    # Small-integer rows make every key an exact integer, so the depth-th key is known here
+    # (and, taken as exact, they would have no band: the float64 decision is kept).
+    _float64_decision(monkeypatch)
     x = _distinct_grid(21, 1200, 6)
     y = np.random.default_rng(21).integers(0, 30, 1200)
     x64 = x.astype(np.float64)

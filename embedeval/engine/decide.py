@@ -50,9 +50,11 @@ __all__ = [
     "direction_rows",
     "exact_keys",
     "first_k",
+    "float64_key_bounds",
     "float64_keys",
     "gamma",
     "key_bounds",
+    "key_magnitude",
     "reach_of",
     "reference_sq_bound",
     "rounding_of",
@@ -104,30 +106,56 @@ def key_bounds(
     ``3 u_in (||q|| + ||x||)^2`` more, and ``4 u_in (||q|| + M)^2`` is added to its bound,
     ``4 u_in`` times the magnitude to the others.  Each bound is then raised by
     ``1 + 2**-20`` and by ``8 gamma_{dim+8}`` in float64 times the same magnitude,
-    for the float64 key's own rounding.
+    for the float64 key's own rounding.  ``scale = input_u = 0`` stands for exact keys (small
+    integers, :mod:`embedeval.engine.integers`): every bound is zero.
 
     >>> key_bounds(np.array([1.0]), 1.0, 8, "euclidean") > 4 * 11 * 2.0**-24
     array([ True])
     """
     q_sq = np.asarray(q_sq, dtype=np.float64)
+    if scale == 0.0 and input_u == 0.0:  # exact keys (rounding_of("exact"))
+        return np.zeros(q_sq.shape, dtype=np.float64)
     wide = 1.0 + 2.0**-20
     f64 = 8 * gamma(dim + 8, _U64)
     if distance == "euclidean":
         c = (3 * gamma(dim + 3) * scale + 4 * input_u) * wide + f64
-        return c * (np.sqrt(q_sq) + np.sqrt(m_sq)) ** 2
-    if distance == "inner_product":
+    elif distance == "inner_product":
         c = (gamma(dim + 1) * scale + 4 * input_u) * wide + f64
-        return c * np.sqrt(q_sq) * np.sqrt(m_sq)
-    c = (gamma(dim + 8) * scale + 4 * input_u) * wide + f64
-    return np.full(q_sq.shape, c, dtype=np.float64)
+    else:
+        c = (gamma(dim + 8) * scale + 4 * input_u) * wide + f64
+    return c * key_magnitude(q_sq, m_sq, distance)
+
+
+def float64_key_bounds(q_sq: np.ndarray, m_sq: float, dim: int, distance: str) -> np.ndarray:
+    """Per query, a bound on ``|float64 product key - fixed-order key|`` (:func:`exact_keys`):
+    ``8 gamma_{dim+8}`` in double precision times the keys' magnitude (see :func:`key_bounds`).
+
+    >>> float(float64_key_bounds(np.array([1.0]), 1.0, 8, "inner_product")[0]) < 1e-13
+    True
+    """
+    q_sq = np.asarray(q_sq, dtype=np.float64)
+    return 8 * gamma(dim + 8, _U64) * key_magnitude(q_sq, m_sq, distance)
+
+
+def key_magnitude(q_sq: np.ndarray, m_sq: float, distance: str) -> np.ndarray:
+    """Per query (squared norm at most ``q_sq``; every reference's at most ``m_sq``), a bound
+    on the size of its keys, which their error bounds scale with: ``(||q|| + M)**2``
+    (Euclidean ``||x||**2 - 2 q.x``), ``||q|| M`` (inner product), 1 (cosine: unit rows)."""
+    if distance == "euclidean":
+        return (np.sqrt(q_sq) + np.sqrt(m_sq)) ** 2
+    if distance == "inner_product":
+        return np.sqrt(q_sq) * np.sqrt(m_sq)
+    return np.ones(q_sq.shape, dtype=np.float64)
 
 
 def rounding_of(precision: str, tensor_cores: bool = False) -> tuple[float, float]:
     """``(scale, input_u)`` of :func:`key_bounds` for a filter product ``precision``:
-    ``"float32"``; ``"float64"`` (a float64 product rounded to float32 keys: one
-    rounding); ``"tf32"`` reads each float32 input with a 10-bit mantissa (chopped or rounded:
-    ``2**-10``) and multiplies exactly, accumulating in float32; ``"bf16"`` rounds each input to
-    an 8-bit mantissa (``2**-9``) and the product's result once more, accumulating in float32.
+    ``"float32"``; ``"exact"`` (a float32 product of small integers, exact:
+    :mod:`embedeval.engine.integers`; every bound is zero); ``"float64"`` (a float64 product
+    rounded to float32 keys: one rounding); ``"tf32"`` reads each float32 input with a 10-bit
+    mantissa (chopped or rounded: ``2**-10``) and multiplies exactly, accumulating in float32;
+    ``"bf16"`` rounds each input to an 8-bit mantissa (``2**-9``) and the product's result once
+    more, accumulating in float32.
     ``tensor_cores``: the product runs on GPU tensor cores (TF32 always does), whose float32
     accumulators may align and chop several terms at once rather than round each addition, so
     the accumulation term is taken 16 times float32's (still small beside the inputs' rounding).
@@ -139,6 +167,8 @@ def rounding_of(precision: str, tensor_cores: bool = False) -> tuple[float, floa
         return _TENSOR_CORE_SCALE, 2.0**-10
     if precision == "bf16":
         return (_TENSOR_CORE_SCALE if tensor_cores else 1.0), 2.0**-9
+    if precision == "exact":
+        return 0.0, 0.0
     if precision == "float64":
         # No float32 product: a float64 one (within 4 gamma_{d+2} of the real key in double
         # precision, cosine's float64 normalisation included) rounded once to float32 (2**-24
@@ -272,7 +302,7 @@ def decide(
     exceeds the previous one by more than ``2 B``; clusters of two or more are re-scored with
     :func:`exact_keys` and sorted by (float64 key, reference index).  The result's ``bits``
     are then dense ranks: equal exactly where the float64 keys tie (what the metric kernels
-    read as a tie).
+    read as a tie).  Bounds of zero (exact keys) leave the block as it is.
 
     ``relevant`` (one flag per candidate), when given, limits the re-scoring to the candidates
     that have one of the other kind within ``2 B`` (:func:`_decide_mixed_pairs`): metrics read
@@ -289,7 +319,7 @@ def decide(
     ([1, 2, 3], [0, 0, 0])
     """
     n = block.index.size
-    if n < 2:
+    if n < 2 or not np.any(bounds):  # exact keys: their order (ties by index) is the ranking
         return block, None
     counts = block.counts
     row = np.repeat(np.arange(counts.size), counts)

@@ -8,6 +8,7 @@ here).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 from ..engine.decide import rounding_of
 from ..engine.deep import deep_applies, deep_blocks, filter_precision
 from ..engine.exact import DEFAULT_MEMORY_BUDGET, sorted_candidates
+from ..engine.integers import exact_distance
 from ..engine.symmetric import symmetric_blocks, uses_symmetric_engine
 from ..engine.task import Columns, RetrievalTask, ScoredBlock, write_back
 
@@ -48,6 +50,7 @@ def local_blocks(
     """
     if not task.has_work:
         return
+    task = with_exact_keys(task)
     if uses_symmetric_engine(task):  # leave-one-out: each product once (embedeval.engine.symmetric)
         yield from symmetric_blocks(
             task, memory_budget=memory_budget, progress=progress, n_threads=n_threads
@@ -82,6 +85,20 @@ def local_blocks(
     )
 
 
+def with_exact_keys(task: RetrievalTask) -> RetrievalTask:
+    """``task`` with ``precision="exact"`` where its float32 keys are exact (small integers such
+    as binary codes, :func:`embedeval.engine.integers.exact_distance`; cosine on codes of one
+    norm becomes the inner product, which ranks them alike): every engine then takes the float32
+    order, equal keys by reference index, as the ranking, with no float64 re-scoring.
+    """
+    if task.precision != "float32":
+        return task
+    distance = exact_distance(task.query, task.reference, task.distance)
+    if distance is None:
+        return task
+    return dataclasses.replace(task, precision="exact", distance=distance)
+
+
 #: Rankings deeper on average than 1/_DEEP of the references take the float64 filter.
 _DEEP = 32
 
@@ -99,6 +116,8 @@ def candidate_precision(task: RetrievalTask, depth: np.ndarray, threshold: str |
     Shallow rankings (a few neighbours per query) find few such keys and keep the cheaper
     product.
     """
+    if task.precision == "exact":
+        return "exact"
     n_ref = int(task.reference.shape[0])
     deep = threshold == "max" or float(np.sum(depth)) * _DEEP >= n_ref * max(depth.size, 1)
     return filter_precision(task) if deep else "float32"

@@ -1,0 +1,196 @@
+"""Small-integer inputs (binary codes, quantised features): float32 keys that are exact, ranked
+by one sort of (key, reference) codes with no float64 re-scoring, against plain loops and the
+float64 brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+import embedeval.engine.decide as decide
+import embedeval.search.local as local
+from embedeval.engine.integers import exact_in_float32, integer_magnitude, ranks_of_exact_keys
+from embedeval.evaluation.settings import EvaluationInputs, validate_arguments
+from embedeval.evaluation.stages import plan_search, prepare_data
+from tests import oracle
+
+
+def test_integer_magnitude_reads_every_row():
+    x = np.zeros((40_000, 3), np.float32)
+    x[-1, 2] = -7.0
+    assert integer_magnitude(x) == 7.0
+    x[-1, 1] = 0.25  # past the first rows and the first block
+    assert integer_magnitude(x) is None
+    for bad in (np.nan, np.inf):
+        assert integer_magnitude(np.array([[1.0, bad]], np.float32)) is None
+    assert integer_magnitude(np.zeros((0, 4), np.float32)) == 0.0
+
+
+def test_exact_in_float32_at_the_limit_of_exact_sums():
+    # d (Q + X)^2 <= 2**24 for Euclidean keys, d Q X for inner products; cosine never.
+    d = 64
+    q = np.full((2, d), 256.0, np.float32)  # 64 * (256 + 256)^2 = 2**24 exactly
+    assert exact_in_float32(q, q, "euclidean")
+    assert not exact_in_float32(q + 1, q, "euclidean")
+    big = np.full((2, d), 512.0, np.float32)  # 64 * 512 * 512 = 2**24
+    assert exact_in_float32(big, big, "inner_product")
+    assert not exact_in_float32(big + 1, big, "inner_product")
+    assert not exact_in_float32(q, q, "cosine")
+    assert not exact_in_float32(q + 0.5, q, "euclidean")
+
+
+def _brute_ranks(keys, relevant):
+    """Per row, by a stable sort and plain loops: the ranks of the relevant references, the
+    runs of equal keys holding both kinds (first, last) and the first mixed neighbour pair."""
+    n_hits, ranks, runs, first_pair = [], [], [], []
+    for i in range(keys.shape[0]):
+        order = sorted(range(keys.shape[1]), key=lambda j: (keys[i, j], j))
+        k = [keys[i, j] for j in order]
+        rel = [bool(relevant[i, j]) for j in order]
+        mine = [p for p in range(len(order)) if rel[p]]
+        n_hits.append(len(mine))
+        ranks.extend(mine)
+        pair = None
+        p = 0
+        while p < len(k):
+            q = p
+            while q + 1 < len(k) and k[q + 1] == k[p]:
+                q += 1
+            kinds = set(rel[p : q + 1])
+            if len(kinds) == 2 and np.isfinite(k[p]):
+                runs.append((i, p, q))
+                for t in range(p, q):
+                    if pair is None and rel[t] != rel[t + 1]:
+                        pair = t
+            p = q + 1
+        first_pair.append(np.iinfo(np.int64).max // 2 if pair is None else pair)
+    return n_hits, ranks, runs, first_pair
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(
+    ("magnitude", "width"), [(None, 60), (3.0, 60), (2.0**21, 60), (2.0**21, 3000)]
+)  # codes of sortable float bits; of numbered keys in 32 bits; in 64 bits (wide rows)
+def test_ranks_of_exact_keys_are_the_stable_sort_of_every_row(seed, magnitude, width):
+    rng = np.random.default_rng(seed)
+    b, n = 7, int(rng.integers(1, width))
+    keys = rng.integers(-3, 4, size=(b, n)).astype(np.float32)
+    keys[rng.random((b, n)) < 0.1] = np.inf  # excluded pairs: last, never relevant
+    keys[0, : n // 2] = -0.0  # signed zeros tie with zeros
+    relevant = (rng.random((b, n)) < 0.3) & np.isfinite(keys)
+    n_hits, ranks, (row, first, last, first_mixed) = ranks_of_exact_keys(keys, relevant, magnitude)
+    want_hits, want_ranks, want_runs, want_pair = _brute_ranks(keys, relevant)
+    assert n_hits.tolist() == want_hits
+    assert ranks.tolist() == want_ranks
+    assert list(zip(row.tolist(), first.tolist(), last.tolist(), strict=True)) == want_runs
+    assert first_mixed.tolist() == want_pair
+
+
+METRICS = ["map", "map_at_r", "r_precision", "precision_at_1", "mrr", "map_at_20"]
+#: Without full-depth AP: the candidate engines (one-sided and leave-one-out) rank them.
+WINDOWS = METRICS[1:]
+
+
+def _codes(n: int, bits: int, seed: int, zero_one: bool = False) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = np.sign(rng.standard_normal((n, bits))).astype(np.float32)
+    x[n // 10 : n // 5] = x[: n // 10]  # identical codes, as hash databases have them
+    return (x + 1) / 2 if zero_one else x
+
+
+@pytest.fixture
+def no_float64(monkeypatch):
+    """Fails a test that re-scores anything in float64 (exact keys need none)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("exact keys were re-scored in float64")
+
+    monkeypatch.setattr(decide, "exact_keys", refuse)
+
+
+@pytest.mark.parametrize(
+    ("distance", "zero_one"),
+    [("euclidean", False), ("euclidean", True), ("inner_product", False),
+     ("inner_product", True), ("cosine", False)],
+)  # fmt: skip
+@pytest.mark.parametrize("metrics", [METRICS, WINDOWS])
+def test_binary_codes_leave_one_out_match_the_float64_brute_force(
+    distance, zero_one, metrics, no_float64
+):
+    x = _codes(500, 12, seed=1, zero_one=zero_one)  # 12 bits: 13 distances, ties everywhere
+    y = np.random.default_rng(2).integers(0, 8, 500)
+    res = ee.evaluate(x, y, metrics=metrics, distance=distance, progress=False)
+    if distance == "cosine":  # the oracle's cosine (normalised rows) rounds exact ties apart
+        want = _leave_one_out_by_float64_keys(x, y, metrics, distance)
+    else:
+        _, want = oracle.summary(x, y, metrics=metrics, distance=distance)
+    for m in metrics:
+        np.testing.assert_allclose(res.per_query[m], want[m], rtol=1e-12, atol=0, err_msg=m)
+
+
+def _leave_one_out_by_float64_keys(x, y, metrics, distance):
+    """Per query: the fixed-order float64 keys (cosine: ``-sign(s) s**2 / ||x||**2``, exact for
+    small integers), a stable sort, the query left out, each metric from its definition."""
+    out = {m: np.full(len(x), np.nan) for m in metrics}
+    for i in range(len(x)):
+        keys = oracle.fixed_order_keys(x[i], x, distance)
+        others = np.delete(np.arange(len(x)), i)
+        order = others[np.lexsort((others, keys[others]))]
+        rel = [bool(y[j] == y[i]) for j in order]
+        for m in metrics:
+            out[m][i] = oracle.metric_value(m, rel, None)
+    return out
+
+
+@pytest.mark.parametrize("metrics", [["map"], ["map", "precision_at_1"], METRICS, WINDOWS])
+def test_binary_codes_query_gallery_with_groups_match_the_float64_brute_force(metrics, no_float64):
+    rng = np.random.default_rng(3)
+    xq, xr = _codes(120, 16, seed=4), _codes(900, 16, seed=5)
+    xq[:10] = xr[:10]  # queries identical to database items
+    yq, yr = rng.integers(0, 6, 120), rng.integers(0, 6, 900)
+    gq, gr = rng.integers(0, 4, 120), rng.integers(0, 4, 900)
+    res = ee.evaluate(
+        xq, yq, xr, yr, metrics=metrics, query_groups=gq, reference_groups=gr, progress=False
+    )
+    _, want = oracle.summary(xq, yq, xr, yr, metrics=metrics, qg=gq, rg=gr)
+    for m in metrics:
+        np.testing.assert_allclose(res.per_query[m], want[m], rtol=1e-12, atol=0, err_msg=m)
+
+
+@pytest.mark.parametrize("loo", [False, True])
+def test_exact_keys_give_the_float64_paths_values_and_tie_flags(monkeypatch, loo):
+    """The same evaluation with the float64 decision (exact keys not detected) and without:
+    per-query values and tie flags bit for bit, on multi-label codes with duplicates."""
+    rng = np.random.default_rng(6)
+    x = _codes(400, 10, seed=7)
+    labels = rng.random((400, 5)) < 0.3  # multi-label indicator rows
+    args = (x, labels) if loo else (x[:80], labels[:80], x[80:], labels[80:])
+    task = _task(*args, metrics=[*METRICS, "minp"])
+    fast_values, fast_ties = local.run_local(task)
+    monkeypatch.setattr(local, "with_exact_keys", lambda task: task)
+    slow_values, slow_ties = local.run_local(task)
+    assert any(fast_ties[m].any() for m in METRICS)
+    for m in [*METRICS, "minp"]:
+        assert np.array_equal(fast_values[m], slow_values[m], equal_nan=True), m
+        assert np.array_equal(fast_ties[m], slow_ties[m]), m
+
+
+def test_non_integer_and_cosine_inputs_keep_the_float64_decision():
+    x = _codes(50, 8, seed=8)
+    y = np.arange(50) % 5
+
+    def precision(x, distance):
+        return local.with_exact_keys(_task(x, y, metrics=["map"], distance=distance)).precision
+
+    assert precision(x, "euclidean") == "exact"
+    assert precision(x, "inner_product") == "exact"
+    assert precision(x, "cosine") == "exact"  # one norm: ranked as inner products
+    assert precision(x * 0.5, "euclidean") == "float32"
+    assert precision((x + 1) / 2, "cosine") == "float32"  # {0, 1} codes: norms differ
+
+
+def _task(xq, yq, xr=None, yr=None, **kwargs):
+    inputs = EvaluationInputs(xq, yq, xr, yr, None)
+    settings = validate_arguments(inputs, **kwargs)
+    return plan_search(settings, prepare_data(settings, inputs)).task
