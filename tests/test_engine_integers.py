@@ -194,3 +194,49 @@ def _task(xq, yq, xr=None, yr=None, **kwargs):
     inputs = EvaluationInputs(xq, yq, xr, yr, None)
     settings = validate_arguments(inputs, **kwargs)
     return plan_search(settings, prepare_data(settings, inputs)).task
+
+
+def _wide_integers(n: int, seed: int) -> np.ndarray:
+    """Rows of 300 values in {-255, 0, 255}: keys are multiples of 255**2 (ties everywhere), and
+    the sums' bounds (300 * 255**2 for inner products, 300 * 510**2 for Euclidean keys) are past
+    2**24 (no float32 product is exact), not 2**51."""
+    rng = np.random.default_rng(seed)
+    x = (255 * rng.integers(-1, 2, size=(n, 300))).astype(np.float32)
+    x[n // 10 : n // 5] = x[: n // 10]  # identical rows
+    return x
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+@pytest.mark.parametrize("split", [False, True])
+def test_integers_past_float32_rank_from_an_exact_float64_product(distance, split, no_float64):
+    x = _wide_integers(400, seed=9)
+    rng = np.random.default_rng(10)
+    y, g = rng.integers(0, 5, 400), rng.integers(0, 6, 400)
+    assert not exact_in_float32(x, x, distance)
+    metrics = ["map", "precision_at_1", "r_precision"]
+    if split:
+        args = (x[:100], y[:100], x[100:], y[100:])
+        res = ee.evaluate(*args, metrics=metrics, distance=distance, progress=False,
+                          query_groups=g[:100], reference_groups=g[100:])  # fmt: skip
+        _, want = oracle.summary(*args, metrics=metrics, distance=distance, qg=g[:100],
+                                 rg=g[100:])  # fmt: skip
+    else:
+        res = ee.evaluate(x, y, metrics=metrics, distance=distance, progress=False)
+        _, want = oracle.summary(x, y, metrics=metrics, distance=distance)
+    for m in metrics:
+        np.testing.assert_allclose(res.per_query[m], want[m], rtol=1e-12, atol=0, err_msg=m)
+
+
+def test_an_exact_float64_product_gives_the_float64_decisions_tie_flags(monkeypatch):
+    import embedeval.engine.deep as deep
+
+    x = _wide_integers(300, seed=11)
+    labels = np.random.default_rng(12).random((300, 4)) < 0.3
+    task = _task(x[:60], labels[:60], x[60:], labels[60:], metrics=["map", "minp"])
+    fast_values, fast_ties = local.run_local(task)
+    monkeypatch.setattr(deep, "_exact_in_float64", lambda task: False)
+    slow_values, slow_ties = local.run_local(task)
+    assert fast_ties["map"].any()
+    for m in ("map", "minp"):
+        assert np.array_equal(fast_values[m], slow_values[m], equal_nan=True), m
+        assert np.array_equal(fast_ties[m], slow_ties[m]), m

@@ -67,7 +67,7 @@ from .exact import (
     plan_search,
     tied_search,
 )
-from .integers import ranks_of_exact_keys
+from .integers import exact_in_float32, ranks_of_exact_keys
 from .kernels import hits_from_ranks, score_hits
 from .labels import match_matrix
 from .task import RetrievalTask, ScoredBlock
@@ -884,6 +884,16 @@ def filter_precision(task: RetrievalTask) -> str:
     return "float64"
 
 
+def _exact_in_float64(task: RetrievalTask) -> bool:
+    """Whether a float64 product of the task's rows gives exact keys whose codes
+    (:func:`embedeval.engine.integers.ranks_of_exact_keys`) fit in 64 bits: integers whose
+    products sum to at most ``2**51`` and ``2**(61 - b)``, ``b`` the bits of a reference index
+    (int8-quantised embeddings of a few thousand dimensions, say)."""
+    col_bits = max(int(task.reference.shape[0] - 1).bit_length(), 1)
+    limit = min(2.0**51, 2.0 ** (61 - col_bits))
+    return exact_in_float32(task.query, task.reference, task.distance, limit)
+
+
 def deep_blocks(
     task: RetrievalTask,
     *,
@@ -897,7 +907,10 @@ def deep_blocks(
     depth, threshold = task.depth()
     n_query, n_ref = task.n_query, int(task.reference.shape[0])
     precision = filter_precision(task)
-    search = PreparedSearch.build(task.query, task.reference, task.distance, precision=precision)
+    if precision == "float64" and _exact_in_float64(task):
+        precision = "exact64"  # integers too large for float32: a float64 product is exact
+    product = "float64" if precision == "exact64" else precision
+    search = PreparedSearch.build(task.query, task.reference, task.distance, precision=product)
     plan = plan_search(
         task.reference,
         n_query=n_query,
@@ -911,7 +924,7 @@ def deep_blocks(
         block_size=block_size,
         memory_budget=memory_budget,
     )
-    search = tied_search(search, plan, task.reference, task.distance, precision, slice(0, n_ref))
+    search = tied_search(search, plan, task.reference, task.distance, product, slice(0, n_ref))
     plan = plan.with_search(search)
     size = plan.block_size
     buffers = threading.local()
@@ -924,20 +937,27 @@ def deep_blocks(
     dups = plan.duplicates  # the identical rows' groups, once for every block
     groups = None if dups is None else _twin_groups(dups, task.reference_codes)
 
+    def exact_block(start: int, stop: int, keys: np.ndarray) -> ScoredBlock:
+        """The block ranked from exact keys (excluded pairs hidden) by one sort per row."""
+        relevant = match_matrix(task.query_codes[start:stop], task.reference_codes)
+        relevant &= keys < np.inf
+        top = float(key_magnitude(q_sq[start:stop], m_sq, task.distance).max(initial=0))
+        return score_ranks(task, start, RelevantRanks(*ranks_of_exact_keys(keys, relevant, top)))
+
     def one_block(start: int) -> ScoredBlock:
         stop = min(start + size, n_query)
+        if precision == "exact64":  # the float64 product's keys themselves
+            keys64 = search.queries[start:stop] @ search.reference_t
+            plan.exclusions.hide(keys64, np.arange(start, stop), 0, groups=True)
+            return exact_block(start, stop, keys64)
         if getattr(buffers, "keys", None) is None:
             buffers.keys = np.empty(min(size, n_query) * n_ref, dtype=np.float32)
         out = buffers.keys[: (stop - start) * n_ref].reshape(stop - start, n_ref)
         keys = grid_keys(search, slice(start, stop), 0, n_ref, out)
         plan.exclusions.hide(keys, np.arange(start, stop), 0, groups=True)
-        codes = task.query_codes[start:stop]
         if precision == "exact":
-            relevant = match_matrix(codes, task.reference_codes)
-            relevant &= keys <= KEY_MAX
-            top = float(key_magnitude(q_sq[start:stop], m_sq, task.distance).max(initial=0))
-            found = ranks_of_exact_keys(keys, relevant, top)
-            return score_ranks(task, start, RelevantRanks(*found))
+            return exact_block(start, stop, keys)
+        codes = task.query_codes[start:stop]
         # The cut-off is the farthest relevant key (no depth threshold): a row with fewer keys
         # under it than another metric's depth is sorted whole.
         tau = np.full(stop - start, -np.inf, dtype=np.float32)

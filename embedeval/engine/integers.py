@@ -68,10 +68,11 @@ def _row_blocks(n: int, rows: int) -> list[tuple[int, int]]:
     return out
 
 
-def exact_in_float32(xq: Any, xb: Any, distance: str) -> bool:
+def exact_in_float32(xq: Any, xb: Any, distance: str, limit: float = EXACT_LIMIT) -> bool:
     """Whether every float32 key of queries ``xq`` against references ``xb`` (the rows the engine
-    multiplies) is exact: integer values whose products sum to at most ``2**24`` in magnitude
-    (see the module).
+    multiplies) is exact: integer values whose products sum to at most ``limit`` (``2**24``)
+    in magnitude (see the module).  With ``limit = 2**53`` it says the same of a float64
+    product.
 
     >>> codes = np.sign(np.random.default_rng(0).standard_normal((5, 64))).astype(np.float32)
     >>> exact_in_float32(codes, codes, "euclidean"), exact_in_float32(codes, codes, "cosine")
@@ -89,7 +90,7 @@ def exact_in_float32(xq: Any, xb: Any, distance: str) -> bool:
         return False
     dim = int(xq.shape[1])
     worst = dim * (top_q + top_x) ** 2 if distance == "euclidean" else dim * top_q * top_x
-    return worst <= EXACT_LIMIT
+    return worst <= limit
 
 
 def exact_distance(xq: Any, xb: Any, distance: str) -> str | None:
@@ -138,9 +139,9 @@ def ranks_of_exact_keys(
     each run, per row the rank of its first pair of equal neighbours of different relevance).
 
     Each key becomes a code ``key << s | reference << 1 | relevant`` (:func:`_codes`; every
-    finite key at most ``magnitude`` in size, when given): sorting a row of codes ranks it by
-    key, equal keys by reference index, and the lowest bit shows where each relevant reference
-    landed.
+    finite key at most ``magnitude`` in size, when given; float64 keys, exact integers from a
+    float64 product, need it): sorting a row of codes ranks it by key, equal keys by reference
+    index, and the lowest bit shows where each relevant reference landed.
 
     >>> keys = np.array([[2.0, 1.0, 2.0, 0.0, 2.0]], np.float32)
     >>> n, ranks, runs = ranks_of_exact_keys(keys, np.array([[1, 0, 0, 0, 1]], bool))
@@ -171,26 +172,32 @@ def _codes(
     keys: np.ndarray, relevant: np.ndarray, magnitude: float | None
 ) -> tuple[np.ndarray, np.unsignedinteger]:
     """Sortable codes ``key << shift | reference << 1 | relevant`` of a block of exact keys,
-    and ``shift``.  Keys of known ``magnitude`` below ``2**22`` (binary codes: a few hundred)
-    are numbered from ``-magnitude`` (excluded pairs one past ``magnitude``), in 32 bits where
-    key, reference and flag fit; others take their float32 sortable bits in 64."""
+    and ``shift``.  Keys of a known ``magnitude`` (binary codes: a few hundred) are numbered
+    from ``-magnitude`` (excluded pairs one past ``magnitude``), in 32 bits where key, reference
+    and flag fit, else in 64; float32 keys of no known magnitude take their sortable bits in 64.
+    Float64 keys (a float64 product of integers) must come with a magnitude that fits."""
     n = keys.shape[1]
     col_bits = max(int(n - 1).bit_length(), 1)
-    if magnitude is not None and magnitude < 2**22:
+    exact_below = 2**22 if keys.dtype == np.float32 else 2**51  # top + top stays exact
+    if magnitude is not None and magnitude < exact_below:
         top = int(magnitude) + 1  # |key| < top; excluded pairs become top
-        fits = int(2 * top).bit_length() + col_bits + 1 <= 32
-        dtype = np.uint32 if fits else np.uint64
-        number = np.minimum(keys, np.float32(top))
-        number += np.float32(top)  # 0 .. 2 top, exact integers in float32
-        code = number.astype(dtype)
-        shift = dtype(col_bits + 1)
-        code <<= shift
-    else:
-        dtype = np.uint64
-        code = sortable_bits(keys).astype(dtype)
-        shift = dtype(32)
-        code <<= shift
-    code |= np.arange(n, dtype=dtype) << dtype(1)
+        width = int(2 * top).bit_length() + col_bits + 1
+        if width <= 64:
+            dtype = np.uint32 if width <= 32 else np.uint64
+            number = np.minimum(keys, keys.dtype.type(top))
+            number += keys.dtype.type(top)  # 0 .. 2 top, exact integers
+            code = number.astype(dtype)
+            shift = dtype(col_bits + 1)
+            code <<= shift
+            code |= np.arange(n, dtype=dtype) << dtype(1)
+            code |= relevant
+            return code, shift
+    if keys.dtype != np.float32:
+        raise ValueError("float64 keys need a magnitude whose codes fit in 64 bits")
+    code = sortable_bits(keys).astype(np.uint64)
+    shift = np.uint64(32)
+    code <<= shift
+    code |= np.arange(n, dtype=np.uint64) << np.uint64(1)
     code |= relevant
     return code, shift
 
