@@ -240,3 +240,38 @@ def test_an_exact_float64_product_gives_the_float64_decisions_tie_flags(monkeypa
     for m in ("map", "minp"):
         assert np.array_equal(fast_values[m], slow_values[m], equal_nan=True), m
         assert np.array_equal(fast_ties[m], slow_ties[m]), m
+
+
+@pytest.mark.filterwarnings("ignore:k=7 is below the largest R_q")
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"k": 7},
+        {"k": "max_bin_count"},
+        {"ref_includes_query": True},
+        {"signed_zeros": True},
+        {"offset": 1.0},  # columns in {0, 2}: not translated, exact
+        {"offset": 3.0},  # columns in {2, 4}: translated by their mean, then not integers
+    ],
+    ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()),
+)
+def test_exact_keys_agree_with_the_float64_decision_under_every_option(monkeypatch, options):
+    options = dict(options)
+    rng = np.random.default_rng(14)
+    x = _codes(300, 9, seed=15)
+    if options.pop("signed_zeros", False):
+        x = x * (rng.random(x.shape) < 0.5)  # zeros, some of them negative
+        x[x == 0] *= np.where(rng.random(int((x == 0).sum())) < 0.5, -1, 1)
+    x = x + np.float32(options.pop("offset", 0.0))
+    y = rng.integers(0, 6, 300)
+    metrics = ["map_at_r", "r_precision", "precision_at_1", "map", "mrr"]
+    if options.get("ref_includes_query"):
+        args = (x[:50], y[:50], x, y)
+    else:
+        args = (x, y)
+    fast = ee.evaluate(*args, metrics=metrics, progress=False, **options)
+    monkeypatch.setattr(local, "with_exact_keys", lambda task: task)
+    slow = ee.evaluate(*args, metrics=metrics, progress=False, **options)
+    for m in metrics:
+        assert np.array_equal(fast.per_query[m], slow.per_query[m], equal_nan=True), m
+    assert fast.n_ties == slow.n_ties

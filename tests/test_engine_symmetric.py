@@ -89,8 +89,11 @@ def test_identical_rows_take_the_one_sided_engine_and_match_the_oracle(monkeypat
 
 
 @pytest.mark.parametrize("n", [2, 3, 17, 1023, 1024, 1025, 2100])
-def test_odd_sizes_match_the_oracle(n):
+@pytest.mark.parametrize("exact_keys", [True, False])
+def test_odd_sizes_match_the_oracle(monkeypatch, n, exact_keys):
     # n = 2 (one pair), smaller than a tile, exactly a tile, one past it, several tiles.
+    if not exact_keys:
+        _float64_decision(monkeypatch)
     x = _distinct_grid(n, n, 6)
     y = np.random.default_rng(n).integers(0, max(1, n // 6), n)
     _check_oracle(x, y)
@@ -149,13 +152,16 @@ def test_short_thresholds_are_redone_over_every_reference(monkeypatch):
     _same(evaluate(x, y, metrics=METRICS, progress=False), expected)
 
 
-def test_thresholds_short_by_less_than_the_band_are_redone(monkeypatch):
+@pytest.mark.parametrize("exact_keys", [False, True])
+def test_thresholds_short_by_less_than_the_band_are_redone(monkeypatch, exact_keys):
     # A subsample threshold one float32 step below the query's depth-th key still keeps that
     # many keys once widened by the keys' bound, but not every key up to the depth-th one
     # widened, which the float64 decision reads: such a query is redone over every reference.
-    # Small-integer rows make every key an exact integer, so the depth-th key is known here
-    # (and, taken as exact, they would have no band: the float64 decision is kept).
-    _float64_decision(monkeypatch)
+    # Small-integer rows make every key an exact integer, so the depth-th key is known here.
+    # Taken as exact, the keys have no band: such a query holds too few keys and is redone
+    # for that, once (it then holds every reference: not again for its threshold).
+    if not exact_keys:
+        _float64_decision(monkeypatch)
     x = _distinct_grid(21, 1200, 6)
     y = np.random.default_rng(21).integers(0, 30, 1200)
     x64 = x.astype(np.float64)
@@ -312,10 +318,16 @@ def test_tighten_lowers_thresholds_to_the_need_th_key_and_keeps_its_ties():
 
 
 @pytest.mark.parametrize("slack", [0, 10**9])
-def test_tightened_thresholds_keep_the_oracle_values_with_exact_ties(monkeypatch, slack):
+@pytest.mark.parametrize("exact_keys", [True, False])
+def test_tightened_thresholds_keep_the_oracle_values_with_exact_ties(
+    monkeypatch, slack, exact_keys
+):
     # 5,000 distinct integer points in 6-D (five tiles, exact distance ties everywhere), about
     # 50 per class: thresholds tightened after every product (slack 0) or never (slack huge)
-    # give the oracle's values, ties ranked by index.
+    # give the oracle's values, ties ranked by index; float32 keys taken as exact (no band) or
+    # decided in float64.
+    if not exact_keys:
+        _float64_decision(monkeypatch)
     calls = []
     real = sym.tighten
     monkeypatch.setattr(sym, "_SLACK", slack)
@@ -437,7 +449,12 @@ def test_engine_tiles_give_every_canonical_key_once(n, distance):
 
 
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
-def test_nearest_neighbours_across_strip_boundaries_match_the_oracle(distance):
+@pytest.mark.parametrize("exact_keys", [True, False])
+def test_nearest_neighbours_across_strip_boundaries_match_the_oracle(
+    monkeypatch, distance, exact_keys
+):
+    if not exact_keys:
+        _float64_decision(monkeypatch)
     # Each row at a strip or tile boundary gets its nearest neighbour (same class) in the next
     # row, on the other side of the boundary.
     n = 2100

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import embedeval as ee
+import embedeval.search.local as local_search
 from embedeval.evaluation.settings import EvaluationInputs, validate_arguments
 from embedeval.evaluation.stages import plan_search, prepare_data
 from embedeval.search.local import candidate_precision
@@ -53,10 +54,14 @@ def _fixed_order_values(xq, yq, xr, yr, distance, metrics, loo):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_local_rankings_equal_fixed_order_float64_keys(seed):
+@pytest.mark.parametrize("exact_keys", [True, False])
+def test_local_rankings_equal_fixed_order_float64_keys(monkeypatch, seed, exact_keys):
     """Random small sets, each with 10 % of its rows copies of others (half under another
     label); integer data (exact ties), Gaussian classes, or rows around 500 in every
-    coordinate; a few classes, so the rankings are deep and take the float64 filter."""
+    coordinate; a few classes, so the rankings are deep and take the float64 filter (integer
+    data: unless their float32 keys are taken as exact)."""
+    if not exact_keys:
+        monkeypatch.setattr(local_search, "with_exact_keys", lambda task: task)
     rng = np.random.default_rng(seed)
     n, d, classes = 420, int(rng.choice([3, 8, 32])), int(rng.choice([2, 3, 5]))
     y = rng.integers(0, classes, n)

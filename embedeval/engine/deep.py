@@ -91,6 +91,7 @@ __all__ = [
     "deep_applies",
     "deep_blocks",
     "flagged_keys",
+    "quantised_ranks",
     "relative_band",
     "relevant_ranks",
     "score_ranks",
@@ -884,6 +885,94 @@ def filter_precision(task: RetrievalTask) -> str:
     return "float64"
 
 
+def quantised_ranks(
+    keys: np.ndarray, relevant: np.ndarray, magnitude: float, bound: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ranks of the relevant references of rows of float64 product ``keys`` (every finite
+    key at most ``magnitude`` in size, each within ``bound`` of its fixed-order key; excluded
+    pairs ``+inf``, never relevant), for the rows where those keys decide them: per row the
+    number of relevant references, their 0-based ranks row after row, and which rows the keys
+    leave undecided (their items are left out).
+
+    Each key is quantised on a power-of-two grid, ``Q = floor((K + M) s)`` with ``M >= |K|``
+    and ``s`` as fine as the 64-bit code ``Q << b + 1 | reference << 1 | relevant`` allows
+    (``b`` the bits of a reference index: steps of about ``2 M 2**(b - 62)``).  One sort per
+    row orders the codes by ``Q``, then index.  ``Q`` is a non-decreasing function of ``K``, so
+    two references whose quanta differ are in the order of their keys; a pair whose fixed-order
+    keys are in the other order, or equal, has keys within ``2 bound`` of each other, hence
+    quanta within ``w = ceil(2 bound s) + 2``.  A row where no relevant reference has a
+    non-relevant one within ``w`` quanta (the nearest non-relevant entries on either side of
+    each run of relevant ones) is therefore ranked exactly, with no tie between kinds.
+
+    >>> keys = np.array([[0.5, -0.25, 0.75], [0.5, 0.5, -1.0]])
+    >>> n, ranks, undecided = quantised_ranks(keys, keys > 0.6, 1.0, 1e-15)
+    >>> n.tolist(), ranks.tolist(), undecided.tolist()
+    ([1, 0], [2], [False, False])
+    >>> quantised_ranks(keys, np.array([[0, 0, 0], [1, 0, 0]], bool), 1.0, 1e-15)[2].tolist()
+    [False, True]
+    """
+    b, n = keys.shape
+    col_bits = max(int(n - 1).bit_length(), 1)
+    top = 2.0 ** np.ceil(np.log2(max(magnitude * (1 + 2.0**-20) + bound, 2.0**-900)))
+    step = 2.0 ** (61 - col_bits) / top  # 2 top steps of this grid fill 62 - col_bits bits
+    number = np.minimum(keys, 1.5 * top)  # excluded pairs far past every valid quantum
+    number += top
+    number *= step
+    code = number.astype(np.uint64)
+    shift = np.uint64(col_bits + 1)
+    code <<= shift
+    code |= np.arange(n, dtype=np.uint64) << np.uint64(1)
+    code |= relevant
+    code.sort(axis=1)
+    flat = code.reshape(-1)
+    low = flat.view(np.uint8)[(0 if np.little_endian else 7) :: 8]
+    at = np.flatnonzero((low & np.uint8(1)).view(bool))
+    if not at.size:
+        return np.zeros(b, dtype=np.int64), at, np.zeros(b, dtype=bool)
+    row = at // n
+    pos = at - row * n
+    # runs of consecutive relevant entries: the non-relevant entries on either side are the
+    # nearest ones of the other kind
+    start = np.ones(at.size, dtype=bool)
+    start[1:] = (at[1:] != at[:-1] + 1) | (row[1:] != row[:-1])
+    first = np.flatnonzero(start)
+    last = np.append(first[1:], at.size) - 1
+    w = np.uint64(int(np.ceil(2.0 * bound * step)) + 2)
+    quantum = flat[at] >> shift
+    before = flat[np.maximum(at[first] - 1, 0)] >> shift
+    close = (pos[first] > 0) & (quantum[first] - before <= w)
+    after = flat[np.minimum(at[last] + 1, flat.size - 1)] >> shift
+    close |= (pos[last] + 1 < n) & (after - quantum[last] <= w)
+    undecided = np.zeros(b, dtype=bool)
+    undecided[row[first[close]]] = True
+    keep = ~undecided[row]
+    return np.bincount(row[keep], minlength=b), pos[keep], undecided
+
+
+def _no_runs(b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The tie runs of ``b`` rows that hold none (see :class:`RelevantRanks`)."""
+    empty = np.zeros(0, np.int64)
+    return empty, empty, empty, np.full(b, np.iinfo(np.int64).max // 2)
+
+
+def _with_rows(
+    n_hits: np.ndarray, hit_pos: np.ndarray, rows: np.ndarray, ranks: RelevantRanks
+) -> RelevantRanks:
+    """The ranks of a block (``n_hits`` per row, ``hit_pos`` row after row, none for ``rows``)
+    with those of its ``rows`` (sorted) put in: ``ranks``, whose row ``i`` is block row
+    ``rows[i]``."""
+    b = n_hits.size
+    counts = n_hits.copy()
+    counts[rows] = ranks.n_hits
+    owner = np.concatenate((np.repeat(np.arange(b), n_hits), np.repeat(rows, ranks.n_hits)))
+    order = np.argsort(owner, kind="stable")
+    hit_pos = np.concatenate((hit_pos, ranks.hit_pos))[order]
+    run_row, first, last, first_mixed = ranks.blocks
+    every = np.full(b, np.iinfo(np.int64).max // 2)
+    every[rows] = first_mixed
+    return RelevantRanks(counts, hit_pos, (rows[run_row], first, last, every))
+
+
 def _exact_in_float64(task: RetrievalTask) -> bool:
     """Whether a float64 product of the task's rows gives exact keys whose codes
     (:func:`embedeval.engine.integers.ranks_of_exact_keys`) fit in 64 bits: integers whose
@@ -903,77 +992,138 @@ def deep_blocks(
     n_threads: int | None = None,
 ) -> Iterator[ScoredBlock]:
     """The local engine's scored blocks of ``task`` through :func:`relevant_ranks` (the same
-    plan, products and threads as :func:`embedeval.engine.exact.sorted_candidates`)."""
-    depth, threshold = task.depth()
-    n_query, n_ref = task.n_query, int(task.reference.shape[0])
-    precision = filter_precision(task)
-    if precision == "float64" and _exact_in_float64(task):
-        precision = "exact64"  # integers too large for float32: a float64 product is exact
-    product = "float64" if precision == "exact64" else precision
-    search = PreparedSearch.build(task.query, task.reference, task.distance, precision=product)
-    plan = plan_search(
-        task.reference,
-        n_query=n_query,
-        distance=task.distance,
-        depth=depth,
-        exclusions=task.exclusions,
-        n_valid=task.n_valid,
-        # The candidate engine's plan: the same block layout, hence the same product shapes
-        # and float32 keys.
-        positive_threshold=task.positive_threshold(threshold),
-        block_size=block_size,
-        memory_budget=memory_budget,
-    )
-    search = tied_search(search, plan, task.reference, task.distance, product, slice(0, n_ref))
-    plan = plan.with_search(search)
-    size = plan.block_size
-    buffers = threading.local()
-    # The float32 keys' error bound: the largest reference norm of the task bounds every pair.
-    norms = task_norms(task)
-    q_sq = norms.q_sq * (1.0 + 2.0**-40)
-    m_sq = float(norms.ref_sq.max(initial=0.0)) * (1.0 + 2.0**-40)
-    dim = int(task.reference.shape[1])
-    rounding = rounding_of(precision)
-    dups = plan.duplicates  # the identical rows' groups, once for every block
-    groups = None if dups is None else _twin_groups(dups, task.reference_codes)
-
-    def exact_block(start: int, stop: int, keys: np.ndarray) -> ScoredBlock:
-        """The block ranked from exact keys (excluded pairs hidden) by one sort per row."""
-        relevant = match_matrix(task.query_codes[start:stop], task.reference_codes)
-        relevant &= keys < np.inf
-        top = float(key_magnitude(q_sq[start:stop], m_sq, task.distance).max(initial=0))
-        return score_ranks(task, start, RelevantRanks(*ranks_of_exact_keys(keys, relevant, top)))
-
-    def one_block(start: int) -> ScoredBlock:
-        stop = min(start + size, n_query)
-        if precision == "exact64":  # the float64 product's keys themselves
-            keys64 = search.queries[start:stop] @ search.reference_t
-            plan.exclusions.hide(keys64, np.arange(start, stop), 0, groups=True)
-            return exact_block(start, stop, keys64)
-        if getattr(buffers, "keys", None) is None:
-            buffers.keys = np.empty(min(size, n_query) * n_ref, dtype=np.float32)
-        out = buffers.keys[: (stop - start) * n_ref].reshape(stop - start, n_ref)
-        keys = grid_keys(search, slice(start, stop), 0, n_ref, out)
-        plan.exclusions.hide(keys, np.arange(start, stop), 0, groups=True)
-        if precision == "exact":
-            return exact_block(start, stop, keys)
-        codes = task.query_codes[start:stop]
-        # The cut-off is the farthest relevant key (no depth threshold): a row with fewer keys
-        # under it than another metric's depth is sorted whole.
-        tau = np.full(stop - start, -np.inf, dtype=np.float32)
-        need = plan.need[start:stop]
-        band = 2 * key_bounds(q_sq[start:stop], m_sq, dim, task.distance, *rounding)
-        rows = BlockRows(task.query, task.reference, task.distance, start)
-        e64 = None
-        if precision == "float64":  # the float64 product's error and the fixed-order key's
-            e64 = 2 * float64_key_bounds(q_sq[start:stop], m_sq, dim, task.distance)
-        ranks = relevant_ranks(
-            plan, keys, codes, task.reference_codes, tau, need, band, rows, e64, groups
-        )
-        return score_ranks(task, start, ranks)
-
+    plan, products and threads as :func:`embedeval.engine.exact.sorted_candidates`), or the
+    exact and quantised keys' sorts where they decide (:class:`_DeepSearch`)."""
+    deep = _DeepSearch.prepare(task, block_size, memory_budget)
+    n_query, size = task.n_query, deep.plan.block_size
     starts = range(0, n_query, size)
     with progress_bar(n_query, "queries", enabled=progress) as bar, single_threaded_blas():
-        for start, result in in_order(one_block, starts, n_threads):
+        for start, result in in_order(deep.one_block, starts, n_threads):
             yield result
             bar.update(min(start + size, n_query) - start)
+
+
+@dataclass
+class _DeepSearch:
+    """One deep search: the task, its filter ``precision`` (``"exact"``: float32 keys of small
+    integers; ``"exact64"``: a float64 product of larger integers; ``"float64"`` or
+    ``"float32"``: filter keys), product, plan, the bounds' norms (``q_sq`` per query,
+    ``m_sq``) and the identical rows' groups of mixed labels (:func:`_twin_groups`)."""
+
+    task: RetrievalTask
+    precision: str
+    search: PreparedSearch
+    plan: EnginePlan
+    q_sq: np.ndarray
+    m_sq: float
+    groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+    buffers: threading.local
+
+    @classmethod
+    def prepare(cls, task: RetrievalTask, block_size: int | None, memory_budget: int) -> Any:
+        depth, threshold = task.depth()
+        precision = filter_precision(task)
+        if precision == "float64" and _exact_in_float64(task):
+            precision = "exact64"  # integers too large for float32: a float64 product is exact
+        product = "float64" if precision == "exact64" else precision
+        search = PreparedSearch.build(task.query, task.reference, task.distance, precision=product)
+        plan = plan_search(
+            task.reference,
+            n_query=task.n_query,
+            distance=task.distance,
+            depth=depth,
+            exclusions=task.exclusions,
+            n_valid=task.n_valid,
+            # The candidate engine's plan: the same block layout, hence the same product shapes
+            # and float32 keys.
+            positive_threshold=task.positive_threshold(threshold),
+            block_size=block_size,
+            memory_budget=memory_budget,
+        )
+        n_ref = int(task.reference.shape[0])
+        search = tied_search(search, plan, task.reference, task.distance, product, slice(0, n_ref))
+        # The keys' error bounds: the largest reference norm of the task bounds every pair.
+        norms = task_norms(task)
+        m_sq = float(norms.ref_sq.max(initial=0.0)) * (1.0 + 2.0**-40)
+        dups = plan.duplicates  # the identical rows' groups, once for every block
+        groups = None if dups is None else _twin_groups(dups, task.reference_codes)
+        q_sq = norms.q_sq * (1.0 + 2.0**-40)
+        plan = plan.with_search(search)
+        return cls(task, precision, search, plan, q_sq, m_sq, groups, threading.local())
+
+    def one_block(self, start: int) -> ScoredBlock:
+        stop = min(start + self.plan.block_size, self.task.n_query)
+        if self.precision == "exact64":  # the float64 product's keys themselves
+            return self._exact_block(start, stop, self._product64(start, stop))
+        if self.precision == "exact":
+            return self._exact_block(start, stop, self._keys32(slice(start, stop)))
+        # Without identical rows of different labels (whose keys tie across kinds in every
+        # row), float64 product keys quantised finely decide nearly every row in one sort.
+        if self.precision == "float64" and (self.groups is None or not self.groups[0].size):
+            return score_ranks(self.task, start, self._quantised(start, stop))
+        return score_ranks(self.task, start, self._banded(slice(start, stop)))
+
+    def _product64(self, start: int, stop: int) -> np.ndarray:
+        """The float64 product keys of queries ``start:stop``, excluded pairs ``+inf``."""
+        keys = self.search.queries[start:stop] @ self.search.reference_t
+        self.plan.exclusions.hide(keys, np.arange(start, stop), 0, groups=True)
+        return keys
+
+    def _keys32(self, rows: slice | np.ndarray) -> np.ndarray:
+        """The float32 filter keys of query ``rows`` (a slice, or sorted indices), excluded
+        pairs ``+inf``, in this thread's buffer."""
+        at = np.arange(self.task.n_query)[rows]
+        n_ref = self.search.n_reference
+        if getattr(self.buffers, "keys", None) is None:
+            rows_max = min(self.plan.block_size, self.task.n_query)
+            self.buffers.keys = np.empty(rows_max * n_ref, dtype=np.float32)
+        out = self.buffers.keys[: at.size * n_ref].reshape(at.size, n_ref)
+        keys = grid_keys(self.search, rows, 0, n_ref, out)
+        self.plan.exclusions.hide(keys, at, 0, groups=True)
+        return keys
+
+    def _exact_block(self, start: int, stop: int, keys: np.ndarray) -> ScoredBlock:
+        """The block ranked from exact keys (excluded pairs hidden) by one sort per row."""
+        task = self.task
+        relevant = match_matrix(task.query_codes[start:stop], task.reference_codes)
+        relevant &= keys < np.inf
+        top = float(key_magnitude(self.q_sq[start:stop], self.m_sq, task.distance).max(initial=0))
+        return score_ranks(task, start, RelevantRanks(*ranks_of_exact_keys(keys, relevant, top)))
+
+    def _quantised(self, start: int, stop: int) -> RelevantRanks:
+        """The block ranked from quantised float64 product keys (:func:`quantised_ranks`), the
+        rows they leave undecided with their bands."""
+        task, q_sq, m_sq = self.task, self.q_sq[start:stop], self.m_sq
+        keys = self._product64(start, stop)
+        relevant = match_matrix(task.query_codes[start:stop], task.reference_codes)
+        relevant &= keys < np.inf
+        top = float(key_magnitude(q_sq, m_sq, task.distance).max(initial=0))
+        dim = int(task.reference.shape[1])
+        e64 = 2 * float64_key_bounds(q_sq, m_sq, dim, task.distance)
+        n_hits, hit_pos, undecided = quantised_ranks(keys, relevant, top, float(e64.max()))
+        if not undecided.any():
+            return RelevantRanks(n_hits, hit_pos, _no_runs(stop - start))
+        rows = np.flatnonzero(undecided)
+        return _with_rows(n_hits, hit_pos, rows, self._banded(start + rows))
+
+    def _banded(self, rows: slice | np.ndarray) -> RelevantRanks:
+        """The float32 filter keys of query ``rows`` (a slice, or sorted indices) ranked with
+        their bands (:func:`relevant_ranks`)."""
+        task = self.task
+        at = np.arange(task.n_query)[rows]
+        keys = self._keys32(rows)
+        dim = int(task.reference.shape[1])
+        rounding = rounding_of(self.precision)
+        band = 2 * key_bounds(self.q_sq[at], self.m_sq, dim, task.distance, *rounding)
+        if isinstance(rows, slice):  # block row i is query start + i
+            block_rows = BlockRows(task.query, task.reference, task.distance, int(rows.start))
+        else:
+            block_rows = BlockRows(task.query[at], task.reference, task.distance, 0)
+        e64 = None
+        if self.precision == "float64":  # the float64 product's error and the fixed-order key's
+            e64 = 2 * float64_key_bounds(self.q_sq[at], self.m_sq, dim, task.distance)
+        tau = np.full(at.size, -np.inf, dtype=np.float32)  # cut-off: the farthest relevant key
+        return relevant_ranks(
+            self.plan, keys, task.query_codes[at], task.reference_codes, tau, self.plan.need[at],
+            band, block_rows, e64, self.groups,
+        )  # fmt: skip

@@ -231,9 +231,15 @@ class PreparedSearch:
         one float32 rounding of its float64 value (:func:`embedeval.engine.decide.rounding_of`)
         where the float32 product errs by up to ``d`` of them.  It costs about twice the
         float32 product and pays where rankings are deep and crowded: far fewer keys then lie
-        within their bound of one another."""
+        within their bound of one another.  ``precision="exact"`` is the float32 product of
+        small integers, whose keys are exact (:mod:`embedeval.engine.integers`): its reach
+        widens no threshold."""
         if precision == "float64":
             return cls._build64(xq, xb, distance, m_sq)
+        if precision == "exact":
+            search = cls.build(xq, xb, distance, m_sq, "float32")
+            exact = dataclasses.replace(search.reach, scale=0.0, input_u=0.0)
+            return dataclasses.replace(search, reach=exact)
         dim = int(xq.shape[1])
         if distance == "cosine":
             xq, xb = normalize_rows(xq, "query"), normalize_rows(xb, "reference")

@@ -173,14 +173,16 @@ def _codes(
 ) -> tuple[np.ndarray, np.unsignedinteger]:
     """Sortable codes ``key << shift | reference << 1 | relevant`` of a block of exact keys,
     and ``shift``.  Keys of a known ``magnitude`` (binary codes: a few hundred) are numbered
-    from ``-magnitude`` (excluded pairs one past ``magnitude``), in 32 bits where key, reference
-    and flag fit, else in 64; float32 keys of no known magnitude take their sortable bits in 64.
-    Float64 keys (a float64 product of integers) must come with a magnitude that fits."""
+    ``key + t`` with ``t`` the first integer above ``magnitude`` (raised by ``2**-20`` against
+    its own rounding), from 0 to ``2 t`` (excluded pairs: ``2 t``), in 32 bits where key,
+    reference and flag fit, else in 64; float32 keys of no known magnitude take their sortable
+    bits in 64.  Float64 keys (a float64 product of integers) must come with a magnitude that
+    fits."""
     n = keys.shape[1]
     col_bits = max(int(n - 1).bit_length(), 1)
     exact_below = 2**22 if keys.dtype == np.float32 else 2**51  # top + top stays exact
     if magnitude is not None and magnitude < exact_below:
-        top = int(magnitude) + 1  # |key| < top; excluded pairs become top
+        top = int(magnitude * (1 + 2.0**-20)) + 1  # |key| < top; excluded pairs become top
         width = int(2 * top).bit_length() + col_bits + 1
         if width <= 64:
             dtype = np.uint32 if width <= 32 else np.uint64

@@ -88,7 +88,9 @@ class RetrievalTask:
     centre: np.ndarray | None = None
     #: The filter product of the engines that support another one (``"float32"`` or
     #: ``"bf16"``: :func:`embedeval.engine.decide.rounding_of`); the decision is float64 either
-    #: way.
+    #: way.  The local backend sets ``"exact"`` for small integers whose float32 keys are
+    #: exact (:func:`embedeval.search.local.with_exact_keys`, which also runs cosine on rows
+    #: of one norm as the inner product).
     precision: str = "float32"
 
     @property
