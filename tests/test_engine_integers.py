@@ -275,3 +275,16 @@ def test_exact_keys_agree_with_the_float64_decision_under_every_option(monkeypat
     for m in metrics:
         assert np.array_equal(fast.per_query[m], slow.per_query[m], equal_nan=True), m
     assert fast.n_ties == slow.n_ties
+
+
+@pytest.mark.parametrize(("distance", "d"), [("euclidean", 8), ("inner_product", 32)])
+def test_integers_at_the_float64_products_limit(distance, d):
+    # codes scaled by 2**23: the largest sum is 2**51, the float64 path's limit
+    rng = np.random.default_rng(16)
+    x = (np.where(rng.random((300, d)) < 0.5, -1, 1) * 2.0**23).astype(np.float32)
+    y = rng.integers(0, 8, 300)
+    res = ee.evaluate(x[:100], y[:100], x[100:], y[100:], metrics=["map"], distance=distance,
+                      progress=False)  # fmt: skip
+    _, want = oracle.summary(x[:100], y[:100], x[100:], y[100:], metrics=["map"],
+                             distance=distance)  # fmt: skip
+    np.testing.assert_allclose(res.per_query["map"], want["map"], rtol=1e-12, atol=0)

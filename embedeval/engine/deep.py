@@ -889,20 +889,24 @@ def quantised_ranks(
     keys: np.ndarray, relevant: np.ndarray, magnitude: float, bound: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ranks of the relevant references of rows of float64 product ``keys`` (every finite
-    key at most ``magnitude`` in size, each within ``bound`` of its fixed-order key; excluded
-    pairs ``+inf``, never relevant), for the rows where those keys decide them: per row the
-    number of relevant references, their 0-based ranks row after row, and which rows the keys
-    leave undecided (their items are left out).
+    key at most ``magnitude`` in size; excluded pairs ``+inf``, never relevant), for the rows
+    where those keys decide them: per row the number of relevant references, their 0-based
+    ranks row after row, and which rows the keys leave undecided (their items are left out).
+    ``bound``: each key lies within it of its fixed-order key, up to an increasing map per row
+    (Euclidean product keys lack the query's squared norm; cosine ones are ``-cos``, the
+    fixed-order ones ``-sign(s) s**2 / ||x||**2``), so two references whose fixed-order keys
+    are equal or in the other order have keys within ``2 bound`` of each other.
 
-    Each key is quantised on a power-of-two grid, ``Q = floor((K + M) s)`` with ``M >= |K|``
+    Each key is quantised on a power-of-two grid, ``Q = floor(fl(K + M) s)`` with ``M >= |K|``
     and ``s`` as fine as the 64-bit code ``Q << b + 1 | reference << 1 | relevant`` allows
     (``b`` the bits of a reference index: steps of about ``2 M 2**(b - 62)``).  One sort per
-    row orders the codes by ``Q``, then index.  ``Q`` is a non-decreasing function of ``K``, so
-    two references whose quanta differ are in the order of their keys; a pair whose fixed-order
-    keys are in the other order, or equal, has keys within ``2 bound`` of each other, hence
-    quanta within ``w = ceil(2 bound s) + 2``.  A row where no relevant reference has a
-    non-relevant one within ``w`` quanta (the nearest non-relevant entries on either side of
-    each run of relevant ones) is therefore ranked exactly, with no tie between kinds.
+    row orders the codes by ``Q``, then index.  ``Q`` is a non-decreasing function of ``K`` (the
+    addition is its only rounding), so two references whose quanta differ are in the order of
+    their keys.  Keys within ``2 bound`` of each other have quanta within
+    ``w = ceil(2 bound s) + 2 + 2**max(0, 10 - b)``: the floor, and the addition's rounding (up
+    to ``2**(9 - b)`` steps a key).  A row where no relevant reference has a non-relevant one
+    within ``w`` quanta (the nearest non-relevant entries on either side of each run of
+    relevant ones) is therefore ranked exactly, with no tie between kinds.
 
     >>> keys = np.array([[0.5, -0.25, 0.75], [0.5, 0.5, -1.0]])
     >>> n, ranks, undecided = quantised_ranks(keys, keys > 0.6, 1.0, 1e-15)
@@ -937,7 +941,7 @@ def quantised_ranks(
     start[1:] = (at[1:] != at[:-1] + 1) | (row[1:] != row[:-1])
     first = np.flatnonzero(start)
     last = np.append(first[1:], at.size) - 1
-    w = np.uint64(int(np.ceil(2.0 * bound * step)) + 2)
+    w = np.uint64(int(np.ceil(2.0 * bound * step)) + 2 + 2 ** max(0, 10 - col_bits))
     quantum = flat[at] >> shift
     before = flat[np.maximum(at[first] - 1, 0)] >> shift
     close = (pos[first] > 0) & (quantum[first] - before <= w)
@@ -947,6 +951,11 @@ def quantised_ranks(
     undecided[row[first[close]]] = True
     keep = ~undecided[row]
     return np.bincount(row[keep], minlength=b), pos[keep], undecided
+
+
+def _indices(rows: slice | np.ndarray) -> np.ndarray:
+    """The query indices of ``rows``: a slice with a start and a stop, or indices."""
+    return np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
 
 
 def _no_runs(b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -1025,18 +1034,19 @@ class _DeepSearch:
     m_sq: float
     groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None
     buffers: threading.local
+    quantise: bool = False
 
-    @property
-    def quantise(self) -> bool:
+    @staticmethod
+    def quantises(task: RetrievalTask, precision: str, groups: Any) -> bool:
         """Whether blocks are ranked from quantised float64 keys first (:meth:`_quantised`):
         with float64 filter keys, without identical rows of different labels (their keys tie
         across kinds in every row), and with relevant references at least 1/:data:`_QUANTISE`
         of the references (mean R_q), where the bands' near misses cost more than sorting
         every key of a row in 64 bits."""
-        if self.precision != "float64" or (self.groups is not None and self.groups[0].size):
+        if precision != "float64" or (groups is not None and groups[0].size):
             return False
-        n_ref = int(self.task.reference.shape[0])
-        return float(self.task.relevant.mean()) * _QUANTISE >= n_ref
+        n_ref = int(task.reference.shape[0])
+        return float(task.relevant.mean()) * _QUANTISE >= n_ref
 
     @classmethod
     def prepare(cls, task: RetrievalTask, block_size: int | None, memory_budget: int) -> Any:
@@ -1068,7 +1078,8 @@ class _DeepSearch:
         groups = None if dups is None else _twin_groups(dups, task.reference_codes)
         q_sq = norms.q_sq * (1.0 + 2.0**-40)
         plan = plan.with_search(search)
-        return cls(task, precision, search, plan, q_sq, m_sq, groups, threading.local())
+        quantise = cls.quantises(task, precision, groups)
+        return cls(task, precision, search, plan, q_sq, m_sq, groups, threading.local(), quantise)
 
     def one_block(self, start: int) -> ScoredBlock:
         stop = min(start + self.plan.block_size, self.task.n_query)
@@ -1089,7 +1100,7 @@ class _DeepSearch:
     def _keys32(self, rows: slice | np.ndarray) -> np.ndarray:
         """The float32 filter keys of query ``rows`` (a slice, or sorted indices), excluded
         pairs ``+inf``, in this thread's buffer."""
-        at = np.arange(self.task.n_query)[rows]
+        at = _indices(rows)
         n_ref = self.search.n_reference
         if getattr(self.buffers, "keys", None) is None:
             rows_max = min(self.plan.block_size, self.task.n_query)
@@ -1127,7 +1138,7 @@ class _DeepSearch:
         """The float32 filter keys of query ``rows`` (a slice, or sorted indices) ranked with
         their bands (:func:`relevant_ranks`)."""
         task = self.task
-        at = np.arange(task.n_query)[rows]
+        at = _indices(rows)
         keys = self._keys32(rows)
         dim = int(task.reference.shape[1])
         rounding = rounding_of(self.precision)

@@ -180,7 +180,7 @@ def _codes(
     fits."""
     n = keys.shape[1]
     col_bits = max(int(n - 1).bit_length(), 1)
-    exact_below = 2**22 if keys.dtype == np.float32 else 2**51  # top + top stays exact
+    exact_below = 2**22 if keys.dtype == np.float32 else 2**52  # top + top stays exact
     if magnitude is not None and magnitude < exact_below:
         top = int(magnitude * (1 + 2.0**-20)) + 1  # |key| < top; excluded pairs become top
         width = int(2 * top).bit_length() + col_bits + 1
