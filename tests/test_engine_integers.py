@@ -176,7 +176,7 @@ def test_exact_keys_give_the_float64_paths_values_and_tie_flags(monkeypatch, loo
         assert np.array_equal(fast_ties[m], slow_ties[m]), m
 
 
-def test_non_integer_and_cosine_inputs_keep_the_float64_decision():
+def test_which_inputs_are_ranked_from_exact_keys():
     x = _codes(50, 8, seed=8)
     y = np.arange(50) % 5
 
