@@ -671,3 +671,26 @@ def test_quantised_ranks_cover_the_rounding_of_a_coarse_grid():
     keys = np.array([[2.0**-52 - 2.0**-58, 2.0**-52 + 2.0**-58]])
     _, _, undecided = deep.quantised_ranks(keys, np.array([[True, False]]), 1.0, bound)
     assert undecided.tolist() == [True]
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+def test_a_few_identical_rows_under_other_labels_send_only_their_rows_to_the_bands(
+    monkeypatch, distance
+):
+    xq, yq, xr, yr = _mirror_pairs(17)
+    xq[:, 2] = xq[:, 0] + 1.0  # no mirror ties: only the copies below tie across kinds
+    xr[10], yr[10] = xr[3], (yr[3] + 1) % 4  # one identical pair under two labels
+    task = _task(xq, yq, xr, yr, metrics=["map", "precision_at_1"], distance=distance)
+    banded = []
+    real = deep.relevant_ranks
+    monkeypatch.setattr(
+        deep, "relevant_ranks", lambda *a, **k: banded.append(a[1].shape[0]) or real(*a, **k)
+    )
+    values, ties = _deep_engine(task)
+    keys = np.array([oracle.fixed_order_keys(q, xr, distance) for q in xq])
+    ap, p1, tie = _oracle_from_keys(keys, yq, yr, loo=False)
+    np.testing.assert_allclose(values["map"], ap, rtol=1e-12)
+    np.testing.assert_array_equal(values["precision_at_1"], p1)
+    np.testing.assert_array_equal(ties["map"], tie)
+    # the queries of one of the pair's two labels hold a tie across kinds; only they are banded
+    assert 0 < sum(banded) == int(np.isin(yq, [yr[3], yr[10]]).sum())

@@ -1017,6 +1017,10 @@ def deep_blocks(
 #: full-depth MAP over 100 classes (R_q 1 % of 10,000) 1.3-1.4 s -> 1.5-1.7 s, so it keeps the
 #: bands (whose sort stops at the farthest relevant key and meets few near misses).
 _QUANTISE = 20
+#: More groups of identical rows under different labels than this send most rows to the bands
+#: (5 % of the hashing-shaped database duplicated, half relabelled: every row), so the quantised
+#: sort is skipped.
+_MIXED_GROUPS = 16
 
 
 @dataclass
@@ -1039,11 +1043,12 @@ class _DeepSearch:
     @staticmethod
     def quantises(task: RetrievalTask, precision: str, groups: Any) -> bool:
         """Whether blocks are ranked from quantised float64 keys first (:meth:`_quantised`):
-        with float64 filter keys, without identical rows of different labels (their keys tie
-        across kinds in every row), and with relevant references at least 1/:data:`_QUANTISE`
-        of the references (mean R_q), where the bands' near misses cost more than sorting
-        every key of a row in 64 bits."""
-        if precision != "float64" or (groups is not None and groups[0].size):
+        with float64 filter keys, at most :data:`_MIXED_GROUPS` groups of identical rows under
+        different labels (such a group ties across kinds in the rows of queries of one of its
+        labels, which go to the bands), and with relevant references at least
+        1/:data:`_QUANTISE` of the references (mean R_q), where the bands' near misses cost
+        more than sorting every key of a row in 64 bits."""
+        if precision != "float64" or (groups is not None and groups[1].size > _MIXED_GROUPS):
             return False
         n_ref = int(task.reference.shape[0])
         return float(task.relevant.mean()) * _QUANTISE >= n_ref
