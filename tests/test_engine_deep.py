@@ -605,9 +605,9 @@ def _mirror_pairs(seed: int, n_q: int = 60, n_r: int = 400):
     return xq, yq, xr, yr
 
 
-@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
-def test_quantised_float64_keys_leave_near_ties_to_the_float64_decision(monkeypatch, distance):
-    xq, yq, xr, yr = _mirror_pairs(13)
+def _banded_rows_of_a_checked_run(monkeypatch, xq, yq, xr, yr, distance):
+    """The query rows the deep engine sent to the bands, once its map, P@1 and tie flags are
+    checked against the fixed-order float64 keys of every pair (stable sort by index)."""
     task = _task(xq, yq, xr, yr, metrics=["map", "precision_at_1"], distance=distance)
     banded = []
     real = deep.relevant_ranks
@@ -615,15 +615,19 @@ def test_quantised_float64_keys_leave_near_ties_to_the_float64_decision(monkeypa
         deep, "relevant_ranks", lambda *a, **k: banded.append(a[1].shape[0]) or real(*a, **k)
     )
     values, ties = _deep_engine(task)
-    if distance == "cosine":  # -sign(s) s**2 / ||x||**2, column by column
-        keys = np.array([oracle.fixed_order_keys(q, xr, "cosine") for q in xq])
-        ap, p1, tie = _oracle_from_keys(keys, yq, yr, loo=False)
-    else:
-        ap, p1, tie = _float64_ranking_oracle(xq, yq, xr, yr, distance, loo=False)
+    keys = np.array([oracle.fixed_order_keys(q, xr, distance) for q in xq])
+    ap, p1, tie = _oracle_from_keys(keys, yq, yr, loo=False)
     np.testing.assert_allclose(values["map"], ap, rtol=1e-12)
     np.testing.assert_array_equal(values["precision_at_1"], p1)
     np.testing.assert_array_equal(ties["map"], tie)
-    assert 0 < sum(banded) < len(xq)  # the rows with such a pair, and only they, were banded
+    return sum(banded)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
+def test_quantised_float64_keys_leave_near_ties_to_the_float64_decision(monkeypatch, distance):
+    xq, yq, xr, yr = _mirror_pairs(13)
+    banded = _banded_rows_of_a_checked_run(monkeypatch, xq, yq, xr, yr, distance)
+    assert 0 < banded < len(xq)  # the rows with such a pair, and only they, were banded
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -680,17 +684,6 @@ def test_a_few_identical_rows_under_other_labels_send_only_their_rows_to_the_ban
     xq, yq, xr, yr = _mirror_pairs(17)
     xq[:, 2] = xq[:, 0] + 1.0  # no mirror ties: only the copies below tie across kinds
     xr[10], yr[10] = xr[3], (yr[3] + 1) % 4  # one identical pair under two labels
-    task = _task(xq, yq, xr, yr, metrics=["map", "precision_at_1"], distance=distance)
-    banded = []
-    real = deep.relevant_ranks
-    monkeypatch.setattr(
-        deep, "relevant_ranks", lambda *a, **k: banded.append(a[1].shape[0]) or real(*a, **k)
-    )
-    values, ties = _deep_engine(task)
-    keys = np.array([oracle.fixed_order_keys(q, xr, distance) for q in xq])
-    ap, p1, tie = _oracle_from_keys(keys, yq, yr, loo=False)
-    np.testing.assert_allclose(values["map"], ap, rtol=1e-12)
-    np.testing.assert_array_equal(values["precision_at_1"], p1)
-    np.testing.assert_array_equal(ties["map"], tie)
+    banded = _banded_rows_of_a_checked_run(monkeypatch, xq, yq, xr, yr, distance)
     # the queries of one of the pair's two labels hold a tie across kinds; only they are banded
-    assert 0 < sum(banded) == int(np.isin(yq, [yr[3], yr[10]]).sum())
+    assert 0 < banded == int(np.isin(yq, [yr[3], yr[10]]).sum())

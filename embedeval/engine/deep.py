@@ -1115,24 +1115,27 @@ class _DeepSearch:
         self.plan.exclusions.hide(keys, at, 0, groups=True)
         return keys
 
-    def _exact_block(self, start: int, stop: int, keys: np.ndarray) -> ScoredBlock:
-        """The block ranked from exact keys (excluded pairs hidden) by one sort per row."""
+    def _relevant(self, start: int, stop: int, keys: np.ndarray) -> tuple[np.ndarray, float]:
+        """Which pairs of queries ``start:stop`` are relevant (excluded pairs, ``+inf`` in
+        ``keys``, are not), and a bound on the size of their keys."""
         task = self.task
         relevant = match_matrix(task.query_codes[start:stop], task.reference_codes)
         relevant &= keys < np.inf
-        top = float(key_magnitude(self.q_sq[start:stop], self.m_sq, task.distance).max(initial=0))
-        return score_ranks(task, start, RelevantRanks(*ranks_of_exact_keys(keys, relevant, top)))
+        top = key_magnitude(self.q_sq[start:stop], self.m_sq, task.distance).max(initial=0)
+        return relevant, float(top)
+
+    def _exact_block(self, start: int, stop: int, keys: np.ndarray) -> ScoredBlock:
+        """The block ranked from exact keys (excluded pairs hidden) by one sort per row."""
+        found = ranks_of_exact_keys(keys, *self._relevant(start, stop, keys))
+        return score_ranks(self.task, start, RelevantRanks(*found))
 
     def _quantised(self, start: int, stop: int) -> RelevantRanks:
         """The block ranked from quantised float64 product keys (:func:`quantised_ranks`), the
         rows they leave undecided with their bands."""
-        task, q_sq, m_sq = self.task, self.q_sq[start:stop], self.m_sq
         keys = self._product64(start, stop)
-        relevant = match_matrix(task.query_codes[start:stop], task.reference_codes)
-        relevant &= keys < np.inf
-        top = float(key_magnitude(q_sq, m_sq, task.distance).max(initial=0))
-        dim = int(task.reference.shape[1])
-        e64 = 2 * float64_key_bounds(q_sq, m_sq, dim, task.distance)
+        relevant, top = self._relevant(start, stop, keys)
+        dim = int(self.task.reference.shape[1])
+        e64 = 2 * float64_key_bounds(self.q_sq[start:stop], self.m_sq, dim, self.task.distance)
         n_hits, hit_pos, undecided = quantised_ranks(keys, relevant, top, float(e64.max()))
         if not undecided.any():
             return RelevantRanks(n_hits, hit_pos, _no_runs(stop - start))

@@ -181,25 +181,20 @@ def _codes(
     n = keys.shape[1]
     col_bits = max(int(n - 1).bit_length(), 1)
     exact_below = 2**22 if keys.dtype == np.float32 else 2**52  # top + top stays exact
-    if magnitude is not None and magnitude < exact_below:
-        top = int(magnitude * (1 + 2.0**-20)) + 1  # |key| < top; excluded pairs become top
-        width = int(2 * top).bit_length() + col_bits + 1
-        if width <= 64:
-            dtype = np.uint32 if width <= 32 else np.uint64
-            number = np.minimum(keys, keys.dtype.type(top))
-            number += keys.dtype.type(top)  # 0 .. 2 top, exact integers
-            code = number.astype(dtype)
-            shift = dtype(col_bits + 1)
-            code <<= shift
-            code |= np.arange(n, dtype=dtype) << dtype(1)
-            code |= relevant
-            return code, shift
-    if keys.dtype != np.float32:
+    top = 0 if magnitude is None else int(magnitude * (1 + 2.0**-20)) + 1  # |key| < top
+    width = int(2 * top).bit_length() + col_bits + 1
+    if magnitude is not None and magnitude < exact_below and width <= 64:
+        dtype = np.uint32 if width <= 32 else np.uint64
+        number = np.minimum(keys, keys.dtype.type(top))  # excluded pairs become top
+        number += keys.dtype.type(top)  # 0 .. 2 top, exact integers
+        code, shift = number.astype(dtype), dtype(col_bits + 1)
+    elif keys.dtype == np.float32:
+        dtype = np.uint64
+        code, shift = sortable_bits(keys).astype(dtype), dtype(32)
+    else:
         raise ValueError("float64 keys need a magnitude whose codes fit in 64 bits")
-    code = sortable_bits(keys).astype(np.uint64)
-    shift = np.uint64(32)
     code <<= shift
-    code |= np.arange(n, dtype=np.uint64) << np.uint64(1)
+    code |= np.arange(n, dtype=dtype) << dtype(1)
     code |= relevant
     return code, shift
 
