@@ -151,15 +151,37 @@ def test_near_ties_one_float32_bit_apart(distance, ties):
     check(queries, corpus, qids, dids, qrels, distance, ties, [None, 40, 64])
 
 
+def exact_scores_only(monkeypatch, exact):
+    """``exact``: the scan must take its float32 scores as exact (any float64 key fails the
+    test); else they are not taken as exact (the band decides these integers' ties)."""
+    import embedeval.engine.corpus as corpus_engine
+    import embedeval.protocols.qrels as qrels_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("exact scores need no float64 key")
+
+    if exact:
+        monkeypatch.setattr(corpus_engine, "rank_keys", refuse)
+    else:
+        monkeypatch.setattr(qrels_module, "integer_scores", lambda *args: False)
+
+
 @pytest.mark.parametrize("split", [False, True, "from the top lists"])
-@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
+@pytest.mark.parametrize(
+    ("distance", "exact"),
+    [("euclidean", True), ("euclidean", False), ("inner_product", True),
+     ("inner_product", False), ("cosine", False)],
+)  # fmt: skip
 @pytest.mark.parametrize("ties", ["index", "trec_eval"])
-def test_small_integers_exact_ties_and_duplicates(monkeypatch, distance, ties, split):
+def test_small_integers_exact_ties_and_duplicates(monkeypatch, distance, exact, ties, split):
     # split: 512 bytes of scores per product, so each block splits into parts of 32 or 33
     # corpus rows, one product each (the judged documents' ranks included); "from the top
-    # lists": the judged documents' ranks read from the decided lists (the wide-band path)
+    # lists": the judged documents' ranks read from the decided lists (the wide-band path).
+    # exact: the float32 scores of these integers are the exact scores, taken as they are
+    # (cosine scores are quotients: never)
     import embedeval.engine.corpus as corpus_engine
 
+    exact_scores_only(monkeypatch, exact)
     if split is True:
         monkeypatch.setattr(corpus_engine, "_CHUNK_BYTES", 512)
     if split == "from the top lists":
@@ -176,6 +198,53 @@ def test_small_integers_exact_ties_and_duplicates(monkeypatch, distance, ties, s
     qrels = judged(rng, n_docs, n_q, dids, close)
     qids = [f"q{i}" for i in range(n_q)]
     check(queries, corpus, qids, dids, qrels, distance, ties, [None, 37, 64])
+
+
+@pytest.mark.parametrize("codes", ["signs", "bits"])
+@pytest.mark.parametrize("ties", ["index", "trec_eval"])
+def test_binary_codes_tie_in_bulk_without_float64_keys(monkeypatch, codes, ties):
+    # 16-bit codes: 17 distances for 1,500 documents, so nearly every judged document ties
+    # with dozens of others (the run and full-depth metrics alike); the scores are exact, and
+    # nothing is re-scored in float64
+    exact_scores_only(monkeypatch, True)
+    rng = np.random.default_rng(11)
+    n_docs, n_q, dim = 1500, 8, 16
+    corpus = rng.integers(0, 2, (n_docs, dim)).astype(np.float32)
+    queries = rng.integers(0, 2, (n_q, dim)).astype(np.float32)
+    if codes == "signs":
+        corpus, queries = 2 * corpus - 1, 2 * queries - 1
+    dids = [f"d{v}" for v in rng.permutation(n_docs)]
+    qrels = judged(rng, n_docs, n_q, dids)
+    qids = [f"q{i}" for i in range(n_q)]
+    for distance in ("euclidean", "inner_product"):
+        res = check(queries, corpus, qids, dids, qrels, distance, ties, [None, 100])
+        assert res.settings["precision"] == "float32"
+
+
+def test_exact_scores_keep_no_near_candidates_and_list_no_near_documents(monkeypatch):
+    # 8-bit codes tie in bulk at the 10th score: the banded scan keeps every tied document as
+    # a candidate (and the counter lists them as near documents), the exact one keeps the
+    # first 10 and counts the rest; the same decided lists and ranks either way
+    from embedeval.engine import corpus as engine
+
+    rng = np.random.default_rng(12)
+    c = rng.integers(0, 2, (600, 8)).astype(np.float32)
+    q = rng.integers(0, 2, (5, 8)).astype(np.float32)
+    none = engine.Pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    keys = engine.tie_keys(None, 600, "index")
+    pairs = engine.Pairs(np.repeat(np.arange(5), 3), rng.choice(600, 15))
+    out = {}
+    for exact in (False, True):
+        scan = engine.CorpusScan(q, None, "inner_product", 10, keys, none, exact=exact)
+        query, codes, _ = engine.scan_top(c, scan)
+        counted = engine._counting_pass(c, scan, pairs, engine.score_bounds(c, scan, pairs))
+        out[exact] = (np.bincount(query), engine.decide_top(c, scan, query, codes, True),
+                      counted, engine.scan_ranks(c, scan, pairs, counted.bounds))  # fmt: skip
+    assert (out[True][0] == 10).all() and (out[False][0] > 10).all()
+    for a, b in zip(out[True][1], out[False][1], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert not out[True][2].near and sum(p.size for p, _ in out[False][2].near) > 100
+    np.testing.assert_array_equal(out[True][3], out[False][3])
 
 
 def test_judged_ranks_from_the_top_lists_when_nothing_is_retrieved(monkeypatch):
@@ -414,6 +483,38 @@ def test_count_passing_counts_scores_above_and_at_each_threshold(monkeypatch, se
     at, col = _count_passing(s, hi, lo, qs, own, len(want))[2:]
     assert sorted(zip(at.tolist(), col.tolist(), strict=True)) == sorted(want)
     assert _count_passing(s, hi, lo, qs, own, len(want) - 1)[2:] == (None, None)
+
+
+@pytest.mark.parametrize(("seed", "ranked_by_column"), [(5, True), (6, False), (7, False)])
+def test_count_ties_counts_higher_scores_and_equal_ones_of_smaller_tie_key(seed, ranked_by_column):
+    """Exact scores: per pair, the scores of its row above its own, the equal ones whose tie
+    rank is below the pair's, and all equal ones less its own document; checked by a plain
+    loop on integer scores (most rows tie in bulk), NaN scores and NaN pair scores (excluded
+    pairs, counting nothing), tie ranks that are the columns or a permutation of them, and pair
+    ranks from 0 to the number of columns."""
+    from embedeval.engine.corpus import _count_ties
+
+    rng = np.random.default_rng(seed)
+    s = rng.integers(-3, 4, (30, 200)).astype(np.float32)
+    s[rng.random(s.shape) < 0.05] = np.nan
+    qs = np.sort(rng.integers(1, 30, 120))  # row 0 has no pair
+    score = rng.integers(-4, 5, qs.size).astype(np.float32)
+    score[::13] = np.nan
+    col_rank = None if ranked_by_column else rng.permutation(200)
+    pair_rank = rng.integers(0, 201, qs.size)
+    own = rng.integers(0, 2, qs.size)
+    above, before, tied = _count_ties(s, score, qs, own, col_rank, pair_rank)
+    rank = np.arange(200) if col_rank is None else col_rank
+    for i in range(qs.size):
+        row = s[qs[i]]
+        if np.isnan(score[i]):
+            assert (above[i], before[i]) == (0, 0)
+            continue
+        assert above[i] == sum(1 for v in row if v > score[i])
+        equal = [c for c, v in enumerate(row) if v == score[i]]
+        assert before[i] == sum(1 for c in equal if rank[c] < pair_rank[i])
+        assert tied[i] == max(len(equal) - own[i], 0)
+    assert before.sum() > 500
 
 
 @pytest.mark.parametrize("block", [64, 700])

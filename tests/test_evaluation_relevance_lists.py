@@ -253,3 +253,92 @@ def test_a_reference_the_query_does_not_rank_lends_no_key_to_its_multiples():
     assert full.per_query["mrr"].tolist() == [1 / (ranked + 1)]
     for res in (lists, grouped, deleted):
         assert res.per_query["mrr"].tolist() == [1 / (without_0 + 1)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tie_blocks_from_counts_match_a_loop_over_the_ranking(seed):
+    # integer keys (bulk ties): per query, the blocks of equal keys holding a positive and
+    # another reference, and the first neighbour pair of different relevance, by a plain loop
+    # over the ranking; the counts each positive brings (its rank, the members of its key
+    # before it and in all) are read from the same ranking
+    from types import SimpleNamespace
+
+    from embedeval.evaluation.relevance_lists import _counted_blocks
+
+    rng = np.random.default_rng(seed)
+    n_q, n_ref = 6, 40
+    want_blocks, want_none = [], []
+    query, rank0, before, tied = [], [], [], []
+    for i in range(n_q):
+        keys = rng.integers(0, 6, n_ref)
+        pos = set(rng.choice(n_ref, int(rng.integers(0, 12)), replace=False).tolist())
+        if i % 2:  # a block of positives alone: not mixed
+            pos |= {r for r in range(n_ref) if keys[r] == keys.min()}
+        order = sorted(range(n_ref), key=lambda r: (keys[r], r))
+        rel = [r in pos for r in order]
+        first_step = None
+        for start in range(n_ref):
+            if start and keys[order[start - 1]] == keys[order[start]]:
+                continue
+            end = start
+            while end + 1 < n_ref and keys[order[end + 1]] == keys[order[start]]:
+                end += 1
+            members = rel[start : end + 1]
+            if any(members) and not all(members):
+                want_blocks.append((i, start, end))
+                k = next(j for j in range(start, end) if rel[j] != rel[j + 1])
+                first_step = k if first_step is None else min(first_step, k)
+        want_none.append(first_step)
+        for place, r in enumerate(order):
+            if r in pos:
+                same = [s for s in range(n_ref) if keys[s] == keys[r] and s != r]
+                query.append(i)
+                rank0.append(place)
+                before.append(sum(1 for s in same if s < r))
+                tied.append(len(same))
+    pairs = SimpleNamespace(query=np.array(query, dtype=np.int64))
+    q, first, last, none = _counted_blocks(
+        pairs, np.array(rank0), np.array(before), np.array(tied), n_q
+    )
+    assert list(zip(q.tolist(), first.tolist(), last.tolist(), strict=True)) == want_blocks
+    big = np.iinfo(np.int64).max // 2
+    assert [None if v == big else v for v in none.tolist()] == want_none
+    assert len(want_blocks) > 5
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+@pytest.mark.parametrize("exact", [True, False])
+def test_binary_codes_positives_and_junk_match_the_oracle(monkeypatch, distance, exact):
+    # 12-bit codes: 13 distances for 400 references, so positives tie with non-positives in
+    # bulk; exact: the scores are taken as exact (a float64 key fails the test), else the band
+    # decides; the tie flags agree between the two
+    import embedeval.engine.corpus as corpus_engine
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("exact scores need no float64 key")
+
+    rng = np.random.default_rng(4)
+    xb = (2 * rng.integers(0, 2, (400, 12)) - 1).astype(np.float32)
+    xq = (2 * rng.integers(0, 2, (10, 12)) - 1).astype(np.float32)
+    pos = [sorted(rng.choice(400, 30, replace=False).tolist()) for _ in range(10)]
+    junk = [sorted(set(rng.choice(400, 20).tolist()) - set(p)) for p in pos]
+    names = ["map", "mrr", "precision_at_1", "r_precision", "map_at_r"]
+    if exact:
+        monkeypatch.setattr(corpus_engine, "rank_keys", refuse)
+    else:
+        monkeypatch.setattr(corpus_engine, "integer_scores", lambda *args: False)
+    res = ee.evaluate(
+        xq, None, xb, None, positives=pos, junk=junk, metrics=names, distance=distance
+    )
+    want = oracle_metrics(oracle_ranks(xq, xb, pos, junk, distance))
+    for name in names:
+        np.testing.assert_allclose(res.per_query[name], want[name], rtol=0, atol=1e-12)
+    assert res.n_ties["map"] > 0
+    monkeypatch.undo()
+    if exact:
+        monkeypatch.setattr(corpus_engine, "integer_scores", lambda *args: False)
+    other = ee.evaluate(  # the other path
+        xq, None, xb, None, positives=pos, junk=junk, metrics=names, distance=distance,
+        n_threads=1,
+    )  # fmt: skip
+    assert res.n_ties == other.n_ties

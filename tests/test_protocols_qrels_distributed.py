@@ -120,9 +120,10 @@ def test_one_piece_and_more_shards_than_rows(data, tmp_path):
     _assert_same(a, b)
 
 
-def _brute_force(queries, corpus, judged_rows):
-    """Rank (1-based, ties by corpus row) of each judged row by float64 inner products, plain
-    loops (the integer inputs make every float64 sum exact)."""
+def _brute_force(queries, corpus, judged_rows, doc_ids=None):
+    """Rank (1-based) of each judged row by float64 inner products, plain loops (the integer
+    inputs make every float64 sum exact); equal scores by corpus row, or (``doc_ids``) by doc
+    id descending, trec_eval's order."""
     q64, c64 = queries.astype(np.float64), corpus.astype(np.float64)
     ranks = []
     for i, rows in enumerate(judged_rows):
@@ -130,7 +131,10 @@ def _brute_force(queries, corpus, judged_rows):
         out = {}
         for r in rows:
             out[r] = 1 + sum(
-                1 for j, s in enumerate(scores) if s > scores[r] or (s == scores[r] and j < r)
+                1
+                for j, s in enumerate(scores)
+                if s > scores[r]
+                or (s == scores[r] and (j < r if doc_ids is None else doc_ids[j] > doc_ids[r]))
             )
         ranks.append(out)
     return ranks
@@ -157,6 +161,41 @@ def test_shards_match_a_float64_brute_force(data):
         lo, hi = res.judged_lims[i], res.judged_lims[i + 1]
         for row, rank, grade in zip(
             res.judged_rows[lo:hi], res.judged_ranks[lo:hi], res.judged_grades[lo:hi], strict=True
+        ):
+            if grade >= 1 or rank <= 12:  # relevant ones at any depth, others within the run
+                assert rank == truth[i][int(row)]
+
+
+@pytest.mark.parametrize("ties", ["index", "trec_eval"])
+def test_exact_integer_scores_in_shards_match_a_float64_brute_force(data, monkeypatch, ties):
+    # integers only (the nudged rows restored): the float32 scores are exact, so each shard
+    # counts the ties of judged documents that lie in other shards by their tie keys, and
+    # nothing is re-scored in float64 (a float64 key fails the test)
+    import embedeval.engine.corpus as corpus_engine
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("exact scores need no float64 key")
+
+    queries, corpus, qrels, query_ids, doc_ids = data
+    corpus = corpus.copy()
+    corpus[560:580] = corpus[100:120]  # exact copies instead of near-ties
+    monkeypatch.setattr(corpus_engine, "rank_keys", refuse)
+    kw = dict(query_ids=query_ids, doc_ids=doc_ids, metrics=METRICS, distance="inner_product",
+              run_depth=12, block_size=64, progress=False, ties=ties)  # fmt: skip
+    whole = ee.evaluate_qrels(queries, corpus, qrels, **kw)
+    split = ee.evaluate_qrels(queries, None, qrels, shards=[corpus[:333], corpus[333:]], **kw)
+    _assert_same(whole, split)
+    _assert_same(whole, ee.evaluate_qrels(queries, corpus, qrels, shards=3, **kw))
+    row_of = {d: j for j, d in enumerate(doc_ids)}
+    judged = [[row_of[d] for d in qrels[qid]] for qid in query_ids[:22]]
+    truth = _brute_force(queries, corpus, judged, doc_ids if ties == "trec_eval" else None)
+    for i in range(22):
+        lo, hi = split.judged_lims[i], split.judged_lims[i + 1]
+        for row, rank, grade in zip(
+            split.judged_rows[lo:hi],
+            split.judged_ranks[lo:hi],
+            split.judged_grades[lo:hi],
+            strict=True,
         ):
             if grade >= 1 or rank <= 12:  # relevant ones at any depth, others within the run
                 assert rank == truth[i][int(row)]

@@ -72,6 +72,7 @@ from .decide import (
     widen,
 )
 from .exact import column_stats, exact_centre
+from .integers import exact_in_float32
 from .threads import default_threads, in_order, single_threaded_blas
 
 __all__ = [
@@ -88,7 +89,9 @@ __all__ = [
     "corpus_centre",
     "count_beats",
     "decide_top",
+    "exact_tie_ranks",
     "float64_scores",
+    "integer_scores",
     "measure_norms",
     "merge_top",
     "near_wins",
@@ -369,7 +372,10 @@ class CorpusScan:
     rule (``"trec_eval"`` orders re-scored documents by their float64 score, see
     :func:`rank_keys`); ``m_sq`` bounds the squared norm of every block read so far;
     ``precision`` is the product's (``"float32"``, or a device product's ``"tf32"`` /
-    ``"bf16"``: :func:`embedeval.search.torch_backend.torch_product`).
+    ``"bf16"``: :func:`embedeval.search.torch_backend.torch_product`).  ``exact``: the float32
+    scores are the exact scores (small integers under a float32 product,
+    :func:`integer_scores`): every band is zero, equal scores are exact ties ranked by tie key,
+    and nothing is re-scored in float64.
     Set from these: ``chunk`` queries per product (``n_chunks`` chunks of equal size, a
     multiple of the threads) and ``step`` corpus rows per product, at most.
     """
@@ -389,6 +395,7 @@ class CorpusScan:
     ties: str = "index"
     m_sq: float = 0.0
     precision: str = "float32"
+    exact: bool = False
     q_sq: np.ndarray = field(init=False)
     chunk: int = field(init=False)
     n_chunks: int = field(init=False)
@@ -436,6 +443,8 @@ class CorpusScan:
         are farther apart than the band have float64 scores whose float32 roundings differ.
         A coarser product (:attr:`precision`: ``"tf32"``, ``"bf16"``) widens it by its own
         rounding (:func:`~embedeval.engine.decide.rounding_of`)."""
+        if self.exact:  # every score is the exact score, and its float32 rounding itself
+            return np.zeros(self.queries.shape[0])
         m_sq = self.m_sq if m_sq is None else m_sq
         # the product's own rounding (a device product says whether it ran on tensor cores)
         tensor_cores = bool(getattr(self.product, "tensor_cores", False))
@@ -462,7 +471,10 @@ class CorpusScan:
         """A bound on a float32 score's underflow error: each of the (at most 3 dim + 8)
         products and sums below the normal range errs by up to its smallest normal, 2**-126
         (subnormals flushed or not); twice that, as the band holds two scores' errors.  Rows
-        multiplied as stored scale theirs by ``1 / ||x|| <= 2**20`` (:data:`_SCALED_SQ`)."""
+        multiplied as stored scale theirs by ``1 / ||x|| <= 2**20`` (:data:`_SCALED_SQ`).
+        Zero for :attr:`exact` scores: integer products never fall below the normal range."""
+        if self.exact:
+            return 0.0
         scaled = 2.0**20 if self.scales_columns else 1.0
         return _UNDERFLOW * (3 * self.queries.shape[1] + 8) * scaled
 
@@ -670,9 +682,10 @@ class _ChunkTop:
     within the band below the depth-th score: they may still be in the float64 top), and the
     candidates waiting to be merged into them."""
 
-    def __init__(self, n: int, depth: int, floor: np.ndarray) -> None:
+    def __init__(self, n: int, depth: int, floor: np.ndarray, exact: bool = False) -> None:
         self.top = np.full((n, depth), EMPTY, dtype=np.uint64)
         self.floor = floor
+        self.exact = exact  # exact scores: the codes' order is the ranking, nothing is near
         self.band = np.zeros(n)
         self.cut = floor.copy()  # candidates: scores >= cut
         self.near = (np.zeros(0, np.int32), np.zeros(0, np.uint64))
@@ -731,6 +744,8 @@ class _ChunkTop:
         self.top[lo:hi] = merged
         cut = widen_down(np.maximum(self.floor[lo:hi], _cutoff(merged)), self.band[lo:hi])
         # near: not among the depth kept, and within the band below the depth-th score
+        if self.exact:
+            return np.zeros(0, np.int32), np.zeros(0, np.uint64)
         keep = sorted_codes > merged.max(axis=1)[by_row]
         keep &= code_scores(sorted_codes) >= cut[by_row]
         return (by_row[keep] + lo).astype(np.int32), sorted_codes[keep]
@@ -896,7 +911,7 @@ def _scan_chunks(
     tops = {}
     for c in chunks:
         lo, hi = c * scan.chunk, min(n_q, (c + 1) * scan.chunk)
-        tops[c] = _ChunkTop(hi - lo, scan.depth, floor[lo:hi])
+        tops[c] = _ChunkTop(hi - lo, scan.depth, floor[lo:hi], scan.exact)
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs"):
             band = scan.band()  # this block's rows included
@@ -923,6 +938,21 @@ def _scan_chunks(
     for _ in in_order(lambda c: tops[c].flush(), list(tops), scan.n_threads):
         pass
     return tops
+
+
+def integer_scores(queries: np.ndarray, corpus: Any, distance: str) -> bool:
+    """Whether a numpy scan's float32 scores of ``queries`` against ``corpus`` are all exact
+    (:attr:`CorpusScan.exact`, uncentred): integer values whose products sum to at most
+    ``2**24`` in magnitude (:func:`~embedeval.engine.integers.exact_in_float32`, which reads
+    the first rows first: real-valued data cost next to nothing).  A Euclidean score
+    ``2 q.x - ||x||**2 - ||q||**2`` adds terms of total magnitude ``d (Q + X)**2`` at most, as
+    the bound there; cosine scores are quotients, never exact.
+
+    >>> codes = np.float32([[1, -1], [-1, -1]])
+    >>> integer_scores(codes, codes, "euclidean"), integer_scores(codes / 4, codes, "euclidean")
+    (True, False)
+    """
+    return exact_in_float32(queries, corpus, distance)
 
 
 def corpus_centre(queries: np.ndarray, corpus: np.ndarray, distance: str) -> np.ndarray | None:
@@ -1098,6 +1128,10 @@ def candidate_ranks(
     pos = np.arange(codes.size) - lims[query]
     table = np.full((n_q, int(pos.max(initial=-1)) + 1), EMPTY, dtype=np.uint64)
     table[query, pos] = codes
+    if scan.exact:  # the codes are in the exact order: a pair's rank is its code's place
+        own = pack_codes(pair_scores, scan.keys[pairs.row])
+        rank = rows_searchsorted(table, pairs.query, own) + 1
+        return np.where(rank <= scan.depth, rank, 0)
     band = scan.band()[pairs.query]
     zero = np.zeros(pairs.query.size, dtype=np.uint64)
     # codes below pack(hi, 0): scores above hi; below pack(next under lo, 0): scores >= lo
@@ -1178,6 +1212,8 @@ def decide_top(
     amb = np.arange(n) if scores else np.flatnonzero(np.bincount(cluster)[cluster] > 1)
     order_key = np.zeros(n, dtype=np.float64)
     keys = np.full(n, np.nan)
+    if scan.exact:  # the float32 scores are the float64 ones: ordered, and reported, as they are
+        amb, order_key, keys = amb[:0], -f32 + 0.0, -f32 + 0.0
     trec = scan.ties == "trec_eval"  # order key: minus the float32 score, which it reports
     if amb.size and (trec or not scores):
         lo, hi = _order_bounds(corpus, scan, query[amb], rows[amb])
@@ -1264,7 +1300,13 @@ class BeatCounter:
     (:attr:`overflowed`, :meth:`result` None), so that counting pairs that may not need it
     (:func:`scan_top`'s pass, before the top lists say which pairs lie beyond them) never
     holds more than that on data with large runs of ties; the caller then counts the pairs
-    it needs in a pass of their own."""
+    it needs in a pass of their own.
+
+    Exact scores (:attr:`CorpusScan.exact`, ``bounds`` both the pair's score) have no near
+    documents: a document of equal score beats the pair when its tie key is smaller than the
+    pair's (``pair_keys``, default the scan's keys of the pairs' rows: a shard's scan holds
+    only its own), and is counted on the spot (:attr:`before`), as are all of them
+    (:attr:`tied`, the pair's own document left out)."""
 
     def __init__(
         self,
@@ -1272,9 +1314,15 @@ class BeatCounter:
         pairs: Pairs,
         bounds: tuple[np.ndarray, np.ndarray],
         limit: int | None = None,
+        pair_keys: np.ndarray | None = None,
     ):
         self.scan, self.pairs, self.bounds, self.limit = scan, pairs, bounds, limit
+        if pair_keys is None and scan.exact:
+            pair_keys = scan.keys[pairs.row]
+        self.pair_keys = pair_keys
         self.beats = np.zeros(pairs.query.size, dtype=np.int64)
+        self.before = np.zeros(pairs.query.size, dtype=np.int64)
+        self.tied = np.zeros(pairs.query.size, dtype=np.int64)
         self.order = np.lexsort((np.arange(pairs.query.size), pairs.query))
         self.q_sorted = pairs.query[self.order]
         self.hi = self.lo = np.zeros(0)
@@ -1297,6 +1345,13 @@ class BeatCounter:
         idx, qs = self.order[a:b], self.q_sorted[a:b] - c * chunk
         rows = self.pairs.row[idx]
         own = ((rows >= first) & (rows < first + s.shape[1])).astype(np.int64)
+        if self.scan.exact:
+            col_rank, pair_rank = self._tie_ranks(first, s.shape[1], self.pair_keys[idx])
+            above, before, tied = _count_ties(s, self.hi[idx], qs, own, col_rank, pair_rank)
+            self.beats[idx] += above
+            self.before[idx] += before
+            self.tied[idx] += tied
+            return
         room = None if self.limit is None else max(self.limit - self.n_near, 0)
         above, _, at, col = _count_passing(s, self.hi[idx], self.lo[idx], qs, own, room)
         if at is None or col is None:
@@ -1307,12 +1362,28 @@ class BeatCounter:
         self.n_near += at.size  # an estimate across threads: a limit, not a count
         self.near.append((idx[at], first + col))  # near another document than itself
 
+    def _tie_ranks(
+        self, first: int, n: int, keys: np.ndarray
+    ) -> tuple[np.ndarray | None, np.ndarray]:
+        """The tie rank of each of the ``n`` columns from corpus row ``first`` (None: their
+        keys ascend, the rank is the column) and, per pair tie key in ``keys``, how many of
+        the columns' keys are smaller."""
+        part = self.scan.keys[first : first + n]
+        if self.scan.ties == "index":
+            return None, np.searchsorted(part, keys)
+        order = np.argsort(part)
+        col_rank = np.empty(n, dtype=np.int64)
+        col_rank[order] = np.arange(n)
+        return col_rank, np.searchsorted(part[order], keys)
+
     def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """``(beats, p, r)``: per pair the certain beats, and the near ``(pair, row)``; None
-        when the counter :attr:`overflowed`."""
+        """``(beats, p, r)``: per pair the certain beats (exact scores: the documents that beat
+        it), and the near ``(pair, row)``; None when the counter :attr:`overflowed`."""
         if self.overflowed:
             self.near.clear()
             return None
+        if self.scan.exact:
+            return self.beats + self.before, np.zeros(0, np.int64), np.zeros(0, np.int64)
         p = np.concatenate([np.zeros(0, np.int64), *[n[0] for n in self.near]])
         r = np.concatenate([np.zeros(0, np.int64), *[n[1] for n in self.near]])
         self.near.clear()  # the parts, now in p and r
@@ -1330,6 +1401,31 @@ def count_beats(
     better), and ``(pair, row)`` of the *near* documents, which :func:`near_wins` decides in
     float64.  (A corpus in shards counts in each shard's top pass instead:
     :func:`~embedeval.engine.corpus_shards.shard_top`.)"""
+    return _counting_pass(corpus, scan, pairs, bounds).result()  # no limit: never None
+
+
+def exact_tie_ranks(
+    corpus: np.ndarray, scan: CorpusScan, pairs: Pairs
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Under exact scores (:attr:`CorpusScan.exact`), per pair: its 1-based rank, how many
+    documents of its score rank before it (a smaller tie key), and how many documents share
+    its score (its own left out); one counting pass, nothing listed per tie.
+
+    >>> c = np.float32([[1, 0], [0, 1], [1, 0], [1, 0]])
+    >>> scan = CorpusScan(np.float32([[1, 0]]), None, "inner_product", 1,
+    ...                   tie_keys(None, 4, "index"), Pairs(np.zeros(0, int), np.zeros(0, int)),
+    ...                   exact=True)
+    >>> [v.tolist() for v in exact_tie_ranks(c, scan, Pairs(np.array([0, 0]), np.array([2, 1])))]
+    [[2, 4], [1, 0], [2, 0]]
+    """
+    counter = _counting_pass(corpus, scan, pairs, score_bounds(corpus, scan, pairs))
+    return counter.beats + counter.before + 1, counter.before, counter.tied
+
+
+def _counting_pass(
+    corpus: np.ndarray, scan: CorpusScan, pairs: Pairs, bounds: tuple[np.ndarray, np.ndarray]
+) -> BeatCounter:
+    """A :class:`BeatCounter` of ``pairs`` fed by one pass over the corpus."""
     if scan.m_sq == 0.0 and scan.distance != "cosine":  # no pass has measured the corpus yet
         measure_norms(corpus, scan)
     counter = BeatCounter(scan, pairs, bounds)
@@ -1350,7 +1446,7 @@ def count_beats(
             ):
                 pass
     scan.release_buffers()
-    return counter.result()  # no limit: never None
+    return counter
 
 
 def near_wins(
@@ -1383,7 +1479,41 @@ def _count_passing(
     above ``hi`` and at or above ``lo``; and ``(pair, column)`` of its *near* scores (at or
     above ``lo``, not above ``hi``) where it has more than ``own`` of them (1 where the pair's
     own document is in ``s``, else 0), or ``(None, None)`` when they number more than
-    ``limit``.  A NaN threshold (an excluded pair) counts nothing.
+    ``limit``.  A NaN threshold (an excluded pair) counts nothing (:class:`_Passing`)."""
+    found = _Passing(s, hi, lo, qs)
+    take = found.n_near > own
+    m = found.n_near[take]
+    if limit is not None and int(m.sum()) > limit:
+        return found.above, found.reach, None, None
+    first = spans(found.lo_start[take], m)
+    pair = np.repeat(np.flatnonzero(take), m)
+    return found.above, found.reach, pair, (found.codes[first] & found.cols).astype(np.int64)
+
+
+def _count_ties(
+    s: np.ndarray,
+    score: np.ndarray,
+    qs: np.ndarray,
+    own: np.ndarray,
+    col_rank: np.ndarray | None,
+    pair_rank: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per pair (row ``qs`` of ``s``, its exact float32 ``score``): the scores of its row above
+    it, those equal to it whose column's tie rank (``col_rank``, None: the column itself) is
+    below ``pair_rank`` (from 0 to the number of columns), and those equal to it, less ``own``
+    (1 where the pair's own document is in ``s``).  Exact scores (:attr:`CorpusScan.exact`)
+    need nothing more: no near document is listed, however many tie."""
+    found = _Passing(s, score, score, qs, col_rank)
+    at = found.row_bits | (_bits64(np.where(found.live, score, np.inf)) << found.cb)
+    before = np.searchsorted(found.codes, at | pair_rank.astype(np.uint64), "left")
+    before = np.where(found.live, before - found.lo_start, 0)
+    return found.above, before, np.maximum(found.n_near - own, 0)
+
+
+class _Passing:
+    """The scores of each pair's row (row ``qs`` of ``s``) above ``hi``, at or above ``lo``, and
+    between them (:func:`_count_passing`, :func:`_count_ties`); NaN thresholds (excluded pairs)
+    count nothing.
 
     Scores below a row's lowest threshold (and NaN scores) count for no pair and are dropped
     by one comparison.  One map per row sends every other score and threshold to a bucket,
@@ -1392,44 +1522,48 @@ def _count_passing(
     keeps it non-decreasing in ``x``, so a score in a higher bucket than a threshold is above
     it, one in a lower bucket below it.  Scores are counted per bucket in one ``bincount``;
     those in the buckets a pair's thresholds span are sorted as ``(row, score, column)``
-    codes and compared exactly.  About three passes over ``s``, and ten over the scores kept,
-    however many thresholds a row holds."""
-    n_rows, n = s.shape
-    w = int(np.clip(n // 8, 16, _BUCKETS))
-    live = ~(np.isnan(hi) | np.isnan(lo))
-    a, inv = _bucket_map(hi[live], lo[live], qs[live], n_rows, w)
-    floor = np.full(n_rows, np.inf, dtype=np.float32)
-    np.minimum.at(floor, qs[live], lo[live].astype(np.float32))
-    width = w + 2
-    k_hi = _buckets_of(hi, a[qs], inv[qs], w)
-    k_lo = _buckets_of(lo, a[qs], inv[qs], w)
-    marked = _spanned(k_lo[live], k_hi[live], qs[live], n_rows, width)
-    counts, pos = _bucket_counts(s, floor, a, inv, w, marked)
-    counts[marked] = 0  # scores of spanned buckets are compared exactly instead
-    total = np.cumsum(counts)  # the other scores above bucket k: row's last total - total[k]
-    last = total[qs * width + width - 1]
-    # (row, score bits, column) fit 64 bits: a score block holds about 2**22 entries at most
-    cb = np.uint64(max(int(n - 1).bit_length(), 1))
-    r = pos // n
-    codes = (r.astype(np.uint64) << np.uint64(32)) | sortable_bits(s.ravel()[pos])
-    codes = (codes << cb) | (pos - r * n).astype(np.uint64)
-    codes.sort()
-    at = qs.astype(np.uint64) << (np.uint64(32) + cb)
-    end = np.searchsorted(codes, at + (np.uint64(1) << (np.uint64(32) + cb)))
-    cols = (np.uint64(1) << cb) - np.uint64(1)
-    safe_hi, safe_lo = np.where(live, hi, np.inf), np.where(live, lo, np.inf)
-    hi_end = np.searchsorted(codes, at | (_bits64(safe_hi) << cb) | cols, "right")
-    lo_start = np.searchsorted(codes, at | (_bits64(safe_lo) << cb), "left")
-    above = np.where(live, last - total[qs * width + k_hi] + end - hi_end, 0)
-    reach = np.where(live, last - total[qs * width + k_lo] + end - lo_start, 0)
-    n_near = np.where(live, np.maximum(hi_end - lo_start, 0), 0)
-    take = n_near > own
-    m = n_near[take]
-    if limit is not None and int(m.sum()) > limit:
-        return above, reach, None, None
-    first = spans(lo_start[take], m)
-    pair = np.repeat(np.flatnonzero(take), m)
-    return above, reach, pair, (codes[first] & cols).astype(np.int64)
+    codes (``col_rank``: the column's rank instead) and compared exactly.  About three passes
+    over ``s``, and ten over the scores kept, however many thresholds a row holds."""
+
+    def __init__(
+        self,
+        s: np.ndarray,
+        hi: np.ndarray,
+        lo: np.ndarray,
+        qs: np.ndarray,
+        col_rank: np.ndarray | None = None,
+    ) -> None:
+        n_rows, n = s.shape
+        w = int(np.clip(n // 8, 16, _BUCKETS))
+        live = ~(np.isnan(hi) | np.isnan(lo))
+        a, inv = _bucket_map(hi[live], lo[live], qs[live], n_rows, w)
+        floor = np.full(n_rows, np.inf, dtype=np.float32)
+        np.minimum.at(floor, qs[live], lo[live].astype(np.float32))
+        width = w + 2
+        k_hi = _buckets_of(hi, a[qs], inv[qs], w)
+        k_lo = _buckets_of(lo, a[qs], inv[qs], w)
+        marked = _spanned(k_lo[live], k_hi[live], qs[live], n_rows, width)
+        counts, pos = _bucket_counts(s, floor, a, inv, w, marked)
+        counts[marked] = 0  # scores of spanned buckets are compared exactly instead
+        total = np.cumsum(counts)  # the other scores above bucket k: row's last total - total[k]
+        last = total[qs * width + width - 1]
+        # (row, score bits, column) fit 64 bits: a score block holds about 2**22 entries at most
+        self.cb = cb = np.uint64(max(int(n).bit_length(), 1))
+        r = pos // n
+        col = pos - r * n
+        codes = (r.astype(np.uint64) << np.uint64(32)) | sortable_bits(s.ravel()[pos])
+        codes = (codes << cb) | (col if col_rank is None else col_rank[col]).astype(np.uint64)
+        codes.sort()
+        self.codes, self.live = codes, live
+        self.row_bits = at = qs.astype(np.uint64) << (np.uint64(32) + cb)
+        end = np.searchsorted(codes, at + (np.uint64(1) << (np.uint64(32) + cb)))
+        self.cols = cols = (np.uint64(1) << cb) - np.uint64(1)
+        safe_hi, safe_lo = np.where(live, hi, np.inf), np.where(live, lo, np.inf)
+        hi_end = np.searchsorted(codes, at | (_bits64(safe_hi) << cb) | cols, "right")
+        self.lo_start = np.searchsorted(codes, at | (_bits64(safe_lo) << cb), "left")
+        self.above = np.where(live, last - total[qs * width + k_hi] + end - hi_end, 0)
+        self.reach = np.where(live, last - total[qs * width + k_lo] + end - self.lo_start, 0)
+        self.n_near = np.where(live, np.maximum(hi_end - self.lo_start, 0), 0)
 
 
 def _bucket_counts(
@@ -1531,8 +1665,13 @@ def score_bounds(
 ) -> tuple[np.ndarray, np.ndarray]:
     """float64 ``(lo, hi)`` around each pair's exact score, on the scale of the scan's float32
     scores (``-||q - x||^2``, ``q.x`` or the cosine, from the rows as given), a float64
-    dot product per pair (:func:`_order_bounds`)."""
-    return _order_bounds(corpus, scan, pairs.query, pairs.row, "score")
+    dot product per pair (:func:`_order_bounds`).  Under :attr:`CorpusScan.exact` both are the
+    exact score: the dot product of integers is exact, and its bounds lie far within 1/2 of it."""
+    lo, hi = _order_bounds(corpus, scan, pairs.query, pairs.row, "score")
+    if scan.exact:
+        score = np.rint(0.5 * (lo + hi)) + 0.0
+        return score, score
+    return lo, hi
 
 
 def _near_beats_batched(

@@ -141,6 +141,7 @@ class ShardPlan:
     block: int
     n_threads: int | None
     progress: bool | None
+    exact: bool = False
 
     @classmethod
     def of(cls, scan: CorpusScan, progress: bool | None) -> ShardPlan:
@@ -148,7 +149,7 @@ class ShardPlan:
         return cls(
             scan.queries, scan.query_norms, scan.raw, scan.centre, scan.distance, scan.depth,
             scan.keys, scan.excluded.query, scan.excluded.row, scan.ties, scan.block,
-            scan.n_threads, progress,
+            scan.n_threads, progress, scan.exact,
         )  # fmt: skip
 
     def piece(self, start: int, stop: int) -> ShardPlan:
@@ -167,7 +168,7 @@ class ShardPlan:
             self.queries, self.query_norms, self.distance, self.depth, self.keys,
             Pairs(self.excluded_query, self.excluded_row), block=self.block,
             n_threads=self.n_threads, progress=self.progress, raw=self.raw,
-            centre=self.centre, ties=self.ties,
+            centre=self.centre, ties=self.ties, exact=self.exact,
         )  # fmt: skip
 
 
@@ -176,13 +177,15 @@ def shard_top(
     shard: np.ndarray,
     query: np.ndarray,
     row: np.ndarray,
-    counted: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int | None] | None = None,
+    counted: tuple[np.ndarray, ...] | None = None,
 ) -> tuple:
     """One shard's :func:`~.corpus.scan_top`: its candidates ``(query, code)``, the float32
     scores of the pairs ``(query, row)`` (rows local to the shard), the bound ``m_sq`` on its
-    rows' squared norms, and, for the pairs ``counted = (query, local row, lo, hi, limit)`` (a
-    row of another shard: outside ``0 .. n - 1``; ``lo``/``hi`` bound the pairs' exact scores;
-    ``limit`` the near documents kept at most), the shard's documents that certainly beat each
+    rows' squared norms, and, for the pairs ``counted = (query, local row, lo, hi, limit,
+    keys)`` (a row of another shard: outside ``0 .. n - 1``; ``lo``/``hi`` bound the pairs'
+    exact scores; ``limit`` the near documents kept at most; ``keys`` the tie keys of the
+    pairs' documents, or None where they all lie in the shard), the shard's documents that
+    certainly beat each
     and ``(pair, local row)`` of its near documents, counted from the same products
     (:meth:`~.corpus.BeatCounter.result`: None past the limit or when nothing is counted),
     which the caller sums and decides with every other shard's (:func:`~.corpus.near_wins`).
@@ -195,7 +198,7 @@ def shard_top(
     >>> exact = (np.array([1.0]), np.array([1.0]))  # bounds of row 3's score, 1 exactly
     >>> for a, b, local in [(0, 2, -1), (2, 4, 1)]:  # rows 0 and 2 beat row 3; row 1 ties it
     ...     out = shard_top(plan.piece(a, b), corpus[a:b], none, none,
-    ...                     (np.array([0]), np.array([local]), *exact, None))
+    ...                     (np.array([0]), np.array([local]), *exact, None, None))
     ...     beats, p, r = out[4]
     ...     print(beats.tolist(), (a + r).tolist())
     [1] [1]
@@ -204,8 +207,8 @@ def shard_top(
     scan = plan.scan()
     counter = None
     if counted is not None:
-        query_, local, lo, hi, limit = counted
-        counter = BeatCounter(scan, Pairs(query_, local), (lo, hi), limit)
+        query_, local, lo, hi, limit, keys = counted
+        counter = BeatCounter(scan, Pairs(query_, local), (lo, hi), limit, keys)
     cand_q, codes, scores = scan_top(shard, scan, Pairs(query, row), counter=counter)
     return cand_q, codes, scores, scan.m_sq, None if counter is None else counter.result()
 

@@ -102,12 +102,15 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=N
         CorpusScan,
         Pairs,
         corpus_centre,
+        integer_scores,
         numpy_product,
         prepare_queries,
         tie_keys,
     )
 
-    centre = corpus_centre(xq, xb, distance)  # exact: only the float32 filter sees it
+    # small integers under numpy products: exact scores, uncentred (a centre is no integer)
+    exact = device is None and integer_scores(xq, xb, distance)
+    centre = None if exact else corpus_centre(xq, xb, distance)  # only the filter sees it
     centred = xq if centre is None else np.subtract(xq, centre, dtype=np.float32)
     q, norms = prepare_queries(centred, distance)
     j_rows, j_cols = _csr_pairs(junk, 0, xq.shape[0])
@@ -121,7 +124,7 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=N
         product, precision = corpus_product(device, shallow=False)
     return CorpusScan(
         q, norms, distance, 1, keys, excluded, block=block, raw=xq, centre=centre,
-        n_threads=n_threads, product=product, precision=precision,
+        n_threads=n_threads, product=product, precision=precision, exact=exact,
     )  # fmt: skip
 
 
@@ -132,13 +135,19 @@ def _streamed_ranks(xq, xb, distance, pos, junk, memory_budget, n_threads=None, 
 
     The corpus engine counts, per positive, the references that beat it
     (:func:`embedeval.engine.corpus.scan_ranks`): no row is sorted."""
-    from ..engine.corpus import Pairs, scan_ranks, score_bounds
+    from ..engine.corpus import Pairs, exact_tie_ranks, scan_ranks, score_bounds
 
     scan = _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads, device)
     p_rows, p_cols = _csr_pairs(pos, 0, xq.shape[0])
     pairs = Pairs(p_rows, p_cols)
-    ranks, tied_pair, tied_row = scan_ranks(xb, scan, pairs, score_bounds(xb, scan, pairs), True)
-    blocks = _mixed_blocks(pairs, ranks - 1, tied_pair, tied_row, xq.shape[0], xb.shape[0])
+    if scan.exact:  # tie blocks from counts: integer data tie in bulk, nothing listed per tie
+        ranks, before, tied = exact_tie_ranks(xb, scan, pairs)
+        blocks = _counted_blocks(pairs, ranks - 1, before, tied, xq.shape[0])
+    else:
+        ranks, tied_pair, tied_row = scan_ranks(
+            xb, scan, pairs, score_bounds(xb, scan, pairs), True
+        )
+        blocks = _mixed_blocks(pairs, ranks - 1, tied_pair, tied_row, xq.shape[0], xb.shape[0])
     order = np.lexsort((ranks, p_rows))
     return ranks[order] - 1, blocks, scan.precision
 
@@ -181,6 +190,39 @@ def _mixed_blocks(pairs, rank0, tied_pair, tied_row, n_q, n_ref):
     kept = np.flatnonzero(keep)
     kept = kept[np.lexsort((start[kept], q[kept]))]
     return q[kept], start[kept], start[kept] + size[kept] - 1, none
+
+
+def _counted_blocks(pairs, rank0, before, tied, n_q):
+    """:func:`_mixed_blocks` from counts: a positive whose key ``tied`` other references share,
+    ``before`` of them ranked before it, sits at place ``before`` of the block that starts at
+    rank ``rank0 - before`` and holds ``tied + 1`` items.  A block is mixed when it holds fewer
+    positives than items; its first neighbour pair of different relevance starts one place
+    before the first positive where that is not place 0, else at the last positive of the run
+    that fills places 0, 1, 2, ...
+
+    >>> from types import SimpleNamespace
+    >>> pairs = SimpleNamespace(query=np.array([0, 0, 0]))  # one block of 5: positives at 0, 1, 3
+    >>> q, first, last, none = _counted_blocks(pairs, np.array([4, 5, 7]), np.array([0, 1, 3]),
+    ...                                        np.array([4, 4, 4]), 1)
+    >>> q.tolist(), first.tolist(), last.tolist(), none.tolist()
+    ([0], [4], [8], [5])
+    """
+    none = np.full(n_q, np.iinfo(np.int64).max // 2)
+    q, start, size = pairs.query, rank0 - before, tied + 1
+    order = np.lexsort((before, start, q))
+    q, start, size, place = q[order], start[order], size[order], before[order]
+    head = np.ones(q.size, dtype=bool)
+    head[1:] = (q[1:] != q[:-1]) | (start[1:] != start[:-1])
+    heads = np.flatnonzero(head)
+    members = np.diff(np.append(heads, q.size))
+    k = np.arange(q.size) - np.repeat(heads, members)  # the positive's index in its block
+    run = np.minimum.reduceat(np.where(place == k, q.size, k), heads) if q.size else heads
+    run = np.minimum(run, members)  # positives at places 0 .. run - 1, then another item
+    mixed = members < size[heads]
+    first_step = np.where(run > 0, run - 1, place[heads] - 1)
+    blocks = heads[mixed]
+    np.minimum.at(none, q[blocks], start[blocks] + first_step[mixed])
+    return q[blocks], start[blocks], start[blocks] + size[blocks] - 1, none
 
 
 def _check_nonzero(x, name):

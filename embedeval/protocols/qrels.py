@@ -28,6 +28,7 @@ from ..engine.corpus import (
     candidate_ranks,
     corpus_centre,
     decide_top,
+    integer_scores,
     near_wins,
     numpy_product,
     prepare_queries,
@@ -730,7 +731,9 @@ def _plan(
         block_size = int(np.clip(budget // (32 * corpus.shape[1]), 1024, 65536))
     block_size = check_int(block_size, "block_size")
     threads = check_int(n_threads, "n_threads", allow_none=True)
-    centre = corpus_centre(queries, corpus, distance)
+    # small integers under a numpy product: exact scores, uncentred (a centre is no integer)
+    exact = product[0] is numpy_product and integer_scores(queries, corpus, distance)
+    centre = None if exact else corpus_centre(queries, corpus, distance)
     centred = queries if centre is None else np.subtract(queries, centre, dtype=np.float32)
     q, norms = prepare_queries(centred, distance)
     return CorpusScan(
@@ -748,6 +751,7 @@ def _plan(
         centre=centre,
         ties=ties,
         precision=product[1],
+        exact=exact,
     )
 
 

@@ -78,7 +78,8 @@ class CorpusSearch:
             counted = None
             if counter is not None:  # rows of other shards fall outside 0 .. b - a - 1
                 rows = counter.pairs.row - a
-                counted = (counter.pairs.query, rows, *counter.bounds, counter.limit)
+                keys = counter.pair_keys  # the shard's scan holds its own rows' keys only
+                counted = (counter.pairs.query, rows, *counter.bounds, counter.limit, keys)
             jobs.append((plan.piece(a, b), src, i, pairs.query[idx], pairs.row[idx] - a, counted))
         results = self._map(_top_job, jobs)
         scores = np.full(pairs.query.size, np.nan, dtype=np.float32)
