@@ -288,3 +288,52 @@ def test_integers_at_the_float64_products_limit(distance, d):
     _, want = oracle.summary(x[:100], y[:100], x[100:], y[100:], metrics=["map"],
                              distance=distance)  # fmt: skip
     np.testing.assert_allclose(res.per_query["map"], want["map"], rtol=1e-12, atol=0)
+
+
+#: Above 16 tiles of 2,048 columns: the reference is searched in shards.
+N_SHARDED = 40_000
+
+
+@pytest.mark.parametrize("how", ["shards", "pieces", "dask", "leave-one-out"])
+def test_binary_codes_in_shards_and_on_workers_match_the_float64_brute_force(
+    how, no_float64, tmp_path, monkeypatch
+):
+    # the sharded and Dask backends take the codes' keys as exact too (any float64 re-scoring
+    # fails the test; the Dask workers run in this process), bit for bit the local engine's
+    x = _codes(N_SHARDED, 16, seed=8)
+    y = np.random.default_rng(9).integers(0, 20, N_SHARDED)
+    xq, yq = x[:40], y[:40]
+    kw = dict(metrics=METRICS, ref_includes_query=True, progress=False)
+    local_run = ee.evaluate(xq, yq, x, y, **kw)
+    if how == "shards":
+        res = ee.evaluate(xq, yq, x, y, shards=3, **kw)
+    elif how == "pieces":
+        paths = [tmp_path / f"p{i}.npy" for i in range(2)]
+        np.save(paths[0], x[:20_000])
+        np.save(paths[1], x[20_000:])
+        res = ee.evaluate(xq, yq, x, y, shards=paths, **kw)
+    elif how == "dask":
+        distributed = pytest.importorskip("distributed")
+        with (
+            distributed.LocalCluster(
+                processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0"
+            ) as cluster,
+            distributed.Client(cluster) as client,
+        ):
+            res = ee.evaluate(xq, yq, x, y, backend="dask", client=client, **kw)
+    else:  # leave-one-out in shards of 2,048 codes: the symmetric engine's keys
+        import embedeval.search.sharded as sharded
+
+        monkeypatch.setattr(sharded, "on_column_grid", lambda n_ref: True)
+        x, y = x[:5000], y[:5000]
+        res = ee.evaluate(x, y, metrics=WINDOWS, shards=3, progress=False)
+        local_run = ee.evaluate(x, y, metrics=WINDOWS, progress=False)
+        for m in WINDOWS:
+            np.testing.assert_array_equal(res.per_query[m], local_run.per_query[m], err_msg=m)
+        assert res.n_ties == local_run.n_ties
+        return
+    _, want = oracle.summary(xq, yq, x, y, metrics=METRICS, ref_includes_query=True)
+    for m in METRICS:
+        np.testing.assert_allclose(res.per_query[m], want[m], rtol=1e-12, atol=0, err_msg=m)
+        np.testing.assert_array_equal(res.per_query[m], local_run.per_query[m], err_msg=m)
+    assert res.n_ties == local_run.n_ties and res.n_ties["precision_at_1"] > 0

@@ -512,11 +512,16 @@ class EnginePlan:
     reference_sq: float | None = None
 
     def searching(
-        self, xq: np.ndarray, xb: np.ndarray, columns: slice | np.ndarray | None = None
+        self,
+        xq: np.ndarray,
+        xb: np.ndarray,
+        columns: slice | np.ndarray | None = None,
+        precision: str = "float32",
     ) -> EnginePlan:
         """This plan searching queries ``xq`` in ``xb``, which holds the reference ``columns``
-        (a range or sorted global indices; default: the whole reference)."""
-        search = PreparedSearch.build(xq, xb, self.distance, self.reference_sq)
+        (a range or sorted global indices; default: the whole reference), with a float32
+        product (``precision="exact"``: of small integers, see :meth:`PreparedSearch.build`)."""
+        search = PreparedSearch.build(xq, xb, self.distance, self.reference_sq, precision)
         columns = slice(0, int(xb.shape[0])) if columns is None else columns
         search = search.with_duplicates(self.duplicates, self.representatives, columns)
         return dataclasses.replace(self, search=search)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.decide import Reach, candidate_bounds, decide, sq_norms, task_norms
+from ..engine.decide import Reach, candidate_bounds, decide, rounding_of, sq_norms, task_norms
 from ..engine.exact import EnginePlan, PreparedSearch, block_buffers, search_block
 from ..engine.kernels import chunk_metrics
 from ..engine.registry import MetricInfo
@@ -31,6 +31,7 @@ from ..engine.task import RetrievalTask, ScoredBlock, engine_plan, write_back
 from ..engine.threads import single_threaded_blas
 from ..utils.errors import InputError, InputTypeError
 from ..utils.progress import progress_bar
+from .local import with_exact_keys
 
 __all__ = ["check_client", "n_workers_of", "search"]
 
@@ -54,6 +55,9 @@ class _Shared:
     #: The reference rows as given (cosine: ``reference`` holds them normalised), for the
     #: float64 decision (:mod:`embedeval.engine.decide`); None: read off ``reference``.
     rows: np.ndarray | None = None
+    #: The float32 keys are exact (small integers: :func:`~embedeval.search.local.with_exact_keys`):
+    #: no threshold is widened and nothing is decided in float64.
+    exact: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
     as_completed = check_client(client)
     if not task.has_work:
         return
+    task = with_exact_keys(task)
     plan = engine_plan(task, options.block_size, options.memory_budget)
     prepared = PreparedSearch.build(task.query, task.reference, task.distance)
     shared = _Shared(
@@ -89,6 +94,7 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
         symmetric_applies(task, plan.threshold, plan.duplicates),
         task.distance,
         np.asarray(task.reference) if task.distance == "cosine" else None,
+        task.precision == "exact",
     )
     norms = task_norms(task)
     futures = []
@@ -172,7 +178,8 @@ def _search_blocks(shared: _Shared, part: _Part) -> ScoredBlock:
     plan = shared.plan.for_queries(slice(part.q0, part.q0 + n))
     dim = int(part.rows.shape[1])
     m_sq = 1.0 if plan.reference_sq is None else plan.reference_sq
-    reach = Reach(part.sq * (1.0 + 2.0**-40), m_sq, dim, plan.distance)
+    rounding = rounding_of("exact" if shared.exact else "float32")
+    reach = Reach(part.sq * (1.0 + 2.0**-40), m_sq, dim, plan.distance, *rounding)
     search = PreparedSearch(np.array(part.queries, order="C"), reference.T, None, reach=reach)
     search = search.with_duplicates(plan.duplicates, plan.representatives, slice(0, len(reference)))
     if shared.symmetric:
@@ -198,8 +205,9 @@ def _scored_blocks(
     for start in range(0, n, plan.block_size):
         stop = min(start + plan.block_size, n)
         block = search_block(plan, start, stop, *buffers)
-        bounds = candidate_bounds(block, part.sq[start:stop], ref_sq, dim, shared.distance)
-        block, _ = decide(block, part.rows, rows, shared.distance, bounds)
+        if not shared.exact:  # exact keys: the block's order is the float64 one
+            bounds = candidate_bounds(block, part.sq[start:stop], ref_sq, dim, shared.distance)
+            block, _ = decide(block, part.rows, rows, shared.distance, bounds)
         yield ScoredBlock(
             slice(start, stop),
             *chunk_metrics(

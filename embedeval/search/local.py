@@ -85,15 +85,18 @@ def local_blocks(
     )
 
 
-def with_exact_keys(task: RetrievalTask) -> RetrievalTask:
+def with_exact_keys(task: RetrievalTask, reference: Any = None) -> RetrievalTask:
     """``task`` with ``precision="exact"`` where its float32 keys are exact (small integers such
     as binary codes, :func:`embedeval.engine.integers.exact_distance`; cosine on codes of one
     norm becomes the inner product, which ranks them alike): every engine then takes the float32
     order, equal keys by reference index, as the ranking, with no float64 re-scoring.
+    ``reference``: the rows the engine multiplies, when the task's own are read elsewhere (the
+    pieces of a sharded reference; anything with ``shape`` whose row slices are arrays).
     """
     if task.precision != "float32":
         return task
-    distance = exact_distance(task.query, task.reference, task.distance)
+    rows = task.reference if reference is None else reference
+    distance = exact_distance(task.query, rows, task.distance)
     if distance is None:
         return task
     return dataclasses.replace(task, precision="exact", distance=distance)

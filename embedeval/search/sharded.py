@@ -50,7 +50,7 @@ from ..engine.task import RetrievalTask, ScoredBlock, engine_plan
 from ..engine.threads import single_threaded_blas
 from ..utils.errors import FileFormatError, InputError, InputTypeError
 from ..utils.progress import progress_bar
-from .local import local_blocks
+from .local import local_blocks, with_exact_keys
 
 __all__ = ["ShardedReference", "open_piece", "search", "shard_bounds"]
 
@@ -179,9 +179,23 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
             n_threads=options.n_threads,
         )
         return
+    # small integers (binary codes): exact keys, as the local engine takes them (the rows
+    # checked are those multiplied: a list of pieces is read through ``read``)
+    task = with_exact_keys(task, None if source is None else _ReadRows(read, n_ref, dim))
     # The engine multiplies with one BLAS thread per product; so must the shards, to get its keys.
     with single_threaded_blas():
         yield from _sharded_blocks(task, read, bounds, options)
+
+
+class _ReadRows:
+    """Reference rows read through a :data:`Reader`, sliced like an array (row ranges)."""
+
+    def __init__(self, read: Reader, n_rows: int, dim: int) -> None:
+        self.read, self.shape = read, (n_rows, dim)
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        a, b, _ = rows.indices(self.shape[0])
+        return self.read(a, b)
 
 
 def _sharded_blocks(
@@ -256,7 +270,7 @@ def _shard_plan(task: RetrievalTask, read: Reader, a: int, b: int, plan: EngineP
     """``plan`` searching the task's queries in reference rows ``[a, b)`` (exclusions and label
     codes of those columns, identical references tied by their global groups)."""
     codes = None if plan.reference_codes is None else plan.reference_codes[a:b]
-    shard = plan.searching(task.query, read(a, b), slice(a, b))
+    shard = plan.searching(task.query, read(a, b), slice(a, b), task.precision)
     # Leave-one-out: the symmetric engine's canonical keys (embedeval.engine.symmetric).
     search = symmetric_view(task, shard.search, plan.threshold, plan.duplicates, col_offset=a)
     return dataclasses.replace(
@@ -274,7 +288,9 @@ def _thresholds(task: RetrievalTask, read: Reader, plan: EnginePlan) -> np.ndarr
     if plan.subsample is None:
         return tau
     # A gathered copy of the subsample columns gives the same float32 keys as the engine's view.
-    sample = plan.searching(task.query, _gather_rows(read, plan.subsample), plan.subsample)
+    sample = plan.searching(
+        task.query, _gather_rows(read, plan.subsample), plan.subsample, task.precision
+    )
     n_ref = int(task.reference.shape[0])
     for start in range(0, task.n_query, plan.block_size):
         stop = min(start + plan.block_size, task.n_query)
