@@ -952,7 +952,9 @@ def integer_scores(queries: np.ndarray, corpus: Any, distance: str) -> bool:
     >>> integer_scores(codes, codes, "euclidean"), integer_scores(codes / 4, codes, "euclidean")
     (True, False)
     """
-    return exact_in_float32(queries, corpus, distance)
+    exact = exact_in_float32(queries, corpus, distance)
+    release_pages(corpus, 0, corpus.shape[0])  # integer data were read whole: drop their pages
+    return exact
 
 
 def corpus_centre(queries: np.ndarray, corpus: np.ndarray, distance: str) -> np.ndarray | None:
@@ -1426,7 +1428,8 @@ def _counting_pass(
     corpus: np.ndarray, scan: CorpusScan, pairs: Pairs, bounds: tuple[np.ndarray, np.ndarray]
 ) -> BeatCounter:
     """A :class:`BeatCounter` of ``pairs`` fed by one pass over the corpus."""
-    if scan.m_sq == 0.0 and scan.distance != "cosine":  # no pass has measured the corpus yet
+    # no pass has measured the corpus yet (exact scores need no band, hence no norm)
+    if scan.m_sq == 0.0 and scan.distance != "cosine" and not scan.exact:
         measure_norms(corpus, scan)
     counter = BeatCounter(scan, pairs, bounds)
     counter.widen(scan.band())
@@ -1504,6 +1507,8 @@ def _count_ties(
     (1 where the pair's own document is in ``s``).  Exact scores (:attr:`CorpusScan.exact`)
     need nothing more: no near document is listed, however many tie."""
     found = _Passing(s, score, score, qs, col_rank)
+    # ``own``: the pair's document, counted among its equal scores unless excluded (NaN); a
+    # caller never reads the counts of an excluded pair
     at = found.row_bits | (_bits64(np.where(found.live, score, np.inf)) << found.cb)
     before = np.searchsorted(found.codes, at | pair_rank.astype(np.uint64), "left")
     before = np.where(found.live, before - found.lo_start, 0)
