@@ -660,9 +660,10 @@ def merge_top(top: np.ndarray, rows: np.ndarray, codes: np.ndarray) -> np.ndarra
     return out
 
 
-def _cutoff(top: np.ndarray) -> np.ndarray:
-    """Per query, the lowest score that can still enter its list (-inf while not full)."""
-    worst = top.max(axis=1)
+def _cutoff(top: np.ndarray, worst: np.ndarray | None = None) -> np.ndarray:
+    """Per query, the lowest score that can still enter its list (-inf while not full);
+    ``worst``: its largest code, when known."""
+    worst = top.max(axis=1) if worst is None else worst
     return np.where(worst == EMPTY, np.float32(-np.inf), code_scores(worst)).astype(np.float32)
 
 
@@ -688,6 +689,7 @@ class _ChunkTop:
         self.exact = exact  # exact scores: the codes' order is the ranking, nothing is near
         self.band = np.zeros(n)
         self.cut = floor.copy()  # candidates: scores >= cut
+        self.worst = np.full(n, EMPTY, dtype=np.uint64)
         self.near = (np.zeros(0, np.int32), np.zeros(0, np.uint64))
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []
         self.n_pending = 0
@@ -702,7 +704,8 @@ class _ChunkTop:
     def widen(self, band: np.ndarray) -> None:
         """Candidates from now on: scores at least ``band`` below the floor or depth-th score."""
         self.band = band
-        self.cut = widen_down(np.maximum(self.floor, _cutoff(self.top)), band)
+        self.worst = self.top.max(axis=1)  # the depth-th code (EMPTY while not full)
+        self.cut = widen_down(np.maximum(self.floor, _cutoff(self.top, self.worst)), band)
 
     def add(self, rows: np.ndarray, codes: np.ndarray) -> None:
         self.pending.append((rows.astype(np.int32), codes))
@@ -930,6 +933,9 @@ def _scan_chunks(
                         at = np.flatnonzero(s >= tops[c].cut[:, None])
                         r, col = np.divmod(at, s.shape[1])
                         codes = pack_codes(s.reshape(-1)[at], scan.keys[a + col])
+                    if scan.exact:  # a code after the depth-th one cannot enter (ties in bulk)
+                        keep = codes < tops[c].worst[r]
+                        r, codes = r[keep], codes[keep]
                     tops[c].add(r, codes)
 
             for _ in in_order(work, list(chunks), scan.n_threads):
