@@ -337,3 +337,30 @@ def test_binary_codes_in_shards_and_on_workers_match_the_float64_brute_force(
         np.testing.assert_allclose(res.per_query[m], want[m], rtol=1e-12, atol=0, err_msg=m)
         np.testing.assert_array_equal(res.per_query[m], local_run.per_query[m], err_msg=m)
     assert res.n_ties == local_run.n_ties and res.n_ties["precision_at_1"] > 0
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
+@pytest.mark.parametrize("loo", [False, True])
+def test_binary_codes_on_the_torch_backend_take_exact_keys(distance, loo, no_float64):
+    # the torch backend (here on the CPU, float32 products) takes the codes' keys as exact too:
+    # no float64 decision, the local engine's values and tie flags bit for bit
+    pytest.importorskip("torch")
+    x = _codes(600, 12, seed=10)
+    y = np.random.default_rng(11).integers(0, 100 if loo else 8, 600)  # loo: shallow windows
+    if loo:  # the symmetric engine takes sets without identical rows: 20-bit codes, distinct
+        x = np.unique(_codes(700, 20, seed=12), axis=0)[:600]
+        assert len(x) == 600
+    args = (x, y) if loo else (x[:100], y[:100], x[100:], y[100:])
+    # leave-one-out windows with no label threshold (mrr): the local symmetric engine
+    metrics = [m for m in WINDOWS if m != "mrr"] if loo else METRICS
+    kw = dict(metrics=metrics, distance=distance, progress=False)
+    res = ee.evaluate(*args, backend="torch", device="cpu", **kw)
+    local_run = ee.evaluate(*args, **kw)
+    for m in metrics:
+        np.testing.assert_array_equal(res.per_query[m], local_run.per_query[m], err_msg=m)
+    assert res.n_ties == local_run.n_ties and res.n_ties["precision_at_1"] > 0
+    assert res.settings["torch"]["engine"] == ("local symmetric" if loo else "whole rows")
+    if not loo and distance != "cosine":  # (the oracle's cosine rounds exact ties apart)
+        _, want = oracle.summary(*args, metrics=METRICS, distance=distance)
+        for m in METRICS:
+            np.testing.assert_allclose(res.per_query[m], want[m], rtol=1e-12, atol=0, err_msg=m)

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..utils.validation import host_array
 from .candidates import rows_searchsorted, sortable_bits
 
 __all__ = ["exact_distance", "exact_in_float32", "integer_magnitude", "ranks_of_exact_keys"]
@@ -50,7 +51,7 @@ def integer_magnitude(x: Any, rows: int = _ROWS) -> float | None:
     top = 0.0
     n = int(x.shape[0])
     for a, b in _row_blocks(n, rows):
-        block = np.asarray(x[a:b])
+        block = np.asarray(host_array(x[a:b]))  # a device tensor: one block on the host at a time
         if block.dtype.kind != "f":
             block = block.astype(np.float64)
         if not np.array_equal(np.rint(block), block):  # NaN and inf fail too
@@ -124,7 +125,7 @@ def _squared_norms(x: Any, rows: int = _ROWS) -> np.ndarray:
     n = int(x.shape[0])
     out = np.empty(n, dtype=np.float64)
     for a, b in _row_blocks(n, rows):
-        block = np.asarray(x[a:b], dtype=np.float64)
+        block = np.asarray(host_array(x[a:b]), dtype=np.float64)
         out[a:b] = np.einsum("ij,ij->i", block, block)
     return out
 

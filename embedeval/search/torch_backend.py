@@ -59,6 +59,7 @@ from ..engine.torch_decide import decide_on_device
 from ..engine.torch_kernels import DeviceKernels
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
+from .local import with_exact_keys
 from .options import TorchOptions
 
 __all__ = [
@@ -782,6 +783,8 @@ def torch_blocks(task: Any, options: TorchOptions) -> Generator[Any, None, dict[
     bar = progress_bar(task.n_query, "queries", enabled=options.progress)
     chosen = _search_precision(torch, options.precision, device, task, need, label)
     options = replace(options, precision=chosen)
+    if chosen == "float32":  # small integers (binary codes): exact keys, as the local engine's
+        task = with_exact_keys(task)
     # TF32 products on when TF32 was chosen ("auto" on a GPU), not only when asked for
     with torch.no_grad(), _matmul_precision(torch, chosen == "tf32"), bar as bar:
         report = {"device": str(device), "precision": options.precision}
@@ -815,6 +818,10 @@ def _scored(
     from ..engine.task import ScoredBlock
 
     rows = slice(block.start, block.start + block.lims.numel() - 1)
+    if block.rounding == rounding_of("exact"):  # exact keys: the filter order is the ranking
+        if kernels is None:
+            return ScoredBlock(rows, *task.score_decided(block.to_host()))
+        return ScoredBlock(rows, *kernels.score(block))
     if on_device:
         block = _device_decided(torch, search, task, block)
         if kernels is None:
@@ -836,7 +843,8 @@ def _reaches(task: Any, precision: str, device: Any) -> dict[str, tuple[Any, tup
     norms, dim = task_norms(task), int(task.reference.shape[1])
     out = {}
     for p in dict.fromkeys((precision, "float32")):
-        rounding = rounding_of(p, device.type == "cuda")
+        exact = p == "float32" and task.precision == "exact"  # IEEE float32: exact keys
+        rounding = rounding_of("exact" if exact else p, device.type == "cuda")
         out[p] = (norms.reach(task.distance, dim, *rounding), rounding)
     return out
 
@@ -897,6 +905,7 @@ def _local_blocks(task: Any, options: TorchOptions, bar: Any) -> Iterator[Any]:
     from ..engine.symmetric import symmetric_blocks
 
     low = replace(task, precision="bf16" if options.precision == "bf16" else "float32")
+    low = task if task.precision == "exact" else low
     for block in symmetric_blocks(low, memory_budget=options.memory_budget, progress=False):
         yield block
         rows = block.rows
