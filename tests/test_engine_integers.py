@@ -364,3 +364,30 @@ def test_binary_codes_on_the_torch_backend_take_exact_keys(distance, loo, no_flo
         _, want = oracle.summary(*args, metrics=METRICS, distance=distance)
         for m in METRICS:
             np.testing.assert_allclose(res.per_query[m], want[m], rtol=1e-12, atol=0, err_msg=m)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+def test_neighbors_of_binary_codes_take_exact_keys(distance, monkeypatch):
+    # k nearest codes: every tie at the k-th distance ranked by index with no float64 decision
+    # (every bound zero), against a stable sort of float64 distances; the distances reported
+    # are those values
+    original = decide.decide
+
+    def zero_bounds_only(block, xq, xb, distance, bounds, *args, **kwargs):
+        assert not np.any(bounds), "exact keys need no float64 decision"
+        return original(block, xq, xb, distance, bounds, *args, **kwargs)
+
+    monkeypatch.setattr(decide, "decide", zero_bounds_only)
+    x = _codes(3000, 12, seed=13)
+    q = _codes(50, 12, seed=14)
+    dist, idx = ee.neighbors(q, 15, x, distance=distance)
+    x64, q64 = x.astype(np.float64), q.astype(np.float64)
+    for i in range(len(q)):
+        if distance == "euclidean":
+            d = np.sqrt(((x64 - q64[i]) ** 2).sum(axis=1))
+            order = np.argsort(d, kind="stable")[:15]
+        else:
+            d = x64 @ q64[i]
+            order = np.argsort(-d, kind="stable")[:15]
+        assert idx[i].tolist() == order.tolist(), i
+        np.testing.assert_array_equal(dist[i], d[order].astype(np.float32))

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..engine.decide import first_k
 from ..engine.exact import Exclusions, sorted_candidates
+from ..engine.integers import exact_in_float32
 from ..engine.task import RetrievalTask
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import (
@@ -229,9 +230,11 @@ def _exact_neighbors(
     if k == 0:
         return dist, idx
     zeros = np.zeros(n_query, dtype=np.int64)
+    # small integers (binary codes, Hamming order): exact float32 keys, no float64 decision
+    precision = "exact" if exact_in_float32(xq, xb, distance) else "float32"
     task = RetrievalTask(
         xq, xb, zeros, np.zeros(int(xb.shape[0]), dtype=np.int64), zeros, zeros,
-        exclusions, (), None, distance,
+        exclusions, (), None, distance, precision=precision,
     )  # fmt: skip
     for block in sorted_candidates(
         xq,
@@ -243,6 +246,7 @@ def _exact_neighbors(
         block_size=block_size,
         progress=progress,
         n_threads=n_threads,
+        precision=precision,
         finish=lambda block: (block.queries, *first_k(task, task.decided(block), k)),
     ):
         rows, d, i = block
