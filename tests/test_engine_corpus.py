@@ -163,7 +163,7 @@ def exact_scores_only(monkeypatch, exact):
     if exact:
         monkeypatch.setattr(corpus_engine, "rank_keys", refuse)
     else:
-        monkeypatch.setattr(qrels_module, "integer_scores", lambda *args: False)
+        monkeypatch.setattr(qrels_module, "integer_scores", lambda *args: None)
 
 
 @pytest.mark.parametrize("split", [False, True, "from the top lists"])
@@ -213,12 +213,16 @@ def test_binary_codes_tie_in_bulk_without_float64_keys(monkeypatch, codes, ties)
     queries = rng.integers(0, 2, (n_q, dim)).astype(np.float32)
     if codes == "signs":
         corpus, queries = 2 * corpus - 1, 2 * queries - 1
+        queries[::2] = rng.integers(-2, 3, (n_q // 2, dim))  # norms like sqrt(37): cosines
+        queries[::2, 0] = 3  # that float32 rounds (no zero row)
     dids = [f"d{v}" for v in rng.permutation(n_docs)]
     qrels = judged(rng, n_docs, n_q, dids)
     qids = [f"q{i}" for i in range(n_q)]
-    for distance in ("euclidean", "inner_product"):
+    # cosine on codes of one norm ({-1, 1}) runs as the inner product, reporting cosines
+    distances = ["euclidean", "inner_product"] + (["cosine"] if codes == "signs" else [])
+    for distance in distances:
         res = check(queries, corpus, qids, dids, qrels, distance, ties, [None, 100])
-        assert res.settings["precision"] == "float32"
+        assert res.settings["precision"] == "float32" and res.settings["distance"] == distance
 
 
 def test_exact_scores_keep_no_near_candidates_and_list_no_near_documents(monkeypatch):

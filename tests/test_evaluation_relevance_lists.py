@@ -306,7 +306,7 @@ def test_tie_blocks_from_counts_match_a_loop_over_the_ranking(seed):
     assert len(want_blocks) > 5
 
 
-@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
 @pytest.mark.parametrize("exact", [True, False])
 def test_binary_codes_positives_and_junk_match_the_oracle(monkeypatch, distance, exact):
     # 12-bit codes: 13 distances for 400 references, so positives tie with non-positives in
@@ -326,7 +326,7 @@ def test_binary_codes_positives_and_junk_match_the_oracle(monkeypatch, distance,
     if exact:
         monkeypatch.setattr(corpus_engine, "rank_keys", refuse)
     else:
-        monkeypatch.setattr(corpus_engine, "integer_scores", lambda *args: False)
+        monkeypatch.setattr(corpus_engine, "integer_scores", lambda *args: None)
     res = ee.evaluate(
         xq, None, xb, None, positives=pos, junk=junk, metrics=names, distance=distance
     )
@@ -336,7 +336,7 @@ def test_binary_codes_positives_and_junk_match_the_oracle(monkeypatch, distance,
     assert res.n_ties["map"] > 0
     monkeypatch.undo()
     if exact:
-        monkeypatch.setattr(corpus_engine, "integer_scores", lambda *args: False)
+        monkeypatch.setattr(corpus_engine, "integer_scores", lambda *args: None)
     other = ee.evaluate(  # the other path
         xq, None, xb, None, positives=pos, junk=junk, metrics=names, distance=distance,
         n_threads=1,

@@ -55,7 +55,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -72,13 +72,14 @@ from .decide import (
     widen,
 )
 from .exact import column_stats, exact_centre
-from .integers import exact_in_float32
+from .integers import exact_distance
 from .threads import default_threads, in_order, single_threaded_blas
 
 __all__ = [
     "EMPTY",
     "BeatCounter",
     "CorpusScan",
+    "IntegerScores",
     "Pairs",
     "band_population",
     "block_bounds",
@@ -375,7 +376,8 @@ class CorpusScan:
     ``"bf16"``: :func:`embedeval.search.torch_backend.torch_product`).  ``exact``: the float32
     scores are the exact scores (small integers under a float32 product,
     :func:`integer_scores`): every band is zero, equal scores are exact ties ranked by tie key,
-    and nothing is re-scored in float64.
+    and nothing is re-scored in float64; ``cosine_sq``: such a scan runs cosine as the inner
+    product of rows of this one squared norm, and reports cosines.
     Set from these: ``chunk`` queries per product (``n_chunks`` chunks of equal size, a
     multiple of the threads) and ``step`` corpus rows per product, at most.
     """
@@ -396,6 +398,7 @@ class CorpusScan:
     m_sq: float = 0.0
     precision: str = "float32"
     exact: bool = False
+    cosine_sq: float | None = None
     q_sq: np.ndarray = field(init=False)
     chunk: int = field(init=False)
     n_chunks: int = field(init=False)
@@ -946,21 +949,42 @@ def _scan_chunks(
     return tops
 
 
-def integer_scores(queries: np.ndarray, corpus: Any, distance: str) -> bool:
-    """Whether a numpy scan's float32 scores of ``queries`` against ``corpus`` are all exact
-    (:attr:`CorpusScan.exact`, uncentred): integer values whose products sum to at most
-    ``2**24`` in magnitude (:func:`~embedeval.engine.integers.exact_in_float32`, which reads
-    the first rows first: real-valued data cost next to nothing).  A Euclidean score
+class IntegerScores(NamedTuple):
+    """How a scan whose float32 scores are exact runs (:func:`integer_scores`): the distance it
+    multiplies with, and for cosine run as the inner product the corpus rows' common squared
+    norm (the scores are then reported as cosines)."""
+
+    distance: str
+    cosine_sq: float | None = None
+
+
+def integer_scores(queries: np.ndarray, corpus: Any, distance: str) -> IntegerScores | None:
+    """How a numpy scan of ``queries`` against ``corpus`` gets exact float32 scores
+    (:attr:`CorpusScan.exact`, uncentred), or None: integer values whose products sum to at most
+    ``2**24`` in magnitude (:func:`~embedeval.engine.integers.exact_distance`, which reads the
+    first rows first: real-valued data cost next to nothing).  A Euclidean score
     ``2 q.x - ||x||**2 - ||q||**2`` adds terms of total magnitude ``d (Q + X)**2`` at most, as
-    the bound there; cosine scores are quotients, never exact.
+    the bound there.  Cosine qualifies on rows of one squared norm ``m`` (codes in
+    ``{-1, 1}``), multiplied as the inner product ``s``: its order and ties are those of the
+    cosine ``s / (||q|| sqrt(m))``, and with ``||q|| sqrt(m) < 2**23`` two cosines of different
+    ``s`` lie more than two float32 steps apart, so their float32 roundings (what
+    ``ties="trec_eval"`` ranks by) differ too.
 
     >>> codes = np.float32([[1, -1], [-1, -1]])
     >>> integer_scores(codes, codes, "euclidean"), integer_scores(codes / 4, codes, "euclidean")
-    (True, False)
+    (IntegerScores(distance='euclidean', cosine_sq=None), None)
+    >>> integer_scores(codes, codes, "cosine")
+    IntegerScores(distance='inner_product', cosine_sq=2.0)
     """
-    exact = exact_in_float32(queries, corpus, distance)
+    run = exact_distance(queries, corpus, distance)
     release_pages(corpus, 0, corpus.shape[0])  # integer data were read whole: drop their pages
-    return exact
+    if run is None or distance != "cosine":
+        return None if run is None else IntegerScores(run)
+    m = float(np.sum(np.asarray(corpus[:1], dtype=np.float64) ** 2))
+    q = np.asarray(queries, dtype=np.float64)
+    if np.sqrt(np.einsum("ij,ij->i", q, q).max(initial=0.0) * m) >= 2.0**23:
+        return None
+    return IntegerScores(run, m)
 
 
 def corpus_centre(queries: np.ndarray, corpus: np.ndarray, distance: str) -> np.ndarray | None:
@@ -1082,7 +1106,21 @@ def pair_keys(
     return out
 
 
-def float64_scores(scan: CorpusScan, qi: np.ndarray, keys: np.ndarray) -> np.ndarray:
+def _exact_cosines(scan: CorpusScan, qi: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """The float64 cosines of exact inner products ``s`` (float64) of an exact scan that runs
+    cosine as the inner product (:attr:`CorpusScan.cosine_sq`): from the cosine key
+    ``-sign(s) s**2 / m``, as :func:`pair_keys` forms it of the same exact sums, bit for bit;
+    rounded to float32 under ``ties="trec_eval"`` (:func:`rank_keys`)."""
+    keys = -np.sign(s) * (s * s) / scan.cosine_sq + 0.0
+    cosines = float64_scores(scan, qi, keys, "cosine")
+    if scan.ties == "trec_eval":
+        return cosines.astype(np.float32).astype(np.float64)
+    return cosines
+
+
+def float64_scores(
+    scan: CorpusScan, qi: np.ndarray, keys: np.ndarray, distance: str | None = None
+) -> np.ndarray:
     """Scores (larger is better) of float64 keys: ``-key`` (the negative squared Euclidean
     distance, the inner product) or, for cosine, ``sign(s) |s| / (||x|| ||q||)`` (0 for a
     zero query), one decreasing function of the key per query.
@@ -1092,7 +1130,7 @@ def float64_scores(scan: CorpusScan, qi: np.ndarray, keys: np.ndarray) -> np.nda
     >>> float64_scores(scan, np.array([0]), np.array([-16.0])).tolist()
     [0.8]
     """
-    if scan.distance != "cosine":
+    if (distance or scan.distance) != "cosine":
         return -keys + 0.0
     q = np.asarray(scan.raw, dtype=np.float64)
     q_norm = np.sqrt(np.cumsum(q * q, axis=1)[:, -1])[qi]  # column order, as the keys
@@ -1220,7 +1258,7 @@ def decide_top(
     amb = np.arange(n) if scores else np.flatnonzero(np.bincount(cluster)[cluster] > 1)
     order_key = np.zeros(n, dtype=np.float64)
     keys = np.full(n, np.nan)
-    if scan.exact:  # the float32 scores are the float64 ones: ordered, and reported, as they are
+    if scan.exact:  # the float32 scores are the float64 ones: in order, reported as they are
         amb, order_key, keys = amb[:0], -f32 + 0.0, -f32 + 0.0
     trec = scan.ties == "trec_eval"  # order key: minus the float32 score, which it reports
     if amb.size and (trec or not scores):
@@ -1238,6 +1276,8 @@ def decide_top(
     top_scores = np.full((n_q, depth), np.nan)
     # ties="trec_eval": the scores trec_eval reads and ranks by, rounded to float32 (rank_keys)
     values = -order_key + 0.0 if trec else float64_scores(scan, query, keys)
+    if scan.exact and scan.cosine_sq is not None:  # cosine run as the inner product
+        values = _exact_cosines(scan, query, f32)
     top_scores[query[keep], pos[keep]] = values[order][keep]
     return top, top_scores
 

@@ -109,10 +109,11 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=N
     )
 
     # small integers under numpy products: exact scores, uncentred (a centre is no integer)
-    exact = device is None and integer_scores(xq, xb, distance)
+    exact = integer_scores(xq, xb, distance) if device is None else None
+    run = distance if exact is None else exact.distance  # cosine codes: the inner product
     centre = None if exact else corpus_centre(xq, xb, distance)  # only the filter sees it
     centred = xq if centre is None else np.subtract(xq, centre, dtype=np.float32)
-    q, norms = prepare_queries(centred, distance)
+    q, norms = prepare_queries(centred, run)
     j_rows, j_cols = _csr_pairs(junk, 0, xq.shape[0])
     block = int(np.clip(memory_budget // (32 * xb.shape[1]), 1024, 65536))
     keys = tie_keys(None, xb.shape[0], "index")
@@ -123,8 +124,8 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=N
 
         product, precision = corpus_product(device, shallow=False)
     return CorpusScan(
-        q, norms, distance, 1, keys, excluded, block=block, raw=xq, centre=centre,
-        n_threads=n_threads, product=product, precision=precision, exact=exact,
+        q, norms, run, 1, keys, excluded, block=block, raw=xq, centre=centre,
+        n_threads=n_threads, product=product, precision=precision, exact=exact is not None,
     )  # fmt: skip
 
 

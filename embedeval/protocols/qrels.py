@@ -732,14 +732,15 @@ def _plan(
     block_size = check_int(block_size, "block_size")
     threads = check_int(n_threads, "n_threads", allow_none=True)
     # small integers under a numpy product: exact scores, uncentred (a centre is no integer)
-    exact = product[0] is numpy_product and integer_scores(queries, corpus, distance)
+    exact = integer_scores(queries, corpus, distance) if product[0] is numpy_product else None
+    run = distance if exact is None else exact.distance
     centre = None if exact else corpus_centre(queries, corpus, distance)
     centred = queries if centre is None else np.subtract(queries, centre, dtype=np.float32)
-    q, norms = prepare_queries(centred, distance)
+    q, norms = prepare_queries(centred, run)
     return CorpusScan(
         q,
         norms,
-        distance,
+        run,
         depth,
         keys,
         excluded,
@@ -751,7 +752,8 @@ def _plan(
         centre=centre,
         ties=ties,
         precision=product[1],
-        exact=exact,
+        exact=exact is not None,
+        cosine_sq=None if exact is None else exact.cosine_sq,
     )
 
 
