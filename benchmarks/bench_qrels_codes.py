@@ -25,9 +25,12 @@ Cases (each in a fresh process: wall time, CPU time, peak RSS):
 4. ``full_depth``  the same with trec_eval's uncut ``map`` and ``ndcg`` beside nDCG@10.
 5. ``positives``  ``ee.evaluate(q, None, c, None, positives=..., distance="inner_product")``
    (positives: grade >= 1) with ``map``, ``mrr`` and ``precision_at_10``.
-6. ``*_float64`` (``embedeval_float64``, ``full_depth_float64``, ``positives_float64``): the
-   same with the scores not taken as exact, so the float32 band decides every tie in float64
-   (what the engine did before it recognised exact scores; same values).
+6. ``cosine``  case 3 with ``distance="cosine"`` (``evaluate_qrels``' default): the codes share
+   one norm, so the scan multiplies them as the inner product and reports cosines.
+7. ``*_float64`` (``embedeval_float64``, ``full_depth_float64``, ``positives_float64``,
+   ``cosine_float64``): the same with the scores not taken as exact, so the float32 band
+   decides every tie in float64 (what the engine did before it recognised exact scores; same
+   values).
 
 Run::
 
@@ -57,6 +60,8 @@ CASES = (
     "full_depth_float64",
     "positives",
     "positives_float64",
+    "cosine",
+    "cosine_float64",
 )
 BITS = 64
 DEPTH = 1000
@@ -133,11 +138,11 @@ def _not_exact() -> None:
     qrels_module.integer_scores = corpus_engine.integer_scores = lambda *args: None
 
 
-def _embedeval(q, c, qids, dids, qrels, metrics) -> dict:
+def _embedeval(q, c, qids, dids, qrels, metrics, distance="inner_product") -> dict:
     import embedeval as ee
 
     res = ee.evaluate_qrels(q, c, qrels, query_ids=qids, doc_ids=dids, metrics=metrics,
-                            distance="inner_product", progress=False)  # fmt: skip
+                            distance=distance, progress=False)  # fmt: skip
     return {n: float(res[n]) for n in metrics}
 
 
@@ -164,6 +169,8 @@ def child(case: str, n_corpus: int, n_queries: int) -> None:
         values = _faiss(q, c, qids, dids, qrels)
     elif base == "positives":
         values = _positives(q, c, qids, dids, qrels)
+    elif base == "cosine":
+        values = _embedeval(q, c, qids, dids, qrels, METRICS, "cosine")
     else:
         values = _embedeval(q, c, qids, dids, qrels, FULL if base == "full_depth" else METRICS)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
