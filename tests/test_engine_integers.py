@@ -391,3 +391,19 @@ def test_neighbors_of_binary_codes_take_exact_keys(distance, monkeypatch):
             order = np.argsort(-d, kind="stable")[:15]
         assert idx[i].tolist() == order.tolist(), i
         np.testing.assert_array_equal(dist[i], d[order].astype(np.float32))
+
+
+def test_torch_auto_precision_takes_exact_float32_keys_on_the_cpu(no_float64):
+    # precision="auto" on a CPU would filter a shallow search in bfloat16 (a band to decide);
+    # binary codes take the exact float32 keys instead: no float64 decision, the local values
+    pytest.importorskip("torch")
+    x = _codes(2000, 16, seed=15)
+    y = np.random.default_rng(16).integers(0, 20, 2000)
+    kw = dict(metrics=["precision_at_1", "recall_at_5"], k=5, progress=False)
+    res = ee.evaluate(x[:200], y[:200], x[200:], y[200:], backend="torch", device="cpu",
+                      precision="auto", **kw)  # fmt: skip
+    local_run = ee.evaluate(x[:200], y[:200], x[200:], y[200:], **kw)
+    assert res.settings["torch"]["precision"] == "float32"
+    for m in kw["metrics"]:
+        np.testing.assert_array_equal(res.per_query[m], local_run.per_query[m], err_msg=m)
+    assert res.n_ties == local_run.n_ties

@@ -142,6 +142,7 @@ class ShardPlan:
     n_threads: int | None
     progress: bool | None
     exact: bool = False
+    cosine_sq: float | None = None
 
     @classmethod
     def of(cls, scan: CorpusScan, progress: bool | None) -> ShardPlan:
@@ -149,7 +150,7 @@ class ShardPlan:
         return cls(
             scan.queries, scan.query_norms, scan.raw, scan.centre, scan.distance, scan.depth,
             scan.keys, scan.excluded.query, scan.excluded.row, scan.ties, scan.block,
-            scan.n_threads, progress, scan.exact,
+            scan.n_threads, progress, scan.exact, scan.cosine_sq,
         )  # fmt: skip
 
     def piece(self, start: int, stop: int) -> ShardPlan:
@@ -168,7 +169,7 @@ class ShardPlan:
             self.queries, self.query_norms, self.distance, self.depth, self.keys,
             Pairs(self.excluded_query, self.excluded_row), block=self.block,
             n_threads=self.n_threads, progress=self.progress, raw=self.raw,
-            centre=self.centre, ties=self.ties, exact=self.exact,
+            centre=self.centre, ties=self.ties, exact=self.exact, cosine_sq=self.cosine_sq,
         )  # fmt: skip
 
 

@@ -126,6 +126,7 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=N
     return CorpusScan(
         q, norms, run, 1, keys, excluded, block=block, raw=xq, centre=centre,
         n_threads=n_threads, product=product, precision=precision, exact=exact is not None,
+        cosine_sq=None if exact is None else exact.cosine_sq,
     )  # fmt: skip
 
 

@@ -782,9 +782,13 @@ def torch_blocks(task: Any, options: TorchOptions) -> Generator[Any, None, dict[
     host = options.kernels == "numpy" or not all(map(DeviceKernels.supports, task.metrics))
     bar = progress_bar(task.n_query, "queries", enabled=options.progress)
     chosen = _search_precision(torch, options.precision, device, task, need, label)
+    # small integers (binary codes): exact keys, as the local engine's, from IEEE float32
+    # products; on a CPU "auto" takes them over bfloat16, whose band would need decisions
+    auto_cpu = options.precision == "auto" and device.type == "cpu"
+    exact = with_exact_keys(task) if chosen == "float32" or auto_cpu else task
+    if exact.precision == "exact":
+        task, chosen = exact, "float32"
     options = replace(options, precision=chosen)
-    if chosen == "float32":  # small integers (binary codes): exact keys, as the local engine's
-        task = with_exact_keys(task)
     # TF32 products on when TF32 was chosen ("auto" on a GPU), not only when asked for
     with torch.no_grad(), _matmul_precision(torch, chosen == "tf32"), bar as bar:
         report = {"device": str(device), "precision": options.precision}
