@@ -347,6 +347,7 @@ def test_a_tiny_memory_budget_gives_the_same_values():
 
 def test_tf32_setting_is_restored():
     x, y = int_data(16, 50, 5)
+    x = x + 0.5  # not integers: the exact float32 keys of small integers would keep TF32 off
     flag = (
         "fp32_precision" if hasattr(torch.backends.cuda.matmul, "fp32_precision") else "allow_tf32"
     )
@@ -751,6 +752,7 @@ def test_auto_filters_with_bf16_on_the_cpu_only_for_shallow_one_sided_searches()
         torch.ops.mkldnn._is_mkldnn_bf16_supported()
     )
     x, y = int_data(18, 400, 40, dim=4)
+    x = x + 0.5  # not integers, whose exact float32 keys "auto" takes over any band
     runs = {
         "shallow split": (dict(reference=x, reference_labels=y, ref_includes_query=True),
                           ["precision_at_1", "recall_at_10"], "bf16" if native else "float32"),
