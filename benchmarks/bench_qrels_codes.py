@@ -133,9 +133,8 @@ def _faiss(q, c, qids, dids, qrels) -> dict:
 def _not_exact() -> None:
     """The scores not taken as exact: the engine's float32 band and float64 decisions."""
     import embedeval.engine.corpus as corpus_engine
-    import embedeval.protocols.qrels as qrels_module
 
-    qrels_module.integer_scores = corpus_engine.integer_scores = lambda *args: None
+    corpus_engine.integer_scores = lambda *args: None
 
 
 def _embedeval(q, c, qids, dids, qrels, metrics, distance="inner_product") -> dict:

@@ -155,7 +155,6 @@ def exact_scores_only(monkeypatch, exact):
     """``exact``: the scan must take its float32 scores as exact (any float64 key fails the
     test); else they are not taken as exact (the band decides these integers' ties)."""
     import embedeval.engine.corpus as corpus_engine
-    import embedeval.protocols.qrels as qrels_module
 
     def refuse(*args, **kwargs):
         raise AssertionError("exact scores need no float64 key")
@@ -163,7 +162,7 @@ def exact_scores_only(monkeypatch, exact):
     if exact:
         monkeypatch.setattr(corpus_engine, "rank_keys", refuse)
     else:
-        monkeypatch.setattr(qrels_module, "integer_scores", lambda *args: None)
+        monkeypatch.setattr(corpus_engine, "integer_scores", lambda *args: None)
 
 
 @pytest.mark.parametrize("split", [False, True, "from the top lists"])

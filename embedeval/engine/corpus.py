@@ -102,6 +102,7 @@ __all__ = [
     "rank_keys",
     "release_pages",
     "sample_floor",
+    "scan_queries",
     "scan_ranks",
     "scan_top",
     "score_bounds",
@@ -985,6 +986,28 @@ def integer_scores(queries: np.ndarray, corpus: Any, distance: str) -> IntegerSc
     if np.sqrt(np.einsum("ij,ij->i", q, q).max(initial=0.0) * m) >= 2.0**23:
         return None
     return IntegerScores(run, m)
+
+
+def scan_queries(
+    queries: np.ndarray, corpus: Any, distance: str, numpy: bool = True
+) -> dict[str, Any]:
+    """The query side of a :class:`CorpusScan` as keyword arguments: ``queries`` prepared
+    (:func:`prepare_queries`), ``query_norms``, the ``distance`` multiplied, the ``centre``, and
+    for exact scores (:func:`integer_scores`, only under ``numpy`` products) ``exact`` and
+    ``cosine_sq``: such a scan runs uncentred (a centre would make the rows non-integers).
+
+    >>> sorted(scan_queries(np.float32([[1, -1]]), np.float32([[1, 1]]), "cosine").items())[:3]
+    [('centre', None), ('cosine_sq', 2.0), ('distance', 'inner_product')]
+    """
+    exact = integer_scores(queries, corpus, distance) if numpy else None
+    run = distance if exact is None else exact.distance  # cosine codes: the inner product
+    centre = None if exact else corpus_centre(queries, corpus, distance)
+    centred = queries if centre is None else np.subtract(queries, centre, dtype=np.float32)
+    q, norms = prepare_queries(centred, run)
+    return {
+        "queries": q, "query_norms": norms, "distance": run, "centre": centre,
+        "exact": exact is not None, "cosine_sq": None if exact is None else exact.cosine_sq,
+    }  # fmt: skip
 
 
 def corpus_centre(queries: np.ndarray, corpus: np.ndarray, distance: str) -> np.ndarray | None:

@@ -101,19 +101,12 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=N
     from ..engine.corpus import (
         CorpusScan,
         Pairs,
-        corpus_centre,
-        integer_scores,
         numpy_product,
-        prepare_queries,
+        scan_queries,
         tie_keys,
     )
 
-    # small integers under numpy products: exact scores, uncentred (a centre is no integer)
-    exact = integer_scores(xq, xb, distance) if device is None else None
-    run = distance if exact is None else exact.distance  # cosine codes: the inner product
-    centre = None if exact else corpus_centre(xq, xb, distance)  # only the filter sees it
-    centred = xq if centre is None else np.subtract(xq, centre, dtype=np.float32)
-    q, norms = prepare_queries(centred, run)
+    side = scan_queries(xq, xb, distance, numpy=device is None)  # only the filter sees it
     j_rows, j_cols = _csr_pairs(junk, 0, xq.shape[0])
     block = int(np.clip(memory_budget // (32 * xb.shape[1]), 1024, 65536))
     keys = tie_keys(None, xb.shape[0], "index")
@@ -124,9 +117,8 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=N
 
         product, precision = corpus_product(device, shallow=False)
     return CorpusScan(
-        q, norms, run, 1, keys, excluded, block=block, raw=xq, centre=centre,
-        n_threads=n_threads, product=product, precision=precision, exact=exact is not None,
-        cosine_sq=None if exact is None else exact.cosine_sq,
+        **side, depth=1, keys=keys, excluded=excluded, block=block, raw=xq,
+        n_threads=n_threads, product=product, precision=precision,
     )  # fmt: skip
 
 

@@ -26,12 +26,10 @@ from ..engine.corpus import (
     Pairs,
     band_population,
     candidate_ranks,
-    corpus_centre,
     decide_top,
-    integer_scores,
     near_wins,
     numpy_product,
-    prepare_queries,
+    scan_queries,
     score_bounds,
     tie_keys,
 )
@@ -731,29 +729,19 @@ def _plan(
         block_size = int(np.clip(budget // (32 * corpus.shape[1]), 1024, 65536))
     block_size = check_int(block_size, "block_size")
     threads = check_int(n_threads, "n_threads", allow_none=True)
-    # small integers under a numpy product: exact scores, uncentred (a centre is no integer)
-    exact = integer_scores(queries, corpus, distance) if product[0] is numpy_product else None
-    run = distance if exact is None else exact.distance
-    centre = None if exact else corpus_centre(queries, corpus, distance)
-    centred = queries if centre is None else np.subtract(queries, centre, dtype=np.float32)
-    q, norms = prepare_queries(centred, run)
+    side = scan_queries(queries, corpus, distance, numpy=product[0] is numpy_product)
     return CorpusScan(
-        q,
-        norms,
-        run,
-        depth,
-        keys,
-        excluded,
+        **side,
+        depth=depth,
+        keys=keys,
+        excluded=excluded,
         block=block_size,
         n_threads=threads,
         progress=progress,
         product=product[0],
         raw=np.ascontiguousarray(queries, dtype=np.float32),
-        centre=centre,
         ties=ties,
         precision=product[1],
-        exact=exact is not None,
-        cosine_sq=None if exact is None else exact.cosine_sq,
     )
 
 
