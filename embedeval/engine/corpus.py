@@ -749,10 +749,10 @@ class _ChunkTop:
         sorted_codes = np.concatenate(codes)[order]
         merged = merge_top(np.full_like(top, EMPTY), by_row, sorted_codes)
         self.top[lo:hi] = merged
+        if self.exact:  # the codes' order is the ranking: nothing below the depth-th is near
+            return np.zeros(0, np.int32), np.zeros(0, np.uint64)
         cut = widen_down(np.maximum(self.floor[lo:hi], _cutoff(merged)), self.band[lo:hi])
         # near: not among the depth kept, and within the band below the depth-th score
-        if self.exact:
-            return np.zeros(0, np.int32), np.zeros(0, np.uint64)
         keep = sorted_codes > merged.max(axis=1)[by_row]
         keep &= code_scores(sorted_codes) >= cut[by_row]
         return (by_row[keep] + lo).astype(np.int32), sorted_codes[keep]
