@@ -162,8 +162,12 @@ def test_column_sample_path_with_twins_equals_the_oracle(distance):
 
 
 @pytest.mark.parametrize("distance", DISTANCES)
-def test_sharded_twins_equal_local_and_the_oracle(distance):
-    # 40,000 references (2,048-column tiles; shards apply), twins spread over every shard.
+def test_sharded_twins_equal_local_and_the_oracle(distance, monkeypatch):
+    # 40,000 references (2,048-column tiles; shards apply), twins spread over every shard;
+    # full-depth map in the shards' merge (this reference would fit the local deep engine).
+    import embedeval.search.sharded as sharded
+
+    monkeypatch.setattr(sharded, "deep_fits_in_memory", lambda task, budget: False)
     x, y, _ = _twins(4000, 40_000, 8, seed=5, n_classes=50)
     q, ql = x[:200], y[:200]
     kw = dict(metrics=["precision_at_1", "map_at_r", "map"], distance=distance)

@@ -300,6 +300,10 @@ def test_binary_codes_in_shards_and_on_workers_match_the_float64_brute_force(
 ):
     # the sharded and Dask backends take the codes' keys as exact too (any float64 re-scoring
     # fails the test; the Dask workers run in this process), bit for bit the local engine's
+    import embedeval.search.sharded as sharded
+
+    # the shards' own merge, not the local deep engine that full-depth map would get here
+    monkeypatch.setattr(sharded, "deep_fits_in_memory", lambda task, budget: False)
     x = _codes(N_SHARDED, 16, seed=8)
     y = np.random.default_rng(9).integers(0, 20, N_SHARDED)
     xq, yq = x[:40], y[:40]
@@ -322,8 +326,6 @@ def test_binary_codes_in_shards_and_on_workers_match_the_float64_brute_force(
         ):
             res = ee.evaluate(xq, yq, x, y, backend="dask", client=client, **kw)
     else:  # leave-one-out in shards of 2,048 codes: the symmetric engine's keys
-        import embedeval.search.sharded as sharded
-
         monkeypatch.setattr(sharded, "on_column_grid", lambda n_ref: True)
         x, y = x[:5000], y[:5000]
         res = ee.evaluate(x, y, metrics=WINDOWS, shards=3, progress=False)

@@ -13,11 +13,44 @@ import itertools
 import numpy as np
 import pytest
 
+import embedeval.search.sharded as sharded
 from embedeval import evaluate
 from embedeval.engine.exact import PreparedSearch, grid_keys
 from embedeval.utils.errors import FileFormatError, InputError, InputTypeError
 
 N_REF = 40_000  # above 16 tiles of 2048 columns: the engine multiplies in tiles, shards apply
+DEEP_FITS = sharded.deep_fits_in_memory
+
+
+@pytest.fixture(autouse=True)
+def shards_for_deep_rankings_too(monkeypatch):
+    # Every test here is about the shards' own merge, which the local deep engine would take
+    # over for full-depth map on references this small (see the test right below).
+    monkeypatch.setattr(sharded, "deep_fits_in_memory", lambda task, budget: False)
+
+
+@pytest.mark.parametrize(("budget", "whole"), [(2**28, True), (2**21, False)])
+def test_deep_rankings_search_the_reference_whole_when_it_fits_the_budget(
+    gauss, monkeypatch, budget, whole
+):
+    # 40,000 x 8 references take 2.56 MB in float64: within 256 MiB they are ranked by the
+    # local deep engine, above a 2 MiB budget by the shards; the numbers are the same.
+    monkeypatch.setattr(sharded, "deep_fits_in_memory", DEEP_FITS)
+    real, calls = sharded._sharded_blocks, []
+
+    def spy(*args):
+        calls.append(args)
+        yield from real(*args)
+
+    monkeypatch.setattr(sharded, "_sharded_blocks", spy)
+    x, y, _ = gauss
+    kw = dict(metrics=["map", "precision_at_1"], memory_budget=budget, progress=False)
+    local = evaluate(x[:200], y[:200], x, y, **kw)
+    _same(local, evaluate(x[:200], y[:200], x, y, shards=3, **kw))
+    assert bool(calls) is not whole
+    calls.clear()  # a window metric alone is not deep: shards whatever the budget
+    evaluate(x[:200], y[:200], x, y, shards=3, metrics=["map_at_r"], memory_budget=budget)
+    assert calls
 
 
 def _same(a, b):

@@ -119,7 +119,10 @@ def evaluate(
         ``index``.
     shards : optional
         Split the reference set into shards (an int count, or a list of arrays / ``.npy`` paths)
-        merged exactly: the numbers are identical to the unsharded engine.
+        merged exactly: the numbers are identical to the unsharded engine.  A full-depth
+        ranking (``map`` / ``minp`` with ``k=None``) whose reference fits ``memory_budget`` in
+        float64 is searched whole instead: sharding only bounds memory, and the unsharded deep
+        engine is many times faster there (``docs/scale.md``).
     backend : {"local", "dask", "torch"}
         ``"dask"`` ships query blocks to the workers of ``client`` (a ``dask.distributed.Client``).
         ``"torch"`` runs the exact search and the metric kernels with PyTorch on ``device``
