@@ -62,12 +62,41 @@ def test_leave_one_out_with_groups_equals_local(client, data):
     _same(local, remote)
 
 
-def test_full_depth_map_mrr_equal_local(client, data):
-    x, y, _ = data
+@pytest.mark.parametrize("n_classes", [300, 3])
+def test_full_depth_map_mrr_equal_local(client, data, n_classes, monkeypatch):
+    # 300 classes: the deep engine on every worker; 3 (R_q about 13,000, over a fifth of the
+    # references): the candidates, as locally
+    import embedeval.search.dask_backend as dask_backend
+
+    calls = []
+    real = dask_backend._deep_on_workers
+    monkeypatch.setattr(dask_backend, "_deep_on_workers", lambda *a: calls.append(1) or real(*a))
+    x, _, _ = data
+    y = np.random.default_rng(n_classes).integers(0, n_classes, N_REF)
     kw = dict(metrics=["map", "mrr"], distance="cosine")
     local = evaluate(x[:300], y[:300], x, y, **kw)
     remote = evaluate(x[:300], y[:300], x, y, backend="dask", client=client, **kw)
     _same(local, remote)
+    assert bool(calls) is (n_classes == 300)
+
+
+def test_deep_rankings_on_workers_match_the_oracle(client):
+    # Leave-one-out with groups, identical rows under two labels (exact ties between relevant
+    # and non-relevant references) and blocks of 37 queries: each worker's deep engine starts
+    # its blocks where its queries start, and every value is the brute force's.
+    from tests import oracle
+
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((3000, 6)).astype(np.float32)
+    x[2000:2400] = x[:400]
+    y = rng.integers(0, 40, 3000)
+    g = rng.integers(0, 25, 3000)
+    kw = dict(metrics=["map", "precision_at_1", "map_at_r"], query_groups=g)
+    remote = evaluate(x, y, backend="dask", client=client, block_size=37, **kw)
+    _same(evaluate(x, y, **kw), remote)
+    _, want, _ = oracle.evaluate(x, y, metrics=kw["metrics"], qg=g)
+    for m in kw["metrics"]:
+        np.testing.assert_allclose(remote.per_query[m], want[m], rtol=1e-12, err_msg=m)
 
 
 def test_small_blocks_are_cut_where_the_engine_cuts(client, data):
