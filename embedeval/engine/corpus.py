@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import mmap
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -60,6 +59,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..utils.errors import InputError
+from ..utils.mapped import gather_rows, release_pages
 from ..utils.progress import progress_bar
 from .candidates import from_sortable_bits, rows_searchsorted, sortable_bits, spans
 from .decide import (
@@ -100,7 +100,6 @@ __all__ = [
     "pair_keys",
     "prepare_queries",
     "rank_keys",
-    "release_pages",
     "sample_floor",
     "scan_queries",
     "scan_ranks",
@@ -616,27 +615,6 @@ def _as_float32(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def release_pages(corpus: np.ndarray, start: int, stop: int) -> None:
-    """Unmap rows ``start:stop`` of a memory-mapped corpus from this process once read: they
-    stay in the page cache (the kernel keeps or drops them), but no longer count in the
-    process's resident memory, which then stays that of one block (a float32 reader of other
-    types: of its stored map).  Anything else: nothing."""
-    corpus = getattr(corpus, "stored", corpus)
-    mm = getattr(corpus, "_mmap", None)
-    if mm is None or not corpus.flags.c_contiguous or stop <= start:
-        return
-    try:
-        base = np.frombuffer(mm, dtype=np.uint8).ctypes.data
-        lo = corpus[start:stop].ctypes.data - base
-        hi = lo + (stop - start) * corpus.strides[0]
-        page = mmap.PAGESIZE
-        lo, hi = -(-lo // page) * page, hi // page * page
-        if hi > lo:
-            mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-    except (AttributeError, BufferError, OSError, ValueError):  # pragma: no cover
-        pass  # only a memory saving
-
-
 def merge_top(top: np.ndarray, rows: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """The ``depth`` smallest codes per row of ``top`` (n, depth) and of new ``codes`` given
     for rows ``rows`` (ascending), unsorted within a row.
@@ -803,8 +781,7 @@ def _sample_rows(corpus: np.ndarray, scan: CorpusScan, m: int) -> tuple[np.ndarr
     its centre; unit rows for cosine) and their squared norms before normalising."""
     n = corpus.shape[0]
     rows = np.sort(np.random.default_rng(0).choice(n, m, replace=False))
-    sample = np.asarray(corpus[rows], dtype=np.float32)  # a copy: normalised in place
-    release_pages(corpus, 0, n)  # the sampled rows' pages
+    sample = gather_rows(corpus, rows)  # a copy: normalised in place
     if scan.centre is not None:
         sample -= scan.centre
     sq = np.einsum("ij,ij->i", sample, sample)
@@ -978,7 +955,6 @@ def integer_scores(queries: np.ndarray, corpus: Any, distance: str) -> IntegerSc
     IntegerScores(distance='inner_product', cosine_sq=2.0)
     """
     run = exact_distance(queries, corpus, distance)
-    release_pages(corpus, 0, corpus.shape[0])  # integer data were read whole: drop their pages
     if run is None or distance != "cosine":
         return None if run is None else IntegerScores(run)
     m = float(np.sum(np.asarray(corpus[:1], dtype=np.float64) ** 2))
@@ -1017,7 +993,6 @@ def corpus_centre(queries: np.ndarray, corpus: np.ndarray, distance: str) -> np.
     if distance != "euclidean":
         return None
     lo, hi, mean = column_stats([queries, corpus])
-    release_pages(corpus, 0, corpus.shape[0])
     return exact_centre(lo, hi, mean)
 
 

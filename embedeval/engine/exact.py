@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from ..utils.errors import InputError
+from ..utils.mapped import row_blocks
 from ..utils.progress import progress_bar
 from .candidates import Candidates, sortable_bits
 from .decide import Reach, direction_rows, reach_of, reference_sq_bound, rounding_of
@@ -369,8 +370,9 @@ def column_stats(
     (float32) and the mean (float64), read in blocks of rows."""
     lo, hi, total, count = None, None, 0.0, 0
     for x in arrays:
-        for a in range(0, x.shape[0], block):
-            part = np.asarray(x[a : a + block], dtype=np.float32)
+        bounds = [(a, a + block) for a in range(0, x.shape[0], block)]
+        for part in row_blocks(x, bounds):  # a memory map's pages released block by block
+            part = np.asarray(part, dtype=np.float32)
             if not part.shape[0]:
                 continue
             p_lo, p_hi = part.min(axis=0), part.max(axis=0)

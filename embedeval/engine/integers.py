@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ..utils.mapped import row_blocks
 from ..utils.validation import host_array
 from .candidates import rows_searchsorted, sortable_bits
 
@@ -50,8 +51,8 @@ def integer_magnitude(x: Any, rows: int = _ROWS) -> float | None:
     """
     top = 0.0
     n = int(x.shape[0])
-    for a, b in _row_blocks(n, rows):
-        block = np.asarray(host_array(x[a:b]))  # a device tensor: one block on the host at a time
+    for block in row_blocks(x, _row_blocks(n, rows)):  # a memory map: pages released as read
+        block = np.asarray(host_array(block))  # a device tensor: one block on the host at a time
         if block.dtype.kind != "f":
             block = block.astype(np.float64)
         if not np.array_equal(np.rint(block), block):  # NaN and inf fail too
@@ -124,8 +125,9 @@ def _squared_norms(x: Any, rows: int = _ROWS) -> np.ndarray:
     """Each row's squared norm in float64 (exact for the integers checked here)."""
     n = int(x.shape[0])
     out = np.empty(n, dtype=np.float64)
-    for a, b in _row_blocks(n, rows):
-        block = np.asarray(host_array(x[a:b]), dtype=np.float64)
+    bounds = _row_blocks(n, rows)
+    for (a, b), block in zip(bounds, row_blocks(x, bounds), strict=True):
+        block = np.asarray(host_array(block), dtype=np.float64)
         out[a:b] = np.einsum("ij,ij->i", block, block)
     return out
 
