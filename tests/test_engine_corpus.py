@@ -520,6 +520,52 @@ def test_count_ties_counts_higher_scores_and_equal_ones_of_smaller_tie_key(seed,
     assert before.sum() > 500
 
 
+@pytest.mark.parametrize("ties", ["index", "trec_eval"])
+def test_exact_tie_ranks_with_excluded_documents_match_a_loop(ties):
+    """exact_tie_ranks on integer scores with excluded (query, document) pairs, some of them
+    the pairs asked about: per pair, 1 + the documents that score higher or equal with a smaller
+    tie key, the equal ones before it, and the equal ones besides itself, every excluded
+    document left out (an excluded pair's own document included), by a plain loop; and an
+    exact scan refuses to list ties."""
+    from embedeval.engine.corpus import (
+        CorpusScan,
+        Pairs,
+        exact_tie_ranks,
+        scan_ranks,
+        score_bounds,
+        tie_keys,
+    )
+
+    rng = np.random.default_rng(8)
+    n_docs, n_q = 400, 6
+    corpus = rng.integers(-1, 2, (n_docs, 3)).astype(np.float32)
+    queries = rng.integers(-1, 2, (n_q, 3)).astype(np.float32)
+    keys = tie_keys([f"d{rng.integers(10**6)}" for _ in range(n_docs)], n_docs, ties)
+    drawn = zip(
+        rng.integers(0, n_q, 150).tolist(), rng.integers(0, n_docs, 150).tolist(), strict=True
+    )
+    excluded = sorted(set(drawn))
+    asked = {(q, r) for q in range(n_q) for r in rng.integers(0, n_docs, 20).tolist()}
+    asked = sorted(asked | set(excluded[::10]))  # some excluded pairs asked about too
+    as_pairs = lambda p: Pairs(*(np.array(c, dtype=np.int64) for c in zip(*p, strict=True)))  # noqa: E731
+    pairs = as_pairs(asked)
+    scan = CorpusScan(queries, None, "inner_product", 5, keys, as_pairs(excluded), exact=True,
+                      ties=ties)  # fmt: skip
+    rank, before, tied = exact_tie_ranks(corpus, scan, pairs)
+    excluded = set(excluded)
+    scores = queries.astype(np.float64) @ corpus.T.astype(np.float64)
+    for i, (q, r) in enumerate(zip(pairs.query.tolist(), pairs.row.tolist(), strict=True)):
+        live = [d for d in range(n_docs) if (q, d) not in excluded and d != r]
+        equal = [d for d in live if scores[q, d] == scores[q, r]]
+        ahead = [d for d in equal if keys[d] < keys[r]]
+        higher = [d for d in live if scores[q, d] > scores[q, r]]
+        assert (rank[i], before[i], tied[i]) == (1 + len(higher) + len(ahead), len(ahead),
+                                                 len(equal)), i  # fmt: skip
+    assert len(set(asked) & excluded) >= 10
+    with pytest.raises(ValueError, match="exact_tie_ranks"):
+        scan_ranks(corpus, scan, pairs, score_bounds(corpus, scan, pairs), equal=True)
+
+
 @pytest.mark.parametrize("block", [64, 700])
 def test_scan_top_candidates_sorted_and_holding_the_float64_top(block):
     """scan_top's candidates: query ascending, codes strictly ascending within a query (the

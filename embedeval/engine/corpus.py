@@ -1321,8 +1321,11 @@ def scan_ranks(
     picks out those within ``B_q`` of its bounds; only these are re-scored in float64
     (:func:`_near_beats`: a smaller order key, or an equal one and a smaller tie key).  With
     ``equal``, also ``(pair, row)`` of every other document whose order key equals its pair's
-    (exact ties).
+    (exact ties); an exact scan lists none (:func:`exact_tie_ranks` counts them), so it
+    refuses ``equal``.
     """
+    if equal and scan.exact:
+        raise ValueError("an exact scan counts its ties: use exact_tie_ranks, not equal=True")
     beats, p, r = count_beats(corpus, scan, pairs, bounds)
     wins, tied_p, tied_r = _near_beats_batched(corpus, scan, pairs, p, r)
     if equal:
@@ -1390,7 +1393,11 @@ class BeatCounter:
             return
         idx, qs = self.order[a:b], self.q_sorted[a:b] - c * chunk
         rows = self.pairs.row[idx]
-        own = ((rows >= first) & (rows < first + s.shape[1])).astype(np.int64)
+        # 1 where the pair's own document is among these scores and not excluded (NaN): it
+        # then counts among the scores equal to the pair's or near it
+        inside = np.flatnonzero((rows >= first) & (rows < first + s.shape[1]))
+        own = np.zeros(rows.size, dtype=np.int64)
+        own[inside] = ~np.isnan(s[qs[inside], rows[inside] - first])
         if self.scan.exact:
             col_rank, pair_rank = self._tie_ranks(first, s.shape[1], self.pair_keys[idx])
             above, before, tied = _count_ties(s, self.hi[idx], qs, own, col_rank, pair_rank)
@@ -1551,8 +1558,6 @@ def _count_ties(
     (1 where the pair's own document is in ``s``).  Exact scores (:attr:`CorpusScan.exact`)
     need nothing more: no near document is listed, however many tie."""
     found = _Passing(s, score, score, qs, col_rank)
-    # ``own``: the pair's document, counted among its equal scores unless excluded (NaN); a
-    # caller never reads the counts of an excluded pair
     at = found.row_bits | (_bits64(np.where(found.live, score, np.inf)) << found.cb)
     before = np.searchsorted(found.codes, at | pair_rank.astype(np.uint64), "left")
     before = np.where(found.live, before - found.lo_start, 0)
