@@ -369,10 +369,20 @@ def test_binary_codes_on_the_torch_backend_take_exact_keys(distance, loo, no_flo
 
 
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
-def test_neighbors_of_binary_codes_take_exact_keys(distance, monkeypatch):
+@pytest.mark.parametrize("backend", ["local", "torch"])
+def test_neighbors_of_binary_codes_take_exact_keys(distance, backend, monkeypatch):
     # k nearest codes: every tie at the k-th distance ranked by index with no float64 decision
     # (every bound zero), against a stable sort of float64 distances; the distances reported
-    # are those values
+    # are those values.  The torch backend on the CPU too, under precision="auto" (which
+    # would otherwise filter in bfloat16 and decide its band in float64): no decision at all.
+    kw = {}
+    if backend == "torch":
+        pytest.importorskip("torch")
+        import embedeval.search.torch_backend as torch_backend
+
+        kw = dict(backend="torch", device="cpu")
+        for name in ("decide_task_block", "_device_decided"):
+            monkeypatch.setattr(torch_backend, name, None)  # calling it fails the test
     original = decide.decide
 
     def zero_bounds_only(block, xq, xb, distance, bounds, *args, **kwargs):
@@ -382,7 +392,7 @@ def test_neighbors_of_binary_codes_take_exact_keys(distance, monkeypatch):
     monkeypatch.setattr(decide, "decide", zero_bounds_only)
     x = _codes(3000, 12, seed=13)
     q = _codes(50, 12, seed=14)
-    dist, idx = ee.neighbors(q, 15, x, distance=distance)
+    dist, idx = ee.neighbors(q, 15, x, distance=distance, **kw)
     x64, q64 = x.astype(np.float64), q.astype(np.float64)
     for i in range(len(q)):
         if distance == "euclidean":

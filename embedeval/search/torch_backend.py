@@ -54,6 +54,7 @@ from ..engine.candidates import Candidates
 from ..engine.corpus import numpy_product
 from ..engine.decide import decide_task_block, first_k, rounding_of, task_norms
 from ..engine.exact import DEFAULT_MEMORY_BUDGET
+from ..engine.integers import exact_in_float32
 from ..engine.threads import one_torch_thread
 from ..engine.torch_decide import decide_on_device
 from ..engine.torch_kernels import DeviceKernels
@@ -782,12 +783,7 @@ def torch_blocks(task: Any, options: TorchOptions) -> Generator[Any, None, dict[
     host = options.kernels == "numpy" or not all(map(DeviceKernels.supports, task.metrics))
     bar = progress_bar(task.n_query, "queries", enabled=options.progress)
     chosen = _search_precision(torch, options.precision, device, task, need, label)
-    # small integers (binary codes): exact keys, as the local engine's, from IEEE float32
-    # products; on a CPU "auto" takes them over bfloat16, whose band would need decisions
-    auto_cpu = options.precision == "auto" and device.type == "cpu"
-    exact = with_exact_keys(task) if chosen == "float32" or auto_cpu else task
-    if exact.precision == "exact":
-        task, chosen = exact, "float32"
+    task, chosen = _exact_keys(task, options, device, chosen)
     options = replace(options, precision=chosen)
     # TF32 products on when TF32 was chosen ("auto" on a GPU), not only when asked for
     with torch.no_grad(), _matmul_precision(torch, chosen == "tf32"), bar as bar:
@@ -916,6 +912,25 @@ def _local_blocks(task: Any, options: TorchOptions, bar: Any) -> Iterator[Any]:
         bar.update(rows.stop - rows.start if isinstance(rows, slice) else len(rows))
 
 
+def _exact_keys(
+    task: Any, options: TorchOptions, device: Any, chosen: str, same_distance: bool = False
+) -> tuple[Any, str]:
+    """``(task, product precision)``: small integers (binary codes) get exact keys, as in the
+    local engine (:func:`~embedeval.search.local.with_exact_keys`), from IEEE float32 products
+    (chosen, or ``"auto"`` on a CPU, where it is preferred to a bfloat16 band that would need
+    float64 decisions).  ``same_distance``: keep the task's distance (neighbours report it, so
+    cosine is not run as the inner product and keeps its band)."""
+    auto_cpu = options.precision == "auto" and device.type == "cpu"
+    if chosen != "float32" and not auto_cpu:
+        return task, chosen
+    if same_distance:
+        exact = exact_in_float32(task.query, task.reference, task.distance)
+        exact_task = replace(task, precision="exact") if exact else task
+    else:
+        exact_task = with_exact_keys(task)
+    return (exact_task, "float32") if exact_task.precision == "exact" else (task, chosen)
+
+
 def torch_neighbors(
     xq: Any, xb: Any, k: int, distance: str, exclude_self: bool, options: TorchOptions
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -937,6 +952,7 @@ def torch_neighbors(
     )  # fmt: skip
     need = np.full(n_query, k, dtype=np.int64)
     chosen = _search_precision(torch, options.precision, device, task, need, None)
+    task, chosen = _exact_keys(task, options, device, chosen, same_distance=True)
     options = replace(options, precision=chosen)
     with torch.no_grad(), _matmul_precision(torch, chosen == "tf32"):
         engine = _engine_search(task, need, None, options, device)
@@ -945,7 +961,9 @@ def torch_neighbors(
         for block in _candidate_blocks(torch, search, need, None, options, reaches):
             b = block.lims.numel() - 1
             rows = slice(block.start, block.start + b)
-            if _decides_on_device(options, device):
+            if block.rounding == rounding_of("exact"):  # exact keys: the filter order
+                decided = block.to_host()
+            elif _decides_on_device(options, device):
                 decided = _device_decided(torch, search, task, block).to_host()
             else:
                 decided = decide_task_block(task, block.to_host(), *block.rounding)
