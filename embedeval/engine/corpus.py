@@ -42,6 +42,13 @@ depend on block shapes or threads.
    those within half the band of them.  The counting (:class:`BeatCounter`) can also ride on
    :func:`scan_top`'s own pass, from the same products: one read of the corpus for both.
 
+*Exact scores* (:attr:`CorpusScan.exact`, set by :func:`integer_scores`: small integers such as
+binary codes, whose float32 products are exact) skip every band: no centre, the top lists keep
+exactly ``depth`` codes, their order is the ranking (the float32 scores are the float64
+ones), a judged document's rank is its code's place, and beyond the lists the counting pass
+counts, per pair, the scores above its own and the equal ones before it in tie order
+(:func:`exact_tie_ranks`) instead of listing ties for float64 re-scoring.
+
 Excluded pairs (a query's own id, user exclusion lists) get a NaN score: never a candidate,
 never counted.
 """
@@ -1165,6 +1172,8 @@ def candidate_ranks(
     the pair certainly beat it; those within the band are re-scored (:func:`_near_beats`).
     A rank among the candidates of at most ``depth`` is the rank in the whole corpus (every
     document that beats a top document is a candidate); a larger one is not in the top.
+    Exact scores (:attr:`CorpusScan.exact`): the codes are the ranking, and a pair's rank is
+    the place of its own code among them.
     """
     query, codes = candidates
     n_q = scan.queries.shape[0]
@@ -1243,6 +1252,8 @@ def decide_top(
     With ``scores`` every candidate is re-scored (the run reports them: the float64 scores,
     rounded to float32 under ``ties="trec_eval"``, where they decide: there the bounds give
     the rounded score of nearly every candidate, and only the others take exact keys).
+    Exact scores (:attr:`CorpusScan.exact`): the codes' order is the float64 order, and the
+    float32 scores are the float64 ones (cosines formed from the exact inner products).
     """
     n_q, depth = scan.queries.shape[0], scan.depth
     top = np.full((n_q, depth), -1, dtype=np.int64)
@@ -1367,6 +1378,8 @@ class BeatCounter:
     ):
         self.scan, self.pairs, self.bounds, self.limit = scan, pairs, bounds, limit
         if pair_keys is None and scan.exact:
+            if pairs.row.size and (pairs.row.min() < 0 or pairs.row.max() >= scan.keys.size):
+                raise ValueError("pairs outside this scan's rows need their pair_keys")
             pair_keys = scan.keys[pairs.row]
         self.pair_keys = pair_keys
         self.beats = np.zeros(pairs.query.size, dtype=np.int64)

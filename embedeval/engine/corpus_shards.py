@@ -184,12 +184,13 @@ def shard_top(
     scores of the pairs ``(query, row)`` (rows local to the shard), the bound ``m_sq`` on its
     rows' squared norms, and, for the pairs ``counted = (query, local row, lo, hi, limit,
     keys)`` (a row of another shard: outside ``0 .. n - 1``; ``lo``/``hi`` bound the pairs'
-    exact scores; ``limit`` the near documents kept at most; ``keys`` the tie keys of the
-    pairs' documents, or None where they all lie in the shard), the shard's documents that
-    certainly beat each
-    and ``(pair, local row)`` of its near documents, counted from the same products
-    (:meth:`~.corpus.BeatCounter.result`: None past the limit or when nothing is counted),
-    which the caller sums and decides with every other shard's (:func:`~.corpus.near_wins`).
+    exact scores; ``limit`` the near documents kept at most; ``keys`` the global tie keys of
+    the pairs' documents, which an exact scan needs (its pairs' documents lie in other
+    shards too), or None: a banded scan decides its ties from the near lists), the shard's
+    documents that certainly beat each and ``(pair, local row)`` of its near documents,
+    counted from the same products (:meth:`~.corpus.BeatCounter.result`: None past the limit
+    or when nothing is counted), which the caller sums and decides with every other shard's
+    (:func:`~.corpus.near_wins`).
 
     >>> from .corpus import tie_keys
     >>> corpus = np.float32([[3, 0], [1, 0], [2, 0], [1, 0]])  # query [1, 0]: rows 0, 2, 1, 3
