@@ -14,11 +14,18 @@ Cases (run one at a time; each prints a JSON line and a short table):
 * ``dask``    — 200,000 reference vectors, a query subset: local engine vs the Dask backend on
   a LocalCluster with one and with two single-threaded worker processes, beside the local
   engine on one thread (one worker's share) and on all; checks the numbers are identical.
+* ``deep``    — full-depth ``map`` + P@1 on the hashing shape (``--queries`` of 5,000 queries
+  against 50,000 rows, d = 64, 10 classes) through every backend, in one process: the local
+  deep engine; ``shards=2`` at the default memory budget (the reference fits it: searched
+  whole); ``shards=2`` under a 16 MiB budget (the shards' own merge); the Dask backend on
+  two single-threaded worker processes (the deep engine on each).  Times and ratios to the
+  local run; checks the numbers are identical.
 
 Usage::
 
     python -m benchmarks.bench_scale medium
     python -m benchmarks.bench_scale dask --queries 40000
+    python -m benchmarks.bench_scale deep --queries 1000
     python -m benchmarks.bench_scale approx --n 1000000 --index IVF4096,Flat --nprobe 12
     python -m benchmarks.bench_scale approx --n 1000000 --index HNSW32 --ef-search 128
     python -m benchmarks.bench_scale sweep "IVF4096,Flat|nprobe=8,16" "HNSW32|efSearch=128"
@@ -317,9 +324,50 @@ def case_dask(args: argparse.Namespace) -> dict:
     return out
 
 
+def case_deep(args: argparse.Namespace) -> dict:
+    from distributed import Client, LocalCluster
+
+    from benchmarks._common import make_split
+    from embedeval import evaluate
+
+    split = make_split("hashing")
+    n_q = min(args.queries, split["xq"].shape[0])
+    q, yq, x, y = split["xq"][:n_q], split["yq"][:n_q], split["xr"], split["yr"]
+    kw = dict(metrics=["map", "precision_at_1"], progress=False)
+    out: dict = {"case": "deep", "n_query": n_q, "n_reference": int(x.shape[0]), "dim": 64}
+
+    def timed(name: str, **extra) -> None:
+        times = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            res = evaluate(q, yq, x, y, **kw, **extra)
+            times.append(time.perf_counter() - t0)
+        out[f"{name}_s"] = round(min(times), 2)
+        if name == "local":
+            out["_local"] = res
+        else:
+            out[f"{name}_identical"] = all(
+                np.array_equal(res.per_query[m], out["_local"].per_query[m], equal_nan=True)
+                for m in kw["metrics"]
+            )
+            out[f"{name}_x_local"] = round(out[f"{name}_s"] / out["local_s"], 2)
+
+    timed("local")
+    timed("shards_whole", shards=2)
+    timed("shards_merged", shards=2, memory_budget=16 * 2**20)
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+        as cluster,
+        Client(cluster) as client,
+    ):  # fmt: skip
+        timed("dask_2w", backend="dask", client=client)
+    del out["_local"]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("case", choices=["approx", "medium", "dask", "sweep"])
+    parser.add_argument("case", choices=["approx", "medium", "dask", "sweep", "deep"])
     parser.add_argument("configs", nargs="*", help="sweep: 'IVF4096,Flat|nprobe=8,16' ...")
     parser.add_argument("--k", type=int, default=128, help="sweep: search depth")
     parser.add_argument("--n", type=int, default=1_000_000)
@@ -336,7 +384,10 @@ def main() -> None:
     parser.add_argument("--quantizer-ef", type=int, default=64)
     parser.add_argument("--ef-search", type=int, default=None)
     args = parser.parse_intermixed_args()
-    cases = {"approx": case_approx, "medium": case_medium, "dask": case_dask, "sweep": case_sweep}
+    cases = {
+        "approx": case_approx, "medium": case_medium, "dask": case_dask, "sweep": case_sweep,
+        "deep": case_deep,
+    }  # fmt: skip
     out = cases[args.case](args)
     print(json.dumps(out, default=float))
 

@@ -57,3 +57,17 @@ def test_intrinsic_dim_spans_exactly_r_dimensions(fresh):
     means = np.stack([x[y == c].mean(axis=0) for c in range(n_classes)])
     nearest = np.argmax(x @ means.T, axis=1)
     assert (nearest == y).mean() > 0.9
+
+
+def test_deep_case_runs_every_backend_to_the_same_numbers():
+    # The deep case end to end on 20 queries: each backend's per-query values equal the local
+    # engine's (the shards' own merge under the small budget, the Dask workers' deep engine).
+    pytest.importorskip("distributed")
+    from argparse import Namespace
+
+    from benchmarks.bench_scale import case_deep
+
+    out = case_deep(Namespace(queries=20, repeat=1))
+    assert out["n_query"] == 20
+    for name in ("shards_whole", "shards_merged", "dask_2w"):
+        assert out[f"{name}_identical"] is True, name
