@@ -566,6 +566,39 @@ def test_exact_tie_ranks_with_excluded_documents_match_a_loop(ties):
         scan_ranks(corpus, scan, pairs, score_bounds(corpus, scan, pairs), equal=True)
 
 
+@pytest.mark.parametrize("ties", ["index", "trec_eval"])
+@pytest.mark.parametrize("block", [64, 600])
+def test_banded_ranks_of_excluded_documents_with_identical_twins(ties, block):
+    """scan_ranks (float scores, bands) of pairs some of which are excluded, on documents with
+    one identical twin each (exact ties): 1 + the non-excluded other documents with a higher
+    float64 score, or an equal one and a smaller tie key, by a plain loop; a pair whose own
+    document is excluded does not count it among the equal scores."""
+    from embedeval.engine.corpus import CorpusScan, Pairs, scan_ranks, score_bounds, tie_keys
+
+    rng = np.random.default_rng(3)
+    n_docs, n_q = 600, 6
+    corpus = rng.standard_normal((n_docs, 5)).astype(np.float32)
+    corpus[300:400] = corpus[:100]  # documents 0..99 each have an identical twin
+    queries = rng.standard_normal((n_q, 5)).astype(np.float32)
+    keys = tie_keys([f"d{rng.integers(10**6)}" for _ in range(n_docs)], n_docs, ties)
+    drawn = zip(rng.integers(0, n_q, 200).tolist(), rng.integers(0, 400, 200).tolist(), strict=True)
+    excluded = sorted(set(drawn))
+    asked = {(q, r) for q in range(n_q) for r in [*range(0, 100, 7), *range(300, 400, 7)]}
+    asked = sorted(asked | set(excluded[::3]))
+    as_pairs = lambda p: Pairs(*(np.array(c, dtype=np.int64) for c in zip(*p, strict=True)))  # noqa: E731
+    pairs = as_pairs(asked)
+    scan = CorpusScan(queries, None, "inner_product", 5, keys, as_pairs(excluded), ties=ties,
+                      block=block)  # fmt: skip
+    rank = scan_ranks(corpus, scan, pairs, score_bounds(corpus, scan, pairs))
+    gone = set(excluded)
+    s = queries.astype(np.float64) @ corpus.T.astype(np.float64)
+    for i, (q, r) in enumerate(asked):
+        live = [d for d in range(n_docs) if (q, d) not in gone and d != r]
+        ahead = [d for d in live if s[q, d] > s[q, r] or (s[q, d] == s[q, r] and keys[d] < keys[r])]
+        assert rank[i] == 1 + len(ahead), (q, r)
+    assert sum((q, r) in gone and (q, (r + 300) % 600) not in gone for q, r in asked) > 10
+
+
 @pytest.mark.parametrize("block", [64, 700])
 def test_scan_top_candidates_sorted_and_holding_the_float64_top(block):
     """scan_top's candidates: query ascending, codes strictly ascending within a query (the

@@ -65,3 +65,17 @@ def test_pages_read_do_not_stay_resident(mapped):
     assert _rss_file_mb() - before > 100
     release_pages(mapped, 0, mapped.shape[0])
     assert _rss_file_mb() - before < 24
+
+
+def test_a_copy_on_write_map_keeps_the_changes_made_to_it(mapped, tmp_path):
+    # mmap_mode="c": the pages changed in this process exist nowhere else; releasing them
+    # would silently bring the file's values back
+    path = tmp_path / "c.npy"
+    np.save(path, np.arange(40_000, dtype=np.float32).reshape(10_000, 4))
+    x = np.load(path, mmap_mode="c")
+    x *= 2
+    for block in row_blocks(x, [(0, 5_000), (5_000, 10_000)]):
+        float(block.sum())
+    gather_rows(x, np.arange(0, 10_000, 3))
+    release_pages(x[100:], 0, 9_900)
+    np.testing.assert_array_equal(x, 2 * np.arange(40_000, dtype=np.float32).reshape(10_000, 4))

@@ -24,13 +24,15 @@ def release_pages(x: Any, start: int, stop: int) -> None:
     """Unmap rows ``start:stop`` of a memory-mapped array from this process once read: they
     stay in the page cache (the kernel keeps or drops them) but no longer count in the
     process's resident memory.  A reader of another type (one with a ``stored`` map): its map.
-    Anything else: nothing.
+    Anything else, and a copy-on-write map (``mmap_mode="c"``, whose pages may hold the
+    caller's changes, which releasing would discard): nothing.
 
     >>> release_pages(np.zeros((4, 2)), 0, 4)  # not a memory map: nothing to release
     """
     x = getattr(x, "stored", x)
     mm = getattr(x, "_mmap", None)
-    if mm is None or not x.flags.c_contiguous or stop <= start:
+    shared = getattr(x, "mode", None) in ("r", "r+", "w+")  # pages the file holds
+    if mm is None or not shared or not x.flags.c_contiguous or stop <= start:
         return
     try:
         base = np.frombuffer(mm, dtype=np.uint8).ctypes.data
