@@ -1171,6 +1171,8 @@ def _retrieval_inputs(args: argparse.Namespace) -> dict[str, Any]:
                 f"{where} has {len(ids)} ids but {path} has {arr.shape[0]} rows; give one id "
                 "per row, in row order."
             )
+        if args.run is not None:  # before any work or output: a TREC line splits on whitespace
+            _check_run_ids(ids, ids_path or f"{path} (ids)")
         out[key], out[key + "_ids"] = arr, ids
     if out["queries"].shape[1] != out["corpus"].shape[1]:
         raise InputError(
@@ -1179,6 +1181,21 @@ def _retrieval_inputs(args: argparse.Namespace) -> dict[str, Any]:
         )
     out["qrels"] = read_qrels(args.qrels)
     return out
+
+
+def _check_run_ids(ids: Any, where: str) -> None:
+    """Ids a TREC run can hold (``--run``): non-empty and free of whitespace, or an error
+    naming ``where`` and the line."""
+    joined = "\x00" + "\x00".join(map(str, ids)) + "\x00"  # one pass over every id
+    bad = re.search(r"\s|\x00\x00", joined)
+    if bad is None:
+        return
+    line = joined.count("\x00", 0, bad.start() + 1)
+    text = str(ids[line - 1]) if line <= len(ids) else ""
+    raise InputError(
+        f"{where} line {line}: id {text!r} cannot go into a TREC run (--run), whose fields "
+        "are split on whitespace; replace the whitespace (e.g. with '_')."
+    )
 
 
 def _check_retrieve_search(search: dict[str, Any]) -> None:

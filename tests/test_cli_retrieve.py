@@ -173,6 +173,27 @@ def test_bad_inputs_one_line_exit_2_nothing_written(files):
     proc = run(*_args(d)[:-1], d / "ghost.txt", "--run", run_file)
     _one_line_error(proc, "'ghost'", "missing='zero'")
     assert not run_file.exists()
+    # an id a TREC run cannot hold: refused before any work or output, naming file and line
+    ids = files[4]
+    (d / "spaced.txt").write_text("\n".join([*ids[:6], "doc 9", *ids[7:]]) + "\n")
+    outputs = [d / "never.json", d / "never.csv"]
+    proc = run(
+        *_args(d)[:4], "--doc-ids", d / "spaced.txt", "--qrels", d / "qrels.txt",
+        "--run", run_file, "--json", outputs[0], "--per-query", outputs[1],
+    )  # fmt: skip
+    _one_line_error(proc, "spaced.txt line 7", "'doc 9'")
+    assert proc.stdout == "" and not any(p.exists() for p in [run_file, *outputs])
+
+
+def test_a_run_with_no_ranked_query_is_an_empty_file(files, tmp_path):
+    # no embedded query has judgments (the judged one is missing, counted as 0): the run has
+    # no line, and writing it gives an empty file, as from the API
+    d = files[0]
+    (d / "other.txt").write_text("elsewhere 0 doc1 1\n")
+    out = tmp_path / "run.trec"
+    proc = run(*_args(d)[:-1], d / "other.txt", "--missing", "zero", "--run", out, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == ""
 
 
 def test_search_options_reach_retrieve(files):

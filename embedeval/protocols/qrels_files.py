@@ -255,7 +255,7 @@ def _id_list(values: Any, size: int, name: str) -> list[str]:
     ids = [v if isinstance(v, str) else _id(v, "id", name) for v in ids]
     # One regular-expression pass over all ids joined: a TREC line is split on whitespace.
     joined = "\x00".join(ids)
-    if _WHITESPACE.search(joined) or "\x00\x00" in f"\x00{joined}\x00":
+    if ids and (_WHITESPACE.search(joined) or "\x00\x00" in f"\x00{joined}\x00"):
         bad = next(i for i in ids if not i or _WHITESPACE.search(i))
         raise InputError(
             f"{name} holds {bad!r}; ids in a TREC run must be non-empty and free of whitespace. "
