@@ -120,9 +120,10 @@ def evaluate(
     shards : optional
         Split the reference set into shards (an int count, or a list of arrays / ``.npy`` paths)
         merged exactly: the numbers are identical to the unsharded engine.  A full-depth
-        ranking (``map`` / ``minp`` with ``k=None``) whose reference fits ``memory_budget`` in
-        float64 is searched whole instead: sharding only bounds memory, and the unsharded deep
-        engine is many times faster there (``docs/scale.md``).
+        ranking the unsharded engine gives its deep engine (``map`` / ``minp`` with
+        ``k=None``, relevant references at most a fifth of the reference on average) is
+        searched whole when the reference fits ``memory_budget`` in float64: sharding only
+        bounds memory, and the deep engine is many times faster there (``docs/scale.md``).
     backend : {"local", "dask", "torch"}
         ``"dask"`` ships query blocks to the workers of ``client`` (a ``dask.distributed.Client``).
         ``"torch"`` runs the exact search and the metric kernels with PyTorch on ``device``

@@ -7,6 +7,10 @@ thresholds from the same column subsample, same tile products), so the float32 k
 candidates and therefore every value and tie flag equal the local engine's bit for bit.  The
 client only gathers per-query values and tie flags.
 
+Full-depth rankings (``map`` / ``minp`` with ``k=None``) are the exception: the whole task is
+scattered, and each worker runs the local deep engine on its runs of queries (its values do not
+depend on where blocks start: every rank is decided in float64).
+
 Install with ``pip install "embedeval-exact[dask]"`` (``pip install ".[dask]"`` in a clone).
 Workers, like the local engine, multiply with one BLAS thread per product (OpenBLAS splits a
 product among threads and the split changes the rounding), which is what makes the numbers
@@ -16,6 +20,7 @@ docs/scale.md.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -131,8 +136,7 @@ def _deep_on_workers(
     """Full-depth ``map`` / ``minp`` (:func:`~embedeval.engine.deep.deep_applies`): the task
     is sent to every worker once, and each worker ranks its runs of queries with the local
     deep engine, which sorts each row's keys once instead of packing and sorting nearly every
-    key as candidates (1,000 hashing-shaped queries against 50,000 rows, two workers in one
-    process: 70 s through the candidates, against 5.8 s for the local engine)."""
+    key as candidates (``python -m benchmarks.bench_scale deep``)."""
     futures = []
     try:
         task_future = client.scatter(task, broadcast=True)
@@ -152,17 +156,26 @@ def _deep_part(
     task: RetrievalTask, rows: slice, block_size: int | None, memory_budget: int
 ) -> ScoredBlock:
     """Worker side: the deep engine's values and tie flags of queries ``rows``."""
-    values, ties = (
-        {m.name: np.full(rows.stop - rows.start, fill) for m in task.metrics}
-        for fill in (np.nan, False)
-    )
-    blocks = deep_range_blocks(task, rows, block_size=block_size, memory_budget=memory_budget)
-    for block in blocks:
-        at = slice(block.rows.start - rows.start, block.rows.stop - rows.start)
-        for name in block.values:
-            values[name][at] = block.values[name]
-            ties[name][at] = block.ties[name]
-    return ScoredBlock(rows, values, ties)
+    task = _aligned_rows(task)
+    values, ties = task.empty_outputs()
+    write_back(values, ties, deep_range_blocks(task, rows, block_size=block_size,
+                                               memory_budget=memory_budget))  # fmt: skip
+    pick = lambda columns: {name: v[rows] for name, v in columns.items()}  # noqa: E731
+    return ScoredBlock(rows, pick(values), pick(ties))
+
+
+def _aligned_rows(task: RetrievalTask) -> RetrievalTask:
+    """``task`` with its query and reference rows copied into numpy's own allocation where
+    they arrived unaligned (see :func:`_search_blocks`), the reference still the query set
+    when it was."""
+
+    def aligned(x: Any) -> Any:
+        unaligned = isinstance(x, np.ndarray) and (x.ctypes.data % 64 or not x.flags.c_contiguous)
+        return np.array(x, order="C") if unaligned else x
+
+    query = aligned(task.query)
+    reference = query if task.reference is task.query else aligned(task.reference)
+    return dataclasses.replace(task, query=query, reference=reference)
 
 
 def check_client(client: Any) -> Any:
