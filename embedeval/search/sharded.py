@@ -201,8 +201,9 @@ def deep_fits_in_memory(task: RetrievalTask, memory_budget: int) -> bool:
     Sharding exists to bound memory, and a deep ranking gains nothing from it: the shards'
     candidate lists hold nearly every key of every row, sorted as 64-bit codes, where the deep
     engine sorts each row's keys once and locates the relevant ones.  Measured (2 cores, 1,000
-    queries against 50,000 rows of 64 dimensions in 10 classes, ``map`` + P@1): 35-55 s in 2
-    shards against 1.0-1.6 s whole, the same values."""
+    queries against 50,000 rows of 64 dimensions in 10 classes, ``map`` + P@1,
+    ``python -m benchmarks.bench_scale deep``): 20.3 s in 2 shards against 0.85 s whole, the
+    same values."""
     n_ref, dim = (int(n) for n in task.reference.shape)
     return 8 * n_ref * dim <= memory_budget and deep_applies(task)
 
