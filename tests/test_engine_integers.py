@@ -40,6 +40,43 @@ def test_exact_in_float32_at_the_limit_of_exact_sums():
     assert not exact_in_float32(q + 0.5, q, "euclidean")
 
 
+def test_exact_distance_of_cosine_needs_one_reference_norm_and_reads_each_side_once():
+    # cosine runs as the inner product where every reference row has one non-zero squared
+    # norm and no query row is zero, within d Q X <= 2**24; each side is read once (a reader
+    # counting its row reads), and references of several norms stop before the queries
+    from embedeval.engine.integers import exact_distance
+
+    class Counted:
+        def __init__(self, x):
+            self.x, self.shape, self.reads = x, x.shape, 0
+
+        def __getitem__(self, rows):
+            self.reads += 1
+            return self.x[rows]
+
+    rng = np.random.default_rng(4)
+    codes = np.sign(rng.standard_normal((20_000, 16))).astype(np.float32)
+    q = rng.integers(-3, 4, (50, 16)).astype(np.float32)
+    q[q.sum(axis=1) == 0, 0] = 1
+    assert exact_distance(q, codes, "cosine") == "inner_product"
+    assert exact_distance(codes, codes, "cosine") == "inner_product"
+    zero = q.copy()
+    zero[7] = 0
+    assert exact_distance(zero, codes, "cosine") is None
+    zero_one = (codes > 0).astype(np.float32)  # {0, 1}: several norms
+    assert exact_distance(q, zero_one, "cosine") is None
+    big = np.full((2, 16), 2.0**20, np.float32)  # 16 * 2**20 * 1 = 2**24: the limit
+    assert exact_distance(big, codes, "cosine") == "inner_product"
+    assert exact_distance(big * 2, codes, "cosine") is None
+    assert exact_distance(q + 0.5, codes, "cosine") is None
+    xq, xb = Counted(q), Counted(codes)
+    assert exact_distance(xq, xb, "cosine") == "inner_product"
+    blocks = 1 + -(-(20_000 - 16) // 8192)  # 16 rows first, then blocks of 8,192
+    assert (xq.reads, xb.reads) == (2, blocks)
+    xq, xb = Counted(q), Counted(zero_one)
+    assert exact_distance(xq, xb, "cosine") is None and xq.reads == 0
+
+
 def _brute_ranks(keys, relevant):
     """Per row, by a stable sort and plain loops: the ranks of the relevant references, the
     runs of equal keys holding both kinds (first, last) and the first mixed neighbour pair."""

@@ -49,16 +49,30 @@ def integer_magnitude(x: Any, rows: int = _ROWS) -> float | None:
     >>> integer_magnitude(np.array([[1, 0.5]], np.float32)) is None
     True
     """
-    top = 0.0
-    n = int(x.shape[0])
-    for block in row_blocks(x, _row_blocks(n, rows)):  # a memory map: pages released as read
+    return _integer_rows(x, None, rows)
+
+
+def _integer_rows(x: Any, norms: str | None, rows: int = _ROWS) -> float | None:
+    """:func:`integer_magnitude`, in the same single read of ``x`` also requiring, with
+    ``norms="one"``, that every row have the first row's squared norm and that it be
+    non-zero, or with ``norms="non-zero"`` that no row be zero (None where not); reading
+    stops at the first block that fails."""
+    top, first = 0.0, None
+    for block in row_blocks(x, _row_blocks(int(x.shape[0]), rows)):  # pages released as read
         block = np.asarray(host_array(block))  # a device tensor: one block on the host at a time
         if block.dtype.kind != "f":
             block = block.astype(np.float64)
         if not np.array_equal(np.rint(block), block):  # NaN and inf fail too
             return None
-        if block.size:
-            top = max(top, float(np.abs(block).max()))
+        if not block.size:
+            continue
+        top = max(top, float(np.abs(block).max()))
+        if norms is not None:
+            wide = block.astype(np.float64)  # integers: exact squared norms
+            sq = np.einsum("ij,ij->i", wide, wide)
+            first = sq[0] if first is None else first
+            if not (sq > 0).all() or (norms == "one" and not (sq == first).all()):
+                return None
     return top if np.isfinite(top) else None
 
 
@@ -85,9 +99,7 @@ def exact_in_float32(xq: Any, xb: Any, distance: str, limit: float = EXACT_LIMIT
     if distance not in ("euclidean", "inner_product"):
         return False
     top_q = integer_magnitude(xq)
-    if top_q is None:
-        return False
-    top_x = top_q if xb is xq else integer_magnitude(xb)
+    top_x = None if top_q is None else top_q if xb is xq else integer_magnitude(xb)
     if top_x is None:
         return False
     dim = int(xq.shape[1])
@@ -99,7 +111,8 @@ def exact_distance(xq: Any, xb: Any, distance: str) -> str | None:
     """The distance whose float32 keys of queries ``xq`` against references ``xb`` are exact
     and rank every query's references as ``distance`` does, or None: ``distance`` itself
     (:func:`exact_in_float32`), or ``"inner_product"`` for cosine when every row is non-zero
-    and every reference has the same squared norm ``m`` (codes in ``{-1, 1}``).
+    and every reference has the same squared norm ``m`` (codes in ``{-1, 1}``).  Each side is
+    read once.
 
     Cosine ranks by ``-sign(s) s**2 / m`` with ``s = q.x`` an integer; for one ``m`` that is
     the order of ``-s``, and two different integers ``s`` keep different float64 keys (their
@@ -112,24 +125,12 @@ def exact_distance(xq: Any, xb: Any, distance: str) -> str | None:
     """
     if distance != "cosine":
         return distance if exact_in_float32(xq, xb, distance) else None
-    if not exact_in_float32(xq, xb, "inner_product"):
+    # the references first: codes of several norms ({0, 1}) stop there, queries unread
+    top_x = _integer_rows(xb, "one")
+    top_q = None if top_x is None else top_x if xq is xb else _integer_rows(xq, "non-zero")
+    if top_q is None or int(xq.shape[1]) * top_q * top_x > EXACT_LIMIT:
         return None
-    ref_sq = _squared_norms(xb)
-    same = ref_sq.size == 0 or bool((ref_sq == ref_sq[0]).all() and ref_sq[0] > 0)
-    if same and (xq is xb or bool((_squared_norms(xq) > 0).all())):
-        return "inner_product"
-    return None
-
-
-def _squared_norms(x: Any, rows: int = _ROWS) -> np.ndarray:
-    """Each row's squared norm in float64 (exact for the integers checked here)."""
-    n = int(x.shape[0])
-    out = np.empty(n, dtype=np.float64)
-    bounds = _row_blocks(n, rows)
-    for (a, b), block in zip(bounds, row_blocks(x, bounds), strict=True):
-        block = np.asarray(host_array(block), dtype=np.float64)
-        out[a:b] = np.einsum("ij,ij->i", block, block)
-    return out
+    return "inner_product"
 
 
 def ranks_of_exact_keys(
