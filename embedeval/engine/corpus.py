@@ -1284,9 +1284,10 @@ def decide_top(
         return top, None
     top_scores = np.full((n_q, depth), np.nan)
     # ties="trec_eval": the scores trec_eval reads and ranks by, rounded to float32 (rank_keys)
-    values = -order_key + 0.0 if trec else float64_scores(scan, query, keys)
     if scan.exact and scan.cosine_sq is not None:  # cosine run as the inner product
         values = _exact_cosines(scan, query, f32)
+    else:
+        values = -order_key + 0.0 if trec else float64_scores(scan, query, keys)
     top_scores[query[keep], pos[keep]] = values[order][keep]
     return top, top_scores
 

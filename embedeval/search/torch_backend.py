@@ -818,12 +818,10 @@ def _scored(
     from ..engine.task import ScoredBlock
 
     rows = slice(block.start, block.start + block.lims.numel() - 1)
-    if block.rounding == rounding_of("exact"):  # exact keys: the filter order is the ranking
-        if kernels is None:
-            return ScoredBlock(rows, *task.score_decided(block.to_host()))
-        return ScoredBlock(rows, *kernels.score(block))
-    if on_device:
-        block = _device_decided(torch, search, task, block)
+    exact = block.rounding == rounding_of("exact")  # exact keys: the filter order is the ranking
+    if exact or on_device:
+        if not exact:
+            block = _device_decided(torch, search, task, block)
         if kernels is None:
             return ScoredBlock(rows, *task.score_decided(block.to_host()))
         return ScoredBlock(rows, *kernels.score(block))
