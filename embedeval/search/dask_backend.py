@@ -106,26 +106,38 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
         task.precision == "exact",
     )
     norms = task_norms(task)
+    parts = (
+        _Part(
+            rows.start,
+            prepared.queries[rows],
+            task.query_codes[rows],
+            task.relevant[rows],
+            task.n_valid[rows],
+            np.asarray(task.query[rows]),
+            norms.q_sq[rows],
+        )
+        for rows in _task_rows(client, task.n_query, plan.block_size)
+    )
+    work = ((_search_part, part) for part in parts)
+    yield from _on_workers(client, as_completed, shared, work, options.progress)
+
+
+def _on_workers(
+    client: Any, as_completed: Any, shared: Any, work: Iterator[tuple], progress: bool | None
+) -> Iterator[ScoredBlock]:
+    """Send ``shared`` to every worker once, submit ``fn(shared, *args)`` for each
+    ``(fn, *args)`` of ``work``, and yield the results as they come; Ctrl-C or a failed
+    worker cancels every future (nothing of the run is kept or left running)."""
     futures = []
     try:
         shared_future = client.scatter(shared, broadcast=True)
-        for rows in _task_rows(client, task.n_query, plan.block_size):
-            part = _Part(
-                rows.start,
-                prepared.queries[rows],
-                task.query_codes[rows],
-                task.relevant[rows],
-                task.n_valid[rows],
-                np.asarray(task.query[rows]),
-                norms.q_sq[rows],
-            )
-            futures.append(client.submit(_search_part, shared_future, part, pure=False))
-        with progress_bar(len(futures), "query blocks", enabled=options.progress) as bar:
+        for fn, *args in work:
+            futures.append(client.submit(fn, shared_future, *args, pure=False))
+        with progress_bar(len(futures), "query blocks", enabled=progress) as bar:
             for _, block in as_completed(futures, with_results=True):
                 yield block
                 bar.update(1)
     except BaseException:
-        # Ctrl-C or a failed worker: nothing of the run is kept or left running.
         client.cancel(futures)
         raise
 
@@ -137,19 +149,9 @@ def _deep_on_workers(
     is sent to every worker once, and each worker ranks its runs of queries with the local
     deep engine, which sorts each row's keys once instead of packing and sorting nearly every
     key as candidates (``python -m benchmarks.bench_scale deep``)."""
-    futures = []
-    try:
-        task_future = client.scatter(task, broadcast=True)
-        sizes = (options.block_size, options.memory_budget)
-        for rows in _task_rows(client, task.n_query, 1):
-            futures.append(client.submit(_deep_part, task_future, rows, *sizes, pure=False))
-        with progress_bar(len(futures), "query blocks", enabled=options.progress) as bar:
-            for _, block in as_completed(futures, with_results=True):
-                yield block
-                bar.update(1)
-    except BaseException:
-        client.cancel(futures)
-        raise
+    sizes = (options.block_size, options.memory_budget)
+    work = ((_deep_part, rows, *sizes) for rows in _task_rows(client, task.n_query, 1))
+    yield from _on_workers(client, as_completed, task, work, options.progress)
 
 
 def _deep_part(
