@@ -380,10 +380,14 @@ def test_binary_codes_in_shards_and_on_workers_match_the_float64_brute_force(
 
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
 @pytest.mark.parametrize("loo", [False, True])
-def test_binary_codes_on_the_torch_backend_take_exact_keys(distance, loo, no_float64):
+def test_binary_codes_on_the_torch_backend_take_exact_keys(distance, loo, no_float64, monkeypatch):
     # the torch backend (here on the CPU, float32 products) takes the codes' keys as exact too:
     # no float64 decision, the local engine's values and tie flags bit for bit
     pytest.importorskip("torch")
+    import embedeval.search.torch_backend as torch_backend
+
+    # this backend's own pipeline (what a GPU runs), not the local deep engine the CPU takes
+    monkeypatch.setattr(torch_backend, "_local_deep", lambda task, device: False)
     x = _codes(600, 12, seed=10)
     y = np.random.default_rng(11).integers(0, 100 if loo else 8, 600)  # loo: shallow windows
     if loo:  # the symmetric engine takes sets without identical rows: 20-bit codes, distinct

@@ -36,6 +36,34 @@ WITH_MINP = [*METRICS, "minp"]  # re-id mINP: compared with the local engine
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (none is visible to torch)")
 TORCH_BACKEND = importlib.import_module("embedeval.search.torch_backend")
+LOCAL_DEEP = tb._local_deep
+
+
+@pytest.fixture(autouse=True)
+def whole_rows_for_deep_rankings_too(monkeypatch):
+    # The tests here exercise this backend's own pipeline (what a GPU runs), which on the CPU
+    # hands full-depth rankings to the local deep engine (see the test right below).
+    monkeypatch.setattr(tb, "_local_deep", lambda task, device: False)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+def test_full_depth_rankings_on_the_cpu_take_the_local_deep_engine(monkeypatch, distance):
+    # full-depth map / mINP with few relevant references per row: the local deep engine, with
+    # its own filter, the brute force's values; many relevant references (three classes):
+    # this backend's pipeline
+    monkeypatch.setattr(tb, "_local_deep", LOCAL_DEEP)
+    x, y = int_data(21, 900, 60, dim=4, distance=distance)
+    x = x + np.float32(0.25)  # not integers: the float64 filter
+    kw = dict(metrics=["map", "precision_at_1"], distance=distance, backend="torch", device="cpu")
+    got = ev(x[:80], y[:80], x, y, ref_includes_query=True, **kw)
+    assert got.settings["torch"]["engine"] == "local deep"
+    assert got.settings["torch"]["precision"] == "float64"
+    _, want = oracle.summary(x[:80], y[:80], x, y, metrics=kw["metrics"], distance=distance,
+                             ref_includes_query=True)  # fmt: skip
+    for m in kw["metrics"]:
+        np.testing.assert_allclose(got.per_query[m], want[m], rtol=1e-12, atol=0, err_msg=m)
+    few = ev(x[:80], y[:80] % 3, x, y % 3, ref_includes_query=True, **kw)
+    assert few.settings["torch"]["engine"] == "whole rows"
 
 
 def ev(*args, **kw):
