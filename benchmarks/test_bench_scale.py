@@ -69,5 +69,5 @@ def test_deep_case_runs_every_backend_to_the_same_numbers():
 
     out = case_deep(Namespace(queries=20, repeat=1))
     assert out["n_query"] == 20
-    for name in ("shards_whole", "local_16mib", "shards_merged", "dask_2w"):
+    for name in ("shards_whole", "local_16mib", "shards_16mib", "dask_2w"):
         assert out[f"{name}_identical"] is True, name

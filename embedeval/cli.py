@@ -1172,7 +1172,7 @@ def _retrieval_inputs(args: argparse.Namespace) -> dict[str, Any]:
                 "per row, in row order."
             )
         if args.run is not None:  # before any work or output: a TREC line splits on whitespace
-            _check_run_ids(ids, ids_path or f"{path} (ids)")
+            _check_run_ids(ids, ids_path or f"{path} (ids)", "line" if ids_path else "entry")
         out[key], out[key + "_ids"] = arr, ids
     if out["queries"].shape[1] != out["corpus"].shape[1]:
         raise InputError(
@@ -1183,18 +1183,19 @@ def _retrieval_inputs(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _check_run_ids(ids: Any, where: str) -> None:
+def _check_run_ids(ids: Any, where: str, entry: str) -> None:
     """Ids a TREC run can hold (``--run``): non-empty and free of whitespace, or an error
-    naming ``where`` and the line."""
-    joined = "\x00" + "\x00".join(map(str, ids)) + "\x00"  # one pass over every id
-    bad = re.search(r"\s|\x00\x00", joined)
+    naming ``where`` and the ``entry`` (``"line"`` of an ids file, else ``"entry"``)."""
+    from .protocols.qrels_files import unfit_run_id
+
+    text = [str(v) for v in ids]
+    bad = unfit_run_id(text)
     if bad is None:
         return
-    line = joined.count("\x00", 0, bad.start() + 1)
-    text = str(ids[line - 1]) if line <= len(ids) else ""
+    why = "is empty" if not text[bad] else f"{text[bad]!r} holds whitespace"
     raise InputError(
-        f"{where} line {line}: id {text!r} cannot go into a TREC run (--run), whose fields "
-        "are split on whitespace; replace the whitespace (e.g. with '_')."
+        f"{where} {entry} {bad + 1}: the id {why}, and a TREC run (--run) splits its lines on "
+        "whitespace; give every row a non-empty id without spaces (e.g. '_' for them)."
     )
 
 

@@ -181,7 +181,7 @@ def test_bad_inputs_one_line_exit_2_nothing_written(files):
         *_args(d)[:4], "--doc-ids", d / "spaced.txt", "--qrels", d / "qrels.txt",
         "--run", run_file, "--json", outputs[0], "--per-query", outputs[1],
     )  # fmt: skip
-    _one_line_error(proc, "spaced.txt line 7", "'doc 9'")
+    _one_line_error(proc, "spaced.txt line 7", "'doc 9' holds whitespace")
     assert proc.stdout == "" and not any(p.exists() for p in [run_file, *outputs])
 
 

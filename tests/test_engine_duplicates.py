@@ -164,7 +164,7 @@ def test_column_sample_path_with_twins_equals_the_oracle(distance):
 @pytest.mark.parametrize("distance", DISTANCES)
 def test_sharded_twins_equal_local_and_the_oracle(distance, monkeypatch):
     # 40,000 references (2,048-column tiles; shards apply), twins spread over every shard;
-    # full-depth map in the shards' merge (this reference would fit the local deep engine).
+    # full-depth map read shard by shard (this reference would fit the local deep engine).
     import embedeval.search.sharded as sharded
 
     monkeypatch.setattr(sharded, "deep_fits_in_memory", lambda task, budget: False)

@@ -339,7 +339,7 @@ def test_binary_codes_in_shards_and_on_workers_match_the_float64_brute_force(
     # fails the test; the Dask workers run in this process), bit for bit the local engine's
     import embedeval.search.sharded as sharded
 
-    # the shards' own merge, not the local deep engine that full-depth map would get here
+    # read shard by shard, not searched whole by the local deep engine (a reference this small)
     monkeypatch.setattr(sharded, "deep_fits_in_memory", lambda task, budget: False)
     x = _codes(N_SHARDED, 16, seed=8)
     y = np.random.default_rng(9).integers(0, 20, N_SHARDED)

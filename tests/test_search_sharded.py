@@ -24,8 +24,8 @@ DEEP_FITS = sharded.deep_fits_in_memory
 
 @pytest.fixture(autouse=True)
 def shards_for_deep_rankings_too(monkeypatch):
-    # Every test here is about the shards' own merge, which the local deep engine would take
-    # over for full-depth map on references this small (see the test right below).
+    # Every test here is about reading the reference shard by shard, which full-depth map on
+    # references this small would skip for the local deep engine (see the test right below).
     monkeypatch.setattr(sharded, "deep_fits_in_memory", lambda task, budget: False)
 
 
@@ -34,23 +34,28 @@ def test_deep_rankings_search_the_reference_whole_when_it_fits_the_budget(
     gauss, monkeypatch, budget, whole
 ):
     # 40,000 x 8 references take 2.56 MB in float64: within 256 MiB they are ranked by the
-    # local deep engine, above a 2 MiB budget by the shards; the numbers are the same.
+    # local deep engine, above a 2 MiB budget by the deep engine over keys read shard by
+    # shard; a window metric, or full-depth map over a few large classes, by the shards' merge
     monkeypatch.setattr(sharded, "deep_fits_in_memory", DEEP_FITS)
-    real, calls = sharded._sharded_blocks, []
+    calls = {"_sharded_blocks": [], "_sharded_deep_blocks": []}
+    for name, seen in calls.items():
+        real = getattr(sharded, name)
 
-    def spy(*args):
-        calls.append(args)
-        yield from real(*args)
+        def spy(*args, real=real, seen=seen):
+            seen.append(args)
+            yield from real(*args)
 
-    monkeypatch.setattr(sharded, "_sharded_blocks", spy)
+        monkeypatch.setattr(sharded, name, spy)
     x, y, _ = gauss
     kw = dict(metrics=["map", "precision_at_1"], memory_budget=budget, progress=False)
     local = evaluate(x[:200], y[:200], x, y, **kw)
     _same(local, evaluate(x[:200], y[:200], x, y, shards=3, **kw))
-    assert bool(calls) is not whole
-    calls.clear()  # a window metric alone is not deep: shards whatever the budget
+    assert bool(calls["_sharded_deep_blocks"]) is not whole and not calls["_sharded_blocks"]
     evaluate(x[:200], y[:200], x, y, shards=3, metrics=["map_at_r"], memory_budget=budget)
-    assert calls
+    few = y % 3  # R_q about 13,000: the candidate engine locally, the merge here
+    _same(evaluate(x[:50], few[:50], x, few, **kw),
+          evaluate(x[:50], few[:50], x, few, shards=3, **kw))  # fmt: skip
+    assert len(calls["_sharded_blocks"]) == 2
 
 
 def _same(a, b):
@@ -154,6 +159,39 @@ def test_list_of_arrays_and_memmapped_files_equal_local(gauss, tmp_path):
     from_arrays = evaluate(x[:700], y[:700], x, y, shards=arrays)
     _same(local, from_files)
     _same(local, from_arrays)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+def test_deep_rankings_from_shard_files_match_the_oracle(tmp_path, distance):
+    # Full-depth map and mINP over a reference in memory-mapped pieces, beyond a 1 MiB budget
+    # (several query super-blocks, each reading every piece): identical rows across pieces,
+    # some relabelled (exact ties between relevant and non-relevant references), a far-off
+    # common offset (Euclidean: centred), groups; against a brute force.
+    from tests import oracle
+
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((N_REF, 6)).astype(np.float32)
+    x[36_000:] = x[:4_000]  # copies in the last piece of rows in the first
+    y = rng.integers(0, 200, N_REF)
+    y[38_000:] = rng.integers(0, 200, 2_000)  # half of the copies relabelled
+    if distance == "euclidean":
+        x += np.float32(64)
+    g = rng.integers(0, 30, N_REF)
+    paths = []
+    for i, (a, b) in enumerate(itertools.pairwise([0, 15_000, 29_000, N_REF])):
+        paths.append(tmp_path / f"p{i}.npy")
+        np.save(paths[-1], x[a:b])
+    q = np.concatenate([x[:40], x[38_000:38_040]])
+    qy, qg = np.concatenate([y[:40], y[38_000:38_040]]), np.concatenate([g[:40], g[38_000:38_040]])
+    kw = dict(metrics=["map", "minp", "precision_at_1"], distance=distance, progress=False)
+    groups = dict(query_groups=qg, reference_groups=g)
+    got = evaluate(q, qy, x, y, shards=paths, memory_budget=2**20, block_size=16, **groups, **kw)
+    _same(evaluate(q, qy, x, y, **groups, **kw), got)
+    checked = ["map", "precision_at_1"]  # (mINP: against the local engine above)
+    _, want = oracle.summary(q[::4], qy[::4], x, y, metrics=checked, distance=distance,
+                             qg=qg[::4], rg=g)  # fmt: skip
+    for m in checked:
+        np.testing.assert_allclose(got.per_query[m][::4], want[m], rtol=1e-12, err_msg=m)
 
 
 def test_small_reference_is_one_shard(gauss):

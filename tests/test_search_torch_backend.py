@@ -64,6 +64,15 @@ def test_full_depth_rankings_on_the_cpu_take_the_local_deep_engine(monkeypatch, 
         np.testing.assert_allclose(got.per_query[m], want[m], rtol=1e-12, atol=0, err_msg=m)
     few = ev(x[:80], y[:80] % 3, x, y % 3, ref_includes_query=True, **kw)
     assert few.settings["torch"]["engine"] == "whole rows"
+    # binary codes (exact keys) with groups and a bfloat16 request: the local deep engine too,
+    # the local run's values
+    codes = np.sign(np.random.default_rng(22).standard_normal((900, 16))).astype(np.float32)
+    g = np.random.default_rng(23).integers(0, 7, 900)
+    kw.update(query_groups=g[:80], reference_groups=g, precision="bf16")
+    got = ev(codes[:80], y[:80], codes, y, **kw)
+    assert got.settings["torch"]["engine"] == "local deep"
+    kw = {k: v for k, v in kw.items() if k not in ("backend", "device", "precision")}
+    assert_same(got, ev(codes[:80], y[:80], codes, y, **kw), kw["metrics"])
 
 
 def ev(*args, **kw):

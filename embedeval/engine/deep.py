@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -87,9 +87,11 @@ _LOW_BYTE = 0 if sys.byteorder == "little" else 3
 
 __all__ = [
     "BlockRows",
+    "KeyedSearch",
     "RelevantRanks",
     "deep_applies",
     "deep_blocks",
+    "deep_range_blocks",
     "flagged_keys",
     "quantised_ranks",
     "relative_band",
@@ -1026,6 +1028,38 @@ def deep_range_blocks(
             yield deep.one_block(start, min(start + size, queries.stop))
 
 
+class KeyedSearch:
+    """The deep engine over whole-row filter keys that the caller computes (the sharded
+    backend, shard by shard): :meth:`blocks` ranks a range of queries from ``keys_of(rows)``,
+    the float32 keys of query ``rows`` (a slice, global) against every reference, writable
+    (excluded pairs are set to ``+inf`` in place).  ``precision`` says how the keys were
+    formed: ``"exact"`` (a float32 product of small integers), ``"float64"`` (rounded once from
+    a float64 product) or ``"float32"``; identical references must share one key (a search
+    with the plan's duplicates, :meth:`~embedeval.engine.exact.EnginePlan.searching`).  The
+    values are the local engine's, every rank being decided in float64."""
+
+    def __init__(self, task: RetrievalTask, plan: EnginePlan, precision: str) -> None:
+        norms = task_norms(task)
+        m_sq = float(norms.ref_sq.max(initial=0.0)) * (1.0 + 2.0**-40)
+        dups = plan.duplicates
+        groups = None if dups is None else _twin_groups(dups, task.reference_codes)
+        q_sq = norms.q_sq * (1.0 + 2.0**-40)
+        self.deep = _DeepSearch(task, precision, None, plan, q_sq, m_sq, groups, threading.local())
+
+    def blocks(
+        self, queries: slice, keys_of: Callable[[slice], np.ndarray], n_threads: int | None
+    ) -> Iterator[ScoredBlock]:
+        """The scored blocks of the ``queries`` range, blocks of the plan's size from its
+        start, ranked by ``n_threads`` threads (the values do not depend on it)."""
+        deep = replace(self.deep, keys_of=keys_of)
+        size, stop = deep.plan.block_size, queries.stop
+        starts = range(queries.start, stop, size)
+        for _, block in in_order(
+            lambda s: deep.one_block(s, min(s + size, stop)), starts, n_threads
+        ):
+            yield block
+
+
 #: Quantised float64 keys rank a deep search whose mean R_q is at least 1/_QUANTISE of the
 #: references.  Measured on two cores: hashing-shaped (R_q about 10 % of 50,000) 6.9 s -> 4.4 s;
 #: full-depth MAP over 100 classes (R_q 1 % of 10,000) 1.3-1.4 s -> 1.5-1.7 s, so it keeps the
@@ -1053,6 +1087,9 @@ class _DeepSearch:
     groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None
     buffers: threading.local
     quantise: bool = False
+    #: Whole-row filter keys of query rows (a slice) computed elsewhere (:func:`keyed_search`),
+    #: instead of by ``search``.
+    keys_of: Callable[[slice], np.ndarray] | None = None
 
     @staticmethod
     def quantises(task: RetrievalTask, precision: str, groups: Any) -> bool:
@@ -1122,6 +1159,10 @@ class _DeepSearch:
         """The float32 filter keys of query ``rows`` (a slice, or sorted indices), excluded
         pairs ``+inf``, in this thread's buffer."""
         at = _indices(rows)
+        if self.keys_of is not None:  # keys computed elsewhere (rows: a slice)
+            keys = self.keys_of(rows)
+            self.plan.exclusions.hide(keys, at, 0, groups=True)
+            return keys
         n_ref = self.search.n_reference
         if getattr(self.buffers, "keys", None) is None:
             rows_max = min(self.plan.block_size, self.task.n_query)

@@ -100,7 +100,7 @@ def exact_in_float32(xq: Any, xb: Any, distance: str, limit: float = EXACT_LIMIT
         return False
     top_q = integer_magnitude(xq)
     top_x = None if top_q is None else top_q if xb is xq else integer_magnitude(xb)
-    if top_x is None:
+    if top_x is None or max(top_q, top_x) > limit:  # (and no float overflow below)
         return False
     dim = int(xq.shape[1])
     worst = dim * (top_q + top_x) ** 2 if distance == "euclidean" else dim * top_q * top_x

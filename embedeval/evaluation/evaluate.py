@@ -122,8 +122,9 @@ def evaluate(
         merged exactly: the numbers are identical to the unsharded engine.  A full-depth
         ranking the unsharded engine gives its deep engine (``map`` / ``minp`` with
         ``k=None``, relevant references at most a fifth of the reference on average) is
-        searched whole when the reference fits ``memory_budget`` in float64: sharding only
-        bounds memory, and the deep engine is many times faster there (``docs/scale.md``).
+        searched whole when the reference fits ``memory_budget`` in float64 (sharding only
+        bounds memory), else by the deep engine over keys read shard by shard
+        (``docs/scale.md``).
     backend : {"local", "dask", "torch"}
         ``"dask"`` ships query blocks to the workers of ``client`` (a ``dask.distributed.Client``).
         ``"torch"`` runs the exact search and the metric kernels with PyTorch on ``device``

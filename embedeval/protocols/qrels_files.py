@@ -26,7 +26,7 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ import numpy as np
 from ..utils.errors import FileFormatError, InputError, InputTypeError
 from ..utils.files import write_text
 
-__all__ = ["read_qrels", "read_trec_run", "write_trec_run"]
+__all__ = ["read_qrels", "read_trec_run", "unfit_run_id", "write_trec_run"]
 
 _BEIR_HEADER = ("query-id", "corpus-id", "score")
 _WHITESPACE = re.compile(r"\s")
@@ -253,15 +253,25 @@ def _id_list(values: Any, size: int, name: str) -> list[str]:
     if len(ids) != size:
         raise InputError(f"{name} must hold {size} ids (one per line of the run); got {len(ids)}.")
     ids = [v if isinstance(v, str) else _id(v, "id", name) for v in ids]
-    # One regular-expression pass over all ids joined: a TREC line is split on whitespace.
-    joined = "\x00".join(ids)
-    if ids and (_WHITESPACE.search(joined) or "\x00\x00" in f"\x00{joined}\x00"):
-        bad = next(i for i in ids if not i or _WHITESPACE.search(i))
+    bad = unfit_run_id(ids)
+    if bad is not None:
         raise InputError(
-            f"{name} holds {bad!r}; ids in a TREC run must be non-empty and free of whitespace. "
-            "Replace the whitespace (e.g. with '_') in the ids before writing."
+            f"{name} holds {ids[bad]!r}; ids in a TREC run must be non-empty and free of "
+            "whitespace. Replace the whitespace (e.g. with '_') in the ids before writing."
         )
     return ids
+
+
+def unfit_run_id(ids: Sequence[str]) -> int | None:
+    """The position of the first id a TREC run cannot hold (empty, or holding whitespace, on
+    which its lines are split), or None.  One regular-expression pass over all ids joined.
+
+    >>> unfit_run_id(["d1", "d 2", ""]), unfit_run_id(["d1", ""]), unfit_run_id(["d1"])
+    (1, 1, None)
+    """
+    joined = "\x00" + "\x00".join(ids) + "\x00"
+    found = re.search(r"\s|\x00\x00", joined) if ids else None
+    return None if found is None else joined.count("\x00", 0, found.start() + 1) - 1
 
 
 def _run_arrays(lims: Any, scores: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -172,7 +172,8 @@ def _aligned_rows(task: RetrievalTask) -> RetrievalTask:
     when it was."""
 
     def aligned(x: Any) -> Any:
-        unaligned = isinstance(x, np.ndarray) and (x.ctypes.data % 64 or not x.flags.c_contiguous)
+        # numpy's own allocations start on 16-byte boundaries; unpickled frames may not
+        unaligned = isinstance(x, np.ndarray) and (x.ctypes.data % 16 or not x.flags.c_contiguous)
         return np.array(x, order="C") if unaligned else x
 
     query = aligned(task.query)

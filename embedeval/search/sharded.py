@@ -19,10 +19,14 @@ by the memory budget; each super-block reads every shard once.
 
 For ``map`` / ``mrr`` with ``k=None`` every reference up to the farthest (nearest) same-label
 reference is needed: a first pass over the shards finds that global per-query key, and the
-collection threshold is raised to it.  Such a deep ranking keeps nearly every key of every row,
-which the local deep engine ranks far faster: where a float64 copy of the reference fits the
-memory budget, the shards are read as one reference and searched by it
-(:func:`deep_fits_in_memory`).
+collection threshold is raised to it.  Such a deep ranking would keep nearly every key of every
+row as a candidate, so the rankings the local engine gives its deep engine are not merged that
+way: per super-block of queries (their whole rows of float32 keys in about the memory budget),
+each shard is read once and its keys written into the rows' columns, and the local deep engine
+ranks the rows (:class:`~embedeval.engine.deep.KeyedSearch`: each rank decided in float64, so the
+values are the unsharded ones, though the keys come from other product shapes).  Where a
+float64 copy of the reference fits the memory budget, the shards are read as one reference and
+searched by the local engine directly (:func:`deep_fits_in_memory`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.deep import deep_applies
+from ..engine.decide import FLOAT64_MAX_DIM
+from ..engine.deep import KeyedSearch, deep_applies
 from ..engine.exact import (
     KEY_MAX,
     TILE,
@@ -51,7 +56,7 @@ from ..engine.exact import (
 )
 from ..engine.symmetric import symmetric_view
 from ..engine.task import RetrievalTask, ScoredBlock, engine_plan
-from ..engine.threads import single_threaded_blas
+from ..engine.threads import in_order, single_threaded_blas
 from ..utils.errors import FileFormatError, InputError, InputTypeError
 from ..utils.progress import progress_bar
 from .local import local_blocks, with_exact_keys
@@ -190,7 +195,10 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
     task = with_exact_keys(task, None if source is None else _ReadRows(read, n_ref, dim))
     # The engine multiplies with one BLAS thread per product; so must the shards, to get its keys.
     with single_threaded_blas():
-        yield from _sharded_blocks(task, read, bounds, options)
+        if deep_applies(task):  # full-depth rankings: whole rows of keys, the deep engine
+            yield from _sharded_deep_blocks(task, read, bounds, options)
+        else:
+            yield from _sharded_blocks(task, read, bounds, options)
 
 
 def deep_fits_in_memory(task: RetrievalTask, memory_budget: int) -> bool:
@@ -198,12 +206,9 @@ def deep_fits_in_memory(task: RetrievalTask, memory_budget: int) -> bool:
     ``minp``, which :func:`~embedeval.engine.deep.deep_applies` gives the local deep engine):
     when a float64 copy of the reference takes at most ``memory_budget``.
 
-    Sharding exists to bound memory, and a deep ranking gains nothing from it: the shards'
-    candidate lists hold nearly every key of every row, sorted as 64-bit codes, where the deep
-    engine sorts each row's keys once and locates the relevant ones.  Measured (2 cores, 1,000
-    queries against 50,000 rows of 64 dimensions in 10 classes, ``map`` + P@1,
-    ``python -m benchmarks.bench_scale deep``): 20.3 s in 2 shards against 0.85 s whole, the
-    same values."""
+    Sharding exists to bound memory, and a deep ranking gains nothing from it: read shard by
+    shard, each super-block of queries multiplies every shard again and assembles its rows of
+    keys (:func:`_sharded_deep_blocks`), where the whole reference is multiplied in place."""
     n_ref, dim = (int(n) for n in task.reference.shape)
     return 8 * n_ref * dim <= memory_budget and deep_applies(task)
 
@@ -246,6 +251,49 @@ def _sharded_blocks(
                 yield task.scored(
                     sort_block(codes, counts[start:stop], start, plan.col_bits, False)
                 )
+
+
+def _sharded_deep_blocks(
+    task: RetrievalTask, read: Reader, bounds: list[tuple[int, int]], options: Any
+) -> Iterator[ScoredBlock]:
+    """A deep ranking (:func:`~embedeval.engine.deep.deep_applies`) read shard by shard: per
+    super-block of queries (its whole rows of float32 keys within about the memory budget),
+    each shard once, its keys written into the rows' columns, then the local deep engine on
+    those rows (:class:`~embedeval.engine.deep.KeyedSearch`; each rank decided in float64,
+    near misses re-scored from the task's reference rows).  Keys from a float64 product
+    (rounded once) where ``d`` allows, as the local deep engine takes them."""
+    plan = engine_plan(task, options.block_size, options.memory_budget)
+    n_query, n_ref, dim = task.n_query, int(task.reference.shape[0]), int(task.reference.shape[1])
+    precision = "exact" if task.precision == "exact" else "float64"
+    precision = "float32" if dim > FLOAT64_MAX_DIM else precision
+    keyed = KeyedSearch(task, plan, precision)
+    supers = _super_blocks(n_query, plan.block_size, 16 * n_ref, options.memory_budget)
+    with progress_bar(len(bounds) * len(supers), "shard passes", enabled=options.progress) as bar:
+        for q0, q1 in supers:
+            keys = np.empty((q1 - q0, n_ref), dtype=np.float32)
+            for a, b in bounds:
+                shard = plan.searching(task.query[q0:q1], read(a, b), slice(a, b), precision)
+                _shard_keys(shard.search, keys[:, a:b], plan.block_size, options.n_threads)
+                bar.update(1)
+            rows_of = functools.partial(_key_rows, keys, q0)
+            yield from keyed.blocks(slice(q0, q1), rows_of, options.n_threads)
+
+
+def _shard_keys(search: Any, out: np.ndarray, size: int, n_threads: int | None) -> None:
+    """Every key of a shard's ``search`` (its queries against its rows) into ``out``, blocks of
+    ``size`` queries multiplied by ``n_threads`` threads (one BLAS thread each)."""
+
+    def block(s: int) -> None:
+        rows = slice(s, min(s + size, out.shape[0]))
+        out[rows] = grid_keys(search, rows, 0, out.shape[1], tiled=True)
+
+    for _ in in_order(block, range(0, out.shape[0], size), n_threads):
+        pass
+
+
+def _key_rows(keys: np.ndarray, q0: int, rows: slice) -> np.ndarray:
+    """Rows ``rows`` (global query indices) of a super-block's ``keys`` from query ``q0``."""
+    return keys[rows.start - q0 : rows.stop - q0]
 
 
 def _collect_shards(

@@ -908,7 +908,7 @@ def _local_deep(task: Any, device: Any) -> bool:
     references at most a fifth of the reference, :func:`~embedeval.engine.deep.deep_applies`):
     each row's keys sorted once and the relevant ones located, where this module's pipeline
     extracts and orders nearly every key of every row (1,000 hashing-shaped queries against
-    50,000 rows, ``map`` + P@1: 53 s against 1.6 s), with the same values.  Its filter is its
+    50,000 rows, ``map`` + P@1: 53 s against 1.6-1.8 s), with the same values.  Its filter is its
     own (float64 keys, or exact ones on small integers) whatever ``precision`` asked."""
     return device.type == "cpu" and deep_applies(task)
 
