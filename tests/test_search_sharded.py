@@ -194,6 +194,36 @@ def test_deep_rankings_from_shard_files_match_the_oracle(tmp_path, distance):
         np.testing.assert_allclose(got.per_query[m][::4], want[m], rtol=1e-12, err_msg=m)
 
 
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+def test_deep_rankings_in_shards_tie_identical_rows_exactly(distance):
+    # multiples of 0.1 on a coarse grid (not integers): most rows have identical copies and
+    # distances tie exactly; read shard by shard beyond a 1 MiB budget, each copy must take
+    # its representative's key at the keys' own (float64) precision, or the copies fall out of
+    # their ties; Euclidean against the brute force, cosine against the local engine
+    from tests import oracle
+
+    rng = np.random.default_rng(0)
+    steps = np.float32([-5, -4, -3, -2, -1, 1, 2, 3, 4, 5])
+    x = (rng.choice(steps, (33_000, 4)) * np.float32(0.1)).astype(np.float32)
+    y = rng.integers(0, 10, 33_000)
+    q, qy = x[:6] + np.float32(0.05), y[:6]
+    kw = dict(metrics=["map"], distance=distance, memory_budget=2**20, progress=False)
+    got = evaluate(q, qy, x, y, shards=2, **kw)
+    _same(evaluate(q, qy, x, y, **kw), got)
+    if distance == "euclidean":
+        _, want = oracle.summary(q, qy, x, y, metrics=["map"])
+        np.testing.assert_allclose(got.per_query["map"], want["map"], rtol=1e-12)
+
+
+def test_zero_rows_under_cosine_are_named_by_their_reference_row(gauss):
+    x, y, _ = gauss
+    x = x.copy()
+    x[[20_000, 20_001, 30_000]] = 0
+    for kw in (dict(metrics=["map"]), dict(metrics=["precision_at_1"])):
+        with pytest.raises(InputError, match=r"3 row\(s\) of reference .*first at row 20000"):
+            evaluate(x[:3], y[:3], x, y, shards=2, distance="cosine", **kw)
+
+
 def test_small_reference_is_one_shard(gauss):
     x, y, _ = gauss
     local = evaluate(x[:3000], y[:3000])

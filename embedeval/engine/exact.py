@@ -80,6 +80,7 @@ __all__ = [
     "range_exponent",
     "redo_rows",
     "reference_duplicates",
+    "refuse_zero_rows",
     "representatives",
     "rows_past_threshold",
     "search_block",
@@ -472,13 +473,22 @@ def normalize_rows(x: np.ndarray, name: str) -> np.ndarray:
     """``x`` (float32) with every row scaled to unit L2 norm, as cosine ranks; a zero row is an
     ``InputError`` naming the argument ``name`` and the row."""
     norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(np.float32)
-    if (norms == 0).any():
-        raise InputError(
-            f"distance='cosine' needs non-zero vectors; {int((norms == 0).sum())} row(s) of "
-            f"{name} are all zero (first at row {int(np.flatnonzero(norms == 0)[0])}). Drop "
-            "them or use distance='euclidean'."
-        )
+    refuse_zero_rows(norms, name)
     return np.asarray(x, dtype=np.float32) / norms[:, None]
+
+
+def refuse_zero_rows(norms: np.ndarray, name: str) -> None:
+    """The ``InputError`` of cosine's zero rows (``norms`` of every row of ``name``, zero where
+    a row is), naming how many and the first.
+
+    >>> refuse_zero_rows(np.array([1.0, 2.0]), "reference")  # none: nothing raised
+    """
+    zero = np.flatnonzero(norms == 0)
+    if zero.size:
+        raise InputError(
+            f"distance='cosine' needs non-zero vectors; {zero.size} row(s) of {name} are all "
+            f"zero (first at row {int(zero[0])}). Drop them or use distance='euclidean'."
+        )
 
 
 @dataclass(frozen=True)

@@ -39,18 +39,21 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.decide import FLOAT64_MAX_DIM
+from ..engine.decide import FLOAT64_MAX_DIM, task_norms
 from ..engine.deep import KeyedSearch, deep_applies
 from ..engine.exact import (
     KEY_MAX,
     TILE,
     EnginePlan,
+    PreparedSearch,
     all_valid_codes,
     collect,
     finish_label_cutoff,
     grid_keys,
     label_cutoff,
     on_column_grid,
+    refuse_zero_rows,
+    representatives,
     sample_thresholds,
     sort_block,
 )
@@ -190,6 +193,8 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
             n_threads=options.n_threads,
         )
         return
+    if task.distance == "cosine":  # zero rows named by their reference row, not a shard's
+        refuse_zero_rows(task_norms(task).ref_sq, "reference")
     # small integers (binary codes): exact keys, as the local engine takes them (the rows
     # checked are those multiplied: a list of pieces is read through ``read``)
     task = with_exact_keys(task, None if source is None else _ReadRows(read, n_ref, dim))
@@ -267,13 +272,19 @@ def _sharded_deep_blocks(
     precision = "exact" if task.precision == "exact" else "float64"
     precision = "float32" if dim > FLOAT64_MAX_DIM else precision
     keyed = KeyedSearch(task, plan, precision)
+    # identical rows share their representative's key, prepared at the keys' precision
+    reps = plan.representatives
+    if precision == "float64" and plan.duplicates is not None:
+        reps = representatives(task.reference, plan.duplicates, task.distance, precision)
     supers = _super_blocks(n_query, plan.block_size, 16 * n_ref, options.memory_budget)
     with progress_bar(len(bounds) * len(supers), "shard passes", enabled=options.progress) as bar:
         for q0, q1 in supers:
             keys = np.empty((q1 - q0, n_ref), dtype=np.float32)
             for a, b in bounds:
-                shard = plan.searching(task.query[q0:q1], read(a, b), slice(a, b), precision)
-                _shard_keys(shard.search, keys[:, a:b], plan.block_size, options.n_threads)
+                search = PreparedSearch.build(
+                    task.query[q0:q1], read(a, b), task.distance, plan.reference_sq, precision
+                ).with_duplicates(plan.duplicates, reps, slice(a, b))
+                _shard_keys(search, keys[:, a:b], plan.block_size, options.n_threads)
                 bar.update(1)
             rows_of = functools.partial(_key_rows, keys, q0)
             yield from keyed.blocks(slice(q0, q1), rows_of, options.n_threads)
