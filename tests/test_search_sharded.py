@@ -215,6 +215,30 @@ def test_deep_rankings_in_shards_tie_identical_rows_exactly(distance):
         np.testing.assert_allclose(got.per_query["map"], want["map"], rtol=1e-12)
 
 
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+def test_deep_leave_one_out_in_shards_matches_the_oracle(monkeypatch, distance):
+    # leave-one-out full-depth map and mINP read shard by shard (3 shards of 2,048-row tiles,
+    # forced on a set this small), with groups and identical rows under other labels
+    from tests import oracle
+
+    monkeypatch.setattr(sharded, "on_column_grid", lambda n_ref: True)
+    rng = np.random.default_rng(19)
+    x = rng.standard_normal((5000, 5)).astype(np.float32)
+    x[4000:4400] = x[:400]
+    y = rng.integers(0, 60, 5000)
+    g = rng.integers(0, 25, 5000)
+    kw = dict(metrics=["map", "minp", "precision_at_1"], distance=distance, query_groups=g,
+              progress=False)  # fmt: skip
+    got = evaluate(x, y, shards=3, memory_budget=2**22, **kw)
+    _same(evaluate(x, y, **kw), got)
+    if distance == "euclidean":
+        few = np.r_[0:60, 4000:4060]  # each query's own row is in its group: excluded too
+        _, want = oracle.summary(x[few], y[few], x, y, metrics=["map", "precision_at_1"],
+                                 qg=g[few], rg=g)  # fmt: skip
+        for m in ("map", "precision_at_1"):
+            np.testing.assert_allclose(got.per_query[m][few], want[m], rtol=1e-12, err_msg=m)
+
+
 def test_zero_rows_under_cosine_are_named_by_their_reference_row(gauss):
     x, y, _ = gauss
     x = x.copy()
