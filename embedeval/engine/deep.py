@@ -1034,8 +1034,9 @@ class KeyedSearch:
     the float32 keys of query ``rows`` (a slice, global) against every reference, writable
     (excluded pairs are set to ``+inf`` in place).  ``precision`` says how the keys were
     formed: ``"exact"`` (a float32 product of small integers), ``"float64"`` (rounded once from
-    a float64 product) or ``"float32"``; identical references must share one key (a search
-    with the plan's duplicates, :meth:`~embedeval.engine.exact.EnginePlan.searching`).  The
+    a float64 product) or ``"float32"``; identical references must share their
+    representative's key, prepared at that precision (as
+    :func:`~embedeval.engine.exact.tied_search` prepares it), or the bounds would not hold.  The
     values are the local engine's, every rank being decided in float64."""
 
     def __init__(self, task: RetrievalTask, plan: EnginePlan, precision: str) -> None:
@@ -1080,14 +1081,14 @@ class _DeepSearch:
 
     task: RetrievalTask
     precision: str
-    search: PreparedSearch
+    search: PreparedSearch | None  # None: keys from ``keys_of``
     plan: EnginePlan
     q_sq: np.ndarray
     m_sq: float
     groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None
     buffers: threading.local
     quantise: bool = False
-    #: Whole-row filter keys of query rows (a slice) computed elsewhere (:func:`keyed_search`),
+    #: Whole-row filter keys of query rows (a slice) computed elsewhere (:class:`KeyedSearch`),
     #: instead of by ``search``.
     keys_of: Callable[[slice], np.ndarray] | None = None
 
