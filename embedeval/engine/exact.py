@@ -87,6 +87,7 @@ __all__ = [
     "sort_block",
     "sort_row_runs",
     "sorted_candidates",
+    "tie_representatives",
     "tied_search",
 ]
 
@@ -461,12 +462,19 @@ def tied_search(
     columns: slice | np.ndarray,
 ) -> PreparedSearch:
     """``search`` (of ``precision``) with the identical reference rows of ``plan`` tied, their
-    representatives prepared at the same precision (:meth:`PreparedSearch.with_duplicates`;
-    the plan's own for a float32 product, ``"exact"`` included)."""
-    reps = plan.representatives
-    if precision == "float64" and plan.duplicates is not None:
-        reps = representatives(xb, plan.duplicates, distance, precision)
+    representatives prepared at the same precision (:meth:`PreparedSearch.with_duplicates`,
+    :func:`tie_representatives`)."""
+    reps = tie_representatives(plan, xb, distance, precision)
     return search.with_duplicates(plan.duplicates, reps, columns)
+
+
+def tie_representatives(plan: EnginePlan, xb: Any, distance: str, precision: str) -> Any:
+    """The representatives of ``plan``'s identical reference rows (``xb``: the reference)
+    prepared for a search of ``precision``: the plan's own for a float32 product (``"exact"``
+    included), rebuilt for a float64 one, whose keys they must match to within its bound."""
+    if precision == "float64" and plan.duplicates is not None:
+        return representatives(xb, plan.duplicates, distance, precision)
+    return plan.representatives
 
 
 def normalize_rows(x: np.ndarray, name: str) -> np.ndarray:

@@ -53,9 +53,9 @@ from ..engine.exact import (
     label_cutoff,
     on_column_grid,
     refuse_zero_rows,
-    representatives,
     sample_thresholds,
     sort_block,
+    tie_representatives,
 )
 from ..engine.symmetric import symmetric_view
 from ..engine.task import RetrievalTask, ScoredBlock, engine_plan
@@ -273,9 +273,7 @@ def _sharded_deep_blocks(
     precision = "float32" if dim > FLOAT64_MAX_DIM else precision
     keyed = KeyedSearch(task, plan, precision)
     # identical rows share their representative's key, prepared at the keys' precision
-    reps = plan.representatives
-    if precision == "float64" and plan.duplicates is not None:
-        reps = representatives(task.reference, plan.duplicates, task.distance, precision)
+    reps = tie_representatives(plan, task.reference, task.distance, precision)
     supers = _super_blocks(n_query, plan.block_size, 16 * n_ref, options.memory_budget)
     with progress_bar(len(bounds) * len(supers), "shard passes", enabled=options.progress) as bar:
         for q0, q1 in supers:
