@@ -564,6 +564,11 @@ def test_exact_tie_ranks_with_excluded_documents_match_a_loop(ties):
     assert len(set(asked) & excluded) >= 10
     with pytest.raises(ValueError, match="exact_tie_ranks"):
         scan_ranks(corpus, scan, pairs, score_bounds(corpus, scan, pairs), equal=True)
+    from embedeval.engine.corpus import BeatCounter
+
+    outside = Pairs(np.array([0]), np.array([n_docs + 3]))  # another shard's row
+    with pytest.raises(ValueError, match="pair_keys"):
+        BeatCounter(scan, outside, (np.zeros(1), np.zeros(1)))
 
 
 @pytest.mark.parametrize("ties", ["index", "trec_eval"])
