@@ -413,9 +413,9 @@ def main(argv: list[str] | None = None) -> None:
             qrels_case(torch, device, args, out)
         else:
             one_case(torch, device, case, args, out)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write("\n".join(out) + "\n")
+        if args.out:  # after every case, so a run cut short keeps what it finished
+            with open(args.out, "w") as fh:
+                fh.write("\n".join(out) + "\n")
 
 
 if __name__ == "__main__":
