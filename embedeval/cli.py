@@ -1090,13 +1090,13 @@ def _add_retrieval_conventions(m: Any) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="relevant means grade >= N (trec_eval -l; default: 1)",
+        help="relevant means grade >= N, N >= 1 (trec_eval -l; default: 1)",
     )
     m.add_argument(
         "--gain",
         default="linear",
         choices=("linear", "exponential"),
-        help="nDCG gain: the grade (trec_eval, default) or 2^grade - 1",
+        help="nDCG gain: the grade (trec_eval, default) or 2^grade - 1 (grades up to 1023)",
     )
     m.add_argument(
         "--ignore-identical-ids",

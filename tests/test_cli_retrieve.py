@@ -172,6 +172,8 @@ def test_bad_inputs_one_line_exit_2_nothing_written(files):
     (d / "ghost.txt").write_text("ghost 0 doc1 1\n")
     proc = run(*_args(d)[:-1], d / "ghost.txt", "--run", run_file)
     _one_line_error(proc, "'ghost'", "missing='zero'")
+    proc = run(*_args(d), "--relevance-level", "0", "--run", run_file)
+    _one_line_error(proc, "relevance_level must be at least 1; got 0")
     assert not run_file.exists()
     # an id a TREC run cannot hold: refused before any work or output, naming file and line
     ids = files[4]

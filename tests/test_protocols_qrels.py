@@ -444,6 +444,44 @@ def test_bad_input_is_named():
         ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids, doc_ids=dids, shards=-2)
     with pytest.raises(InputError, match="ties="):
         ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids, doc_ids=dids, ties="random")
+    for level in (0, -1):  # grades <= 0 are never relevant (pytrec_eval refuses these too)
+        with pytest.raises(InputError, match=f"relevance_level must be at least 1; got {level}"):
+            ee.evaluate_qrels(
+                queries, corpus, qrels, query_ids=qids, doc_ids=dids, relevance_level=level
+            )
+    with pytest.raises(InputError, match="gain="):
+        ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids, doc_ids=dids, gain="exp")
+
+
+def test_exponential_gain_takes_grades_up_to_1023_and_names_a_larger_one():
+    corpus = np.float32([[1, 0], [0.9, 0.1], [0.5, 0.5], [0, 1]])
+    ids = ["a", "b", "c", "d"]
+
+    def ndcg(grade_a):
+        return ee.evaluate_qrels(
+            np.float32([[1, 0]]), corpus, {"q": {"a": 1, "b": grade_a}}, query_ids=["q"],
+            doc_ids=ids, metrics=["ndcg"], gain="exponential", progress=False,
+        )  # fmt: skip
+
+    # a (gain 1) at rank 1, b (gain 2**1023 - 1) at rank 2: by hand, in Python floats
+    big = 2.0**1023 - 1
+    assert ndcg(1023)["ndcg"] == pytest.approx((1 + big / np.log2(3)) / (big + 1 / np.log2(3)))
+    with pytest.raises(InputError, match="document 'b' of query 'q' grade 1024"):
+        ndcg(1024)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+def test_a_query_whose_squared_norm_overflows_float32_is_refused_by_its_row(distance):
+    # as a corpus row of that size is; the unjudged first query keeps the numbering the caller's
+    corpus = np.float32([[1, 1], [1, -1], [-1, 1]])
+    queries = np.float32([[1, 0], [0.5, 0.5], [3e19, 1e19]])
+    qrels = {"b": {"x": 1}, "c": {"y": 1}}
+    kw = dict(query_ids=["a", "b", "c"], doc_ids=["x", "y", "z"], distance=distance)
+    with pytest.raises(InputError, match="query row 2 .* overflows float32"):
+        ee.evaluate_qrels(queries, corpus, qrels, **kw)
+    # cosine scales the rows first: the large query's cosines with x, y, z are 0.89, 0.45, -0.45
+    got = ee.evaluate_qrels(queries, corpus, qrels, **{**kw, "distance": "cosine"})
+    np.testing.assert_array_equal(got.per_query["mrr@10"], [np.nan, 1.0, 0.5])
 
 
 def test_int_ids_are_strings_and_result_interfaces():

@@ -107,6 +107,7 @@ __all__ = [
     "pair_keys",
     "prepare_queries",
     "rank_keys",
+    "refuse_overflowing_queries",
     "sample_floor",
     "scan_queries",
     "scan_ranks",
@@ -217,9 +218,20 @@ def prepare_queries(queries: np.ndarray, distance: str) -> tuple[np.ndarray, np.
     norms."""
     q = np.ascontiguousarray(queries, dtype=np.float32)
     if distance == "cosine":
-        q = _normalized(q)
-    norms = np.einsum("ij,ij->i", q, q) if distance == "euclidean" else None
-    return q, norms
+        return _normalized(q), None
+    norms = refuse_overflowing_queries(q, distance)
+    return q, norms if distance == "euclidean" else None
+
+
+def refuse_overflowing_queries(queries: np.ndarray, distance: str) -> np.ndarray:
+    """The float32 squared norms of ``queries`` (float32 rows), as the corpus rows' are checked
+    (:func:`corpus_block`): an ``InputError`` names the first query row whose squared norm
+    overflows float32, whose products with the corpus would overflow too (cosine takes such
+    rows: it scales them first)."""
+    with np.errstate(over="ignore"):
+        norms = np.einsum("ij,ij->i", queries, queries)
+    _check_finite(norms, 0, distance, "query")
+    return norms
 
 
 def _normalized(x: np.ndarray) -> np.ndarray:
@@ -287,9 +299,9 @@ def corpus_block(
     return src, sq
 
 
-def _check_finite(sq: np.ndarray, start: int, distance: str) -> None:
-    """Raise for the first row (numbered from ``start``) whose squared norm ``sq`` is not
-    finite."""
+def _check_finite(sq: np.ndarray, start: int, distance: str, side: str = "corpus") -> None:
+    """Raise for the first row of ``side`` (numbered from ``start``) whose squared norm ``sq``
+    is not finite."""
     if np.isfinite(sq).all():
         return
     row = start + int(np.flatnonzero(~np.isfinite(sq))[0])
@@ -298,7 +310,7 @@ def _check_finite(sq: np.ndarray, start: int, distance: str) -> None:
         "above; distance='cosine' takes them)"
     )  # fmt: skip
     raise InputError(
-        f"corpus row {row} holds NaN or infinite values{why}; remove, repair or rescale it "
+        f"{side} row {row} holds NaN or infinite values{why}; remove, repair or rescale it "
         "(embeddings must be finite; they are ranked as float32, so a float64 value beyond "
         "about 3.4e38 counts as infinite)."
     )

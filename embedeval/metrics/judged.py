@@ -62,8 +62,11 @@ from ..utils.validation import check_choice, check_int, suggest
 
 __all__ = [
     "DEFAULT_IR_METRICS",
+    "GAINS",
+    "MAX_EXPONENTIAL_GRADE",
     "NOT_RANKED",
     "IRMetric",
+    "check_relevance_level",
     "judged_metric_values",
     "parse_ir_metrics",
 ]
@@ -75,6 +78,29 @@ NOT_RANKED: int = int(np.iinfo(np.int64).max)
 DEFAULT_IR_METRICS = ("ndcg@10", "map@100", "mrr@10", "recall@100", "recall@1000", "precision@10")
 
 _NEEDS_K = ("precision", "recall", "hit_rate", "judged")
+
+#: nDCG's gains: the grade (trec_eval's) or ``2**grade - 1``.
+GAINS = ("linear", "exponential")
+#: The largest grade whose exponential gain ``2**grade - 1`` is a finite float64.
+MAX_EXPONENTIAL_GRADE = 1023
+
+
+def check_relevance_level(value: Any) -> int:
+    """``relevance_level`` as an int, at least 1: grades <= 0 are judged non-relevant, so a
+    lower level would make them relevant (pytrec_eval refuses such a level too).
+
+    >>> check_relevance_level(2)
+    2
+    """
+    level = check_int(value, "relevance_level", minimum=None)
+    if level < 1:
+        raise InputError(
+            f"relevance_level must be at least 1; got {level}. A document is relevant when its "
+            "grade is >= relevance_level, and grades <= 0 mean judged non-relevant (as in "
+            "trec_eval; pytrec_eval refuses a level below 1 too)."
+        )
+    return level
+
 
 # Every spelling (lower case) of a metric family: canonical, trec_eval, ranx and ir_measures.
 _ALIASES = {
@@ -398,10 +424,11 @@ def judged_metric_values(
         ``lims[q]:lims[q+1]``, with their 1-based rank (:data:`NOT_RANKED` when not retrieved)
         and their integer grade.  Ranks of one query must be distinct.
     relevance_level
-        Relevant means grade >= ``relevance_level`` (trec_eval ``-l``); not used by nDCG.
+        Relevant means grade >= ``relevance_level`` (trec_eval ``-l``), at least 1; not used
+        by nDCG.
     gain
-        nDCG's gain: ``"linear"`` (the grade, trec_eval's) or ``"exponential"`` (2^grade − 1);
-        grades <= 0 have gain 0 either way.
+        nDCG's gain: ``"linear"`` (the grade, trec_eval's) or ``"exponential"`` (2^grade − 1,
+        grades up to :data:`MAX_EXPONENTIAL_GRADE`); grades <= 0 have gain 0 either way.
 
     Returns
     -------
@@ -419,7 +446,14 @@ def judged_metric_values(
     {'precision@2': [1.0, 0.0], 'hit_rate@1': [1.0, 0.0], 'r_precision': [1.0, 0.0]}
     """
     parsed = parse_ir_metrics(metrics)
-    level = check_int(relevance_level, "relevance_level", minimum=None)
-    gain = check_choice(gain, "gain", ("linear", "exponential"))
+    level = check_relevance_level(relevance_level)
+    gain = check_choice(gain, "gain", GAINS)
     qs = _Queries(*_check_csr(lims, ranks, grades), level)
+    top = int(qs.grade.max(initial=0))
+    if gain == "exponential" and top > MAX_EXPONENTIAL_GRADE:
+        raise InputError(
+            f"gain='exponential' needs grades of at most {MAX_EXPONENTIAL_GRADE} (2**grade - 1 "
+            f"overflows float64 beyond); grades holds {top}. Use gain='linear' or grades on a "
+            "smaller scale."
+        )
     return {m.name: _value(qs, m, gain) for m in parsed}

@@ -29,6 +29,7 @@ from ..engine.corpus import (
     decide_top,
     near_wins,
     numpy_product,
+    refuse_overflowing_queries,
     scan_queries,
     score_bounds,
     tie_keys,
@@ -36,7 +37,15 @@ from ..engine.corpus import (
 from ..engine.corpus_shards import Float32Rows, StackedRows, float32_rows
 from ..evaluation.compare import bootstrap_ci
 from ..evaluation.result import EvaluationResult
-from ..metrics.judged import NOT_RANKED, IRMetric, judged_metric_values, parse_ir_metrics
+from ..metrics.judged import (
+    GAINS,
+    MAX_EXPONENTIAL_GRADE,
+    NOT_RANKED,
+    IRMetric,
+    check_relevance_level,
+    judged_metric_values,
+    parse_ir_metrics,
+)
 from ..search.options import PRECISIONS, TorchOptions
 from ..search.torch_backend import corpus_product
 from ..utils.errors import InputError, InputTypeError
@@ -334,6 +343,18 @@ class _Judgments:
         return np.repeat(np.arange(self.lims.size - 1), np.diff(self.lims))
 
 
+def _check_exponential_grades(qrels: dict[str, dict[str, int]]) -> None:
+    """Refuse a grade whose exponential gain ``2**grade - 1`` overflows float64, naming it."""
+    for qid, docs in qrels.items():
+        for doc, grade in docs.items():
+            if grade > MAX_EXPONENTIAL_GRADE:
+                raise InputError(
+                    f"gain='exponential' needs grades of at most {MAX_EXPONENTIAL_GRADE} "
+                    f"(2**grade - 1 overflows float64 beyond); qrels give document {doc!r} of "
+                    f"query {qid!r} grade {grade}. Use gain='linear' or grades on a smaller scale."
+                )
+
+
 def _judgments(
     qrels: dict[str, dict[str, int]], eval_ids: list[str], doc_index: dict[str, int]
 ) -> _Judgments:
@@ -505,9 +526,10 @@ def evaluate_qrels(
         (``"trec_eval"``: trec_eval and pytrec_eval sort a run this way, so a written run
         reproduces these numbers exactly).
     relevance_level : int
-        Relevant means grade >= this (trec_eval ``-l``); nDCG uses every positive grade.
+        Relevant means grade >= this (trec_eval ``-l``), at least 1 (a grade <= 0 is never
+        relevant); nDCG uses every positive grade.
     gain : {"linear", "exponential"}
-        nDCG gain: the grade (trec_eval) or 2^grade - 1.
+        nDCG gain: the grade (trec_eval) or 2^grade - 1 (grades up to 1023).
     missing : {"error", "zero"}
         A qrels query without an embedding: an error listing them, or a 0 for every metric,
         counted in the mean (trec_eval ``-c``).
@@ -598,12 +620,17 @@ def evaluate_qrels(
     ignore_identical_ids = check_bool(ignore_identical_ids, "ignore_identical_ids")
     _check_distributed(backend, shards, client)
     parsed = parse_ir_metrics(metrics)
-    level = check_int(relevance_level, "relevance_level", minimum=None)
+    level = check_relevance_level(relevance_level)
+    gain = check_choice(gain, "gain", GAINS)
     depth, full = _depth(parsed, run_depth)
     q_all, docs, qids, (dids, doc_index), pieces = _inputs(
         queries, corpus, query_ids, doc_ids, shards
     )
+    if distance != "cosine":  # numbered as the caller's rows, before any work
+        refuse_overflowing_queries(q_all, distance)
     judgments = _qrels(qrels)
+    if gain == "exponential":
+        _check_exponential_grades(judgments)
     absent = _missing(judgments, qids, missing, "queries")
     eval_pos = np.array([i for i, qid in enumerate(qids) if qid in judgments], dtype=np.int64)
     eval_ids = [qids[i] for i in eval_pos.tolist()]
