@@ -520,3 +520,27 @@ def test_groups_are_refused_where_they_cannot_apply():
         ee.neighbors(x, 1, x, query_groups=[0, 1, 2])
     with pytest.raises(InputError, match="query_groups"):
         ee.neighbors(x, 1, query_groups=[0, 1])
+
+
+@pytest.mark.parametrize("backend", [{}, {"backend": "torch", "device": "cpu"}])
+def test_cosine_ranks_rows_of_subnormal_values_exactly(backend):
+    # A row of subnormal float32 values has a norm that float32 holds with few bits; its cosine
+    # keys must still be ordered as the exact cosines (computed here in rational arithmetic).
+    from fractions import Fraction
+
+    if backend:
+        pytest.importorskip("torch")
+    q = np.float32([[-0.22406888, -0.04894053]])
+    x = np.float32([[3.1377875e-41, 6.9266183e-42], [1.3226926, 0.29006439],
+                    [1.5658567, 0.34249085]])  # fmt: skip
+
+    def exact_cos2(a, b):  # sign(s) s^2 / (|a|^2 |b|^2): orders like the cosine
+        s = sum(Fraction(float(u)) * Fraction(float(v)) for u, v in zip(a, b, strict=True))
+        n = sum(Fraction(float(u)) ** 2 for u in a) * sum(Fraction(float(v)) ** 2 for v in b)
+        return (1 if s > 0 else -1) * s * s / n
+
+    want = sorted(range(3), key=lambda j: (-exact_cos2(q[0], x[j]), j))
+    _, idx = ee.neighbors(q, 3, x, distance="cosine", **backend)
+    assert idx[0].tolist() == want
+    _, idx = ee.neighbors(np.vstack([q, x]), 3, None, distance="cosine", **backend)
+    assert idx[0].tolist() == [j + 1 for j in want]

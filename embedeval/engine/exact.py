@@ -62,6 +62,7 @@ __all__ = [
     "DEFAULT_MEMORY_BUDGET",
     "KEY_MAX",
     "TILE",
+    "TINY_NORM",
     "EnginePlan",
     "Exclusions",
     "PreparedSearch",
@@ -477,12 +478,34 @@ def tie_representatives(plan: EnginePlan, xb: Any, distance: str, precision: str
     return plan.representatives
 
 
+#: Rows whose norm is below this (float32's smallest normal number) are scaled by a power of two
+#: before they are normalised (:func:`normalize_rows`).
+TINY_NORM = 2.0**-126
+
+
 def normalize_rows(x: np.ndarray, name: str) -> np.ndarray:
-    """``x`` (float32) with every row scaled to unit L2 norm, as cosine ranks; a zero row is an
-    ``InputError`` naming the argument ``name`` and the row."""
-    norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(np.float32)
+    """``x`` (float32) with every row scaled to unit L2 norm, as cosine ranks: the float64 norm
+    rounded to float32, then a float32 division; a zero row is an ``InputError`` naming the
+    argument ``name`` and the row.
+
+    A row whose norm is below :data:`TINY_NORM` (subnormal values) is first multiplied by a
+    power of two that brings its norm into ``[1, 2)``: exact, and the same direction, whereas
+    its norm rounded to a subnormal float32 would keep too few bits for the error bound of the
+    keys (:func:`embedeval.engine.decide.key_bounds`).
+
+    >>> normalize_rows(np.float32([[3e-41, 4e-41]]), "query").round(6).tolist()
+    [[0.6, 0.8]]
+    """
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
     refuse_zero_rows(norms, name)
-    return np.asarray(x, dtype=np.float32) / norms[:, None]
+    tiny = np.flatnonzero(norms < TINY_NORM)
+    if tiny.size:
+        scale = np.exp2(-np.floor(np.log2(norms[tiny])))
+        x = x.copy()
+        x[tiny] = x[tiny] * scale[:, None]  # in float64, then exact in float32
+        norms[tiny] *= scale
+    return x / norms.astype(np.float32)[:, None]
 
 
 def refuse_zero_rows(norms: np.ndarray, name: str) -> None:

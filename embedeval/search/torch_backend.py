@@ -54,7 +54,7 @@ from ..engine.candidates import Candidates
 from ..engine.corpus import numpy_product
 from ..engine.decide import decide_task_block, first_k, rounding_of, task_norms
 from ..engine.deep import deep_applies, deep_blocks, filter_precision
-from ..engine.exact import DEFAULT_MEMORY_BUDGET
+from ..engine.exact import DEFAULT_MEMORY_BUDGET, TINY_NORM
 from ..engine.integers import exact_in_float32
 from ..engine.threads import one_torch_thread
 from ..engine.torch_decide import decide_on_device
@@ -398,15 +398,23 @@ def _engine_search(
 
 
 def _normalize(torch: Any, x: Any, name: str) -> Any:
-    # Norms in float64 then rounded to float32, as the CPU engine does.
-    norms = torch.sqrt((x.double() * x.double()).sum(dim=1)).float()
+    """Unit rows as the CPU engine forms them (:func:`embedeval.engine.exact.normalize_rows`):
+    norms in float64 rounded to float32, rows of a subnormal norm first scaled by a power of
+    two."""
+    norms = torch.sqrt((x.double() * x.double()).sum(dim=1))
     zero = torch.nonzero(norms == 0).flatten()
     if zero.numel():
         raise InputError(
             f"distance='cosine' needs non-zero vectors; {zero.numel()} row(s) of {name} are all "
             f"zero (first at row {int(zero[0])}). Drop them or use distance='euclidean'."
         )
-    return x / norms[:, None]
+    tiny = torch.nonzero(norms < TINY_NORM).flatten()
+    if tiny.numel():
+        scale = torch.exp2(-torch.floor(torch.log2(norms[tiny])))
+        x = x.clone()
+        x[tiny] = (x[tiny].double() * scale[:, None]).float()
+        norms[tiny] *= scale
+    return x / norms.float()[:, None]
 
 
 def _directions(x: Any) -> Any:
