@@ -342,3 +342,16 @@ def test_binary_codes_positives_and_junk_match_the_oracle(monkeypatch, distance,
         n_threads=1,
     )  # fmt: skip
     assert res.n_ties == other.n_ties
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+def test_a_query_whose_squared_norm_overflows_float32_is_still_ranked(distance):
+    # Query 1 is 1e19 times larger than the references: its float64 squared distances all
+    # round to the same number (ties by index: 0, 1, 2), and its inner products are 4e19,
+    # 2e19 and -2e19 (the same order); its positive, reference 1, ranks second either way.
+    c = np.float32([[1, 1], [1, -1], [-1, 1]])
+    q = np.float32([[0, 1], [3e19, 1e19]])
+    got = ee.evaluate(q, None, c, None, metrics=["map", "mrr"], positives=[[0], [1]],
+                      distance=distance)  # fmt: skip
+    assert got.per_query["map"].tolist() == [1.0, 0.5]
+    assert got.per_query["mrr"].tolist() == [1.0, 0.5]

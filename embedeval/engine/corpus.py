@@ -218,20 +218,19 @@ def prepare_queries(queries: np.ndarray, distance: str) -> tuple[np.ndarray, np.
     norms."""
     q = np.ascontiguousarray(queries, dtype=np.float32)
     if distance == "cosine":
-        return _normalized(q), None
-    norms = refuse_overflowing_queries(q, distance)
-    return q, norms if distance == "euclidean" else None
+        q = _normalized(q)
+    norms = np.einsum("ij,ij->i", q, q) if distance == "euclidean" else None
+    return q, norms
 
 
-def refuse_overflowing_queries(queries: np.ndarray, distance: str) -> np.ndarray:
-    """The float32 squared norms of ``queries`` (float32 rows), as the corpus rows' are checked
-    (:func:`corpus_block`): an ``InputError`` names the first query row whose squared norm
-    overflows float32, whose products with the corpus would overflow too (cosine takes such
-    rows: it scales them first)."""
+def refuse_overflowing_queries(queries: np.ndarray, distance: str) -> None:
+    """Refuse, as corpus rows are (:func:`corpus_block`), the first query row whose squared
+    norm overflows float32 (``InputError`` naming it): its float32 scores would overflow too.
+    Cosine takes such rows (it scales them first)."""
+    q = np.asarray(queries, dtype=np.float32)
     with np.errstate(over="ignore"):
-        norms = np.einsum("ij,ij->i", queries, queries)
+        norms = np.einsum("ij,ij->i", q, q)
     _check_finite(norms, 0, distance, "query")
-    return norms
 
 
 def _normalized(x: np.ndarray) -> np.ndarray:
