@@ -1096,7 +1096,7 @@ def _add_retrieval_conventions(m: Any) -> None:
         "--gain",
         default="linear",
         choices=("linear", "exponential"),
-        help="nDCG gain: the grade (trec_eval, default) or 2^grade - 1 (grades up to 1023)",
+        help="nDCG gain: the grade (trec_eval, default) or 2^grade - 1 (grades up to 959)",
     )
     m.add_argument(
         "--ignore-identical-ids",

@@ -286,6 +286,8 @@ def test_ndcg_ragged_ideal_and_exponential_gain_by_hand():
         (1 / math.log2(3)) / 1.0,
     ]
     np.testing.assert_allclose(rk.ndcg(y, s, k=2, gain="exponential", ideal=ideal), exp)
+    with pytest.raises(ee.InputError, match="y_true holds 960"):  # sums of 2**960 - 1 overflow
+        rk.ndcg([[960, 1]], [[0.9, 0.1]], gain="exponential")
     # hit rate, recall@k by hand
     assert rk.hit_rate_at_k([0, 0, 1], [3, 2, 1], k=2) == 0.0
     assert rk.recall_at_k([1, 0, 1], [3, 2, 1], k=2) == 0.5

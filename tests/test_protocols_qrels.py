@@ -453,35 +453,51 @@ def test_bad_input_is_named():
         ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids, doc_ids=dids, gain="exp")
 
 
-def test_exponential_gain_takes_grades_up_to_1023_and_names_a_larger_one():
+def test_exponential_gain_takes_grades_up_to_959_and_names_a_larger_one():
     corpus = np.float32([[1, 0], [0.9, 0.1], [0.5, 0.5], [0, 1]])
     ids = ["a", "b", "c", "d"]
 
-    def ndcg(grade_a):
+    def ndcg(grade_b, grade_c=1):
         return ee.evaluate_qrels(
-            np.float32([[1, 0]]), corpus, {"q": {"a": 1, "b": grade_a}}, query_ids=["q"],
-            doc_ids=ids, metrics=["ndcg"], gain="exponential", progress=False,
+            np.float32([[1, 0]]), corpus, {"q": {"a": 1, "b": grade_b, "c": grade_c}},
+            query_ids=["q"], doc_ids=ids, metrics=["ndcg"], gain="exponential", progress=False,
         )  # fmt: skip
 
-    # a (gain 1) at rank 1, b (gain 2**1023 - 1) at rank 2: by hand, in Python floats
-    big = 2.0**1023 - 1
-    assert ndcg(1023)["ndcg"] == pytest.approx((1 + big / np.log2(3)) / (big + 1 / np.log2(3)))
-    with pytest.raises(InputError, match="document 'b' of query 'q' grade 1024"):
-        ndcg(1024)
+    # a (gain 1) at rank 1, b (gain 2**959 - 1) at rank 2, c (gain 1) at rank 3: by hand
+    big = 2.0**959 - 1
+    dcg = 1 + big / np.log2(3) + 1 / np.log2(4)
+    assert ndcg(959)["ndcg"] == pytest.approx(dcg / (big + 1 / np.log2(3) + 1 / np.log2(4)))
+    # three gains of 2**959 - 1 sum to a finite DCG
+    dcg = 1 + big / np.log2(3) + big / np.log2(4)
+    assert ndcg(959, 959)["ndcg"] == pytest.approx(dcg / (big + big / np.log2(3) + 1 / 2))
+    with pytest.raises(InputError, match="document 'b' of query 'q' grade 960"):
+        ndcg(960)
 
 
-@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
-def test_a_query_whose_squared_norm_overflows_float32_is_refused_by_its_row(distance):
+def test_a_euclidean_query_whose_squared_norm_overflows_float32_is_refused_by_its_row():
     # as a corpus row of that size is; the unjudged first query keeps the numbering the caller's
     corpus = np.float32([[1, 1], [1, -1], [-1, 1]])
     queries = np.float32([[1, 0], [0.5, 0.5], [3e19, 1e19]])
     qrels = {"b": {"x": 1}, "c": {"y": 1}}
-    kw = dict(query_ids=["a", "b", "c"], doc_ids=["x", "y", "z"], distance=distance)
+    kw = dict(query_ids=["a", "b", "c"], doc_ids=["x", "y", "z"], progress=False)
     with pytest.raises(InputError, match="query row 2 .* overflows float32"):
-        ee.evaluate_qrels(queries, corpus, qrels, **kw)
-    # cosine scales the rows first: the large query's cosines with x, y, z are 0.89, 0.45, -0.45
-    got = ee.evaluate_qrels(queries, corpus, qrels, **{**kw, "distance": "cosine"})
-    np.testing.assert_array_equal(got.per_query["mrr@10"], [np.nan, 1.0, 0.5])
+        ee.evaluate_qrels(queries, corpus, qrels, distance="euclidean", **kw)
+    # by hand: b is nearest x (0.5 against 2.5 and 2.5); c's inner products are 4e19, 2e19 and
+    # -2e19; c's cosines 0.89, 0.45, -0.45: y second either way
+    for distance in ("inner_product", "cosine"):
+        got = ee.evaluate_qrels(queries, corpus, qrels, distance=distance, **kw)
+        np.testing.assert_array_equal(got.per_query["mrr@10"], [np.nan, 1.0, 0.5])
+    # a query that is not evaluated is not refused
+    got = ee.evaluate_qrels(queries, corpus, {"b": {"x": 1}}, distance="euclidean", **kw)
+    np.testing.assert_array_equal(got.per_query["mrr@10"], [np.nan, 1.0, np.nan])
+    # nor is data far from the origin: the distances are measured from the corpus's centre
+    # (column 0 holds one value, so column 1 decides: 0.01, 3.61 and 0.16)
+    far = np.float32([[2e19, 1], [2e19, -1], [2e19, 0.5]])
+    got = ee.evaluate_qrels(
+        np.float32([[2e19, 0.9]]), far, {"q": {"z": 1}}, query_ids=["q"], doc_ids=["x", "y", "z"],
+        distance="euclidean", progress=False,
+    )  # fmt: skip
+    assert got.per_query["mrr@10"].tolist() == [0.5]
 
 
 def test_int_ids_are_strings_and_result_interfaces():

@@ -37,6 +37,7 @@ CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (none is visible to torch)")
 TORCH_BACKEND = importlib.import_module("embedeval.search.torch_backend")
 LOCAL_DEEP = tb._local_deep
+PREPARE = tb._prepare
 
 
 @pytest.fixture(autouse=True)
@@ -807,3 +808,62 @@ def test_auto_filters_with_bf16_on_the_cpu_only_for_shallow_one_sided_searches()
     got = ev(z, y[:300], metrics=["precision_at_1"], backend="torch", device="cpu")
     assert got.settings["torch"]["engine"] == "local symmetric"
     assert got.settings["torch"]["precision"] == "float32"
+
+
+def test_cosine_rows_of_subnormal_values_in_the_torch_pipeline(monkeypatch):
+    # The pipeline a GPU runs, with float32 products on its own normalised rows: a row of
+    # subnormal values whose float32 norm would keep too few bits.  Exact cosines with q = (1, 0)
+    # (by hand): row 1 at 0.569 beats row 0 at 20 / sqrt(1241) = 0.5677.
+    monkeypatch.setattr(
+        tb, "_prepare", lambda t, task, dev, engine, p="float32": PREPARE(t, task, dev, None, p)
+    )
+    t = np.float32(2.0**-149)
+    rng = np.random.default_rng(0)
+    fill = np.c_[rng.uniform(-1, 0.3, 3000), rng.uniform(0.5, 1, 3000)]
+    x = np.vstack([[[20 * t, 29 * t], [0.569, np.sqrt(1 - 0.569**2)]], fill]).astype(np.float32)
+    _, idx = ee.neighbors(np.float32([[1, 0]]), 1, x, distance="cosine", backend="torch",
+                          device="cpu", precision="float32")  # fmt: skip
+    assert idx[0].tolist() == [1]
+
+
+class _OnDevice:
+    """A CPU tensor that reports a CUDA device (for :func:`tb._low_keys`'s choice of path)."""
+
+    device = dataclasses.make_dataclass("D", [("type", str)])("cuda")
+
+    def __init__(self, t):
+        self.t = t
+
+    def __neg__(self):
+        return _OnDevice(-self.t)
+
+    @property
+    def T(self):
+        return _OnDevice(self.t.T)
+
+
+@pytest.mark.parametrize("error", [TypeError("unexpected keyword 'out_dtype'"), "oom"])
+def test_bf16_keys_fall_back_to_four_passes_only_where_out_dtype_is_missing(monkeypatch, error):
+    monkeypatch.setattr(tb, "_NO_OUT_DTYPE", set())
+    if error == "oom":
+        error = torch.cuda.OutOfMemoryError("CUDA out of memory")
+    tried = []
+
+    def mm(a, b, out_dtype=None):
+        if out_dtype is not None:
+            tried.append(1)
+            raise error
+        return torch.mm(a.t, b.t)
+
+    fake = dataclasses.make_dataclass("T", ["mm", "float32"])(mm, torch.float32)
+    q, r = torch.randn(3, 4).bfloat16(), torch.randn(5, 4).bfloat16()
+    if isinstance(error, torch.cuda.OutOfMemoryError):  # the device's own error: raised
+        with pytest.raises(torch.cuda.OutOfMemoryError):
+            tb._low_keys(fake, _OnDevice(q), _OnDevice(r), None)
+        assert tb._NO_OUT_DTYPE == set()
+        return
+    for _ in range(2):  # tried once, then the four passes straight away
+        keys = tb._low_keys(fake, _OnDevice(q), _OnDevice(r), None)
+        # the four passes by hand: the bfloat16 product, negated
+        np.testing.assert_array_equal(keys.numpy(), -torch.mm(q, r.T).float().numpy())
+    assert tried == [1] and tb._NO_OUT_DTYPE == {"mm"}

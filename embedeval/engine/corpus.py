@@ -107,7 +107,6 @@ __all__ = [
     "pair_keys",
     "prepare_queries",
     "rank_keys",
-    "refuse_overflowing_queries",
     "sample_floor",
     "scan_queries",
     "scan_ranks",
@@ -223,16 +222,6 @@ def prepare_queries(queries: np.ndarray, distance: str) -> tuple[np.ndarray, np.
     return q, norms
 
 
-def refuse_overflowing_queries(queries: np.ndarray, distance: str) -> None:
-    """Refuse, as corpus rows are (:func:`corpus_block`), the first query row whose squared
-    norm overflows float32 (``InputError`` naming it): its float32 scores would overflow too.
-    Cosine takes such rows (it scales them first)."""
-    q = np.asarray(queries, dtype=np.float32)
-    with np.errstate(over="ignore"):
-        norms = np.einsum("ij,ij->i", q, q)
-    _check_finite(norms, 0, distance, "query")
-
-
 def _normalized(x: np.ndarray) -> np.ndarray:
     """Unit rows in float32 (``x / ||x||``; a zero row stays zero), each element the float64
     quotient rounded once (:func:`unit_rows`)."""
@@ -298,9 +287,9 @@ def corpus_block(
     return src, sq
 
 
-def _check_finite(sq: np.ndarray, start: int, distance: str, side: str = "corpus") -> None:
-    """Raise for the first row of ``side`` (numbered from ``start``) whose squared norm ``sq``
-    is not finite."""
+def _check_finite(sq: np.ndarray, start: int, distance: str) -> None:
+    """Raise for the first row (numbered from ``start``) whose squared norm ``sq`` is not
+    finite."""
     if np.isfinite(sq).all():
         return
     row = start + int(np.flatnonzero(~np.isfinite(sq))[0])
@@ -309,7 +298,7 @@ def _check_finite(sq: np.ndarray, start: int, distance: str, side: str = "corpus
         "above; distance='cosine' takes them)"
     )  # fmt: skip
     raise InputError(
-        f"{side} row {row} holds NaN or infinite values{why}; remove, repair or rescale it "
+        f"corpus row {row} holds NaN or infinite values{why}; remove, repair or rescale it "
         "(embeddings must be finite; they are ranked as float32, so a float64 value beyond "
         "about 3.4e38 counts as infinite)."
     )

@@ -499,13 +499,13 @@ def normalize_rows(x: np.ndarray, name: str) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
     refuse_zero_rows(norms, name)
+    out = x / norms.astype(np.float32)[:, None]
     tiny = np.flatnonzero(norms < TINY_NORM)
-    if tiny.size:
-        scale = np.exp2(-np.floor(np.log2(norms[tiny])))
-        x = x.copy()
-        x[tiny] = x[tiny] * scale[:, None]  # in float64, then exact in float32
-        norms[tiny] *= scale
-    return x / norms.astype(np.float32)[:, None]
+    if tiny.size:  # those rows again, scaled: exact, as each value times 2**k fits float32
+        scale = np.ldexp(1.0, 1 - np.frexp(norms[tiny])[1])  # norm * scale in [1, 2)
+        rows = (x[tiny] * scale[:, None]).astype(np.float32)
+        out[tiny] = rows / (norms[tiny] * scale).astype(np.float32)[:, None]
+    return out
 
 
 def refuse_zero_rows(norms: np.ndarray, name: str) -> None:

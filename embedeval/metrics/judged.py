@@ -81,13 +81,14 @@ _NEEDS_K = ("precision", "recall", "hit_rate", "judged")
 
 #: nDCG's gains: the grade (trec_eval's) or ``2**grade - 1``.
 GAINS = ("linear", "exponential")
-#: The largest grade whose exponential gain ``2**grade - 1`` is a finite float64.
-MAX_EXPONENTIAL_GRADE = 1023
+#: The largest grade ``gain="exponential"`` takes: gains ``2**grade - 1`` below ``2**959``
+#: keep every DCG, a sum of at most ``2**63`` of them, a finite float64 (below ``2**1023``).
+MAX_EXPONENTIAL_GRADE = 959
 
 
 def check_relevance_level(value: Any) -> int:
     """``relevance_level`` as an int, at least 1: grades <= 0 are judged non-relevant, so a
-    lower level would make them relevant (pytrec_eval refuses such a level too).
+    lower level would make them relevant (pytrec_eval refuses a level of 0 too).
 
     >>> check_relevance_level(2)
     2
@@ -97,7 +98,7 @@ def check_relevance_level(value: Any) -> int:
         raise InputError(
             f"relevance_level must be at least 1; got {level}. A document is relevant when its "
             "grade is >= relevance_level, and grades <= 0 mean judged non-relevant (as in "
-            "trec_eval; pytrec_eval refuses a level below 1 too)."
+            "trec_eval; pytrec_eval refuses a level of 0 too)."
         )
     return level
 
@@ -452,8 +453,9 @@ def judged_metric_values(
     top = int(qs.grade.max(initial=0))
     if gain == "exponential" and top > MAX_EXPONENTIAL_GRADE:
         raise InputError(
-            f"gain='exponential' needs grades of at most {MAX_EXPONENTIAL_GRADE} (2**grade - 1 "
-            f"overflows float64 beyond); grades holds {top}. Use gain='linear' or grades on a "
-            "smaller scale."
+            f"gain='exponential' needs grades of at most {MAX_EXPONENTIAL_GRADE} (beyond, sums of "
+            f"2**grade - 1 overflow float64); grades holds {top} (at position "
+            f"{int(np.flatnonzero(np.asarray(grades) == top)[0])}). Use gain='linear' or grades "
+            "on a smaller scale."
         )
     return {m.name: _value(qs, m, gain) for m in parsed}

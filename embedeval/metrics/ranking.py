@@ -33,6 +33,7 @@ import numpy as np
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.validation import check_choice, check_int, divide
 from .curves import threshold_counts
+from .judged import GAINS, MAX_EXPONENTIAL_GRADE
 
 __all__ = [
     "AlignedRuns",
@@ -743,8 +744,16 @@ def mean_reciprocal_rank(y_true: Any, y_score: Any, **kwargs: Any) -> float:
 
 
 def _gain(rel: np.ndarray, gain: str) -> np.ndarray:
-    gain = check_choice(gain, "gain", ("linear", "exponential"))
-    return rel if gain == "linear" else np.power(2.0, rel) - 1.0
+    gain = check_choice(gain, "gain", GAINS)
+    if gain == "linear":
+        return rel
+    if rel.size and float(rel.max()) > MAX_EXPONENTIAL_GRADE:
+        raise InputError(
+            f"gain='exponential' needs grades of at most {MAX_EXPONENTIAL_GRADE} (beyond, sums "
+            f"of 2**grade - 1 overflow float64); y_true holds {float(rel.max()):g}. Use "
+            "gain='linear' or grades on a smaller scale."
+        )
+    return np.power(2.0, rel) - 1.0
 
 
 def cumulative_gain(

@@ -29,7 +29,6 @@ from ..engine.corpus import (
     decide_top,
     near_wins,
     numpy_product,
-    refuse_overflowing_queries,
     scan_queries,
     score_bounds,
     tie_keys,
@@ -343,16 +342,33 @@ class _Judgments:
         return np.repeat(np.arange(self.lims.size - 1), np.diff(self.lims))
 
 
-def _check_exponential_grades(qrels: dict[str, dict[str, int]]) -> None:
-    """Refuse a grade whose exponential gain ``2**grade - 1`` overflows float64, naming it."""
-    for qid, docs in qrels.items():
+def _refuse_overflowing_queries(scan: CorpusScan, rows: np.ndarray) -> None:
+    """Refuse, as corpus rows are, a Euclidean query whose squared norm (after the exact
+    centring) overflows float32, named by its row in the caller's queries (``rows``: the scanned
+    queries' rows): its scores would not be finite.  Inner products and cosines take such rows."""
+    norms = scan.query_norms
+    if norms is None or np.isfinite(norms).all():
+        return
+    row = int(rows[np.flatnonzero(~np.isfinite(norms))[0]])
+    raise InputError(
+        f"query row {row} holds values so large that its squared norm overflows float32 (about "
+        "1e19 and above, measured from the centre of the corpus); rescale the queries and the "
+        "corpus by the same power of two, or use distance='cosine'."
+    )
+
+
+def _check_grades(qrels: dict[str, dict[str, int]], gain: str) -> dict[str, dict[str, int]]:
+    """``qrels``, after refusing, for ``gain="exponential"``, a grade whose gains ``2**grade -
+    1`` could sum past float64's range (:data:`MAX_EXPONENTIAL_GRADE`), naming it."""
+    for qid, docs in qrels.items() if gain == "exponential" else ():
         for doc, grade in docs.items():
             if grade > MAX_EXPONENTIAL_GRADE:
                 raise InputError(
-                    f"gain='exponential' needs grades of at most {MAX_EXPONENTIAL_GRADE} "
-                    f"(2**grade - 1 overflows float64 beyond); qrels give document {doc!r} of "
+                    f"gain='exponential' needs grades of at most {MAX_EXPONENTIAL_GRADE} (beyond, "
+                    f"sums of 2**grade - 1 overflow float64); qrels give document {doc!r} of "
                     f"query {qid!r} grade {grade}. Use gain='linear' or grades on a smaller scale."
                 )
+    return qrels
 
 
 def _judgments(
@@ -529,7 +545,7 @@ def evaluate_qrels(
         Relevant means grade >= this (trec_eval ``-l``), at least 1 (a grade <= 0 is never
         relevant); nDCG uses every positive grade.
     gain : {"linear", "exponential"}
-        nDCG gain: the grade (trec_eval) or 2^grade - 1 (grades up to 1023).
+        nDCG gain: the grade (trec_eval) or 2^grade - 1 (grades up to 959).
     missing : {"error", "zero"}
         A qrels query without an embedding: an error listing them, or a 0 for every metric,
         counted in the mean (trec_eval ``-c``).
@@ -620,17 +636,12 @@ def evaluate_qrels(
     ignore_identical_ids = check_bool(ignore_identical_ids, "ignore_identical_ids")
     _check_distributed(backend, shards, client)
     parsed = parse_ir_metrics(metrics)
-    level = check_relevance_level(relevance_level)
-    gain = check_choice(gain, "gain", GAINS)
+    level, gain = check_relevance_level(relevance_level), check_choice(gain, "gain", GAINS)
     depth, full = _depth(parsed, run_depth)
     q_all, docs, qids, (dids, doc_index), pieces = _inputs(
         queries, corpus, query_ids, doc_ids, shards
     )
-    if distance != "cosine":  # numbered as the caller's rows, before any work
-        refuse_overflowing_queries(q_all, distance)
-    judgments = _qrels(qrels)
-    if gain == "exponential":
-        _check_exponential_grades(judgments)
+    judgments = _check_grades(_qrels(qrels), gain)
     absent = _missing(judgments, qids, missing, "queries")
     eval_pos = np.array([i for i, qid in enumerate(qids) if qid in judgments], dtype=np.int64)
     eval_ids = [qids[i] for i in eval_pos.tolist()]
@@ -650,6 +661,7 @@ def evaluate_qrels(
         progress=progress,
         product=(product, chosen),
     )
+    _refuse_overflowing_queries(scan, eval_pos)
     if fallback is not None and _band_too_wide(docs, scan):
         scan = replace(scan, product=fallback[0], precision=fallback[1])
     search = corpus_search(docs, pieces, shards, client, progress)

@@ -303,31 +303,40 @@ class _Search:
         return keys
 
 
-#: Devices whose PyTorch lacks a float32 result for bfloat16 products (``out_dtype``).
+#: The products (``"mm"``, ``"addmm"``) whose float32 result of bfloat16 inputs (``out_dtype``)
+#: this PyTorch refused on a GPU: those take the four passes of :func:`_low_keys` from then on.
 _NO_OUT_DTYPE: set[str] = set()
 
 
-def _low_keys(torch: Any, q: Any, r: Any, sq_ref: Any | None) -> Any:
+def _low_keys(torch: Any, q: Any, r: Any, sq_ref: Any | None, fused: bool | None = None) -> Any:
     """Keys of bfloat16 rows ``q`` against ``r`` (``||r||^2 - 2 q.r`` with ``sq_ref``, else
     ``-q.r``), accumulated in float32.
 
-    On a GPU whose PyTorch has ``out_dtype`` (2.9 on), the product returns float32 with the
-    bias ``||r||^2`` added in its epilogue: one pass over the key block (on an H200, 11.9 ms
-    instead of 18.4 ms for 2,147 x 1,000,000 x 128).  Elsewhere the result is rounded to
-    bfloat16, widened, scaled and biased (four passes).  The bound of
-    :func:`embedeval.engine.decide.key_bounds` with ``input_u = 2**-9`` allows for that
-    rounding to bfloat16; the float32 result skips it, and the rest is the same in both (the
-    factor -2 is exact, the bias one float32 addition), so the bound holds for both."""
-    kind = q.device.type
-    if kind == "cuda" and kind not in _NO_OUT_DTYPE:
+    ``fused`` (default: on a GPU): the product returns float32 (``out_dtype``, PyTorch 2.9 on)
+    with the bias ``||r||^2`` added in its epilogue: one pass over the key block (on an H200,
+    11.9 ms instead of 18.4 ms for 2,147 x 1,000,000 x 128).  Otherwise, or where this PyTorch
+    refuses ``out_dtype``, the result is rounded to bfloat16, widened, scaled and biased (four
+    passes).  The bound of :func:`embedeval.engine.decide.key_bounds` with ``input_u = 2**-9``
+    allows for that rounding to bfloat16; the float32 result skips it, and the rest is the same
+    in both (the factor -2 is exact, the bias one float32 addition), so the bound holds for
+    both.  Running out of device memory is raised, not taken for a missing ``out_dtype``."""
+    fused = q.device.type == "cuda" if fused is None else fused
+    op = "mm" if sq_ref is None else "addmm"
+    if fused and op not in _NO_OUT_DTYPE:
         try:
             if sq_ref is None:
                 return torch.mm(-q, r.T, out_dtype=torch.float32)
             return torch.addmm(sq_ref, q, r.T, beta=1.0, alpha=-2.0, out_dtype=torch.float32)
-        except (TypeError, RuntimeError):  # an older PyTorch: the four passes below
-            _NO_OUT_DTYPE.add(kind)
+        except (TypeError, RuntimeError) as err:  # an older PyTorch: the four passes below
+            if "out of memory" in str(err).lower() or type(err).__name__ in _DEVICE_ERRORS:
+                raise
+            _NO_OUT_DTYPE.add(op)
     keys = torch.mm(q, r.T).float().mul_(-2.0)
     return keys.add_(sq_ref) if sq_ref is not None else keys.mul_(0.5)
+
+
+#: Errors of the device itself, never a sign that ``out_dtype`` is missing.
+_DEVICE_ERRORS = ("OutOfMemoryError", "AcceleratorError")
 
 
 def _prepare(
@@ -408,13 +417,13 @@ def _normalize(torch: Any, x: Any, name: str) -> Any:
             f"distance='cosine' needs non-zero vectors; {zero.numel()} row(s) of {name} are all "
             f"zero (first at row {int(zero[0])}). Drop them or use distance='euclidean'."
         )
+    out = x / norms.float()[:, None]
     tiny = torch.nonzero(norms < TINY_NORM).flatten()
     if tiny.numel():
-        scale = torch.exp2(-torch.floor(torch.log2(norms[tiny])))
-        x = x.clone()
-        x[tiny] = (x[tiny].double() * scale[:, None]).float()
-        norms[tiny] *= scale
-    return x / norms.float()[:, None]
+        scale = torch.ldexp(torch.ones_like(norms[tiny]), 1 - torch.frexp(norms[tiny])[1])
+        rows = (x[tiny].double() * scale[:, None]).float()
+        out[tiny] = rows / (norms[tiny] * scale).float()[:, None]
+    return out
 
 
 def _directions(x: Any) -> Any:
