@@ -1087,7 +1087,7 @@ def _add_retrieval_conventions(m: Any) -> None:
     )
     m.add_argument(
         "--relevance-level",
-        type=int,
+        type=_positive_int,
         default=1,
         metavar="N",
         help="relevant means grade >= N, N >= 1 (trec_eval -l; default: 1)",

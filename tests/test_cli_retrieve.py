@@ -173,7 +173,7 @@ def test_bad_inputs_one_line_exit_2_nothing_written(files):
     proc = run(*_args(d)[:-1], d / "ghost.txt", "--run", run_file)
     _one_line_error(proc, "'ghost'", "missing='zero'")
     proc = run(*_args(d), "--relevance-level", "0", "--run", run_file)
-    _one_line_error(proc, "relevance_level must be at least 1; got 0")
+    _one_line_error(proc, "--relevance-level", "must be a positive integer; got '0'")
     assert not run_file.exists()
     # an id a TREC run cannot hold: refused before any work or output, naming file and line
     ids = files[4]
