@@ -406,7 +406,7 @@ def test_bad_options():
         judged_metric_values(["map"], [0, 1], [1], [1], relevance_level=1.5)
     with pytest.raises(InputError, match="relevance_level must be at least 1; got 0"):
         judged_metric_values(["map"], [0, 1], [1], [0], relevance_level=0)
-    with pytest.raises(InputError, match="grades holds 960 .at position 1"):
+    with pytest.raises(InputError, match="grades holds, at position 1, 960"):
         judged_metric_values(["ndcg"], [0, 2], [1, 2], [1, 960], gain="exponential")
 
 

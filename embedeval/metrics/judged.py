@@ -69,6 +69,7 @@ __all__ = [
     "check_relevance_level",
     "judged_metric_values",
     "parse_ir_metrics",
+    "refuse_large_grade",
 ]
 
 #: The rank of a judged document that is not in the ranking (beyond the depth, or not indexed).
@@ -84,6 +85,20 @@ GAINS = ("linear", "exponential")
 #: The largest grade ``gain="exponential"`` takes: gains ``2**grade - 1`` below ``2**959``
 #: keep every DCG, a sum of at most ``2**63`` of them, a finite float64 (below ``2**1023``).
 MAX_EXPONENTIAL_GRADE = 959
+
+
+def refuse_large_grade(grade: float, where: str) -> None:
+    """The ``InputError`` of ``gain="exponential"`` for a ``grade`` above
+    :data:`MAX_EXPONENTIAL_GRADE` (``where``: what holds it, for the message); nothing else.
+
+    >>> refuse_large_grade(3, "grades")  # within range: nothing raised
+    """
+    if grade > MAX_EXPONENTIAL_GRADE:
+        raise InputError(
+            f"gain='exponential' needs grades of at most {MAX_EXPONENTIAL_GRADE} (beyond, sums of "
+            f"2**grade - 1 overflow float64); {where} {grade:g}. Use gain='linear' or grades on "
+            "a smaller scale."
+        )
 
 
 def check_relevance_level(value: Any) -> int:
@@ -450,12 +465,8 @@ def judged_metric_values(
     level = check_relevance_level(relevance_level)
     gain = check_choice(gain, "gain", GAINS)
     qs = _Queries(*_check_csr(lims, ranks, grades), level)
-    top = int(qs.grade.max(initial=0))
-    if gain == "exponential" and top > MAX_EXPONENTIAL_GRADE:
-        raise InputError(
-            f"gain='exponential' needs grades of at most {MAX_EXPONENTIAL_GRADE} (beyond, sums of "
-            f"2**grade - 1 overflow float64); grades holds {top} (at position "
-            f"{int(np.flatnonzero(np.asarray(grades) == top)[0])}). Use gain='linear' or grades "
-            "on a smaller scale."
-        )
+    if gain == "exponential" and qs.grade.size:
+        top = int(qs.grade.max())
+        at = int(np.flatnonzero(np.asarray(grades) == top)[0])
+        refuse_large_grade(top, f"grades holds, at position {at},")
     return {m.name: _value(qs, m, gain) for m in parsed}

@@ -33,7 +33,7 @@ import numpy as np
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.validation import check_choice, check_int, divide
 from .curves import threshold_counts
-from .judged import GAINS, MAX_EXPONENTIAL_GRADE
+from .judged import GAINS, refuse_large_grade
 
 __all__ = [
     "AlignedRuns",
@@ -747,12 +747,8 @@ def _gain(rel: np.ndarray, gain: str) -> np.ndarray:
     gain = check_choice(gain, "gain", GAINS)
     if gain == "linear":
         return rel
-    if rel.size and float(rel.max()) > MAX_EXPONENTIAL_GRADE:
-        raise InputError(
-            f"gain='exponential' needs grades of at most {MAX_EXPONENTIAL_GRADE} (beyond, sums "
-            f"of 2**grade - 1 overflow float64); y_true holds {float(rel.max()):g}. Use "
-            "gain='linear' or grades on a smaller scale."
-        )
+    if rel.size:
+        refuse_large_grade(float(rel.max()), "y_true holds")
     return np.power(2.0, rel) - 1.0
 
 

@@ -38,12 +38,12 @@ from ..evaluation.compare import bootstrap_ci
 from ..evaluation.result import EvaluationResult
 from ..metrics.judged import (
     GAINS,
-    MAX_EXPONENTIAL_GRADE,
     NOT_RANKED,
     IRMetric,
     check_relevance_level,
     judged_metric_values,
     parse_ir_metrics,
+    refuse_large_grade,
 )
 from ..search.options import PRECISIONS, TorchOptions
 from ..search.torch_backend import corpus_product
@@ -358,16 +358,11 @@ def _refuse_overflowing_queries(scan: CorpusScan, rows: np.ndarray) -> None:
 
 
 def _check_grades(qrels: dict[str, dict[str, int]], gain: str) -> dict[str, dict[str, int]]:
-    """``qrels``, after refusing, for ``gain="exponential"``, a grade whose gains ``2**grade -
-    1`` could sum past float64's range (:data:`MAX_EXPONENTIAL_GRADE`), naming it."""
+    """``qrels``, after refusing, for ``gain="exponential"``, a grade whose gains could sum past
+    float64's range (:func:`embedeval.metrics.judged.refuse_large_grade`), naming it."""
     for qid, docs in qrels.items() if gain == "exponential" else ():
         for doc, grade in docs.items():
-            if grade > MAX_EXPONENTIAL_GRADE:
-                raise InputError(
-                    f"gain='exponential' needs grades of at most {MAX_EXPONENTIAL_GRADE} (beyond, "
-                    f"sums of 2**grade - 1 overflow float64); qrels give document {doc!r} of "
-                    f"query {qid!r} grade {grade}. Use gain='linear' or grades on a smaller scale."
-                )
+            refuse_large_grade(grade, f"qrels give document {doc!r} of query {qid!r} grade")
     return qrels
 
 

@@ -308,11 +308,11 @@ class _Search:
 _NO_OUT_DTYPE: set[str] = set()
 
 
-def _low_keys(torch: Any, q: Any, r: Any, sq_ref: Any | None, fused: bool | None = None) -> Any:
+def _low_keys(torch: Any, q: Any, r: Any, sq_ref: Any | None) -> Any:
     """Keys of bfloat16 rows ``q`` against ``r`` (``||r||^2 - 2 q.r`` with ``sq_ref``, else
     ``-q.r``), accumulated in float32.
 
-    ``fused`` (default: on a GPU): the product returns float32 (``out_dtype``, PyTorch 2.9 on)
+    On a GPU the product returns float32 (``out_dtype``, PyTorch 2.9 on)
     with the bias ``||r||^2`` added in its epilogue: one pass over the key block (on an H200,
     11.9 ms instead of 18.4 ms for 2,147 x 1,000,000 x 128).  Otherwise, or where this PyTorch
     refuses ``out_dtype``, the result is rounded to bfloat16, widened, scaled and biased (four
@@ -320,9 +320,8 @@ def _low_keys(torch: Any, q: Any, r: Any, sq_ref: Any | None, fused: bool | None
     allows for that rounding to bfloat16; the float32 result skips it, and the rest is the same
     in both (the factor -2 is exact, the bias one float32 addition), so the bound holds for
     both.  Running out of device memory is raised, not taken for a missing ``out_dtype``."""
-    fused = q.device.type == "cuda" if fused is None else fused
     op = "mm" if sq_ref is None else "addmm"
-    if fused and op not in _NO_OUT_DTYPE:
+    if q.device.type == "cuda" and op not in _NO_OUT_DTYPE:
         try:
             if sq_ref is None:
                 return torch.mm(-q, r.T, out_dtype=torch.float32)
