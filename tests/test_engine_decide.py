@@ -376,3 +376,96 @@ def test_tf32_bound_covers_chopped_inputs_and_chopping_accumulators(distance):
     terms = np.abs(q.astype(np.float64) * x).sum(axis=1)
     assert (np.abs(dots - exact) / terms).max() > 1.9 * 2.0**-10  # two chops per term
     assert (bound <= 8 * 2.0**-10 * magnitude).all()
+
+
+def _integer_block(seed, n_labels):
+    """A block of every query's first candidates in float32 key order, as the engine hands
+    them over (keys ``||x||^2 - 2 q.x`` from a float32 product, ties by index; some rows empty
+    or cut short), over integer rows whose float64 squared distances are exact, with identical
+    references; and the float64 squared distances of every pair, computed here."""
+    rng = np.random.default_rng(seed)
+    xb = rng.integers(-2000, 2000, (300, 6)).astype(np.float32)
+    xb[rng.integers(0, 300, 40)] = xb[rng.integers(0, 300, 40)]
+    xq = xb[rng.integers(0, 300, 14)] + rng.integers(-2, 3, (14, 6)).astype(np.float32)
+    sq = np.einsum("ij,ij->i", xb, xb, dtype=np.float32)
+    keys = sq[None, :] - np.float32(2) * (xq @ xb.T)
+    counts = rng.integers(0, 301, xq.shape[0])
+    counts[[2, 7]] = 0
+    order = [np.lexsort((np.arange(300), k))[:c] for k, c in zip(keys, counts, strict=True)]
+    index = np.concatenate(order)
+    bits = sortable_bits(np.concatenate([k[o] for k, o in zip(keys, order, strict=True)]))
+    lims = np.append(0, np.cumsum(counts))
+    block = Candidates(np.arange(xq.shape[0]), lims, index, bits)
+    truth = ((xq[:, None, :].astype(np.float64) - xb[None, :, :]) ** 2).sum(axis=2)
+    bounds = key_bounds(
+        np.einsum("ij,ij->i", xq, xq, dtype=np.float64), float(sq.max()), 6, "euclidean"
+    )
+    labels = rng.integers(0, n_labels, 300), rng.integers(0, n_labels, xq.shape[0])
+    return xq, xb, block, truth, bounds, labels
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("n_labels", [2, 40])
+def test_decide_orders_every_relevant_and_other_pair_as_float64_does(seed, n_labels):
+    """Per row, checked pair by pair against float64 distances computed here: the candidates
+    are the same; a relevant and a non-relevant one are in float64 order, and when their
+    distances are equal they lie in one run of equal tie codes; neighbours of different
+    kinds with equal codes have equal distances.  Many relevant candidates (2 labels) and
+    few (40) take different searches."""
+    xq, xb, block, truth, bounds, (yb, yq) = _integer_block(seed, n_labels)
+    relevant = yb[block.index] == np.repeat(yq, block.counts)
+    out, _ = decide(block, xq, xb, "euclidean", bounds, relevant)
+    n_ties = 0
+    for r in range(block.counts.size):
+        a, b = block.lims[r], block.lims[r + 1]
+        idx, codes = out.index[a:b], out.bits[a:b]
+        assert sorted(idx.tolist()) == sorted(block.index[a:b].tolist())
+        d, rel = truth[r, idx], yb[idx] == yq[r]
+        for i in range(idx.size):
+            for j in range(i + 1, idx.size):
+                if rel[i] != rel[j]:
+                    one_run = bool(np.all(codes[i : j + 1] == codes[i]))
+                    assert d[i] < d[j] or (d[i] == d[j] and one_run)
+                    n_ties += int(d[i] == d[j])
+        tied = (codes[1:] == codes[:-1]) & (rel[1:] != rel[:-1])
+        assert np.array_equal(d[1:][tied], d[:-1][tied])
+    assert n_ties > 0  # the data holds exact ties of both kinds
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_decide_without_relevance_sorts_rows_by_float64_then_index(seed):
+    """No relevance flags: each row in the order of float64 distances (computed here), equal
+    ones by reference index, and neighbours' tie codes equal exactly where the distances are."""
+    xq, xb, block, truth, bounds, _ = _integer_block(seed, 2)
+    out, _ = decide(block, xq, xb, "euclidean", bounds)
+    for r in range(block.counts.size):
+        a, b = block.lims[r], block.lims[r + 1]
+        idx, codes = out.index[a:b], out.bits[a:b]
+        want = block.index[a:b][np.lexsort((block.index[a:b], truth[r, block.index[a:b]]))]
+        assert idx.tolist() == want.tolist()
+        d = truth[r, idx]
+        assert np.array_equal(codes[1:] == codes[:-1], d[1:] == d[:-1])
+
+
+def test_band_positions_find_every_key_within_the_width_however_far():
+    """The positions of a row whose float32 key lies within ``width`` of a candidate's key,
+    against a scan of the row written here: rows of long runs of equal keys (bands reaching
+    far beyond the positions searched first) and of distinct ones, empty rows between."""
+    from embedeval.engine.decide import _band_positions
+
+    rng = np.random.default_rng(5)
+    rows = [np.sort(rng.integers(0, 6, c)).astype(np.float32) for c in (70, 0, 40, 3, 0, 90)]
+    rows += [np.sort(rng.standard_normal(120).astype(np.float32))]
+    counts = np.array([r.size for r in rows])
+    lims = np.append(0, np.cumsum(counts))
+    keys = np.concatenate(rows)
+    block = Candidates(np.arange(counts.size), lims, np.arange(keys.size), sortable_bits(keys))
+    at = np.sort(rng.choice(keys.size, 60, replace=False))
+    width = rng.choice([0.0, 0.5, 1.0, 2.5, 0.01], at.size)
+    lo, hi = _band_positions(block, at, width)
+    for i, p in enumerate(at.tolist()):
+        r = int(np.searchsorted(lims, p, side="right")) - 1
+        k = keys[lims[r] : lims[r + 1]].astype(np.float64)
+        centre = float(keys[p])
+        assert lo[i] == lims[r] + int(np.count_nonzero(k < centre - width[i]))
+        assert hi[i] == lims[r] + int(np.count_nonzero(k <= centre + width[i]))

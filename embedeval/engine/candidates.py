@@ -11,7 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Candidates", "from_sortable_bits", "rows_searchsorted", "sortable_bits", "spans"]
+__all__ = [
+    "Candidates",
+    "from_sortable_bits",
+    "rows_searchsorted",
+    "segment_searchsorted",
+    "sortable_bits",
+    "spans",
+]
 
 
 def spans(first: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -69,11 +76,54 @@ def rows_searchsorted(
     return pos
 
 
+def segment_searchsorted(
+    values: np.ndarray,
+    first: np.ndarray,
+    end: np.ndarray,
+    targets: np.ndarray,
+    right: bool = False,
+) -> np.ndarray:
+    """For each ``targets[i]``, the position in ``values[first[i]:end[i]]`` (a segment sorted
+    ascending) where ``np.searchsorted`` would put it, counted from the start of ``values``
+    (``right``: after the entries equal to it): one vectorised binary search over every
+    segment at once, ``log2`` of the longest segment steps of one gather and one comparison.
+
+    >>> v = np.array([1, 3, 3, 5, 2, 4])  # segments [1, 3, 3, 5] and [2, 4]
+    >>> first, end = np.array([0, 4]), np.array([4, 6])
+    >>> segment_searchsorted(v, first, end, np.array([3, 3])).tolist()
+    [1, 5]
+    >>> segment_searchsorted(v, first, end, np.array([3, 9]), right=True).tolist()
+    [3, 6]
+    """
+    lo = np.array(first, dtype=np.int64)
+    hi = np.array(end, dtype=np.int64)
+    last = max(int(values.size) - 1, 0)
+    while True:
+        active = lo < hi
+        if not active.any():
+            return lo
+        mid = (lo + hi) >> 1
+        entry = values[np.minimum(mid, last)]
+        up = (entry <= targets) if right else (entry < targets)
+        up &= active
+        lo = np.where(up, mid + 1, lo)
+        hi = np.where(active & ~up, mid, hi)
+
+
 def from_sortable_bits(bits: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`sortable_bits`."""
-    bits = bits.astype(np.uint32)
-    positive = (bits >> np.uint32(31)).astype(bool)
-    return np.where(positive, bits & np.uint32(0x7FFFFFFF), ~bits).view(np.float32)
+    """Inverse of :func:`sortable_bits` (a new float32 array).
+
+    >>> from_sortable_bits(sortable_bits(np.float32([-2.5, 0.0, 3.0]))).tolist()
+    [-2.5, 0.0, 3.0]
+    """
+    signed = np.asarray(bits, dtype=np.uint32).view(np.int32)
+    # The sign bit set (a value >= 0): clear it; else flip every bit.  The arithmetic shift
+    # of the int32 view gives all ones exactly where it is set.
+    flip = signed >> np.int32(31)
+    np.invert(flip, out=flip)
+    flip |= np.int32(-(2**31))
+    flip ^= signed
+    return flip.view(np.float32)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,13 @@ from typing import Any
 import numpy as np
 
 from ..utils.validation import host_array
-from .candidates import Candidates, from_sortable_bits, sortable_bits, spans
+from .candidates import (
+    Candidates,
+    from_sortable_bits,
+    segment_searchsorted,
+    sortable_bits,
+    spans,
+)
 from .labels import match_pairs
 
 __all__ = [
@@ -298,16 +304,19 @@ def decide(
     of its candidates where any were computed (else ``None``: the block is returned as it is).
 
     ``bounds[i]`` is ``B`` of query ``block.queries[i]`` (:func:`key_bounds`); ``xq`` / ``xb``
-    the float32 rows the keys were formed from.  A candidate starts a new cluster when its key
-    exceeds the previous one by more than ``2 B``; clusters of two or more are re-scored with
-    :func:`exact_keys` and sorted by (float64 key, reference index).  The result's ``bits``
-    are then dense ranks: equal exactly where the float64 keys tie (what the metric kernels
-    read as a tie).  Bounds of zero (exact keys) leave the block as it is.
+    the float32 rows the keys were formed from.  Neighbours of one row whose keys lie within
+    ``2 B`` of each other are *close*; chains of close neighbours (*clusters*) are re-scored
+    with :func:`exact_keys` and sorted by (float64 key, reference index).  The result's
+    ``bits`` are then tie codes: two neighbours of a row have equal codes exactly where their
+    float64 keys tie (what the metric kernels read as a tie; the codes say nothing more, and
+    re-sorted positions take codes no float32 key has, :func:`_recoded`).  Bounds of zero
+    (exact keys) leave the block as it is.
 
     ``relevant`` (one flag per candidate), when given, limits the re-scoring to the candidates
     that have one of the other kind within ``2 B`` (:func:`_decide_mixed_pairs`): metrics read
     only the relevance of each rank, so only the order of a relevant and a non-relevant
-    candidate can change a value.
+    candidate can change a value.  The work grows with the close neighbours found, not with
+    the block, unless most keys are close (:func:`_decide_dense`).
 
     >>> from embedeval.engine.candidates import sortable_bits
     >>> x = np.array([[1, 0], [1, 1], [3, 3], [2, 2]], np.float32)
@@ -321,40 +330,105 @@ def decide(
     n = block.index.size
     if n < 2 or not np.any(bounds):  # exact keys: their order (ties by index) is the ranking
         return block, None
-    counts = block.counts
-    row = np.repeat(np.arange(counts.size), counts)
     if relevant is not None and np.count_nonzero(relevant) * 8 < n:
-        return _decide_mixed_pairs(block, row, xq, xb, distance, bounds, relevant)
-    keys = from_sortable_bits(block.bits)
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    gap = np.subtract(keys[1:], keys[:-1], dtype=np.float64)  # no float64 copy of the keys
-    np.greater(gap, 2.0 * bounds[row[1:]], out=new[1:])
-    if np.count_nonzero(new) * 2 < n:  # keys mostly closer than their bound
-        return _decide_dense(block, row, xq, xb, distance)
+        return _decide_mixed_pairs(block, xq, xb, distance, bounds, relevant)
+    close = _close_pairs(from_sortable_bits(block.bits), block.lims, bounds)
+    if close.size * 2 > n:  # keys mostly closer than their bound
+        return _decide_dense(block, _rows(block), xq, xb, distance)
     if relevant is not None:
-        close = (row[1:] == row[:-1]) & ~new[1:]
-        return _decide_mixed_pairs(block, row, xq, xb, distance, bounds, relevant, close)
-    starts = block.lims[:-1][counts > 0]
-    new[starts] = True
-    if new.all():
+        return _decide_mixed_pairs(block, xq, xb, distance, bounds, relevant, close)
+    if not close.size:
         return block, None
-    cluster = np.cumsum(new) - 1
-    size = np.bincount(cluster)
-    amb = np.flatnonzero(size[cluster] > 1)
-    qi = block.queries[row[amb]]
-    exact = float64_keys(xq, xb, qi, block.index[amb], row[amb], distance, None)
-    order = np.lexsort((block.index[amb], exact, cluster[amb]))
+    amb, cluster = _chains(close)
+    row = _row_of(block.lims, amb)
+    exact = float64_keys(xq, xb, block.queries[row], block.index[amb], row, distance, None)
+    order = np.lexsort((block.index[amb], exact, cluster))
     index = block.index.copy()
     index[amb] = block.index[amb][order]
     exact = exact[order]
-    distinct = new.copy()
-    same = (cluster[amb][1:] == cluster[amb][:-1]) & (exact[1:] != exact[:-1])
-    distinct[amb[1:][same]] = True
-    bits = (np.cumsum(distinct) - 1).astype(np.uint32)
+    bits = _recoded(block.bits, amb, (cluster[1:] != cluster[:-1]) | (exact[1:] != exact[:-1]))
     full = np.full(n, np.nan)
     full[amb] = exact
     return Candidates(block.queries, block.lims, index, bits), full
+
+
+def _rows(block: Candidates) -> np.ndarray:
+    """The block row of every candidate."""
+    return np.repeat(np.arange(block.counts.size), block.counts)
+
+
+def _row_of(lims: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The block row of the candidates at ``positions`` (rows ``lims``, empty ones included)."""
+    return np.searchsorted(lims, positions, side="right") - 1
+
+
+def _dense_ranks(distinct: np.ndarray) -> np.ndarray:
+    """uint32 tie codes: a new code at each ``True`` (the first is 0)."""
+    codes = np.cumsum(distinct, dtype=np.uint32)
+    codes -= np.uint32(1)
+    return codes
+
+
+#: Tie codes of re-sorted positions (:func:`_recoded`): sortable bits of NaN, which no key has.
+_RESORTED = np.uint32(0xFFFFFFF0)
+
+
+def _recoded(bits: np.ndarray, at: np.ndarray, change: np.ndarray) -> np.ndarray:
+    """Tie codes of a block whose positions ``at`` (runs of consecutive positions) were
+    re-sorted: ``bits`` (float32 key bits: equal for float32 ties) elsewhere, and at ``at`` a
+    new code at each run start and wherever ``change[i]`` (between ``at[i]`` and
+    ``at[i + 1]``).  Those codes alternate between two values no float32 key takes, so a code
+    equals its neighbour's exactly where they tie: never across the edge of a run, and at the
+    junction of two adjacent runs the codes alternate too.  The metric kernels read ties only
+    as equal codes of neighbours in a row.
+
+    >>> b = np.uint32([5, 7, 7, 9])
+    >>> [hex(v) for v in _recoded(b, np.array([1, 2]), np.array([False])).tolist()]  # a tie
+    ['0x5', '0xfffffff1', '0xfffffff1', '0x9']
+    >>> [hex(v) for v in _recoded(b, np.array([1, 2]), np.array([True])).tolist()]
+    ['0x5', '0xfffffff1', '0xfffffff0', '0x9']
+    """
+    new = np.empty(at.size, dtype=bool)
+    new[:1] = True
+    new[1:] = change | (at[1:] != at[:-1] + 1)
+    out = bits.copy()
+    out[at] = _RESORTED | (np.cumsum(new) & 1).astype(np.uint32)
+    return out
+
+
+def _close_pairs(keys: np.ndarray, lims: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """The positions ``i`` (ascending) whose candidate and the next, ``i + 1``, lie in one row
+    with float32 keys within ``2 B`` of that row (``bounds``; keys ascending within each row).
+
+    The block's largest band, rounded up to float32, screens the float32 differences (a
+    rounded difference above it is a larger exact one); the few left are rows checked against
+    their own band in float64.  Unordered differences (``inf - inf``) count as close."""
+    t64 = 2.0 * float(np.max(bounds, initial=0.0))
+    t32 = np.float32(t64)
+    if float(t32) < t64:
+        t32 = np.nextafter(t32, np.float32(np.inf))
+    with np.errstate(invalid="ignore", over="ignore"):
+        wide = np.subtract(keys[1:], keys[:-1]) > t32
+    at = np.flatnonzero(~wide)
+    row = _row_of(lims, at)
+    gap = keys[at + 1].astype(np.float64) - keys[at]
+    with np.errstate(invalid="ignore"):
+        keep = (lims[row + 1] > at + 1) & ~(gap > 2.0 * bounds[row])
+    return at[keep]
+
+
+def _chains(close: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions (ascending) linked by ``close`` neighbours (``close``: ascending positions
+    ``i`` whose ``i + 1`` is close) and the chain of each: a run of consecutive close
+    positions and the one after its last.
+
+    >>> [c.tolist() for c in _chains(np.array([2, 3, 7]))]
+    [[2, 3, 4, 7, 8], [0, 0, 0, 1, 1]]
+    """
+    start = np.append(True, np.diff(close) != 1)
+    first = close[start]
+    length = close[np.append(start[1:], True)] + 2 - first
+    return spans(first, length), np.repeat(np.arange(first.size), length)
 
 
 def _decide_dense(
@@ -391,13 +465,11 @@ def _decide_dense(
     distinct = np.empty(n, dtype=bool)
     distinct[0] = True
     distinct[1:] = (row[1:] != row[:-1]) | (g[1:] != g[:-1])
-    bits = (np.cumsum(distinct) - 1).astype(np.uint32)
-    return Candidates(block.queries, block.lims, index, bits), g
+    return Candidates(block.queries, block.lims, index, _dense_ranks(distinct)), g
 
 
 def _decide_mixed_pairs(
     block: Candidates,
-    row: np.ndarray,
     xq: Any,
     xb: Any,
     distance: str,
@@ -405,8 +477,9 @@ def _decide_mixed_pairs(
     relevant: np.ndarray,
     close: np.ndarray | None = None,
 ) -> tuple[Candidates, np.ndarray | None]:
-    """:func:`decide` for a ranking read through relevance only (``close[i]``: candidates
-    ``i`` and ``i + 1`` of one row lie within ``2 B`` of each other, when the caller knows).
+    """:func:`decide` for a ranking read through relevance only (``close``: the positions
+    ``i`` whose candidates ``i`` and ``i + 1`` lie in one row within ``2 B`` of each other,
+    from :func:`_close_pairs`; None: the relevant candidates are few and searched around).
 
     A candidate whose float32 key lies within ``2 B`` of a candidate of the other kind
     (relevant / not) is *ambiguous* and gets a float64 key (:func:`float64_keys`); every other
@@ -419,23 +492,24 @@ def _decide_mixed_pairs(
     relevant / non-relevant pair in its float64 order, ties included, while candidates of one
     kind keep their float32 order among themselves, which no metric reads.
     """
-    n = row.size
+    n = block.index.size
     band = 2.0 * bounds
-    codes = (row.astype(np.uint64) << np.uint64(32)) | block.bits.astype(np.uint64)
-    if np.count_nonzero(relevant) * 8 < n:  # few relevant: search around them only
-        amb = np.flatnonzero(_near_relevant(codes, row, band, relevant))
-    elif close is not None and np.count_nonzero(close) * 8 < n:
-        amb = np.flatnonzero(_mixed_chains(close, relevant))
+    if close is None:  # few relevant: search around them only
+        amb = np.flatnonzero(_near_relevant(block, band, relevant))
+    elif close.size * 8 < n:
+        amb = _mixed_chains(close, relevant)
     else:
+        row = _rows(block)
         keys = from_sortable_bits(block.bits).astype(np.float64)
         amb = np.flatnonzero(_near_other_kind(keys, row, band[row], relevant))
     if not amb.size:
         return block, None
-    part, window, after = _windows(codes, row, amb, band)
+    part, window = _windows(block, amb, band)
     keys = from_sortable_bits(block.bits[part]).astype(np.float64)
-    mixed = _on_exact_scale(keys, row[part], xq, block.queries, distance)
-    qi = block.queries[row[amb]]
-    exact = float64_keys(xq, xb, qi, block.index[amb], row[amb], distance, relevant[amb])
+    mixed = _on_exact_scale(keys, _row_of(block.lims, part), xq, block.queries, distance)
+    row = _row_of(block.lims, amb)
+    qi = block.queries[row]
+    exact = float64_keys(xq, xb, qi, block.index[amb], row, distance, relevant[amb])
     is_exact = np.zeros(part.size, dtype=bool)
     is_exact[np.searchsorted(part, amb)] = True
     mixed[is_exact] = exact
@@ -444,46 +518,51 @@ def _decide_mixed_pairs(
     index[part] = block.index[part][order]
     mixed = mixed[order]
     # Tie codes: float32 ties outside the windows; inside one, a new code at each key change.
-    distinct = np.empty(n, dtype=bool)
-    distinct[0] = True
-    distinct[1:] = (row[1:] != row[:-1]) | (block.bits[1:] != block.bits[:-1])
-    distinct[after[after < n]] = True
-    inside = np.zeros(part.size, dtype=bool)
-    inside[1:] = window[1:] == window[:-1]
-    distinct[part] = ~inside | np.append(True, mixed[1:] != mixed[:-1])
+    bits = _recoded(block.bits, part, (window[1:] != window[:-1]) | (mixed[1:] != mixed[:-1]))
     full = np.full(n, np.nan)
     is_exact = is_exact[order]
     full[part[is_exact]] = mixed[is_exact]
-    bits = (np.cumsum(distinct) - 1).astype(np.uint32)
     return Candidates(block.queries, block.lims, index, bits), full
 
 
 def _band_positions(
-    codes: np.ndarray, rows: np.ndarray, bits: np.ndarray, width: np.ndarray
+    block: Candidates, at: np.ndarray, width: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``[lo, hi)``: the positions of the sorted ``(row, sortable key)`` ``codes`` whose key
-    lies within ``width`` of the float32 key ``bits`` in row ``rows`` (rounded outwards)."""
-    key = from_sortable_bits(bits)
+    """``[lo, hi)``: the positions of the row of each candidate ``at`` whose float32 key lies
+    within ``width`` of the key of ``at`` (rounded outwards): a binary search of the row's
+    sorted key bits, so nothing the size of the block is formed."""
+    key = from_sortable_bits(block.bits[at])
     low64 = key.astype(np.float64) - width
     low = low64.astype(np.float32)
     low = np.where(low > low64, np.nextafter(low, np.float32(-np.inf)), low)
     high = widen(key, width)
-    base = rows.astype(np.uint64) << np.uint64(32)
-    lo = np.searchsorted(codes, base | sortable_bits(low).astype(np.uint64), "left")
-    hi = np.searchsorted(codes, base | sortable_bits(high).astype(np.uint64), "right")
+    row = _row_of(block.lims, at)
+    first, end = block.lims[row], block.lims[row + 1]
+    low_bits, high_bits = sortable_bits(low), sortable_bits(high)
+    # Bands hold a few keys: search the _NEAR positions beside ``at`` first, then the rest of
+    # the row where the band reaches past them.
+    w_lo = np.maximum(first, at - _NEAR)
+    lo = segment_searchsorted(block.bits, w_lo, at + 1, low_bits)
+    far = np.flatnonzero((lo == w_lo) & (w_lo > first))
+    lo[far] = segment_searchsorted(block.bits, first[far], w_lo[far], low_bits[far])
+    w_hi = np.minimum(end, at + _NEAR + 1)
+    hi = segment_searchsorted(block.bits, at, w_hi, high_bits, right=True)
+    far = np.flatnonzero((hi == w_hi) & (w_hi < end))
+    hi[far] = segment_searchsorted(block.bits, w_hi[far], end[far], high_bits[far], right=True)
     return lo, hi
 
 
-def _near_relevant(
-    codes: np.ndarray, row: np.ndarray, band: np.ndarray, relevant: np.ndarray
-) -> np.ndarray:
-    """:func:`_near_other_kind` by kind for sparse ``relevant`` flags: a binary search of each
-    relevant key's band (``band`` per block row) in the block's sorted ``(row, key)`` codes,
-    so the work grows with the relevant candidates, not the block."""
-    n = row.size
+#: Positions on each side of a key that :func:`_band_positions` searches before its row.
+_NEAR = 16
+
+
+def _near_relevant(block: Candidates, band: np.ndarray, relevant: np.ndarray) -> np.ndarray:
+    """Flags of the candidates with a key of the other kind within ``band`` of their row (per
+    block row), for sparse ``relevant`` flags: a binary search of each relevant key's band in
+    its row, so the search grows with the relevant candidates, not the block."""
+    n = block.index.size
     rel = np.flatnonzero(relevant)
-    bits = (codes[rel] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    lo, hi = _band_positions(codes, row[rel], bits, band[row[rel]])
+    lo, hi = _band_positions(block, rel, band[_row_of(block.lims, rel)])
     mixed = (hi - lo) > np.searchsorted(rel, hi) - np.searchsorted(rel, lo)
     cover = np.zeros(n + 1, dtype=np.int64)
     np.add.at(cover, lo[mixed], 1)
@@ -494,35 +573,30 @@ def _near_relevant(
 
 
 def _mixed_chains(close: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    """Flags of the positions in chains of ``close`` neighbours (``close[i]``: positions
-    ``i`` and ``i + 1`` are) that hold both values of ``kind``."""
-    linked = np.zeros(kind.size, dtype=bool)
-    linked[1:] |= close
-    linked[:-1] |= close
-    at = np.flatnonzero(linked)
-    if not at.size:
-        return linked
-    start = np.ones(at.size, dtype=bool)
-    start[1:] = ~close[at[1:] - 1]
-    chain = np.cumsum(start) - 1
+    """The positions (ascending) of the chains of close neighbours (:func:`_chains` of
+    ``close``) that hold both values of ``kind``.
+
+    >>> _mixed_chains(np.array([0, 4, 5]), np.array([1, 0, 0, 0, 1, 1, 1], bool)).tolist()
+    [0, 1]
+    """
+    if not close.size:
+        return close
+    at, chain = _chains(close)
     n_kind = np.bincount(chain, weights=kind[at])
     mixed = (n_kind > 0) & (n_kind < np.bincount(chain))
-    linked[at] = mixed[chain]
-    return linked
+    return at[mixed[chain]]
 
 
-def _windows(
-    codes: np.ndarray, row: np.ndarray, amb: np.ndarray, band: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The positions within ``band`` of the ambiguous positions ``amb`` (sorted), grouped into
-    windows (overlapping spans merged): ``(positions, window of each, end of each window)``."""
-    bits = (codes[amb] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    lo, hi = _band_positions(codes, row[amb], bits, band[row[amb]])
+def _windows(block: Candidates, amb: np.ndarray, band: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions within ``band`` (per block row) of the ambiguous positions ``amb``
+    (sorted), grouped into windows (overlapping spans merged): ``(positions, window of
+    each)``."""
+    lo, hi = _band_positions(block, amb, band[_row_of(block.lims, amb)])
     first = np.flatnonzero(np.append(True, lo[1:] >= np.maximum.accumulate(hi)[:-1]))
     start, end = lo[first], np.maximum.reduceat(hi, first)
     length = end - start
     part = spans(start, length)
-    return part, np.repeat(np.arange(first.size), length), end
+    return part, np.repeat(np.arange(first.size), length)
 
 
 def _near_other_kind(
@@ -546,7 +620,8 @@ def _near_other_kind(
         near[:-1] |= close
         return near
     if np.count_nonzero(close) * 8 < n:
-        return _mixed_chains(close, kind)
+        near[_mixed_chains(np.flatnonzero(close), kind)] = True
+        return near
     pos = np.arange(n)
     first = np.flatnonzero(np.append(True, ~same))
     length = np.diff(np.append(first, n))
@@ -628,10 +703,16 @@ def _product_keys(
     if not dense or cols.size * xb.shape[1] * 8 > 256 << 20:
         for c in range(0, qi.size, _ROWS):
             e = min(c + _ROWS, qi.size)
-            q = np.asarray(host_array(xq[qi[c:e]]), dtype=np.float64)
-            x = np.asarray(host_array(xb[ri[c:e]]), dtype=np.float64)
-            dots = np.einsum("ij,ij->i", q, x)
-            q_sq, x_sq = np.einsum("ij,ij->i", q, q), np.einsum("ij,ij->i", x, x)
+            piece = qi[c:e]
+            first = np.flatnonzero(np.append(True, piece[1:] != piece[:-1]))
+            own = np.repeat(np.arange(first.size), np.diff(np.append(first, piece.size)))
+            # rows as stored, each product formed in float64 (exact) inside the sum: no
+            # float64 copy of the gathered rows, and one read of each query
+            q = np.asarray(host_array(xq[piece[first]]))
+            x = np.asarray(host_array(xb[ri[c:e]]))
+            dots = np.einsum("ij,ij->i", q[own], x, dtype=np.float64)
+            q_sq = np.einsum("ij,ij->i", q, q, dtype=np.float64)[own]
+            x_sq = np.einsum("ij,ij->i", x, x, dtype=np.float64)
             keys[c:e], mag[c:e] = _keys_from_products(dots, q_sq, x_sq, distance)
         return keys, mag
     x = np.asarray(host_array(xb[cols]), dtype=np.float64)

@@ -121,7 +121,7 @@ class RetrievalTask:
         return self.score_decided(self.decided(block, rounding))
 
     def score_decided(self, block: Candidates) -> tuple[Columns, Columns]:
-        """:meth:`score_block` of a block already in float64 order (dense tie codes)."""
+        """:meth:`score_block` of a block already in float64 order (its tie codes)."""
         rows = block.queries
         return chunk_metrics(
             block,
