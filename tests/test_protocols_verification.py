@@ -570,3 +570,26 @@ def test_open_set_identification_refuses_a_gallery_of_another_dimension():
     q, g = np.ones((3, 4), dtype=np.float32), np.ones((5, 6), dtype=np.float32)
     with pytest.raises(ee.InputError, match="query has dimension 4 but gallery has 6"):
         ver.open_set_identification(q, [0, 1, 2], g, [0, 1, 2, 3, 4])
+
+
+def test_all_pairs_cosine_of_subnormal_rows_is_the_cosine_of_their_values():
+    """Rows of subnormal float32 values (integer multiples of 2**-149, so their float64
+    cosines, computed here, are those of the stored values): the thresholds are those
+    cosines to float32 rounding, not a few percent off as with a subnormal norm."""
+    from embedeval.protocols.verification import tar_at_far_all_pairs
+
+    units = np.array([[3, 5], [5, 2], [1, 6], [6, 1], [2, 7], [7, 3]], dtype=np.float64)
+    x = (units * 2.0**-149).astype(np.float32)
+    assert np.array_equal(x.astype(np.float64) / 2.0**-149, units)  # stored exactly
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    unit = units / np.linalg.norm(units, axis=1, keepdims=True)
+    impostor = sorted(
+        (float(unit[i] @ unit[j]) for i in range(6) for j in range(i + 1, 6)
+         if labels[i] != labels[j]),
+        reverse=True,
+    )  # fmt: skip
+    # accepted at score >= threshold: at most m impostors pass at the m-th largest score
+    fars = [1.5 / len(impostor), 5.5 / len(impostor)]
+    got = tar_at_far_all_pairs(x, labels, far=fars).threshold
+    want = [impostor[0], impostor[4]]
+    np.testing.assert_allclose(got, want, rtol=4 * 2.0**-24, atol=0)

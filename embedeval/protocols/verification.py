@@ -466,16 +466,26 @@ def _search_distance(distance: Any) -> str:
 
 
 def _prepare(x: np.ndarray, distance: str, name: str) -> np.ndarray:
-    if distance == "cosine":
-        # Norms in the rows' own precision: float32 for the products, float64 for pair_scores.
-        norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(x.dtype)
-        if (norms == 0).any():
-            raise InputError(
-                f"distance='cosine' needs non-zero vectors; {int((norms == 0).sum())} row(s) of "
-                f"{name} are all zero. Drop them or use distance='euclidean'."
-            )
-        return x / norms[:, None]
-    return x
+    """Cosine: the rows at unit norm, in their own precision (float32 for the products, float64
+    for :func:`pair_scores`); other distances: the rows as given."""
+    if distance != "cosine":
+        return x
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
+    if (norms == 0).any():
+        raise InputError(
+            f"distance='cosine' needs non-zero vectors; {int((norms == 0).sum())} row(s) of "
+            f"{name} are all zero. Drop them or use distance='euclidean'."
+        )
+    out = x / norms.astype(x.dtype)[:, None]
+    # A row of subnormal values: its norm, rounded to a subnormal, keeps too few bits (a
+    # cosine of such rows was a few percent off).  Multiplied by a power of two that brings
+    # the norm into [1, 2) first: exact, the same direction.
+    tiny = np.flatnonzero(norms < np.finfo(x.dtype).tiny)
+    if tiny.size:
+        scale = np.ldexp(1.0, 1 - np.frexp(norms[tiny])[1])
+        rows = (x[tiny] * scale[:, None]).astype(x.dtype)
+        out[tiny] = rows / (norms[tiny] * scale).astype(x.dtype)[:, None]
+    return out
 
 
 def _block_scores(a: np.ndarray, b: np.ndarray, distance: str, b_sq: np.ndarray | None):
