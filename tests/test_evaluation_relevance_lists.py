@@ -355,3 +355,81 @@ def test_a_query_whose_squared_norm_overflows_float32_is_still_ranked(distance):
                       distance=distance)  # fmt: skip
     assert got.per_query["map"].tolist() == [1.0, 0.5]
     assert got.per_query["mrr"].tolist() == [1.0, 0.5]
+
+
+SHALLOW = ["precision_at_1", "precision_at_5", "recall_at_5", "map_at_5", "r_precision",
+           "map_at_r"]  # fmt: skip
+
+
+def oracle_shallow(ranks, n_valid):
+    """The shallow metrics of :data:`SHALLOW` from 0-based ranks (R = len; recall_at_k is
+    the hit rate; map_at_k divides by the relevant items found in the first min(k, n_valid))."""
+    out = {n: [] for n in SHALLOW}
+    for r, n in zip(ranks, n_valid, strict=True):
+        big_r = len(r)
+        if not big_r:
+            for v in out.values():
+                v.append(np.nan)
+            continue
+        out["precision_at_1"].append(float(r[0] == 0))
+        out["precision_at_5"].append(sum(p < 5 for p in r) / 5)
+        out["recall_at_5"].append(float(r[0] < 5))
+        top = [p for p in r if p < min(5, n)]
+        out["map_at_5"].append(sum((j + 1) / (p + 1) for j, p in enumerate(top)) / len(top)
+                               if top else 0.0)  # fmt: skip
+        out["r_precision"].append(sum(p < big_r for p in r) / big_r)
+        at_r = sum((j + 1) / (p + 1) for j, p in enumerate(r) if p < big_r)
+        out["map_at_r"].append(at_r / big_r)
+    return {n: np.array(v) for n, v in out.items()}
+
+
+def tied_case(scale):
+    """Small integers times ``scale`` (not exact float32 scores: below float32's normal range,
+    or not dyadic), many rows duplicated, each query's positives among them: exact ties
+    between positives and other references in and past the first places."""
+    rng = np.random.default_rng(9)
+    xb = (rng.integers(-3, 4, (150, 6)) * scale).astype(np.float32)
+    xb[100:130] = xb[:30]
+    xq = (rng.integers(-3, 4, (12, 6)) * scale).astype(np.float32)
+    pos = [sorted(rng.choice(130, 6, replace=False).tolist()) for _ in range(12)]
+    junk = [sorted(rng.choice(np.arange(130, 150), 2, replace=False).tolist()) for _ in range(12)]
+    return xq, xb, pos, junk
+
+
+@pytest.mark.parametrize("case", ["near", "offset", "tied", "underflow"])
+def test_shallow_metrics_read_only_the_first_places_and_match_the_oracle(case):
+    """Metrics that read a query's first k or R_q places only: positives certainly past them
+    are not ranked exactly (no float64 decision for them), and the values still match the
+    float64 oracle; the tie flags are those of the full ranking (computed alongside ``map``,
+    which ranks every positive)."""
+    if case in ("tied", "underflow"):
+        xq, xb, pos, junk = tied_case(0.1 if case == "tied" else 5e-23)
+    else:
+        xq, xb, pos, junk = near_tie_case(3, case == "offset")
+    ranks = oracle_ranks(xq, xb, pos, junk, "euclidean")
+    n_valid = [xb.shape[0] - len(j) for j in junk]
+    res = ee.evaluate(xq, None, xb, None, positives=pos, junk=junk, metrics=SHALLOW)
+    full = ee.evaluate(xq, None, xb, None, positives=pos, junk=junk, metrics=[*SHALLOW, "map"])
+    want = oracle_shallow(ranks, n_valid)
+    for name in SHALLOW:
+        np.testing.assert_allclose(res.per_query[name], want[name], rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(res.per_query[name], full.per_query[name])
+        assert res.n_ties[name] == full.n_ties[name]
+    if case in ("tied", "underflow"):
+        assert sum(full.n_ties.values()) > 0
+
+
+def test_k_caps_the_places_every_metric_reads():
+    """``k`` with full-depth metrics: only the first k places are read, so the capped ranks
+    give the values of the ranking cut at k (the oracle's ranks past k dropped)."""
+    xq, xb, pos, junk = near_tie_case(4, False)
+    ranks = oracle_ranks(xq, xb, pos, junk, "euclidean")
+    res = ee.evaluate(xq, None, xb, None, positives=pos, junk=junk, metrics=["map", "mrr"], k=5)
+    for i, r in enumerate(ranks):
+        if not r:
+            assert np.isnan(res.per_query["map"][i])
+            continue
+        top = [p for p in r if p < 5]
+        want_map = sum((j + 1) / (p + 1) for j, p in enumerate(top)) / len(r)
+        assert res.per_query["map"][i] == pytest.approx(want_map, abs=1e-12)
+        assert res.per_query["mrr"][i] == pytest.approx(1 / (r[0] + 1) if r[0] < 5 else 0.0)

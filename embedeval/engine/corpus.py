@@ -1323,6 +1323,7 @@ def scan_ranks(
     pairs: Pairs,
     bounds: tuple[np.ndarray, np.ndarray],
     equal: bool = False,
+    cap: np.ndarray | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """1-based rank of each pair (a document in the corpus) in its query's float64 ranking:
     1 + the documents that beat it.  ``bounds``: float64 ``(lo, hi)`` around each pair's
@@ -1334,15 +1335,23 @@ def scan_ranks(
     (:func:`_near_beats`: a smaller order key, or an equal one and a smaller tie key).  With
     ``equal``, also ``(pair, row)`` of every other document whose order key equals its pair's
     (exact ties); an exact scan lists none (:func:`exact_tie_ranks` counts them), so it
-    refuses ``equal``.
+    refuses ``equal``.  ``cap`` (per pair): a pair that ``cap`` or more documents certainly
+    beat lies past the first ``cap`` places, which is all a shallow metric reads; it is
+    reported as rank 0, and its near documents are not re-scored (nor listed as ties: its
+    run of equal keys starts past ``cap`` too).
     """
     if equal and scan.exact:
         raise ValueError("an exact scan counts its ties: use exact_tie_ranks, not equal=True")
     beats, p, r = count_beats(corpus, scan, pairs, bounds)
+    past = np.zeros(beats.size, dtype=bool) if cap is None else beats >= cap
+    if past.any():
+        keep = ~past[p]
+        p, r = p[keep], r[keep]
     wins, tied_p, tied_r = _near_beats_batched(corpus, scan, pairs, p, r)
+    ranks = np.where(past, 0, beats + wins + 1)
     if equal:
-        return beats + wins + 1, tied_p, tied_r
-    return beats + wins + 1
+        return ranks, tied_p, tied_r
+    return ranks
 
 
 class BeatCounter:

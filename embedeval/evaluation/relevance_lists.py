@@ -122,10 +122,14 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=N
     )  # fmt: skip
 
 
-def _streamed_ranks(xq, xb, distance, pos, junk, memory_budget, n_threads=None, device=None):
+def _streamed_ranks(
+    xq, xb, distance, pos, junk, memory_budget, n_threads=None, device=None, cap=None
+):
     """Each positive's 0-based rank in its query's junk-free float64 ranking (equal keys by
-    reference index), sorted within each query (CSR as ``pos``), the tie blocks that mix
-    positives and other references (:func:`_mixed_blocks`), and the product's precision.
+    reference index), sorted within each query, with the count per query (CSR), the tie
+    blocks that mix positives and other references (:func:`_mixed_blocks`), and the
+    product's precision.  ``cap`` (per query, or None): only the ranks within a query's first
+    ``cap`` places are needed (shallow metrics); positives certainly past them are left out.
 
     The corpus engine counts, per positive, the references that beat it
     (:func:`embedeval.engine.corpus.scan_ranks`): no row is sorted."""
@@ -138,12 +142,36 @@ def _streamed_ranks(xq, xb, distance, pos, junk, memory_budget, n_threads=None, 
         ranks, before, tied = exact_tie_ranks(xb, scan, pairs)
         blocks = _counted_blocks(pairs, ranks - 1, before, tied, xq.shape[0])
     else:
-        ranks, tied_pair, tied_row = scan_ranks(
-            xb, scan, pairs, score_bounds(xb, scan, pairs), True
-        )
+        bounds = score_bounds(xb, scan, pairs)
+        pair_cap = None if cap is None else cap[p_rows]
+        ranks, tied_pair, tied_row = scan_ranks(xb, scan, pairs, bounds, True, pair_cap)
         blocks = _mixed_blocks(pairs, ranks - 1, tied_pair, tied_row, xq.shape[0], xb.shape[0])
-    order = np.lexsort((ranks, p_rows))
-    return ranks[order] - 1, blocks, scan.precision
+    kept = np.flatnonzero(ranks > 0)  # rank 0: past the cap
+    kept = kept[np.lexsort((ranks[kept], p_rows[kept]))]
+    n_hits = np.bincount(p_rows[kept], minlength=xq.shape[0])
+    return ranks[kept] - 1, n_hits, blocks, scan.precision
+
+
+def _rank_cap(infos: list[MetricInfo], k: int | None, relevant: np.ndarray) -> np.ndarray | None:
+    """Per query, the places a shallow ranking's metrics read (``k``, or the deepest cut-off
+    and R_q for the R-metrics), or None when a metric reads the whole ranking (``map``,
+    ``mrr``) and ``k`` is None.
+
+    >>> from embedeval.engine.registry import parse_metrics
+    >>> _rank_cap(parse_metrics(["precision_at_10", "map_at_r"]), None, np.array([3, 40])).tolist()
+    [10, 40]
+    >>> _rank_cap(parse_metrics(["map"]), None, np.array([3])) is None
+    True
+    """
+    if k is not None:
+        return np.full(relevant.size, k, dtype=np.int64)
+    if any(m.depth not in ("one", "fixed", "r") for m in infos):
+        return None
+    cuts = [1 if m.depth == "one" else m.cutoff for m in infos if m.depth != "r"]
+    cap = np.full(relevant.size, max(cuts, default=0))
+    if any(m.depth == "r" for m in infos):
+        np.maximum(cap, relevant, out=cap)
+    return cap.astype(np.int64)
 
 
 def _mixed_blocks(pairs, rank0, tied_pair, tied_row, n_q, n_ref):
@@ -325,10 +353,11 @@ def evaluate_listed(
     n_valid = xb.shape[0] - np.diff(jk[0])
     from ..engine.kernels import hits_from_ranks, score_hits
 
-    hit_pos, blocks, precision = _streamed_ranks(
-        xq, xb, distance, pos, jk, memory_budget, n_threads, device
+    cap = _rank_cap(infos, k, relevant)
+    hit_pos, n_hits, blocks, precision = _streamed_ranks(
+        xq, xb, distance, pos, jk, memory_budget, n_threads, device, cap
     )
-    hits = hits_from_ranks(relevant, hit_pos, relevant, n_valid, k, blocks)
+    hits = hits_from_ranks(n_hits, hit_pos, relevant, n_valid, k, blocks)
     values, ties = score_hits(hits, infos)
     info = {"distance": distance, "n_reference": xb.shape[0], "dim": xq.shape[1], "k": k}
     info["n_junk"], info["precision"] = int(jk[1].size), precision
@@ -356,7 +385,7 @@ def positive_ranks(
         query, reference, positives, junk, distance, block_size, memory_budget
     )
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
-    ranks, _, _ = _streamed_ranks(xq, xb, distance, pos, jk, memory_budget)
+    ranks, _, _, _ = _streamed_ranks(xq, xb, distance, pos, jk, memory_budget)
     return ranks, pos[0]
 
 
