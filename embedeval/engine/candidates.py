@@ -115,15 +115,18 @@ def from_sortable_bits(bits: np.ndarray) -> np.ndarray:
 
     >>> from_sortable_bits(sortable_bits(np.float32([-2.5, 0.0, 3.0]))).tolist()
     [-2.5, 0.0, 3.0]
+    >>> float(from_sortable_bits(np.uint32(0xC0000000)))
+    2.0
     """
-    signed = np.asarray(bits, dtype=np.uint32).view(np.int32)
+    bits = np.asarray(bits, dtype=np.uint32)
+    signed = bits.reshape(-1).view(np.int32)  # 1-d, so the steps below work in place
     # The sign bit set (a value >= 0): clear it; else flip every bit.  The arithmetic shift
     # of the int32 view gives all ones exactly where it is set.
     flip = signed >> np.int32(31)
     np.invert(flip, out=flip)
     flip |= np.int32(-(2**31))
     flip ^= signed
-    return flip.view(np.float32)
+    return flip.view(np.float32).reshape(bits.shape)
 
 
 @dataclass(frozen=True)
