@@ -397,9 +397,8 @@ def _integer_block(seed, n_labels):
     lims = np.append(0, np.cumsum(counts))
     block = Candidates(np.arange(xq.shape[0]), lims, index, bits)
     truth = ((xq[:, None, :].astype(np.float64) - xb[None, :, :]) ** 2).sum(axis=2)
-    bounds = key_bounds(
-        np.einsum("ij,ij->i", xq, xq, dtype=np.float64), float(sq.max()), 6, "euclidean"
-    )
+    m_sq = float(np.einsum("ij,ij->i", xb, xb, dtype=np.float64).max())  # exact: integers
+    bounds = key_bounds(np.einsum("ij,ij->i", xq, xq, dtype=np.float64), m_sq, 6, "euclidean")
     labels = rng.integers(0, n_labels, 300), rng.integers(0, n_labels, xq.shape[0])
     return xq, xb, block, truth, bounds, labels
 
