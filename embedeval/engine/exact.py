@@ -90,6 +90,7 @@ __all__ = [
     "sorted_candidates",
     "tie_representatives",
     "tied_search",
+    "unit_rows",
 ]
 
 #: The largest finite float32: a cut-off that keeps every finite key and no excluded (+inf) one.
@@ -499,12 +500,25 @@ def normalize_rows(x: np.ndarray, name: str) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
     refuse_zero_rows(norms, name)
-    out = x / norms.astype(np.float32)[:, None]
-    tiny = np.flatnonzero(norms < TINY_NORM)
-    if tiny.size:  # those rows again, scaled: exact, as each value times 2**k fits float32
-        scale = np.ldexp(1.0, 1 - np.frexp(norms[tiny])[1])  # norm * scale in [1, 2)
-        rows = (x[tiny] * scale[:, None]).astype(np.float32)
-        out[tiny] = rows / (norms[tiny] * scale).astype(np.float32)[:, None]
+    return unit_rows(x, norms)
+
+
+def unit_rows(x: np.ndarray, norms: np.ndarray) -> np.ndarray:
+    """Rows of ``x`` divided by their float64 ``norms`` (none zero) in ``x``'s own precision:
+    the norm rounded to it, then one division.  A row whose norm is below that precision's
+    smallest normal number (:data:`TINY_NORM` for float32) is first multiplied by the power of
+    two that brings its norm into ``[1, 2)``: exact, the same direction, and a norm that keeps
+    every bit.
+
+    >>> unit_rows(np.float64([[3e-320, 4e-320]]), np.float64([5e-320])).round(12).tolist()
+    [[0.6, 0.8]]
+    """
+    out = x / norms.astype(x.dtype)[:, None]
+    tiny = np.flatnonzero(norms < np.finfo(x.dtype).tiny)
+    if tiny.size:  # those rows again, scaled: exact, as each value times 2**k fits the type
+        shift = 1 - np.frexp(norms[tiny])[1]  # norm * 2**shift in [1, 2); 2**shift may not fit
+        rows = np.ldexp(x[tiny], shift[:, None].astype(np.int32)).astype(x.dtype)
+        out[tiny] = rows / np.ldexp(norms[tiny], shift).astype(x.dtype)[:, None]
     return out
 
 

@@ -467,7 +467,8 @@ def _search_distance(distance: Any) -> str:
 
 def _prepare(x: np.ndarray, distance: str, name: str) -> np.ndarray:
     """Cosine: the rows at unit norm, in their own precision (float32 for the products, float64
-    for :func:`pair_scores`); other distances: the rows as given."""
+    for :func:`pair_scores`; :func:`embedeval.engine.exact.unit_rows`); other distances: the
+    rows as given."""
     if distance != "cosine":
         return x
     norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
@@ -476,16 +477,9 @@ def _prepare(x: np.ndarray, distance: str, name: str) -> np.ndarray:
             f"distance='cosine' needs non-zero vectors; {int((norms == 0).sum())} row(s) of "
             f"{name} are all zero. Drop them or use distance='euclidean'."
         )
-    out = x / norms.astype(x.dtype)[:, None]
-    # A row of subnormal values: its norm, rounded to a subnormal, keeps too few bits (a
-    # cosine of such rows was a few percent off).  Multiplied by a power of two that brings
-    # the norm into [1, 2) first: exact, the same direction.
-    tiny = np.flatnonzero(norms < np.finfo(x.dtype).tiny)
-    if tiny.size:
-        scale = np.ldexp(1.0, 1 - np.frexp(norms[tiny])[1])
-        rows = (x[tiny] * scale[:, None]).astype(x.dtype)
-        out[tiny] = rows / (norms[tiny] * scale).astype(x.dtype)[:, None]
-    return out
+    from ..engine.exact import unit_rows
+
+    return unit_rows(x, norms)
 
 
 def _block_scores(a: np.ndarray, b: np.ndarray, distance: str, b_sq: np.ndarray | None):
