@@ -30,6 +30,7 @@ import numpy as np
 
 from .utils.errors import EmbedevalError, FileFormatError, InputError
 from .utils.files import write_text
+from .utils.validation import label_sizes, label_text
 from .utils.version import __version__
 
 EPILOG_EVALUATE = """examples:
@@ -679,9 +680,7 @@ def _summary(res: Any) -> str:
 def _per_class_table(res: Any, suffix: str) -> str:
     metrics = list(res.per_class)
     labels = list(next(iter(res.per_class.values()), {}))
-    counts = {}
-    for lab in res.query_labels.tolist():
-        counts[lab] = counts.get(lab, 0) + 1
+    counts = label_sizes(res.query_labels)
     rows = [
         [str(lab), str(counts.get(lab, 0))]
         + [f"{res.per_class[m].get(lab, math.nan):.6f}" for m in metrics]
@@ -716,12 +715,10 @@ def _per_query_table(res: Any, top: tuple[np.ndarray, np.ndarray], inputs: dict)
     w.writerow(head)
     columns = [res.per_query[m] for m in metrics]
     conf_list = np.asarray(conf, dtype=np.float64).tolist() if conf is not None else None
-    for i, lab in enumerate(res.query_labels.tolist()):
+    for i, lab in enumerate(res.query_labels):
         j = int(idx[i])
-        row = [i, lab, *([repr(conf_list[i])] if conf_list is not None else [])]
-        top_label = ref_labels[j] if j >= 0 else None
-        top_label = top_label.item() if isinstance(top_label, np.generic) else top_label
-        row += [j, top_label, repr(float(dist[i]))] if j >= 0 else ["", "", ""]
+        row = [i, label_text(lab), *([repr(conf_list[i])] if conf_list is not None else [])]
+        row += [j, label_text(ref_labels[j]), repr(float(dist[i]))] if j >= 0 else ["", "", ""]
         row += ["" if np.isnan(c[i]) else f"{c[i]:.6f}" for c in columns]
         w.writerow(row)
     return buf.getvalue()
@@ -877,7 +874,7 @@ def _row_list(flag: str, path: str | None, n: int, paths: bool = False) -> list[
 
 def _refuse_all_lone(res: Any, path: str) -> None:
     if res.n_queries and res.n_lone == res.n_queries and res.per_query:
-        n_labels = len(set(res.query_labels.tolist()))
+        n_labels = len(label_sizes(res.query_labels))
         unique = " every label is unique: wrong labels file?" if n_labels == res.n_queries else ""
         raise InputError(
             f"{path}: every one of the {res.n_queries} queries is lone (no other reference "

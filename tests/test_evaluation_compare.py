@@ -600,7 +600,10 @@ def test_plot_draws_one_band_per_metric():
         ({"average": "marco"}, "Did you mean 'macro'"),
         ({"metrics": ["mapp"]}, "Did you mean 'map'"),
         ({"labels": [0, 1]}, "labels has 2 values but per_query"),
-        ({"labels": np.zeros((4, 2))}, "labels must be 1-D"),
+        ({"labels": np.zeros((4, 2, 2))}, "labels must be 1-D"),
+        ({"labels": np.zeros((3, 2))}, "labels has 3 values but per_query"),
+        ({"labels": np.full((4, 2), 2)}, "only 0 and 1"),
+        ({"labels": np.eye(4), "average": "macro"}, "multi-label labels"),
         ({"labels": [0.0, np.nan, 1.0, 1.0], "average": "macro"}, "NaN or infinite label"),
     ],
 )

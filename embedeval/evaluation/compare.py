@@ -34,12 +34,16 @@ from ..utils.errors import InputError, InputTypeError
 from ..utils.files import write_text
 from ..utils.progress import progress_bar
 from ..utils.validation import (
+    as_label_indicator,
     as_labels,
     as_vector,
     check_choice,
     check_int,
     check_level,
     factorize,
+    is_label_indicator,
+    label_text,
+    single_labels,
     suggest,
 )
 
@@ -149,21 +153,36 @@ def _bootstrap_columns(
     names = _metric_list(metrics, list(per_query), "per_query")
     if average == "macro" and labels is None:
         raise InputError("average='macro' resamples classes, so labels are required.")
-    codes = None
-    if labels is not None:
-        (codes,), _ = factorize(as_labels(labels, "labels"))
+    codes, n_labels = _class_codes(labels, average)
     columns = {}
     for name in names:
         values = as_vector(
             per_query[name], f"per_query[{name!r}]", allow_nan=True, allow_empty=True
         )
-        if codes is not None and codes.size != values.size:
+        if n_labels is not None and n_labels != values.size:
             raise InputError(
-                f"labels has {codes.size} values but per_query[{name!r}] has {values.size}; "
+                f"labels has {n_labels} values but per_query[{name!r}] has {values.size}; "
                 "pass one label per query."
             )
         columns[name] = values
     return columns, codes
+
+
+def _class_codes(labels: Any, average: str) -> tuple[np.ndarray | None, int | None]:
+    """The class code of each query (None without labels, and for several labels per query
+    under ``average="micro"``, which resamples queries and reads no class) and the number of
+    labelled queries (None without labels)."""
+    if labels is None:
+        return None, None
+    if is_label_indicator(labels):
+        if average == "macro":
+            raise InputError(
+                "average='macro' resamples classes, which multi-label labels (a 2-D indicator "
+                "array) do not partition; use average='micro' (queries are resampled)."
+            )
+        return None, as_label_indicator(labels, "labels").shape[0]
+    (codes,), _ = factorize(as_labels(labels, "labels"))
+    return codes, codes.size
 
 
 def _mean_intervals(
@@ -472,14 +491,14 @@ def _common_average(runs: list[Any], names: list[str]) -> str:
                 "queries in the same order."
             )
         labels = np.asarray(r.query_labels, dtype=object)
-        if not np.array_equal(labels, first_labels):
-            bad = np.flatnonzero(labels != first_labels)
+        bad = _differing_rows(labels, first_labels)
+        if bad.size:
             i = int(bad[0])
             raise InputError(
                 f"checkpoint {name!r} has different query labels than {names[0]!r} at "
-                f"{bad.size} of {r.n_queries} queries, first at query {i} ({labels[i]!r} vs "
-                f"{first_labels[i]!r}); paired comparison needs the same queries in the same "
-                "order."
+                f"{bad.size} of {r.n_queries} queries, first at query {i} "
+                f"({label_text(labels[i])!r} vs {label_text(first_labels[i])!r}); paired "
+                "comparison needs the same queries in the same order."
             )
         if r.settings.get("average", "micro") != average:
             raise InputError(
@@ -488,6 +507,15 @@ def _common_average(runs: list[Any], names: list[str]) -> str:
                 f"average={average!r}; evaluate every checkpoint with the same average."
             )
     return average
+
+
+def _differing_rows(labels: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """The queries whose labels differ (of the same count of rows; labels in another form,
+    one per query against an indicator array, differ everywhere)."""
+    if labels.shape != first.shape:
+        return np.arange(labels.shape[0])
+    differ = labels != first
+    return np.flatnonzero(differ.any(axis=1) if differ.ndim == 2 else differ)
 
 
 def _row(name: str, metric: str, value: float, ci: tuple[float, float], n: int) -> dict[str, Any]:
@@ -513,7 +541,7 @@ def _metric_rows(
     ci, n_boot, seed = settings["ci"], settings["n_boot"], settings["seed"]
     average = settings["average"]
     labels = runs[0].query_labels
-    (codes,), _ = factorize(np.asarray(labels))
+    codes, _ = _class_codes(labels, average)
     # Each run's own intervals: one call per run, so its metrics share one set of resamples.
     own_ci = [
         bootstrap_ci(
@@ -662,7 +690,8 @@ def paired_confidence_replicates(
     prepared = []
     for r in runs:
         per_query = {m: r.per_query[m] for m in _needed_metrics(r.per_query, keys)}
-        names, arrays = summary_arrays(per_query, r.query_confidences, r.query_labels)
+        labels = single_labels(r.query_labels)  # class-wise ECE: one class per query
+        names, arrays = summary_arrays(per_query, r.query_confidences, labels)
         higher = bool(r.settings.get("higher_is_confident", True))
         prepared.append((summary_statistic(names, higher, True, list(keys)), arrays))
     n = prepared[0][1][1].size

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.exact import DEFAULT_MEMORY_BUDGET
-from ..utils.validation import as_embeddings, as_vector
+from ..utils.validation import as_embeddings, as_vector, single_labels
 from .rejection import kept_counts, reevaluation_settings, rejection_curve
 from .relevance_lists import evaluate_with_lists
 from .result import EvaluationResult
@@ -60,17 +60,22 @@ def evaluate(
     query : array-like, shape (n_query, dim)
         Query embeddings (numpy, lists, memory-mapped arrays, anything with ``__array__``;
         float16/32/64 are searched in float32).
-    query_labels : array-like, shape (n_query,)
-        Class of each query: ints of any size (never cast to float), strings, any hashable.
+    query_labels : array-like, shape (n_query,) or (n_query, n_labels)
+        Class of each query: ints of any size (never cast to float), strings, any hashable; or
+        several labels per query as a 0/1 indicator array (scikit-learn's multilabel format),
+        where a reference is relevant when it shares at least one label with the query (the
+        reference labels then come in the same form, with the same columns).
     reference, reference_labels : array-like, optional
         The gallery.  ``None`` means leave-one-out over the query set (each query is excluded
         from its own ranking by identity).
     metrics : list of str, optional
         Keys among ``precision_at_1``, ``r_precision``, ``map_at_r``, ``map``, ``mrr``,
-        ``minp`` (re-id mINP: R_q / rank of the last relevant reference), ``recall_at_{k}``,
-        ``precision_at_{k}``, ``nmi``, ``ami`` (PML spellings accepted).
-        Default: P@1, R-Precision, MAP@R, Recall@1, Recall@10 (Recall@k instead of Recall@10
-        when an int ``k`` below 10 caps the ranking).
+        ``minp`` (re-id mINP: R_q / rank of the last relevant reference), ``recall_at_{k}``
+        (a hit rate, as metric-learning papers use it), ``precision_at_{k}``, ``map_at_{k}``
+        (average precision over the k nearest divided by the relevant among them: the hashing
+        literature's mAP@k), ``nmi``, ``ami`` (PML spellings accepted).
+        Default: P@1, R-Precision, MAP@R, Recall@10 (Recall@k instead of Recall@10 when an
+        int ``k`` below 10 caps the ranking).
     custom_metrics : dict of str to RetrievalMetric, optional
         Your own per-query metrics, ``{name: embedeval.RetrievalMetric(fn, depth=...)}``,
         computed in the same streaming blocks from the same ranking and reported beside the
@@ -96,9 +101,9 @@ def evaluate(
         Per-query confidence (higher = more certain unless ``higher_is_confident=False``, e.g.
         for sigmas); fills ``result.confidence`` with AUERC, AURC / E-AURC / AUGRC, R-AUROC,
         calibration errors and open-set detection (see
-        :func:`embedeval.metrics.confidence.confidence_summary`); with ``ci=`` each of them also
-        gets
-        a bootstrap interval in ``result.ci`` (queries resampled, the statistic recomputed).
+        :func:`embedeval.metrics.confidence.confidence_summary`; class-wise ECE needs one class
+        per query, so multi-label runs leave it out); with ``ci=`` each of them also gets a
+        bootstrap interval in ``result.ci`` (queries resampled, the statistic recomputed).
     reject_from : {"queries", "both"}
         ``"queries"``: the error-reject curve rejects queries and keeps the gallery whole.
         ``"both"`` (leave-one-out only) also recomputes every metric after removing each
@@ -256,7 +261,7 @@ def _add_confidence(
         result.per_query,
         conf,
         higher_is_confident=options.higher_is_confident,
-        labels=data.query_labels,
+        labels=single_labels(data.query_labels),
     )
     result.query_confidences = conf
     result.settings["higher_is_confident"] = options.higher_is_confident

@@ -26,7 +26,14 @@ from ..engine.custom import metric_infos
 from ..engine.registry import PML_ALIASES
 from ..utils.distributed import active_world, all_gather_arrays
 from ..utils.errors import EmbedevalWarning, InputError, InputTypeError
-from ..utils.validation import as_embeddings, as_labels, as_vector, host_array, suggest
+from ..utils.validation import (
+    as_any_labels,
+    as_embeddings,
+    as_labels,
+    as_vector,
+    host_array,
+    suggest,
+)
 from .evaluate import evaluate
 from .result import EvaluationResult
 from .settings import DATA_ARGUMENTS, EvaluationInputs, validate_arguments
@@ -96,6 +103,7 @@ class _Side:
                 f"embeddings of this batch have dimension {x.shape[1]} but earlier batches had "
                 f"{dims.shape[1]}; every batch must come from the same model."
             )
+        _check_label_form(self.buffers["labels"].values(), arrays["labels"])
         self.present = present
         for name, rows in arrays.items():
             if rows is not None:
@@ -108,6 +116,21 @@ class _Side:
             if values is not None:
                 out[name] = values
         return out
+
+
+def _check_label_form(earlier: np.ndarray | None, labels: np.ndarray) -> None:
+    """Refuse a batch whose labels are not in the earlier batches' form (one per row, or a
+    0/1 indicator array with as many label columns)."""
+    if earlier is None or earlier.shape[1:] == labels.shape[1:]:
+        return
+
+    def form(a: np.ndarray) -> str:
+        return f"{a.shape[1]} indicator columns" if a.ndim == 2 else "one label per row"
+
+    raise InputError(
+        f"labels of this batch have {form(labels)} but earlier batches had {form(earlier)}; "
+        "give every batch its labels in the same form."
+    )
 
 
 class Evaluator:
@@ -231,8 +254,9 @@ class Evaluator:
         embeddings : array-like or torch tensor, shape (n, dim)
             A torch tensor (any device, any float dtype, with or without grad) is copied to
             host memory as float32.
-        labels : array-like, shape (n,)
-            Class of each row (ints of any size, strings, hashables).
+        labels : array-like, shape (n,) or (n, n_labels)
+            Class of each row (ints of any size, strings, hashables), or several labels per
+            row as a 0/1 indicator array (relevant: shares a label); every batch the same form.
         split : {None, "query", "reference"}
             ``None``: one set evaluated leave-one-out; otherwise the side of a query/gallery
             split.
@@ -259,7 +283,7 @@ class Evaluator:
         n = x.shape[0]
         arrays = {
             "embeddings": x,
-            "labels": as_labels(host_array(labels), "labels", length=n, length_of="embeddings"),
+            "labels": as_any_labels(host_array(labels), "labels", length=n, length_of="embeddings"),
             "indices": _as_indices(indices, n),
             "groups": None
             if groups is None

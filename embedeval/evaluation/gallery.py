@@ -15,9 +15,16 @@ from typing import Any
 import numpy as np
 
 from ..engine.exact import Exclusions
+from ..engine.labels import pack_label_sets
 from ..search.neighbors import neighbors
 from ..utils.errors import InputError
-from ..utils.validation import as_embeddings, as_labels, factorize
+from ..utils.validation import (
+    as_any_labels,
+    as_embeddings,
+    as_label_indicator,
+    as_labels,
+    factorize,
+)
 
 __all__ = ["GalleryRow", "confident_errors", "gallery_rows", "worst_queries"]
 
@@ -86,7 +93,7 @@ def gallery_rows(
     the first relevant reference (searched deeper when it lies beyond ``k``).
 
     The arguments are those of :func:`embedeval.evaluate`; a reference is relevant when its
-    label equals the query's.
+    label equals the query's (shares one with it, for 2-D indicator labels).
 
     Examples
     --------
@@ -105,7 +112,7 @@ def gallery_rows(
     for n, q in enumerate(rows.tolist()):
         ok = idx[n] >= 0
         j = idx[n][ok]
-        out.append(GalleryRow(q, j, dist[n][ok], cb[j] == cq[q], first[n]))
+        out.append(GalleryRow(q, j, dist[n][ok], _relevant(cq[q], cb[j]), first[n]))
     return out
 
 
@@ -122,7 +129,8 @@ def ranked_relevance(
     distance: str = "euclidean",
 ) -> np.ndarray:
     """For every query, whether each of its ``depth`` nearest counted references is relevant
-    (same label): a boolean (n_query, depth) array, False where fewer references are counted.
+    (same label, or a shared one for 2-D indicator labels): a boolean (n_query, depth) array,
+    False where fewer references are counted.
 
     The search is the gallery's (exact, the run's exclusions), so the k sweep of a page is read
     from the same neighbours as its gallery, without a second evaluation.
@@ -138,7 +146,7 @@ def ranked_relevance(
     )  # fmt: skip
     _, idx = search(np.arange(cq.size), depth)
     counted = idx >= 0
-    return counted & (cb[np.where(counted, idx, 0)] == cq[:, None])
+    return counted & _relevant(cq[:, None], cb[np.where(counted, idx, 0)])
 
 
 def _prepare(
@@ -151,15 +159,22 @@ def _prepare(
     reference_groups: Any,
     distance: str,
 ) -> tuple[Any, np.ndarray, np.ndarray, int]:
-    """The search with the run's exclusions, the label codes of both sides and the number of
-    references."""
+    """The search with the run's exclusions, the label codes of both sides (:func:`_relevant`
+    reads them) and the number of references."""
     xq = as_embeddings(query, "query")
-    yq = as_labels(query_labels, "query_labels", length=xq.shape[0], length_of="query")
+    yq = as_any_labels(query_labels, "query_labels", length=xq.shape[0], length_of="query")
     xb, yb = xq, yq
     if reference is not None:
         xb = as_embeddings(reference, "reference")
-        yb = as_labels(reference_labels, "reference_labels", length=xb.shape[0])
-    (cq, cb), _ = factorize(yq, yb)
+        name, n_b = "reference_labels", xb.shape[0]
+        if yq.ndim == 2:
+            yb = as_label_indicator(reference_labels, name, length=n_b, n_labels=yq.shape[1])
+        else:
+            yb = as_labels(reference_labels, name, length=n_b)
+    if yq.ndim == 2:  # label sets: one packed row of bits per item
+        cq, cb = pack_label_sets(yq), pack_label_sets(yb)
+    else:
+        (cq, cb), _ = factorize(yq, yb)
     gq, gb = _group_codes(
         xq.shape[0],
         xb.shape[0],
@@ -169,6 +184,18 @@ def _prepare(
         reference is None,
     )
     return _searcher(xq, xb, gq, gb, distance), cq, cb, xb.shape[0]
+
+
+def _relevant(query_codes: np.ndarray, reference_codes: np.ndarray) -> np.ndarray:
+    """Relevance of references to queries from their codes (:func:`_prepare`), broadcast:
+    equal label codes, or packed label sets (a last axis of 64-bit words) sharing a bit.
+
+    >>> _relevant(np.array([[1], [2]]), np.array([[1, 2], [1, 1]])).tolist()
+    [[True, False], [False, False]]
+    """
+    if query_codes.dtype != np.uint64:  # factorised single labels (int64 codes)
+        return query_codes == reference_codes
+    return np.any((query_codes & reference_codes) != 0, axis=-1)
 
 
 def _group_codes(
@@ -208,7 +235,7 @@ def _first_relevant(
     todo = np.arange(rows.size)
     depth, found = k, idx
     while todo.size:
-        hit = (found >= 0) & (cb[np.maximum(found, 0)] == cq[rows[todo], None])
+        hit = (found >= 0) & _relevant(cq[rows[todo], None], cb[np.maximum(found, 0)])
         has = hit.any(axis=1)
         for n, r in zip(todo[has].tolist(), hit[has].argmax(axis=1).tolist(), strict=True):
             first[n] = r + 1

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.files import atomic_path
-from ..utils.validation import check_int
+from ..utils.validation import check_int, label_sizes
 from .figures import FIGURE_TITLES, main_metric, run_figures
 from .gallery import GalleryRow, confident_errors, gallery_rows, worst_queries
 
@@ -300,9 +300,7 @@ def _per_class(res: Any) -> str:
     if not res.per_class:
         return ""
     metrics = list(res.per_class)
-    size: dict[Any, int] = {}
-    for lab in res.query_labels.tolist():
-        size[lab] = size.get(lab, 0) + 1
+    size = label_sizes(res.query_labels)
     main = main_metric(res) or metrics[0]
     table = res.per_class[main]
     order = sorted(table, key=lambda lab: (math.isnan(table[lab]), table[lab], str(lab)))

@@ -19,7 +19,14 @@ import numpy as np
 from ..engine.registry import MetricInfo
 from ..search.dispatch import SearchOptions
 from ..utils.errors import EmbedevalWarning, InputError
-from ..utils.validation import as_embeddings, as_labels, as_vector, check_bool, check_fractions
+from ..utils.validation import (
+    as_any_labels,
+    as_embeddings,
+    as_labels,
+    as_vector,
+    check_bool,
+    check_fractions,
+)
 from .settings import (
     DEFAULT_REJECTION_FRACTIONS,
     SEARCH_ARGUMENTS,
@@ -89,7 +96,7 @@ def reject_both_curve(
     [0.8, 1.0]
     """
     x = as_embeddings(embeddings, "embeddings")
-    y = as_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
+    y = as_any_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
     c = as_vector(confidences, "confidences", length=x.shape[0], length_of="embeddings")
     if not check_bool(higher_is_confident, "higher_is_confident"):
         c = -c

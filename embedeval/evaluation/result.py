@@ -215,7 +215,7 @@ class EvaluationResult:
                     m: {_key(lab): _float(v) for lab, v in rows}
                     for m, rows in data["per_class"].items()
                 },
-                query_labels=np.array(labels, dtype=object if _mixed(labels) else None),
+                query_labels=_labels_from_json(labels, bool(data["settings"].get("multi_label"))),
                 n_queries=int(data["n_queries"]),
                 n_lone=int(data["n_lone"]),
                 n_ties={k: int(v) for k, v in data["n_ties"].items()},
@@ -570,6 +570,14 @@ def _scalar(v: Any) -> Any:
 
 def _key(v: Any) -> Any:
     return tuple(v) if isinstance(v, list) else v
+
+
+def _labels_from_json(labels: list[Any], multi_label: bool) -> np.ndarray:
+    """The query labels of a result dict: rows of a 0/1 indicator array for a multi-label run
+    (bool, as :func:`embedeval.evaluate` keeps them), else one label per query."""
+    if multi_label:
+        return np.array(labels, dtype=bool).reshape(len(labels), -1)
+    return np.array(labels, dtype=object if _mixed(labels) else None)
 
 
 def _mixed(values: list[Any]) -> bool:

@@ -38,12 +38,12 @@ from ..search.local import RetrievalTask
 from ..search.neighbors import check_queries_lead_reference
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.validation import (
+    as_any_labels,
     as_embeddings,
     as_label_indicator,
     as_labels,
     check_same_dimension,
     factorize,
-    is_label_indicator,
 )
 from .approximation import warn_if_biased
 from .result import EvaluationResult
@@ -125,9 +125,8 @@ def prepare_data(settings: EvaluationSettings, inputs: EvaluationInputs) -> Eval
         xq = as_search_input(inputs.query, "query")
     else:
         xq = as_embeddings(inputs.query, "query")
-    multi = is_label_indicator(inputs.query_labels)
-    check = as_label_indicator if multi else as_labels
-    yq = check(inputs.query_labels, "query_labels", length=xq.shape[0], length_of="query")
+    yq = as_any_labels(inputs.query_labels, "query_labels", length=xq.shape[0], length_of="query")
+    multi = yq.ndim == 2
     leave_one_out = settings.protocol.leave_one_out
     self_index = leave_one_out or settings.protocol.ref_includes_query
     if leave_one_out:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..utils.validation import as_embeddings, as_labels, check_choice, check_int, factorize
+from ..utils.validation import as_any_labels, as_embeddings, check_choice, check_int, factorize
 
 __all__ = ["positive_negative_distances"]
 
@@ -26,7 +26,9 @@ def positive_negative_distances(
     positives (uniform random pairs would almost never share a class).  Negatives are uniform
     random pairs with different labels.  Up to ``max_pairs`` of each kind (i != j); memory is
     O(n + block), distances are computed in float64 blocks.  Cosine "distance" is
-    1 - cosine similarity.
+    1 - cosine similarity.  With several labels per item (a 2-D 0/1 indicator array) a positive
+    pair shares a label (drawn from a random (item, label) membership and another member of
+    that label) and a negative pair shares none.
 
     Examples
     --------
@@ -38,12 +40,15 @@ def positive_negative_distances(
     # pairs are computed in float64 either way.
     single = isinstance(embeddings, np.ndarray) and embeddings.dtype == np.float32
     x = as_embeddings(embeddings, "embeddings", dtype=np.float32 if single else np.float64)
-    y = as_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
+    y = as_any_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
     distance = check_choice(distance, "distance", ("euclidean", "cosine"))
     max_pairs = check_int(max_pairs, "max_pairs")
     rng = np.random.default_rng(seed)
-    (codes,), _ = factorize(y)
-    sizes = np.bincount(codes)
+    if y.ndim == 2:  # one membership per (item, label) it has
+        items, codes = np.nonzero(y)
+    else:
+        items, ((codes,), _) = np.arange(x.shape[0]), factorize(y)
+    sizes = np.bincount(codes, minlength=1)
     order = np.argsort(codes, kind="stable")
     starts = np.cumsum(sizes) - sizes
     rank = np.empty_like(order)
@@ -54,12 +59,24 @@ def positive_negative_distances(
         i = rng.choice(eligible, size=max_pairs)
         c = codes[i]
         j = order[starts[c] + (rank[i] + rng.integers(1, sizes[c])) % sizes[c]]
-        pos = _pair_distances(x, i, j, distance)
+        pos = _pair_distances(x, items[i], items[j], distance)
     i = rng.integers(0, x.shape[0], 4 * max_pairs)
     j = rng.integers(0, x.shape[0], 4 * max_pairs)
-    keep = np.flatnonzero(codes[i] != codes[j])[:max_pairs]
+    shared = _share_a_label(y, i, j) if y.ndim == 2 else codes[i] == codes[j]
+    keep = np.flatnonzero(~shared & (i != j))[:max_pairs]  # an unlabelled item shares none
     neg = _pair_distances(x, i[keep], j[keep], distance)
     return pos, neg
+
+
+def _share_a_label(indicator: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Whether items ``i`` and ``j`` of a 2-D indicator array share a label, pair by pair, a
+    block of pairs at a time (bounded memory however many labels)."""
+    out = np.empty(i.size, dtype=bool)
+    step = max(1, (1 << 24) // max(indicator.shape[1], 1))
+    for s in range(0, i.size, step):
+        both = indicator[i[s : s + step]] & indicator[j[s : s + step]]
+        out[s : s + step] = both.any(axis=1)
+    return out
 
 
 def _pair_distances(x: np.ndarray, i: np.ndarray, j: np.ndarray, distance: str) -> np.ndarray:

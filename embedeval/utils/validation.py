@@ -18,7 +18,9 @@ import numpy as np
 from .errors import InputError, InputTypeError
 
 __all__ = [
+    "as_any_labels",
     "as_embeddings",
+    "as_label_indicator",
     "as_labels",
     "as_vector",
     "check_choice",
@@ -29,6 +31,10 @@ __all__ = [
     "divide",
     "factorize",
     "host_array",
+    "is_label_indicator",
+    "label_sizes",
+    "label_text",
+    "single_labels",
     "suggest",
     "zero_rows",
 ]
@@ -384,6 +390,57 @@ def as_label_indicator(
                 f"{arr[i].tolist()!r}. Multi-label targets are 0/1 columns, one per label."
             )
     return arr.astype(bool)
+
+
+def as_any_labels(
+    y: Any, name: str = "labels", *, length: int | None = None, length_of: str | None = None
+) -> np.ndarray:
+    """Labels in either form :func:`embedeval.evaluate` takes: one per item (1-D, as
+    :func:`as_labels`) or a 2-D 0/1 indicator array (several per item, as
+    :func:`as_label_indicator`).
+
+    >>> as_any_labels([3, 1]).tolist(), as_any_labels([[1, 0], [1, 1]]).shape
+    ([3, 1], (2, 2))
+    """
+    check = as_label_indicator if is_label_indicator(y) else as_labels
+    return check(y, name, length=length, length_of=length_of)
+
+
+def single_labels(labels: Any) -> Any:
+    """``labels`` when they give one class per item, else None (a 2-D indicator array): what
+    statistics over classes that partition the items (class-wise calibration) are given.
+
+    >>> single_labels([0, 1]), single_labels(np.eye(2))
+    ([0, 1], None)
+    """
+    return None if is_label_indicator(labels) else labels
+
+
+def label_sizes(labels: np.ndarray) -> dict[Any, int]:
+    """How many items carry each label: per class for one label per item, per label column
+    (its index) for a 2-D indicator array, where an item counts once for every label it has.
+
+    >>> label_sizes(np.array(["b", "a", "b"])), label_sizes(np.array([[1, 0], [1, 1]]))
+    ({'b': 2, 'a': 1}, {0: 2, 1: 1})
+    """
+    if np.ndim(labels) == 2:
+        return dict(enumerate(np.count_nonzero(labels, axis=0).tolist()))
+    sizes: dict[Any, int] = {}
+    for lab in labels.tolist():
+        sizes[lab] = sizes.get(lab, 0) + 1
+    return sizes
+
+
+def label_text(label: Any) -> str:
+    """A label as one table cell: the label itself, or for a row of a 2-D indicator array the
+    indices of the labels it has, joined by ``;`` (empty when it has none).
+
+    >>> label_text(7), label_text((1, 2)), label_text(np.array([True, False, True]))
+    ('7', '(1, 2)', '0;2')
+    """
+    if isinstance(label, np.ndarray) and label.ndim == 1:  # not a tuple label: rows only
+        return ";".join(str(i) for i in np.flatnonzero(label).tolist())
+    return str(label.item() if isinstance(label, np.generic) else label)
 
 
 def _is_missing(value: Any) -> bool:
