@@ -346,6 +346,20 @@ def test_bad_shards_values(gauss, tmp_path):
         evaluate(*args, shards=[bad])
 
 
+def test_shards_that_are_not_the_reference_in_order_are_refused(gauss, tmp_path):
+    x, y, _ = gauss
+    args = (x[:10], y[:10], x, y)
+    half = N_REF // 2
+    with pytest.raises(InputError, match="shards.0. row 0 differs from reference row 0"):
+        evaluate(*args, shards=[x[half:], x[:half]])
+    other = x[half:].copy()
+    other[half // 2] += 1.0  # the middle row of the second piece, from "another file"
+    np.save(tmp_path / "b.npy", other)
+    want = f"shards.1. row {half // 2} differs from reference row {half + half // 2}"
+    with pytest.raises(InputError, match=want):
+        evaluate(*args, shards=[x[:half], str(tmp_path / "b.npy")])
+
+
 def test_bad_combinations(gauss):
     x, y, _ = gauss
     args = (x[:10], y[:10], x, y)

@@ -180,6 +180,8 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
             return rows if task.centre is None else np.subtract(rows, task.centre)
         return np.ascontiguousarray(task.reference[a:b], dtype=np.float32)
 
+    if source is not None:
+        _check_pieces(source, read, task.reference)
     bounds = shard_bounds(n_ref, shards, source)
     # a reference of at most 16 tiles: the engine's whole-row products; a deep ranking whose
     # reference fits the budget: the local deep engine (the shards' lists would hold it all)
@@ -204,6 +206,22 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
             yield from _sharded_deep_blocks(task, read, bounds, options)
         else:
             yield from _sharded_blocks(task, read, bounds, options)
+
+
+def _check_pieces(source: ShardedReference, read: Reader, reference: Any) -> None:
+    """Refuse shards that are not the reference's rows in order, from the first, middle and last
+    row of each (the engine reads the shards' rows but decides near-ties from the reference's,
+    so pieces in another order or from another file would give silently wrong numbers)."""
+    for i in range(len(source.arrays)):
+        a, b = int(source.offsets[i]), int(source.offsets[i + 1])
+        for r in sorted({a, (a + b) // 2, b - 1}):
+            want = np.asarray(reference[r : r + 1], dtype=np.float32)
+            if not np.array_equal(read(r, r + 1), want):
+                raise InputError(
+                    f"shards[{i}] row {r - a} differs from reference row {r}; the shards, "
+                    "concatenated in order, must hold the reference's rows (same files, same "
+                    "order)."
+                )
 
 
 def deep_fits_in_memory(task: RetrievalTask, memory_budget: int) -> bool:
