@@ -1177,7 +1177,24 @@ def _retrieval_inputs(args: argparse.Namespace) -> dict[str, Any]:
             f"{out['corpus'].shape[1]}; embed both with the same model."
         )
     out["qrels"] = read_qrels(args.qrels)
+    _refuse_missing_queries(args, out["qrels"], out["queries_ids"])
     return out
+
+
+def _refuse_missing_queries(args: argparse.Namespace, qrels: dict, ids: Any) -> None:
+    """Judged queries without an embedding, named with the files and the flag that counts
+    them (the library's own error names its keyword argument)."""
+    if args.missing != "error":
+        return
+    known = {str(v) for v in (ids.tolist() if isinstance(ids, np.ndarray) else ids)}
+    absent = [qid for qid in qrels if qid not in known]
+    if absent:
+        shown = ", ".join(map(repr, absent[:5])) + (", ..." if len(absent) > 5 else "")
+        raise InputError(
+            f"{args.qrels}: {len(absent)} judged queries have no embedding in {args.queries} "
+            f"({shown}); embed them, drop them from the qrels, or pass --missing zero to count "
+            "them as 0 (trec_eval -c)."
+        )
 
 
 def _check_run_ids(ids: Any, where: str, entry: str) -> None:

@@ -171,7 +171,7 @@ def test_bad_inputs_one_line_exit_2_nothing_written(files):
     _one_line_error(proc, "short.txt has 2 ids", "200 rows")
     (d / "ghost.txt").write_text("ghost 0 doc1 1\n")
     proc = run(*_args(d)[:-1], d / "ghost.txt", "--run", run_file)
-    _one_line_error(proc, "'ghost'", "missing='zero'")
+    _one_line_error(proc, "ghost.txt: 1 judged queries", "('ghost')", "--missing zero")
     proc = run(*_args(d), "--relevance-level", "0", "--run", run_file)
     _one_line_error(proc, "--relevance-level", "must be a positive integer; got '0'")
     assert not run_file.exists()
