@@ -281,6 +281,26 @@ def test_without_embeddings_the_page_has_the_numbers_and_says_how_to_get_the_gal
     assert not parse(out).rows
 
 
+@pytest.mark.parametrize(
+    ("labels", "options", "what"),
+    [
+        (np.arange(36), {}, "any per-query metric"),  # every query lone
+        (np.arange(36), {"gallery_metric": "map_at_r"}, "map_at_r"),
+        (Y, {"metrics": ["ami"]}, "any per-query metric"),
+    ],
+)
+def test_a_run_without_per_query_values_gets_a_page_without_gallery(
+    tmp_path, labels, options, what
+):
+    gallery_metric = options.pop("gallery_metric", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EmbedevalWarning)  # every query lone
+        res = ee.evaluate(X, labels, progress=False, **options)
+    out = res.to_html(tmp_path / "r.html", query=X, gallery_metric=gallery_metric, figures=False)
+    assert f"No gallery: no query has a value of {what}" in out.read_text()
+    assert not parse(out).rows
+
+
 def test_bad_arguments_raise_and_write_nothing(tmp_path):
     res = ee.evaluate(X, Y, metrics=["map_at_r"], progress=False)
     target = tmp_path / "x.html"

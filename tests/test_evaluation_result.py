@@ -15,6 +15,13 @@ X = np.array([[0.0], [1.0], [3.0], [6.0], [6.5]])
 METRICS = ["precision_at_1", "map_at_r", "map", "mrr", "recall_at_2"]
 
 
+def _objects(values):
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
 def ev(labels, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -37,6 +44,7 @@ def _same(a, b):
         assert [type(c) for c in a.per_class[m]] == [type(c) for c in b.per_class[m]]
     assert a.n_queries == b.n_queries and a.n_lone == b.n_lone and a.n_ties == b.n_ties
     assert list(a.query_labels) == list(b.query_labels)
+    assert a.query_labels.dtype == b.query_labels.dtype
     assert a.settings == b.settings
 
 
@@ -48,6 +56,14 @@ def _same(a, b):
         [2**24, 2**24, 2**24 + 1, 7, 7],
         np.array([2**53, 2**53, -1, 3, 3], dtype=np.int64),
         np.array(["é", "é", "x", "y", "y"]),
+        np.array([2**63 + 1, 2**63 + 1, 2**63, 5, 5], dtype=np.uint64),  # beyond float64
+        np.array([b"\xff", b"\xff", b"a", b"b", b"b"]),  # h5py's strings: bytes
+        np.array(
+            ["2020-01-01", "2020-01-01", "2021-05-05", "1999-12-31", "1999-12-31"],
+            dtype="datetime64[D]",
+        ),
+        _objects([(1, 2), (1, 2), (3,), ("a", (b"z",)), ("a", (b"z",))]),  # ragged tuples
+        _objects([(1, 2), (1, 2), (3, 4), (5, 6), (5, 6)]),  # tuples of one length
     ],
 )
 def test_round_trip_dict_and_json(labels, tmp_path):
@@ -71,6 +87,29 @@ def test_round_trip_dict_and_json(labels, tmp_path):
     plain = _strict_loads(path.read_text())
     assert plain["per_query"]["map"][2] is None
     assert plain["metrics"]["map"] == pytest.approx(res["map"])
+
+
+def test_a_reloaded_result_compares_with_the_original():
+    res = ev(_objects([(1, 2), (1, 2), (3,), (4,), (4,)]))
+    back = ee.EvaluationResult.from_json(res.to_json())
+    rows = ee.compare({"a": res, "b": back}, n_boot=20).rows
+    assert [r["diff"] for r in rows if r["checkpoint"] == "b"] == [0.0] * len(METRICS)
+
+
+def test_labels_json_cannot_hold_are_refused_by_name():
+    res = ev(_objects([frozenset({1}), frozenset({1}), 2, 3, 3]))
+    with pytest.raises(ee.InputError, match=r"frozenset\(\{1\}\) \(type frozenset\)"):
+        res.to_json()
+
+
+def test_older_files_with_tuples_as_lists_read_them_as_tuples():
+    d = ev(_objects([(1, 2), (1, 2), (3,), (4,), (4,)])).to_dict()
+    d.pop("query_labels_dtype", None)
+    d["query_labels"] = [[1, 2], [1, 2], [3], [4], [4]]
+    d["per_class"] = {m: [[[4], v]] for m, v in [("map", 1.0)]}
+    back = ee.EvaluationResult.from_dict(d)
+    assert back.query_labels.tolist() == [(1, 2), (1, 2), (3,), (4,), (4,)]
+    assert back.per_class == {"map": {(4,): 1.0}}
 
 
 def test_per_class_keys_are_the_callers_labels_as_python_scalars():

@@ -160,9 +160,9 @@ def test_int_k_makes_map_and_mrr_possible(grid):
 
 def test_full_depth_map_needs_an_int_k(grid):
     x, y, _ = grid
-    for metric in ("map", "mrr"):
-        with pytest.raises(InputError, match="Pass an int k"):
-            evaluate(x, y, metrics=[metric], index="Flat")
+    for metric in ("map", "mrr", "minp"):
+        with pytest.raises(InputError, match=f"the rankings that {metric} read.*Pass an int k"):
+            evaluate(x, y, metrics=["precision_at_1", metric], index="Flat")
 
 
 def test_bad_index_arguments(grid, tmp_path):

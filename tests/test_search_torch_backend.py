@@ -867,3 +867,18 @@ def test_bf16_keys_fall_back_to_four_passes_only_where_out_dtype_is_missing(monk
         # the four passes by hand: the bfloat16 product, negated
         np.testing.assert_array_equal(keys.numpy(), -torch.mm(q, r.T).float().numpy())
     assert tried == [1] and tb._NO_OUT_DTYPE == {"mm"}
+
+
+def test_read_only_inputs_raise_no_warning():
+    # a loaded .npy or a memory map is read-only: torch.from_numpy warns about such arrays,
+    # which the backend only reads
+    rng = np.random.default_rng(5)
+    ref = rng.standard_normal((40, 4)).astype(np.float32)
+    ref.flags.writeable = False
+    labels = np.arange(40) % 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = ee.evaluate(ref[:10], labels[:10], ref, labels, backend="torch", device="cpu")
+    want = ee.evaluate(ref[:10], labels[:10], ref, labels)
+    for m, values in want.per_query.items():
+        np.testing.assert_array_equal(got.per_query[m], values)

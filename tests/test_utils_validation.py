@@ -230,6 +230,19 @@ def test_options_of_another_search_path_are_refused(kw, pattern):
         ee.evaluate(X, Y, **kw)
 
 
+def test_tuples_of_several_lengths_in_a_list_are_one_label_each():
+    # points 0, 1, 5, 6: labels (1, 2), (3,), (1, 2), (3,); each nearest neighbour is of the
+    # other label (P@1 = 0); its own lies second for the outer points, third for the inner
+    # ones: AP 1/2, 1/3, 1/3, 1/2, by hand
+    x = np.array([[0.0], [1.0], [5.0], [6.0]])
+    res = ee.evaluate(x, [(1, 2), (3,), (1, 2), (3,)], metrics=["precision_at_1", "map"])
+    assert res.query_labels.tolist() == [(1, 2), (3,), (1, 2), (3,)]
+    assert res.per_query["precision_at_1"].tolist() == [0.0] * 4
+    assert res.per_query["map"].tolist() == pytest.approx([1 / 2, 1 / 3, 1 / 3, 1 / 2], abs=1e-15)
+    with pytest.raises(ee.InputTypeError, match="index 0 is \\[1.0, 0.5\\] of type list"):
+        ee.evaluate(x, [[1.0, 0.5], [1], [2], [3]])
+
+
 def test_an_unhashable_label_after_the_first_names_the_argument_and_the_index():
     labels = np.empty(6, dtype=object)
     labels[:] = [1, 1, [2], 2, 3, 3]

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.files import atomic_path
-from ..utils.validation import check_int, label_sizes
+from ..utils.validation import check_int, label_sizes, label_text
 from .figures import FIGURE_TITLES, main_metric, run_figures
 from .gallery import GalleryRow, confident_errors, gallery_rows, worst_queries
 
@@ -520,11 +520,17 @@ def _gallery(
             "<code>to_html</code>, or write the page with <code>embedeval evaluate --report</code>."
             "</p>"
         )
-    metric = metric or main_metric(res)
-    if metric not in res.per_query:
+    if metric is not None and metric not in res.per_query:
         raise InputError(
             f"gallery_metric={metric!r} has no per-query values in this result; choose one of "
             f"{', '.join(res.per_query) or '(none)'}."
+        )
+    metric = metric or main_metric(res)
+    if metric is None or np.isnan(res.per_query[metric]).all():
+        what = "any per-query metric" if metric is None else metric
+        return head + (
+            f"<p>No gallery: no query has a value of {_e(what)} (every query is lone, or only "
+            "NMI / AMI were asked for).</p>"
         )
     kw = {key: inputs[key] for key in _GALLERY_INPUTS if inputs.get(key) is not None}
     n_ref = res.settings.get("n_reference", 0)
@@ -552,7 +558,8 @@ def _gallery(
         head,
         "<p class='sub'>Each row: the query, then its nearest references that count (the "
         "query itself and references the protocol excludes are skipped), "
-        "<span class='sym'>✓</span> relevant (same label), <span class='sym'>✗</span> not; "
+        "<span class='sym'>✓</span> relevant (same label, or a shared one for label sets), "
+        "<span class='sym'>✗</span> not; "
         "the last column is the rank of the first relevant reference.</p>",
     ]
     for ident, title, rows in sections:
@@ -580,7 +587,7 @@ def _gallery_row(
     extra = f"<span class='meta'>confidence {_num(conf[q])}</span>" if conf is not None else ""
     cells = [
         f'<td class="q">{media.show(q, False)}<span class="meta">query {q}</span>'
-        f"<span class='meta'>label {_e(labels[q])}</span>"
+        f"<span class='meta'>label {_e(label_text(labels[q]))}</span>"
         f"<span class='meta'>{_e(metric)} {_num(res.per_query[metric][q])}</span>{extra}</td>"
     ]
     for rank, j, d, rel in zip(
@@ -595,7 +602,7 @@ def _gallery_row(
             f'<td class="{cls}" data-rank="{rank}" data-index="{j}" data-relevant="{int(rel)}">'
             f'<span class="sym">{mark}</span> {media.show(j, True)}'
             f"<span class='meta'>#{rank} · ref {j}</span><span class='meta'>label "
-            f"{_e(ref_labels[j])}</span><span class='meta'>d {_num(d)}</span></td>"
+            f"{_e(label_text(ref_labels[j]))}</span><span class='meta'>d {_num(d)}</span></td>"
         )
     first = row.first_relevant
     what = "none" if first is None else f"rank {first}"

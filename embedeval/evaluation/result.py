@@ -15,6 +15,7 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.files import run_stamp, write_text
 from .approximation import approximation_lines
+from .label_json import label_from_json, label_to_json, labels_from_json, labels_to_json
 
 __all__ = ["EvaluationResult"]
 
@@ -162,7 +163,9 @@ class EvaluationResult:
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict with stable keys; NaN becomes ``None``."""
+        """A JSON-ready dict with stable keys; NaN becomes ``None``; labels JSON lacks (bytes,
+        tuples, dates) become one-key objects (:mod:`embedeval.evaluation.label_json`)."""
+        labels, dtype = labels_to_json(self.query_labels)
         return {
             "format": _FORMAT,
             "metrics": {k: _num(v) for k, v in self.metrics.items()},
@@ -175,10 +178,11 @@ class EvaluationResult:
             "approximation": _jsonable(self.approximation),
             "provenance": _jsonable(self.provenance),
             "per_class": {
-                m: [[_scalar(lab), _num(v)] for lab, v in table.items()]
+                m: [[label_to_json(lab), _num(v)] for lab, v in table.items()]
                 for m, table in self.per_class.items()
             },
-            "query_labels": [_scalar(v) for v in self.query_labels.tolist()],
+            "query_labels": labels,
+            **({} if dtype is None else {"query_labels_dtype": dtype}),
             "per_query": {m: [_num(v) for v in a.tolist()] for m, a in self.per_query.items()},
             **(
                 {}
@@ -204,6 +208,8 @@ class EvaluationResult:
         """
         _check_result_dict(data)
         labels = data["query_labels"]
+        label_dtype = data.get("query_labels_dtype")
+        multi = bool(data["settings"].get("multi_label"))
         try:
             return cls(
                 metrics={k: _float(v) for k, v in data["metrics"].items()},
@@ -212,10 +218,10 @@ class EvaluationResult:
                     for m, a in data["per_query"].items()
                 },
                 per_class={
-                    m: {_key(lab): _float(v) for lab, v in rows}
+                    m: {label_from_json(lab): _float(v) for lab, v in rows}
                     for m, rows in data["per_class"].items()
                 },
-                query_labels=_labels_from_json(labels, bool(data["settings"].get("multi_label"))),
+                query_labels=labels_from_json(labels, label_dtype, multi),
                 n_queries=int(data["n_queries"]),
                 n_lone=int(data["n_lone"]),
                 n_ties={k: int(v) for k, v in data["n_ties"].items()},
@@ -488,8 +494,14 @@ _OPTIONAL = {
     "approximation": dict,
     "query_confidences": list,
     "provenance": dict,
+    "query_labels_dtype": str,
 }
-_KIND = {dict: "a dict (JSON object)", list: "a list (JSON array)", int: "an integer"}
+_KIND = {
+    dict: "a dict (JSON object)",
+    list: "a list (JSON array)",
+    int: "an integer",
+    str: "a string",
+}
 
 
 def _check_result_dict(data: Any) -> None:
@@ -562,26 +574,6 @@ def _num(v: Any) -> float | None:
 
 def _float(v: Any) -> float:
     return float("nan") if v is None else float(v)
-
-
-def _scalar(v: Any) -> Any:
-    return v.item() if isinstance(v, np.generic) else v
-
-
-def _key(v: Any) -> Any:
-    return tuple(v) if isinstance(v, list) else v
-
-
-def _labels_from_json(labels: list[Any], multi_label: bool) -> np.ndarray:
-    """The query labels of a result dict: rows of a 0/1 indicator array for a multi-label run
-    (bool, as :func:`embedeval.evaluate` keeps them), else one label per query."""
-    if multi_label:
-        return np.array(labels, dtype=bool).reshape(len(labels), -1)
-    return np.array(labels, dtype=object if _mixed(labels) else None)
-
-
-def _mixed(values: list[Any]) -> bool:
-    return len({type(v) for v in values}) > 1 or any(isinstance(v, list) for v in values)
 
 
 def _jsonable(obj: Any) -> Any:

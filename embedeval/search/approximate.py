@@ -259,9 +259,11 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
     index_params = {} if options.index_params is None else dict(options.index_params)
     depth, threshold = task.depth()
     if threshold is not None:
+        deep = [m.name for m in task.metrics if m.depth in ("full", "first_hit")]
         raise InputError(
-            "map and mrr with k=None read each query's ranking down to its farthest (or nearest) "
-            "same-label reference, which an approximate index cannot promise to return. Pass an "
+            f"with k=None, the rankings that {', '.join(deep) or 'these metrics'} read reach each "
+            "query's farthest (or nearest) same-label reference, which an approximate index "
+            "cannot promise to return. Pass an "
             "int k (e.g. k=1000) to evaluate them at a fixed depth, or drop index= for exact "
             "search."
         )

@@ -161,15 +161,13 @@ def torch_product(device: str, precision: str = "float32") -> Callable[..., np.n
             key = (q.__array_interface__["data"][0], q.shape)
             tq = cache.get(key)
             if tq is None:  # each query chunk moves once
-                tq = torch.from_numpy(np.ascontiguousarray(q)).to(dev).to(low)
+                tq = _read_only_tensor(torch, np.ascontiguousarray(q)).to(dev).to(low)
                 cache[key] = tq
             held = cache.get("block")
             # the block itself is kept with its copy: while held, no other array can have
             # its identity (an id alone can be reused by the next pass's first block)
             if held is None or held[0] is not blk:  # each block moves once
-                with warnings.catch_warnings():  # a read-only memory map is only read here
-                    warnings.simplefilter("ignore", UserWarning)
-                    held = (blk, torch.from_numpy(blk).to(dev).to(low))
+                held = (blk, _read_only_tensor(torch, blk).to(dev).to(low))
                 cache["block"] = held
         return tq, held[1]
 
@@ -347,7 +345,7 @@ def _prepare(
 
     def put(x: Any) -> Any:
         if isinstance(x, np.ndarray):
-            x = torch.from_numpy(np.ascontiguousarray(x))
+            x = _read_only_tensor(torch, np.ascontiguousarray(x))
         return x.to(device=device, dtype=torch.float32)
 
     xq = put(task.query)
@@ -403,6 +401,14 @@ def _engine_search(
         need, n_ref, label is not None, opts.block_size, opts.memory_budget, n_groups
     )
     return search, block
+
+
+def _read_only_tensor(torch: Any, x: np.ndarray) -> Any:
+    """``torch.from_numpy(x)`` without PyTorch's warning for a read-only array (a memory map,
+    a loaded ``.npy``): the tensor is only read, never written in place."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(x)
 
 
 def _normalize(torch: Any, x: Any, name: str) -> Any:

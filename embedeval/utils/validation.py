@@ -287,10 +287,11 @@ def as_labels(
     """Return labels as a 1-D array, never cast to float.
 
     Integers keep their dtype (2**24 and 2**24 + 1 stay distinct), strings stay strings, other
-    hashables become an object array.  Float labels are accepted only when they are whole numbers
-    and NaN-free, because a label of 0.5 is almost always a mistake.
+    hashables become an object array (a list of tuples of different lengths too).  Float labels
+    are accepted only when they are whole numbers and NaN-free, because a label of 0.5 is almost
+    always a mistake.
     """
-    arr = _asarray(y, name)
+    arr = _ragged_labels(y) if _is_ragged(y) else _asarray(y, name)
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
     if arr.ndim != 1:
@@ -345,7 +346,29 @@ def as_labels(
 def is_label_indicator(y: Any) -> bool:
     """Whether ``y`` is given as a 2-D label indicator array (several labels per item), the
     multilabel format of scikit-learn: shape (n, n_labels) with at least two columns."""
-    return y is not None and np.ndim(host_array(y)) == 2 and np.shape(host_array(y))[1] >= 2
+    if y is None or _is_ragged(y):
+        return False
+    return np.ndim(host_array(y)) == 2 and np.shape(host_array(y))[1] >= 2
+
+
+def _is_ragged(y: Any) -> bool:
+    """Whether ``y`` is a list (or tuple) that numpy cannot make a rectangular array of, such
+    as tuples of different lengths."""
+    if not isinstance(y, (list, tuple)):
+        return False
+    try:
+        np.asarray(y)
+    except ValueError:
+        return True
+    return False
+
+
+def _ragged_labels(y: list | tuple) -> np.ndarray:
+    """One label per element of a ragged list (tuples of several lengths) as an object array."""
+    out = np.empty(len(y), dtype=object)
+    for i, v in enumerate(y):
+        out[i] = v
+    return out
 
 
 def as_label_indicator(

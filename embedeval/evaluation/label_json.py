@@ -1,0 +1,99 @@
+"""Labels in a result's JSON, written so that they read back as the labels they were.
+
+JSON holds numbers, strings, booleans, null and lists; labels may also be bytes (what h5py
+returns for string datasets), tuples, dates (``datetime64`` arrays) or integers beyond float64's
+53 bits (``uint64`` hashes).  Each label that JSON lacks becomes a one-key object naming its
+kind (``{"bytes": ...}``, ``{"tuple": [...]}``, ``{"datetime64": "2020-01-01"}``), and the
+array's dtype is written beside the labels, so uint64, bytes and date arrays come back with
+their dtype.  A label of any other type is refused with its value and type named: nothing is
+written that cannot be read back.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import numpy as np
+
+from ..utils.errors import InputError
+
+__all__ = ["label_from_json", "label_to_json", "labels_from_json", "labels_to_json"]
+
+
+def label_to_json(label: Any) -> Any:
+    """One label in JSON form (as ``tolist()`` gives array elements, or a per-class key).
+
+    >>> label_to_json(b"cat"), label_to_json((1, "a")), label_to_json(np.uint64(2**63))
+    ({'bytes': 'cat'}, {'tuple': [1, 'a']}, 9223372036854775808)
+    """
+    if isinstance(label, np.generic):
+        label = label.item()
+    if label is None or isinstance(label, (bool, int, float, str)):
+        return label
+    if isinstance(label, bytes):
+        return {"bytes": label.decode("latin-1")}  # every byte value, one character each
+    if isinstance(label, tuple):
+        return {"tuple": [label_to_json(v) for v in label]}
+    if isinstance(label, datetime.date):  # datetime.datetime included
+        return {"datetime64": label.isoformat()}
+    raise InputError(
+        f"the label {label!r} (type {type(label).__name__}) has no JSON form; write results "
+        "with labels that are ints, floats, strings, bytes, dates or tuples of these."
+    )
+
+
+def label_from_json(value: Any) -> Any:
+    """A label read back from :func:`label_to_json` (a list, as older files wrote tuples, is a
+    tuple).
+
+    >>> label_from_json({"bytes": "cat"}), label_from_json({"tuple": [1, "a"]})
+    (b'cat', (1, 'a'))
+    """
+    if isinstance(value, list):
+        return tuple(label_from_json(v) for v in value)
+    if not isinstance(value, dict):
+        return value
+    if len(value) != 1:
+        raise ValueError(f"a label object has one key (bytes, tuple or datetime64): {value!r}")
+    ((kind, inner),) = value.items()
+    if kind == "bytes":
+        return inner.encode("latin-1")
+    if kind == "tuple":
+        return tuple(label_from_json(v) for v in inner)
+    if kind == "datetime64":
+        return np.datetime64(inner).item()
+    raise ValueError(f"unknown label kind {kind!r} (bytes, tuple or datetime64)")
+
+
+def labels_to_json(labels: np.ndarray) -> tuple[list[Any], str | None]:
+    """The query labels as a JSON list and the dtype to read them back with (None for an
+    object array).  A 2-D indicator array (several labels per query) is its rows of booleans.
+
+    >>> labels_to_json(np.array([2**63, 5], dtype=np.uint64))
+    ([9223372036854775808, 5], '<u8')
+    """
+    if labels.ndim == 2:
+        return labels.astype(bool).tolist(), None
+    dtype = None if labels.dtype == object else labels.dtype.str
+    return [label_to_json(v) for v in labels.tolist()], dtype
+
+
+def labels_from_json(values: list[Any], dtype: str | None, multi_label: bool) -> np.ndarray:
+    """The query labels written by :func:`labels_to_json`: with their dtype when one was
+    written, else one object per label (strings or ints of one type become their array).
+
+    >>> labels_from_json([{"bytes": "a"}, {"bytes": "b"}], "|S1", False)
+    array([b'a', b'b'], dtype='|S1')
+    """
+    if multi_label:
+        return np.array(values, dtype=bool).reshape(len(values), -1)
+    labels = [label_from_json(v) for v in values]
+    if dtype is not None:
+        return np.array(labels, dtype=np.dtype(dtype))
+    if len({type(v) for v in labels}) == 1 and not isinstance(labels[0], tuple):
+        return np.array(labels)
+    out = np.empty(len(labels), dtype=object)
+    for i, v in enumerate(labels):  # one by one: a tuple stays one label, not a row
+        out[i] = v
+    return out
