@@ -183,3 +183,30 @@ def test_cli_tables_report_and_plots(tmp_path):
     assert [r["top1_label"] for r in per_query] == ["1", "0", "1", "0;1"]
     assert (tmp_path / "r.html").stat().st_size > 0
     assert {p.name for p in (tmp_path / "figs").iterdir()} >= {"k_sweep.png", "per_class.png"}
+
+
+# ------------------------------------------------------------------ labels in other shapes
+@pytest.mark.parametrize(
+    "labels",
+    [
+        np.arange(48).reshape(-1, 1) % 5,  # one column: one label per row
+        [(i % 5,) * (1 + i % 2) for i in range(48)],  # tuples of two lengths, in a list
+    ],
+)
+def test_report_pages_read_reference_labels_as_evaluate_does(tmp_path, labels):
+    xq, yq = X[:12], labels[:12]
+    res = ee.evaluate(xq, yq, X, labels, metrics=["map", "precision_at_1"])
+    res.to_html(tmp_path / "r.html", query=xq, reference=X, reference_labels=labels)
+    text = (tmp_path / "r.html").read_text()
+    as_text = [str(v[0]) if isinstance(v, np.ndarray) else str(v) for v in labels]
+    shown = {c.split("</span>")[0] for c in text.split("<span class='meta'>label ")[1:]}
+    assert shown and shown <= set(as_text)  # each gallery cell names a label as given
+
+
+def test_pair_histograms_join_labels_by_class_not_by_text():
+    from embedeval.evaluation.figures import _joint_labels
+
+    codes = _joint_labels(np.array([5, 6, 5]), np.array(["5", "6", "6"], dtype=object))
+    # 5 and "5" are different classes (as evaluate finds no relevant reference between them)
+    assert codes[0] == codes[2] and codes[0] != codes[3] and codes[4] == codes[5]
+    assert codes[1] != codes[4]

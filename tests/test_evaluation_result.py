@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import warnings
@@ -64,6 +65,14 @@ def _same(a, b):
         ),
         _objects([(1, 2), (1, 2), (3,), ("a", (b"z",)), ("a", (b"z",))]),  # ragged tuples
         _objects([(1, 2), (1, 2), (3, 4), (5, 6), (5, 6)]),  # tuples of one length
+        np.array([1, 1, 2, 3, 3], dtype="datetime64[ns]"),  # item() of these is an int
+        np.array([1, 1, 2, 3, 3], dtype="timedelta64[s]"),
+        _objects(
+            [datetime.datetime(2020, 1, 1, 0, 0, 0, 7)] * 2
+            + [datetime.date(2021, 5, 5)]
+            + [datetime.timedelta(days=1, microseconds=3)] * 2
+        ),
+        _objects([np.datetime64(1, "ns")] * 2 + [np.timedelta64(2, "ms")] + [b"x"] * 2),
     ],
 )
 def test_round_trip_dict_and_json(labels, tmp_path):
@@ -100,6 +109,27 @@ def test_labels_json_cannot_hold_are_refused_by_name():
     res = ev(_objects([frozenset({1}), frozenset({1}), 2, 3, 3]))
     with pytest.raises(ee.InputError, match=r"frozenset\(\{1\}\) \(type frozenset\)"):
         res.to_json()
+    utc = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    res = ev(_objects([utc, utc, 2, 3, 3]))  # read back, the time zone would be lost
+    with pytest.raises(ee.InputError, match="type datetime"):
+        res.to_json()
+
+
+@pytest.mark.parametrize(
+    "label", [{"bytes": 5}, {"tuple": 3}, {"date": "soon"}, {"nope": 1}, {"a": 1, "b": 2}]
+)
+def test_a_malformed_label_object_is_an_input_error(label):
+    d = ev(["a", "a", "b", "c", "c"]).to_dict()
+    d["query_labels"][0] = label
+    d.pop("query_labels_dtype")
+    with pytest.raises(ee.InputError, match="wrong type"):
+        ee.EvaluationResult.from_dict(d)
+
+
+def test_missing_dates_are_refused_like_missing_labels():
+    labels = np.array(["2020-01-01", "NaT", "2020-01-02", "NaT", "2020-01-02"], "datetime64[D]")
+    with pytest.raises(ee.InputError, match=r"2 missing label\(s\) \(NaT\), first at index 1"):
+        ev(labels)
 
 
 def test_older_files_with_tuples_as_lists_read_them_as_tuples():

@@ -178,7 +178,8 @@ def _class_codes(labels: Any, average: str) -> tuple[np.ndarray | None, int | No
         if average == "macro":
             raise InputError(
                 "average='macro' resamples classes, which multi-label labels (a 2-D indicator "
-                "array) do not partition; use average='micro' (queries are resampled)."
+                "array) do not partition; use average='micro', which resamples queries (evaluate "
+                "with it, or pass it to bootstrap_ci)."
             )
         return None, as_label_indicator(labels, "labels").shape[0]
     (codes,), _ = factorize(as_labels(labels, "labels"))

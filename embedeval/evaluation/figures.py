@@ -87,9 +87,23 @@ def pair_distances(res: Any, inputs: dict[str, Any]) -> tuple[np.ndarray, np.nda
         x, y = inputs["reference"], inputs["reference_labels"]
     else:
         x = np.concatenate([np.asarray(inputs["query"]), np.asarray(inputs["reference"])])
-        y = np.concatenate([np.asarray(inputs["query_labels"]), inputs["reference_labels"]])
+        y = _joint_labels(inputs["query_labels"], inputs["reference_labels"])
     distance = "cosine" if res.settings["distance"] == "cosine" else "euclidean"
     return positive_negative_distances(x, y, max_pairs=20_000, distance=distance, seed=0)
+
+
+def _joint_labels(query_labels: Any, reference_labels: Any) -> np.ndarray:
+    """Query then reference labels in one array, relevant exactly as in the run: one shared
+    integer code per class (joining the raw arrays would turn 5 and "5" alike into strings),
+    or the rows of both indicator arrays."""
+    from ..utils.validation import as_any_labels, factorize
+
+    yq = as_any_labels(query_labels, "query_labels")
+    yb = as_any_labels(reference_labels, "reference_labels")
+    if yq.ndim == 2:
+        return np.concatenate([yq, yb])
+    (cq, cb), _ = factorize(yq, yb)
+    return np.concatenate([cq, cb])
 
 
 def _histograms(res: Any, inputs: dict[str, Any]) -> Any:

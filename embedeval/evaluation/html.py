@@ -26,7 +26,7 @@ import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.files import atomic_path
-from ..utils.validation import check_int, label_sizes, label_text
+from ..utils.validation import as_any_labels, check_int, label_sizes, label_text
 from .figures import FIGURE_TITLES, main_metric, run_figures
 from .gallery import GalleryRow, confident_errors, gallery_rows, worst_queries
 
@@ -525,6 +525,7 @@ def _gallery(
             f"gallery_metric={metric!r} has no per-query values in this result; choose one of "
             f"{', '.join(res.per_query) or '(none)'}."
         )
+    media.check(res.n_queries, res.settings.get("n_reference", 0))
     metric = metric or main_metric(res)
     if metric is None or np.isnan(res.per_query[metric]).all():
         what = "any per-query metric" if metric is None else metric
@@ -533,8 +534,6 @@ def _gallery(
             "NMI / AMI were asked for).</p>"
         )
     kw = {key: inputs[key] for key in _GALLERY_INPUTS if inputs.get(key) is not None}
-    n_ref = res.settings.get("n_reference", 0)
-    media.check(res.n_queries, n_ref)
     sections = [
         (
             "worst",
@@ -550,9 +549,11 @@ def _gallery(
     chosen = np.unique(np.concatenate([rows for _, _, rows in sections]))
     found = gallery_rows(chosen, k, distance=res.settings["distance"], **kw)
     by_query = {r.query: r for r in found}
-    labels = np.asarray(inputs["query_labels"])
+    labels = as_any_labels(inputs["query_labels"], "query_labels")
     ref_labels = (
-        labels if inputs.get("reference") is None else np.asarray(inputs["reference_labels"])
+        labels
+        if inputs.get("reference") is None
+        else as_any_labels(inputs["reference_labels"], "reference_labels")
     )
     out = [
         head,

@@ -291,7 +291,7 @@ def as_labels(
     are accepted only when they are whole numbers and NaN-free, because a label of 0.5 is almost
     always a mistake.
     """
-    arr = _ragged_labels(y) if _is_ragged(y) else _asarray(y, name)
+    arr = _asarray(_list_labels(y), name)
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
     if arr.ndim != 1:
@@ -340,35 +340,39 @@ def as_labels(
                 f"({arr[i]!r}); every item needs a class label: drop those rows (with their "
                 "embeddings) or give them a label."
             )
+    elif arr.dtype.kind in "mM" and np.isnat(arr).any():  # NaT: a missing date, as None above
+        rows = np.flatnonzero(np.isnat(arr))
+        raise InputError(
+            f"{name} has {rows.size} missing label(s) (NaT), first at index {int(rows[0])}; "
+            "every item needs a class label: drop those rows (with their embeddings) or give "
+            "them a label."
+        )
     return arr
 
 
 def is_label_indicator(y: Any) -> bool:
     """Whether ``y`` is given as a 2-D label indicator array (several labels per item), the
     multilabel format of scikit-learn: shape (n, n_labels) with at least two columns."""
-    if y is None or _is_ragged(y):
+    if y is None:
         return False
-    return np.ndim(host_array(y)) == 2 and np.shape(host_array(y))[1] >= 2
+    shape = np.shape(host_array(_list_labels(y)))
+    return len(shape) == 2 and shape[1] >= 2
 
 
-def _is_ragged(y: Any) -> bool:
-    """Whether ``y`` is a list (or tuple) that numpy cannot make a rectangular array of, such
-    as tuples of different lengths."""
+def _list_labels(y: Any) -> Any:
+    """A list or tuple of labels as an array, converted once: numpy's array, or for a ragged
+    list (tuples of several lengths) one object per element; anything else unchanged."""
     if not isinstance(y, (list, tuple)):
-        return False
+        return y
     try:
-        np.asarray(y)
+        return np.asarray(y)
     except ValueError:
-        return True
-    return False
-
-
-def _ragged_labels(y: list | tuple) -> np.ndarray:
-    """One label per element of a ragged list (tuples of several lengths) as an object array."""
-    out = np.empty(len(y), dtype=object)
-    for i, v in enumerate(y):
-        out[i] = v
-    return out
+        out = np.empty(len(y), dtype=object)
+        for i, v in enumerate(y):
+            out[i] = v
+        return out
+    except TypeError:
+        return y  # as_labels names the argument
 
 
 def as_label_indicator(
@@ -425,6 +429,7 @@ def as_any_labels(
     >>> as_any_labels([3, 1]).tolist(), as_any_labels([[1, 0], [1, 1]]).shape
     ([3, 1], (2, 2))
     """
+    y = _list_labels(y)
     check = as_label_indicator if is_label_indicator(y) else as_labels
     return check(y, name, length=length, length_of=length_of)
 
@@ -463,10 +468,14 @@ def label_text(label: Any) -> str:
     """
     if isinstance(label, np.ndarray) and label.ndim == 1:  # not a tuple label: rows only
         return ";".join(str(i) for i in np.flatnonzero(label).tolist())
+    if isinstance(label, (np.datetime64, np.timedelta64)):  # item() of nanoseconds is an int
+        return str(label)
     return str(label.item() if isinstance(label, np.generic) else label)
 
 
 def _is_missing(value: Any) -> bool:
+    if isinstance(value, (np.datetime64, np.timedelta64)):
+        return bool(np.isnat(value))
     return value is None or (isinstance(value, (float, np.floating)) and value != value)
 
 
