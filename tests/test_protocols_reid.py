@@ -323,3 +323,17 @@ def test_ap_rule_bad_input():
         reid.evaluate_reid(q, qi, qc, g, gi, gc, ap_rule="trapezium")
     with pytest.raises(ee.InputError, match=r"ap_rule='trapezoid'.*has no 'map'"):
         reid.evaluate_reid(q, qi, qc, g, gi, gc, ap_rule="trapezoid", metrics=["minp"])
+
+
+def test_junk_ids_as_none_a_single_id_or_string_ids():
+    # queries at 0 (id 1, camera 0) and 5 (id 2); gallery 0.1 (id 1, camera 0: hidden), 0.2
+    # (id 1), 5.1 (id 2), 9.0 (id -1). Without junk the query at 5 ranks 5.1 then 9.0: AP 1 as
+    # with junk; the junk row only changes the gallery's size.
+    q, g = [[0.0], [5.0]], [[0.1], [0.2], [5.1], [9.0]]
+    for junk, n_junk in ((None, 0), (-1, 1), ((), 0), ((-1,), 1)):
+        res = reid.evaluate_reid(q, [1, 2], [0, 0], g, [1, 1, 2, -1], [0, 1, 1, 1], junk_ids=junk)
+        assert (res.settings["n_junk"], res.settings["n_reference"]) == (n_junk, 4 - n_junk)
+        assert res["map"] == 1.0
+    # ids read from Market-1501 file names as strings: the default drops "-1" too
+    res = reid.evaluate_reid(q, ["1", "2"], [0, 0], g, ["1", "1", "2", "-1"], [0, 1, 1, 1])
+    assert res.settings["n_junk"] == 1 and res.settings["junk_ids"] == ["-1"]

@@ -206,6 +206,25 @@ def test_kfold_explicit_folds_by_hand():
     assert per_fold.tolist() == [1.0, 1.0] and mean == 1.0 and std == 0.0
 
 
+def test_kfold_training_ties_go_to_the_strictest_threshold_counted_exactly():
+    # Fold 0 holds one impostor at 1.0; its training pairs are 5 genuine and 5 impostors at 1.0
+    # and 10 impostors at 0.0. Rejecting everything and accepting scores >= 0.5 both get 15 of
+    # 20 right (accuracies that floating-point rates round apart); the strictest, rejecting
+    # everything, rejects the held-out impostor: 1.0. Fold 1 trains on that impostor alone
+    # (reject everything) and so scores its 15 impostors of 20 right: 0.75.
+    scores = np.array([1.0] + [1.0] * 10 + [0.0] * 10)
+    genuine = np.array([False] + [True] * 5 + [False] * 15)
+    _, _, per_fold = ver.kfold_accuracy(scores, genuine, folds=np.array([0] + [1] * 20))
+    assert per_fold.tolist() == [1.0, 0.75]
+    # Distances: training pairs at 0 (genuine), 0 and 5 (impostors) tie 2/3 between rejecting
+    # everything and accepting distances <= 2.5; the strictest (the lowest distance threshold)
+    # rejects the held-out genuine pair at distance 0: 0. Fold 1 trains on that genuine pair
+    # (accept everything): 1 of 3 right.
+    d, g = np.array([0.0, 0.0, 0.0, 5.0]), np.array([True, True, False, False])
+    _, _, per_fold = ver.kfold_accuracy(d, g, folds=np.array([0, 1, 1, 1]), higher_is_similar=False)
+    assert per_fold.tolist() == pytest.approx([0.0, 1 / 3], abs=1e-15)
+
+
 def test_kfold_training_folds_of_one_kind():
     # Pairs stored genuine first, then impostors; 2 consecutive folds.  Fold 0 (the genuine
     # 0.9, 0.8) trains on two impostors: rejecting everything is right on both, so nothing is

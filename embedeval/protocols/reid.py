@@ -85,10 +85,11 @@ def evaluate_reid(
 ) -> EvaluationResult:
     """Evaluate re-identification embeddings with the Market-1501 convention.
 
-    Gallery rows whose identity is in ``junk_ids`` are dropped; gallery items with the query's
-    identity and camera are hidden from that query; everything else is :func:`evaluate` (pass
-    its options, e.g. ``ci=0.95``, through ``options``).  ``result.cmc(50)`` gives the CMC curve
-    (``"mrr"`` must stay among the metrics for it).
+    Gallery rows whose identity is in ``junk_ids`` are dropped (None: none; string gallery ids
+    are compared with the junk ids as strings, so the default drops ``"-1"`` too); gallery
+    items with the query's identity and camera are hidden from that query; everything else is
+    :func:`evaluate` (pass its options, e.g. ``ci=0.95``, through ``options``).
+    ``result.cmc(50)`` gives the CMC curve (``"mrr"`` must stay among the metrics for it).
 
     Parameters
     ----------
@@ -123,12 +124,11 @@ def evaluate_reid(
     """
     ap_rule = check_choice(ap_rule, "ap_rule", AP_RULES)
     gi = as_labels(gallery_ids, "gallery_ids")
-    junk = list(junk_ids)
+    junk = _junk_list(junk_ids, gi)
     keep = ~np.isin(gi, np.asarray(junk)) if junk else np.ones(gi.size, bool)
     if not keep.any():
         raise InputError(
-            f"every gallery item has an identity in junk_ids={list(junk_ids)!r}; nothing is "
-            "left to search."
+            f"every gallery item has an identity in junk_ids={junk!r}; nothing is left to search."
         )
     gallery_arr = np.asarray(gallery)
     gc = as_labels(gallery_cameras, "gallery_cameras", length=gi.size, length_of="gallery_ids")
@@ -159,10 +159,23 @@ def evaluate_reid(
     if order is not None:
         _rename_trapezoid(res, order)
     res.settings["protocol"] = "reid: same identity and camera hidden, junk ids dropped"
-    res.settings["junk_ids"] = list(junk_ids)
+    res.settings["junk_ids"] = junk
     res.settings["n_junk"] = int((~keep).sum())
     res.settings["ap_rule"] = ap_rule
     return res
+
+
+def _junk_list(junk_ids: Any, gallery_ids: np.ndarray) -> list[Any]:
+    """``junk_ids`` as a list: None is none, a single id is one; compared as strings when the
+    gallery ids are strings (``"-1"``, Market-1501's junk identity read from file names)."""
+    if junk_ids is None:
+        return []
+    if isinstance(junk_ids, (str, bytes)) or np.ndim(junk_ids) == 0:
+        junk_ids = [junk_ids]
+    junk = list(junk_ids)
+    if gallery_ids.dtype.kind == "U":
+        junk = [str(v) for v in junk]
+    return junk
 
 
 def _trapezoid_ap(relevant: np.ndarray, n_relevant: np.ndarray) -> np.ndarray:

@@ -376,8 +376,10 @@ def kfold_accuracy(
     folds as scikit-learn's ``KFold(n_folds, shuffle=False)``).  For each fold, the threshold
     that maximises accuracy on the other folds is chosen among the midpoints between
     consecutive distinct training scores (and one point above and one below all of them); ties
-    in training accuracy go to the highest threshold.  Accuracy = (accepted genuine + rejected
-    impostor) / pairs on the held-out fold.
+    in training accuracy (counted exactly) go to the strictest threshold, the one that accepts
+    fewest pairs: the highest similarity, or for distances (``higher_is_similar=False``) the
+    lowest distance.  Accuracy = (accepted genuine + rejected impostor) / pairs on the held-out
+    fold.
 
     ``thresholds`` (in the scores' own units) restricts the choice to a grid, as published LFW
     scripts do: insightface and facenet scan ``np.arange(0, 4, 0.01)`` over the *squared*
@@ -442,8 +444,11 @@ def _best_threshold(s: np.ndarray, g: np.ndarray) -> float:
         return -np.inf if g.all() else np.inf
     r = roc(s, g)
     n_gen, n_imp = r.n_genuine, r.n_impostor
-    correct = r.tar * n_gen + (1.0 - r.far) * n_imp
-    i = int(np.argmax(correct))
+    # counted in integers: rates times counts in floats round tied accuracies apart
+    accepted = np.rint(r.tar * n_gen).astype(np.int64)
+    false_accepts = np.rint(r.far * n_imp).astype(np.int64)
+    correct = accepted + (n_imp - false_accepts)
+    i = int(np.argmax(correct))  # the first best: the strictest threshold
     t = r.thresholds
     if i == 0:
         return np.inf  # nothing accepted
@@ -547,11 +552,14 @@ def tar_at_far_all_pairs(
 ) -> TarAtFar:
     """TAR at each FAR over every pair {i, j}, i < j, of a labelled set, exact and streamed.
 
-    The same numbers as :func:`tar_at_far` on the n(n-1)/2 scores of every pair (genuine when
-    the labels agree), without the n x n matrix.  For a target f with m = floor(f * n_impostor)
-    the answer depends only on the (m+1)-th largest impostor score: a random sample of impostor
-    pairs brackets it, one blocked pass over all pairs counts the scores above the bracket and
-    keeps those inside it, and the order statistic is read exactly from the kept scores.  Should
+    The same numbers as :func:`tar_at_far` on the n(n-1)/2 float32 scores described below, of
+    every pair (genuine when the labels agree), without the n x n matrix; against float64 pair
+    scores (:func:`pair_scores`) two pairs closer than float32 resolves may order differently,
+    and a cosine of near-parallel vectors may round to just above 1.  For a target f with
+    m = floor(f * n_impostor) the answer depends only on the (m+1)-th largest impostor score: a
+    random sample of impostor pairs brackets it, one blocked pass over all pairs counts the
+    scores above the bracket and keeps those inside it, and the order statistic is read exactly
+    from the kept scores.  Should
     the bracket miss (the sample is checked, not trusted), the pass is repeated with a wider one,
     so the result is exact whatever the sample.  Scores are float32 (cosine: products of the
     normalised vectors; Euclidean: the negated distance, thresholds reported as distances); a
