@@ -1184,12 +1184,12 @@ def _retrieval_inputs(args: argparse.Namespace) -> dict[str, Any]:
 def _refuse_missing_queries(args: argparse.Namespace, qrels: dict, ids: Any) -> None:
     """Judged queries without an embedding, named with the files and the flag that counts
     them (the library's own error names its keyword argument)."""
+    from .protocols.qrels import unembedded_queries
+
     if args.missing != "error":
         return
-    known = {str(v) for v in (ids.tolist() if isinstance(ids, np.ndarray) else ids)}
-    absent = [qid for qid in qrels if qid not in known]
+    absent, shown = unembedded_queries(qrels, ids)
     if absent:
-        shown = ", ".join(map(repr, absent[:5])) + (", ..." if len(absent) > 5 else "")
         raise InputError(
             f"{args.qrels}: {len(absent)} judged queries have no embedding in {args.queries} "
             f"({shown}); embed them, drop them from the qrels, or pass --missing zero to count "

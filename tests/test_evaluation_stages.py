@@ -9,7 +9,8 @@ import pytest
 
 import embedeval as ee
 from embedeval.evaluation.settings import EvaluationInputs, validate_arguments
-from embedeval.evaluation.stages import aggregate, exclusion_counts, plan_search, prepare_data
+from embedeval.evaluation.stages import exclusion_counts, plan_search, prepare_data
+from embedeval.metrics.averages import aggregate
 
 
 def _brute_counts(qy, ry, qg, rg, self_index):

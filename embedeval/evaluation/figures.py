@@ -134,7 +134,8 @@ def k_sweep_values(res: Any, inputs: dict[str, Any], ks: list[int]) -> dict[str,
     search), so drawing the sweep needs no second evaluation: hit rate@k = 1 when a relevant
     reference is among the k nearest counted ones, Precision@k = relevant among them / k.
     """
-    from ..utils.validation import as_any_labels
+    from ..metrics.averages import aggregate, aggregate_label_sets
+    from ..utils.validation import as_any_labels, factorize
     from .gallery import ranked_relevance
 
     keep = (
@@ -150,38 +151,22 @@ def k_sweep_values(res: Any, inputs: dict[str, Any], ks: list[int]) -> dict[str,
     hits = np.cumsum(ranked_relevance(max(ks), **kw, distance=res.settings["distance"]), axis=1)
     name = main_metric(res)
     counted = ~np.isnan(res.per_query[name]) if name else np.ones(hits.shape[0], dtype=bool)
-    labels = as_any_labels(kw["query_labels"], "query_labels")[counted]
-    macro = res.settings.get("average") == "macro"
+    labels = as_any_labels(kw["query_labels"], "query_labels")
+    how = res.settings.get("average", "micro")
+    codes = uniques = None
+    if labels.ndim == 1:
+        (codes,), uniques = factorize(labels)
 
-    def average(per_query: np.ndarray) -> float:
-        return _class_average(per_query[counted], labels if macro else None)
+    def average(per_query: np.ndarray) -> float:  # as the run averaged (lone queries: NaN)
+        values = np.where(counted, per_query, np.nan)
+        if labels.ndim == 2:
+            return aggregate_label_sets(values, labels, how)[0]
+        return aggregate(values, codes, uniques, how)[0]
 
     return {
         "Recall@k (hit rate)": [average((hits[:, k - 1] > 0).astype(float)) for k in ks],
         "Precision@k": [average(hits[:, k - 1] / k) for k in ks],
     }
-
-
-def _class_average(values: np.ndarray, labels: np.ndarray | None) -> float:
-    """The mean of ``values`` (NaN when empty); with ``labels``, the mean over classes of each
-    class's mean (one label per value, or a 2-D indicator array: a value counts in every class
-    it has; classes without a value are left out).
-
-    >>> _class_average(np.array([1.0, 0.0, 0.0]), np.array([[1, 0], [1, 1], [1, 0]]))
-    0.16666666666666666
-    """
-    from ..utils.validation import factorize
-
-    if not values.size:
-        return float("nan")
-    if labels is None:
-        return float(values.mean())
-    if labels.ndim == 2:
-        members = labels.astype(np.float64)
-        sizes = members.sum(axis=0)
-        return float(np.mean((values @ members)[sizes > 0] / sizes[sizes > 0]))
-    (codes,), _ = factorize(labels)
-    return float(np.mean(np.bincount(codes, values) / np.bincount(codes)))
 
 
 def _confidence_figures(res: Any, conf: Any, higher: bool) -> dict[str, Any]:

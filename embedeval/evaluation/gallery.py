@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.exact import Exclusions
-from ..engine.labels import pack_label_sets
+from ..engine.labels import match_pairs, pack_label_sets
 from ..search.neighbors import neighbors
 from ..utils.errors import InputError
 from ..utils.validation import (
@@ -112,7 +112,8 @@ def gallery_rows(
     for n, q in enumerate(rows.tolist()):
         ok = idx[n] >= 0
         j = idx[n][ok]
-        out.append(GalleryRow(q, j, dist[n][ok], _relevant(cq[q], cb[j]), first[n]))
+        rel = _relevant(cq, cb, np.array([q]), j[None, :])[0]
+        out.append(GalleryRow(q, j, dist[n][ok], rel, first[n]))
     return out
 
 
@@ -146,7 +147,7 @@ def ranked_relevance(
     )  # fmt: skip
     _, idx = search(np.arange(cq.size), depth)
     counted = idx >= 0
-    return counted & _relevant(cq[:, None], cb[np.where(counted, idx, 0)])
+    return counted & _relevant(cq, cb, np.arange(cq.shape[0]), np.where(counted, idx, 0))
 
 
 def _prepare(
@@ -186,16 +187,17 @@ def _prepare(
     return _searcher(xq, xb, gq, gb, distance), cq, cb, xb.shape[0]
 
 
-def _relevant(query_codes: np.ndarray, reference_codes: np.ndarray) -> np.ndarray:
-    """Relevance of references to queries from their codes (:func:`_prepare`), broadcast:
-    equal label codes, or packed label sets (a last axis of 64-bit words) sharing a bit.
+def _relevant(cq: np.ndarray, cb: np.ndarray, queries: np.ndarray, refs: np.ndarray) -> np.ndarray:
+    """Whether reference ``refs[i, j]`` is relevant to query ``queries[i]``, from the label codes
+    of :func:`_prepare` (:func:`embedeval.engine.labels.match_pairs`, as the engine decides).
 
-    >>> _relevant(np.array([[1], [2]]), np.array([[1, 2], [1, 1]])).tolist()
-    [[True, False], [False, False]]
+    >>> _relevant(np.array([1, 2]), np.array([1, 2, 1]), np.array([0, 1]), np.array([[0, 1]] * 2))
+    array([[ True, False],
+           [False,  True]])
     """
-    if query_codes.dtype != np.uint64:  # factorised single labels (int64 codes)
-        return query_codes == reference_codes
-    return np.any((query_codes & reference_codes) != 0, axis=-1)
+    m, k = refs.shape
+    pairs = match_pairs(np.repeat(cq[queries], k, axis=0), cb[refs.reshape(-1)])
+    return pairs.reshape(m, k)
 
 
 def _group_codes(
@@ -235,7 +237,7 @@ def _first_relevant(
     todo = np.arange(rows.size)
     depth, found = k, idx
     while todo.size:
-        hit = (found >= 0) & _relevant(cq[rows[todo], None], cb[np.maximum(found, 0)])
+        hit = (found >= 0) & _relevant(cq, cb, rows[todo], np.maximum(found, 0))
         has = hit.any(axis=1)
         for n, r in zip(todo[has].tolist(), hit[has].argmax(axis=1).tolist(), strict=True):
             first[n] = r + 1

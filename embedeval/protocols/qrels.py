@@ -51,7 +51,7 @@ from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import as_embeddings, check_bool, check_choice, check_int, host_array
 from .qrels_shards import CorpusSearch, corpus_search, shard_list
 
-__all__ = ["QrelsResult", "evaluate_qrels"]
+__all__ = ["QrelsResult", "evaluate_qrels", "unembedded_queries"]
 
 TIES = ("index", "trec_eval")
 MISSING = ("error", "zero")
@@ -379,14 +379,26 @@ def _judgments(
     )
 
 
+def unembedded_queries(qrels: dict[str, Any], query_ids: Any) -> tuple[list[str], str]:
+    """The judged queries of ``qrels`` that no id of ``query_ids`` names (ids compared as
+    strings), and the first few of them as an error message shows them.
+
+    >>> unembedded_queries({"a": {}, "b": {}, "c": {}}, ["a", 7])
+    (['b', 'c'], "'b', 'c'")
+    """
+    ids = query_ids.tolist() if isinstance(query_ids, np.ndarray) else query_ids
+    known = {str(v) for v in ids}
+    absent = [qid for qid in qrels if qid not in known]
+    shown = ", ".join(map(repr, absent[:_SHOW])) + (", ..." if len(absent) > _SHOW else "")
+    return absent, shown
+
+
 def _missing(
     qrels: dict[str, dict[str, int]], query_ids: list[str], missing: str, where: str
 ) -> list[str]:
     """qrels queries without an embedding: an error, or (``missing="zero"``) their ids."""
-    known = set(query_ids)
-    absent = [qid for qid in qrels if qid not in known]
+    absent, shown = unembedded_queries(qrels, query_ids)
     if absent and missing == "error":
-        shown = ", ".join(map(repr, absent[:_SHOW])) + (", ..." if len(absent) > _SHOW else "")
         raise InputError(
             f"{len(absent)} qrels queries have no embedding in {where} ({shown}); embed them, "
             "drop them from the qrels, or pass missing='zero' to count them as 0 (trec_eval -c)."
