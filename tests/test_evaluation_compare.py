@@ -683,3 +683,26 @@ def test_compare_metric_without_per_query_values():
 def test_plot_unknown_metric():
     with pytest.raises(ee.InputError, match="Did you mean 'm'"):
         _small_comparison().plot(metrics=["mm"])
+
+
+def test_confidence_permutation_p_is_the_sign_flip_test_of_per_query_brier_differences():
+    from scipy import stats
+
+    # the same embeddings, two confidences: the Brier score is the mean of (c - hit)^2 per
+    # query, so exchanging the two runs' queries is the sign-flip test of its per-query
+    # differences (both runs change in a swap, not only one)
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(8), 10)
+    x = rng.standard_normal((8, 6))[y] * 0.8 + rng.standard_normal((80, 6))
+    c0, c1 = rng.random(80), rng.random(80)
+    r0 = ee.evaluate(x, y, metrics=["precision_at_1"], confidences=c0)
+    r1 = ee.evaluate(x, y, metrics=["precision_at_1"], confidences=c1)
+    cmp = ee.compare([r0, r1], metrics=["brier"], test="permutation", n_boot=4000)
+    hit = r0.per_query["precision_at_1"]
+    d = (c1 - hit) ** 2 - (c0 - hit) ** 2
+    assert _row(cmp, "run1", "brier")["diff"] == pytest.approx(d.mean(), abs=1e-12)
+    ref = stats.permutation_test(
+        (d,), np.mean, permutation_type="samples", n_resamples=20000, rng=0
+    ).pvalue
+    assert ref > 0.4  # no real difference: the swaps reach the observed one about half the time
+    assert _row(cmp, "run1", "brier")["p_value"] == pytest.approx(ref, abs=0.03)

@@ -683,10 +683,12 @@ def paired_confidence_replicates(
 
     Every run sees the same resampled query indices in a replicate (the draws of
     :func:`embedeval.metrics.resample.draw_indices`), so differences between runs are paired.  With
-    ``swap=True`` a replicate instead exchanges, query by query with probability 1/2, the
-    (per-query values, confidence) of each run with those of run 0 (a paired permutation of two
-    runs).
+    ``swap=True`` (two runs) a replicate instead exchanges the two runs' (per-query values,
+    confidence), query by query with probability 1/2: both runs change, so the replicates'
+    differences follow the null distribution of a paired permutation test.
     """
+    if swap and len(runs) != 2:
+        raise ValueError(f"swap=True exchanges the queries of two runs; got {len(runs)} runs")
     rng = np.random.default_rng(seed)
     prepared = []
     for r in runs:
@@ -700,7 +702,8 @@ def paired_confidence_replicates(
     for b in range(n_boot):
         if swap:
             flip = rng.integers(0, 2, size=n).astype(bool)
-            draws = [_swapped(arrays, prepared[0][1], flip) for _, arrays in prepared]
+            first, second = prepared[0][1], prepared[1][1]
+            draws = [_swapped(first, second, flip), _swapped(second, first, flip)]
         else:
             (idx,) = next(draw_indices(rng, n, 1, 1))
             draws = [[a[idx] for a in arrays] for _, arrays in prepared]
@@ -710,11 +713,11 @@ def paired_confidence_replicates(
     return out
 
 
-def _swapped(arrays: list[np.ndarray], base: list[np.ndarray], flip: np.ndarray) -> list:
-    """``arrays`` with the rows where ``flip`` holds taken from ``base`` instead."""
+def _swapped(arrays: list[np.ndarray], other: list[np.ndarray], flip: np.ndarray) -> list:
+    """``arrays`` with the rows where ``flip`` holds taken from ``other`` instead."""
     return [
-        np.where(flip if a.ndim == 1 else flip[:, None], bb, a)
-        for a, bb in zip(arrays, base, strict=True)
+        np.where(flip if a.ndim == 1 else flip[:, None], b, a)
+        for a, b in zip(arrays, other, strict=True)
     ]
 
 
