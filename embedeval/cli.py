@@ -105,6 +105,26 @@ def _positive_int(value: str) -> int:
     return n
 
 
+def _count(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0 or n > _MAX_K:
+        raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more; got {value!r}")
+    return n
+
+
+def _thumbnail(value: str) -> int:
+    try:
+        px = int(value)
+    except ValueError:
+        px = 0
+    if not 8 <= px <= 512:
+        raise argparse.ArgumentTypeError(f"must be a size in pixels from 8 to 512; got {value!r}")
+    return px
+
+
 def _level(value: str) -> float:
     try:
         level = float(value)
@@ -469,7 +489,7 @@ def _add_report_options(
         g.add_argument("--" + name.replace("_", "-"), metavar="FILE", help=h[name])
     g.add_argument(
         "--gallery",
-        type=int,
+        type=_count,
         default=20,
         metavar="N",
         help="queries per gallery table (default: 20; 0: no gallery)",
@@ -478,7 +498,7 @@ def _add_report_options(
     g.add_argument("--gallery-k", type=_positive_int, default=5, metavar="K", help=h["gallery_k"])
     g.add_argument(
         "--thumbnail",
-        type=_positive_int,
+        type=_thumbnail,
         default=64,
         metavar="PX",
         help="thumbnail size in pixels (default: 64)",
@@ -768,23 +788,63 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     _check_output(args.plots, None, "--plots")
     _check_output(args.report, (".html",), "--report")
     _check_report_options(args)
+    _check_gallery_metric(args, _run_metric_names(args))
+    rows = _read_row_files(args)
     plot_files = _plot_paths(args.plots, args.plot_format) if args.plots else []
     _check_paths(args, [args.json, args.per_class, args.per_query, args.report, *plot_files])
     inputs = _load_inputs(args, args.file)
+    _check_row_counts(
+        args, rows, len(inputs["query"]), len(inputs.get("reference", inputs["query"]))
+    )
     with warnings.catch_warnings(record=True) as caught, search_arguments(args) as search:
         warnings.simplefilter("always")
         res = _evaluate_file(args, args.file, search, inputs=inputs)
     _refuse_all_lone(res, args.file)  # before the warnings: the error says it all, once
+    # With --k max_bin_count the default metrics follow the depth found in the data, so the
+    # gallery metric is checked once more, still before any output is written.
+    _check_gallery_metric(args, tuple(res.per_query))
     for w in caught:
         _show_warning(w.message, w.category)
     res.provenance.update(_provenance(args))
     _say(f"{args.file}: {_summary(res)}")
     _say(res.table())
-    _write_evaluation(args, res, inputs)
+    _write_evaluation(args, res, inputs, rows)
     return 0
 
 
-def _write_evaluation(args: argparse.Namespace, res: Any, inputs: dict[str, Any]) -> None:
+def _run_metric_names(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """The per-query metrics the run will report, known from the options alone; None when the
+    depth found in the data decides them (``--k max_bin_count`` with the default set)."""
+    from .engine.registry import default_metrics, parse_metrics
+
+    if args.metrics is None and args.k == "max_bin_count":
+        return None
+    names = default_metrics(args.k) if args.metrics is None else args.metrics
+    return tuple(m.name for m in parse_metrics(names) if m.kind == "knn")
+
+
+def _check_gallery_metric(args: argparse.Namespace, names: tuple[str, ...] | None) -> None:
+    """Refuse a ``--gallery-metric`` the run has no per-query values of (``names``; None: the
+    default set at a depth not yet known, whose last member is a Recall@k)."""
+    from .engine.registry import DEFAULT_METRICS
+
+    metric = args.gallery_metric
+    if not args.report or metric is None:
+        return
+    if names is None:
+        names = DEFAULT_METRICS[:-1]
+        if re.fullmatch(r"recall_at_[1-9][0-9]*", metric):
+            return
+    if metric not in names:
+        raise InputError(
+            f"--gallery-metric {metric}: this run has no per-query values of it; choose one of "
+            f"{', '.join(names) or '(none)'}, or add it to --metrics."
+        )
+
+
+def _write_evaluation(
+    args: argparse.Namespace, res: Any, inputs: dict[str, Any], rows: dict[str, list[str]]
+) -> None:
     """Every output of ``evaluate`` that was asked for."""
     if args.json:
         res.to_json(args.json)
@@ -800,7 +860,7 @@ def _write_evaluation(args: argparse.Namespace, res: Any, inputs: dict[str, Any]
         for path in write_plots(res, inputs, args.plots, args.plot_format):
             _say(f"wrote {path}")
     if args.report:
-        _write_report(args, res, inputs)
+        _write_report(args, res, inputs, rows)
         _say(f"wrote {args.report}")
 
 
@@ -808,14 +868,18 @@ def _check_report_options(args: argparse.Namespace) -> None:
     if args.report:
         return
     given = [
-        f for f in ("images", "reference_images", "texts", "reference_texts") if getattr(args, f)
+        f
+        for f in ("images", "reference_images", "texts", "reference_texts", "gallery_metric")
+        if getattr(args, f)
     ]
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise InputError(f"{flag} is shown in the HTML report: add --report OUT.html, or drop it.")
 
 
-def _write_report(args: argparse.Namespace, res: Any, inputs: dict[str, Any]) -> None:
+def _write_report(
+    args: argparse.Namespace, res: Any, inputs: dict[str, Any], rows: dict[str, list[str]]
+) -> None:
     with _warnings_shown():
         res.to_html(
             args.report,
@@ -825,17 +889,19 @@ def _write_report(args: argparse.Namespace, res: Any, inputs: dict[str, Any]) ->
             query_groups=inputs.get("query_groups"),
             reference_groups=inputs.get("reference_groups"),
             title=f"embedeval report: {Path(args.file).name}",
-            **_report_options(args, res.n_queries, res.settings.get("n_reference", 0)),
+            **_report_options(args, rows),
         )
 
 
-def _report_options(args: argparse.Namespace, n_query: int, n_ref: int) -> dict[str, Any]:
-    """The gallery options of ``--report``: the media lists read (one entry per row), sizes."""
+def _report_options(args: argparse.Namespace, rows: dict[str, list[str]]) -> dict[str, Any]:
+    """The gallery options of ``--report``: the media lists of :func:`_read_row_files` (image
+    paths made relative to their list file's folder), sizes."""
+    media: dict[str, Any] = dict.fromkeys(_ROW_FILES)
+    for name, lines in rows.items():
+        folder = Path(getattr(args, name)).parent
+        media[name] = [str(folder / ln.strip()) for ln in lines] if "images" in name else lines
     return {
-        "images": _row_list("--images", args.images, n_query, paths=True),
-        "reference_images": _row_list("--reference-images", args.reference_images, n_ref, True),
-        "texts": _row_list("--texts", args.texts, n_query),
-        "reference_texts": _row_list("--reference-texts", args.reference_texts, n_ref),
+        **media,
         "gallery": args.gallery,
         "gallery_metric": args.gallery_metric,
         "gallery_k": args.gallery_k,
@@ -853,23 +919,54 @@ def _warnings_shown() -> Iterator[None]:
         _show_warning(w.message, w.category)
 
 
-def _row_list(flag: str, path: str | None, n: int, paths: bool = False) -> list[str] | None:
-    """A file of one entry per line (UTF-8), as a list of ``n`` entries; image paths relative to
-    the list file's folder."""
-    if path is None:
-        return None
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+#: The report's one-entry-per-row files, and whose rows they follow.
+_ROW_FILES = {
+    "images": "query",
+    "reference_images": "reference",
+    "texts": "query",
+    "reference_texts": "reference",
+}
+
+
+def _read_row_files(args: argparse.Namespace) -> dict[str, list[str]]:
+    """The ``--images`` / ``--texts`` / ``--reference-*`` files given, read before any work so
+    that a missing or non-UTF-8 file fails at once; one entry per line."""
+    return {
+        name: _row_lines("--" + name.replace("_", "-"), getattr(args, name))
+        for name in _ROW_FILES
+        if getattr(args, name, None)
+    }
+
+
+def _row_lines(flag: str, path: str) -> list[str]:
+    """The lines of a UTF-8 text file (a byte-order mark and a last empty line dropped)."""
+    if not Path(path).is_file():
+        what = "is a folder" if Path(path).is_dir() else "does not exist"
+        raise InputError(f"{flag} {path} {what}; pass a text file with one entry per line.")
+    try:
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{flag} {path} is not UTF-8 text (byte {exc.start} cannot be decoded); save it "
+            "as UTF-8, one entry per line."
+        ) from None
     if lines and not lines[-1].strip():
         lines = lines[:-1]
-    if len(lines) != n:
-        raise InputError(
-            f"{flag} {path} has {len(lines)} lines but there are {n} rows; write one entry per "
-            "embedding row, in the same order."
-        )
-    if paths:
-        folder = Path(path).parent
-        lines = [str(folder / line.strip()) for line in lines]
     return lines
+
+
+def _check_row_counts(
+    args: argparse.Namespace, rows: dict[str, list[str]], n_query: int, n_ref: int
+) -> None:
+    """One entry per query row (``--images``, ``--texts``) or reference row (the others)."""
+    for name, lines in rows.items():
+        side = _ROW_FILES[name]
+        n = n_query if side == "query" else n_ref
+        if len(lines) != n:
+            raise InputError(
+                f"--{name.replace('_', '-')} {getattr(args, name)} has {len(lines)} lines but "
+                f"there are {n} {side} rows; write one entry per {side} row, in the same order."
+            )
 
 
 def _refuse_all_lone(res: Any, path: str) -> None:
@@ -969,6 +1066,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"--baseline {args.baseline!r} is not one of the checkpoints "
             f"({', '.join(names)}); pass one of those names (file stems)."
         )
+    _check_confidence_metrics(args)
     with search_arguments(args) as search:
         results = _evaluate_checkpoints(args, names, search, show)
     cmp = compare(
@@ -992,8 +1090,14 @@ def _evaluate_checkpoints(
     for name, f in zip(names, args.files, strict=True):
         if show:
             print(f"evaluating {f} ...", file=sys.stderr)
+        inputs = _load_inputs(args, f)
+        if args.confidence_metrics and inputs["confidences"] is None:
+            raise InputError(
+                f"--confidence-metrics needs confidences, and {f} has none; pass --confidences "
+                "FILE or store 'confidences' (or 'sigmas') in each .npz."
+            )
         # compare() draws its own (paired) resamples; a per-file bootstrap would be wasted work
-        results[name] = _evaluate_file(args, f, search, with_ci=False)
+        results[name] = _evaluate_file(args, f, search, with_ci=False, inputs=inputs)
         _refuse_all_lone(results[name], f)
     return results
 
@@ -1008,12 +1112,33 @@ def _checkpoint_names(files: Sequence[str]) -> list[str]:
     return names
 
 
+def _confidence_names(text: str) -> list[str]:
+    return [m.strip() for m in text.split(",") if m.strip()]
+
+
+def _check_confidence_metrics(args: argparse.Namespace) -> None:
+    """Refuse, before any evaluation, a ``--confidence-metrics`` name that no run with these
+    ``--metrics`` gives (one whose value depends on the data is checked after evaluating)."""
+    from .metrics.confidence import confidence_metric_names
+
+    metrics = _run_metric_names(args) if args.confidence_metrics else None
+    if metrics is None:  # not asked for, or the depth found in the data decides the metrics
+        return
+    known = confidence_metric_names(metrics)
+    unknown = [m for m in _confidence_names(args.confidence_metrics) if m not in known]
+    if unknown:
+        raise InputError(
+            f"--confidence-metrics {unknown[0]!r} is not a confidence metric of this run; choose "
+            f"among {', '.join(known)} (the calibration and AUROC ones need precision_at_1)."
+        )
+
+
 def _compared_metrics(confidence_metrics: str | None, results: dict[str, Any]) -> Any:
     """The per-query metrics plus the ``--confidence-metrics`` asked for (None: the default)."""
     if not confidence_metrics:
         return None
     first = next(iter(results.values()))
-    extra = [m.strip() for m in confidence_metrics.split(",") if m.strip()]
+    extra = _confidence_names(confidence_metrics)
     unknown = [m for m in extra if m not in first.confidence]
     if unknown:
         raise InputError(
@@ -1240,8 +1365,10 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
 
         names = [m.name for m in parse_ir_metrics(args.metrics)]
         gallery_metric_name(names, args.gallery_metric)
+    rows = _read_row_files(args)
     _check_paths(args, [args.run, args.json, args.per_query, args.report])
     inputs = _retrieval_inputs(args)
+    _check_row_counts(args, rows, len(inputs["queries"]), len(inputs["corpus"]))
     with search_arguments(args) as search:
         _check_retrieve_search(search)
         res = evaluate_qrels(
@@ -1279,14 +1406,14 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
         res.write_run(args.run, depth=args.depth)
         _say(f"wrote {args.run}")
     if args.report:
-        _write_qrels_report(args, res)
+        _write_qrels_report(args, res, rows)
         _say(f"wrote {args.report}")
     return 0
 
 
-def _write_qrels_report(args: argparse.Namespace, res: Any) -> None:
+def _write_qrels_report(args: argparse.Namespace, res: Any, rows: dict[str, list[str]]) -> None:
     """``retrieve --report``: texts and images one per query row / corpus row."""
-    options = _report_options(args, res.settings["n_query"], res.settings["n_reference"])
+    options = _report_options(args, rows)
     with _warnings_shown():
         res.to_html(args.report, title=f"embedeval report: {Path(args.queries).name}", **options)
 

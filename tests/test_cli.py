@@ -1023,3 +1023,102 @@ def test_evaluate_multi_label_indicators(tmp_path, stored):
     bad = run("evaluate", "x.npy" if stored != "npz key" else "xy.npz", "--labels", "bad.npy",
               cwd=tmp_path)  # fmt: skip
     _one_line_error(bad, "one column", "0/1 indicators")
+
+
+def _main_status(argv):
+    from embedeval.cli import main
+
+    try:  # in-process: argparse's own refusals end in SystemExit, the others return
+        return main(list(map(str, argv)))
+    except SystemExit as stop:
+        return stop.code
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--report", "r.html", "--gallery-metric", "nope"], ["--gallery-metric nope", "map_at_r"]),
+        (
+            ["--report", "r.html", "--metrics", "map", "--gallery-metric", "mrr"],
+            ["--gallery-metric mrr", "choose one of map,"],
+        ),
+        (["--gallery-metric", "map_at_r"], ["--gallery-metric", "--report"]),
+        (["--report", "r.html", "--gallery", "-1"], ["--gallery", "0 or more", "'-1'"]),
+        (["--report", "r.html", "--thumbnail", "4"], ["--thumbnail", "8 to 512"]),
+        (
+            ["--report", "r.html", "--images", "one.txt"],
+            ["--images one.txt has 1 lines", "5 query"],
+        ),
+        (
+            ["--report", "r.html", "--reference-texts", "one.txt"],
+            ["--reference-texts one.txt has 1 lines", "5 reference rows"],
+        ),
+        (["--report", "r.html", "--texts", "latin1.txt"], ["--texts latin1.txt", "not UTF-8"]),
+        (
+            ["--report", "r.html", "--reference-images", "absent.txt"],
+            ["--reference-images absent.txt does not exist"],
+        ),
+    ],
+)
+def test_report_options_are_refused_before_any_evaluation_or_output(
+    files, monkeypatch, capsys, args, needles
+):
+    import embedeval.evaluation.evaluate as evaluation
+
+    def never(*_, **__):
+        raise AssertionError("evaluated before the options were checked")
+
+    monkeypatch.setattr(evaluation, "evaluate", never)
+    monkeypatch.chdir(files)
+    (files / "out.json").write_text("keep me")
+    (files / "one.txt").write_text("a.png\n")
+    (files / "latin1.txt").write_bytes(b"caf\xe9\n" * 5)
+    status = _main_status(["evaluate", "ckpt.npz", "--json", "out.json", *args])
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("embedeval: error: "), err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    assert (files / "out.json").read_text() == "keep me"
+    assert not (files / "r.html").exists()
+
+
+def test_gallery_metric_of_a_data_decided_depth_is_checked_before_any_output(files, capsys):
+    # Y = 0 1 0 1 1: the largest class holds 3 rows, so leave-one-out R_q is at most 2 and
+    # --k max_bin_count makes the default set end in recall_at_2, not recall_at_7.
+    out = files / "out.json"
+    out.write_text("keep me")
+    argv = ["evaluate", files / "ckpt.npz", "--k", "max_bin_count", "--json", out]
+    status = _main_status([*argv, "--report", files / "r.html", "--gallery-metric", "recall_at_7"])
+    stdout, err = capsys.readouterr()
+    assert status == 2 and stdout == ""
+    assert err.startswith("embedeval: error: --gallery-metric recall_at_7") and "recall_at_2" in err
+    assert out.read_text() == "keep me" and not (files / "r.html").exists()
+    good = [*argv, "--report", files / "r.html", "--gallery-metric", "recall_at_2", "--quiet"]
+    assert _main_status(good) == 0
+    assert (files / "r.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "needles"),
+    [
+        (["--confidence-metrics", "bogus"], ["--confidence-metrics 'bogus'", "aurc_map_at_r"]),
+        (["--confidence-metrics", "r_auroc"], ["needs confidences", "ckpt.npz has none"]),
+    ],
+)
+def test_compare_confidence_metrics_are_checked_before_any_evaluation(
+    files, monkeypatch, capsys, extra, needles
+):
+    import embedeval.evaluation.evaluate as evaluation
+
+    def never(*_, **__):
+        raise AssertionError("evaluated before the options were checked")
+
+    monkeypatch.setattr(evaluation, "evaluate", never)
+    status = _main_status(["compare", files / "ckpt.npz", files / "ckpt.npz", *extra])
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("embedeval: error: ")
+    for n in needles:
+        assert n in err, (n, err)

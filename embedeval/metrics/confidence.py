@@ -67,6 +67,7 @@ __all__ = [
     "best_threshold_accuracy",
     "confidence_auroc",
     "confidence_ci",
+    "confidence_metric_names",
     "confidence_recall_curve",
     "confidence_summary",
     "credible_coverage",
@@ -127,6 +128,34 @@ def confidence_summary(
             _correctness_summary(per_query[key], confidence, higher_is_confident, labels, bins)
         )
     return out
+
+
+#: What :func:`confidence_summary` reads off the 0/1 correctness of P@1 (some only when the
+#: data allow: calibration for probabilities, open set when some queries are lone).
+_CORRECTNESS_NAMES = (
+    "r_auroc",
+    "best_threshold_accuracy",
+    "ece",
+    "ece_equal_mass",
+    "mce",
+    "brier",
+    "classwise_ece",
+    "open_set_auroc",
+    "open_set_fpr_at_95tpr",
+)
+
+
+def confidence_metric_names(metrics: Sequence[str]) -> tuple[str, ...]:
+    """Every name :func:`confidence_summary` can give for per-query ``metrics``, so a request
+    can be checked before any evaluation (whether a value exists may still depend on the data).
+
+    >>> names = confidence_metric_names(["precision_at_1", "map_at_r"])
+    >>> "aurc_map_at_r" in names, "ece" in names, "ece" in confidence_metric_names(["map"])
+    (True, True, False)
+    """
+    areas = tuple(f"{a}_{m}" for m in metrics for a in _SUMMARY_AREAS)
+    correct = any(m in ("precision_at_1", "recall_at_1") for m in metrics)
+    return areas + (_CORRECTNESS_NAMES if correct else ())
 
 
 _SUMMARY_AREAS = ("auerc", "oracle_auerc", "random_auerc", "excess_auerc", "aurc", "eaurc", "augrc")
