@@ -309,16 +309,7 @@ def _load_parquet(path: Path) -> dict[str, Any]:
             f"{path} has no 'embedding' column (it has: {', '.join(names)}); store one list "
             "of floats per row."
         )
-    flat = emb.combine_chunks()
-    try:
-        values = flat.flatten().to_numpy(zero_copy_only=False)
-        embeddings = values.reshape(len(flat), -1)
-    except Exception as exc:
-        raise FileFormatError(
-            f"{path}: the embedding column is not a list of numbers ({exc}); "
-            "every row must hold a vector of the same length."
-        ) from None
-    out: dict[str, Any] = {"embeddings": embeddings}
+    out: dict[str, Any] = {"embeddings": _parquet_vectors(path, emb)}
     for key, cands in (
         ("labels", ("label", "labels")),
         ("confidences", ("confidence", "confidences")),
@@ -333,6 +324,36 @@ def _load_parquet(path: Path) -> dict[str, Any]:
                 else col.to_numpy(zero_copy_only=False)
             )
     return out
+
+
+def _parquet_vectors(path: Path, column: Any) -> np.ndarray:
+    """The list column ``embedding`` as a (rows, dim) array; rows of different lengths are
+    refused by their lengths, because a flat reshape would silently move values between rows
+    whenever the lengths happen to add up to a multiple of the row count."""
+    import pyarrow.compute as pc
+
+    flat = column.combine_chunks()
+    try:
+        lengths = pc.list_value_length(flat).to_numpy(zero_copy_only=False)
+        values = flat.flatten().to_numpy(zero_copy_only=False)
+    except Exception as exc:  # pyarrow raises several error types
+        raise FileFormatError(
+            f"{path}: the embedding column is not a list of numbers ({exc}); "
+            "every row must hold a vector of the same length."
+        ) from None
+    if len(lengths) == 0:
+        return values.reshape(0, 0)  # refused as empty by the embedding checks
+    # A null row has a NaN length, unequal to everything: it is found as row 0 or as a bad row.
+    bad = np.flatnonzero(lengths != lengths[0])
+    row = 0 if np.isnan(lengths[0]) else (int(bad[0]) if len(bad) else None)
+    if row is not None:
+        held = "is empty (null)" if np.isnan(lengths[row]) else f"holds {int(lengths[row])} values"
+        first = "" if row == 0 else f" but row 0 holds {int(lengths[0])}"
+        raise FileFormatError(
+            f"{path}: row {row} of the embedding column {held}{first}; every row must hold a "
+            "vector of the same length (write the embeddings again, one full vector per row)."
+        )
+    return values.reshape(len(lengths), int(lengths[0]))
 
 
 def load_array(

@@ -53,6 +53,39 @@ def test_parquet_round_trip(tmp_path):
     assert f.labels.tolist() == list("aabbcc")
 
 
+@pytest.mark.parametrize(
+    ("rows", "needle"),
+    [
+        # 3 + 5 = 2 rows of 4: a flat reshape would give [[0, 1, 2, 3], [4, 5, 6, 7]]
+        ([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0, 6.0, 7.0]], "row 1 of the embedding column holds 5 "
+         "values but row 0 holds 3"),
+        ([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0, 6.0], [7.0]], "row 2 of the embedding column holds 3"),
+        ([[0.0, 1.0], None, [2.0, 3.0]], "row 1 of the embedding column is empty (null)"),
+        ([None, [2.0, 3.0]], "row 0 of the embedding column is empty (null)"),
+    ],
+)  # fmt: skip
+def test_parquet_rows_of_different_lengths_are_refused(tmp_path, rows, needle):
+    pa = pytest.importorskip("pyarrow", reason="optional extra [parquet]")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"embedding": rows, "label": [0] * len(rows)}), tmp_path / "r.parquet")
+    with pytest.raises(ee.FileFormatError) as err:
+        load_embeddings(tmp_path / "r.parquet")
+    assert str(err.value).startswith(f"{tmp_path / 'r.parquet'}: {needle}")
+
+
+def test_parquet_fixed_size_lists_and_several_chunks_keep_their_rows(tmp_path):
+    pa = pytest.importorskip("pyarrow", reason="optional extra [parquet]")
+    import pyarrow.parquet as pq
+
+    fixed = pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 4)
+    pq.write_table(pa.table({"embedding": fixed, "label": Y}), tmp_path / "f.parquet")
+    np.testing.assert_array_equal(load_embeddings(tmp_path / "f.parquet").embeddings, X)
+    table = pa.table({"embedding": [row.tolist() for row in X], "label": Y})
+    pq.write_table(table, tmp_path / "c.parquet", row_group_size=2)
+    np.testing.assert_array_equal(load_embeddings(tmp_path / "c.parquet").embeddings, X)
+
+
 def test_label_files(tmp_path):
     (tmp_path / "l.txt").write_text("a\nb\n")
     assert load_array(tmp_path / "l.txt").tolist() == ["a", "b"]
