@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import tokenize
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -125,8 +126,20 @@ def _check_header(path: Path) -> None:
 
 
 #: What a damaged file raises while it is read: truncation, a bad CRC, a corrupt deflate
-#: stream, a header that does not parse.
-_DAMAGED = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, MemoryError)
+#: stream, a header that does not parse (numpy tokenizes it: a cut header is a TokenError), a
+#: zip member flagged as encrypted (RuntimeError) or stored with an unknown compression method
+#: (NotImplementedError, a RuntimeError).
+_DAMAGED = (
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    OSError,
+    ValueError,
+    MemoryError,
+    RuntimeError,
+    SyntaxError,
+    tokenize.TokenError,
+)
 
 
 def _check_npy_size(fh: Any, size: int, where: str) -> None:

@@ -789,6 +789,45 @@ def test_damaged_npz_and_giant_headers_are_one_line(tmp_path):
         _one_line_error(proc, "truncated or damaged")
 
 
+def _patched_zip(raw, flag_bit=0, method=None):
+    """An .npz whose local and central headers claim an encrypted member (``flag_bit=1``) or an
+    unknown compression ``method`` (zip layout: flags at +6/+8, method at +8/+10)."""
+    import struct
+
+    out = bytearray(raw)
+    for sig, flags, meth in ((b"PK\x03\x04", 6, 8), (b"PK\x01\x02", 8, 10)):
+        j = out.find(sig)
+        while j >= 0:
+            out[j + flags] |= flag_bit
+            if method is not None:
+                out[j + meth : j + meth + 2] = struct.pack("<H", method)
+            j = out.find(sig, j + 1)
+    return bytes(out)
+
+
+def test_a_cut_npy_header_or_an_odd_zip_member_is_one_line(tmp_path, monkeypatch, capsys):
+    raw, y = _npz_bytes(tmp_path)
+    np.save(tmp_path / "y.npy", y)
+    np.save(tmp_path / "x.npy", _clusters(3, 5)[0])
+    header = bytearray((tmp_path / "x.npy").read_bytes())
+    cut = header.index(b"(15, 8)") + 3  # "'shape': (15" then NUL bytes: the tokenizer fails
+    header[cut : cut + 8] = bytes(8)
+    (tmp_path / "hdr.npy").write_bytes(bytes(header))
+    (tmp_path / "enc.npz").write_bytes(_patched_zip(raw, flag_bit=1))
+    (tmp_path / "meth.npz").write_bytes(_patched_zip(raw, method=99))
+    monkeypatch.chdir(tmp_path)
+    for args, name in (
+        (["hdr.npy", "--labels", "y.npy"], "hdr.npy"),
+        (["x.npy", "--labels", "hdr.npy"], "hdr.npy"),
+        (["enc.npz"], "enc.npz"),
+        (["meth.npz"], "meth.npz"),
+    ):
+        assert _main_status(["evaluate", *args]) == 2, args
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1, err
+        assert err.startswith(f"embedeval: error: {name} cannot be read: the file is truncated")
+
+
 def test_outputs_never_overwrite_inputs_or_each_other(files):
     labels = files / "l.csv"
     labels.write_text("".join(f"{v}\n" for v in Y))
