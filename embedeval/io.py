@@ -9,14 +9,16 @@
 * ``.parquet`` (``pip install "embedeval-exact[parquet]"``) — one row per item: a list (or
   fixed-size list) column ``embedding`` (or ``embeddings``), and scalar columns ``label`` /
   ``labels``, ``confidence`` / ``confidences``, ``sigma`` / ``sigmas``, ``group`` / ``groups``.
-* Label files may also be ``.txt`` / ``.csv`` with one label per line (integers when every line
-  is one, strings otherwise).
+* Label files may also be ``.txt`` / ``.csv`` (UTF-8) with one label per line: integers when
+  every line is a plain decimal integer (any size, kept exact), numbers when every line is a
+  decimal, strings otherwise.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import tokenize
 import zipfile
 import zlib
@@ -433,13 +435,25 @@ def _zeros_and_ones(arr: np.ndarray) -> bool:
     return bool(((arr == 0) | (arr == 1)).all())
 
 
-def _number(text: str) -> int | float | None:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return None
+#: The spellings read as numbers: plain decimal integers, optionally signed ("007", "-3"), and
+#: decimals with a point ("2.0"). Python's int() and float() also take "1_0", "٣" or "1e3",
+#: which no one writes as a class id: such lines keep the file as text, so they are never
+#: merged with a class spelled "10", "3" or "1000".
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+)")
+#: Confidences are measurements, not ids: exponents and NaN / inf (refused later, with their
+#: row) are numbers there too.
+_MEASUREMENT = re.compile(
+    r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|nan|inf|infinity)", re.IGNORECASE
+)
+
+
+def _number(text: str, what: str) -> int | float | None:
+    """``text`` as an int, a float or None (not a number), by the spellings above."""
+    if _INTEGER.fullmatch(text):
+        return int(text)
+    pattern = _MEASUREMENT if what == "confidences" else _DECIMAL
+    return float(text) if pattern.fullmatch(text) else None
 
 
 #: First lines that name a column rather than hold a value.
@@ -449,16 +463,28 @@ _HEADER_WORDS = frozenset(
 )
 
 
+def _text_lines(path: Path, what: str) -> list[str]:
+    """The non-blank lines of a UTF-8 text file, stripped; a byte-order mark (files saved as
+    "UTF-8 with BOM") is not part of the first value."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise FileFormatError(
+            f"{path} is not a UTF-8 text file; {what} files are .npy, .npz or UTF-8 text with "
+            "one value per line."
+        ) from None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise FileFormatError(
+            f"{path} is empty; a {what} file holds one value per line, one line per embedding row."
+        )
+    return lines
+
+
 def _read_text_column(path: Path, what: str) -> np.ndarray:
     """One value per line; a second column or a header line is refused, because either would
     silently make every row its own class."""
-    try:
-        lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
-    except UnicodeDecodeError:
-        raise FileFormatError(
-            f"{path} is not a text file; {what} files are .npy, .npz or text with one value "
-            "per line."
-        ) from None
+    lines = _text_lines(path, what)
     for i, line in enumerate(lines):
         if "," in line or "\t" in line or ";" in line:
             raise FileFormatError(
@@ -466,12 +492,13 @@ def _read_text_column(path: Path, what: str) -> np.ndarray:
                 f"one value per line and nothing else: keep only the {what} column."
             )
     fields = [ln.split() for ln in lines]
-    if all(len(f) > 1 for f in fields) and all(_number(v) is not None for f in fields for v in f):
+    numeric = all(_number(v, what) is not None for f in fields for v in f)
+    if all(len(f) > 1 for f in fields) and numeric:
         raise FileFormatError(
             f"{path} line 1 has {len(fields[0])} space-separated numbers ({lines[0][:40]!r}); a "
             f"{what} file holds one value per line and nothing else: keep only the {what} column."
         )
-    values = [_number(v) for v in lines]
+    values = [_number(v, what) for v in lines]
     header_word = lines[0].lower() in _HEADER_WORDS and lines.count(lines[0]) == 1
     numeric_below = all(v is not None for v in values[1:])
     if len(lines) > 1 and values[0] is None and (numeric_below or header_word):
@@ -480,10 +507,19 @@ def _read_text_column(path: Path, what: str) -> np.ndarray:
             "remove it, the file must hold one value per line and nothing else."
         )
     if all(isinstance(v, int) for v in values):
-        return np.array(values, dtype=np.int64)
+        return _integers(values)
     if all(v is not None for v in values):
         return np.array(values, dtype=np.float64)
     return np.array(lines)
+
+
+def _integers(values: list[int]) -> np.ndarray:
+    """int64 when every value fits, else the exact Python integers (an object array): labels
+    of any size are compared exactly, never through float64."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return np.array(values, dtype=object)
 
 
 def load_retrieval_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, list[str] | None]:

@@ -1161,3 +1161,28 @@ def test_compare_confidence_metrics_are_checked_before_any_evaluation(
     assert err.count("\n") == 1 and err.startswith("embedeval: error: ")
     for n in needles:
         assert n in err, (n, err)
+
+
+def test_label_text_files_big_integers_a_bom_and_an_empty_file(files, monkeypatch, capsys):
+    # X = 0 1 2 10 11: with classes {0, 2} and {1, 10, 11} P@1 is 2/5 (rows 3 and 4 only);
+    # the two ids differ only past int64, and the first line carries a byte-order mark.
+    monkeypatch.chdir(files)
+    big = ["18446744073709551616", "18446744073709551617"]
+    lines = [big[0], big[1], big[0], big[1], big[1]]
+    (files / "big.txt").write_text("\ufeff" + "\n".join(lines) + "\n", encoding="utf-8")
+    argv = ["evaluate", "q.npy", "--labels", "big.txt", "--metrics", "precision_at_1"]
+    assert _main_status([*argv, "--per-class", "pc.csv"]) == 0
+    assert (files / "pc.csv").read_text().splitlines()[1:] == [
+        f"{big[0]},2,0.000000",
+        f"{big[1]},3,0.666667",
+    ]
+    capsys.readouterr()
+    (files / "empty.txt").write_text("")
+    assert _main_status(["evaluate", "q.npy", "--labels", "empty.txt"]) == 2
+    out, err = capsys.readouterr()
+    assert (
+        out == ""
+        and err
+        == "embedeval: error: empty.txt is empty; a labels file holds one "
+        "value per line, one line per embedding row.\n"
+    )

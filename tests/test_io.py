@@ -93,6 +93,53 @@ def test_label_files(tmp_path):
     assert load_array(tmp_path / "l.npy").tolist() == Y.tolist()
 
 
+def _text(tmp_path, content, encoding="utf-8"):
+    path = tmp_path / "values.txt"
+    path.write_text(content, encoding=encoding)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("content", "what", "expected", "kind"),
+    [
+        # a byte-order mark ("UTF-8 with BOM", as Excel and Notepad save) is not in the value
+        ("\ufeffcat\ncat\ndog\ndog\n", "labels", ["cat", "cat", "dog", "dog"], "U"),
+        ("\ufeff1\n1\n2\n2\n", "labels", [1, 1, 2, 2], "i"),
+        # plain decimal integers, signed or with leading zeros, are integers
+        ("007\n7\n-3\n+3\n", "labels", [7, 7, -3, 3], "i"),
+        # other spellings Python's int() / float() take keep the file as text: no merging
+        ("1_0\n1_0\n10\n10\n", "labels", ["1_0", "1_0", "10", "10"], "U"),
+        ("1e3\n1e3\n1000\n1000\n", "labels", ["1e3", "1e3", "1000", "1000"], "U"),
+        ("3\n\u0663\n", "labels", ["3", "\u0663"], "U"),
+        ("1\nnan\n", "groups", ["1", "nan"], "U"),
+        # decimals stay numbers (whole ones are class ids; fractional ones are refused later)
+        ("1.0\n2\n", "labels", [1.0, 2.0], "f"),
+        # confidences are measurements: exponents and NaN are numbers there
+        ("1e-3\n0.5\nnan\n", "confidences", [0.001, 0.5, float("nan")], "f"),
+        # integers past int64 are kept exactly, never through float64
+        (
+            "18446744073709551616\n18446744073709551617\n-1\n",
+            "labels",
+            [2**64, 2**64 + 1, -1],
+            "O",
+        ),
+    ],
+)
+def test_text_value_files_read_each_spelling_as_documented(tmp_path, content, what, expected, kind):
+    arr = load_array(_text(tmp_path, content), what=what)
+    assert arr.dtype.kind == kind
+    np.testing.assert_array_equal(arr, np.array(expected, dtype=arr.dtype))
+    assert [type(v) for v in arr.tolist()] == [type(v) for v in expected]
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n\n"])
+def test_an_empty_text_value_file_is_refused_by_name(tmp_path, content):
+    path = _text(tmp_path, content)
+    with pytest.raises(ee.FileFormatError) as err:
+        load_array(path)
+    assert str(err.value).startswith(f"{path} is empty; a labels file holds one value per line")
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(ee.FileFormatError, match="no such file"):
         load_embeddings(tmp_path / "missing.npy")
