@@ -309,6 +309,25 @@ def test_bad_n_threads(data, bad):
         ee.neighbors(x[:50], 3, n_threads=bad)
 
 
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (0, "block_size must be >= 1; got 0."),
+        (-5, "block_size must be >= 1; got -5."),
+        (True, "block_size must be an integer or None; got True of type bool."),
+        (2.5, "block_size must be an integer or None; got 2.5 of type float."),
+    ],
+)
+def test_bad_block_size_is_refused_as_evaluate_refuses_it(data, bad, message):
+    x, y, _ = data
+    with pytest.raises(InputError) as by_evaluate:
+        ee.evaluate(x[:50], y[:50], block_size=bad)
+    with pytest.raises(InputError) as by_neighbors:
+        ee.neighbors(x[:50], 3, block_size=bad)
+    assert str(by_evaluate.value) == str(by_neighbors.value)
+    assert str(by_neighbors.value).startswith(message)
+
+
 def test_concurrent_runs_in_one_process_equal_sequential_runs(data):
     import concurrent.futures
 

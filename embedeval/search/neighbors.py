@@ -111,6 +111,7 @@ def neighbors(
     distance = check_choice(distance, "distance", DISTANCES)
     k = check_int(k, "k", maximum=2**63 - 1)
     n_threads = check_int(n_threads, "n_threads", allow_none=True)
+    block_size = check_int(block_size, "block_size", allow_none=True)  # as evaluate() checks it
     if exclude_self is not None and not isinstance(exclude_self, (bool, np.bool_)):
         raise InputTypeError(
             f"exclude_self must be True, False or None; got {exclude_self!r} of type "
