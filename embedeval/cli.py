@@ -220,13 +220,27 @@ def _add_statistics_options(g: Any) -> None:
     g.add_argument(
         "--n-boot",
         type=_positive_int,
-        default=1000,
+        default=None,
         metavar="N",
         help="bootstrap resamples (default: 1000)",
     )
     g.add_argument(
-        "--seed", type=int, default=0, help="seed of the bootstrap resampling (default: 0)"
+        "--seed", type=_count, default=None, help="seed of the bootstrap resampling (default: 0)"
     )
+
+
+def _bootstrap_options(args: argparse.Namespace, *, always: bool = False) -> None:
+    """Fill in ``--n-boot`` / ``--seed``; refuse them where nothing is resampled (no ``--ci``,
+    unless the command always resamples, as ``compare`` does), since they would be ignored."""
+    if not always and args.ci is None:
+        given = [f for f, v in (("--n-boot", args.n_boot), ("--seed", args.seed)) if v is not None]
+        if given:
+            raise InputError(
+                f"{given[0]} sets the bootstrap of --ci, and without --ci nothing is resampled; "
+                f"add --ci 0.95, or drop {given[0]}."
+            )
+    args.n_boot = 1000 if args.n_boot is None else args.n_boot
+    args.seed = 0 if args.seed is None else args.seed
 
 
 def add_search_options(p: argparse.ArgumentParser) -> Any:
@@ -628,6 +642,11 @@ def _load_inputs(args: argparse.Namespace, path: str) -> dict[str, Any]:
         confidences = data.confidences
     elif data.sigmas is not None:
         confidences, lower = data.sigmas, True
+    elif lower:
+        raise InputError(
+            f"--lower-is-confident says how to read confidences, and {path} has none; pass "
+            "--confidences FILE (or store 'confidences' / 'sigmas' in the .npz), or drop it."
+        )
     kwargs.update(confidences=confidences, higher_is_confident=not lower)
     return kwargs
 
@@ -782,6 +801,7 @@ def _plot_paths(folder: str, fmt: str) -> list[str]:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """``embedeval evaluate``: check every output, evaluate one file, print and write."""
+    _bootstrap_options(args)
     _check_output(args.per_class, (".csv", ".md"), "--per-class")
     _check_output(args.per_query, (".csv",), "--per-query")
     _check_output(args.json, (".json",), "--json")
@@ -1052,6 +1072,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """``embedeval compare``: evaluate each checkpoint, compare them, print and write."""
     from .evaluation.compare import compare
 
+    _bootstrap_options(args, always=True)
     _check_output(args.json, (".json",), "--json")
     _check_output(args.markdown, (".md",), "--markdown")
     _check_output(args.plot, (".png", ".svg", ".pdf"), "--plot")
@@ -1352,6 +1373,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     """``embedeval retrieve``: check every output, evaluate, print and write."""
     from .protocols.qrels import evaluate_qrels
 
+    _bootstrap_options(args)
     if args.run is not None and Path(args.run).is_dir():
         raise InputError(f"--run {args.run} is a folder; name a file inside it.")
     _check_output(args.run, (Path(args.run or "").suffix.lower(),), "--run")

@@ -1186,3 +1186,41 @@ def test_label_text_files_big_integers_a_bom_and_an_empty_file(files, monkeypatc
         == "embedeval: error: empty.txt is empty; a labels file holds one "
         "value per line, one line per embedding row.\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["evaluate", "ckpt.npz", "--n-boot", "50"],
+            "--n-boot sets the bootstrap of --ci, and without --ci nothing is resampled; add "
+            "--ci 0.95, or drop --n-boot.",
+        ),
+        (
+            ["evaluate", "ckpt.npz", "--seed", "3"],
+            "--seed sets the bootstrap of --ci, and without --ci nothing is resampled; add "
+            "--ci 0.95, or drop --seed.",
+        ),
+        (
+            ["evaluate", "ckpt.npz", "--lower-is-confident"],
+            "--lower-is-confident says how to read confidences, and ckpt.npz has none; pass "
+            "--confidences FILE (or store 'confidences' / 'sigmas' in the .npz), or drop it.",
+        ),
+        (
+            ["compare", "ckpt.npz", "ckpt.npz", "--lower-is-confident"],
+            "--lower-is-confident says how to read confidences, and ckpt.npz has none; pass "
+            "--confidences FILE (or store 'confidences' / 'sigmas' in the .npz), or drop it.",
+        ),
+    ],
+)
+def test_options_the_run_would_ignore_are_refused(files, monkeypatch, capsys, argv, message):
+    import embedeval.evaluation.evaluate as evaluation
+
+    def never(*_, **__):
+        raise AssertionError("evaluated although an option would be ignored")
+
+    monkeypatch.setattr(evaluation, "evaluate", never)
+    monkeypatch.chdir(files)
+    assert _main_status(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"embedeval: error: {message}\n"
