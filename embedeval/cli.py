@@ -30,7 +30,7 @@ import numpy as np
 
 from .utils.errors import EmbedevalError, FileFormatError, InputError
 from .utils.files import write_text
-from .utils.validation import label_sizes, label_text
+from .utils.validation import as_labels, as_vector, label_sizes, label_text
 from .utils.version import __version__
 
 EPILOG_EVALUATE = """examples:
@@ -356,7 +356,10 @@ def _bytes(value: str) -> int:
             f"must be a positive number of bytes, optionally with K, M, G or T (e.g. 512M); "
             f"got {value!r}"
         )
-    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+    size = int(match.group(1)) * _UNITS[match.group(2).upper()]
+    if size < _UNITS["M"]:  # the search's smallest working memory
+        raise argparse.ArgumentTypeError(f"must be at least 1M (e.g. 256M); got {value!r}")
+    return size
 
 
 @contextlib.contextmanager
@@ -604,6 +607,11 @@ def _loaded(flag: str, path: str, n: int, of: str, what: str) -> np.ndarray:
             f"{flag} {path} has {len(arr)} values but {of} has {n} rows; "
             "pass one value per embedding row, in the same order."
         )
+    # Checked here too, so that NaN, fractional or non-numeric values name the flag and file.
+    if what == "confidences":
+        as_vector(arr, f"{flag} {path}")
+    elif arr.ndim == 1:
+        as_labels(arr, f"{flag} {path}")
     return arr
 
 
@@ -635,6 +643,7 @@ def _load_inputs(args: argparse.Namespace, path: str) -> dict[str, Any]:
     groups = _loaded("--groups", args.groups, n, path, "groups") if args.groups else data.groups
     if groups is not None:
         kwargs["query_groups"] = groups
+    _check_groups_pair(args, path, kwargs)
     confidences, lower = None, args.lower_is_confident
     if args.confidences:
         confidences = _loaded("--confidences", args.confidences, n, path, "confidences")
@@ -649,6 +658,23 @@ def _load_inputs(args: argparse.Namespace, path: str) -> dict[str, Any]:
         )
     kwargs.update(confidences=confidences, higher_is_confident=not lower)
     return kwargs
+
+
+def _check_groups_pair(args: argparse.Namespace, path: str, kwargs: dict[str, Any]) -> None:
+    """With a gallery, group ids on one side only would be refused by evaluate() under its
+    argument names; refuse them here under the flags and files they came from."""
+    if not args.reference or ("query_groups" in kwargs) == ("reference_groups" in kwargs):
+        return
+    if "reference_groups" in kwargs:
+        given = args.reference_groups and f"--reference-groups {args.reference_groups}"
+        given, side, missing = given or f"{args.reference} (groups)", "queries have", "--groups"
+    else:
+        given = args.groups and f"--groups {args.groups}"
+        given, side, missing = given or f"{path} (groups)", "gallery has", "--reference-groups"
+    raise InputError(
+        f"{given} gives group ids but the {side} none; pass {missing} FILE (one group id "
+        "per row) so that both sides have them, or drop the groups."
+    )
 
 
 def _load_reference(args: argparse.Namespace, path: str, dim: int) -> dict[str, Any]:

@@ -1224,3 +1224,40 @@ def test_options_the_run_would_ignore_are_refused(files, monkeypatch, capsys, ar
     assert _main_status(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == f"embedeval: error: {message}\n"
+
+
+@pytest.mark.parametrize(
+    ("extra", "start"),
+    [
+        (["--labels", "ynan.npy"], "--labels ynan.npy has 1 NaN or infinite label(s), first at "
+         "index 2; every item needs a class id"),
+        (["--labels", "ql.npy", "--reference", "q.npy", "--reference-labels", "yhalf.npy"],
+         "--reference-labels yhalf.npy has 1 non-integer float label(s), first at index 1"),
+        (["--labels", "ql.npy", "--confidences", "letters.npy"],
+         "--confidences letters.npy must be numeric; got dtype <U1. Pass one number per item."),
+        (["--labels", "ql.npy", "--groups", "gnan.npy"],
+         "--groups gnan.npy has 1 NaN or infinite label(s), first at index 0"),
+        (["--labels", "ql.npy", "--memory-budget", "1K"],
+         "argument --memory-budget: must be at least 1M (e.g. 256M); got '1K'"),
+        (["--labels", "ql.npy", "--ci", "0.9", "--seed", "-1"],
+         "argument --seed: must be a whole number, 0 or more; got '-1'"),
+        (["--labels", "ql.npy", "--reference", "q.npy", "--reference-labels", "ql.npy",
+          "--reference-groups", "g.npy"],
+         "--reference-groups g.npy gives group ids but the queries have none; pass --groups FILE"),
+        (["--labels", "ql.npy", "--reference", "q.npy", "--reference-labels", "ql.npy",
+          "--groups", "g.npy"],
+         "--groups g.npy gives group ids but the gallery has none; pass --reference-groups FILE"),
+    ],
+)  # fmt: skip
+def test_errors_name_the_flag_and_file_not_the_python_argument(files, monkeypatch, capsys, extra,
+                                                               start):  # fmt: skip
+    monkeypatch.chdir(files)
+    np.save(files / "ynan.npy", np.array([0.0, 1.0, np.nan, 1.0, 1.0]))
+    np.save(files / "yhalf.npy", np.array([0.0, 1.5, 0.0, 1.0, 1.0]))
+    np.save(files / "letters.npy", np.array(list("abcde")))
+    np.save(files / "gnan.npy", np.array([np.nan, 1.0, 0.0, 1.0, 1.0]))
+    np.save(files / "g.npy", np.arange(5))
+    assert _main_status(["evaluate", "q.npy", *extra]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith(f"embedeval: error: {start}"), err

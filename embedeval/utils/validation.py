@@ -260,7 +260,9 @@ def as_vector(
     if arr.dtype == object:
         raise InputTypeError(f"{name} is an object array; pass numbers.")
     if arr.dtype.kind not in "fiub":
-        raise InputTypeError(f"{name} must be numeric; got dtype {arr.dtype}.")
+        raise InputTypeError(
+            f"{name} must be numeric; got dtype {arr.dtype}. Pass one number per item."
+        )
     if arr.ndim != 1:
         raise InputError(f"{name} must be 1-D; got shape {arr.shape}.")
     if arr.size == 0 and not allow_empty:
@@ -311,7 +313,9 @@ def as_labels(
         if not np.isfinite(arr).all():
             rows = np.flatnonzero(~np.isfinite(arr))
             raise InputError(
-                f"{name} has {rows.size} NaN or infinite label(s), first at index {int(rows[0])}."
+                f"{name} has {rows.size} NaN or infinite label(s), first at index {int(rows[0])}; "
+                "every item needs a class id (an integer or a string): repair those labels, or "
+                "drop those items."
             )
         fractional = np.flatnonzero(arr != np.round(arr))
         if fractional.size:
