@@ -94,11 +94,18 @@ def _torch_error(path: Path) -> FileFormatError:
     )
 
 
+#: How torch.save's legacy (pre-1.6, non-zip) format begins: a protocol-2 pickle of torch's
+#: magic number 0x1950a86a20f9469cfc6c as a 10-byte LONG1, recognised from the bytes alone.
+_TORCH_LEGACY_HEAD = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+
+
 def _refuse_torch(path: Path) -> None:
     with open(path, "rb") as fh:
-        head = fh.read(4)
-    if (head == b"PK\x03\x04" and _is_torch_zip(path)) or (
-        head[:1] == b"\x80" and path.suffix.lower() in _TORCH_SUFFIXES
+        head = fh.read(len(_TORCH_LEGACY_HEAD))
+    if (
+        (head.startswith(b"PK\x03\x04") and _is_torch_zip(path))
+        or head == _TORCH_LEGACY_HEAD
+        or (head[:1] == b"\x80" and path.suffix.lower() in _TORCH_SUFFIXES)
     ):
         raise _torch_error(path)
 
@@ -404,6 +411,7 @@ def load_array(
 
         (arr,) = _read_npz(path, choose).values()
     elif suffix in (".txt", ".csv", ".tsv", ""):
+        _refuse_torch(path)  # a PyTorch file under a text name gets its conversion too
         arr = _read_text_column(path, what)
     else:
         _refuse_torch(path)

@@ -659,6 +659,34 @@ def test_pytorch_files_named_safetensors_or_parquet_get_the_conversion(tmp_path)
         _one_line_error(proc, name, "PyTorch", "torch.load", "numpy.save")
 
 
+def test_legacy_pytorch_files_under_any_name_get_the_conversion(tmp_path, monkeypatch, capsys):
+    torch = pytest.importorskip("torch")
+    import pickle
+
+    def refuse(*_, **__):
+        raise AssertionError("a file was unpickled")
+
+    for name in ("load", "loads", "Unpickler"):
+        monkeypatch.setattr(pickle, name, refuse)
+    t = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    monkeypatch.chdir(tmp_path)
+    np.save(tmp_path / "x.npy", np.zeros((4, 3), np.float32))
+    (tmp_path / "l.txt").write_text("0\n0\n1\n1\n")
+    for name, argv in (
+        ("old.npy", ["old.npy", "--labels", "l.txt"]),
+        ("old.npz", ["old.npz"]),
+        ("old.safetensors", ["old.safetensors", "--labels", "l.txt"]),
+        ("old.parquet", ["old.parquet", "--labels", "l.txt"]),
+        ("old.txt", ["x.npy", "--labels", "old.txt"]),
+    ):
+        torch.save(t, tmp_path / name, _use_new_zipfile_serialization=False)
+        assert _main_status(["evaluate", *argv]) == 2, name
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1, err
+        assert err.startswith(f"embedeval: error: {name} is a PyTorch file (torch.save)"), err
+        assert "torch.load" in err and "numpy.save" in err
+
+
 def test_bfloat16_tensor_in_the_python_api():
     torch = pytest.importorskip("torch")
     import embedeval as ee
