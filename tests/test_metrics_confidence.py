@@ -1100,3 +1100,17 @@ def test_every_confidence_name_is_importable_from_the_confidence_module():
     ]  # fmt: skip
     assert sorted(conf.__all__) == sorted(names)
     assert all(callable(getattr(conf, name)) for name in names)
+
+
+@pytest.mark.parametrize("hit_metric", ["precision_at_1", "recall_at_1"])
+def test_confidence_metric_names_hold_every_name_the_summary_can_give(hit_metric):
+    from embedeval.metrics.confidence import confidence_metric_names
+
+    # probabilities, a label per query and lone queries (NaN): every optional part is there
+    rng = np.random.default_rng(0)
+    hits = rng.integers(0, 2, 40).astype(float)
+    hits[:5] = np.nan
+    per_query = {hit_metric: hits, "map_at_r": rng.random(40)}
+    out = cf.confidence_summary(per_query, rng.random(40), labels=rng.integers(0, 3, 40))
+    assert {"classwise_ece", "open_set_auroc", "aurc_map_at_r"} <= set(out)
+    assert set(out) <= set(confidence_metric_names(list(per_query)))
