@@ -959,3 +959,19 @@ def test_pending_candidates_wait_for_one_merge_only_under_a_sampled_floor():
     assert _ChunkTop(500, 5000, floor).cap == 3 * 500 * 5000
     assert _ChunkTop(500, 5000, np.full(500, -np.inf, np.float32)).cap == 256 * 5000
     assert _ChunkTop(10, 3, np.full(10, -np.inf, np.float32)).cap == 1 << 16
+
+
+def test_only_an_in_memory_float32_corpus_multiplied_as_stored_takes_the_largest_blocks(tmp_path):
+    from embedeval.engine.corpus import default_block
+
+    budget = 256 << 20  # an eighth of it holds a copied block of 768 float32 values a row
+    rows = np.zeros((100, 768), np.float32)
+    np.save(tmp_path / "c.npy", rows)
+    mapped = np.load(tmp_path / "c.npy", mmap_mode="r")
+    assert default_block(rows, budget, None, True) == 65536
+    assert default_block(mapped, budget, None, True) == budget // 8 // (768 * 4)  # page cache
+    assert default_block(rows.astype(np.float16), budget, None, True) == 10922  # a copy
+    assert default_block(np.asfortranarray(rows), budget, None, True) == 10922
+    assert default_block(rows, budget, np.zeros(768, np.float32), True) == 10922  # centred
+    assert default_block(rows, budget, None, False) == 10922  # a device product's input
+    assert default_block(rows, 1 << 20, None, False) == 1024  # at least 1,024 rows

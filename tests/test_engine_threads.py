@@ -1,4 +1,5 @@
-"""The engine's worker threads: results in order, a step inside a step, a forked child."""
+"""The engine's worker threads: results in order, items taken by free threads, a step inside a
+step, a forked child."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import threading
 
 import pytest
 
-from embedeval.engine.threads import in_order
+from embedeval.engine.threads import each, in_order
 
 
 def test_results_come_in_the_order_of_the_items_whatever_order_they_finish_in():
@@ -48,6 +49,41 @@ def test_an_error_in_a_step_reaches_the_caller():
     with pytest.raises(ValueError, match="step 2"):
         list(in_order(fail_on_two, range(5), 2))
     assert list(in_order(lambda i: i + 1, range(3), 2)) == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_each_lets_a_free_thread_take_the_next_item_while_another_runs_long():
+
+    release = threading.Event()
+    finished = []
+
+    def step(i):
+        if i == 0:  # runs until every other item has ended on the other thread
+            assert release.wait(10), "the other items waited for the first one"
+        finished.append(i)
+        if len(finished) == 5:
+            release.set()
+
+    each(step, range(6), 2)
+    assert sorted(finished) == list(range(6)) and finished[-1] == 0
+
+
+def test_each_raises_the_first_error_and_starts_nothing_after_it():
+    started = []
+
+    def fail_on_one(i):
+        import time
+
+        started.append(i)
+        time.sleep(0.01)
+        if i == 1:
+            raise ValueError("item 1")
+
+    with pytest.raises(ValueError, match="item 1"):
+        each(fail_on_one, range(50), 2)
+    assert len(started) < 50  # the items still queued were cancelled
+    seen = []
+    each(seen.append, range(3), 1)  # one thread: inline, in order
+    assert seen == [0, 1, 2]
 
 
 def _child(out):

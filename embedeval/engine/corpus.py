@@ -80,7 +80,7 @@ from .decide import (
 )
 from .exact import column_stats, exact_centre
 from .integers import exact_distance
-from .threads import default_threads, in_order, single_threaded_blas
+from .threads import default_threads, each, in_order, single_threaded_blas
 
 __all__ = [
     "EMPTY",
@@ -97,6 +97,7 @@ __all__ = [
     "corpus_centre",
     "count_beats",
     "decide_top",
+    "default_block",
     "exact_tie_ranks",
     "float64_scores",
     "integer_scores",
@@ -135,6 +136,7 @@ _PENDING_ROWS = 256
 #: (fewer candidates) but merges the kept codes again each time: with a floor of this quality,
 #: more work (measured on 1,000 queries at depth 1,000: 8 % less CPU time merging once)
 _PENDING_DEPTHS = 3
+_MAX_BLOCK = 65536  # rows per block by default, at most (:func:`default_block`)
 _MIN_BLOCK = 32  # rows: thinner products take other BLAS paths, with other float32 rounding
 _KEY_BYTES = 8 << 20  # float64 rows of the pairs re-scored at a time (bounded memory)
 _UNDERFLOW = 2.0 * 2.0**-126  # twice float32's smallest normal, per product or sum in a score
@@ -678,6 +680,7 @@ class _ChunkTop:
         self.exact = exact  # exact scores: the codes' order is the ranking, nothing is near
         self.band = np.zeros(n)
         self.cut = floor.copy()  # candidates: scores >= cut
+        self.block = -1  # the corpus block whose band :attr:`cut` holds (:meth:`enter`)
         self.worst = np.full(n, EMPTY, dtype=np.uint64)
         self.near = (np.zeros(0, np.int32), np.zeros(0, np.uint64))
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []
@@ -689,6 +692,14 @@ class _ChunkTop:
         floored = n > 0 and bool(np.isfinite(floor).any())
         rows = _PENDING_DEPTHS * n if floored else min(n, _PENDING_ROWS)
         self.cap = max(rows * depth, 1 << 16)
+
+    def enter(self, block: int, band: np.ndarray) -> np.ndarray:
+        """The cut for a part of the block starting at corpus row ``block``, whose band is
+        ``band`` (:meth:`widen` once per block)."""
+        if self.block != block:
+            self.block = block
+            self.widen(band)
+        return self.cut
 
     def widen(self, band: np.ndarray) -> None:
         """Candidates from now on: scores at least ``band`` below the floor or depth-th score."""
@@ -903,35 +914,58 @@ def _scan_chunks(
     for c in chunks:
         lo, hi = c * scan.chunk, min(n_q, (c + 1) * scan.chunk)
         tops[c] = _ChunkTop(hi - lo, scan.depth, floor[lo:hi], scan.exact)
+    locks = {c: threading.Lock() for c in chunks}
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs"):
             band = scan.band()  # this block's rows included
             if counter is not None:
                 counter.widen(band)
 
-            def work(c: int, start=start, blk=blk, norms=norms, band=band) -> None:
-                tops[c].widen(band[c * scan.chunk : (c + 1) * scan.chunk])
-                for a, part, sq in scan.parts(start, blk, norms):
-                    with scan.scores(c, part, sq, a) as s:
-                        p = pairs.in_block(c, a, a + part.shape[0])
-                        pair_scores[p] = s[pairs.query[p] - c * scan.chunk, pairs.row[p] - a]
-                        if counter is not None:
-                            counter.count(c, s, a)
-                        # flat indices: 2-D np.nonzero is ~15x slower on a sparse mask
-                        at = np.flatnonzero(s >= tops[c].cut[:, None])
-                        r, col = np.divmod(at, s.shape[1])
-                        codes = pack_codes(s.reshape(-1)[at], scan.keys[a + col])
-                    if scan.exact:  # a code after the depth-th one cannot enter (ties in bulk)
-                        keep = codes < tops[c].worst[r]
+            def work(task: tuple, start=start, band=band) -> None:
+                c, (a, part, sq) = task
+                top, lo = tops[c], c * scan.chunk
+                with locks[c]:  # a chunk's parts may run at once: its list is shared
+                    cut = top.enter(start, band[lo : lo + scan.chunk])
+                r, codes = _part_candidates(scan, c, a, part, sq, cut, pairs, pair_scores, counter)
+                with locks[c]:
+                    if scan.exact:  # a code after the depth-th cannot enter (ties in bulk)
+                        keep = codes < top.worst[r]
                         r, codes = r[keep], codes[keep]
-                    tops[c].add(r, codes)
+                    top.add(r, codes)
 
-            for _ in in_order(work, list(chunks), scan.n_threads):
-                pass
+            # every (chunk, part) an item of its own: a core that runs faster for a while
+            # takes more of them, instead of waiting at the end of the block for the other
+            each(work, [(c, p) for p in scan.parts(start, blk, norms) for c in chunks],
+                 scan.n_threads)  # fmt: skip
     scan.release_buffers()
     for _ in in_order(lambda c: tops[c].flush(), list(tops), scan.n_threads):
         pass
     return tops
+
+
+def _part_candidates(
+    scan: CorpusScan,
+    c: int,
+    a: int,
+    part: np.ndarray,
+    sq: np.ndarray | None,
+    cut: np.ndarray,
+    pairs: Pairs,
+    pair_scores: np.ndarray,
+    counter: BeatCounter | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Query chunk ``c`` against the corpus rows ``a ...`` (``part``, its per-column data
+    ``sq``): the scores of its pairs written to ``pair_scores``, the ``counter`` fed, and the
+    (query in the chunk, code) of every score at or above the query's ``cut``."""
+    with scan.scores(c, part, sq, a) as s:
+        p = pairs.in_block(c, a, a + part.shape[0])
+        pair_scores[p] = s[pairs.query[p] - c * scan.chunk, pairs.row[p] - a]
+        if counter is not None:
+            counter.count(c, s, a)
+        # flat indices: 2-D np.nonzero is ~15x slower on a sparse mask
+        at = np.flatnonzero(s >= cut[:, None])
+        r, col = np.divmod(at, s.shape[1])
+        return r, pack_codes(s.reshape(-1)[at], scan.keys[a + col])
 
 
 class IntegerScores(NamedTuple):
@@ -991,6 +1025,30 @@ def scan_queries(
         "queries": q, "query_norms": norms, "distance": run, "centre": centre,
         "exact": exact is not None, "cosine_sq": None if exact is None else exact.cosine_sq,
     }  # fmt: skip
+
+
+def default_block(corpus: Any, memory_budget: int, centre: np.ndarray | None, numpy: bool) -> int:
+    """Corpus rows per block when the caller gives none.  A block the scan copies (a memory
+    map's or float16 rows, rows translated by a ``centre``, a device product's input) holds
+    an eighth of ``memory_budget``; the rest holds one score block per thread, the sample and
+    the candidates.  An in-memory float32 corpus that numpy multiplies as stored is never
+    copied, so it takes the largest blocks, 65,536 rows: each block then splits into more
+    (query chunk, part) items than threads, and a core that runs faster for a while takes
+    more of them instead of waiting for the other at the end of every block.
+
+    >>> default_block(np.zeros((10, 768), np.float32), 256 << 20, None, True)
+    65536
+    >>> default_block(np.zeros((10, 768), np.float16), 256 << 20, None, True)
+    10922
+    """
+    copied = (
+        not isinstance(corpus, np.ndarray) or isinstance(corpus, np.memmap)
+        or corpus.dtype != np.float32 or not corpus.flags.c_contiguous
+        or centre is not None or not numpy
+    )  # fmt: skip
+    if not copied:
+        return _MAX_BLOCK
+    return int(np.clip(memory_budget // (32 * corpus.shape[1]), 1024, _MAX_BLOCK))
 
 
 def corpus_centre(queries: np.ndarray, corpus: np.ndarray, distance: str) -> np.ndarray | None:
@@ -1401,6 +1459,7 @@ class BeatCounter:
         self.near: list[tuple[np.ndarray, np.ndarray]] = []
         self.n_near = 0
         self.overflowed = False
+        self._lock = threading.Lock()
 
     def widen(self, band: np.ndarray) -> None:
         """Thresholds for the next block, from the band of every row read so far."""
@@ -1409,7 +1468,7 @@ class BeatCounter:
 
     def count(self, c: int, s: np.ndarray, first: int) -> None:
         """Count the scores ``s`` of query chunk ``c`` against corpus rows ``first ...``
-        (threads may count other chunks at the same time)."""
+        (threads may count other parts and chunks at the same time)."""
         chunk = self.scan.chunk
         a, b = np.searchsorted(self.q_sorted, [c * chunk, (c + 1) * chunk])
         if a == b or self.overflowed:
@@ -1424,19 +1483,21 @@ class BeatCounter:
         if self.scan.exact:
             col_rank, pair_rank = self._tie_ranks(first, s.shape[1], self.pair_keys[idx])
             above, before, tied = _count_ties(s, self.hi[idx], qs, own, col_rank, pair_rank)
-            self.beats[idx] += above
-            self.before[idx] += before
-            self.tied[idx] += tied
+            with self._lock:  # two parts of one chunk may count the same pairs at once
+                self.beats[idx] += above
+                self.before[idx] += before
+                self.tied[idx] += tied
             return
         room = None if self.limit is None else max(self.limit - self.n_near, 0)
         above, _, at, col = _count_passing(s, self.hi[idx], self.lo[idx], qs, own, room)
-        if at is None or col is None:
-            self.overflowed = True
-            self.near.clear()
-            return
-        self.beats[idx] += above
-        self.n_near += at.size  # an estimate across threads: a limit, not a count
-        self.near.append((idx[at], first + col))  # near another document than itself
+        with self._lock:
+            if at is None or col is None or self.overflowed:
+                self.overflowed = True
+                self.near.clear()
+                return
+            self.beats[idx] += above
+            self.n_near += at.size  # a limit: parts counted at once may pass it together
+            self.near.append((idx[at], first + col))  # near another document than itself
 
     def _tie_ranks(
         self, first: int, n: int, keys: np.ndarray
@@ -1508,20 +1569,16 @@ def _counting_pass(
     counter = BeatCounter(scan, pairs, bounds)
     counter.widen(scan.band())
 
-    def work(c: int, start: int, blk: np.ndarray, norms: np.ndarray | None) -> None:
-        for first, part, sq in scan.parts(start, blk, norms):
-            with scan.scores(c, part, sq, first) as s:
-                counter.count(c, s, first)
+    def work(task: tuple) -> None:
+        c, (first, part, sq) = task
+        with scan.scores(c, part, sq, first) as s:
+            counter.count(c, s, first)
 
     chunks = np.unique(pairs.query // scan.chunk).tolist()
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs (ranks)"):
-            for _ in in_order(
-                lambda c, start=start, blk=blk, norms=norms: work(c, start, blk, norms),
-                chunks,
-                scan.n_threads,
-            ):
-                pass
+            each(work, [(c, p) for p in scan.parts(start, blk, norms) for c in chunks],
+                 scan.n_threads)  # fmt: skip
     scan.release_buffers()
     return counter
 

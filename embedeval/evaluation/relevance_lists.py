@@ -101,6 +101,7 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=N
     from ..engine.corpus import (
         CorpusScan,
         Pairs,
+        default_block,
         numpy_product,
         scan_queries,
         tie_keys,
@@ -108,7 +109,7 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=N
 
     side = scan_queries(xq, xb, distance, numpy=device is None)  # only the filter sees it
     j_rows, j_cols = _csr_pairs(junk, 0, xq.shape[0])
-    block = int(np.clip(memory_budget // (32 * xb.shape[1]), 1024, 65536))
+    block = default_block(xb, memory_budget, side["centre"], device is None)
     keys = tie_keys(None, xb.shape[0], "index")
     excluded = Pairs(j_rows, j_cols)
     product, precision = numpy_product, "float32"

@@ -27,6 +27,7 @@ from ..engine.corpus import (
     band_population,
     candidate_ranks,
     decide_top,
+    default_block,
     near_wins,
     numpy_product,
     scan_queries,
@@ -567,8 +568,10 @@ def evaluate_qrels(
     ci, n_boot, seed
         Percentile bootstrap intervals of the means over the evaluated queries.
     block_size, memory_budget, n_threads, progress
-        Corpus rows per block (default from ``memory_budget``), worker threads, progress bar
-        over the corpus (default: when stderr is a terminal).
+        Corpus rows per block (default: 65,536 for an in-memory float32 corpus, which is
+        multiplied as stored; else an eighth of ``memory_budget`` for the block's float32
+        copy), worker threads, progress bar over the corpus (default: when stderr is a
+        terminal).
     backend, device
         ``"local"`` (numpy), ``"torch"`` (each corpus block moved to ``device`` for its
         product; the ranking stays on the host; default device: the GPU when PyTorch sees
@@ -769,13 +772,12 @@ def _plan(
 ) -> CorpusScan:
     """The scan: prepared queries, block size from the memory budget, the product."""
     budget = check_int(memory_budget, "memory_budget")
-    if block_size is None:
-        # an eighth of the budget for the block's float32 copy: the rest holds one score
-        # block per thread (16 MiB each), the sample and the candidates
-        block_size = int(np.clip(budget // (32 * corpus.shape[1]), 1024, 65536))
-    block_size = check_int(block_size, "block_size")
+    block_size = check_int(block_size, "block_size", allow_none=True)
     threads = check_int(n_threads, "n_threads", allow_none=True)
-    side = scan_queries(queries, corpus, distance, numpy=product[0] is numpy_product)
+    numpy = product[0] is numpy_product
+    side = scan_queries(queries, corpus, distance, numpy=numpy)
+    if block_size is None:
+        block_size = default_block(corpus, budget, side["centre"], numpy)
     return CorpusScan(
         **side,
         depth=depth,
