@@ -706,3 +706,30 @@ def test_confidence_permutation_p_is_the_sign_flip_test_of_per_query_brier_diffe
     ).pvalue
     assert ref > 0.4  # no real difference: the swaps reach the observed one about half the time
     assert _row(cmp, "run1", "brier")["p_value"] == pytest.approx(ref, abs=0.03)
+
+
+def test_bootstrap_p_counts_exactly_zero_resampled_differences_on_both_sides():
+    # macro P@1 with 6 queries per class: class means k/6 are not exact in binary, so the two
+    # runs' resampled means round apart even where the resampled difference is exactly 0.
+    # Oracle: the same documented draws on integer hit counts, whose sign is exact.
+    y = np.repeat(np.arange(8), 6)
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((8, 8))
+    runs = [
+        ee.evaluate(
+            centers[y] * s + rng.standard_normal((48, 8)),
+            y,
+            metrics=["precision_at_1"],
+            average="macro",
+        )
+        for s in (0.5, 0.8)
+    ]
+    p = ee.compare(runs, n_boot=800, seed=5).rows[1]["p_value"]
+    hits = [
+        np.array([round(r.per_query["precision_at_1"][y == c].sum()) for c in range(8)])
+        for r in runs
+    ]
+    idx = np.random.default_rng(5).integers(0, 8, size=(800, 8))  # classes drawn per resample
+    sign = (hits[1][idx] - hits[0][idx]).sum(axis=1)
+    assert np.mean(sign == 0) > 0.05  # the case at stake: many resamples tie exactly
+    assert p == pytest.approx(min(1.0, 2 * min(np.mean(sign <= 0), np.mean(sign >= 0))), abs=1e-12)

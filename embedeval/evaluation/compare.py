@@ -596,7 +596,7 @@ def _paired_difference(
     observed = _point(vals[:, i] - vals[:, base], groups)
     lo, hi = np.quantile(diff_reps, [tail, 1 - tail])
     if settings["test"] == "bootstrap":
-        p = bootstrap_p(diff_reps)
+        p = bootstrap_p(diff_reps, scale=_magnitude(vals))
     else:
         n_boot, seed = settings["n_boot"], settings["seed"]
         p = permutation_p(vals[:, i] - vals[:, base], groups, n_boot, seed)
@@ -629,6 +629,12 @@ def _split_confidence_metrics(
                     "with evaluate(..., confidences=...)."
                 )
     return [m for m in requested if m not in conf_keys], conf_keys
+
+
+def _magnitude(values: np.ndarray) -> float:
+    """The size of the values a mean averages (at least 1): the scale of its rounding error."""
+    finite = np.abs(values[np.isfinite(values)])
+    return max(1.0, float(finite.max(initial=0.0)))
 
 
 def _point(diff: np.ndarray, groups: np.ndarray | None) -> float:
@@ -756,7 +762,7 @@ def confidence_rows(
             dlo, dhi = percentile_interval(d, ci)
             observed = values[i] - values[base]
             if test == "bootstrap":
-                p = bootstrap_p(d) if d.size else math.nan
+                p = bootstrap_p(d, scale=_magnitude(reps)) if d.size else math.nan
             else:
                 p = _swap_p([runs[base], runs[i]], key, observed, n_boot, seed)
             row.update(diff=observed, diff_ci_low=dlo, diff_ci_high=dhi, p_value=float(p))

@@ -179,17 +179,24 @@ def replicates(
     return {key: np.asarray(v) for key, v in out.items()}
 
 
-def bootstrap_p(diff_reps: np.ndarray) -> float:
+def bootstrap_p(diff_reps: np.ndarray, *, scale: float = 1.0) -> float:
     """Two-sided bootstrap p-value of a difference: twice the smaller share of replicates on
     either side of 0 (1 when every replicate is 0).
 
+    A replicate is the difference of two separately rounded means, so one whose true value is
+    exactly 0 can come out as +-1e-17; replicates within ``1e-12 * scale`` of 0 (``scale``: the
+    size of the values averaged) count as 0, on both sides, as in :func:`permutation_p`.
+
     >>> bootstrap_p(np.array([0.1, 0.2, -0.1, 0.3]))
     0.5
+    >>> bootstrap_p(np.array([0.1, 0.2, -5e-17, 0.3]))   # rounding noise: 0, on both sides
+    0.5
     """
-    if np.all(diff_reps == 0):
+    tol = 1e-12 * scale
+    if np.all(np.abs(diff_reps) <= tol):
         return 1.0
-    below = np.mean(diff_reps <= 0)
-    above = np.mean(diff_reps >= 0)
+    below = np.mean(diff_reps <= tol)
+    above = np.mean(diff_reps >= -tol)
     return float(min(1.0, 2 * min(below, above)))
 
 
