@@ -337,6 +337,10 @@ def test_three_gloo_processes_with_empty_ranks_string_labels_groups_and_splits(t
         assert "split=None and others" in got[2]
 
 
+def _hit_count(relevant, n_relevant):
+    return relevant.sum(axis=1)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -345,6 +349,11 @@ def test_three_gloo_processes_with_empty_ranks_string_labels_groups_and_splits(t
         ({"index_params": {"nprobe": 4}}, "index_params was given without index"),
         ({"reject_from": "both", "ref_includes_query": True}, "reject_from='both'"),
         ({"positives": [[0]]}, "positives"),
+        ({"metrics": ["recall_at_10"], "k": 5}, r"k=5 caps the ranking at depth 5.*recall_at_10"),
+        (
+            {"custom_metrics": {"hits_at_5": ee.RetrievalMetric(_hit_count, depth=5)}, "k": 3},
+            r"k=3 caps the ranking at depth 3.*hits_at_5",
+        ),
     ],
 )
 def test_every_option_is_checked_when_the_evaluator_is_built(kwargs, match):

@@ -85,3 +85,9 @@ def test_validation_step_must_return_embeddings_and_labels(tmp_path):
     trainer = _trainer(tmp_path, EmbeddingEvaluation(), max_epochs=1, num_sanity_val_steps=0)
     with pytest.raises(ee.InputError, match="embeddings"):
         trainer.fit(Bad(), _loader(x, y, 10), _loader(x, y, 10))
+
+
+def test_a_k_too_shallow_for_a_cutoff_is_refused_when_the_callback_is_built():
+    # not after a training epoch and a validation epoch
+    with pytest.raises(ee.InputError, match=r"k=5 caps the ranking at depth 5.*recall_at_10"):
+        EmbeddingEvaluation(metrics=["recall_at_10"], k=5)

@@ -33,7 +33,7 @@ from ..utils.validation import (
     check_same_dimension,
     zero_rows,
 )
-from .settings import EvaluationInputs, EvaluationSettings
+from .settings import EvaluationInputs, EvaluationSettings, check_depth
 
 __all__ = ["evaluate_listed", "evaluate_with_lists", "positive_ranks"]
 
@@ -347,9 +347,7 @@ def evaluate_listed(
     )
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
     k = check_int(k, "k", allow_none=True)
-    too_deep = [m.name for m in infos if k is not None and m.depth == "fixed" and m.cutoff > k]
-    if too_deep:
-        raise InputError(f"k={k} caps the ranking, but {', '.join(too_deep)} need(s) more.")
+    check_depth(infos, k, k)
     relevant = np.diff(pos[0])
     n_valid = xb.shape[0] - np.diff(jk[0])
     from ..engine.kernels import hits_from_ranks, score_hits

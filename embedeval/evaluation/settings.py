@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.custom import metric_infos
-from ..engine.registry import MetricInfo, parse_metrics
+from ..engine.registry import MetricInfo, default_metrics, parse_metrics
 from ..search.dispatch import SearchOptions
 from ..search.neighbors import DISTANCES
 from ..utils.errors import InputError, InputTypeError
@@ -41,6 +41,8 @@ __all__ = [
     "MetricSettings",
     "ProtocolSettings",
     "StatisticsSettings",
+    "check_depth",
+    "metrics_at_depth",
     "validate_arguments",
 ]
 
@@ -189,13 +191,52 @@ def validate_arguments(
     else:
         k = _check_k(k)
         infos = tuple(metric_infos(metrics, custom_metrics))
+    metric_settings = MetricSettings(infos, metrics is None, custom_metrics, k, distance, average)
+    if isinstance(k, int):  # known without the data, so an Evaluator refuses it when built
+        metrics_at_depth(metric_settings, k)
     return EvaluationSettings(
-        metrics=MetricSettings(infos, metrics is None, custom_metrics, k, distance, average),
+        metrics=metric_settings,
         protocol=protocol,
         confidence=confidence,
         statistics=statistics,
         search=search_options,
     )
+
+
+def metrics_at_depth(ms: MetricSettings, depth: int | None) -> tuple[MetricInfo, ...]:
+    """The metrics computed on a ranking capped at ``depth`` (None: every reference ranked).
+
+    The default set follows the depth (Recall@depth instead of Recall@10 below 10, so it never
+    fails); a fixed cut-off deeper than ``depth`` is refused by :func:`check_depth`.
+
+    Examples
+    --------
+    >>> s = validate_arguments(EvaluationInputs([[0.0], [1.0]], [0, 0]), k="max_bin_count")
+    >>> [m.name for m in metrics_at_depth(s.metrics, 5)][-1]
+    'recall_at_5'
+    """
+    infos = ms.infos
+    if ms.default:
+        infos = tuple(metric_infos(default_metrics(depth), ms.custom_metrics))
+    check_depth(infos, depth, ms.k)
+    return infos
+
+
+def check_depth(infos: Any, depth: int | None, k: Any) -> None:
+    """Refuse metrics with a fixed cut-off deeper than the ranking depth ``depth`` that ``k``
+    (as the user gave it) caps; ``depth=None`` ranks every reference and allows any cut-off.
+
+    >>> check_depth(parse_metrics(["recall_at_10"]), 10, 10)   # deep enough: nothing raised
+    >>> check_depth(parse_metrics(["recall_at_10"]), None, None)  # every reference ranked
+    """
+    if depth is None:
+        return
+    too_deep = [m.name for m in infos if m.depth == "fixed" and m.cutoff > depth]
+    if too_deep:
+        raise InputError(
+            f"k={k!r} caps the ranking at depth {depth}, but {', '.join(too_deep)} need(s) a "
+            "deeper ranking; raise k or use k=None."
+        )
 
 
 def _check_k(k: Any) -> int | str | None:
@@ -304,7 +345,4 @@ def _list_metrics(metrics: Any, k: Any) -> tuple[MetricInfo, ...]:
     infos = parse_metrics(metrics)
     if any(m.kind != "knn" for m in infos):
         raise InputError("nmi / ami need class labels; they are not defined for positives lists.")
-    too_deep = [m.name for m in infos if k is not None and m.depth == "fixed" and m.cutoff > k]
-    if too_deep:
-        raise InputError(f"k={k} caps the ranking, but {', '.join(too_deep)} need(s) more.")
     return tuple(infos)

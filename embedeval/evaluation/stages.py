@@ -29,10 +29,9 @@ from ..engine.arrays import (
     scale_for_range,
     to_host,
 )
-from ..engine.custom import metric_infos
 from ..engine.exact import Exclusions
 from ..engine.labels import is_label_sets, match_matrix, match_pairs, pack_label_sets
-from ..engine.registry import MetricInfo, default_metrics
+from ..engine.registry import MetricInfo
 from ..metrics.averages import aggregate, aggregate_label_sets
 from ..search.dispatch import SearchOutcome, run_search
 from ..search.local import RetrievalTask
@@ -48,7 +47,7 @@ from ..utils.validation import (
 )
 from .approximation import warn_if_biased
 from .result import EvaluationResult
-from .settings import EvaluationInputs, EvaluationSettings
+from .settings import EvaluationInputs, EvaluationSettings, metrics_at_depth
 
 __all__ = [
     "EvaluationData",
@@ -349,16 +348,7 @@ def plan_search(settings: EvaluationSettings, data: EvaluationData) -> SearchPla
         _check_label_sets(settings)
     max_relevant = int(data.relevant.max(initial=0))
     k_used = max(max_relevant, 1) if ms.k == "max_bin_count" else ms.k
-    infos = ms.infos
-    if ms.default:  # a cap below 10 (int or max_bin_count) reports Recall@cap, never fails
-        infos = tuple(metric_infos(default_metrics(k_used), ms.custom_metrics))
-    if k_used is not None:
-        too_deep = [m.name for m in infos if m.depth == "fixed" and m.cutoff > k_used]
-        if too_deep:
-            raise InputError(
-                f"k={ms.k!r} caps the ranking at depth {k_used}, but {', '.join(too_deep)} "
-                "need(s) a deeper ranking; raise k or use k=None."
-            )
+    infos = metrics_at_depth(ms, k_used)  # max_bin_count's depth is known only now
     truncated = [m.name for m in infos if m.depth == "r"]
     if isinstance(ms.k, int) and ms.k < max_relevant and truncated:
         warnings.warn(
