@@ -330,6 +330,20 @@ def test_macro_from_an_evaluation_result_uses_its_labels_and_average():
     labels = np.array([0] * 1000 + [1, 2, 3])
     res = _result({"m": values}, labels, average="macro")
     assert ee.bootstrap_ci(res, ci=0.8, n_boot=4000)["m"] == (0.0, 0.5)
+    assert ee.bootstrap_ci(res, ci=0.8, n_boot=4000, average="macro")["m"] == (0.0, 0.5)
+
+
+def test_an_average_other_than_the_results_own_is_refused_not_ignored():
+    # it used to be dropped silently: the macro interval came back for average="micro"
+    values = np.array([1.0] * 1000 + [0.0] * 3)
+    labels = np.array([0] * 1000 + [1, 2, 3])
+    res = _result({"m": values}, labels, average="macro")
+    with pytest.raises(ee.InputError, match=r"average='micro'.*evaluated with average='macro'"):
+        ee.bootstrap_ci(res, average="micro")
+    # the way the message points to: the micro statistic of the per-query values, whose
+    # replicates are means of 1003 draws with about 3 zeros each, so all lie in [0.99, 1]
+    lo, hi = ee.bootstrap_ci(res.per_query, labels=labels, average="micro", ci=0.8)["m"]
+    assert 0.99 < lo <= hi <= 1.0
 
 
 def test_evaluate_with_ci_brackets_the_metric():

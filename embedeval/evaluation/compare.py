@@ -54,7 +54,7 @@ def bootstrap_ci(
     per_query: Mapping[str, Any] | Any,
     *,
     labels: Any = None,
-    average: str = "micro",
+    average: str | None = None,
     ci: float = 0.95,
     n_boot: int = 1000,
     seed: int = 0,
@@ -69,9 +69,14 @@ def bootstrap_ci(
         Per-query values (NaN = lone query, left out).  An ``EvaluationResult`` brings its own
         labels and averaging.
     labels : array-like, optional
-        Query labels; required for ``average="macro"``.
-    average : {"micro", "macro"}
+        Query labels; required for ``average="macro"``.  Given with an ``EvaluationResult``,
+        they replace its query labels.
+    average : {"micro", "macro"}, optional
         Resample queries (micro) or classes (macro: the statistic is the mean of class means).
+        Default: the result's own averaging for an ``EvaluationResult``, else ``"micro"``.  An
+        ``EvaluationResult``'s intervals are those of the metrics it reports, so an ``average``
+        other than its own is refused; pass ``result.per_query`` with ``labels=`` to resample
+        another statistic.
     ci : float
         Confidence level, e.g. 0.95 -> the 2.5th and 97.5th percentiles of the replicates.
     n_boot : int
@@ -115,14 +120,16 @@ def bootstrap_ci(
     """
     from .result import EvaluationResult
 
+    if average is not None:
+        average = check_choice(average, "average", ("micro", "macro"))
     if isinstance(per_query, EvaluationResult):
         labels = per_query.query_labels if labels is None else labels
-        average = per_query.settings.get("average", average)
+        average = _result_average(per_query, average)
         per_query = per_query.per_query
+    average = "micro" if average is None else average
     ci = check_level(ci)
     n_boot = check_int(n_boot, "n_boot")
     seed = check_int(seed, "seed", minimum=0)
-    average = check_choice(average, "average", ("micro", "macro"))
     columns, codes = _bootstrap_columns(per_query, labels, average, metrics)
     out: dict[str, tuple[float, float]] = {name: (math.nan, math.nan) for name in columns}
     # Metrics with the same lone (NaN) queries share one set of resamples: one draw serves
@@ -139,6 +146,20 @@ def bootstrap_ci(
             for j, name in enumerate(group_names):
                 out[name] = (float(bounds[0, j]), float(bounds[1, j]))
     return out
+
+
+def _result_average(result: Any, average: Any) -> str:
+    """The result's own averaging; an explicit ``average`` that differs is refused, since the
+    intervals would then not be those of the metrics the result reports."""
+    own = result.settings.get("average", "micro")
+    if average is not None and average != own:
+        raise InputError(
+            f"average={average!r}, but the result was evaluated with average={own!r} and its "
+            "intervals are those of its own metrics; drop average=, or pass result.per_query "
+            f"with labels=result.query_labels and average={average!r} to resample that "
+            "statistic instead."
+        )
+    return own
 
 
 def _bootstrap_columns(
