@@ -747,3 +747,24 @@ def test_bootstrap_p_counts_exactly_zero_resampled_differences_on_both_sides():
     sign = (hits[1][idx] - hits[0][idx]).sum(axis=1)
     assert np.mean(sign == 0) > 0.05  # the case at stake: many resamples tie exactly
     assert p == pytest.approx(min(1.0, 2 * min(np.mean(sign <= 0), np.mean(sign >= 0))), abs=1e-12)
+
+
+def test_confidence_rows_count_the_queries_their_statistic_reads():
+    # 16 queries in 4 classes of 4, and 4 classes of one query each: 4 lone queries.  The
+    # Brier score and the areas leave the lone ones out; the open-set metrics read them as
+    # out-of-gallery, so they use all 20.
+    rng = np.random.default_rng(3)
+    y = np.array([0] * 4 + [1] * 4 + [2] * 4 + [3] * 4 + [4, 5, 6, 7])
+    x = rng.standard_normal((20, 4))
+    runs = [
+        ee.evaluate(x, y, metrics=["precision_at_1"], confidences=rng.random(20)) for _ in range(2)
+    ]
+    keys = ["brier", "aurc_precision_at_1", "open_set_auroc"]
+    cmp = ee.compare(runs, metrics=["precision_at_1", *keys], n_boot=50)
+    n_lone = sum(np.sum(y == c) == 1 for c in set(y.tolist()))  # classes of a single query
+    assert n_lone == 4
+    for name in ("run0", "run1"):
+        assert _row(cmp, name, "precision_at_1")["n_shared"] == 20 - n_lone
+        assert _row(cmp, name, "brier")["n_shared"] == 20 - n_lone
+        assert _row(cmp, name, "aurc_precision_at_1")["n_shared"] == 20 - n_lone
+        assert _row(cmp, name, "open_set_auroc")["n_shared"] == 20

@@ -691,11 +691,30 @@ def _as_path(path: str | os.PathLike):
 
 def _needed_metrics(per_query: dict[str, np.ndarray], keys: Sequence[str]) -> list[str]:
     """The per-query metrics the confidence ``keys`` are computed from (the rest is skipped)."""
-    names = [m for m in per_query if any(k.endswith("_" + m) for k in keys)]
-    if any(not any(k.endswith("_" + m) for m in per_query) for k in keys):
-        # r_auroc, ece, brier, open-set ...: computed from precision_at_1 (else recall_at_1)
-        names += [next(m for m in ("precision_at_1", "recall_at_1") if m in per_query)]
-    return list(dict.fromkeys(names))
+    return list(dict.fromkeys(_source_metric(per_query, k) for k in keys))
+
+
+def _source_metric(per_query: dict[str, np.ndarray], key: str) -> str:
+    """The per-query metric the confidence metric ``key`` reads: ``m`` for an area such as
+    ``aurc_m``; for r_auroc, ece, brier, open-set ... the 0/1 correctness of precision_at_1
+    (else recall_at_1)."""
+    own = [m for m in per_query if key.endswith("_" + m)]
+    if own:
+        return max(own, key=len)
+    return next(m for m in ("precision_at_1", "recall_at_1") if m in per_query)
+
+
+def _confidence_units(runs: Sequence[Any], key: str) -> int:
+    """The queries the confidence metric ``key`` reads in every run: those not lone in any run
+    (lone queries are left out, as by the per-query metrics), except for the open-set metrics,
+    which read every query (the lone ones as out-of-gallery)."""
+    if key.startswith("open_set_"):
+        return int(runs[0].n_queries)
+    column = _source_metric(runs[0].per_query, key)
+    lone = np.zeros(runs[0].n_queries, dtype=bool)
+    for r in runs:
+        lone |= np.isnan(np.asarray(r.per_query[column], dtype=np.float64))
+    return int(lone.size - lone.sum())
 
 
 def paired_confidence_replicates(
@@ -765,16 +784,18 @@ def confidence_rows(
     interval is the percentile interval of its replicates, the difference's interval that of
     the paired differences, and p is the paired bootstrap p-value (``test="bootstrap"``) or the
     share of query-wise swaps with the baseline whose |difference| reaches the observed one
-    (``test="permutation"``, (hits + 1) / (n_boot + 1)).
+    (``test="permutation"``, (hits + 1) / (n_boot + 1)).  ``n_shared`` counts the queries the
+    statistic reads in every run: those lone in no run, or every query for the open-set metrics.
     """
     rows: list[dict[str, Any]] = []
     all_reps = paired_confidence_replicates(runs, keys, n_boot=n_boot, seed=seed)
     for key in keys:
         reps = all_reps[key]
         values = [float(r.confidence[key]) for r in runs]
+        n_shared = _confidence_units(runs, key)
         for i, name in enumerate(names):
             own = percentile_interval(reps[:, i], ci)
-            row = _row(name, key, values[i], own, int(runs[i].n_queries))
+            row = _row(name, key, values[i], own, n_shared)
             if i == base:
                 rows.append(row)
                 continue
