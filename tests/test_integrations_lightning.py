@@ -91,3 +91,57 @@ def test_a_k_too_shallow_for_a_cutoff_is_refused_when_the_callback_is_built():
     # not after a training epoch and a validation epoch
     with pytest.raises(ee.InputError, match=r"k=5 caps the ranking at depth 5.*recall_at_10"):
         EmbeddingEvaluation(metrics=["recall_at_10"], k=5)
+
+
+class _TwoLoaderModel(_Model):
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        x, y, idx = batch
+        return {"embeddings": self(x), "labels": y, "indices": idx}
+
+
+def test_each_validation_dataloader_is_evaluated_on_its_own(tmp_path):
+    # Two datasets whose indices are each their own positions 0..n-1: pooled, the second
+    # one's rows 0..29 used to count as repeats of the first one's and were dropped.
+    rng = np.random.default_rng(2)
+    xa, ya = rng.standard_normal((30, 5)).astype(np.float32), np.arange(30) % 3
+    xb, yb = rng.standard_normal((40, 5)).astype(np.float32), np.arange(40) % 4
+    model = _TwoLoaderModel()
+    callback = EmbeddingEvaluation(metrics=METRICS)
+    trainer = _trainer(tmp_path, callback, max_epochs=1, num_sanity_val_steps=0)
+    trainer.fit(model, _loader(xa, ya, 10), [_loader(xa, ya, 8), _loader(xb, yb, 8)])
+    logged = set(trainer.callback_metrics)
+    for i, (x, y) in enumerate(((xa, ya), (xb, yb))):
+        with torch.no_grad():
+            want = ee.evaluate(model(torch.from_numpy(x)).numpy(), y, metrics=METRICS)
+        for name in METRICS:
+            value = trainer.callback_metrics[f"val/{name}/dataloader_idx_{i}"].item()
+            assert value == pytest.approx(want[name], abs=1e-6)
+        got = callback.results[i]
+        assert got.n_queries == len(y)
+        np.testing.assert_array_equal(got.per_query["map_at_r"], want.per_query["map_at_r"])
+    # Lightning's per-dataloader names only: no pooled number next to them
+    assert not {f"val/{name}" for name in METRICS} & logged
+    assert callback.result is None  # two evaluations: read results
+
+
+def test_a_split_across_two_dataloaders_is_one_evaluation_without_suffix(tmp_path):
+    class Split(_Model):
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            x, y, idx = batch
+            side = ("query", "reference")[dataloader_idx]
+            return {"embeddings": self(x), "labels": y, "indices": idx, "split": side}
+
+    rng = np.random.default_rng(3)
+    xq, yq = rng.standard_normal((12, 5)).astype(np.float32), np.arange(12) % 4
+    xr, yr = rng.standard_normal((30, 5)).astype(np.float32), np.arange(30) % 4
+    model = Split()
+    callback = EmbeddingEvaluation(metrics=METRICS)
+    trainer = _trainer(tmp_path, callback, max_epochs=1, num_sanity_val_steps=0)
+    trainer.fit(model, _loader(xq, yq, 6), [_loader(xq, yq, 5), _loader(xr, yr, 7)])
+    with torch.no_grad():
+        q, r = model(torch.from_numpy(xq)).numpy(), model(torch.from_numpy(xr)).numpy()
+    want = ee.evaluate(q, yq, r, yr, metrics=METRICS)
+    for name in METRICS:
+        assert trainer.callback_metrics[f"val/{name}"].item() == pytest.approx(want[name], abs=1e-6)
+    assert list(callback.results) == [None]
+    np.testing.assert_array_equal(callback.result.per_query["map_at_r"], want.per_query["map_at_r"])

@@ -7,6 +7,14 @@ rows under DDP, de-duplicated by ``indices`` when given) and logs flat ``{prefix
 value}`` numbers with ``LightningModule.log_dict``, where ``ModelCheckpoint(monitor=...)`` and
 the loggers find them.
 
+Several validation dataloaders are evaluated separately, each as its own set, and logged
+under Lightning's per-dataloader names: ``val/map_at_r/dataloader_idx_0``,
+``val/map_at_r/dataloader_idx_1``, ... (the suffix ``self.log`` adds in ``validation_step``).
+With one dataloader the names carry no suffix.  The exception is a query/gallery split: rows
+returned with ``"split"`` (``"query"`` / ``"reference"``) form one evaluation whichever
+dataloader they come from (queries from one loader, the gallery from another), logged without
+a suffix.
+
 Example
 -------
 ::
@@ -25,6 +33,7 @@ Example
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from ..evaluation.evaluator import Evaluator
@@ -51,20 +60,27 @@ class EmbeddingEvaluation(Callback):
     Parameters
     ----------
     evaluator : Evaluator, optional
-        The accumulator to use; by default one is built from ``**options``.
+        The accumulator to use; by default one is built from ``**options``.  With several
+        validation dataloaders each gets a fresh copy of it (same settings).
     prefix : str
         Put before every logged name (``"val/"`` gives ``"val/map_at_r"``).
     **options :
         Keyword arguments of :class:`embedeval.Evaluator` (``metrics``, ``k``, ``distance``,
-        ``primary_metric``, ...).
+        ``primary_metric``, ...), checked here, before any training.
 
     Notes
     -----
     ``validation_step`` must return a dict with ``"embeddings"`` and ``"labels"``, and may add
     ``"indices"`` (dataset positions: rows a ``DistributedSampler`` repeats are then counted
     once), ``"split"`` (``"query"`` / ``"reference"``), ``"groups"`` and ``"confidences"``.  The
-    sanity-check batches Lightning runs before training are not evaluated.  The latest result is
-    kept as :attr:`result`.
+    sanity-check batches Lightning runs before training are not evaluated.
+
+    With several validation dataloaders, each is evaluated on its own rows (its ``indices`` are
+    positions in its own dataset) and its metrics are logged as ``prefix + metric +
+    "/dataloader_idx_N"``, as Lightning names what ``validation_step`` logs.  Rows returned
+    with a ``"split"`` form one query/gallery evaluation across the dataloaders, logged without
+    the suffix.  :attr:`results` maps the dataloader index (``None`` for a single dataloader or
+    for the split) to the latest result; :attr:`result` is that result when there is only one.
     """
 
     def __init__(
@@ -75,10 +91,17 @@ class EmbeddingEvaluation(Callback):
             raise InputError("pass either an Evaluator or its options, not both.")
         self.evaluator = evaluator if evaluator is not None else Evaluator(**options)
         self.prefix = prefix
-        self.result: Any = None
+        self.results: dict[int | None, Any] = {}
+        self._loaders: dict[int, Evaluator] = {}
+
+    @property
+    def result(self) -> Any:
+        """The latest result when one evaluation ran per epoch (else None: see :attr:`results`)."""
+        return next(iter(self.results.values())) if len(self.results) == 1 else None
 
     def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self.evaluator.reset()
+        self._loaders = {}
 
     def on_validation_batch_end(
         self,
@@ -87,29 +110,83 @@ class EmbeddingEvaluation(Callback):
         outputs: Any,
         batch: Any,
         batch_idx: int,
-        dataloader_idx: int = 0,
+        dataloader_idx: int | None = None,
     ) -> None:
+        # Lightning passes dataloader_idx only when there are several validation dataloaders.
         if trainer.sanity_checking:
             return
-        if not isinstance(outputs, dict) or not {"embeddings", "labels"} <= set(outputs):
-            raise InputError(
-                "validation_step must return a dict with 'embeddings' and 'labels' (and "
-                f"optionally {', '.join(map(repr, _UPDATE_KEYS))}); got "
-                f"{type(outputs).__name__}."
-            )
+        _check_outputs(outputs)
         extra = {k: outputs[k] for k in _UPDATE_KEYS if k in outputs}
-        self.evaluator.update(outputs["embeddings"], outputs["labels"], **extra)
+        key = None if outputs.get("split") is not None else dataloader_idx
+        self._evaluator(key).update(outputs["embeddings"], outputs["labels"], **extra)
 
     def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        if trainer.sanity_checking or (self.evaluator.n_rows == 0 and not _distributed()):
+        if trainer.sanity_checking:
             return
-        self.result = self.evaluator.compute()
-        # Every rank computed the same numbers from the gathered rows: nothing to reduce.
-        pl_module.log_dict(self.result.to_log_dict(prefix=self.prefix), sync_dist=False)
-        self.evaluator.reset()
+        local = [k for k, ev in self._loaders.items() if ev.n_rows] + (
+            [None] if self.evaluator.n_rows else []
+        )
+        keys = _agreed_keys(local)
+        if not keys:
+            return
+        self.results = {}
+        for key in keys:  # the same keys in the same order on every rank: compute() gathers
+            evaluator = self._evaluator(key)
+            self.results[key] = evaluator.compute()
+            # Every rank computed the same numbers from the gathered rows: nothing to reduce.
+            names = _log_names(self.results[key], self.prefix, key)
+            pl_module.log_dict(names, sync_dist=False, add_dataloader_idx=False)
+            evaluator.reset()
+
+    def _evaluator(self, key: int | None) -> Evaluator:
+        """The accumulator of dataloader ``key`` (None: the one evaluation of a single
+        dataloader or of a query/gallery split), a fresh copy of :attr:`evaluator` if new."""
+        if key is None:
+            return self.evaluator
+        if key not in self._loaders:
+            fresh = copy.copy(self.evaluator)
+            fresh.reset()  # its own buffers: the copy shares only the settings
+            self._loaders[key] = fresh
+        return self._loaders[key]
 
 
-def _distributed() -> bool:
+def _log_names(result: Any, prefix: str, dataloader_idx: int | None) -> dict[str, float]:
+    """The logged ``{name: value}`` of one result: ``prefix + metric``, followed by
+    Lightning's ``/dataloader_idx_N`` for dataloader N of several.
+
+    >>> import embedeval as ee
+    >>> res = ee.evaluate([[0.0], [0.1], [1.0], [1.1]], [0, 0, 1, 1], metrics=["map_at_r"])
+    >>> _log_names(res, "val/", 1)
+    {'val/map_at_r/dataloader_idx_1': 1.0}
+    """
+    names = result.to_log_dict(prefix=prefix)
+    if dataloader_idx is None:
+        return names
+    return {f"{name}/dataloader_idx_{dataloader_idx}": v for name, v in names.items()}
+
+
+def _check_outputs(outputs: Any) -> None:
+    if not isinstance(outputs, dict) or not {"embeddings", "labels"} <= set(outputs):
+        raise InputError(
+            "validation_step must return a dict with 'embeddings' and 'labels' (and "
+            f"optionally {', '.join(map(repr, _UPDATE_KEYS))}); got "
+            f"{type(outputs).__name__}."
+        )
+
+
+def _agreed_keys(local: list[int | None]) -> list[int | None]:
+    """The evaluations to compute, None first: under DDP the union over the ranks, since
+    :meth:`Evaluator.compute` is collective and a rank may hold no rows of a dataloader."""
     from ..utils.distributed import active_world
 
-    return active_world() is not None
+    keys = set(local)
+    dist = active_world()
+    if dist is not None:
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, sorted(keys, key=_order))
+        keys = {k for part in gathered for k in part}
+    return sorted(keys, key=_order)
+
+
+def _order(key: int | None) -> int:
+    return -1 if key is None else int(key)
