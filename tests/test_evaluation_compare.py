@@ -8,6 +8,7 @@ import io
 import itertools
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -768,3 +769,36 @@ def test_confidence_rows_count_the_queries_their_statistic_reads():
         assert _row(cmp, name, "brier")["n_shared"] == 20 - n_lone
         assert _row(cmp, name, "aurc_precision_at_1")["n_shared"] == 20 - n_lone
         assert _row(cmp, name, "open_set_auroc")["n_shared"] == 20
+
+
+def test_the_documented_permutation_example_states_what_the_code_gives():
+    from pathlib import Path
+
+    from scipy import stats
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "compare.md").read_text("utf-8")
+    number = r"([+−-]?[0-9.]+)"
+    found = re.search(rf"epoch10's MAP@R is {number}\s+\[{number}, {number}\], p = {number}", text)
+    diff, lo, hi, p = (float(g.replace("−", "-")) for g in found.groups())
+    # the documented code
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(20), 25)
+    centers = rng.standard_normal((20, 16))
+    m = ["precision_at_1", "map_at_r"]
+    runs = {
+        f"epoch{e}": ee.evaluate(centers[y] * s + rng.standard_normal((500, 16)), y, metrics=m)
+        for e, s in ((1, 0.7), (5, 0.9), (10, 0.92))
+    }
+    row = _row(ee.compare(runs, baseline="epoch5", test="permutation"), "epoch10", "map_at_r")
+    assert (diff, lo, hi) == (
+        round(row["diff"], 4),
+        round(row["diff_ci_low"], 4),
+        round(row["diff_ci_high"], 4),
+    )
+    assert p == round(row["p_value"], 2)
+    # and the stated p is the sign-flip test's, up to the Monte Carlo error of 1000 patterns
+    d = runs["epoch10"].per_query["map_at_r"] - runs["epoch5"].per_query["map_at_r"]
+    ref = stats.permutation_test(
+        (d,), np.mean, permutation_type="samples", n_resamples=20000, rng=0
+    ).pvalue
+    assert p == pytest.approx(ref, abs=0.05)
