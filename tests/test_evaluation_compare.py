@@ -410,7 +410,7 @@ def test_constant_difference_gives_p_near_zero(test):
     # bootstrap: no replicate is <= 0 -> 0; permutation (40 queries, random flips): only the
     # two constant sign patterns reach |0.1| (chance 2^-39), so p = (0 + 1) / (999 + 1)
     assert row["p_value"] == (0.0 if test == "bootstrap" else pytest.approx(1 / 1000))
-    assert "<1e-03" in repr(cmp)
+    assert "<2e-03" in repr(cmp)  # 1/999 rounded up: "<1e-03" would claim a finer resolution
 
 
 def test_permutation_small_n_is_the_exact_enumeration():
@@ -802,3 +802,29 @@ def test_the_documented_permutation_example_states_what_the_code_gives():
         (d,), np.mean, permutation_type="samples", n_resamples=20000, rng=0
     ).pvalue
     assert p == pytest.approx(ref, abs=0.05)
+
+
+def test_a_table_prints_nan_differences_as_nan_like_the_values():
+    labels = [0, 1]
+    cmp = ee.compare(
+        [_result({"m": [0.5, np.nan]}, labels), _result({"m": [np.nan, 0.5]}, labels)], n_boot=50
+    )
+    cells = [c.strip() for c in cmp.to_markdown().splitlines()[-1].split("|")[1:-1]]
+    assert cells[4:] == ["nan", "[nan, nan]", "nan"]  # diff, diff CI, p; not "+nan"
+    assert "+nan" not in repr(cmp)
+
+
+@pytest.mark.parametrize("n_boot", [300, 800, 1000, 1001, 7, 11, 99])
+def test_the_p_floor_is_one_over_n_boot_rounded_up(n_boot):
+    # a constant positive difference: no resample crosses 0, so p = 0 and the table says "<"
+    labels = np.arange(10) % 2
+    a = np.linspace(0.1, 0.5, 10)
+    cmp = ee.compare([_result({"m": a}, labels), _result({"m": a + 0.2}, labels)], n_boot=n_boot)
+    assert cmp.rows[1]["p_value"] == 0.0
+    shown = cmp.to_markdown().splitlines()[-1].split("|")[-2].strip()
+    assert shown.startswith("<")
+    bound = float(shown[1:])
+    # plain loop: the smallest d * 10**e (d = 1..9) that is not below 1 / n_boot
+    candidates = [d * 10.0**e for e in range(-8, 1) for d in range(1, 10)]
+    want = min(c for c in candidates if c >= 1 / n_boot * (1 - 1e-12))
+    assert bound == pytest.approx(want, rel=1e-12)

@@ -145,3 +145,18 @@ def test_a_split_across_two_dataloaders_is_one_evaluation_without_suffix(tmp_pat
         assert trainer.callback_metrics[f"val/{name}"].item() == pytest.approx(want[name], abs=1e-6)
     assert list(callback.results) == [None]
     np.testing.assert_array_equal(callback.result.per_query["map_at_r"], want.per_query["map_at_r"])
+
+
+def test_a_missing_key_is_named(tmp_path):
+    class NoLabels(_Model):
+        def validation_step(self, batch, batch_idx):
+            return {"embeddings": self(batch[0]), "label": batch[1]}
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((20, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 20)
+    trainer = _trainer(tmp_path, EmbeddingEvaluation(), max_epochs=1, num_sanity_val_steps=0)
+    with pytest.raises(
+        ee.InputError, match=r"got a dict without 'labels' \(its keys: 'embeddings', 'label'\)"
+    ):
+        trainer.fit(NoLabels(), _loader(x, y, 10), _loader(x, y, 10))

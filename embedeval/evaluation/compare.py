@@ -290,10 +290,10 @@ class Comparison:
                     r["metric"],
                     _fmt(r["value"]),
                     f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]",
-                    "—" if r["checkpoint"] == self.baseline else f"{r['diff']:+.4f}",
+                    "—" if r["checkpoint"] == self.baseline else _fmt_signed(r["diff"]),
                     ""
                     if r["checkpoint"] == self.baseline
-                    else f"[{r['diff_ci_low']:+.4f}, {r['diff_ci_high']:+.4f}]",
+                    else f"[{_fmt_signed(r['diff_ci_low'])}, {_fmt_signed(r['diff_ci_high'])}]",
                     "" if r["checkpoint"] == self.baseline else _fmt_p(r["p_value"], self.settings),
                 ]
             )
@@ -667,12 +667,32 @@ def _point(diff: np.ndarray, groups: np.ndarray | None) -> float:
 
 def _fmt_p(p: float, settings: dict[str, Any]) -> str:
     # A resampling p-value cannot resolve below 1 / n_boot: say "<" rather than print 0.
-    floor = 1.0 / settings.get("n_boot", 1000)
-    return f"<{floor:.0e}" if p < floor else f"{p:.4f}"
+    n_boot = settings.get("n_boot", 1000)
+    return f"<{_resolution(n_boot)}" if p < 1.0 / n_boot else f"{p:.4f}"
+
+
+def _resolution(n_boot: int) -> str:
+    """1 / n_boot rounded up to one significant digit (rounding down would claim a finer
+    resolution than the resamples have), in the table's e-notation.
+
+    >>> _resolution(1000), _resolution(800), _resolution(300), _resolution(1)
+    ('1e-03', '2e-03', '4e-03', '1e+00')
+    """
+    exponent = len(str(n_boot))  # 10**(exponent - 1) <= n_boot < 10**exponent
+    digit = -(-(10**exponent) // n_boot)  # ceil: 1 / n_boot <= digit * 10**-exponent, in ints
+    return f"{digit * 10.0**-exponent:.0e}"
 
 
 def _fmt(v: float) -> str:
-    return "nan" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
+    return "nan" if _is_nan(v) else f"{v:.4f}"
+
+
+def _fmt_signed(v: float) -> str:
+    return "nan" if _is_nan(v) else f"{v:+.4f}"
+
+
+def _is_nan(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def _json_num(v: Any) -> Any:

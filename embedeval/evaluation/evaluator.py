@@ -394,12 +394,18 @@ def _as_indices(indices: Any, n: int) -> np.ndarray | None:
 
 
 def _gather_sides(dist: Any, sides: dict[str | None, dict[str, np.ndarray]]) -> dict:
-    flat = {f"{split}.{name}": a for split, arrays in sides.items() for name, a in arrays.items()}
+    # The group names appear in the gather's errors ("labels (query rows): ..."): one set
+    # evaluated leave-one-out is "all".
+    flat = {
+        f"{split or 'all'}.{name}": a
+        for split, arrays in sides.items()
+        for name, a in arrays.items()
+    }
     gathered = all_gather_arrays(dist, flat)
     out: dict[str | None, dict[str, np.ndarray]] = {}
     for key, parts in gathered.items():
         split_name, name = key.split(".", 1)
-        split = None if split_name == "None" else split_name
+        split = None if split_name == "all" else split_name
         out.setdefault(split, {})[name] = np.concatenate(parts)
     if any("indices" not in arrays for arrays in out.values()):
         warnings.warn(

@@ -166,11 +166,16 @@ def _log_names(result: Any, prefix: str, dataloader_idx: int | None) -> dict[str
 
 
 def _check_outputs(outputs: Any) -> None:
-    if not isinstance(outputs, dict) or not {"embeddings", "labels"} <= set(outputs):
+    if isinstance(outputs, dict):
+        missing = [k for k in ("embeddings", "labels") if k not in outputs]
+        keys = ", ".join(sorted(map(repr, outputs))) or "none"
+        got = f"a dict without {' and '.join(map(repr, missing))} (its keys: {keys})"
+    else:
+        missing, got = ["embeddings", "labels"], type(outputs).__name__
+    if missing:
         raise InputError(
             "validation_step must return a dict with 'embeddings' and 'labels' (and "
-            f"optionally {', '.join(map(repr, _UPDATE_KEYS))}); got "
-            f"{type(outputs).__name__}."
+            f"optionally {', '.join(map(repr, _UPDATE_KEYS))}); got {got}."
         )
 
 

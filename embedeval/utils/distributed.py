@@ -39,7 +39,8 @@ def all_gather_arrays(dist: Any, arrays: dict[str, np.ndarray]) -> dict[str, lis
 
     Keys read ``"group.field"``.  A rank may lack a whole group (it accumulated no rows of it,
     e.g. a rank that received no data): it contributes zero rows.  A rank that has a group must
-    have the same fields as the others, with arrays that agree in dtype kind and trailing shape;
+    have the same fields as the others, with arrays that agree in dtype kind and trailing shape
+    (signed and unsigned integers may mix: that key comes back as Python ints, exactly);
     a rank that differs is named in the error, which every rank raises alike (the layouts are
     exchanged first, so no rank is left waiting in a collective).
     """
@@ -53,7 +54,14 @@ def all_gather_arrays(dist: Any, arrays: dict[str, np.ndarray]) -> dict[str, lis
         a = arrays.get(name)
         if a is None:  # this rank holds no rows of the group: send an empty array
             a = np.empty(layouts[dist.get_rank()][name][0], dtype=layouts[0][name][1])
-        if a.dtype.kind in "biuf":
+        kinds = {np.dtype(lay[name][1]).kind for lay in layouts}
+        if kinds == {"i", "u"}:
+            # No numeric dtype holds both exactly (int64 with uint64 would round through
+            # float64): Python ints, as one process's Evaluator keeps such a mix.
+            parts = [None] * dist.get_world_size()
+            dist.all_gather_object(parts, a.astype(object))
+            out[name] = list(parts)
+        elif a.dtype.kind in "biuf":
             out[name] = _gather_numeric(dist, a, [lay[name] for lay in layouts])
         else:
             parts: list[Any] = [None] * dist.get_world_size()
@@ -71,9 +79,9 @@ def _fill_absent_groups(layouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
             seen = owner.setdefault(group, (rank, keys))
             if seen[1] != keys:
                 raise InputError(
-                    f"rank {rank} accumulated {keys} but rank {seen[0]} accumulated {seen[1]}; "
-                    "every rank must call update() with the same arguments (indices / groups / "
-                    "confidences on all ranks or on none)."
+                    f"rank {rank} accumulated {_fields(keys)} but rank {seen[0]} accumulated "
+                    f"{_fields(seen[1])} ({group} rows); every rank must call update() with the "
+                    "same arguments (indices / groups / confidences on all ranks or on none)."
                 )
     filled = []
     for lay in layouts:
@@ -98,15 +106,24 @@ def _check_layouts(layouts: list[dict[str, Any]]) -> None:
             )
         for name, (shape, dtype) in lay.items():
             shape0, dtype0 = first[name]
-            if (
-                tuple(shape[1:]) != tuple(shape0[1:])
-                or np.dtype(dtype).kind != np.dtype(dtype0).kind
-            ):
+            if tuple(shape[1:]) != tuple(shape0[1:]) or _kind(dtype) != _kind(dtype0):
+                group, field = name.split(".", 1)
                 raise InputError(
-                    f"{name}: rank {rank} has shape {tuple(shape)} / dtype {dtype} but rank 0 "
-                    f"has {tuple(shape0)} / {dtype0}; every rank must produce the same kind of "
-                    "embeddings and labels."
+                    f"{field} ({group} rows): rank {rank} has shape {tuple(shape)} / dtype "
+                    f"{dtype} but rank 0 has {tuple(shape0)} / {dtype0}; every rank must "
+                    "produce the same kind of embeddings and labels."
                 )
+
+
+def _kind(dtype: str) -> str:
+    """The dtype's kind, signed and unsigned integers alike (gathered exactly as Python ints)."""
+    kind = np.dtype(dtype).kind
+    return "i" if kind == "u" else kind
+
+
+def _fields(keys: list[str]) -> list[str]:
+    """The field names of ``"group.field"`` keys."""
+    return [key.split(".", 1)[1] for key in keys]
 
 
 def _gather_numeric(dist: Any, a: np.ndarray, layouts: list[Any]) -> list[np.ndarray]:
