@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -226,3 +227,113 @@ def test_platt_is_scale_equivariant_for_large_confidences():
     big = cb.fit_recalibrator(correct, kappa * 1000 + 5e4, method="platt")
     # the same fitted probabilities: a' = a / 1000, b' = b - a' * 5e4
     assert big.transform(kappa * 1000 + 5e4) == pytest.approx(small.transform(kappa), abs=1e-6)
+
+
+EDGE_BINS = [6, 7, 9, 12, 14]  # bin counts whose np.linspace edges miss some float k / bins
+
+
+def _fraction_bin(value, edges):
+    """Index of the right-closed bin (a, b] holding ``value`` (the first bin closed), found by
+    comparing exact fractions of the floats: no rounding can move a value across an edge."""
+    v = Fraction(value)
+    b = 0
+    while b < len(edges) - 2 and v > Fraction(edges[b + 1]):
+        b += 1
+    return b
+
+
+def _unit_grid_case(bins):
+    """Confidences on every edge k / bins and between them, with 0/1 outcomes and classes."""
+    rng = np.random.default_rng(bins)
+    conf = [k / bins for k in range(bins + 1)] + [(2 * k + 1) / (2 * bins) for k in range(bins)]
+    conf = conf * 3
+    correct = rng.integers(0, 2, len(conf)).tolist()
+    labels = rng.choice(["a", "b"], len(conf)).tolist()
+    return correct, conf, labels
+
+
+def _binned_gaps(correct, conf, edges):
+    """Per-bin (count, |mean correct - mean confidence|) by a plain loop (empty bins kept)."""
+    groups = [[] for _ in range(len(edges) - 1)]
+    for m, c in zip(correct, conf, strict=True):
+        groups[_fraction_bin(c, edges)].append((m, c))
+    return [
+        (len(g), abs(sum(m for m, _ in g) / len(g) - sum(c for _, c in g) / len(g)) if g else 0.0)
+        for g in groups
+    ]
+
+
+@pytest.mark.parametrize("bins", EDGE_BINS)
+def test_unit_bins_put_a_confidence_on_an_edge_in_the_lower_bin(bins):
+    correct, conf, labels = _unit_grid_case(bins)
+    edges = [k / bins for k in range(bins + 1)]  # Python's correctly rounded k / bins
+    gaps = _binned_gaps(correct, conf, edges)
+    n = len(conf)
+    d = cb.reliability_diagram(correct, conf, bins=bins)
+    assert d.edges.tolist() == edges
+    assert d.count.tolist() == [k for k, _ in gaps]
+    ece = sum(k / n * g for k, g in gaps)
+    assert d.ece == pytest.approx(ece, abs=1e-12)
+    assert cf.expected_calibration_error(correct, conf, bins=bins) == pytest.approx(ece, abs=1e-12)
+    mce = max(g for k, g in gaps if k)
+    assert cf.maximum_calibration_error(correct, conf, bins=bins) == pytest.approx(mce, abs=1e-12)
+    per_class = []
+    for y in ("a", "b"):
+        rows = [i for i in range(n) if labels[i] == y]
+        g = _binned_gaps([correct[i] for i in rows], [conf[i] for i in rows], edges)
+        per_class.append(sum(k / len(rows) * gap for k, gap in g))
+    got = cb.classwise_calibration_error(correct, conf, labels, bins=bins)
+    assert got == pytest.approx(sum(per_class) / 2, abs=1e-12)
+
+
+def test_a_vote_fraction_on_an_edge_by_hand():
+    # 5/6 sits on the edge of (4/6, 5/6]; 1.0 is in (5/6, 1]: ECE = (1/2)(1/6) + (1/2)(1)
+    assert cb.reliability_diagram([1, 0], [5 / 6, 1.0], bins=6).count.tolist() == [0] * 4 + [1, 1]
+    assert cf.expected_calibration_error([1, 0], [5 / 6, 1.0], bins=6) == pytest.approx(7 / 12)
+
+
+@pytest.mark.parametrize("bins", EDGE_BINS)
+def test_equal_mass_edges_are_the_sorted_values_when_the_levels_hit_them(bins):
+    # n = bins + 1 distinct values: the quantile at k / bins is the k-th sorted value exactly,
+    # so (x_(k-1), x_(k)] holds one value and the first, closed bin two
+    conf = np.sort(np.random.default_rng(bins).uniform(0, 1, bins + 1))
+    d = cb.reliability_diagram(np.ones(bins + 1), conf, bins=bins, strategy="quantile")
+    assert d.edges.tolist() == conf.tolist()
+    assert d.count.tolist() == [2] + [1] * (bins - 1)
+    cur = cf.confidence_recall_curve(np.ones(bins + 1), conf, bins=bins, strategy="quantile")
+    assert cur.count.tolist() == [2] + [1] * (bins - 1)
+
+
+@pytest.mark.parametrize("bins", EDGE_BINS)
+def test_confidence_recall_curve_edges_on_a_fraction_grid(bins):
+    correct, conf, _ = _unit_grid_case(bins)
+    edges = [k / bins for k in range(bins + 1)]
+    cur = cf.confidence_recall_curve(correct, conf, bins=bins)
+    assert cur.edges.tolist() == edges
+    assert cur.count.tolist() == [k for k, _ in _binned_gaps(correct, conf, edges)]
+
+
+@pytest.mark.parametrize("bins", EDGE_BINS)
+@pytest.mark.parametrize(("lo", "step"), [("0", "0.1"), ("0.2", "0.05"), ("-1.3", "0.3")])
+def test_confidence_recall_curve_edges_on_a_decimal_grid(bins, lo, step):
+    # [lo, lo + bins * step] in `bins` bins: the edges are lo + k * step exactly as decimals,
+    # and values on them (read as the decimals they print as) go to the lower bin
+    lo, step = Fraction(lo), Fraction(step)
+    grid = [lo + j * step / 2 for j in range(2 * bins + 1)]  # every edge and every midpoint
+    conf = [float(v) for v in grid] * 2
+    correct = np.random.default_rng(bins).integers(0, 2, len(conf)).tolist()
+    expected = [0] * bins
+    for v in grid * 2:
+        b = 0
+        while b < bins - 1 and v > lo + (b + 1) * step:
+            b += 1
+        expected[b] += 1
+    cur = cf.confidence_recall_curve(correct, conf, bins=bins)
+    assert cur.count.tolist() == expected
+    assert cur.edges.tolist() == [float(lo + k * step) for k in range(bins + 1)]
+
+
+def test_confidence_recall_curve_sevenths_of_a_decimal_range_by_hand():
+    # [0, 0.7] in sevenths: edges 0, 0.1, ..., 0.7; 0.5 belongs to (0.4, 0.5]
+    cur = cf.confidence_recall_curve([1, 1, 0], [0.0, 0.5, 0.7], bins=7)
+    assert cur.count.tolist() == [1, 0, 0, 0, 1, 0, 1]

@@ -19,7 +19,13 @@ import numpy as np
 from ..utils.errors import InputError
 from ..utils.validation import as_labels, as_vector, check_choice, check_int, check_level, factorize
 from .resample import statistic_ci
-from .scores import bin_index, binary_correct, calibration_edges, scores_and_confidence
+from .scores import (
+    bin_index,
+    binary_correct,
+    calibration_edges,
+    scores_and_confidence,
+    uniform_edges,
+)
 
 __all__ = [
     "CalibrationCurve",
@@ -58,8 +64,11 @@ def confidence_recall_curve(
 ) -> CalibrationCurve:
     """Metric (e.g. Recall@1) of the queries binned by confidence.
 
-    ``strategy="uniform"``: equal-width bins between the smallest and largest confidence;
-    ``"quantile"``: equal-mass bins.  Bins are right-closed (a, b], the first bin closed.
+    ``strategy="uniform"``: equal-width bins between the smallest and largest confidence, edge
+    e_k = lo + (hi - lo)·k / bins worked out exactly from the two ends as they print and
+    rounded once (the edges of [0, 0.7] in sevenths are 0.1, ..., 0.6; of [0, 1] the floats
+    k / bins); ``"quantile"``: equal-mass bins.  Bins are right-closed (a, b], the first bin
+    closed, so a confidence on an edge goes to the lower bin.
 
     Ties: equal confidences always share a bin; quantile edges are de-duplicated, so heavily
     tied confidences give fewer (never empty-by-construction) bins.  Zero division: an empty bin
@@ -81,9 +90,9 @@ def confidence_recall_curve(
     bins = check_int(bins, "bins")
     strategy = check_choice(strategy, "strategy", ("uniform", "quantile"))
     if strategy == "uniform":
-        edges = np.linspace(c.min(), c.max(), bins + 1)
+        edges = uniform_edges(float(c.min()), float(c.max()), bins)
     else:
-        edges = np.unique(np.quantile(c, np.linspace(0, 1, bins + 1)))
+        edges = calibration_edges(c, bins, strategy)
         if edges.size == 1:  # every confidence equal: one closed bin [c, c] holds them all
             edges = np.repeat(edges, 2)
     idx = bin_index(c, edges)
@@ -121,10 +130,11 @@ def expected_calibration_error(
 ) -> float:
     """ECE = Σ_b (n_b / n) |acc_b - conf_b| over bins of the confidence.
 
-    ``strategy="uniform"``: ``bins`` equal-width bins of [0, 1]; ``"quantile"``: equal-mass
+    ``strategy="uniform"``: ``bins`` equal-width bins of [0, 1] with the edges k / bins (the
+    correctly rounded floats, so 5/6 is on an edge for ``bins=6``); ``"quantile"``: equal-mass
     (adaptive) bins whose edges are the quantiles of the confidences at 0, 1/bins, ..., 1
     (numpy's linear interpolation), de-duplicated.  Bins are right-closed (a, b] with the first
-    bin closed; empty bins are skipped.
+    bin closed (a confidence on an edge goes to the lower bin); empty bins are skipped.
 
     ``correct`` is 0/1 (or a per-query score in [0, 1], giving the bin's mean score).  Ties:
     equal confidences always share a bin (so heavily tied confidences give fewer equal-mass
@@ -219,7 +229,7 @@ def classwise_calibration_error(
     # Shared edges: (n_b / n_y) |acc_b - conf_b| = |S_b - C_b| / n_y with S_b, C_b the bin's
     # sums of correctness and confidence, so one bincount over (class, bin) cells does it all.
     nb = check_int(bins, "bins")
-    cell = codes * nb + bin_index(c, np.linspace(0.0, 1.0, nb + 1))
+    cell = codes * nb + bin_index(c, uniform_edges(0.0, 1.0, nb))
     n_cells = (int(codes.max()) + 1) * nb
     gap = np.abs(
         np.bincount(cell, weights=s, minlength=n_cells)

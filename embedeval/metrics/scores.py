@@ -8,6 +8,7 @@ these; nothing here imports another module of the package above ``_validation``.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ __all__ = [
     "calibration_edges",
     "kept_error_sums",
     "scores_and_confidence",
+    "uniform_edges",
 ]
 
 
@@ -79,18 +81,42 @@ def bin_index(c: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.clip(idx, 0, edges.size - 2)
 
 
+def uniform_edges(lo: float, hi: float, bins: int) -> np.ndarray:
+    """Edges of ``bins`` equal-width bins of [lo, hi]: e_k = lo + (hi - lo)·k / bins.
+
+    Each edge is worked out exactly from ``lo`` and ``hi`` as they print (their shortest
+    decimal form, e.g. 0.7 is read as 7/10, not as the binary float just below it) and
+    rounded once to the nearest float.  So a confidence on a decimal grid ([0, 0.7] in
+    sevenths has the edges 0.1, ..., 0.6) or on a fraction grid (k / bins of [0, 1], e.g. a
+    vote fraction 5/6) equals its edge and, bins being right-closed, goes to the lower bin.
+    ``np.linspace`` adds k rounded steps and can land one ulp off (its 5/6 is below 5/6).
+
+    >>> uniform_edges(0.0, 0.7, 7).tolist()
+    [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    >>> bool(uniform_edges(0.0, 1.0, 6)[5] == 5 / 6)
+    True
+    """
+    start = Fraction(repr(float(lo)))
+    width = Fraction(repr(float(hi))) - start
+    return np.array([float(start + width * Fraction(k, bins)) for k in range(bins + 1)])
+
+
 def calibration_edges(c: np.ndarray, bins: int, strategy: str) -> np.ndarray:
     """Bin edges: ``bins`` equal-width bins of [0, 1] (``"uniform"``) or equal-mass edges.
 
-    Equal mass: the quantiles of ``c`` at 0, 1/bins, ..., 1 (numpy's linear rule),
-    de-duplicated so that tied values share a bin (fewer bins when heavily tied).
+    Equal width: the floats k / bins, k = 0..bins (as :func:`uniform_edges`).  Equal mass: the
+    quantiles of ``c`` at the levels k / bins (numpy's linear rule), de-duplicated so that tied
+    values share a bin (fewer bins when heavily tied); as the levels are exactly k / bins, an
+    edge whose position (n - 1)·k / bins is a whole number is exactly that sorted value.
 
     >>> calibration_edges(np.array([0.1, 0.2, 0.7, 0.8]), 2, "quantile").tolist()
     [0.1, 0.45, 0.8]
     """
+    # Integers divided once: IEEE division rounds each k / bins correctly (no Fraction needed).
+    levels = np.arange(bins + 1, dtype=np.float64) / bins
     if strategy == "uniform":
-        return np.linspace(0.0, 1.0, bins + 1)
-    return np.unique(np.quantile(c, np.linspace(0, 1, bins + 1)))
+        return levels
+    return np.unique(np.quantile(c, levels))
 
 
 def kept_error_sums(error: np.ndarray, confidence: np.ndarray) -> np.ndarray:
