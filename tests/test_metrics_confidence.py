@@ -422,6 +422,37 @@ def test_vmf_cap_uniform_sphere_is_a_beta_quantile(dim):
     assert float(cf.vmf_credible_cap(0.0, dim, 0.8)) == pytest.approx(t, abs=1e-9)
 
 
+def _vmf_upper_mass(t, kappa, dim):
+    """P(mu.x >= t) under vMF(kappa) on S^(dim-1), by scipy: X = (1 + w)/2 is Beta(h, h),
+    h = (dim - 1)/2, tilted by exp(kappa w) = exp(-kappa) exp(2 kappa X), whose mean over the
+    Beta is the confluent hypergeometric 1F1(h; 2h; 2 kappa)."""
+    from scipy import integrate, special, stats
+
+    h = (dim - 1) / 2
+    x = (1 + t) / 2
+    part = integrate.quad(
+        lambda v: stats.beta.pdf(v, h, h) * math.exp(2 * kappa * v), x, 1, epsabs=0, epsrel=1e-12
+    )[0]
+    return part / special.hyp1f1(h, 2 * h, 2 * kappa)
+
+
+@pytest.mark.parametrize("dim", [4, 5, 16, 128])
+@pytest.mark.parametrize("kappa", [1e-300, 1e-20, 1e-17, 5e-17, 1e-12, 1e-6, 1e-3])
+def test_vmf_cap_tiny_kappa_tends_to_the_uniform_sphere(kappa, dim):
+    from scipy.stats import beta
+
+    t = float(cf.vmf_credible_cap(kappa, dim, 0.9))
+    assert _vmf_upper_mass(t, kappa, dim) == pytest.approx(0.9, abs=1e-9)
+    if kappa <= 1e-12:  # indistinguishable from kappa = 0: 2 q_0.1 - 1 of Beta((d-1)/2, (d-1)/2)
+        assert t == pytest.approx(2 * beta.ppf(0.1, (dim - 1) / 2, (dim - 1) / 2) - 1, abs=1e-9)
+
+
+def test_vmf_cap_array_with_an_underflowed_kappa():
+    caps = cf.vmf_credible_cap([5.0, 1e-20, 100.0], 16, 0.95)
+    for kappa, t in zip([5.0, 1e-20, 100.0], caps, strict=True):
+        assert _vmf_upper_mass(float(t), kappa, 16) == pytest.approx(0.95, abs=1e-9)
+
+
 def test_vmf_cap_high_kappa_high_dim_by_monte_carlo():
     rng = np.random.default_rng(5)
     kappa, dim = 500.0, 128  # the regime of real vMF embedding heads (the old solver failed)

@@ -154,8 +154,11 @@ def _vmf_cap_one(kappa: float, dim: int, prob: float) -> float:
         if a == 0:
             mode, sd = 0.0, 1.0 / k2 if k2 > 0 else 1.0
         else:
+            # The mode solves k2 u² - (k2 + 2a) u + a = 0; its smaller root written as
+            # 2a / (b + sqrt(b² - 4 k2 a)) has no cancellation, so it tends smoothly to the
+            # uniform sphere's 1/2 as κ -> 0 (the textbook (b - sqrt(...)) / 2k2 gives 0/0).
             b = k2 + 2 * a
-            mode = 0.5 if k2 == 0 else (b - math.sqrt(b * b - 4 * k2 * a)) / (2 * k2)
+            mode = 2 * a / (b + math.sqrt(b * b - 4 * k2 * a))
             sd = 1.0 / math.sqrt(a / mode**2 + a / (1 - mode) ** 2)
         lo = max(0.0, mode - 40 * sd)
         upper = min(1.0, mode + 40 * sd + 40 / max(k2, 1e-300))
