@@ -502,6 +502,29 @@ def test_credible_coverage_hand_case_and_lone_queries():
         cf.credible_coverage([[0.0], [1.0]], [0, 1], [1.0, 1.0])
 
 
+def test_credible_coverage_gaussian_twins_with_sigma_zero_are_on_the_boundary():
+    # a twin is at distance exactly 0 and the radius of sigma = 0 is 0: on the boundary, inside
+    v = [0.56, -1.88, 0.5, 1.43, -0.2, -0.62, 2.68, 0.05]
+    cov = cf.credible_coverage([v, v], [0, 0], [0.0, 0.0], levels=[0.5])
+    assert cov.empirical.tolist() == [1.0]
+    # 200 random vectors, each twice, one class: a query's only reference at distance 0 is its
+    # twin, so each query holds 1 of the other 399 (counted by a loop over exact equality)
+    x = np.repeat(np.random.default_rng(3).standard_normal((200, 8)), 2, axis=0)
+    rows = x.tolist()
+    fractions = [
+        sum(rows[j] == rows[i] for j in range(len(rows)) if j != i) / (len(rows) - 1)
+        for i in range(len(rows))
+    ]
+    cov = cf.credible_coverage(x, np.zeros(400), np.zeros(400), levels=[0.9])
+    assert cov.empirical[0] == pytest.approx(np.mean(fractions), abs=1e-15)
+
+
+def test_credible_coverage_gaussian_reference_at_the_radius_is_inside():
+    r = float(cf.gaussian_credible_radius(1.0, 1, 0.5))
+    cov = cf.credible_coverage([[0.0], [r]], [0, 0], [1.0, 1.0], levels=[0.5])
+    assert cov.empirical.tolist() == [1.0]
+
+
 @pytest.mark.parametrize(
     ("call", "exc", "match"),
     [

@@ -223,6 +223,49 @@ class CoverageCurve:
         return plot_coverage(self, ax=ax, label=label)
 
 
+def _within_radius(xq: np.ndarray, xc: np.ndarray, radii: np.ndarray) -> np.ndarray:
+    """``inside[i, j, l]``: is ‖xq_i - xc_j‖ <= radii[i, l] (a reference on the sphere counts).
+
+    The squared distance |a|² + |b|² - 2a·b (one matrix product) is off by at most about
+    (d + 2)·eps·(|a|² + |b|²) (the rounding bound of a d-term dot product); a pair farther than
+    that from a radius is decided by it, a nearer one (a twin at a radius of 0, a reference on
+    the boundary) is redone from the coordinate differences, which give a twin exactly 0.
+    """
+    sq_q, sq_c = (xq * xq).sum(1), (xc * xc).sum(1)
+    scale = sq_q[:, None] + sq_c[None, :]
+    sq = scale - 2 * (xq @ xc.T)
+    r2 = (radii * radii)[:, None, :]
+    inside = sq[:, :, None] <= r2
+    tol = 4 * (xq.shape[1] + 2) * np.finfo(np.float64).eps * scale
+    unsure = (np.abs(sq[:, :, None] - r2) <= tol[:, :, None]).any(axis=2)
+    i, j = np.nonzero(unsure)
+    if i.size:
+        dist = np.sqrt(((xq[i] - xc[j]) ** 2).sum(axis=1))
+        inside[i, j] = dist[:, None] <= radii[i]
+    return inside
+
+
+def _inside_counts(xc: np.ndarray, thresholds: np.ndarray, model: str) -> np.ndarray:
+    """For each row of one class and each level, how many other rows lie in its region:
+    Euclidean distance <= radius (Gaussian) or cosine of the normalised rows >= threshold
+    (vMF), so a reference on the boundary is inside.  Row blocks keep memory at block x class
+    size (a large class would not fit at once).
+    """
+    n, n_levels = thresholds.shape
+    counts = np.empty((n, n_levels))
+    step = max(1, 2**22 // max(n * n_levels, 1))
+    for lo in range(0, n, step):
+        rows = slice(lo, lo + step)
+        if model == "vmf":
+            inside = (xc[rows] @ xc.T)[:, :, None] >= thresholds[rows][:, None, :]
+        else:
+            inside = _within_radius(xc[rows], xc, thresholds[rows])
+        own = np.arange(inside.shape[0])
+        inside[own, own + lo] = False  # not the query itself
+        counts[rows] = inside.sum(axis=1)
+    return counts
+
+
 def credible_coverage(
     embeddings: Any,
     labels: Any,
@@ -262,25 +305,9 @@ def credible_coverage(
     fractions = []
     for c in np.unique(codes):  # one class at a time: only same-class pairs are needed
         members = np.flatnonzero(codes == c)
-        if members.size < 2:
-            continue
-        xc = x[members]
-        sq_norms = (xc * xc).sum(1)
-        counts = np.empty((members.size, levels.size))
-        # Row blocks keep memory at block x class size (a large class would not fit at once).
-        step = max(1, 2**22 // max(members.size * levels.size, 1))
-        for lo in range(0, members.size, step):
-            rows = slice(lo, lo + step)
-            gram = xc[rows] @ xc.T
-            if model == "vmf":
-                inside = gram[:, :, None] >= thresholds[members[rows]][:, None, :]
-            else:
-                sq = np.maximum(sq_norms[rows, None] + sq_norms[None, :] - 2 * gram, 0)
-                inside = np.sqrt(sq)[:, :, None] <= thresholds[members[rows]][:, None, :]
-            own = np.arange(inside.shape[0])
-            inside[own, own + lo] = False  # not the query itself
-            counts[rows] = inside.sum(axis=1)
-        fractions.append(counts / (members.size - 1))
+        if members.size >= 2:
+            inside = _inside_counts(x[members], thresholds[members], model)
+            fractions.append(inside / (members.size - 1))
     if not fractions:
         raise InputError("every query is lone (no other member of its class); no coverage.")
     per_query = np.concatenate(fractions)
