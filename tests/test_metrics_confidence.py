@@ -525,6 +525,16 @@ def test_credible_coverage_gaussian_reference_at_the_radius_is_inside():
     assert cov.empirical.tolist() == [1.0]
 
 
+def test_credible_coverage_vmf_refuses_a_zero_embedding():
+    x = [[1.0, 0.0], [0.0, 0.0], [1.0, 0.1], [0.0, 0.0]]
+    with pytest.raises(ee.InputError, match=r"embeddings has 2 zero vector\(s\), first at row 1"):
+        cf.credible_coverage(x, [0, 0, 0, 0], [5.0] * 4, model="vmf", levels=[0.9])
+    # the Gaussian ball has no trouble with the origin: every pair is within sqrt(chi2_2(0.9))
+    # = 2.146 (the largest distance is |(1, 0.1)| = 1.005)
+    cov = cf.credible_coverage(x[:3], [0, 0, 0], [1.0] * 3, levels=[0.9])
+    assert cov.empirical.tolist() == [1.0]
+
+
 @pytest.mark.parametrize(
     ("call", "exc", "match"),
     [

@@ -266,6 +266,19 @@ def _inside_counts(xc: np.ndarray, thresholds: np.ndarray, model: str) -> np.nda
     return counts
 
 
+def _directions(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length; a zero row has no direction, so it is an error."""
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    zero = np.flatnonzero(norms[:, 0] == 0)
+    if zero.size:
+        raise InputError(
+            f"embeddings has {zero.size} zero vector(s), first at row {int(zero[0])}; "
+            "model='vmf' compares directions and a zero vector has none: drop those rows "
+            "(or use model='gaussian')."
+        )
+    return x / norms
+
+
 def credible_coverage(
     embeddings: Any,
     labels: Any,
@@ -283,7 +296,8 @@ def credible_coverage(
     are skipped.  Well-calibrated uncertainties put the curve on the diagonal.
 
     Ties: a reference exactly on the region's boundary counts as inside.  Zero division: lone
-    queries (no other member of the class) are skipped; all lone is an error.
+    queries (no other member of the class) are skipped; all lone is an error; with
+    ``model="vmf"`` a zero embedding (no direction) is an error.
 
     Examples
     --------
@@ -298,7 +312,7 @@ def credible_coverage(
     levels = np.asarray([check_probability(p, "levels") for p in np.atleast_1d(levels)])
     (codes,), _ = factorize(y)
     if model == "vmf":
-        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+        x = _directions(x)
         thresholds = np.stack([vmf_credible_cap(u, x.shape[1], p) for p in levels], axis=1)
     else:
         thresholds = np.stack([gaussian_credible_radius(u, x.shape[1], p) for p in levels], axis=1)
