@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -587,6 +588,19 @@ def test_hpd_interval_prob_one_and_ties():
     # two windows of equal width 1: the leftmost wins
     lo, hi = cf.hpd_interval([0.0, 1.0, 2.0], 0.5)
     assert (float(lo), float(hi)) == (0.0, 1.0)
+
+
+def test_hpd_interval_holds_floor_p_n_plus_one_draws_exactly():
+    # 100 distinct equally spaced draws: every window of m draws has the same width, so the
+    # leftmost wins and the interval is [0, m - 1]; m = floor(57/100 * 100) + 1 = 58
+    lo, hi = cf.hpd_interval(np.arange(100.0), prob=0.57)
+    assert (float(lo), float(hi)) == (0.0, 57.0)
+    for text in ("0.29", "0.58", "0.57", "0.95", "0.1", "0.333", "0.7", "0.001", "1"):
+        p = Fraction(text)
+        for n in (1, 3, 7, 10, 100, 1000, 2999):
+            m = min(n, math.floor(p * n) + 1)  # exact rational arithmetic
+            lo, hi = cf.hpd_interval(np.arange(float(n)), prob=float(text))
+            assert float(hi) - float(lo) + 1 == m, (text, n)
 
 
 def test_reject_both_with_query_groups_and_tied_confidences_matches_brute_force():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,9 @@ def hpd_interval(
     """Highest-density interval from posterior draws, vectorised over all other axes.
 
     The shortest interval holding m = ⌊p·n⌋ + 1 sorted draws (capped at n): among the windows
-    [x_(i), x_(i+m-1)] the narrowest one (the first if several tie).
+    [x_(i), x_(i+m-1)] the narrowest one (the first if several tie).  p·n is worked out
+    exactly with p read as the decimal it prints as, so ``prob=0.57`` with 100 draws gives
+    m = 58 (the float product 0.57·100 is 56.99999999999999).
 
     Ties: equal widths keep the leftmost window.  Zero division: never (m >= 1 draw).  NaN or
     infinite draws are an error.
@@ -68,7 +71,8 @@ def hpd_interval(
         raise InputError(
             f"samples has {int((~np.isfinite(x)).sum())} NaN or infinite draw(s); drop them first."
         )
-    m = min(n, math.floor(prob * n) + 1)
+    # p read as the decimal it prints as: 0.57 * 100 is 56.999... in floats, 57 as 57/100.
+    m = min(n, math.floor(Fraction(repr(prob)) * n) + 1)
     widths = x[..., m - 1 :] - x[..., : n - m + 1]
     start = np.argmin(widths, axis=-1)[..., None]
     low = np.take_along_axis(x, start, axis=-1)[..., 0]
