@@ -603,6 +603,19 @@ def test_hpd_interval_holds_floor_p_n_plus_one_draws_exactly():
             assert float(hi) - float(lo) + 1 == m, (text, n)
 
 
+def test_gaussian_radius_at_prob_one_is_inf_for_every_sigma_without_a_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = cf.gaussian_credible_radius([0.0, 1.0, 2.5], 3, 1.0)
+        one = cf.gaussian_credible_radius(0.0, 3, 1.0)
+    assert got.tolist() == [math.inf] * 3 and float(one) == math.inf
+    assert np.shape(one) == () and got.shape == (3,)
+    # below 1 the radius of sigma = 0 stays 0
+    assert cf.gaussian_credible_radius([0.0], 3, 0.99).tolist() == [0.0]
+
+
 def test_reject_both_with_query_groups_and_tied_confidences_matches_brute_force():
     rng = np.random.default_rng(9)
     x = rng.integers(-3, 4, (30, 2)).astype(np.float32)

@@ -102,7 +102,8 @@ def gaussian_credible_radius(sigma: Any, dim: int, prob: float = 0.95) -> np.nda
     """Radius of the HPD ball of an isotropic Gaussian N(μ, σ² I_dim): r = σ·sqrt(χ²_dim(p)).
 
     ‖x − μ‖²/σ² follows χ² with ``dim`` degrees of freedom, so the ball of radius r holds
-    probability p.  ``sigma`` may be an array (one radius per item); ``prob=1`` gives ``inf``.
+    probability p.  ``sigma`` may be an array (one radius per item); ``prob=1`` gives ``inf``
+    (for every σ, 0 included: the whole space).
 
     Examples
     --------
@@ -114,7 +115,10 @@ def gaussian_credible_radius(sigma: Any, dim: int, prob: float = 0.95) -> np.nda
     dim = check_int(dim, "dim")
     prob = check_probability(prob, "prob")
     sigma = _real_array(sigma, "sigma")
-    return sigma * math.sqrt(chi2.ppf(prob, dim))
+    scale = math.sqrt(chi2.ppf(prob, dim))
+    if math.isinf(scale):  # prob = 1: the whole space, for every sigma (0 · inf would be NaN)
+        return np.full(sigma.shape, math.inf)[()]
+    return sigma * scale
 
 
 def _vmf_cap_one(kappa: float, dim: int, prob: float) -> float:
