@@ -1205,3 +1205,51 @@ def test_confidence_metric_names_hold_every_name_the_summary_can_give(hit_metric
     out = cf.confidence_summary(per_query, rng.random(40), labels=rng.integers(0, 3, 40))
     assert {"classwise_ece", "open_set_auroc", "aurc_map_at_r"} <= set(out)
     assert set(out) <= set(confidence_metric_names(list(per_query)))
+
+
+@pytest.mark.parametrize(
+    ("per_query", "exc", "match"),
+    [
+        (
+            {"precision_at_1": ["1", "0", "1", "1"]},
+            ee.InputTypeError,
+            r"per_query\['precision_at_1'\] must be numeric",
+        ),
+        (
+            {"precision_at_1": [1.0, 0.0, None, 1.0]},
+            ee.InputTypeError,
+            r"per_query\['precision_at_1'\] is an object array",
+        ),
+        (
+            {"map_at_r": [1.0, 0.5, 1.0]},
+            ee.InputError,
+            r"per_query\['map_at_r'\] has 3 values but 4 are needed \(the length of confidence",
+        ),
+        ([1.0, 0.0, 1.0, 1.0], ee.InputTypeError, "per_query must be a dict"),
+    ],
+)
+def test_confidence_summary_names_a_bad_per_query_column(per_query, exc, match):
+    with pytest.raises(exc, match=match):
+        cf.confidence_summary(per_query, [0.9, 0.2, 0.6, 0.8])
+
+
+def test_confidence_summary_all_nan_metric_is_an_error_like_the_curve():
+    nan4 = [math.nan] * 4
+    with pytest.raises(ee.InputError, match="no finite value"):
+        cf.error_reject_curve(nan4, [0.9, 0.2, 0.6, 0.8])
+    with pytest.raises(ee.InputError, match=r"per_query\['precision_at_1'\] has no finite value"):
+        cf.confidence_summary({"precision_at_1": nan4}, [0.9, 0.2, 0.6, 0.8])
+    # with skip_empty the empty metric is left out and the others are kept: the AUERC of
+    # map_at_r by hand, errors 0, 1, 0.5, 0 sorted by confidence -> E_k = 0, 0, 1/6, 3/8
+    per_query = {"precision_at_1": nan4, "map_at_r": [1.0, 0.0, 0.5, 1.0]}
+    out = cf.confidence_summary(per_query, [0.9, 0.2, 0.6, 0.8], skip_empty=True)
+    areas = ["auerc", "oracle_auerc", "random_auerc", "excess_auerc", "aurc", "eaurc", "augrc"]
+    assert sorted(out) == sorted(f"{a}_map_at_r" for a in areas)
+    assert out["auerc_map_at_r"] == pytest.approx((0 + 0 + 1 / 6 + 3 / 8) / 4)
+
+
+def test_evaluate_with_every_query_lone_still_returns_without_confidence_metrics():
+    x = np.random.default_rng(0).standard_normal((6, 3)).astype(np.float32)
+    with pytest.warns(ee.EmbedevalWarning, match="lone"):
+        res = ee.evaluate(x, np.arange(6), confidences=np.arange(6.0))
+    assert res.confidence == {}

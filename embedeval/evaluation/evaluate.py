@@ -262,6 +262,7 @@ def _add_confidence(
         conf,
         higher_is_confident=options.higher_is_confident,
         labels=single_labels(data.query_labels),
+        skip_empty=True,  # every query lone: NaN metrics and a warning already, no error
     )
     result.query_confidences = conf
     result.settings["higher_is_confident"] = options.higher_is_confident

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..utils.errors import EmbedevalWarning
+from ..utils.errors import EmbedevalWarning, InputError, InputTypeError
+from ..utils.validation import as_vector, check_bool
 from .calibration import (
     CalibrationCurve,
     calibration_summary,
@@ -90,6 +91,7 @@ def confidence_summary(
     labels: Any = None,
     integration: str = "mean",
     bins: int = 10,
+    skip_empty: bool = False,
 ) -> dict[str, float]:
     """Confidence metrics for every per-query metric (what ``evaluate(confidences=...)`` adds).
 
@@ -107,8 +109,12 @@ def confidence_summary(
       out-of-gallery and the others as enrolled (see :mod:`embedeval.metrics.openset`).
 
     NaN entries (lone queries) are dropped per metric, as in :func:`error_reject_curve`;
-    ``evaluate`` reports how many in ``result.n_lone``.  Ties and zero division follow the
-    functions above (``r_auroc`` is NaN when every query is right or every query is wrong).
+    ``evaluate`` reports how many in ``result.n_lone``.  A metric with no finite value (every
+    query lone) is an error, as in :func:`error_reject_curve`, unless ``skip_empty=True``
+    leaves it out (``evaluate`` does: a run whose queries are all lone has no confidence
+    metric, only its warning).  Values that are not numbers are an error.  Ties and zero
+    division follow the functions above (``r_auroc`` is NaN when every query is right or every
+    query is wrong).
 
     Examples
     --------
@@ -121,9 +127,11 @@ def confidence_summary(
     >>> out["open_set_auroc"]      # the lone query (0.5) is below 2 of the 3 enrolled
     0.6666666666666666
     """
+    n = as_vector(confidence, "confidence").size
+    per_query = _finite_columns(per_query, n, check_bool(skip_empty, "skip_empty"))
     out = _erc_summary(per_query, confidence, higher_is_confident, integration)
     key = next((k for k in ("precision_at_1", "recall_at_1") if k in per_query), None)
-    if key is not None and not np.all(np.isnan(per_query[key])):
+    if key is not None:
         out.update(
             _correctness_summary(per_query[key], confidence, higher_is_confident, labels, bins)
         )
@@ -158,6 +166,35 @@ def confidence_metric_names(metrics: Sequence[str]) -> tuple[str, ...]:
     return areas + (_CORRECTNESS_NAMES if correct else ())
 
 
+def _finite_columns(per_query: Any, n: int, skip_empty: bool) -> dict[str, np.ndarray]:
+    """The per-query values as float columns, each checked to be ``n`` numbers; a column
+    without a finite value is an error, or left out with ``skip_empty``."""
+    if not isinstance(per_query, Mapping):
+        raise InputTypeError(
+            f"per_query must be a dict of metric name -> per-query values (e.g. "
+            f"result.per_query); got {type(per_query).__name__}."
+        )
+    columns = {}
+    for name, values in per_query.items():
+        try:
+            column = as_vector(
+                values, f"per_query[{name!r}]", length=n, length_of="confidence", allow_nan=True
+            )
+        except InputTypeError as err:
+            raise InputTypeError(
+                f"{err} Pass numbers: per-query metric values in [0, 1], NaN for a lone query "
+                "(as in result.per_query)."
+            ) from None
+        if not np.isnan(column).all():
+            columns[name] = column
+        elif not skip_empty:
+            raise InputError(
+                f"per_query[{name!r}] has no finite value (every query lone?); nothing to "
+                "evaluate. Leave that metric out, or pass skip_empty=True to skip it."
+            )
+    return columns
+
+
 _SUMMARY_AREAS = ("auerc", "oracle_auerc", "random_auerc", "excess_auerc", "aurc", "eaurc", "augrc")
 
 
@@ -166,11 +203,7 @@ def _erc_summary(
 ) -> dict[str, float]:
     """The error-reject areas of every metric; metrics that leave out the same (lone) queries
     share one sort and one pass (:func:`erc_areas` over a matrix)."""
-    columns = {
-        name: np.asarray(v, dtype=np.float64)
-        for name, v in per_query.items()
-        if not np.all(np.isnan(np.asarray(v, dtype=np.float64)))
-    }
+    columns = per_query  # float columns, each with a finite value (see _finite_columns)
     if not columns:
         return {}
     names = list(columns)
@@ -244,11 +277,12 @@ def summary_statistic(
         with warnings.catch_warnings():  # a resample may hold a single class: NaN, no noise
             warnings.simplefilter("ignore", EmbedevalWarning)
             warnings.simplefilter("ignore", RuntimeWarning)
-            out = confidence_summary(
+            out = confidence_summary(  # a resample may hold only lone queries: no value
                 per_query,
                 conf,
                 higher_is_confident=higher_is_confident,
                 labels=codes[0] if has_labels else None,
+                skip_empty=True,
             )
         return out if keys is None else {k: out.get(k, math.nan) for k in keys}
 
