@@ -337,3 +337,42 @@ def test_confidence_recall_curve_sevenths_of_a_decimal_range_by_hand():
     # [0, 0.7] in sevenths: edges 0, 0.1, ..., 0.7; 0.5 belongs to (0.4, 0.5]
     cur = cf.confidence_recall_curve([1, 1, 0], [0.0, 0.5, 0.7], bins=7)
     assert cur.count.tolist() == [1, 0, 0, 0, 1, 0, 1]
+
+
+def test_recalibrate_platt_on_kappa_scores_after_and_leaves_before_out():
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(11)
+    kappa = rng.uniform(0, 50, 1000)  # a vMF-like confidence, far outside [0, 1]
+    correct = (rng.uniform(0, 1, 1000) < 1 / (1 + np.exp(-(0.1 * kappa - 2)))).astype(int)
+    cal, test = slice(0, 500), slice(500, None)
+    out = cb.recalibrate((correct[cal], kappa[cal]), (correct[test], kappa[test]), method="platt")
+    assert out.before == {}  # a kappa is no probability: no ECE or Brier of the raw values
+    lr = LogisticRegression(C=1e12, tol=1e-12, max_iter=10000).fit(kappa[cal, None], correct[cal])
+    np.testing.assert_allclose(out.calibrated, lr.predict_proba(kappa[test, None])[:, 1], atol=1e-4)
+    p, y = out.calibrated.tolist(), correct[test].tolist()
+    edges = [k / 10 for k in range(11)]
+    assert out.after["ece"] == pytest.approx(_ece_loop(y, p, edges), abs=1e-12)
+    brier = sum((pi - yi) ** 2 for pi, yi in zip(p, y, strict=True)) / len(y)
+    assert out.after["brier"] == pytest.approx(brier, abs=1e-12)
+    with_ci = cb.recalibrate(
+        (correct[cal], kappa[cal]), (correct[test], kappa[test]), method="platt", ci=0.9, n_boot=20
+    )
+    assert with_ci.before == {} and set(with_ci.after["ci"]) == {
+        "ece",
+        "ece_equal_mass",
+        "mce",
+        "brier",
+    }
+
+
+def test_recalibrate_scores_before_for_probabilities_and_the_errors_point_to_platt():
+    conf = [0.9, 0.8, 0.7, 0.6, 0.95, 0.85]
+    out = cb.recalibrate(([1, 0, 1, 0, 1, 1], conf), ([1, 0, 1], [0.9, 0.6, 0.8]), method="platt")
+    # before: one query in each of (0.5, 0.6], (0.7, 0.8], (0.8, 0.9]:
+    # (1/3)(|0 - 0.6| + |1 - 0.8| + |1 - 0.9|) = 0.3
+    assert out.before["ece"] == pytest.approx(0.3)
+    with pytest.raises(InputError, match="method='platt'"):
+        cb.calibration_summary([1, 0], [6.0, 1.5])
+    with pytest.raises(InputError, match=r"confidence must lie in \[0, 1\] for temperature"):
+        cb.fit_recalibrator([1, 0, 1], [0.5, 0.2, 0.9], method="temperature").transform([2.0])

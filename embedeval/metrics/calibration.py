@@ -174,7 +174,8 @@ def _unit_confidence(correct: Any, confidence: Any) -> tuple[np.ndarray, np.ndar
     if c.min() < 0 or c.max() > 1:
         raise InputError(
             "confidence must lie in [0, 1] (a predicted probability of being right); rescale "
-            "it, or fit a recalibrator (Platt scaling accepts any real confidence)."
+            "it, or map it to P(correct) first with recalibrate(..., method='platt') or "
+            "fit_recalibrator(..., method='platt'), which take a confidence of any range."
         )
     return s, c
 
@@ -381,7 +382,10 @@ class Recalibrator:
             return np.interp(c, self.x, self.y)
         if self.method == "temperature":
             if c.min() < 0 or c.max() > 1:
-                raise InputError("temperature scaling needs confidences in [0, 1].")
+                raise InputError(
+                    "confidence must lie in [0, 1] for temperature scaling (σ(logit(c) / T)); "
+                    "fit method='platt' for a confidence of another range."
+                )
             return _sigmoid(_logit(c) / self.params["temperature"])
         return _sigmoid(self.params["a"] * c + self.params["b"])
 
@@ -478,9 +482,11 @@ def recalibrate(
 
     Returns the fitted :class:`Recalibrator`, the test split's calibrated confidences, and
     :func:`calibration_summary` of the test split before and after (with bootstrap intervals
-    when ``ci`` is given; the test queries are resampled, the map stays fixed).  Passing the
-    same arrays as both splits is an error: a map scored on the queries it was fitted on looks
-    better than it is.
+    when ``ci`` is given; the test queries are resampled, the map stays fixed).  ``before``
+    scores the raw test confidences as probabilities, so it is filled only when they lie in
+    [0, 1]; for a confidence of another range (a vMF κ fed to ``method="platt"``) it is an
+    empty dict, as ECE and Brier of a κ have no meaning.  Passing the same arrays as both
+    splits is an error: a map scored on the queries it was fitted on looks better than it is.
 
     Examples
     --------
@@ -489,6 +495,10 @@ def recalibrate(
     >>> out = recalibrate(cal, test, method="isotonic", bins=2)
     >>> out.calibrated.tolist(), out.after["ece"] < out.before["ece"]
     ([0.5, 0.5, 1.0, 1.0], True)
+    >>> kappa = recalibrate(([0, 1, 0, 1], [1.0, 5.0, 2.0, 8.0]), ([1, 0], [6.0, 1.5]),
+    ...                     method="platt", bins=2)
+    >>> kappa.before, sorted(kappa.after)[:2]   # a κ is no probability: no "before"
+    ({}, ['brier', 'ece'])
     """
     for name, split in (("calibration", calibration), ("test", test)):
         if not isinstance(split, (tuple, list)) or len(split) != 2:
@@ -514,6 +524,8 @@ def recalibrate(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         kw = {"bins": bins, "ci": ci, "n_boot": n_boot, "seed": seed}
-        before = calibration_summary(test[0], test_c, **kw)
+        # ECE and Brier read a confidence as P(correct): only a raw one in [0, 1] has them.
+        probabilities = test_c.min() >= 0 and test_c.max() <= 1
+        before = calibration_summary(test[0], test_c, **kw) if probabilities else {}
         after = calibration_summary(test[0], calibrated, **kw)
     return Recalibration(rec, calibrated, before, after)
