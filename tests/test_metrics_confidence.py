@@ -1184,7 +1184,8 @@ def test_every_confidence_name_is_importable_from_the_confidence_module():
     names = [
         "CalibrationCurve", "CoverageCurve", "ErrorRejectCurve", "RankCorrelation",
         "SigmaRegression", "best_threshold_accuracy", "confidence_auroc", "confidence_ci",
-        "confidence_recall_curve", "confidence_summary", "credible_coverage",
+        "confidence_metric_names", "confidence_recall_curve", "confidence_summary",
+        "credible_coverage",
         "error_reject_curve", "expected_calibration_error", "gaussian_credible_radius",
         "hpd_interval", "maximum_calibration_error", "rank_correlation", "sigma_regression",
         "vmf_credible_cap",
