@@ -336,3 +336,51 @@ def test_binary_average_with_only_negatives_matches_sklearn():
     assert (r["tp"], r["fp"], r["fn"], r["tn"]) == (0.0, 0.0, 0.0, 3.0)
     assert r["recall"] == expected == 0.0
     assert r["class_accuracy"] == 1.0  # (0 + 3) / 3
+
+
+def _best_threshold_exact(t, s, method):
+    """The first threshold (from +inf down) with the best criterion, in exact fractions."""
+    from fractions import Fraction
+
+    t, s = np.asarray(t), np.asarray(s, dtype=float)
+    pos, neg = int(t.sum()), int(t.size - t.sum())
+    best = None
+    for c in [np.inf, *sorted(set(s.tolist()), reverse=True)]:
+        tp, fp = int(((s >= c) & (t == 1)).sum()), int(((s >= c) & (t == 0)).sum())
+        tpr, fpr = Fraction(tp, pos), Fraction(fp, neg)
+        key = {
+            "youden": tpr - fpr,
+            "closest_to_01": -(fpr**2 + (1 - tpr) ** 2),
+            "accuracy": Fraction(tp + neg - fp, t.size),
+        }[method]
+        if best is None or key > best[1]:
+            best = (c, key)
+    return best[0]
+
+
+@pytest.mark.parametrize("method", ["youden", "closest_to_01", "accuracy"])
+@pytest.mark.parametrize(
+    ("t", "s"),
+    [
+        # J = 1/3 at 4 (1/3 - 0) and at 1 (1 - 2/3): in floats the second is larger
+        ([1, 1, 1, 0, 0, 0], [1, 4, 2, 2, 2, 0]),
+        # distance sqrt(5)/3 at 2 and at 1 along different float paths
+        ([1, 1, 0, 1, 0, 0], [0, 1, 1, 2, 0, 2]),
+        ([0, 1, 0, 1, 1, 0], [1, 2, 3, 4, 0, 4]),
+        ([1, 1, 1, 0, 0, 0], [18, 99, 16, 68, 91, 8]),
+    ],
+)
+def test_select_threshold_first_wins_exact_ties(t, s, method):
+    th, _ = cl.select_threshold(t, s, method=method)
+    assert th == _best_threshold_exact(t, s, method)
+
+
+def test_select_threshold_first_wins_exact_ties_fuzzed():
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        t = rng.integers(0, 2, 7)
+        t[:2] = [0, 1]
+        s = rng.integers(0, 5, 7).astype(float)
+        for method in ("youden", "closest_to_01", "accuracy"):
+            want = _best_threshold_exact(t, s, method)
+            assert cl.select_threshold(t, s, method=method)[0] == want

@@ -342,9 +342,10 @@ def average_precision(y_true: Any, y_score: Any) -> float:
 def select_threshold(y_true: Any, y_score: Any, *, method: str = "youden") -> tuple[float, float]:
     """Choose a decision threshold on the ROC curve: returns (threshold, criterion value).
 
-    ``"accuracy"``: the largest accuracy; ``"closest_to_01"``: the ROC point nearest (0, 1)
-    (criterion = that distance); ``"youden"``: the largest J = TPR - FPR.  The first threshold
-    wins ties.
+    ``"accuracy"``: the largest accuracy (TP + TN) / n; ``"closest_to_01"``: the ROC point
+    nearest (0, 1), criterion = √(FPR² + (1 − TPR)²); ``"youden"``: the largest
+    J = TPR − FPR.  The first (highest) threshold wins ties, which are decided on the exact
+    counts (J·P·N = TP·N − FP·P, and so on), so two equal criteria never differ by a rounding.
 
     Ties: tied scores share a threshold (points of :func:`roc_curve`).  Single-class input:
     there is nothing to separate, so it is an error (a threshold is a decision, not a score).
@@ -355,21 +356,41 @@ def select_threshold(y_true: Any, y_score: Any, *, method: str = "youden") -> tu
     (0.8, 0.5)
     """
     method = check_choice(method, "method", ("accuracy", "closest_to_01", "youden"))
-    t, _ = _binary(y_true, y_score)
-    if t.sum() in (0, t.size):
+    t, s = _binary(y_true, y_score)
+    p = int(t.sum())
+    n = t.size - p
+    if p in (0, t.size):
         raise InputError("select_threshold needs both classes in y_true; got one.")
-    fpr, tpr, th = roc_curve(y_true, y_score)
+    tps, fps, th = threshold_counts(t, s)
+    tp = np.concatenate([[0], tps]).astype(np.int64)  # the first point: threshold +inf
+    fp = np.concatenate([[0], fps]).astype(np.int64)
+    i = _best_roc_point(tp, fp, p, n, method)
+    tpr, fpr = tp[i] / p, fp[i] / n
     if method == "youden":
         crit = tpr - fpr
-        i = int(np.argmax(crit))
     elif method == "closest_to_01":
-        crit = np.hypot(fpr, 1 - tpr)
-        i = int(np.argmin(crit))
+        crit = math.hypot(fpr, 1 - tpr)
     else:
-        p, n = t.sum(), t.size - t.sum()
-        crit = (tpr * p + (1 - fpr) * n) / t.size
-        i = int(np.argmax(crit))
-    return float(th[i]), float(crit[i])
+        crit = (tp[i] + n - fp[i]) / t.size
+    return float(np.concatenate([[np.inf], th])[i]), float(crit)
+
+
+def _best_roc_point(tp: np.ndarray, fp: np.ndarray, p: int, n: int, method: str) -> int:
+    """Index of the best ROC point by ``method``, the first one on an exact tie.
+
+    The criteria are compared as integers: J·P·N = TP·N − FP·P, accuracy·n = TP − FP + N, and
+    the squared distance to (0, 1) times P²N² = (FP·P)² + (FN·N)² (beyond int64 for large
+    inputs, so the points within a rounding of the float minimum are compared in Python ints).
+    """
+    if method == "youden":
+        return int(np.argmax(tp * n - fp * p))
+    if method == "accuracy":
+        return int(np.argmax(tp - fp))
+    dist = np.hypot(fp / n, (p - tp) / p)
+    near = np.flatnonzero(dist <= dist.min() * (1 + 1e-9))
+    pairs = zip(fp[near].tolist(), tp[near].tolist(), strict=True)
+    exact = [(f * p) ** 2 + ((p - h) * n) ** 2 for f, h in pairs]
+    return int(near[int(np.argmin(exact))])
 
 
 def top_k_accuracy(y_true: Any, y_score: Any, *, k: int = 1, labels: Any = None) -> float:
