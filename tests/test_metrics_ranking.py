@@ -920,3 +920,44 @@ def test_strictly_increasing_transform_invariance(pairs, ties):
     )
     if ties != "threshold":
         assert rk.ndcg(y, s2, k=3, ties=ties) == pytest.approx(rk.ndcg(y, s, k=3, ties=ties))
+
+
+def _threshold_ap_at_k_over_orders(rel, score, k, normalization):
+    """Mean over every order of the tied items of the threshold rule's AP@k terms: precision
+    read at the end of each tie block, summed over the relevant items of the top k."""
+    rel, score = np.asarray(rel), np.asarray(score, dtype=float)
+    blocks = [np.flatnonzero(score == v) for v in sorted(set(score.tolist()), reverse=True)]
+    totals, dens = [], []
+    for perm in itertools.product(*(itertools.permutations(b) for b in blocks)):
+        order = [i for b in perm for i in b]
+        r = rel[order]
+        prec = [rel[score >= score[i]].sum() / (score >= score[i]).sum() for i in order]
+        totals.append(sum(r[i] * prec[i] for i in range(k)))
+        dens.append(r[:k].sum() if normalization == "hits" else rel.sum())
+    return np.mean(totals) / np.mean(dens) if np.mean(dens) else 0.0
+
+
+@pytest.mark.parametrize("normalization", ["relevant", "hits"])
+def test_ap_threshold_with_a_tie_block_cut_by_k_ignores_the_input_order(normalization):
+    # [1, 0, 1] all tied, k = 1: one item of the block is taken, 2/3 of a hit at precision 2/3
+    for rel in ([1, 0, 1], [0, 1, 1], [1, 1, 0]):
+        value = rk.average_precision(rel, [1, 1, 1], k=1, ties="threshold")
+        assert value == pytest.approx(2 / 9)
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        n = int(rng.integers(2, 7))
+        rel = rng.integers(0, 2, n)
+        rel[0] = 1
+        score = rng.integers(0, 3, n).astype(float)
+        for k in range(1, n + 1):
+            want = _threshold_ap_at_k_over_orders(rel, score, k, normalization)
+            for perm in (np.arange(n), rng.permutation(n)):
+                got = rk.average_precision(
+                    rel[perm],
+                    score[perm],
+                    k=k,
+                    ties="threshold",
+                    normalization=normalization,
+                    zero_division=0.0,
+                )
+                assert got == pytest.approx(want)

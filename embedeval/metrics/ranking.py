@@ -228,9 +228,9 @@ class _Ranked:
         return total / self.size
 
     def gains(self, values: np.ndarray | None = None) -> np.ndarray:
-        """Per-position relevance under the tie rule (expected: block means)."""
+        """Per-position relevance under the tie rule (expected, threshold: block means)."""
         v = self.rel if values is None else values
-        if self.ties == "expected" and self.any_ties:
+        if self.ties in ("expected", "threshold") and self.any_ties:
             return self.block_mean(v)
         return v
 
@@ -513,7 +513,9 @@ def average_precision(
         ``"expected"``: position p (1-based) inside a tie block of g items with r relevant, with
         R_b relevant items before the block and j its index in the block, contributes
         [(r/g)(R_b + 1) + (j-1) r(r-1)/(g(g-1))] / p.  ``"threshold"`` reads precision at the end
-        of each tie block (scikit-learn's ``average_precision_score``).  With
+        of each tie block (scikit-learn's ``average_precision_score``); a block of g items with r
+        relevant cut by k after c of them counts c·r/g hits at that precision (and c·r/g hits
+        for ``normalization="hits"``), whatever the input order of its items.  With
         ``normalization="hits"`` the divisor varies with the order when a tie block is cut by k;
         the expected value is then E[Σ / hits] over the hypergeometric hit count of that block
         (an ordering with no hit counts as ``zero_division``).
@@ -537,10 +539,11 @@ def average_precision(
     pos = np.arange(1, n + 1, dtype=np.float64)
     cum = np.cumsum(rel, axis=1)
     if ties == "threshold" and r.any_ties:
-        # One threshold per tie block: precision at the block's end, weighted by its hits.
+        # One threshold per tie block: precision at the block's end, weighted by its hits; a
+        # block cut by k counts its share of them (the order inside a block is arbitrary).
         end_hits = np.take_along_axis(cum, r.end, axis=1)
         block_precision = end_hits / (r.end + 1)
-        contrib = rel * block_precision
+        contrib = r.gains(rel) * block_precision
     elif ties == "expected" and r.any_ties:
         zeros = np.zeros((t.shape[0], 1))
         c0 = np.concatenate([zeros, cum], axis=1)
