@@ -384,3 +384,17 @@ def test_select_threshold_first_wins_exact_ties_fuzzed():
         for method in ("youden", "closest_to_01", "accuracy"):
             want = _best_threshold_exact(t, s, method)
             assert cl.select_threshold(t, s, method=method)[0] == want
+
+
+@pytest.mark.parametrize("beta", [np.float32(2.0), np.int64(2), 0.5])
+def test_rates_f_beta_takes_numpy_scalars_like_sklearn(beta):
+    from sklearn.metrics import fbeta_score
+
+    t, p = [0, 1, 2, 1, 0, 2], [0, 2, 2, 1, 1, 0]
+    got = cl.rates(t, p, beta=beta, average="macro")["f_beta"]
+    assert got == pytest.approx(fbeta_score(t, p, beta=float(beta), average="macro"))
+
+
+def test_rates_refuses_an_infinite_beta():
+    with pytest.raises(ee.InputError, match="beta must be a positive number"):
+        cl.rates([0, 1], [1, 1], beta=math.inf)

@@ -961,3 +961,17 @@ def test_ap_threshold_with_a_tie_block_cut_by_k_ignores_the_input_order(normaliz
                     zero_division=0.0,
                 )
                 assert got == pytest.approx(want)
+
+
+@pytest.mark.parametrize("beta", [np.float32(2.0), np.int64(2), np.float64(0.5), 3])
+def test_f_beta_takes_numpy_scalars_like_sklearn(beta):
+    from sklearn.metrics import fbeta_score
+
+    t, p = [1, 1, 0, 1, 0], [1, 0, 1, 0, 0]
+    assert rk.f_beta(t, p, beta=beta) == pytest.approx(fbeta_score(t, p, beta=float(beta)))
+
+
+@pytest.mark.parametrize("beta", [math.inf, -1.0, 0, math.nan, True, "2"])
+def test_f_beta_refuses_a_beta_that_is_not_finite_and_positive(beta):
+    with pytest.raises(ee.InputError, match="beta must be a positive number"):
+        rk.f_beta([1, 0], [1, 1], beta=beta)

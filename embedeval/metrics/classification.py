@@ -17,7 +17,15 @@ from typing import Any
 import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError
-from ..utils.validation import as_labels, as_vector, check_choice, check_int, divide, factorize
+from ..utils.validation import (
+    as_labels,
+    as_vector,
+    check_choice,
+    check_int,
+    check_positive,
+    divide,
+    factorize,
+)
 from .curves import auroc, threshold_counts, warn_single_class
 from .ranking import average_precision as ranking_ap
 
@@ -116,8 +124,7 @@ def rates(
     >>> b["recall"], b["precision"], b["tp"]
     (0.5, 1.0, 1.0)
     """
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0:
-        raise InputError(f"beta must be a positive number; got {beta!r}.")
+    beta = check_positive(beta, "beta")
     if average is not None:
         average = check_choice(average, "average", ("micro", "macro", "weighted", "binary"))
     cm, classes = _confusion(y_true, y_pred, labels)

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError
-from ..utils.validation import check_choice, check_int, divide
+from ..utils.validation import check_choice, check_int, check_positive, divide
 from .curves import threshold_counts
 from .judged import GAINS, refuse_large_grade
 
@@ -329,6 +329,8 @@ def f_beta(
     trec_eval's ``set_F.x`` takes x = β² (so its ``set_F.0.5`` is F_{√0.5}); pass
     ``beta=math.sqrt(x)`` to match it.  Computed from counts as
     (1 + β²) TP / ((1 + β²) TP + β² FN + FP), so P or R being undefined is not an issue.
+    ``beta`` is a finite number > 0, NumPy scalars included (as β → ∞, F_β tends to recall:
+    use :func:`recall`).
 
     Ties: none.  Zero division: only a query with no relevant and no retrieved item (0/0) gets
     ``zero_division``; scikit-learn's ``fbeta_score`` agrees.
@@ -338,8 +340,7 @@ def f_beta(
     >>> f_beta([1, 0, 1, 0], [1, 1, 0, 0])
     0.5
     """
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0:
-        raise InputError(f"beta must be a positive number; got {beta!r}.")
+    beta = check_positive(beta, "beta")
     tp, fp, fn, _, single = _set_counts(y_true, y_pred)
     b2 = beta * beta
     return _set_metric(

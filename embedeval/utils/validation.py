@@ -25,6 +25,7 @@ __all__ = [
     "as_vector",
     "check_choice",
     "check_int",
+    "check_positive",
     "check_probability",
     "check_same_dimension",
     "check_same_length",
@@ -84,6 +85,17 @@ def check_int(
 
 def _is_whole_float(value: Any) -> bool:
     return isinstance(value, numbers.Real) and float(value).is_integer()
+
+
+def check_positive(value: Any, name: str) -> float:
+    """Check that ``value`` is a finite real number > 0 (NumPy scalars too, not a bool)."""
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, numbers.Real)
+        or not 0 < float(value) < float("inf")
+    ):
+        raise InputError(f"{name} must be a positive number (finite, > 0); got {value!r}.")
+    return float(value)
 
 
 def check_probability(value: Any, name: str, *, open_left: bool = True) -> float:
