@@ -975,3 +975,15 @@ def test_f_beta_takes_numpy_scalars_like_sklearn(beta):
 def test_f_beta_refuses_a_beta_that_is_not_finite_and_positive(beta):
     with pytest.raises(ee.InputError, match="beta must be a positive number"):
         rk.f_beta([1, 0], [1, 1], beta=beta)
+
+
+@pytest.mark.parametrize("fill", [np.float32(np.nan), np.int64(1), np.float16(0.0)])
+def test_zero_division_takes_numpy_scalars_like_sklearn(fill):
+    from sklearn.metrics import precision_score
+
+    want = precision_score([1, 0], [0, 0], zero_division=float(fill))
+    got = rk.precision([1, 0], [0, 0], zero_division=fill)
+    assert got == pytest.approx(want, nan_ok=True)
+    assert rk.average_precision([0, 0], [1, 2], zero_division=fill) == pytest.approx(
+        float(fill), nan_ok=True
+    )

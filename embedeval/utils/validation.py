@@ -580,16 +580,19 @@ def divide(num: Any, den: Any, zero_division: Any, message: str) -> np.ndarray:
     zero = den == 0
     with np.errstate(invalid="ignore", divide="ignore"):
         out = num / np.where(zero, 1, den)
-    if isinstance(zero_division, str) and zero_division == "warn":
+    warn = isinstance(zero_division, str) and zero_division == "warn"
+    if warn:
         fill = 0.0
-    elif isinstance(zero_division, (int, float)) and not isinstance(zero_division, bool):
+    elif isinstance(zero_division, numbers.Real) and not isinstance(
+        zero_division, (bool, np.bool_)
+    ):  # NumPy scalars too: np.float32(np.nan), np.int64(1)
         fill = float(zero_division)
     else:
         raise InputError(
             f"zero_division must be 'warn' or a number (0.0, 1.0, nan); got {zero_division!r}."
         )
     if zero.any():
-        if zero_division == "warn":
+        if warn:
             warnings.warn(
                 f"{message.format(n=int(zero.sum()))}; set to 0.0 (zero_division='warn'; pass "
                 "zero_division=0.0, 1.0 or nan to choose).",
