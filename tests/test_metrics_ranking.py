@@ -987,3 +987,30 @@ def test_zero_division_takes_numpy_scalars_like_sklearn(fill):
     assert rk.average_precision([0, 0], [1, 2], zero_division=fill) == pytest.approx(
         float(fill), nan_ok=True
     )
+
+
+@pytest.mark.parametrize(
+    ("y_true", "y_score", "match"),
+    [
+        ([[1, 0], [1]], [[0.5, 0.2], [0.3]], "y_true has rows of different lengths"),
+        ([[1, 0], [1, 0]], [[0.5, 0.2], [0.3]], "y_score has rows of different lengths"),
+    ],
+)
+def test_ragged_rows_are_an_error_naming_the_argument(y_true, y_score, match):
+    with pytest.raises(ee.InputError, match=match):
+        rk.average_precision(y_true, y_score)
+
+
+@pytest.mark.parametrize(
+    ("y_true", "y_score", "ideal", "match"),
+    [
+        ([1, 0], [2, 1], ["a", "b"], r"ideal must be a list of numeric grades"),
+        ([1, 0], [2, 1], {"d1": 1}, r"ideal must be a list of numeric grades"),
+        ([1, 0], [2, 1], (g for g in [1, 1]), r"ideal must be a list of numeric grades"),
+        ([1, 0], [2, 1], [[1, 1], [1]], r"ideal must be a list of numeric grades"),
+        ([[1, 0]] * 2, [[2, 1]] * 2, [[1], ["x", 2]], r"ideal \(row 1\) must be a list"),
+    ],
+)
+def test_ndcg_non_numeric_ideal_is_an_error_naming_it(y_true, y_score, ideal, match):
+    with pytest.raises(ee.InputError, match=match):
+        rk.ndcg(y_true, y_score, ideal=ideal)

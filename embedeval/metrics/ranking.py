@@ -66,8 +66,8 @@ _TIES = ("expected", "pessimistic", "optimistic", "threshold")
 def _as_2d(
     y_true: Any, y_score: Any, *, graded: bool = False
 ) -> tuple[np.ndarray, np.ndarray, bool]:
-    t = np.asarray(y_true)
-    s = np.asarray(y_score)
+    t = _rectangular_input(y_true, "y_true")
+    s = _rectangular_input(y_score, "y_score")
     if t.dtype == object or s.dtype == object:
         raise InputError("y_true and y_score must be numeric arrays, not object arrays.")
     for name, arr in (("y_true", t), ("y_score", s)):
@@ -96,6 +96,16 @@ def _as_2d(
             "dcg / ndcg / cumulative_gain."
         )
     return t, s, single
+
+
+def _rectangular_input(x: Any, name: str) -> np.ndarray:
+    try:
+        return np.asarray(x)
+    except ValueError:  # NumPy refuses ragged nested lists
+        raise InputError(
+            f"{name} has rows of different lengths; pass a rectangular array (one row per "
+            "query, padded with non-relevant items scored lowest, as align_by_id does)."
+        ) from None
 
 
 def _n_relevant(n_relevant: Any, t: np.ndarray) -> np.ndarray:
@@ -857,9 +867,7 @@ def ndcg(
         rows = None
     else:
         rows = (
-            [np.asarray(ideal, dtype=np.float64)]
-            if single
-            else [np.asarray(row, dtype=np.float64) for row in ideal]
+            [_ideal_row(ideal, None)] if single else [_ideal_row(r, i) for i, r in enumerate(ideal)]
         )
         if len(rows) != t.shape[0]:
             raise InputError(f"ideal has {len(rows)} rows but there are {t.shape[0]} queries.")
@@ -931,8 +939,19 @@ def _check_ideal(grades: np.ndarray, row: int | None) -> None:
 def _rectangular(ideal: Any) -> np.ndarray | None:
     try:
         return np.asarray(ideal, dtype=np.float64)
-    except ValueError:  # ragged: one list of grades per query, of different lengths
+    except (TypeError, ValueError):  # ragged (one list per query), or not numbers at all
         return None
+
+
+def _ideal_row(row: Any, i: int | None) -> np.ndarray:
+    try:
+        return np.asarray(row, dtype=np.float64)
+    except (TypeError, ValueError):
+        where = f" (row {i})" if i is not None else ""
+        raise InputError(
+            f"ideal{where} must be a list of numeric grades (one list per query, ragged lists "
+            f"allowed); got {row!r:.60}."
+        ) from None
 
 
 def precision_recall_curve(
