@@ -398,3 +398,13 @@ def test_rates_f_beta_takes_numpy_scalars_like_sklearn(beta):
 def test_rates_refuses_an_infinite_beta():
     with pytest.raises(ee.InputError, match="beta must be a positive number"):
         cl.rates([0, 1], [1, 1], beta=math.inf)
+
+
+def test_top_k_accuracy_refuses_repeated_labels_like_sklearn():
+    from sklearn.metrics import top_k_accuracy_score
+
+    y, s = ["a", "b"], [[0.1, 0.9, 0.5], [0.2, 0.3, 0.1]]
+    with pytest.raises(ValueError, match="unique"):
+        top_k_accuracy_score(y, s, k=1, labels=["a", "b", "a"])
+    with pytest.raises(ee.InputError, match="labels has repeated values"):
+        cl.top_k_accuracy(y, s, k=1, labels=["a", "b", "a"])

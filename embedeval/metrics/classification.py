@@ -436,6 +436,8 @@ def top_k_accuracy(y_true: Any, y_score: Any, *, k: int = 1, labels: Any = None)
     if len(lab) != s.shape[1]:
         raise InputError(f"labels has {len(lab)} classes but y_score has {s.shape[1]} columns.")
     (cl, ct), _ = factorize(np.asarray(lab), t)
+    if np.unique(cl).size != cl.size:
+        raise InputError("labels has repeated values; give each column of y_score its own class.")
     col = np.full(int(cl.max()) + 1 if cl.size else 0, -1)
     col[cl] = np.arange(cl.size)
     if (ct > col.size - 1).any() or (col[ct] < 0).any():
