@@ -408,3 +408,16 @@ def test_top_k_accuracy_refuses_repeated_labels_like_sklearn():
         top_k_accuracy_score(y, s, k=1, labels=["a", "b", "a"])
     with pytest.raises(ee.InputError, match="labels has repeated values"):
         cl.top_k_accuracy(y, s, k=1, labels=["a", "b", "a"])
+
+
+def test_integer_scores_float64_cannot_separate_are_an_error():
+    from sklearn.metrics import roc_auc_score
+
+    t, s = [1, 0, 1], np.array([2**53 + 1, 2**53, 7], dtype=np.int64)
+    for call in (cl.roc_auc, cl.average_precision, cl.roc_curve, cl.select_threshold):
+        with pytest.raises(ee.InputError, match="y_score holds the distinct integers"):
+            call(t, s)
+    assert cl.roc_auc(t, s - 7) == pytest.approx(roc_auc_score(t, s))
+    scores = np.array([[2**53 + 1, 2**53], [3, 1]], dtype=np.int64)
+    with pytest.raises(ee.InputError, match="y_score holds the distinct integers"):
+        cl.top_k_accuracy([1, 0], scores, k=1)

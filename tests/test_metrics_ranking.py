@@ -1014,3 +1014,21 @@ def test_ragged_rows_are_an_error_naming_the_argument(y_true, y_score, match):
 def test_ndcg_non_numeric_ideal_is_an_error_naming_it(y_true, y_score, ideal, match):
     with pytest.raises(ee.InputError, match=match):
         rk.ndcg(y_true, y_score, ideal=ideal)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_integer_scores_float64_cannot_separate_are_an_error(dtype):
+    from sklearn.metrics import average_precision_score
+
+    big = np.array([[2**53 + 1, 2**53, 2**53 + 3], [2**54 + 5, 2**54 + 1, 2**54]], dtype=dtype)
+    rel = np.array([[1, 0, 0], [0, 1, 0]])
+    with pytest.raises(ee.InputError, match="y_score holds the distinct integers"):
+        rk.average_precision(rel, big)
+    with pytest.raises(ee.InputError, match="y_score holds the distinct integers"):
+        rk.precision_at_k(rel[0], big[0], k=1)
+    # the remedy the message gives keeps every order: scikit-learn sorts the integers exactly
+    shifted = big - big.min(axis=1, keepdims=True)
+    want = [average_precision_score(r, s) for r, s in zip(rel, big, strict=True)]
+    np.testing.assert_allclose(rk.average_precision(rel, shifted, ties="threshold"), want)
+    # distinct as float64: no error
+    assert rk.average_precision([1, 0], np.array([2**53 + 2, 2**53], dtype=dtype)) == 1.0

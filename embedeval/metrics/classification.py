@@ -26,7 +26,7 @@ from ..utils.validation import (
     divide,
     factorize,
 )
-from .curves import auroc, threshold_counts, warn_single_class
+from .curves import auroc, refuse_merged_integers, threshold_counts, warn_single_class
 from .ranking import average_precision as ranking_ap
 
 __all__ = [
@@ -237,6 +237,7 @@ def _positive_index(classes: np.ndarray, pos_label: Any) -> int | None:
 
 def _binary(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray]:
     t = as_vector(y_true, "y_true")
+    refuse_merged_integers(y_score, "y_score")
     s = as_vector(y_score, "y_score", length=t.size, length_of="y_true")
     if not np.isin(t, (0, 1)).all():
         raise InputError("y_true must be binary 0/1 for curves; one-vs-rest a class first.")
@@ -416,6 +417,7 @@ def top_k_accuracy(y_true: Any, y_score: Any, *, k: int = 1, labels: Any = None)
     0.6666666666666666
     """
     k = check_int(k, "k")
+    refuse_merged_integers(y_score, "y_score")
     try:
         s = np.asarray(y_score, dtype=np.float64)
     except (TypeError, ValueError):

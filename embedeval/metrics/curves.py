@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 
-from ..utils.errors import EmbedevalWarning
+from ..utils.errors import EmbedevalWarning, InputError
 
-__all__ = ["auroc", "threshold_counts", "warn_single_class"]
+__all__ = ["auroc", "refuse_merged_integers", "threshold_counts", "warn_single_class"]
 
 
 def warn_single_class(
@@ -41,6 +42,36 @@ def warn_single_class(
         EmbedevalWarning,
         stacklevel=stacklevel,
     )
+
+
+def refuse_merged_integers(scores: Any, name: str) -> None:
+    """Refuse integer scores that float64 cannot tell apart (beyond 2**53), row by row.
+
+    Scores are compared as float64; two distinct integers that round to one float would
+    silently become a tie and change every tie-sensitive value, so they are an error.  Only the
+    last axis is compared (a query's items, a sample's classes).
+
+    >>> refuse_merged_integers(np.array([2**53, 2**53 + 2]), "y_score")  # exact: no error
+    """
+    try:
+        raw = np.asarray(scores)
+    except (TypeError, ValueError):
+        return  # not an array of numbers: the caller's own check names the problem
+    if raw.dtype.kind not in "iu" or raw.size == 0:
+        return
+    if raw.max() <= 2**53 and (raw.dtype.kind == "u" or raw.min() >= -(2**53)):
+        return
+    srt = np.sort(raw, axis=-1)
+    as_float = srt.astype(np.float64)
+    merged = (srt[..., 1:] != srt[..., :-1]) & (as_float[..., 1:] == as_float[..., :-1])
+    if merged.any():
+        where = tuple(np.argwhere(merged)[0].tolist())
+        low, high = srt[where], srt[(*where[:-1], where[-1] + 1)]
+        raise InputError(
+            f"{name} holds the distinct integers {low} and {high}, which are equal as float64 "
+            "(integers beyond 2**53 lose precision), so they would tie; subtract an offset or "
+            "pass their ranks (scipy.stats.rankdata)."
+        )
 
 
 def threshold_counts(

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.validation import check_choice, check_int, check_positive, divide
-from .curves import threshold_counts
+from .curves import refuse_merged_integers, threshold_counts
 from .judged import GAINS, refuse_large_grade
 
 __all__ = [
@@ -76,6 +76,7 @@ def _as_2d(
                 f"{name} must be numeric (relevance / scores); got dtype {arr.dtype}. Map labels "
                 "to relevance first, e.g. with from_neighbors or align_by_id."
             )
+    refuse_merged_integers(s, "y_score")
     single = t.ndim == 1
     if t.ndim not in (1, 2) or t.shape != s.shape:
         raise InputError(
