@@ -173,6 +173,12 @@ _X, _Y = np.r_[np.eye(3), -np.eye(3)], np.array([0, 1, 0, 1, 0, 1])
             "distance",
         ),
         (lambda: ds.positive_negative_distances(np.eye(3), [0, 1, 1], max_pairs=0), "max_pairs"),
+        (
+            lambda: ds.positive_negative_distances(
+                [[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]], [0, 0, 1], distance="cosine"
+            ),
+            r"non-zero vectors; 1 row\(s\) of embeddings are all zero \(first at row 1\)",
+        ),
     ],
 )
 def test_bad_inputs_raise_input_error(call, match):

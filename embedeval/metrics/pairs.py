@@ -6,7 +6,15 @@ from typing import Any
 
 import numpy as np
 
-from ..utils.validation import as_any_labels, as_embeddings, check_choice, check_int, factorize
+from ..utils.errors import InputError
+from ..utils.validation import (
+    as_any_labels,
+    as_embeddings,
+    check_choice,
+    check_int,
+    factorize,
+    zero_rows,
+)
 
 __all__ = ["positive_negative_distances"]
 
@@ -26,7 +34,8 @@ def positive_negative_distances(
     positives (uniform random pairs would almost never share a class).  Negatives are uniform
     random pairs with different labels.  Up to ``max_pairs`` of each kind (i != j); memory is
     O(n + block), distances are computed in float64 blocks.  Cosine "distance" is
-    1 - cosine similarity.  With several labels per item (a 2-D 0/1 indicator array) a positive
+    1 - cosine similarity, which a zero vector does not have (an error, as on every cosine
+    path).  With several labels per item (a 2-D 0/1 indicator array) a positive
     pair shares a label (drawn from a random (item, label) membership and another member of
     that label) and a negative pair shares none.
 
@@ -42,6 +51,11 @@ def positive_negative_distances(
     x = as_embeddings(embeddings, "embeddings", dtype=np.float32 if single else np.float64)
     y = as_any_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
     distance = check_choice(distance, "distance", ("euclidean", "cosine"))
+    if distance == "cosine" and (zero := zero_rows(x)).size:
+        raise InputError(
+            f"distance='cosine' needs non-zero vectors; {zero.size} row(s) of embeddings are "
+            f"all zero (first at row {int(zero[0])}). Drop them or use distance='euclidean'."
+        )
     max_pairs = check_int(max_pairs, "max_pairs")
     rng = np.random.default_rng(seed)
     if y.ndim == 2:  # one membership per (item, label) it has
