@@ -22,7 +22,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,34 +95,25 @@ def _k_value(value: str) -> int | str:
     return k
 
 
-def _positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1 or n > _MAX_K:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {value!r}")
-    return n
+def _int_in(low: int, high: int, what: str) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high``; ``what`` names the range in
+    the error."""
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            n = low - 1
+        if not low <= n <= high:
+            raise argparse.ArgumentTypeError(f"must be {what}; got {value!r}")
+        return n
+
+    return parse
 
 
-def _count(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = -1
-    if n < 0 or n > _MAX_K:
-        raise argparse.ArgumentTypeError(f"must be a whole number, 0 or more; got {value!r}")
-    return n
-
-
-def _thumbnail(value: str) -> int:
-    try:
-        px = int(value)
-    except ValueError:
-        px = 0
-    if not 8 <= px <= 512:
-        raise argparse.ArgumentTypeError(f"must be a size in pixels from 8 to 512; got {value!r}")
-    return px
+_positive_int = _int_in(1, _MAX_K, "a positive integer")
+_count = _int_in(0, _MAX_K, "a whole number, 0 or more")
+_thumbnail = _int_in(8, 512, "a size in pixels from 8 to 512")
 
 
 def _level(value: str) -> float:
