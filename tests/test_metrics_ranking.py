@@ -359,6 +359,8 @@ def test_more_bad_input():
         (2.5, "not a whole number"),
         ([1, 2, 3], "one per query"),
         ("a", "one per query"),
+        ("3", "one per query"),
+        ([3, "3"], "one per query"),
     ],
 )
 def test_bad_n_relevant(value, match):

@@ -114,8 +114,10 @@ def _n_relevant(n_relevant: Any, t: np.ndarray) -> np.ndarray:
     if n_relevant is None:
         return found
     try:
-        raw = np.asarray(n_relevant, dtype=np.float64)
-        n = np.broadcast_to(raw, (t.shape[0],)).copy()
+        raw = np.asarray(n_relevant)
+        if raw.dtype.kind not in "iuf":  # text such as "3" is not a count
+            raise TypeError
+        n = np.broadcast_to(raw.astype(np.float64), (t.shape[0],)).copy()
     except (TypeError, ValueError):
         raise InputError(
             f"n_relevant must be a whole number or one per query ({t.shape[0]} queries); got "
