@@ -808,6 +808,8 @@ def _check_output(path: str | None, suffixes: tuple[str, ...] | None, flag: str)
             f"{flag} {path}: cannot write there, folder {existing} is not writable; "
             "choose a writable path."
         )
+    if suffixes is not None and target.is_file() and not os.access(target, os.W_OK):
+        raise InputError(f"{flag} {path} is read-only; make it writable or choose another path.")
 
 
 def _plot_paths(folder: str, fmt: str) -> list[str]:

@@ -1,17 +1,21 @@
 """Atomic output: write to a temporary file beside the target, then rename over it.
 
 A failed or interrupted run therefore never leaves a half-written file, and never clobbers an
-existing output (the rename only happens after the write succeeded).
+existing output (the rename only happens after the write succeeded). A replaced file keeps its
+permission bits, and a file the user may not write is refused, as a plain write would be.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from .errors import InputError
 
 __all__ = ["DISTRIBUTION", "atomic_path", "install_hint", "run_stamp", "write_text"]
 
@@ -37,10 +41,25 @@ def _umask() -> int:
     return mask
 
 
+def _mode_for(target: Path) -> int:
+    """The permission bits the written file gets: those of the file it replaces, else 0666
+    less the umask; a file this user may not write is refused (the rename alone would not
+    stop it, as it needs only the folder to be writable)."""
+    if not target.is_file():
+        return 0o666 & ~_umask()
+    if not os.access(target, os.W_OK):
+        raise InputError(
+            f"{target} is read-only; make it writable (chmod u+w) or choose another path."
+        )
+    return stat.S_IMODE(target.stat().st_mode)
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path to write; on success it replaces ``path`` (mode 0666 & ~umask)."""
+    """Yield a temporary path to write; on success it replaces ``path``, keeping the mode of the
+    file it replaces (a new file gets 0666 less the umask)."""
     target = Path(path)
+    mode = _mode_for(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
         prefix=f".{target.name}.", suffix=target.suffix or ".tmp", dir=target.parent
@@ -49,7 +68,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        os.chmod(tmp_path, 0o666 & ~_umask())
+        os.chmod(tmp_path, mode)
         os.replace(tmp_path, target)
     except BaseException:
         tmp_path.unlink(missing_ok=True)

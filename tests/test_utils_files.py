@@ -1,0 +1,61 @@
+"""Atomic output files: permission bits kept, read-only files refused, nothing half written."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import embedeval as ee
+from embedeval.utils import files
+
+
+def test_a_new_output_gets_0666_less_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        files.write_text(tmp_path / "new.json", "{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o640
+
+
+def test_a_replaced_output_keeps_its_mode(tmp_path):
+    out = tmp_path / "out.json"
+    out.write_text("old")
+    out.chmod(0o604)
+    files.write_text(out, "new")
+    assert out.read_text() == "new"
+    assert out.stat().st_mode & 0o777 == 0o604
+
+
+def _read_only(tmp_path, monkeypatch):
+    out = tmp_path / "out.json"
+    out.write_text("keep me")
+    out.chmod(0o444)
+    if os.geteuid() == 0:  # root may write any file: make the check see what a user would
+        real = os.access
+        monkeypatch.setattr(
+            files.os, "access", lambda p, m: False if os.fspath(p) == str(out) else real(p, m)
+        )
+    return out
+
+
+def test_a_read_only_output_is_refused_and_kept(tmp_path, monkeypatch):
+    out = _read_only(tmp_path, monkeypatch)
+    with pytest.raises(ee.InputError, match="read-only"):
+        files.write_text(out, "new")
+    assert out.read_text() == "keep me"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]  # no temporary file left
+
+
+def test_the_cli_refuses_a_read_only_output_before_any_work(tmp_path, monkeypatch, capsys):
+    from embedeval.cli import main
+
+    out = _read_only(tmp_path, monkeypatch)
+    np.savez(tmp_path / "c.npz", embeddings=np.eye(4), labels=[0, 0, 1, 1])
+    code = main(["evaluate", str(tmp_path / "c.npz"), "--json", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--json" in err[0] and "read-only" in err[0]
+    assert out.read_text() == "keep me"
