@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -216,3 +218,54 @@ def test_cmc_plot_from_result():
 def test_plot_roc_rejects_other_objects():
     with pytest.raises(ee.InputTypeError, match="RocCurve"):
         plots.plot_roc({"a": [0.1, 0.2]})
+
+
+# Labels of the data, as a class or checkpoint may be named; "$...$" would be read as mathtext.
+_DOLLAR_LABELS = ["$\\frac{a$", "c$10-$20", "b"]
+
+
+def _drawn(text):
+    """The characters matplotlib draws for a text without mathtext: no unescaped "$" may remain
+    (an even number of them starts mathtext), and every escaped one is drawn as "$"."""
+    assert not re.search(r"(?<!\\)\$", text), text
+    return text.replace("\\$", "$")
+
+
+def test_labels_with_dollar_signs_are_drawn_as_written(tmp_path):
+    per_class = plots.plot_per_class(_DOLLAR_LABELS, [0.1, 0.2, 0.3])
+    ticks = [_drawn(t.get_text()) for t in per_class.axes[0].get_yticklabels()]
+    assert ticks == _DOLLAR_LABELS
+    points = plots.plot_embedding_2d([[0, 0], [1, 1], [2, 0]], _DOLLAR_LABELS)
+    legend = [_drawn(t.get_text()) for t in points.axes[0].get_legend().get_texts()]
+    assert legend == [f"class {c}" for c in sorted(_DOLLAR_LABELS)]
+    values = {"$x$ rate": [0.1, 0.2, 0.3]}
+    checkpoints = plots.plot_checkpoints(_DOLLAR_LABELS, values)
+    ax = checkpoints.axes[0]
+    assert [_drawn(t.get_text()) for t in ax.get_xticklabels()] == _DOLLAR_LABELS
+    assert [_drawn(t.get_text()) for t in ax.get_legend().get_texts()] == ["$x$ rate"]
+    for i, fig in enumerate((per_class, points, checkpoints)):
+        plots.save_figure(fig, tmp_path / f"{i}.png", dpi=40)  # "\frac{a" is no valid mathtext
+
+
+def test_series_names_with_dollar_signs_are_drawn_as_written():
+    named = {"$a$": [0.1, 0.2], "b$": [0.3, 0.4]}
+    for fig in (
+        plots.plot_k_sweep([1, 2], named),
+        plots.plot_confidence_metrics([0.0, 1.0], named),
+        plots.plot_cmc(named),
+    ):
+        texts = [_drawn(t.get_text()) for t in fig.axes[0].get_legend().get_texts()]
+        assert texts[:2] == list(named)
+
+
+def test_comparison_plot_of_checkpoints_named_with_dollar_signs(tmp_path):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((24, 3)), np.arange(24) % 3
+    runs = {
+        name: ee.evaluate(x + 0.1 * i, y, progress=False) for i, name in enumerate(_DOLLAR_LABELS)
+    }
+    fig = ee.compare(runs, n_boot=10).plot()
+    ax = fig.axes[0]
+    assert _drawn(ax.get_title()).startswith(f"Checkpoints vs {_DOLLAR_LABELS[0]} ")
+    assert [_drawn(t.get_text()) for t in ax.get_xticklabels()] == _DOLLAR_LABELS
+    plots.save_figure(fig, tmp_path / "cmp.png", dpi=40)

@@ -345,14 +345,15 @@ class Comparison:
             values[m] = np.array([r["value"] for r in rows])
             lows[m] = np.array([r["ci_low"] for r in rows])
             highs[m] = np.array([r["ci_high"] for r in rows])
+        # A dollar sign in the name would start mathtext; escaped, it is drawn as written.
+        baseline = str(self.baseline).replace("$", r"\$")
         return plot_checkpoints(
             self.names,
             values,
             lows,
             highs,
             ax=ax,
-            title=f"Checkpoints vs {self.baseline} "
-            f"({round(100 * self.settings.get('ci', 0.95))}% CI)",
+            title=f"Checkpoints vs {baseline} ({round(100 * self.settings.get('ci', 0.95))}% CI)",
         )
 
 

@@ -141,7 +141,7 @@ def plot_embedding_2d(
             marker=_MARKERS[i % len(_MARKERS)],
             s=16,
             linewidths=0,
-            label=f"class {c}",
+            label=f"class {_literal(c)}",
         )
     if marked is not None:
         m = np.asarray(marked, dtype=bool)
@@ -199,6 +199,16 @@ def _null_locator() -> Any:
     from matplotlib.ticker import NullLocator
 
     return NullLocator()
+
+
+def _literal(text: Any) -> str:
+    r"""``text`` drawn as written: a label of the data (a class, a checkpoint, a series) may hold
+    dollar signs, which matplotlib would read as mathtext, drop, or fail to parse at save time.
+
+    >>> print(_literal("$5 to $10"))
+    \$5 to \$10
+    """
+    return str(text).replace("$", r"\$")
 
 
 def _rgb(hex_color: str) -> tuple[float, float, float]:
@@ -300,7 +310,7 @@ def plot_confidence_metrics(
             _LINES[i % len(_LINES)],
             marker=_MARKERS[i % len(_MARKERS)],
             color=_COLORS[i % len(_COLORS)],
-            label=name + tag,
+            label=_literal(name) + tag,
         )
     if clean_level is not None:
         ax.axvline(
@@ -398,7 +408,7 @@ def plot_checkpoints(
             _LINES[i % len(_LINES)],
             marker=_MARKERS[i % len(_MARKERS)],
             color=color,
-            label=metric,
+            label=_literal(metric),
         )
         if lows is not None and highs is not None:
             ax.fill_between(
@@ -410,7 +420,7 @@ def plot_checkpoints(
                 hatch="//" if i % 2 else None,
                 linewidth=0,
             )
-    ax.set_xticks(x, list(names), rotation=20 if len(names) > 4 else 0)
+    ax.set_xticks(x, [_literal(n) for n in names], rotation=20 if len(names) > 4 else 0)
     ax.set_xlabel("checkpoint")
     ax.set_ylabel("metric value (band: confidence interval)")
     ax.set_title(title or "Metrics across checkpoints")
@@ -442,7 +452,7 @@ def plot_k_sweep(
             _LINES[i % len(_LINES)],
             marker=_MARKERS[i % len(_MARKERS)],
             color=_COLORS[i % len(_COLORS)],
-            label=name,
+            label=_literal(name),
         )
     ax.set_xscale("log")
     # Label the k values themselves (1, 2, 5, 10, ...) rather than powers of ten.
@@ -503,7 +513,7 @@ def plot_per_class(
             lw=1.5,
             label=f"mean over all {int(np.isfinite(vals).sum())} classes ({mean:.3f})",
         )
-    ax.set_yticks(y, [str(labels[i]) for i in shown], fontsize=8)
+    ax.set_yticks(y, [_literal(labels[i]) for i in shown], fontsize=8)
     ax.set_ylim(len(shown) - 0.5, -0.5)  # worst at the top
     lo = min(0.0, float(np.nanmin(vals))) if np.isfinite(vals).any() else 0.0
     hi = max(1.0, float(np.nanmax(vals))) if np.isfinite(vals).any() else 1.0
@@ -761,7 +771,8 @@ def plot_roc(
     for i, (name, c) in enumerate(named.items()):
         far = np.maximum(c.far, floor / 2)  # FAR = 0 drawn at the left edge of the log axis
         ax.step(far, c.tar, where="post", color=_COLORS[i % len(_COLORS)],
-                linestyle=_LINES[i % len(_LINES)], lw=2, label=name or label or "ROC")  # fmt: skip
+                linestyle=_LINES[i % len(_LINES)], lw=2,
+                label=_literal(name) or label or "ROC")  # fmt: skip
     if operating_points is not None:
         tar = np.asarray(operating_points.tar)
         _mark_operating_points(ax, operating_points, _COLORS[0], tar, tar, np.array(5.0))
@@ -803,7 +814,8 @@ def plot_det(
         fmr = np.maximum(c.far, floor / 2)
         fnmr = np.maximum(c.fnmr, y_floor / 2)
         ax.step(fmr, fnmr, where="post", color=_COLORS[i % len(_COLORS)],
-                linestyle=_LINES[i % len(_LINES)], lw=2, label=name or label or "DET")  # fmt: skip
+                linestyle=_LINES[i % len(_LINES)], lw=2,
+                label=_literal(name) or label or "DET")  # fmt: skip
     if operating_points is not None:
         fnmr = 1 - np.asarray(operating_points.tar)
         _mark_operating_points(
@@ -847,7 +859,7 @@ def plot_cmc(cmc: Any, *, ax: Any = None, label: str | None = None) -> Any:
     fig, ax = _axes(ax)
     for i, (name, values) in enumerate(named.items()):
         ax.plot(ranks, values, color=_COLORS[i % len(_COLORS)], linestyle=_LINES[i % len(_LINES)],
-                marker=_MARKERS[i % len(_MARKERS)], ms=4, lw=2, label=name)  # fmt: skip
+                marker=_MARKERS[i % len(_MARKERS)], ms=4, lw=2, label=_literal(name))  # fmt: skip
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
