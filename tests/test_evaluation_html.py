@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -728,3 +729,21 @@ def test_k_sweep_values_match_the_brute_force(average, split):
     assert got["Precision@k"] == pytest.approx(
         [expected[f"precision_at_{k}"] for k in ks], abs=1e-12
     )
+
+
+def test_gallery_headings_count_the_rows_they_show(tmp_path):
+    # Four queries, two lone (labels 1 and 2: no other item shares them), and query 1 (at 1.0)
+    # nearer to row 2 (1.2, label 1) than to row 0: two ranked queries, one error, not 20.
+    x = np.array([[0.0], [1.0], [1.2], [5.0]])
+    y = [0, 0, 1, 2]
+    conf = np.array([0.9, 0.8, 0.7, 0.6])
+    res = ee.evaluate(x, y, confidences=conf, metrics=["precision_at_1", "map_at_r"])
+    out = res.to_html(tmp_path / "g.html", query=x, gallery=20, figures=False)
+    text = out.read_text(encoding="utf-8")
+    page = parse(out)
+    headings = re.findall(r"<h3>(.*?)</h3>", text)
+    assert headings == [
+        "The 2 queries with the lowest map_at_r",
+        "The 1 most confident errors (top-1 not relevant)",
+    ]
+    assert len(page.rows["gallery-worst"]) == 2 and len(page.rows["gallery-confident"]) == 1

@@ -534,18 +534,15 @@ def _gallery(
             "NMI / AMI were asked for).</p>"
         )
     kw = {key: inputs[key] for key in _GALLERY_INPUTS if inputs.get(key) is not None}
-    sections = [
-        (
-            "worst",
-            f"The {n} queries with the lowest {metric}",
-            worst_queries(res.per_query[metric], n),
-        )
-    ]
+    # Headings count the rows shown: fewer than n queries may be ranked, or be errors.
+    worst = worst_queries(res.per_query[metric], n)
+    sections = [("worst", f"The {worst.size} queries with the lowest {metric}", worst)]
     conf = res.query_confidences
     if conf is not None and "precision_at_1" in res.per_query:
         higher = bool(res.settings.get("higher_is_confident", True))
         rows = confident_errors(res.per_query["precision_at_1"], conf, n, higher)
-        sections.append(("confident", f"The {n} most confident errors (top-1 not relevant)", rows))
+        title = f"The {rows.size} most confident errors (top-1 not relevant)"
+        sections.append(("confident", title, rows))
     chosen = np.unique(np.concatenate([rows for _, _, rows in sections]))
     found = gallery_rows(chosen, k, distance=res.settings["distance"], **kw)
     by_query = {r.query: r for r in found}
