@@ -747,3 +747,31 @@ def test_gallery_headings_count_the_rows_they_show(tmp_path):
         "The 1 most confident errors (top-1 not relevant)",
     ]
     assert len(page.rows["gallery-worst"]) == 2 and len(page.rows["gallery-confident"]) == 1
+
+
+@pytest.mark.parametrize(
+    "dtype, top, ext",
+    [(np.uint16, 65535, "png"), (np.uint16, 4095, "png"), (np.int32, 70000, "tif"),
+     (np.float32, 1.0, "tif")],
+)  # fmt: skip
+def test_thumbnails_of_deep_images_span_their_range(tmp_path, dtype, top, ext):
+    # 16-bit, 12-bit in 16, 32-bit integer and float greyscale: a left-to-right ramp from 0 to
+    # `top` must show as a ramp from black to white, not as a square clipped to white.
+    import base64
+    import io
+
+    from PIL import Image
+
+    from embedeval.evaluation.html import _thumbnail
+
+    ramp = np.tile(np.linspace(0, top, 32), (16, 1)).astype(dtype)
+    path = tmp_path / f"deep.{ext}"
+    Image.fromarray(ramp).save(path)
+    failed: list[str] = []
+    uri = _thumbnail(str(path), 64, failed)
+    assert not failed and uri is not None
+    shown = Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1])))
+    grey = np.asarray(shown.convert("L"), dtype=np.float64)
+    expected = np.tile(np.linspace(0, 255, 32), (16, 1))  # the ramp stretched over 0..255
+    assert grey.shape == expected.shape
+    assert np.abs(grey - expected).mean() < 6  # JPEG's loss, a few levels

@@ -497,6 +497,7 @@ def _thumbnail(path: str, size: int, failed: list[str]) -> str | None:
         from PIL import Image
 
         with Image.open(path) as im:
+            im = _eight_bit(im)
             im.thumbnail((size, size))
             alpha = "A" in im.mode or "transparency" in im.info
             im = im.convert("RGBA" if alpha else "RGB")
@@ -507,6 +508,25 @@ def _thumbnail(path: str, size: int, failed: list[str]) -> str | None:
         return None
     kind = "png" if alpha else "jpeg"
     return f"data:image/{kind};base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _eight_bit(im: Any) -> Any:
+    """An image of more than 8 bits per pixel (modes ``I;16``, ``I``, ``F``: 16-bit PNGs, TIFFs)
+    as 8-bit grey with its own range stretched over 0..255; other images as they are.
+
+    Pillow's own conversion to RGB clips every value above 255, which shows a 16-bit image as a
+    white square.
+    """
+    from PIL import Image
+
+    if im.mode not in ("I", "F") and not im.mode.startswith("I;16"):
+        return im
+    a = np.asarray(im, dtype=np.float64)
+    finite = a[np.isfinite(a)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    scaled = (a - lo) * (255.0 / (hi - lo)) if hi > lo else np.zeros_like(a)
+    pixels = np.nan_to_num(scaled, nan=0.0, posinf=255.0, neginf=0.0).round()
+    return Image.fromarray(pixels.astype(np.uint8))
 
 
 def _gallery(
