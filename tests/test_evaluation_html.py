@@ -775,3 +775,27 @@ def test_thumbnails_of_deep_images_span_their_range(tmp_path, dtype, top, ext):
     expected = np.tile(np.linspace(0, 255, 32), (16, 1))  # the ramp stretched over 0..255
     assert grey.shape == expected.shape
     assert np.abs(grey - expected).mean() < 6  # JPEG's loss, a few levels
+
+
+def test_thumbnails_are_upright_as_their_exif_orientation_says(tmp_path):
+    # Stored 40 wide and 20 high, EXIF orientation 6 ("rotate 90° clockwise to view"): the
+    # photo is seen 20 wide and 40 high, its stored top row (red) on the right.
+    import base64
+    import io
+
+    from PIL import Image
+
+    from embedeval.evaluation.html import _thumbnail
+
+    stored = np.zeros((20, 40, 3), dtype=np.uint8)
+    stored[:5] = (255, 0, 0)
+    im = Image.fromarray(stored)
+    exif = im.getexif()
+    exif[0x0112] = 6
+    path = tmp_path / "photo.jpg"
+    im.save(path, exif=exif)
+    failed: list[str] = []
+    uri = _thumbnail(str(path), 64, failed)
+    shown = np.asarray(Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))))
+    assert not failed and shown.shape[:2] == (40, 20)
+    assert shown[:, -3:, 0].mean() > 200 and shown[:, :3, 0].mean() < 60

@@ -494,10 +494,11 @@ def _thumbnail(path: str, size: int, failed: list[str]) -> str | None:
     """The image at ``path`` downscaled to fit ``size`` x ``size``, as a JPEG data URI (PNG when it
     has transparency); None (and ``path`` noted in ``failed``) when it cannot be read."""
     try:
-        from PIL import Image
+        from PIL import Image, ImageOps
 
         with Image.open(path) as im:
-            im = _eight_bit(im)
+            # upright as every viewer shows it (a phone photo stores its rotation in EXIF)
+            im = _eight_bit(ImageOps.exif_transpose(im))
             im.thumbnail((size, size))
             alpha = "A" in im.mode or "transparency" in im.info
             im = im.convert("RGBA" if alpha else "RGB")
