@@ -3,6 +3,7 @@ the exact search, robust to broken images, and rendered by a real browser."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -311,6 +312,8 @@ def test_bad_arguments_raise_and_write_nothing(tmp_path):
         (dict(query=X, gallery_metric="mrr"), "gallery_metric"),
         (dict(query=X, images=["a.png"]), "images has 1 entries"),
         (dict(query=X, images="a.png"), "single path"),
+        (dict(query=X, images=[np.zeros(5, np.uint8)] * len(X)), r"images\[\d+\] has shape"),
+        (dict(query=X, images=[np.full((3, 3), 300)] * len(X)), "from 300 to 300"),
     ]
     for kwargs, needle in cases:
         with pytest.raises(InputError, match=needle):
@@ -799,3 +802,20 @@ def test_thumbnails_are_upright_as_their_exif_orientation_says(tmp_path):
     shown = np.asarray(Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))))
     assert not failed and shown.shape[:2] == (40, 20)
     assert shown[:, -3:, 0].mean() > 200 and shown[:, :3, 0].mean() < 60
+
+
+def test_image_arrays_of_integer_levels_show_those_levels(tmp_path):
+    # Integer pixels are the levels 0..255 whatever their dtype: 100 is drawn as grey 100, not
+    # read as a fraction and clipped to white; a trailing channel of one is grey too.
+    import base64
+
+    from PIL import Image
+
+    res = ee.evaluate(X, Y, metrics=["map_at_r"], progress=False)
+    for pixels in (np.full((6, 4), 100, dtype=np.int64), np.full((6, 4, 1), 100, np.uint16)):
+        out = res.to_html(
+            tmp_path / "a.html", query=X, images=[pixels] * len(X), gallery=1, figures=False
+        )
+        uri = re.search(r'<img src="data:image/png;base64,([^"]+)"', out.read_text("utf-8"))
+        shown = np.asarray(Image.open(io.BytesIO(base64.b64decode(uri.group(1)))))
+        assert shown.shape == (64, 43) and (shown == 100).all()

@@ -419,7 +419,9 @@ class _Media:
         out = ""
         if images is not None:
             item = images[row]
-            uri = self._thumbnail(item) if _is_path(item) else _array_uri(item, self.size)
+            shared = reference and images is self.images  # leave-one-out: the query images
+            name = f"{'reference_images' if reference and not shared else 'images'}[{row}]"
+            uri = self._thumbnail(item) if _is_path(item) else _array_uri(item, self.size, name)
             out += (
                 f'<img src="{uri}" alt="row {row}">'
                 if uri
@@ -473,15 +475,44 @@ def _is_path(item: Any) -> bool:
     return isinstance(item, (str, os.PathLike))
 
 
-def _array_uri(pixels: Any, size: int) -> str:
-    """An image given as an array (H x W grey or H x W x 3 RGB, uint8, or floats in [0, 1]) as a
-    PNG data URI, scaled to fit ``size`` x ``size``; small images are enlarged pixel by pixel."""
+def _pixels(pixels: Any, name: str) -> np.ndarray:
+    """An image given as an array, as uint8 pixels: H x W grey, or H x W x 3 RGB (x 2 grey and
+    alpha, x 4 RGBA); integers are the 0..255 levels, floats (and booleans) a fraction in
+    [0, 1] (beyond it clipped, NaN black).  Anything else is refused, naming ``name``.
+
+    >>> _pixels(np.array([[0, 255]]), "images[0]").dtype.name
+    'uint8'
+    """
+    a = np.asarray(pixels)
+    if a.ndim == 3 and a.shape[2] == 1:
+        a = a[:, :, 0]
+    if not (a.ndim == 2 or (a.ndim == 3 and a.shape[2] in (2, 3, 4))) or 0 in a.shape:
+        raise InputError(
+            f"{name} has shape {a.shape}; an image array is H x W (grey) or H x W x 3 (RGB)."
+        )
+    if a.dtype == np.uint8:
+        return a
+    if a.dtype.kind in "iu":  # levels, as they are: scaling them as fractions shows white
+        if a.min() < 0 or a.max() > 255:
+            raise InputError(
+                f"{name} holds integers from {a.min()} to {a.max()}; integer pixels are the "
+                "levels 0..255 (pass floats in [0, 1] for fractions)."
+            )
+        return a.astype(np.uint8)
+    if a.dtype.kind not in "fb":
+        raise InputError(
+            f"{name} has dtype {a.dtype}; pass uint8 levels or floats in [0, 1], or a file path."
+        )
+    fraction = np.nan_to_num(np.clip(a.astype(np.float64), 0.0, 1.0), nan=0.0)
+    return (fraction * 255).round().astype(np.uint8)
+
+
+def _array_uri(pixels: Any, size: int, name: str = "images") -> str:
+    """An image given as an array (see :func:`_pixels`) as a PNG data URI, scaled to fit
+    ``size`` x ``size``; small images are enlarged pixel by pixel."""
     from PIL import Image
 
-    a = np.asarray(pixels)
-    if a.dtype != np.uint8:
-        a = (np.clip(a.astype(np.float64), 0.0, 1.0) * 255).round().astype(np.uint8)
-    im = Image.fromarray(a)
+    im = Image.fromarray(_pixels(pixels, name))
     scale = size / max(im.size)
     shape = (max(1, round(im.size[0] * scale)), max(1, round(im.size[1] * scale)))
     im = im.resize(shape, Image.Resampling.NEAREST if scale > 1 else Image.Resampling.LANCZOS)

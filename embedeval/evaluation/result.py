@@ -322,8 +322,8 @@ class EvaluationResult:
         ----------
         images, reference_images : sequence of paths or arrays, optional
             One image per query / reference row, shown downscaled (``thumbnail`` pixels, with
-            Pillow) in the gallery: a file path, or the pixels (H x W grey or H x W x 3, uint8
-            or floats in [0, 1]).  An unreadable file becomes a placeholder and one
+            Pillow) in the gallery: a file path, or the pixels (H x W grey or H x W x 3, integer
+            levels 0..255 or floats in [0, 1]).  An unreadable file becomes a placeholder and one
             :class:`~embedeval.utils.errors.EmbedevalWarning`.  Leave-one-out: ``images`` serves
             both.
         texts, reference_texts : sequence of str, optional
