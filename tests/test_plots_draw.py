@@ -269,3 +269,12 @@ def test_comparison_plot_of_checkpoints_named_with_dollar_signs(tmp_path):
     assert _drawn(ax.get_title()).startswith(f"Checkpoints vs {_DOLLAR_LABELS[0]} ")
     assert [_drawn(t.get_text()) for t in ax.get_xticklabels()] == _DOLLAR_LABELS
     plots.save_figure(fig, tmp_path / "cmp.png", dpi=40)
+
+
+def test_saved_pngs_carry_no_software_version_whatever_the_suffix_case(tmp_path):
+    from PIL import Image
+
+    fig = plots.plot_k_sweep([1, 2], {"a": [0.1, 0.2]})
+    for name in ("k.png", "k.PNG", "k"):
+        with Image.open(plots.save_figure(fig, tmp_path / name, dpi=30)) as im:
+            assert im.format == "PNG" and "Software" not in im.info, name

@@ -78,13 +78,9 @@ def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> Path:
     from ..utils.files import atomic_path
 
     path = Path(path)
+    fmt = path.suffix.lstrip(".").lower() or "png"  # "fig.PNG" and "fig" are PNGs too
     with atomic_path(path) as tmp:
-        fig.savefig(
-            tmp,
-            dpi=dpi,
-            format=path.suffix.lstrip(".") or "png",
-            metadata={"Software": None} if path.suffix == ".png" else None,
-        )
+        fig.savefig(tmp, dpi=dpi, format=fmt, metadata={"Software": None} if fmt == "png" else None)
     return path
 
 
