@@ -58,6 +58,7 @@ def _same(a, b):
         np.array([2**53, 2**53, -1, 3, 3], dtype=np.int64),
         np.array(["é", "é", "x", "y", "y"]),
         np.array([2**63 + 1, 2**63 + 1, 2**63, 5, 5], dtype=np.uint64),  # beyond float64
+        _objects([2**63 + 1, 2**63 + 1, 2**63, -5, -5]),  # beyond int64 and uint64 together
         np.array([b"\xff", b"\xff", b"a", b"b", b"b"]),  # h5py's strings: bytes
         np.array(
             ["2020-01-01", "2020-01-01", "2021-05-05", "1999-12-31", "1999-12-31"],

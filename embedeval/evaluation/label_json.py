@@ -110,7 +110,8 @@ def labels_to_json(labels: np.ndarray) -> tuple[list[Any], str | None]:
 
 def labels_from_json(values: list[Any], dtype: str | None, multi_label: bool) -> np.ndarray:
     """The query labels written by :func:`labels_to_json`: with their dtype when one was
-    written, else one object per label (strings or ints of one type become their array).
+    written, else one object per label (strings or ints of one type become their array, ints
+    that no integer dtype holds stay objects).
 
     >>> labels_from_json([{"bytes": "a"}, {"bytes": "b"}], "|S1", False)
     array([b'a', b'b'], dtype='|S1')
@@ -123,7 +124,11 @@ def labels_from_json(values: list[Any], dtype: str | None, multi_label: bool) ->
     if dtype is not None:
         return np.array(labels, dtype=np.dtype(dtype))
     if len({type(v) for v in labels}) == 1 and not isinstance(labels[0], tuple):
-        return np.array(labels)
+        array = np.array(labels)
+        # Ints both beyond int64 and negative fit no integer dtype: numpy makes them float64,
+        # which merges labels 2**63 and 2**63 + 1, so they stay Python ints.
+        if type(labels[0]) is not int or array.dtype.kind in "iu":
+            return array
     out = np.empty(len(labels), dtype=object)
     for i, v in enumerate(labels):  # one by one: a tuple stays one label, not a row
         out[i] = v
