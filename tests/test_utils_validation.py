@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import embedeval as ee
+from tests import oracle
 
 X = np.arange(12, dtype=np.float64).reshape(6, 2)
 Y = [0, 0, 1, 1, 2, 2]
@@ -391,3 +392,27 @@ def test_finite_rows_whose_squares_overflow_or_underflow_are_accepted_bad_ones_n
     with pytest.raises(ee.InputError, match=r"2 row\(s\) of reference are all zero \(first at "
                        r"row 9500\)"):  # fmt: skip
         ee.evaluate(x, None, zero, None, positives=lists, distance="cosine", progress=False)
+
+
+def test_python_integer_labels_beyond_int64_beside_negative_ones_stay_distinct():
+    # numpy turns [2**63, -1, 2**63 + 1] into float64, where 2**63 and 2**63 + 1 are one value
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((30, 3)).astype(np.float32)
+    classes = [2**63, -1, 2**63 + 1]
+    y = [classes[i % 3] for i in range(30)]
+    res = ee.evaluate(x, y, metrics=["precision_at_1", "map_at_r"], progress=False)
+    want, _, _ = oracle.evaluate(
+        x, [i % 3 for i in range(30)], metrics=["precision_at_1", "map_at_r"]
+    )
+    assert res.metrics == pytest.approx(want, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [[1, "1", 2, "2"], ["a", 2, "a", 2], np.array(["a", 1, "a", 1], dtype=object)],
+)
+def test_labels_that_mix_text_and_numbers_are_refused(labels):
+    # numpy would read the list as text, merging 1 with "1"
+    x = np.eye(4, dtype=np.float32)
+    with pytest.raises(ee.InputError, match=r"labels mixes text and numbers .*one type"):
+        ee.evaluate(x, labels)

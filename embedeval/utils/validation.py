@@ -356,6 +356,7 @@ def as_labels(
                 f"({arr[i]!r}); every item needs a class label: drop those rows (with their "
                 "embeddings) or give them a label."
             )
+        _refuse_text_beside_numbers(arr, name)
     elif arr.dtype.kind in "mM" and np.isnat(arr).any():  # NaT: a missing date, as None above
         rows = np.flatnonzero(np.isnat(arr))
         raise InputError(
@@ -381,14 +382,48 @@ def _list_labels(y: Any) -> Any:
     if not isinstance(y, (list, tuple)):
         return y
     try:
-        return np.asarray(y)
+        arr = np.asarray(y)
     except ValueError:
-        out = np.empty(len(y), dtype=object)
-        for i, v in enumerate(y):
-            out[i] = v
-        return out
+        return _objects(y)
     except TypeError:
         return y  # as_labels names the argument
+    # numpy would merge labels that differ: numbers beside text all become text (1 and "1"),
+    # and integers that no integer dtype holds together (2**63 beside -1) become float64
+    # (2**63 and 2**63 + 1); kept as given, as_labels judges them as objects
+    if arr.ndim == 1 and arr.dtype.kind in "US" and not all(isinstance(v, (str, bytes)) for v in y):
+        return _objects(y)
+    if arr.ndim == 1 and arr.dtype.kind == "f" and any(_big_integer(v) for v in y):
+        return _objects(y)
+    return arr
+
+
+def _objects(values: Sequence[Any]) -> np.ndarray:
+    """One object per element (a tuple stays one label, not a row)."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+def _big_integer(value: Any) -> bool:
+    """An integer that float64 does not hold exactly."""
+    return isinstance(value, numbers.Integral) and abs(int(value)) > 2**53
+
+
+def _refuse_text_beside_numbers(arr: np.ndarray, name: str) -> None:
+    """Object labels that mix text and numbers: 1 and "1" are one class to tools that read
+    labels as text and two to the others, so the mix is almost always a reading mistake."""
+    text = number = None
+    for i, v in enumerate(arr):
+        if isinstance(v, (str, bytes)):
+            text = i if text is None else text
+        elif isinstance(v, numbers.Number):
+            number = i if number is None else number
+        if text is not None and number is not None:
+            raise InputError(
+                f"{name} mixes text and numbers ({arr[text]!r} at index {text}, {arr[number]!r} "
+                f"at index {number}); convert every label to one type (all str or all int)."
+            )
 
 
 def as_label_indicator(
