@@ -258,3 +258,21 @@ def test_bad_shards(data, tmp_path):
         _run(data, None, shards=[corpus[:300]])
     with pytest.raises(InputError, match="client"):
         _run(data, corpus, backend="dask")
+
+
+def test_dask_runs_repeated_on_the_same_corpus(data):
+    # Each run scatters its shards and releases them when it ends.  Scattered under a key
+    # derived from their content, the next run's shards would take the same keys, and the
+    # scheduler, handling the earlier release late, dropped them under the running tasks
+    # ("lost dependencies"): a run repeated in a notebook failed at random.
+    distributed = pytest.importorskip("distributed")
+    corpus = data[1]
+    whole = _run(data, corpus)
+    with (
+        distributed.LocalCluster(
+            processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        for _ in range(6):
+            _assert_same(whole, _run(data, corpus, backend="dask", client=client, shards=3))

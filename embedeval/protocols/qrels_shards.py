@@ -156,6 +156,10 @@ def corpus_search(
         # a float32 reader goes as its stored rows: a worker's scan reads them as float32
         # block by block, and the near documents are decided here, on the float32 rows
         sources = [s.stored if isinstance(s, Float32Rows) else s for s in sources]
-        sources = [client.scatter(s) if isinstance(s, np.ndarray) else s for s in sources]
+        # random keys (hash=False): keys from the content would be the previous run's on the
+        # same corpus, and its late release would drop them under this run's tasks
+        sources = [
+            client.scatter(s, hash=False) if isinstance(s, np.ndarray) else s for s in sources
+        ]
         progress = False
     return CorpusSearch(docs, pieces, sources, client, progress)
