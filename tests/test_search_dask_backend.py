@@ -163,3 +163,47 @@ def test_twins_are_ties_ranked_by_index_like_the_oracle(client):
     _, want, _ = oracle.evaluate(x[:10], y[:10], x, y, ref_includes_query=True, **kw)
     for m in kw["metrics"]:
         np.testing.assert_allclose(remote.per_query[m][:10], want[m], rtol=1e-12, err_msg=m)
+
+
+def test_full_depth_runs_repeated_on_the_same_data():
+    # Full-depth map scatters the whole task; scattered under a key derived from its content,
+    # the next run on the same data took the same key, and the scheduler, handling the
+    # earlier release late, dropped it under the running tasks ("lost dependencies").
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3000, 4)).astype(np.float32)
+    y = rng.integers(0, 10, 3000)
+    kw = dict(metrics=["map"], progress=False)
+    local = evaluate(x[:500], y[:500], x, y, **kw)
+    with (
+        distributed.LocalCluster(
+            processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        for _ in range(8):
+            _same(local, evaluate(x[:500], y[:500], x, y, backend="dask", client=client, **kw))
+
+
+def test_a_cancelled_task_raises_its_error():
+    # as_completed(with_results=True) hands a cancelled future's error over as its result
+    # instead of raising it; it must not be taken for a block of values.
+    import embedeval.search.dask_backend as dask_backend
+
+    class _Client:
+        def scatter(self, data, **kwargs):
+            return data
+
+        def submit(self, fn, *args, **kwargs):
+            return fn
+
+        def cancel(self, futures):
+            pass
+
+    error = distributed.client.FutureCancelledError("k", reason="lost dependencies")
+
+    def as_completed(futures, with_results):
+        yield futures[0], error
+
+    blocks = dask_backend._on_workers(_Client(), as_completed, None, iter([(len,)]), False)
+    with pytest.raises(distributed.client.FutureCancelledError, match="lost dependencies"):
+        next(blocks)

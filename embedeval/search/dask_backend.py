@@ -130,11 +130,15 @@ def _on_workers(
     worker cancels every future (nothing of the run is kept or left running)."""
     futures = []
     try:
-        shared_future = client.scatter(shared, broadcast=True)
+        # random key (hash=False): a key from the content would be the previous run's on the
+        # same data, and its late release would drop it under this run's tasks
+        shared_future = client.scatter(shared, broadcast=True, hash=False)
         for fn, *args in work:
             futures.append(client.submit(fn, shared_future, *args, pure=False))
         with progress_bar(len(futures), "query blocks", enabled=progress) as bar:
             for _, block in as_completed(futures, with_results=True):
+                if isinstance(block, BaseException):  # a cancelled task's error, not raised
+                    raise block
                 yield block
                 bar.update(1)
     except BaseException:
