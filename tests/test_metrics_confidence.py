@@ -1254,3 +1254,14 @@ def test_evaluate_with_every_query_lone_still_returns_without_confidence_metrics
     with pytest.warns(ee.EmbedevalWarning, match="lone"):
         res = ee.evaluate(x, np.arange(6), confidences=np.arange(6.0))
     assert res.confidence == {}
+
+
+def test_integer_confidences_float64_cannot_separate_are_an_error():
+    # 2**53 + 1 and 2**53 are one float64: compared as floats they would silently tie.
+    from sklearn.metrics import roc_auc_score
+
+    c = np.array([2**53 + 1, 2**53, 7], dtype=np.int64)
+    for call in (cf.error_reject_curve, cf.confidence_auroc, cf.best_threshold_accuracy):
+        with pytest.raises(InputError, match="confidence holds the distinct integers"):
+            call([1, 0, 1], c)
+    assert cf.confidence_auroc([1, 0, 1], c - 7) == pytest.approx(roc_auc_score([1, 0, 1], c - 7))

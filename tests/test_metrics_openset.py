@@ -116,3 +116,18 @@ def test_threshold_is_reported_in_sigma_units():
     out = os_.open_set_detection(g, sigma, tpr=0.75, higher_is_confident=False)
     # t = 0.3 accepts 3/4 enrolled and no out query
     assert (out["threshold"], out["fpr_at_tpr"]) == (0.3, 0.0)
+
+
+def test_integer_confidences_float64_cannot_separate_are_an_error():
+    # 2**53 + 1 and 2**53 are one float64: compared as floats they would silently tie (an
+    # AUROC of 1/2 where the correct order gives 1).
+    from sklearn.metrics import roc_auc_score
+
+    c = np.array([2**53 + 1, 2**53, 7], dtype=np.int64)
+    g = [1, 0, 1]
+    for call in (os_.open_set_detection, lambda g, c: os_.open_set_reject_curve(g, g, c)):
+        with pytest.raises(InputError, match="confidence holds the distinct integers"):
+            call(g, c)
+    # shifted into float64's exact range, the same order is accepted and ranked right
+    got = os_.open_set_detection(g, c - 7)["auroc"]
+    assert got == pytest.approx(roc_auc_score(g, [2, 1, 0]))

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..utils.errors import InputError
 from ..utils.validation import as_vector, check_bool, check_probability
-from .curves import auroc, warn_single_class
+from .curves import auroc, refuse_merged_integers, warn_single_class
 from .scores import kept_error_sums
 
 __all__ = ["OpenSetCurve", "open_set_detection", "open_set_reject_curve"]
@@ -30,6 +30,8 @@ def _enrolled_and_confidence(
             "in_gallery must be 0/1 (1 = the query's class is in the gallery); got "
             f"{g[~np.isin(g, (0.0, 1.0))][0]}."
         )
+    # compared as float64: distinct integers that round to one float would silently tie
+    refuse_merged_integers(confidence, "confidence")
     c = as_vector(confidence, "confidence", length=g.size, length_of="in_gallery")
     return g == 1.0, (c if higher_is_confident else -c)
 

@@ -3,7 +3,8 @@ correctness, confidence bins and tie-averaged sums of kept errors.
 
 :mod:`embedeval.metrics.selective`, :mod:`embedeval.metrics.calibration` and
 :mod:`embedeval.metrics.openset` build on
-these; nothing here imports another module of the package above ``_validation``.
+these; nothing here imports another module of the package but the validation helpers and
+:mod:`~embedeval.metrics.curves`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from ..utils.errors import InputError
 from ..utils.validation import as_vector, check_bool
+from .curves import refuse_merged_integers
 
 __all__ = [
     "bin_index",
@@ -42,6 +44,8 @@ def scores_and_confidence(
     """
     check_bool(higher_is_confident, "higher_is_confident")
     s = as_vector(scores, name, allow_nan=True)
+    # compared as float64: distinct integers that round to one float would silently tie
+    refuse_merged_integers(confidence, "confidence")
     c = as_vector(confidence, "confidence", length=s.size, length_of=name)
     if np.any((s < 0) | (s > 1)):
         bad = np.flatnonzero((s < 0) | (s > 1))
