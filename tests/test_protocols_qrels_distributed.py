@@ -276,3 +276,14 @@ def test_dask_runs_repeated_on_the_same_corpus(data):
     ):
         for _ in range(6):
             _assert_same(whole, _run(data, corpus, backend="dask", client=client, shards=3))
+
+
+@pytest.mark.parametrize("distance", ["cosine", "euclidean", "inner_product"])
+def test_a_bad_row_in_a_shard_is_named_by_its_corpus_row(data, distance):
+    # each shard is scanned by itself; its error must count rows from the corpus's first
+    corpus = data[1].copy()
+    corpus[437, 2] = np.nan
+    for shards in (None, 3, [corpus[:200], corpus[200:401], corpus[401:]]):
+        whole = None if isinstance(shards, list) else corpus
+        with pytest.raises(InputError, match="corpus row 437 holds NaN"):
+            _run(data, whole, shards=shards, distance=distance)

@@ -264,9 +264,11 @@ def corpus_block(
     distance: str,
     out: np.ndarray | None = None,
     centre: np.ndarray | None = None,
+    first_row: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rows ``start:stop`` as float32 (unit rows for cosine; minus the exact ``centre`` when
-    given) and their squared norms (before normalising), checked finite: the only copy of
+    given) and their squared norms (before normalising), checked finite (a bad row named by
+    its index plus ``first_row``: a shard's rows by their corpus row): the only copy of
     corpus rows ever made (into ``out`` when given)."""
     raw = np.asarray(corpus[start:stop])
     if raw.dtype == np.float32 and centre is None:
@@ -280,7 +282,7 @@ def corpus_block(
         blk, sq = unit_rows(src, np.empty(raw.shape, np.float32) if out is None else out)
     else:
         sq = np.einsum("ij,ij->i", src, src)
-    _check_finite(sq, start, distance)
+    _check_finite(sq, first_row + start, distance)
     if distance == "cosine":  # never into the caller's corpus; the norms are not used further
         return blk, np.minimum(sq, np.finfo(np.float32).max).astype(np.float32)
     if out is not None and src is raw:  # a contiguous copy was asked for
@@ -381,8 +383,10 @@ class CorpusScan:
     the exact translation of the Euclidean rows (:func:`corpus_centre`), ``ties`` the tie
     rule (``"trec_eval"`` orders re-scored documents by their float64 score, see
     :func:`rank_keys`); ``m_sq`` bounds the squared norm of every block read so far;
-    ``precision`` is the product's (``"float32"``, or a device product's ``"tf32"`` /
-    ``"bf16"``: :func:`embedeval.search.torch_backend.torch_product`).  ``exact``: the float32
+    ``first_row``: the corpus row of the scanned rows' first (a shard's offset), so that an
+    error names a bad row by its corpus row.  ``precision`` is the product's (``"float32"``,
+    or a device product's ``"tf32"`` / ``"bf16"``:
+    :func:`embedeval.search.torch_backend.torch_product`).  ``exact``: the float32
     scores are the exact scores (small integers under a float32 product,
     :func:`integer_scores`): every band is zero, equal scores are exact ties ranked by tie key,
     and nothing is re-scored in float64; ``cosine_sq``: such a scan runs cosine as the inner
@@ -408,6 +412,7 @@ class CorpusScan:
     precision: str = "float32"
     exact: bool = False
     cosine_sq: float | None = None
+    first_row: int = 0
     q_sq: np.ndarray = field(init=False)
     chunk: int = field(init=False)
     n_chunks: int = field(init=False)
@@ -604,8 +609,8 @@ def _block(
         out = None if buffer[0] is None else buffer[0][a - start : b - start]
         if scan.scales_columns and not as_unit:
             rows = np.asarray(corpus[a:b]) if direct else _as_float32(corpus[a:b], out)
-            return rows, cosine_scales(rows, a)
-        return corpus_block(corpus, a, b, scan.distance, out, scan.centre)
+            return rows, cosine_scales(rows, scan.first_row + a)
+        return corpus_block(corpus, a, b, scan.distance, out, scan.centre, scan.first_row)
 
     done = [r for _, r in in_order(read, range(len(parts)), scan.n_threads)]
     if scan.scales_columns and any(d[1] is None for d in done):
@@ -1790,7 +1795,8 @@ def _spanned(
 def measure_norms(corpus: np.ndarray, scan: CorpusScan) -> None:
     """Set :attr:`CorpusScan.m_sq` from every corpus row (one read, no product)."""
     for start, stop in block_bounds(corpus.shape[0], scan.block):
-        scan.see(corpus_block(corpus, start, stop, scan.distance, None, scan.centre)[1])
+        rows = corpus_block(corpus, start, stop, scan.distance, None, scan.centre, scan.first_row)
+        scan.see(rows[1])
         release_pages(corpus, start, stop)
 
 

@@ -143,6 +143,8 @@ class ShardPlan:
     progress: bool | None
     exact: bool = False
     cosine_sq: float | None = None
+    #: The corpus row of the plan's first row (errors name a shard's rows by their corpus row).
+    first_row: int = 0
 
     @classmethod
     def of(cls, scan: CorpusScan, progress: bool | None) -> ShardPlan:
@@ -150,7 +152,7 @@ class ShardPlan:
         return cls(
             scan.queries, scan.query_norms, scan.raw, scan.centre, scan.distance, scan.depth,
             scan.keys, scan.excluded.query, scan.excluded.row, scan.ties, scan.block,
-            scan.n_threads, progress, scan.exact, scan.cosine_sq,
+            scan.n_threads, progress, scan.exact, scan.cosine_sq, scan.first_row,
         )  # fmt: skip
 
     def piece(self, start: int, stop: int) -> ShardPlan:
@@ -161,6 +163,7 @@ class ShardPlan:
             keys=self.keys[start:stop],
             excluded_query=self.excluded_query[sel],
             excluded_row=self.excluded_row[sel] - start,
+            first_row=self.first_row + start,
         )
 
     def scan(self) -> CorpusScan:
@@ -170,6 +173,7 @@ class ShardPlan:
             Pairs(self.excluded_query, self.excluded_row), block=self.block,
             n_threads=self.n_threads, progress=self.progress, raw=self.raw,
             centre=self.centre, ties=self.ties, exact=self.exact, cosine_sq=self.cosine_sq,
+            first_row=self.first_row,
         )  # fmt: skip
 
 
