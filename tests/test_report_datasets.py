@@ -138,6 +138,8 @@ _X, _Y = np.r_[np.eye(3), -np.eye(3)], np.array([0, 1, 0, 1, 0, 1])
     ("call", "match"),
     [
         (lambda: ds.reality_check_example(10, 4), "which must be 1, 2 or 3"),
+        (lambda: ds.reality_check_example(10, True), "which must be 1, 2 or 3; got True"),
+        (lambda: ds.sigma_rank_correlation_sweep(50, fraction=None), r"^fraction must be"),
         (lambda: ds.reality_check_example(0, 1), "n"),
         (lambda: ds.reality_check_example(2.5, 1), "n"),
         (lambda: ds.gaussian_clusters(3, 5, 2), "n_classes"),

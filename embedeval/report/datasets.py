@@ -56,7 +56,7 @@ def reality_check_example(
     (True, [1, 0, 0, 0, 1, 1])
     """
     n = check_int(n, "n")
-    if which not in REALITY_CHECK_BANDS:
+    if isinstance(which, (bool, np.bool_)) or which not in REALITY_CHECK_BANDS:  # True == 1
         raise InputError(f"which must be 1, 2 or 3; got {which!r}.")
     rng = np.random.default_rng(seed)
     bands = np.asarray(REALITY_CHECK_BANDS[which])
@@ -318,6 +318,7 @@ def sigma_rank_correlation_sweep(
     true_corrupted_sigma = _nonneg(true_corrupted_sigma, "true_corrupted_sigma")
     noise = _nonneg(noise, "noise")
     rng = np.random.default_rng(seed)
+    fraction = check_probability(fraction, "fraction", open_left=False)  # this one has no indices=
     mask = _pick(check_int(n_items, "n_items"), fraction, None, seed)
     truth = np.where(mask, true_corrupted_sigma, clean_sigma) + rng.random(mask.size) * noise
     stats, pvalues = [], []
