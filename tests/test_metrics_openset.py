@@ -105,8 +105,10 @@ def test_bad_input():
         os_.open_set_detection([2, 1], [0.1, 0.2])
     with pytest.raises(InputError, match="tpr"):
         os_.open_set_detection([0, 1], [0.1, 0.2], tpr=1.5)
-    with pytest.raises(InputError, match="scores"):
+    with pytest.raises(InputError, match=r"scores\[0\] = nan of an enrolled query \(1 such\)"):
         os_.open_set_reject_curve([np.nan, 1], [1, 0], [0.1, 0.2])
+    with pytest.raises(InputError, match=r"scores\[1\] = 1.5 of an enrolled query"):
+        os_.open_set_reject_curve([0.5, 1.5, 2.0], [1, 1, 0], [0.1, 0.2, 0.3])
 
 
 def test_threshold_is_reported_in_sigma_units():

@@ -114,9 +114,9 @@ def open_set_reject_curve(
     (cost kept - cost rejected), the best possible order.
 
     ``scores`` are per-query values in [0, 1] of the enrolled queries (e.g. precision_at_1);
-    their value on out-of-gallery queries is ignored (NaN allowed there).  Ties: a tied block
-    cut by j contributes its mean gain per query (the expectation over orders of the block), as
-    :func:`embedeval.metrics.selective.error_reject_curve`.  Zero division: never.
+    their value on out-of-gallery queries is ignored (NaN allowed there, not infinity).  Ties:
+    a tied block cut by j contributes its mean gain per query (the expectation over orders of
+    the block), as :func:`embedeval.metrics.selective.error_reject_curve`.  Zero division: never.
 
     Examples
     --------
@@ -127,10 +127,13 @@ def open_set_reject_curve(
     enrolled, c = _enrolled_and_confidence(in_gallery, confidence, higher_is_confident)
     raw = as_vector(scores, "scores", length=enrolled.size, length_of="in_gallery", allow_nan=True)
     s = np.where(enrolled, raw, 0.0)
-    if np.isnan(s).any() or (s < 0).any() or (s > 1).any():
+    bad = np.isnan(s) | (s < 0) | (s > 1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
         raise InputError(
-            "scores must be finite values in [0, 1] for every enrolled query (NaN is allowed "
-            "only where in_gallery is 0)."
+            f"scores must be finite values in [0, 1] for every enrolled query; scores[{i}] = "
+            f"{float(raw[i])} of an enrolled query ({int(bad.sum())} such). NaN is allowed only "
+            "where in_gallery is 0."
         )
     keep_cost = np.where(enrolled, 1.0 - s, 1.0)
     reject_cost = np.where(enrolled, 1.0, 0.0)
