@@ -337,3 +337,11 @@ def test_result_round_trip_with_int_labels():
     back = ee.EvaluationResult.from_dict(res.to_dict())
     assert set(back.per_class["precision_at_1"]) == {2**40, 7}
     assert back.query_labels.dtype.kind == "i"
+
+
+def test_per_class_keys_of_nanosecond_dates_are_dates():
+    # tolist() of datetime64[ns] gives plain ints, which tables and figures showed as numbers
+    res = ev(np.array([1, 1, 2, 3, 3], dtype="datetime64[ns]"))
+    keys = list(res.per_class["map"])
+    assert keys == [np.datetime64(1, "ns"), np.datetime64(3, "ns")]
+    assert all(isinstance(k, np.datetime64) for k in keys)

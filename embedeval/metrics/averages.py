@@ -64,7 +64,9 @@ def aggregate(
     # cost as much as a quarter of a small leave-one-out evaluation); an object array keeps its
     # elements as they are, so numpy scalars among mixed labels are converted one by one.
     keys = uniques[present].tolist()
-    if uniques.dtype == object:
+    if uniques.dtype.kind in "mM" and keys and isinstance(keys[0], int):
+        keys = list(uniques[present])  # nanosecond dates, which tolist() makes plain ints
+    elif uniques.dtype == object:
         keys = [k.item() if isinstance(k, np.generic) else k for k in keys]
     per_class = dict(zip(keys, class_means.tolist(), strict=True))
     value = float(class_means.mean()) if average == "macro" else float(values[ok].mean())

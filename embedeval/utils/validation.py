@@ -417,7 +417,7 @@ def _refuse_text_beside_numbers(arr: np.ndarray, name: str) -> None:
     for i, v in enumerate(arr):
         if isinstance(v, (str, bytes)):
             text = i if text is None else text
-        elif isinstance(v, numbers.Number):
+        elif isinstance(v, numbers.Number) and not isinstance(v, np.timedelta64):  # a duration
             number = i if number is None else number
         if text is not None and number is not None:
             raise InputError(
