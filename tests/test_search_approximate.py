@@ -147,6 +147,31 @@ def test_trained_index_is_saved_and_reused(grid, tmp_path):
     np.testing.assert_array_equal(res2.per_query["r_precision"], exact2.per_query["r_precision"])
 
 
+@pytest.mark.parametrize("move", ["offset", "tiny"])
+def test_trained_index_searches_the_data_it_was_trained_on(move):
+    # Data far from the origin (translated by the engine) or tiny (scaled by a power of two):
+    # an index trained on the caller's rows must be filled and searched with those rows, so
+    # its lists are those faiss gives for them.  Oracle: the same trained index searched by
+    # faiss directly, P@1 read off its list with a plain loop.
+    rng = np.random.default_rng(11)
+    y = rng.integers(0, 60, 3000)
+    x = rng.standard_normal((60, 16))[y] + 0.8 * rng.standard_normal((3000, 16))
+    x = (x + 1000.0 if move == "offset" else x * 2.0**-45).astype(np.float32)
+    trained = train_index(x, "IVF32,Flat", seed=1)
+    res = evaluate(x, y, metrics=["precision_at_1"], index=trained, index_params={"nprobe": 1})
+    oracle_index = faiss.clone_index(trained)
+    oracle_index.add(x)
+    oracle_index.nprobe = 1
+    _, ids = oracle_index.search(x, 2)
+    p1 = []
+    for q in range(len(x)):
+        found = [i for i in ids[q] if i >= 0 and i != q]
+        p1.append(float(bool(found) and y[found[0]] == y[q]))
+    exact = evaluate(x, y, metrics=["precision_at_1"])
+    assert not np.array_equal(p1, exact.per_query["precision_at_1"])  # nprobe=1 misses some
+    np.testing.assert_array_equal(res.per_query["precision_at_1"], p1)
+
+
 def test_int_k_makes_map_and_mrr_possible(grid):
     x, y, _ = grid
     exact = evaluate(x, y, metrics=["map", "mrr"], k=30)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -175,6 +176,41 @@ def _prepare(x: np.ndarray, distance: str) -> np.ndarray:
     return x
 
 
+@dataclass(frozen=True)
+class _Space:
+    """The coordinates faiss sees: the task's rows are the caller's times ``2**scale`` minus
+    ``centre`` (:class:`embedeval.engine.task.RetrievalTask`); an index trained before the call
+    (:func:`train_index`, a saved file) learnt its centroids and codebooks on the caller's
+    rows, so it is added to and searched with those, recovered exactly (both steps invert
+    exact operations), and its distances are brought back to the task's scale."""
+
+    scale: int = 0
+    centre: np.ndarray | None = None
+
+    def rows(self, x: np.ndarray, distance: str) -> np.ndarray:
+        """Rows of ``task.query`` / ``task.reference`` as the index must see them."""
+        if self.centre is not None:
+            x = np.asarray(x, dtype=np.float32) + self.centre
+        if self.scale:
+            x = np.ldexp(np.asarray(x, dtype=np.float32), -self.scale)
+        return _prepare(x, distance)
+
+    def keys(self, dist: np.ndarray) -> np.ndarray:
+        """faiss's distances or products on the task's scale (both grow like 2**(2 scale))."""
+        return np.ldexp(dist, 2 * self.scale) if self.scale else dist
+
+
+def _space(task: RetrievalTask, idx: Any, given: bool) -> _Space:
+    """The task's own coordinates for an index trained here or needing no training (a flat
+    index: its products stay those of the centred rows), the caller's for one trained before."""
+    import faiss
+
+    flat = isinstance(faiss.downcast_index(idx), faiss.IndexFlat)
+    if not given or not idx.is_trained or flat:
+        return _Space()
+    return _Space(int(task.scale), task.centre)
+
+
 def _train(
     idx: Any,
     xb: np.ndarray,
@@ -268,7 +304,9 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
             "search."
         )
     timings: dict[str, float] = {}
-    idx, desc, n_train = _filled_index(task, options.index, index_params, options.seed, timings)
+    idx, desc, n_train, space = _filled_index(
+        task, options.index, index_params, options.seed, timings
+    )
     candidates = np.flatnonzero(task.relevant > 0)
     n_sample = min(options.exact_sample, candidates.size)
     rng = np.random.default_rng(options.seed)
@@ -276,7 +314,7 @@ def search(task: RetrievalTask, options: Any) -> Iterator[ScoredBlock]:
     ranked = np.minimum(np.maximum(depth - 1, 0), task.n_valid)  # positions the metrics read
     seen = _SampleRecord(sample, ranked, task.metrics)
     t0 = time.perf_counter()
-    search_k = yield from _search_all(idx, task, depth, seen, options.memory_budget,
+    search_k = yield from _search_all((idx, space), task, depth, seen, options.memory_budget,
                                       options.progress)  # fmt: skip
     timings["search_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -299,12 +337,16 @@ def _filled_index(
     index_params: dict[str, Any],
     seed: int,
     timings: dict[str, float],
-) -> tuple[Any, str, int]:
+) -> tuple[Any, str, int, _Space]:
     """The faiss index of ``index`` trained (unless it is) and holding the task's reference,
-    its description and the rows it was trained on; ``timings`` gets train_s and add_s."""
+    its description, the rows it was trained on and the coordinates it works in; ``timings``
+    gets train_s and add_s."""
     n_ref = int(task.reference.shape[0])
     t0 = time.perf_counter()
     idx, desc = _open_index(index, int(task.reference.shape[1]), task.distance)
+    # A factory string builds the index here; an object or a file may arrive trained.
+    given = not isinstance(index, (str, os.PathLike)) or os.path.isfile(os.fspath(index))
+    space = _space(task, idx, given)
     n_train = _train(idx, task.reference, task.distance, seed)
     timings["train_s"] = time.perf_counter() - t0
     _set_params(idx, index_params)
@@ -312,9 +354,9 @@ def _filled_index(
     if idx.ntotal:
         idx.reset()  # keep the training, replace the vectors by this reference set
     for a in range(0, n_ref, _ADD_BLOCK):
-        idx.add(_prepare(task.reference[a : a + _ADD_BLOCK], task.distance))
+        idx.add(space.rows(task.reference[a : a + _ADD_BLOCK], task.distance))
     timings["add_s"] = time.perf_counter() - t0
-    return idx, desc, n_train
+    return idx, desc, n_train, space
 
 
 def _jsonable(v: Any) -> Any:
@@ -342,15 +384,15 @@ class _SampleRecord:
 
 
 def _search_all(
-    idx: Any,
+    index: tuple[Any, _Space],
     task: RetrievalTask,
     depth: np.ndarray,
     seen: _SampleRecord,
     memory_budget: int,
     progress: bool | None,
 ) -> Iterator[ScoredBlock]:
-    """Search every non-lone query, yield its cleaned list scored, record the sample's lists;
-    return the largest k asked of faiss."""
+    """Search every non-lone query in ``index`` (the faiss index and its coordinates), yield
+    its cleaned list scored, record the sample's lists; return the largest k asked of faiss."""
     n_query, n_ref = task.n_query, int(task.reference.shape[0])
     col_bits = max(1, int(n_ref - 1).bit_length())
     # Excluded references (self, same group) take slots in faiss's list: ask for that many more.
@@ -365,7 +407,7 @@ def _search_all(
     with progress_bar(n_query, "queries", enabled=progress) as bar:
         for start in range(0, n_query, block):
             stop = min(start + block, n_query)
-            code, counts = _block_lists(idx, task, exclusions, start, stop, k_query[start:stop],
+            code, counts = _block_lists(index, task, exclusions, start, stop, k_query[start:stop],
                                         need[start:stop], col_bits, dups)  # fmt: skip
             cands = sort_block(code, counts, start, col_bits, False)
             scored = task.scored(cands)
@@ -376,7 +418,7 @@ def _search_all(
 
 
 def _block_lists(
-    idx: Any,
+    index: tuple[Any, _Space],
     task: RetrievalTask,
     exclusions: Exclusions,
     start: int,
@@ -393,17 +435,19 @@ def _block_lists(
     an arbitrary order, so a full list drops its last tie block, and a query left with fewer
     than ``need`` valid references is searched again with twice the k.
     """
+    idx, space = index
     n_ref = int(task.reference.shape[0])
     kq = np.where(k_query > 0, 2 ** np.ceil(np.log2(np.maximum(k_query, 1))), 0)
     kq = np.minimum(kq, n_ref).astype(np.int64)
     pending = np.flatnonzero(kq > 0)
     parts, counts = [], np.zeros(stop - start, dtype=np.int64)
-    xq = _prepare(task.query[start:stop], task.distance)
+    xq = space.rows(task.query[start:stop], task.distance)
     while pending.size:
         retry = []
         for k in np.unique(kq[pending]):
             rows = pending[kq[pending] == k]
             dist, ids = idx.search(xq[rows], int(k))
+            dist = space.keys(dist)
             keys = dist if task.distance == "euclidean" else -dist
             got = ids >= 0
             complete = ~got[:, -1] | (k >= n_ref)  # fewer than k came back: nothing was cut
