@@ -224,6 +224,35 @@ def test_bad_index_arguments(grid, tmp_path):
         evaluate(z, y, index="Flat", distance="cosine")
 
 
+@pytest.mark.parametrize(
+    ("index", "params", "message"),
+    [
+        ("IVF16,Flat", {"nprobe": 0}, r"index_params\['nprobe'\] must be >= 1; got 0"),
+        ("IVF16,Flat", {"nprobe": -2}, r"index_params\['nprobe'\] must be >= 1; got -2"),
+        ("IVF16,Flat", {"nprobe": 2.5}, r"index_params\['nprobe'\] must be an integer"),
+        ("HNSW8", {"efSearch": 0}, r"index_params\['efSearch'\] must be >= 1"),
+        ("HNSW8", {"efSearch": 10**12}, r"index_params\['efSearch'\] must be <= 2147483647"),
+        ("IVF16,Flat", {"nprobe": True}, r"index_params\['nprobe'\] must be an integer"),
+    ],
+)
+def test_search_parameters_faiss_cannot_use_are_refused(grid, index, params, message):
+    # faiss casts every parameter from a double: nprobe=0 failed inside its search, a
+    # fraction was truncated and efSearch past 2**31 - 1 wrapped to a negative int.
+    x, y, _ = grid
+    with pytest.raises(InputError, match=message):
+        evaluate(x[:1000], y[:1000], index=index, index_params=params)
+
+
+def test_id_map_index_lists_reference_rows(grid):
+    # An IDMap index takes vectors only with ids; the ids are the reference rows.
+    x, y, _ = grid
+    res = evaluate(x, y, metrics=["precision_at_1", "map_at_r"], index="IDMap,Flat")
+    rows = np.arange(0, len(x), 250)
+    p1, mapr = _oracle_p1_mapr(x, y, rows)
+    np.testing.assert_array_equal(res.per_query["precision_at_1"][rows], p1)
+    np.testing.assert_allclose(res.per_query["map_at_r"][rows], mapr, rtol=1e-12)
+
+
 def test_bad_train_index_arguments(grid):
     x, _, _ = grid
     with pytest.raises(InputError, match="training_rows must be >= 1"):

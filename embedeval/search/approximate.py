@@ -10,6 +10,8 @@ their difference and a paired bootstrap confidence interval of the difference.
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import time
 from collections.abc import Iterator
@@ -272,6 +274,24 @@ def _two_level_centroids(ivf: Any, xt: np.ndarray, seed: int) -> None:
     ivf.quantizer.add(centroids)
 
 
+#: Search parameters that count something (inverted lists probed, graph candidates kept).
+#: faiss reads every value as a double and casts it: 0 makes the search itself fail, a
+#: fraction is truncated and a value past 2**31 - 1 wraps to a negative int.
+_COUNT_PARAMS = ("nprobe", "efSearch")
+
+
+def _check_param(name: str, value: Any) -> Any:
+    """``index_params[name]`` checked before faiss casts it (see :data:`_COUNT_PARAMS`)."""
+    label = f"index_params[{name!r}]"
+    if name.removeprefix("quantizer_") in _COUNT_PARAMS:
+        return check_int(value, label, minimum=1, maximum=2**31 - 1)
+    if isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, numbers.Real) and not math.isfinite(value)
+    ):
+        raise InputError(f"{label} must be a finite number; got {value!r}.")
+    return value
+
+
 def _set_params(idx: Any, params: dict[str, Any]) -> None:
     import faiss
 
@@ -279,6 +299,7 @@ def _set_params(idx: Any, params: dict[str, Any]) -> None:
     for name, value in params.items():
         if not isinstance(name, str):
             raise InputTypeError(f"index_params keys must be strings; got {name!r}.")
+        value = _check_param(name, value)
         try:
             space.set_index_parameter(idx, name, value)
         except (RuntimeError, TypeError) as exc:
@@ -354,7 +375,11 @@ def _filled_index(
     if idx.ntotal:
         idx.reset()  # keep the training, replace the vectors by this reference set
     for a in range(0, n_ref, _ADD_BLOCK):
-        idx.add(space.rows(task.reference[a : a + _ADD_BLOCK], task.distance))
+        rows = space.rows(task.reference[a : a + _ADD_BLOCK], task.distance)
+        if hasattr(idx, "id_map"):  # IDMap / IDMap2 take ids only: the reference rows
+            idx.add_with_ids(rows, np.arange(a, a + rows.shape[0], dtype=np.int64))
+        else:
+            idx.add(rows)
     timings["add_s"] = time.perf_counter() - t0
     return idx, desc, n_train, space
 
