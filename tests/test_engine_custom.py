@@ -138,10 +138,22 @@ def test_bad_custom_metrics(custom, match):
         ee.evaluate(x, y, custom_metrics=custom)
 
 
-@pytest.mark.parametrize("depth", ["r", 0, -2, 2.5, True])
+@pytest.mark.parametrize("depth", ["r", 0, -2, 2.5, True, 2**63 - 1, 2**64])
 def test_bad_depth(depth):
     with pytest.raises(ee.InputError, match="depth"):
         ee.RetrievalMetric(ap, depth=depth)
+
+
+def test_cutoff_far_beyond_the_references_reads_the_whole_ranking():
+    # k + 1 (the item after the cut-off) must not wrap around int64: with k = 2**62 every
+    # relevant reference lies within the cut-off, so the hit rate is 1 for every query that
+    # has one and a custom count of hits over R_q is 1 as well.
+    x, y = _data(40)
+    hits = ee.RetrievalMetric(lambda rel, n: rel.sum(axis=1) / n, depth=2**62)
+    res = ee.evaluate(x, y, metrics=[f"recall_at_{2**62}"], custom_metrics={"hits": hits})
+    has_peer = np.array([(y == y[i]).sum() > 1 for i in range(len(y))])
+    np.testing.assert_array_equal(res.per_query[f"recall_at_{2**62}"][has_peer], 1.0)
+    np.testing.assert_array_equal(res.per_query["hits"][has_peer], 1.0)
 
 
 def test_custom_depth_deeper_than_k_is_refused():

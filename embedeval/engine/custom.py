@@ -89,13 +89,16 @@ class RetrievalMetric:
             raise InputTypeError(
                 f"RetrievalMetric needs a function fn(relevant, n_relevant); got {self.fn!r}."
             )
+        from .registry import MAX_CUTOFF
+
         depth = self.depth
         if isinstance(depth, (bool, np.bool_)) or not (
-            depth in ("R", "all") or (isinstance(depth, (int, np.integer)) and depth >= 1)
+            depth in ("R", "all")
+            or (isinstance(depth, (int, np.integer)) and 1 <= depth <= MAX_CUTOFF)
         ):
             raise InputError(
                 f"RetrievalMetric depth={depth!r} is not valid; use 'R' (R_q items, like MAP@R), "
-                "'all' (the whole ranking) or a positive int."
+                "'all' (the whole ranking) or a positive int of at most 2**62."
             )
         _check_range(self.value_range)
 

@@ -21,6 +21,7 @@ from ..utils.validation import suggest
 
 __all__ = [
     "DEFAULT_METRICS",
+    "MAX_CUTOFF",
     "METRICS",
     "PML_ALIASES",
     "MetricInfo",
@@ -173,11 +174,15 @@ def default_metrics(depth: int | None) -> tuple[str, ...]:
     return DEFAULT_METRICS[:-1] + ((f"recall_at_{depth}",) if depth > 1 else ())
 
 
-_AT_K = re.compile(r"^(recall|precision|map)_at_([1-9][0-9]*)$")
+_AT_K = re.compile(r"(recall|precision|map)_at_([1-9][0-9]*)")
+#: The largest k of ``recall_at_{k}`` / ``precision_at_{k}`` / ``map_at_{k}`` and of a custom
+#: metric's int depth: far above any reference set, and k + 1 (the item that shows a tie at
+#: the cut-off) still fits int64 with room to spare.
+MAX_CUTOFF = 2**62
 
 
 def _at_k_info(name: str) -> MetricInfo | None:
-    match = _AT_K.match(name)
+    match = _AT_K.fullmatch(name)  # not re.match with "$", which also takes "recall_at_5\n"
     if match is None:
         return None
     family, cutoff = match.group(1), int(match.group(2))
@@ -274,5 +279,12 @@ def parse_metrics(metrics: str | Iterable[str] | None) -> list[MetricInfo]:
                 f"{', '.join(_FIXED)}, recall_at_<k>, precision_at_<k>, map_at_<k> (k a positive "
                 "integer)."
             )
-        out.setdefault(name, METRICS[name])
+        info = METRICS[name]
+        if info.cutoff is not None and info.cutoff > MAX_CUTOFF:
+            raise InputError(
+                f"metrics: {raw!r} asks for the {info.cutoff} nearest references; k may be at "
+                f"most 2**62 ({MAX_CUTOFF}), and any k at or above the number of references "
+                "already reads the whole ranking: use that number or a smaller k."
+            )
+        out.setdefault(name, info)
     return list(out.values())
