@@ -28,6 +28,13 @@ CUSTOM = {
 BUILTIN = {"my_map_at_r": "map_at_r", "my_map": "map", "my_precision_at_5": "precision_at_5"}
 
 
+def _half_nan(relevant, n_relevant):
+    """Hits over R_q, NaN for every other query (NaN would read as a lone query)."""
+    value = relevant.sum(axis=1) / n_relevant
+    value[::2] = np.nan
+    return value
+
+
 def _data(n, dim=4, n_classes=6, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.integers(-3, 4, size=(n, dim)).astype(np.float32)  # ties and duplicates
@@ -130,6 +137,9 @@ def test_custom_metrics_with_reject_from_both():
         ({"m": ap}, "RetrievalMetric"),
         ([ee.RetrievalMetric(ap)], "dict"),
         ({"m": ee.RetrievalMetric(lambda r, n: r.sum())}, "one value per query"),
+        ({"m": ee.RetrievalMetric(_half_nan)}, "'m' returned NaN for .* queries of a block"),
+        ({"m": ee.RetrievalMetric(lambda r, n: r.sum(1) / n + 1j)}, "dtype complex128"),
+        ({"m": ee.RetrievalMetric(lambda r, n: ["x"] * len(n))}, "'m' returned values of dtype"),
     ],
 )
 def test_bad_custom_metrics(custom, match):

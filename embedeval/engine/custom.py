@@ -42,7 +42,8 @@ class RetrievalMetric:
         the i-th query can see has its label; it is False past that query's own depth (and
         past the references it can see).  ``n_relevant`` (int64, shape (n_block,)) is R_q,
         the relevant references the query can see (always >= 1: lone queries are not passed
-        and get NaN).  Values are stored as float64.
+        and get NaN).  Values are stored as float64; NaN (which would read as a lone
+        query) and non-real values raise :class:`~embedeval.InputError` naming the metric.
     depth : "R", "all" or int
         How much of each query's ranking ``fn`` sees: ``"R"`` the first R_q items (like
         MAP@R), ``"all"`` the whole ranking (the engine stops at the last relevant item, since
@@ -197,11 +198,24 @@ def call_metric(
     ...             np.array([1, 2]), (0.0, 1.0)).tolist()
     [1.0, 0.5]
     """
-    value = np.asarray(fn(relevant, n_relevant), dtype=np.float64)
+    raw = np.asarray(fn(relevant, n_relevant))
+    if raw.dtype.kind not in "biuf":  # complex, text, objects: float64 would drop or fail
+        raise InputError(
+            f"custom metric {name!r} returned values of dtype {raw.dtype}; it must return real "
+            "numbers (float or int), one per query of the block."
+        )
+    value = raw.astype(np.float64)
     if value.shape != (relevant.shape[0],):
         raise InputError(
             f"custom metric {name!r} returned shape {value.shape}; it must return one value per "
             f"query of the block, shape ({relevant.shape[0]},)."
+        )
+    nan = np.isnan(value)
+    if nan.any():  # NaN marks a lone query: a NaN here would silently leave the mean
+        raise InputError(
+            f"custom metric {name!r} returned NaN for {int(nan.sum())} of the "
+            f"{value.size} queries of a block; lone queries (NaN) are never passed to it, so "
+            "return a number for every query (e.g. 0 where the formula divides by 0)."
         )
     low, high = value_range
     outside = (value < low) | (value > high)
