@@ -311,10 +311,11 @@ def _add_scale_options(g: Any) -> None:
     )
     g.add_argument(
         "--exact-sample",
-        type=_positive_int,
+        type=_count,
         default=None,
         metavar="N",
-        help="queries also searched exactly to measure --index's error (default: 10000)",
+        help="queries also searched exactly to measure --index's error (default: 10000; 0: "
+        "none, no error report)",
     )
     g.add_argument(
         "--memory-budget",

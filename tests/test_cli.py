@@ -52,6 +52,20 @@ def files(tmp_path):
     return tmp_path
 
 
+def test_exact_sample_zero_skips_the_error_report_like_the_api(files):
+    # evaluate(..., exact_sample=0) is valid (no query searched twice); the flag takes it too.
+    pytest.importorskip("faiss")
+    out = files / "out.json"
+    args = ("--index", "Flat", "--exact-sample", 0, "--json", out)
+    proc = run("evaluate", files / "ckpt.npz", *args)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["approximation"]["n_sample"] == 0
+    assert data["approximation"]["knn_recall"] is None
+    summary, _ = oracle.summary(X, Y, metrics=["map_at_r"])
+    assert data["metrics"]["map_at_r"] == pytest.approx(summary["map_at_r"])
+
+
 def test_evaluate_prints_and_writes_outputs_matching_the_oracle(files):
     proc = run(
         "evaluate",
