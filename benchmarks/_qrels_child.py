@@ -127,12 +127,12 @@ def main() -> None:
     if method == "full_depth":
         ee_metrics = list(FULL_DEPTH)
     if method in (
-        "embedeval", "embedeval_mmap", "embedeval_mmap16", "positives", "full_depth",
-        "torch_bf16", "shallow", "shallow_bf16",
+        "embedeval", "embedeval_mmap", "embedeval_mmap16", "positives", "positives_shallow",
+        "full_depth", "torch_bf16", "shallow", "shallow_bf16",
     ):  # fmt: skip
         import embedeval as ee
 
-        if method != "positives" and not hasattr(ee, "evaluate_qrels"):
+        if not method.startswith("positives") and not hasattr(ee, "evaluate_qrels"):
             print(json.dumps({"unavailable": "embedeval has no evaluate_qrels yet"}))
             return
     if method == "beir":
@@ -146,7 +146,7 @@ def main() -> None:
         beir_queries = {qid: qid for qid in data.query_ids}
         model = PrecomputedModel(data.queries, corpus, data.query_ids)
         torch.set_grad_enabled(False)
-    if method == "positives":
+    if method.startswith("positives"):
         positives = data.positives()
 
     base = peak_rss_mb()
@@ -223,6 +223,26 @@ def main() -> None:
                 "map (full depth)": got["map"],
                 "mrr (full depth)": got["mrr"],
                 "precision@10": got["precision_at_10"],
+            }
+        elif method == "positives_shallow":
+            with Timer() as t:
+                res = ee.evaluate(
+                    data.queries,
+                    None,
+                    corpus,
+                    None,
+                    positives=positives,
+                    metrics=["mrr", "precision_at_10", "recall_at_10"],
+                    k=10,
+                    distance="cosine",
+                    progress=False,
+                    **budget,
+                )
+            got = embedeval_values(res)
+            values = {
+                "mrr@10": got["mrr"],
+                "precision@10": got["precision_at_10"],
+                "hit rate@10": got["recall_at_10"],
             }
         else:
             raise ValueError(method)

@@ -42,6 +42,9 @@ anonymous and file-backed parts):
    streamed corpus engine: each positive's rank counted, no row sorted)
    (positives = each query's documents of grade >= 1) with ``map``, ``mrr`` (both full depth:
    that path has no cut-offs but ``precision_at_k``) and ``precision_at_10``.
+   ``positives_shallow``: the same path with the top-10 metrics only (``mrr`` and
+   ``precision_at_10`` under ``k=10``, the hit rate ``recall_at_10``): a positive that ten
+   documents certainly beat is no longer counted.
 7. ``torch_bf16``  ``embedeval`` with ``backend="torch", device="cpu", precision="bf16"``: the
    product of bfloat16 copies filters, the band it needs is re-scored in float64 (same values).
 8. ``full_depth``  ``evaluate_qrels`` with trec_eval's uncut ``ndcg`` and ``map`` (every
@@ -87,6 +90,7 @@ CASES = (
     "embedeval_mmap",
     "embedeval_mmap16",
     "positives",
+    "positives_shallow",
     "full_depth",
     "torch_bf16",
     "shallow",
@@ -393,7 +397,8 @@ def report(rows: dict[str, dict], corpus_mb: float, depth: int, limited: dict | 
             print(f"{case:<24} " + ", ".join(f"{k}={v:.6f}" for k, v in other.items()))
     ref = rows.get("faiss", {}).get("values")
     for case in ("beir", "embedeval", "embedeval_mmap", "embedeval_mmap16", "positives",
-                 "full_depth", "torch_bf16", "shallow", "shallow_bf16"):  # fmt: skip
+                 "positives_shallow", "full_depth", "torch_bf16", "shallow",
+                 "shallow_bf16"):  # fmt: skip
         vals = rows.get(case, {}).get("values")
         common = [n for n in names if ref and vals and n in vals]
         if common:
@@ -401,7 +406,8 @@ def report(rows: dict[str, dict], corpus_mb: float, depth: int, limited: dict | 
             print(f"max |{case} - faiss+pytrec_eval| over {', '.join(common)}: {diff:.2e}")
 
     print(f"\ntargets (corpus = {corpus_mb:.0f} MB):")
-    for case in ("embedeval", "embedeval_mmap", "embedeval_mmap16", "positives"):
+    for case in ("embedeval", "embedeval_mmap", "embedeval_mmap16", "positives",
+                 "positives_shallow"):  # fmt: skip
         r = rows.get(case)
         if not r or "seconds" not in r:
             state = "not run" if not r else ("not available" if "unavailable" in r else "failed")

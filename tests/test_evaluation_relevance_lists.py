@@ -433,3 +433,33 @@ def test_k_caps_the_places_every_metric_reads():
         want_map = sum((j + 1) / (p + 1) for j, p in enumerate(top)) / len(r)
         assert res.per_query["map"][i] == pytest.approx(want_map, abs=1e-12)
         assert res.per_query["mrr"][i] == pytest.approx(1 / (r[0] + 1) if r[0] < 5 else 0.0)
+
+
+@pytest.mark.parametrize("case", ["near", "tied"])
+def test_shallow_metrics_stop_counting_positives_past_their_places(monkeypatch, case):
+    """Blocks of 16 references: a positive that enough references certainly beat is past
+    every place the shallow metrics read, and is no longer counted in the next blocks; the
+    values and tie flags still match the float64 oracle and the full ranking's."""
+    import embedeval.engine.corpus as corpus_engine
+
+    monkeypatch.setattr(corpus_engine, "default_block", lambda *args: 16)
+    counted = []
+    real = corpus_engine.BeatCounter.counted_queries
+
+    def spy(self):
+        queries = real(self)
+        counted.append(queries.size)
+        return queries
+
+    monkeypatch.setattr(corpus_engine.BeatCounter, "counted_queries", spy)
+    xq, xb, pos, junk = tied_case(0.1) if case == "tied" else near_tie_case(3, False)
+    ranks = oracle_ranks(xq, xb, pos, junk, "euclidean")
+    n_valid = [xb.shape[0] - len(j) for j in junk]
+    res = ee.evaluate(xq, None, xb, None, positives=pos, junk=junk, metrics=SHALLOW)
+    assert counted[0] == sum(len(p) for p in pos) and counted[-1] < counted[0]
+    full = ee.evaluate(xq, None, xb, None, positives=pos, junk=junk, metrics=[*SHALLOW, "map"])
+    want = oracle_shallow(ranks, n_valid)
+    for name in SHALLOW:
+        np.testing.assert_allclose(res.per_query[name], want[name], rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(res.per_query[name], full.per_query[name])
+        assert res.n_ties[name] == full.n_ties[name]

@@ -1405,7 +1405,7 @@ def scan_ranks(
     """
     if equal and scan.exact:
         raise ValueError("an exact scan counts its ties: use exact_tie_ranks, not equal=True")
-    beats, p, r = count_beats(corpus, scan, pairs, bounds)
+    beats, p, r = count_beats(corpus, scan, pairs, bounds, cap)
     past = np.zeros(beats.size, dtype=bool) if cap is None else beats >= cap
     if past.any():
         keep = ~past[p]
@@ -1429,6 +1429,11 @@ class BeatCounter:
     of the bounds.  The band is that of the rows read so far (:meth:`widen`, once per block,
     before the block's work): the errors of this block's scores are within it.
 
+    ``cap`` (per pair, or None): a pair that ``cap`` or more documents certainly beat is past
+    every place a shallow metric reads, and is not counted further (from the next part of the
+    corpus a thread counts on), so a row whose pairs are all past costs one comparison per
+    score, and a query chunk whose pairs are all past no product (:meth:`counted_queries`).
+
     ``limit``: the near documents kept at most (None: all).  Past it the counter gives up
     (:attr:`overflowed`, :meth:`result` None), so that counting pairs that may not need it
     (:func:`scan_top`'s pass, before the top lists say which pairs lie beyond them) never
@@ -1448,8 +1453,10 @@ class BeatCounter:
         bounds: tuple[np.ndarray, np.ndarray],
         limit: int | None = None,
         pair_keys: np.ndarray | None = None,
+        cap: np.ndarray | None = None,
     ):
         self.scan, self.pairs, self.bounds, self.limit = scan, pairs, bounds, limit
+        self.cap = cap
         if pair_keys is None and scan.exact:
             if pairs.row.size and (pairs.row.min() < 0 or pairs.row.max() >= scan.keys.size):
                 raise ValueError("pairs outside this scan's rows need their pair_keys")
@@ -1471,6 +1478,11 @@ class BeatCounter:
         half = (band[self.pairs.query] + self.scan.underflow) / 2
         self.hi, self.lo = widen(self.bounds[1], half), widen_down(self.bounds[0], half)
 
+    def counted_queries(self) -> np.ndarray:
+        """The query of each pair still counted (all without a ``cap``)."""
+        query = self.pairs.query
+        return query if self.cap is None else query[self.beats < self.cap]
+
     def count(self, c: int, s: np.ndarray, first: int) -> None:
         """Count the scores ``s`` of query chunk ``c`` against corpus rows ``first ...``
         (threads may count other parts and chunks at the same time)."""
@@ -1479,6 +1491,11 @@ class BeatCounter:
         if a == b or self.overflowed:
             return
         idx, qs = self.order[a:b], self.q_sorted[a:b] - c * chunk
+        if self.cap is not None:  # counts read while others add to them: only ever too low
+            kept = self.beats[idx] < self.cap[idx]
+            idx, qs = idx[kept], qs[kept]
+            if not idx.size:
+                return
         rows = self.pairs.row[idx]
         # 1 where the pair's own document is among these scores and not excluded (NaN): it
         # then counts among the scores equal to the pair's or near it
@@ -1537,13 +1554,14 @@ def count_beats(
     scan: CorpusScan,
     pairs: Pairs,
     bounds: tuple[np.ndarray, np.ndarray],
+    cap: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pass of :func:`scan_ranks` over the corpus (:class:`BeatCounter`): per pair, the
     documents whose float32 score is more than half the band above its bounds (certainly
     better), and ``(pair, row)`` of the *near* documents, which :func:`near_wins` decides in
     float64.  (A corpus in shards counts in each shard's top pass instead:
     :func:`~embedeval.engine.corpus_shards.shard_top`.)"""
-    return _counting_pass(corpus, scan, pairs, bounds).result()  # no limit: never None
+    return _counting_pass(corpus, scan, pairs, bounds, cap).result()  # no limit: never None
 
 
 def exact_tie_ranks(
@@ -1565,13 +1583,18 @@ def exact_tie_ranks(
 
 
 def _counting_pass(
-    corpus: np.ndarray, scan: CorpusScan, pairs: Pairs, bounds: tuple[np.ndarray, np.ndarray]
+    corpus: np.ndarray,
+    scan: CorpusScan,
+    pairs: Pairs,
+    bounds: tuple[np.ndarray, np.ndarray],
+    cap: np.ndarray | None = None,
 ) -> BeatCounter:
-    """A :class:`BeatCounter` of ``pairs`` fed by one pass over the corpus."""
+    """A :class:`BeatCounter` of ``pairs`` (counted up to ``cap``) fed by one pass over the
+    corpus."""
     # no pass has measured the corpus yet (exact scores need no band, hence no norm)
     if scan.m_sq == 0.0 and scan.distance != "cosine" and not scan.exact:
         measure_norms(corpus, scan)
-    counter = BeatCounter(scan, pairs, bounds)
+    counter = BeatCounter(scan, pairs, bounds, cap=cap)
     counter.widen(scan.band())
 
     def work(task: tuple) -> None:
@@ -1579,9 +1602,10 @@ def _counting_pass(
         with scan.scores(c, part, sq, first) as s:
             counter.count(c, s, first)
 
-    chunks = np.unique(pairs.query // scan.chunk).tolist()
     with single_threaded_blas():
         for start, blk, norms in _blocks(corpus, scan, "docs (ranks)"):
+            # a chunk without a pair to count needs no product either
+            chunks = np.unique(counter.counted_queries() // scan.chunk).tolist()
             each(work, [(c, p) for p in scan.parts(start, blk, norms) for c in chunks],
                  scan.n_threads)  # fmt: skip
     scan.release_buffers()
