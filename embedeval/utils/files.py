@@ -36,6 +36,15 @@ def install_hint(extra: str) -> str:
 
 
 def _umask() -> int:
+    """The process's umask, read without changing it where Linux reports it: setting it to 0
+    and back would, for that instant, give files other threads create mode 0666."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
