@@ -128,6 +128,9 @@ def test_bad_inputs_one_line_exit_2_nothing_written(files):
     (d / "grade.txt").write_text("q1 0 doc1 1.5\n")
     proc = run(*_args(d)[:-1], d / "grade.txt", "--run", run_file)
     _one_line_error(proc, "grade.txt", "line 1", "integer")
+    (d / "huge.txt").write_text("q1 0 doc1 1\nq1 0 doc2 99999999999999999999\n")
+    proc = run(*_args(d)[:-1], d / "huge.txt", "--run", run_file)
+    _one_line_error(proc, "huge.txt", "line 2", "64-bit integer range")
     np.save(d / "wide.npy", np.zeros((200, 5), np.float32))
     proc = run(
         "retrieve",

@@ -51,6 +51,9 @@ def test_dict_ids_become_str_and_grades_int():
         ({1: {"d": 1}, "1": {"d": 1}}, ["appears twice", "'1'"]),
         ({"q": {1: 1, "1": 2}}, ["grades 1 and 2"]),
         ({"q1": [("d1", 1)]}, ["qrels['q1'] must be a dict"]),
+        ({"q1": {"d1": 2**63}}, ["qrels['q1']['d1'] = 9223372036854775808", "64-bit"]),
+        ({"q1": {"d1": -(2**63) - 1}}, ["64-bit"]),
+        ({"q1": {"d1": 1e19}}, ["1e+19", "64-bit"]),
         ({}, ["qrels is empty"]),
     ],
 )
@@ -104,6 +107,11 @@ def test_three_columns_crlf_blank_lines_and_gzip(tmp_path):
     assert read_qrels(gz) == expected
 
 
+def test_grades_at_the_ends_of_the_int64_range_are_accepted(tmp_path):
+    text = "q1 0 d1 9223372036854775807\nq1 0 d2 -9223372036854775808\n"
+    assert read_qrels(write(tmp_path, "q.txt", text)) == {"q1": {"d1": 2**63 - 1, "d2": -(2**63)}}
+
+
 def test_repeated_identical_judgment_and_integral_float_grade_are_accepted(tmp_path):
     path = write(tmp_path, "q.txt", "q1 0 d1 1\nq1 0 d1 1\nq1 0 d2 2.0\n")
     assert read_qrels(path) == {"q1": {"d1": 1, "d2": 2}}
@@ -117,6 +125,8 @@ def test_repeated_identical_judgment_and_integral_float_grade_are_accepted(tmp_p
         ("q1 d1 1\nq1 0 d2 1\n", ["line 2", "4 fields", "'query-id doc-id grade'"]),
         ("q1 0 d1 1\nq1 0 d2 high\n", ["line 2", "grade 'high' is not an integer"]),
         ("q1 0 d1 1\nq1 0 d2 0.5\n", ["line 2", "grade '0.5'"]),
+        ("q1 0 d1 1\nq1 0 d2 9223372036854775808\n", ["line 2", "64-bit integer range"]),
+        ("q1 d1 -9223372036854775809\n", ["line 1", "64-bit integer range"]),
         ("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\n", ["line 3", "2 fields"]),
         ("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\t\t1\n", ["line 3", "an empty field"]),
         ("qid\tdocid\trel\nq1\td1\t1\n", ["line 1", "'rel' is not an integer", "header"]),

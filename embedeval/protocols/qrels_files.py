@@ -1,8 +1,9 @@
 """Relevance judgments in, runs out: TREC and BEIR qrels readers, TREC run writer and reader.
 
 Qrels are ``{query_id: {doc_id: grade}}`` with ``str`` ids and ``int`` grades (0 or negative:
-judged non-relevant).  :func:`read_qrels` takes such a dict (ids may be ``int``: they become
-``str``; grades may be integral floats) or a file, whose format it reads off the content:
+judged non-relevant; within the int64 range, as trec_eval holds them).  :func:`read_qrels`
+takes such a dict (ids may be ``int``: they become ``str``; grades may be integral floats) or a
+file, whose format it reads off the content:
 
 * BEIR ``qrels/*.tsv``: a header line ``query-id<TAB>corpus-id<TAB>score``, then one
   tab-separated ``query-id corpus-id score`` line per judgment (ids may hold spaces);
@@ -38,6 +39,12 @@ from ..utils.files import write_text
 __all__ = ["read_qrels", "read_trec_run", "unfit_run_id", "write_trec_run"]
 
 _BEIR_HEADER = ("query-id", "corpus-id", "score")
+#: Grades are held in int64 arrays (trec_eval keeps them in a C long): the range they take.
+_GRADE_MIN, _GRADE_MAX = -(2**63), 2**63 - 1
+_RANGE_HINT = (
+    "grades must lie within the 64-bit integer range (-2**63 to 2**63 - 1, as trec_eval's C "
+    "long holds them); use grades on a smaller scale."
+)
 _WHITESPACE = re.compile(r"\s")
 
 
@@ -122,6 +129,8 @@ def _qrels_from_dict(source: Mapping) -> dict[str, dict[str, int]]:
                     f"qrels[{raw_qid!r}][{raw_doc!r}] = {value!r} is not an integer grade; "
                     "grades are integers (0 or negative: judged non-relevant)."
                 )
+            if not _GRADE_MIN <= grade <= _GRADE_MAX:
+                raise InputError(f"qrels[{raw_qid!r}][{raw_doc!r}] = {value!r}: {_RANGE_HINT}")
             if doc in judged and judged[doc] != grade:
                 raise InputError(
                     f"qrels[{raw_qid!r}]: document {doc!r} has grades {judged[doc]} and {grade} "
@@ -183,6 +192,8 @@ def _judgment(path: Path, number: int, line: str, split: Any, count: int, header
             f"{path}, line {number}: grade {fields[-1]!r} is not an integer; the last field of "
             f"'{layout}' is an integer grade (0 or negative: judged non-relevant).{hint}"
         )
+    if not _GRADE_MIN <= grade <= _GRADE_MAX:
+        raise FileFormatError(f"{path}, line {number}: grade {fields[-1]!r}: {_RANGE_HINT}")
     return fields[0], fields[-2], grade
 
 
