@@ -530,6 +530,20 @@ def _integers(values: list[int]) -> np.ndarray:
         return np.array(values, dtype=object)
 
 
+def _npz_ids(ids: np.ndarray, path: Path) -> list[str]:
+    """The ids of an ``.npz`` as str: a bytes array (dtype ``S``) decoded as UTF-8, since
+    ``str(b"d1")`` is ``"b'd1'"``, which no qrels id matches; numbers through ``str``."""
+    if ids.dtype.kind == "S":
+        try:
+            return [v.decode("utf-8") for v in ids.tolist()]
+        except UnicodeDecodeError as exc:
+            raise FileFormatError(
+                f"{path}: its ids array holds bytes that are not UTF-8 ({exc}); save the ids "
+                "as str."
+            ) from None
+    return [str(v) for v in ids.tolist()]
+
+
 def load_retrieval_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, list[str] | None]:
     """Embeddings for :func:`embedeval.evaluate_qrels`, and their ids when the file holds them.
 
@@ -564,7 +578,7 @@ def load_retrieval_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, list
         arrays = _read_npz(path, choose)
         arr = arrays["embeddings"]
         if "ids" in arrays:
-            ids = [str(v) for v in np.asarray(arrays["ids"]).ravel().tolist()]
+            ids = _npz_ids(np.asarray(arrays["ids"]).ravel(), path)
     else:
         arr = load_embeddings(path).embeddings
     if arr.ndim != 2 or arr.dtype.kind not in "fiu" or 0 in arr.shape:

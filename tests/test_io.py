@@ -194,3 +194,17 @@ def test_side_file_npz_with_several_arrays_names_the_key_to_use(tmp_path):
         load_array(tmp_path / "two.npz", what="groups")
     np.savez(tmp_path / "named.npz", other=Y[::-1], groups=Y)
     assert load_array(tmp_path / "named.npz", what="groups").tolist() == Y.tolist()
+
+
+def test_retrieval_npz_ids_stored_as_bytes_are_decoded(tmp_path):
+    from embedeval.io import load_retrieval_embeddings
+
+    x = np.eye(3, dtype=np.float32)
+    # an "S" array (ids encoded before saving): str() would give "b'd0'", matching no qrels id
+    np.savez(tmp_path / "b.npz", embeddings=x, ids=np.array([v.encode() for v in ["d0", "é", "7"]]))
+    assert load_retrieval_embeddings(tmp_path / "b.npz")[1] == ["d0", "é", "7"]
+    np.savez(tmp_path / "n.npz", embeddings=x, ids=np.array([7, 8, 9]))
+    assert load_retrieval_embeddings(tmp_path / "n.npz")[1] == ["7", "8", "9"]
+    np.savez(tmp_path / "bad.npz", embeddings=x, ids=np.array([b"a", b"\xff", b"c"]))
+    with pytest.raises(ee.utils.errors.FileFormatError, match="bad.npz: its ids array holds bytes"):
+        load_retrieval_embeddings(tmp_path / "bad.npz")

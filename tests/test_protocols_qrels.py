@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval.utils.errors import InputError
+from embedeval.utils.errors import InputError, InputTypeError
 
 from .oracle import fixed_order_keys, pytrec_measure
 
@@ -451,6 +451,24 @@ def test_bad_input_is_named():
             )
     with pytest.raises(InputError, match="gain="):
         ee.evaluate_qrels(queries, corpus, qrels, query_ids=qids, doc_ids=dids, gain="exp")
+
+
+@pytest.mark.parametrize("wrap", [np.array, list, lambda v: np.array(v, dtype=object)])
+def test_bytes_ids_are_refused_not_stringified(wrap):
+    # str(b"d1") is "b'd1'", which no qrels id matches: every judged document would count as
+    # absent from the corpus and every value would be 0 without a word.
+    corpus = np.float32([[1, 0], [0, 1]])
+    kw = dict(metrics=["mrr"], progress=False)
+    with pytest.raises(InputTypeError, match=r"doc_ids holds bytes \(b'd0'\)"):
+        ee.evaluate_qrels(
+            np.float32([[1, 0]]), corpus, {"q": {"d0": 1}}, query_ids=["q"],
+            doc_ids=wrap([b"d0", b"d1"]), **kw,
+        )  # fmt: skip
+    with pytest.raises(InputTypeError, match=r"query_ids holds bytes \(b'q'\)"):
+        ee.evaluate_qrels(
+            np.float32([[1, 0]]), corpus, {"q": {"d0": 1}}, query_ids=wrap([b"q"]),
+            doc_ids=["d0", "d1"], **kw,
+        )  # fmt: skip
 
 
 def test_exponential_gain_takes_grades_up_to_959_and_names_a_larger_one():

@@ -263,7 +263,9 @@ def _ids(ids: Any, n: int, name: str, rows: str) -> tuple[list[str], dict[str, i
     if ids is None:
         raise InputError(f"{name} is required: one id per {rows} row, e.g. {name}=['1', '2', ...].")
     arr = host_array(ids)
-    out = list(map(str, arr.tolist() if isinstance(arr, np.ndarray) else arr))
+    values = arr.tolist() if isinstance(arr, np.ndarray) else list(arr)
+    _refuse_bytes(values, name)
+    out = list(map(str, values))
     if len(out) != n:
         raise InputError(f"{name} has {len(out)} ids but there are {n} {rows} rows; give one each.")
     index = dict(zip(out, range(n), strict=True))
@@ -272,6 +274,17 @@ def _ids(ids: Any, n: int, name: str, rows: str) -> tuple[list[str], dict[str, i
         dup = next(v for v in out if v in seen or seen.add(v))
         raise InputError(f"{name} holds {dup!r} more than once; ids must be unique.")
     return out, index
+
+
+def _refuse_bytes(values: list[Any], name: str) -> None:
+    """Refuse bytes ids: ``str(b"d1")`` is ``"b'd1'"``, which no qrels id matches, so every
+    judged document would silently count as absent from the corpus (every metric 0)."""
+    found = next((v for v in values if isinstance(v, bytes)), None)
+    if found is not None:
+        raise InputTypeError(
+            f"{name} holds bytes ({found!r}); ids are str or int, compared as strings with the "
+            f"qrels ids. Decode them first, e.g. [v.decode() for v in {name}]."
+        )
 
 
 def _corpus(corpus: Any) -> np.ndarray | Float32Rows:
@@ -534,7 +547,7 @@ def evaluate_qrels(
         header) qrels file.  Grades are integers; 0 and negative grades are judged
         non-relevant.
     query_ids, doc_ids : sequence
-        One id per row (str or int; compared as strings), unique.
+        One id per row (str or int; compared as strings; bytes are refused), unique.
     metrics : list of str, optional
         IR metric names (:func:`embedeval.metrics.judged.parse_ir_metrics`; trec_eval, ranx and
         ir_measures spellings too).  Default: ndcg@10, map@100, mrr@10, recall@100,
