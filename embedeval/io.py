@@ -602,7 +602,8 @@ def read_ids(path: str | os.PathLike, what: str = "ids") -> list[str]:
     path = Path(path)
     _exists(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the first id
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except UnicodeDecodeError:
         raise FileFormatError(
             f"{path} is not a UTF-8 text file; {what} files hold one id per line."

@@ -208,3 +208,11 @@ def test_retrieval_npz_ids_stored_as_bytes_are_decoded(tmp_path):
     np.savez(tmp_path / "bad.npz", embeddings=x, ids=np.array([b"a", b"\xff", b"c"]))
     with pytest.raises(ee.utils.errors.FileFormatError, match="bad.npz: its ids array holds bytes"):
         load_retrieval_embeddings(tmp_path / "bad.npz")
+
+
+def test_an_ids_file_with_a_byte_order_mark(tmp_path):
+    from embedeval.io import read_ids
+
+    path = tmp_path / "ids.txt"
+    path.write_bytes(b"\xef\xbb\xbfq1\r\nq2\r\n")
+    assert read_ids(path) == ["q1", "q2"]

@@ -107,6 +107,18 @@ def test_three_columns_crlf_blank_lines_and_gzip(tmp_path):
     assert read_qrels(gz) == expected
 
 
+@pytest.mark.parametrize(
+    "text", ["q1 0 d1 1\nq2 0 d2 0\n", "query-id\tcorpus-id\tscore\nq1\td1\t1\n"]
+)
+def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path, text):
+    path = tmp_path / "qrels.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    plain = tmp_path / "plain.txt"
+    plain.write_bytes(text.encode())
+    assert read_qrels(path) == read_qrels(plain)
+    assert "q1" in read_qrels(path)
+
+
 def test_grades_at_the_ends_of_the_int64_range_are_accepted(tmp_path):
     text = "q1 0 d1 9223372036854775807\nq1 0 d2 -9223372036854775808\n"
     assert read_qrels(write(tmp_path, "q.txt", text)) == {"q1": {"d1": 2**63 - 1, "d2": -(2**63)}}

@@ -60,8 +60,8 @@ def _as_path(source: Any, name: str) -> Path:
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """Non-blank lines with their 1-based numbers, without the line ending."""
     opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8", newline=None) as fh:
+    try:  # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the first id
+        with opener(path, "rt", encoding="utf-8-sig", newline=None) as fh:
             for number, line in enumerate(fh, start=1):
                 line = line.rstrip("\r\n")
                 if line.strip():
