@@ -819,3 +819,18 @@ def test_image_arrays_of_integer_levels_show_those_levels(tmp_path):
         uri = re.search(r'<img src="data:image/png;base64,([^"]+)"', out.read_text("utf-8"))
         shown = np.asarray(Image.open(io.BytesIO(base64.b64decode(uri.group(1)))))
         assert shown.shape == (64, 43) and (shown == 100).all()
+
+
+def test_an_inner_product_run_shows_the_key_it_ranked_by():
+    # items at 1, 2, 4 (class 0) and 8 (class 1): every inner product names its pair, and
+    # the histograms show minus the inner products, not Euclidean distances
+    from embedeval.evaluation.figures import pair_distances, run_figures
+
+    x = np.float32([[1.0], [2.0], [4.0], [8.0]])
+    y = [0, 0, 0, 1]
+    res = ee.evaluate(x, y, metrics=["precision_at_1"], distance="inner_product", progress=False)
+    pos, neg = pair_distances(res, {"query": x, "query_labels": y})
+    assert set(pos.tolist()) <= {-2.0, -4.0, -8.0} and set(neg.tolist()) <= {-8.0, -16.0, -32.0}
+    assert pos.size and neg.size
+    fig = run_figures(res, {"query": x, "query_labels": y})["distance_histograms"]
+    assert fig.axes[0].get_xlabel() == "minus the inner product (lower: closer)"

@@ -88,7 +88,7 @@ def pair_distances(res: Any, inputs: dict[str, Any]) -> tuple[np.ndarray, np.nda
     else:
         x = np.concatenate([np.asarray(inputs["query"]), np.asarray(inputs["reference"])])
         y = _joint_labels(inputs["query_labels"], inputs["reference_labels"])
-    distance = "cosine" if res.settings["distance"] == "cosine" else "euclidean"
+    distance = res.settings["distance"]  # the run's own: what its rankings sorted by
     return positive_negative_distances(x, y, max_pairs=20_000, distance=distance, seed=0)
 
 
@@ -106,15 +106,21 @@ def _joint_labels(query_labels: Any, reference_labels: Any) -> np.ndarray:
     return np.concatenate([cq, cb])
 
 
+#: The histograms' axis for each distance of a run.
+_UNITS = {
+    "euclidean": "Euclidean distance",
+    "cosine": "cosine distance (1 - similarity)",
+    "inner_product": "minus the inner product (lower: closer)",
+}
+
+
 def _histograms(res: Any, inputs: dict[str, Any]) -> Any:
     from .. import plots
 
-    distance = "cosine" if res.settings["distance"] == "cosine" else "euclidean"
     pos, neg = pair_distances(res, inputs)
     if pos.size == 0 or neg.size == 0:
         return None
-    unit = "cosine distance (1 - similarity)" if distance == "cosine" else "Euclidean distance"
-    return plots.plot_distance_histograms(pos, neg, unit=unit)
+    return plots.plot_distance_histograms(pos, neg, unit=_UNITS[res.settings["distance"]])
 
 
 def _k_sweep(res: Any, inputs: dict[str, Any]) -> Any:

@@ -35,9 +35,10 @@ def positive_negative_distances(
     random pairs with different labels.  Up to ``max_pairs`` of each kind (i != j); memory is
     O(n + block), distances are computed in float64 blocks.  Cosine "distance" is
     1 - cosine similarity, which a zero vector does not have (an error, as on every cosine
-    path).  With several labels per item (a 2-D 0/1 indicator array) a positive
-    pair shares a label (drawn from a random (item, label) membership and another member of
-    that label) and a negative pair shares none.
+    path); ``distance="inner_product"`` gives minus the inner product, the key an
+    inner-product ranking sorts by (lower: closer).  With several labels per item (a 2-D 0/1
+    indicator array) a positive pair shares a label (drawn from a random (item, label)
+    membership and another member of that label) and a negative pair shares none.
 
     Examples
     --------
@@ -50,7 +51,7 @@ def positive_negative_distances(
     single = isinstance(embeddings, np.ndarray) and embeddings.dtype == np.float32
     x = as_embeddings(embeddings, "embeddings", dtype=np.float32 if single else np.float64)
     y = as_any_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
-    distance = check_choice(distance, "distance", ("euclidean", "cosine"))
+    distance = check_choice(distance, "distance", ("euclidean", "cosine", "inner_product"))
     if distance == "cosine" and (zero := zero_rows(x)).size:
         raise InputError(
             f"distance='cosine' needs non-zero vectors; {zero.size} row(s) of embeddings are "
@@ -101,6 +102,8 @@ def _pair_distances(x: np.ndarray, i: np.ndarray, j: np.ndarray, distance: str) 
         b = np.asarray(x[j[s : s + step]], dtype=np.float64)
         if distance == "euclidean":
             out[s : s + step] = np.linalg.norm(a - b, axis=1)
+        elif distance == "inner_product":
+            out[s : s + step] = -np.einsum("ij,ij->i", a, b) + 0.0  # no -0.0
         else:
             a /= np.linalg.norm(a, axis=1, keepdims=True)
             b /= np.linalg.norm(b, axis=1, keepdims=True)
