@@ -563,3 +563,34 @@ def test_cosine_ranks_rows_of_subnormal_values_exactly(backend):
     assert idx[0].tolist() == want
     _, idx = ee.neighbors(np.vstack([q, x]), 3, None, distance="cosine", **backend)
     assert idx[0].tolist() == [j + 1 for j in want]
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [{}, {"backend": "torch", "device": "cpu", "precision": "float32"},
+     {"backend": "torch", "device": "cpu", "precision": "bf16"}],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    ("distance", "x_scale", "q_scale"), [("inner_product", 1.0, 1e-43), ("euclidean", 1e-21, 1e-21)]
+)
+def test_keys_below_float32_normal_range_are_ranked_as_float64_ranks_them(
+    backend, distance, x_scale, q_scale
+):
+    # Products below float32's normal range (queries of norm 1e-43 against unit rows; tiny
+    # rows beside one query of norm 1 that keeps the data from being rescaled) err by up to
+    # the subnormal spacing, far beyond any bound relative to their tiny magnitude: each
+    # order must still be the one of the float64 keys.
+    if backend:
+        pytest.importorskip("torch")
+    found = 0
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        x = (rng.normal(0, 1, (40, 4)) * x_scale).astype(np.float32)
+        q = (rng.normal(0, 1, (30, 4)) * q_scale).astype(np.float32)
+        q[0] = 1.0
+        want = [
+            np.lexsort((np.arange(40), oracle.fixed_order_keys(row, x, distance)))[:5] for row in q
+        ]
+        _, idx = ee.neighbors(q, 5, x, distance=distance, **backend)
+        found += int((idx != np.array(want)).any(axis=1).sum())
+    assert found == 0

@@ -63,10 +63,12 @@ __all__ = [
     "key_magnitude",
     "reach_of",
     "reference_sq_bound",
+    "relative_bound",
     "rounding_of",
     "row_keys",
     "sq_norms",
     "task_norms",
+    "underflow_bound",
     "widen",
 ]
 
@@ -121,15 +123,60 @@ def key_bounds(
     q_sq = np.asarray(q_sq, dtype=np.float64)
     if scale == 0.0 and input_u == 0.0:  # exact keys (rounding_of("exact"))
         return np.zeros(q_sq.shape, dtype=np.float64)
+    c = relative_bound(dim, distance, scale, input_u)
+    magnitude = key_magnitude(q_sq, m_sq, distance)
+    return c * magnitude + underflow_bound(q_sq, m_sq, dim, distance, input_u)
+
+
+def relative_bound(dim: int, distance: str, scale: float = 1.0, input_u: float = 0.0) -> float:
+    """The factor ``c`` of :func:`key_bounds` on the keys' magnitude (:func:`key_magnitude`):
+    the part of ``B_q`` that scales with the data, valid while no step underflows.
+
+    >>> bool(relative_bound(8, "inner_product") > 9 * 2.0**-24)
+    True
+    """
     wide = 1.0 + 2.0**-20
     f64 = 8 * gamma(dim + 8, _U64)
     if distance == "euclidean":
-        c = (3 * gamma(dim + 3) * scale + 4 * input_u) * wide + f64
-    elif distance == "inner_product":
-        c = (gamma(dim + 1) * scale + 4 * input_u) * wide + f64
-    else:
-        c = (gamma(dim + 8) * scale + 4 * input_u) * wide + f64
-    return c * key_magnitude(q_sq, m_sq, distance)
+        return (3 * gamma(dim + 3) * scale + 4 * input_u) * wide + f64
+    if distance == "inner_product":
+        return (gamma(dim + 1) * scale + 4 * input_u) * wide + f64
+    return (gamma(dim + 8) * scale + 4 * input_u) * wide + f64
+
+
+#: float32's smallest normal number: a product or a sum whose result lies below it errs by up
+#: to this much in absolute terms, whether subnormals are kept (2**-150) or flushed to zero.
+_TINY32 = 2.0**-126
+
+
+def underflow_bound(
+    q_sq: np.ndarray, m_sq: float | np.ndarray, dim: int, distance: str, input_u: float = 0.0
+) -> np.ndarray:
+    """Per query, the absolute part of ``B_q``: the float32 underflow that the relative bound
+    (:func:`relative_bound`) does not cover.
+
+    A relative bound holds only for results in float32's normal range.  Keys of rows whose
+    products fall below it (an inner-product query of norm 1e-40 against unit rows, or tiny
+    rows beside a set whose largest value keeps them from being rescaled) err by up to
+    ``2**-126`` per product or sum, at most ``3 dim + 8`` of them per key, far beyond a
+    relative bound on their tiny magnitude.  A product that first rounds its inputs
+    (``input_u > 0``: bfloat16, TF32) may also read an input below ``2**-126`` as zero,
+    losing at most ``2**-126`` times the other factor in each term: ``2**-126 (2 sqrt(dim)
+    (||q|| + M) + 2)`` over the terms of ``2 q.x`` and the squared norms of the canonical
+    Euclidean product.  Data in the normal range make this a negligible widening.
+
+    >>> bool(underflow_bound(np.array([1e-80]), 1.0, 4, "inner_product")[0] >= 20 * 2.0**-126)
+    True
+    """
+    q_sq = np.asarray(q_sq, dtype=np.float64)
+    out = np.full(q_sq.shape, (3 * dim + 8) * _TINY32)
+    if input_u:
+        if distance == "cosine":  # unit rows
+            norms = 2.0 * np.ones(q_sq.shape)
+        else:
+            norms = np.sqrt(q_sq) + np.sqrt(m_sq)
+        out += _TINY32 * (2.0 * np.sqrt(dim) * norms + 2.0)
+    return out
 
 
 def float64_key_bounds(q_sq: np.ndarray, m_sq: float, dim: int, distance: str) -> np.ndarray:
@@ -837,9 +884,9 @@ class Reach:
         bound = key_bounds(q_sq, self.m_sq, self.dim, self.distance, self.scale, self.input_u)
         if self.distance != "euclidean":
             return 2.0 * bound
-        # B(q, x) = c (||q|| + ||x||)^2 (key_bounds with ||q|| = 1, M = 0)
-        one = np.ones(1)
-        c = float(key_bounds(one, 0.0, self.dim, self.distance, self.scale, self.input_u)[0])
+        # B(q, x) = c (||q|| + ||x||)^2 + the underflow term, which does not shrink with R
+        c = relative_bound(self.dim, self.distance, self.scale, self.input_u)
+        tiny = 2.0 * underflow_bound(q_sq, self.m_sq, self.dim, self.distance, self.input_u)
         qn, m = np.sqrt(q_sq), np.sqrt(self.m_sq)
         band = 2.0 * bound
         t = np.asarray(tau, dtype=np.float64)
@@ -847,10 +894,10 @@ class Reach:
             return band
         for _ in range(2):
             with np.errstate(invalid="ignore", over="ignore"):
-                s = np.maximum((1 + c) ** 2 * q_sq + (1 - c) * (c * q_sq + t + band), 0.0)
+                s = np.maximum((1 + c) ** 2 * q_sq + (1 - c) * (c * q_sq + t + band + tiny), 0.0)
                 r = ((1 + c) * qn + np.sqrt(s)) / (1 - c)
             r = np.where(np.isfinite(t), np.minimum(r, m), m)
-            band = 2.0 * c * (qn + r) ** 2
+            band = 2.0 * c * (qn + r) ** 2 + tiny
         return band * (1.0 + 2.0**-30)
 
     def widen(self, rows: Any, tau: np.ndarray) -> np.ndarray:
