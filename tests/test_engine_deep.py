@@ -687,3 +687,17 @@ def test_a_few_identical_rows_under_other_labels_send_only_their_rows_to_the_ban
     banded = _banded_rows_of_a_checked_run(monkeypatch, xq, yq, xr, yr, distance)
     # the queries of one of the pair's two labels hold a tie across kinds; only they are banded
     assert 0 < banded == int(np.isin(yq, [yr[3], yr[10]]).sum())
+
+
+def test_band_members_of_subnormal_bands_are_all_found():
+    # A band a few subnormal steps wide (keys of a zero query, or of products below float32's
+    # normal range) makes the bucket scale 1 / width overflow float32: every key in the band
+    # must still be returned, each once, checked against the band itself.
+    keys = np.zeros((2, 6), dtype=np.float32)
+    keys[1] = [0.0, 1.0, -1.0, 0.0, 2e-45, 1e-44]
+    relevant = np.array([[1, 0, 1, 0, 0, 1], [1, 0, 0, 1, 1, 1]], dtype=bool)
+    lo, hi = np.float32([-4e-45, -4e-45]), np.float32([6e-45, 6e-45])
+    r, c, _, rel = deep._band_members(keys, relevant, np.array([0, 1]), lo, hi)
+    want = [(i, j) for i in range(2) for j in range(6) if lo[i] <= keys[i, j] <= hi[i]]
+    assert sorted(zip(r.tolist(), c.tolist(), strict=True)) == want
+    np.testing.assert_array_equal(rel, relevant[r, c])

@@ -676,9 +676,11 @@ def _band_members(
     marked = np.zeros((rows.size, n_bucket), dtype=bool)
     for step_up in range(3):
         marked[item, np.minimum(lo_b + step_up, hi_b)] = True
-    # Keys spread past float32's range (a difference that overflows): every key is checked.
+    # Keys spread past float32's range (a difference that overflows), or bands so narrow
+    # (subnormal keys) that 1 / step overflows and every difference maps to an end bucket:
+    # every key is checked.
     with np.errstate(over="ignore"):
-        marked[~np.isfinite(span.astype(np.float32)) | ~(inv > 0)] = True
+        marked[~np.isfinite(span.astype(np.float32)) | ~(inv > 0) | ~np.isfinite(inv)] = True
     sub = keys if rows.size == keys.shape[0] else keys[rows]
     at = _buckets(sub, base[:, None], inv[:, None], n_bucket)
     if rows.size * n_bucket >= 2**31:
