@@ -191,6 +191,22 @@ def test_macro_intervals_and_the_torch_backend_are_refused_before_the_search():
         ee.evaluate(x, y, metrics=["map"], backend="torch")
 
 
+def test_gpu_tensors_with_label_sets_take_the_local_engine(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import embedeval.search.options as options
+
+    # CPU tensors stand in for GPU ones: the check that lets a GPU tensor choose the backend
+    # sees every tensor as one on a device.
+    monkeypatch.setattr(options, "is_device_tensor", lambda x: isinstance(x, torch.Tensor))
+    x, y = _data(n=40)
+    single = ee.evaluate(torch.from_numpy(x), np.arange(40) % 3, metrics=["map"])
+    assert single.settings["backend"] == "torch"  # the stand-in selects the torch backend
+    for backend in ({}, {"backend": "local"}):
+        res = ee.evaluate(torch.from_numpy(x), y, metrics=METRICS, progress=False, **backend)
+        assert res.settings["backend"] == "local"
+        _check(res, brute_rankings(x, y))
+
+
 def test_micro_intervals_resample_queries():
     x, y = _data(n=60)
     res = ee.evaluate(x, y, metrics=["map"], ci=0.9, n_boot=200, seed=0, progress=False)

@@ -134,7 +134,8 @@ def evaluate(
         ``"dask"`` ships query blocks to the workers of ``client`` (a ``dask.distributed.Client``).
         ``"torch"`` runs the exact search and the metric kernels with PyTorch on ``device``
         (needs ``pip install torch``); torch tensors on a GPU select it by themselves and are
-        evaluated where they are, without a copy to the host.
+        evaluated where they are, without a copy to the host (except with multi-label labels,
+        which it does not support: the local engine then searches a host copy).
     block_size : int, optional
         Queries per block; default from ``memory_budget`` (bytes of working memory per thread).
     progress : bool, optional
