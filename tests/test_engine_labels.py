@@ -105,6 +105,21 @@ def test_query_and_reference_sets_match_brute_force():
     _check(res, brute_rankings(xq, yq, xr, yr))
 
 
+def test_sparse_indicator_matrices_match_brute_force():
+    sparse = pytest.importorskip("scipy.sparse")
+    x, y = _data(n=90)
+    xq, yq, xr, yr = x[:30], y[:30], x[30:], y[30:]
+    res = ee.evaluate(xq, sparse.csr_matrix(yq), xr, sparse.csr_matrix(yr), metrics=METRICS)
+    _check(res, brute_rankings(xq, yq, xr, yr))
+    ev = ee.Evaluator(metrics=METRICS)
+    ev.update(x, sparse.csr_matrix(y))
+    _check(ev.compute(), brute_rankings(x, y))
+    bad = y.copy()
+    bad[3, 1] = 2
+    with pytest.raises(InputError, match="query_labels must hold only 0 and 1"):
+        ee.evaluate(x, sparse.csr_matrix(bad))
+
+
 def test_groups_match_brute_force():
     x, y = _data()
     g = np.random.default_rng(3).integers(0, 6, len(x))

@@ -440,7 +440,7 @@ def as_label_indicator(
     >>> as_label_indicator([[1, 0], [1, 1]]).tolist()
     [[True, False], [True, True]]
     """
-    arr = _asarray(y, name)
+    arr = _asarray(_dense(y), name)
     if arr.ndim != 2 or arr.shape[1] < 2:
         raise InputError(
             f"{name} must be a 2-D 0/1 indicator array (n, n_labels) like the queries' labels; "
@@ -468,6 +468,14 @@ def as_label_indicator(
                 f"{arr[i].tolist()!r}. Multi-label targets are 0/1 columns, one per label."
             )
     return arr.astype(bool)
+
+
+def _dense(y: Any) -> Any:
+    """A scipy sparse matrix (``MultiLabelBinarizer(sparse_output=True)`` gives one) as a
+    dense array, which numpy would otherwise read as one object of shape (); else ``y``."""
+    if hasattr(y, "toarray") and hasattr(y, "nnz"):
+        return y.toarray()
+    return y
 
 
 def as_any_labels(
