@@ -24,7 +24,8 @@ from embedeval.metrics.pairs import positive_negative_distances
 from embedeval.utils.errors import InputError
 
 # Points 0, 1, 3, 7 on a line with labels {A}, {B}, {A, B}, {A}.  Leave-one-out, by hand:
-# AP 7/12, 1/2, 1, 5/6 (map 35/48); nearest neighbours 1, 0, 1, 2, so P@1 = 0, 0, 0, 1.
+# AP 7/12, 1/2, 1, 5/6 (map 35/48); nearest neighbours 1, 0, 1, 2, so P@1 = 0, 0, 1, 1
+# (point 3's {A, B} shares B with point 1, point 7's {A} shares A with point 3).
 X4 = np.float32([[0, 0], [1, 0], [3, 0], [7, 0]])
 Y4 = np.array([[1, 0], [0, 1], [1, 1], [1, 0]], dtype=np.int8)
 
@@ -68,6 +69,7 @@ def _average_precision(x: np.ndarray, y: np.ndarray) -> list[float]:
 def test_bootstrap_of_a_multi_label_run_resamples_queries_and_refuses_classes():
     res = ee.evaluate(X4, Y4, metrics=["map", "precision_at_1"])
     assert res["map"] == pytest.approx(35 / 48, abs=1e-15)
+    assert res.per_query["precision_at_1"].tolist() == [0, 0, 1, 1]
     # micro resamples queries and reads no class: the intervals of the bare per-query values
     plain = {m: res.per_query[m] for m in ("map", "precision_at_1")}
     assert ee.bootstrap_ci(res, n_boot=300) == ee.bootstrap_ci(plain, n_boot=300)
