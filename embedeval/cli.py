@@ -1012,11 +1012,16 @@ def _check_row_counts(
 def _refuse_all_lone(res: Any, path: str) -> None:
     if res.n_queries and res.n_lone == res.n_queries and res.per_query:
         n_labels = len(label_sizes(res.query_labels))
-        unique = " every label is unique: wrong labels file?" if n_labels == res.n_queries else ""
+        hint = " every label is unique: wrong labels file?" if n_labels == res.n_queries else ""
+        share, form = (
+            ("sharing a label", "one row of 0/1 label indicators per item")
+            if np.ndim(res.query_labels) == 2
+            else ("with its label", "one label per row")
+        )
         raise InputError(
             f"{path}: every one of the {res.n_queries} queries is lone (no other reference "
-            f"with its label), so no retrieval metric is defined;{unique} Check --labels / "
-            "--reference-labels (one label per row, same order as the embeddings)."
+            f"{share}), so no retrieval metric is defined;{hint} Check --labels / "
+            f"--reference-labels ({form}, same order as the embeddings)."
         )
 
 

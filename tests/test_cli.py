@@ -1104,6 +1104,10 @@ def test_evaluate_multi_label_indicators(tmp_path, stored):
     bad = run("evaluate", "x.npy" if stored != "npz key" else "xy.npz", "--labels", "bad.npy",
               cwd=tmp_path)  # fmt: skip
     _one_line_error(bad, "one column", "0/1 indicators")
+    apart = np.array([[1, 0], [0, 1], [0, 0], [0, 0]])
+    np.savez(tmp_path / "apart.npz", embeddings=x, labels=apart)
+    lone = run("evaluate", "apart.npz", cwd=tmp_path)  # no two rows share a label
+    _one_line_error(lone, "no other reference sharing a label", "0/1 label indicators per item")
 
 
 def _main_status(argv):
