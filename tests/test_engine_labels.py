@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import embedeval as ee
-from embedeval.utils.errors import InputError
+from embedeval.utils.errors import InputError, InputTypeError
 
 
 # ---------------------------------------------------------------------------- brute force
@@ -103,6 +103,19 @@ def test_query_and_reference_sets_match_brute_force():
     xq, yq, xr, yr = x[:50], y[:50], x[50:], y[50:]
     res = ee.evaluate(xq, yq, xr, yr, metrics=METRICS, progress=False)
     _check(res, brute_rankings(xq, yq, xr, yr))
+
+
+def test_data_frames_of_mixed_or_nullable_columns_match_brute_force():
+    pd = pytest.importorskip("pandas")
+    x, y = _data(n=60, n_labels=3)
+    # numpy reads both frames as objects: bool beside int columns, and nullable Int8 columns
+    mixed = pd.DataFrame({"a": y[:, 0].astype(bool), "b": y[:, 1], "c": y[:, 2]})
+    nullable = pd.DataFrame({c: pd.array(y[:, i], dtype="Int8") for i, c in enumerate("abc")})
+    for frame in (mixed, nullable):
+        _check(ee.evaluate(x, frame, metrics=METRICS, progress=False), brute_rankings(x, y))
+    nullable.loc[4, "b"] = None
+    with pytest.raises(InputTypeError, match="query_labels must hold 0/1 numbers"):
+        ee.evaluate(x, nullable)
 
 
 def test_sparse_indicator_matrices_match_brute_force():

@@ -457,6 +457,7 @@ def as_label_indicator(
             f"{name} has {arr.shape[1]} label columns but the query labels have {n_labels}; "
             "both indicator arrays must list the same labels in the same columns."
         )
+    arr = _numbers_of_objects(arr)
     if arr.dtype != bool:
         if arr.dtype.kind not in "iuf":
             raise InputTypeError(f"{name} must hold 0/1 numbers or booleans; got {arr.dtype}.")
@@ -468,6 +469,23 @@ def as_label_indicator(
                 f"{arr[i].tolist()!r}. Multi-label targets are 0/1 columns, one per label."
             )
     return arr.astype(bool)
+
+
+def _numbers_of_objects(arr: np.ndarray) -> np.ndarray:
+    """An object array of plain numbers and booleans as float64; else ``arr`` unchanged.
+
+    A pandas DataFrame whose columns mix bool and int, or use the nullable ``Int8`` dtype, comes
+    out of ``np.asarray`` as objects although each value is a 0/1 number (a missing value, not
+    a number, keeps the array as it is, to be refused by its dtype).
+
+    >>> _numbers_of_objects(np.array([[True, 0], [1, 1.0]], dtype=object)).dtype
+    dtype('float64')
+    """
+    if arr.dtype != object or not all(
+        isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating)) for v in arr.flat
+    ):
+        return arr
+    return np.array([float(v) for v in arr.flat], dtype=np.float64).reshape(arr.shape)
 
 
 def _dense(y: Any) -> Any:
