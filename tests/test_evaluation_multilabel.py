@@ -94,6 +94,13 @@ def test_paired_comparison_of_multi_label_runs_by_hand():
     c = ee.evaluate(X4, other, metrics=["map"])
     with pytest.raises(InputError, match="at 1 of 4 queries, first at query 3 .'1' vs '0'"):
         ee.compare({"a": a, "c": c})
+    # the row with only label column 0 and the label 0 both read '0': the forms are named
+    wider = ee.evaluate(X4, np.hstack([Y4, np.zeros((4, 1), np.int8)]), metrics=["map"])
+    one = ee.evaluate(X4, Y4.argmax(axis=1), metrics=["map"])
+    with pytest.raises(InputError, match="as 3 indicator columns but 'a' as 2 indicator"):
+        ee.compare({"a": a, "w": wider})
+    with pytest.raises(InputError, match="as one label per query but 'a' as 2 indicator"):
+        ee.compare({"a": a, "one": one})
 
 
 # --------------------------------------------------------------------------- the Evaluator

@@ -514,6 +514,7 @@ def _common_average(runs: list[Any], names: list[str]) -> str:
                 "queries in the same order."
             )
         labels = np.asarray(r.query_labels, dtype=object)
+        _check_label_form(labels, first_labels, name, names[0])
         bad = _differing_rows(labels, first_labels)
         if bad.size:
             i = int(bad[0])
@@ -530,6 +531,22 @@ def _common_average(runs: list[Any], names: list[str]) -> str:
                 f"average={average!r}; evaluate every checkpoint with the same average."
             )
     return average
+
+
+def _check_label_form(labels: np.ndarray, first: np.ndarray, name: str, first_name: str) -> None:
+    """Refuse labels of another form (one per query against an indicator array, or indicator
+    arrays of different widths) by their forms: row by row, their label texts can read alike
+    (label 0 and the row that has only label column 0 both print as ``'0'``)."""
+    if labels.shape[1:] == first.shape[1:]:
+        return
+
+    def form(a: np.ndarray) -> str:
+        return f"{a.shape[1]} indicator columns" if a.ndim == 2 else "one label per query"
+
+    raise InputError(
+        f"checkpoint {name!r} has its query labels as {form(labels)} but {first_name!r} as "
+        f"{form(first)}; paired comparison needs the same queries with the same labels."
+    )
 
 
 def _differing_rows(labels: np.ndarray, first: np.ndarray) -> np.ndarray:
