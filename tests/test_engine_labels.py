@@ -211,12 +211,23 @@ def test_cluster_metrics_are_refused():
         ee.evaluate(x, y, metrics=["map", "nmi"])
 
 
-def test_macro_intervals_and_the_torch_backend_are_refused_before_the_search():
+def test_macro_intervals_are_refused_before_the_search():
     x, y = _data(n=40)
     with pytest.raises(InputError, match="average='micro'"):
         ee.evaluate(x, y, metrics=["map"], ci=0.9, n_boot=10, average="macro")
-    with pytest.raises(InputError, match="backend='local'"):
-        ee.evaluate(x, y, metrics=["map"], backend="torch")
+
+
+@pytest.mark.parametrize("precision", ["float32", "bf16"])
+def test_torch_backend_matches_brute_force(precision):
+    torch = pytest.importorskip("torch")
+    x, y = _data(n=90)
+    g = np.arange(90) % 4
+    opts = {"backend": "torch", "device": "cpu", "precision": precision, "progress": False}
+    res = ee.evaluate(torch.from_numpy(x), y, metrics=METRICS, query_groups=g, **opts)
+    assert res.settings["torch"]["engine"] == "local label sets"
+    _check(res, brute_rankings(x, y, qg=g))
+    res = ee.evaluate(x[:30], y[:30], x[30:], y[30:], metrics=METRICS, **opts)
+    _check(res, brute_rankings(x[:30], y[:30], x[30:], y[30:]))
 
 
 def test_gpu_tensors_with_label_sets_take_the_local_engine(monkeypatch):

@@ -135,7 +135,7 @@ def evaluate(
         ``"torch"`` runs the exact search and the metric kernels with PyTorch on ``device``
         (needs ``pip install torch``); torch tensors on a GPU select it by themselves and are
         evaluated where they are, without a copy to the host (except with multi-label labels,
-        which it does not support: the local engine then searches a host copy).
+        which the local engine ranks from a host copy, whichever backend).
     block_size : int, optional
         Queries per block; default from ``memory_budget`` (bytes of working memory per thread).
     progress : bool, optional

@@ -390,11 +390,6 @@ def _check_label_sets(settings: EvaluationSettings) -> None:
             "ci= with average='macro' resamples classes, which multi-label labels (a 2-D "
             "indicator array) do not partition; use average='micro' (queries are resampled)."
         )
-    if settings.search.engine == "torch":
-        raise InputError(
-            "backend='torch' does not support multi-label labels (a 2-D indicator array) yet; "
-            "use backend='local' (the default)."
-        )
 
 
 # ---------------------------------------------------------------------------- summarise

@@ -56,12 +56,13 @@ from ..engine.decide import decide_task_block, first_k, rounding_of, task_norms
 from ..engine.deep import deep_applies, deep_blocks, filter_precision
 from ..engine.exact import DEFAULT_MEMORY_BUDGET, TINY_NORM
 from ..engine.integers import exact_in_float32
+from ..engine.labels import is_label_sets
 from ..engine.threads import one_torch_thread
 from ..engine.torch_decide import decide_on_device
 from ..engine.torch_kernels import DeviceKernels
 from ..utils.errors import InputError
 from ..utils.progress import progress_bar
-from .local import with_exact_keys
+from .local import local_blocks, with_exact_keys
 from .options import TorchOptions
 
 __all__ = [
@@ -820,6 +821,9 @@ def torch_blocks(task: Any, options: TorchOptions) -> Generator[Any, None, dict[
     if not task.has_work:
         return {}
     device = _device(torch, options)
+    if is_label_sets(task.query_codes):  # the device kernels compare one label per item
+        yield from _label_set_blocks(task, options)
+        return {"device": str(device), "precision": "float32", "engine": "local label sets"}
     depth, threshold = task.depth()
     need = np.minimum(depth, task.n_valid)
     label = None if threshold is None else (threshold, task.query_codes, task.reference_codes)
@@ -954,6 +958,19 @@ def _local_deep(task: Any, device: Any) -> bool:
     50,000 rows, ``map`` + P@1: 53 s against 1.6-1.8 s), with the same values.  Its filter is its
     own (float64 keys, or exact ones on small integers) whatever ``precision`` asked."""
     return device.type == "cpu" and deep_applies(task)
+
+
+def _label_set_blocks(task: Any, options: TorchOptions) -> Iterator[Any]:
+    """The local engine's scored blocks of a multi-label ``task`` (packed label sets, which
+    this module's kernels and label cut-offs do not read), on host copies of its rows: the
+    same values as ``backend="local"``, whatever the device."""
+    xq = to_host(task.query)
+    xb = xq if task.reference is task.query else to_host(task.reference)
+    yield from local_blocks(
+        replace(task, query=xq, reference=xb),
+        memory_budget=options.memory_budget,
+        progress=options.progress,
+    )
 
 
 def _deep_blocks(task: Any, options: TorchOptions, bar: Any) -> Iterator[Any]:
