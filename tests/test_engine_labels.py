@@ -235,15 +235,14 @@ def test_gpu_tensors_with_label_sets_take_the_local_engine(monkeypatch):
     import embedeval.search.options as options
 
     # CPU tensors stand in for GPU ones: the check that lets a GPU tensor choose the backend
-    # sees every tensor as one on a device.
+    # sees every tensor as one on a device; the torch backend it selects hands label sets to
+    # the local engine
     monkeypatch.setattr(options, "is_device_tensor", lambda x: isinstance(x, torch.Tensor))
     x, y = _data(n=40)
-    single = ee.evaluate(torch.from_numpy(x), np.arange(40) % 3, metrics=["map"])
-    assert single.settings["backend"] == "torch"  # the stand-in selects the torch backend
-    for backend in ({}, {"backend": "local"}):
-        res = ee.evaluate(torch.from_numpy(x), y, metrics=METRICS, progress=False, **backend)
-        assert res.settings["backend"] == "local"
-        _check(res, brute_rankings(x, y))
+    res = ee.evaluate(torch.from_numpy(x), y, metrics=METRICS, progress=False)
+    assert res.settings["backend"] == "torch"
+    assert res.settings["torch"]["engine"] == "local label sets"
+    _check(res, brute_rankings(x, y))
 
 
 def test_micro_intervals_resample_queries():

@@ -35,7 +35,6 @@ from ..utils.validation import (
     check_fractions,
     check_int,
     check_level,
-    is_label_indicator,
 )
 
 __all__ = [
@@ -187,9 +186,7 @@ def validate_arguments(
         n_boot=check_int(n_boot, "n_boot"),
         seed=check_int(seed, "seed", minimum=0),
     )
-    search_options = SearchOptions.make(
-        like=_backend_input(inputs, search), seed=statistics.seed, **search
-    )
+    search_options = SearchOptions.make(like=inputs.query, seed=statistics.seed, **search)
     protocol = _protocol(inputs, ref_includes_query)
     confidence = _confidence(inputs, higher_is_confident, reject_from, rejection_fractions)
     distance = check_choice(distance, "distance", DISTANCES)
@@ -210,23 +207,6 @@ def validate_arguments(
         statistics=statistics,
         search=search_options,
     )
-
-
-def _backend_input(inputs: EvaluationInputs, search: dict[str, Any]) -> Any:
-    """The input whose device chooses the backend (GPU tensors select ``backend="torch"``
-    by themselves), or None to keep the backend asked for.
-
-    ``backend="torch"`` does not rank by label sets, so with a 2-D indicator array the default
-    backend stays the local engine (it copies GPU tensors to the host) rather than choosing
-    a backend that refuses the labels, which ``backend="local"`` could not then override.
-
-    >>> inputs = EvaluationInputs([[0.0], [1.0]], [[1, 0], [1, 1]])
-    >>> _backend_input(inputs, {}) is None, _backend_input(inputs, {"backend": "torch"}) is None
-    (True, False)
-    """
-    if search.get("backend", "local") == "local" and is_label_indicator(inputs.query_labels):
-        return None
-    return inputs.query
 
 
 def metrics_at_depth(ms: MetricSettings, depth: int | None) -> tuple[MetricInfo, ...]:
