@@ -624,14 +624,14 @@ def _banded_rows_of_a_checked_run(monkeypatch, xq, yq, xr, yr, distance):
 
 
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product", "cosine"])
-def test_quantised_float64_keys_leave_near_ties_to_the_float64_decision(monkeypatch, distance):
+def test_flagged_float64_keys_leave_near_ties_to_the_float64_decision(monkeypatch, distance):
     xq, yq, xr, yr = _mirror_pairs(13)
     banded = _banded_rows_of_a_checked_run(monkeypatch, xq, yq, xr, yr, distance)
     assert 0 < banded < len(xq)  # the rows with such a pair, and only they, were banded
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_quantised_ranks_decide_the_rows_whose_keys_order_every_mixed_pair(seed):
+def test_flagged_ranks_decide_the_rows_whose_keys_order_every_mixed_pair(seed):
     """Against a plain loop: keys within ``bound`` of the true keys (here the keys themselves
     plus noise), near-ties and exact ties between kinds planted in some rows."""
     rng = np.random.default_rng(seed)
@@ -643,7 +643,7 @@ def test_quantised_ranks_decide_the_rows_whose_keys_order_every_mixed_pair(seed)
     excluded = rng.random((b, n)) < 0.1
     keys[excluded], true[excluded] = np.inf, np.inf
     relevant = (rng.random((b, n)) < 0.3) & ~excluded
-    n_hits, ranks, undecided = deep.quantised_ranks(keys, relevant, 8.0, bound)
+    n_hits, ranks, undecided = deep.flagged_ranks(keys.copy(), relevant, 8.0, bound)
     got = iter(ranks.tolist())
     for i in range(b):
         order = sorted(range(n), key=lambda j: (true[i, j], j))
@@ -666,15 +666,15 @@ def test_quantised_ranks_decide_the_rows_whose_keys_order_every_mixed_pair(seed)
         assert [next(got) for _ in want] == want
 
 
-def test_quantised_ranks_cover_the_rounding_of_a_coarse_grid():
-    # Two references: the grid is finer than float64 near K + M (one unit there is 2**8 steps),
-    # so the addition's rounding, not the bound, decides how far apart two quanta may be:
-    # keys 2**-6 units apart round to quanta 256 steps apart, in the order of their keys, yet
-    # their fixed-order keys (within the bound) may be the other way round.
-    bound = 2.0**-55
-    keys = np.array([[2.0**-52 - 2.0**-58, 2.0**-52 + 2.0**-58]])
-    _, _, undecided = deep.quantised_ranks(keys, np.array([[True, False]]), 1.0, bound)
-    assert undecided.tolist() == [True]
+def test_flagged_ranks_leave_keys_a_flag_apart_undecided():
+    # Keys one unit in the last place apart, exact (bound 0): the relevance flag in the lowest
+    # bit moves the relevant key up and the other down, so their flagged values come out in the
+    # other order; the row must be left to the float64 decision, not ranked from the sort.
+    keys = np.array([[1.0, np.nextafter(1.0, 2.0)], [1.0, 1.5]])
+    relevant = np.array([[True, False], [True, False]])
+    n_hits, ranks, undecided = deep.flagged_ranks(keys, relevant, 2.0, 0.0)
+    assert undecided.tolist() == [True, False]
+    assert n_hits.tolist() == [0, 1] and ranks.tolist() == [0]
 
 
 @pytest.mark.parametrize("distance", ["euclidean", "cosine"])

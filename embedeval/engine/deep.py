@@ -84,6 +84,10 @@ _NEG_INF_BITS = sortable_bits(np.array([-np.inf]))[0]
 _PAD = np.uint32(0xFFFFFFFE)
 #: Where a uint32's lowest byte lies in memory.
 _LOW_BYTE = 0 if sys.byteorder == "little" else 3
+#: The mask that clears the lowest bit of a float64's significand, and where that bit's byte
+#: lies in memory (:func:`flagged_ranks`).
+_CLEAR_FLAG64 = np.uint64(0xFFFFFFFFFFFFFFFE)
+_LOW_BYTE64 = 0 if sys.byteorder == "little" else 7
 
 __all__ = [
     "BlockRows",
@@ -93,7 +97,7 @@ __all__ = [
     "deep_blocks",
     "deep_range_blocks",
     "flagged_keys",
-    "quantised_ranks",
+    "flagged_ranks",
     "relative_band",
     "relevant_ranks",
     "score_ranks",
@@ -889,51 +893,42 @@ def filter_precision(task: RetrievalTask) -> str:
     return "float64"
 
 
-def quantised_ranks(
+def flagged_ranks(
     keys: np.ndarray, relevant: np.ndarray, magnitude: float, bound: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The ranks of the relevant references of rows of float64 product ``keys`` (every finite
-    key at most ``magnitude`` in size; excluded pairs ``+inf``, never relevant), for the rows
-    where those keys decide them: per row the number of relevant references, their 0-based
-    ranks row after row, and which rows the keys leave undecided (their items are left out).
-    ``bound``: each key lies within it of its fixed-order key, up to an increasing map per row
-    (Euclidean product keys lack the query's squared norm; cosine ones are ``-cos``, the
-    fixed-order ones ``-sign(s) s**2 / ||x||**2``), so two references whose fixed-order keys
-    are equal or in the other order have keys within ``2 bound`` of each other.
+    """The ranks of the relevant references of rows of float64 product ``keys`` (C-contiguous;
+    every finite key at most ``magnitude`` in size; excluded pairs ``+inf``, never relevant),
+    for the rows where those keys decide them: per row the number of relevant references, their
+    0-based ranks row after row, and which rows the keys leave undecided (their items are left
+    out).  ``keys`` is overwritten: flagged, then sorted row by row.  ``bound``: each key lies
+    within it of its fixed-order key, up to an increasing map per row (Euclidean product keys
+    lack the query's squared norm; cosine ones are ``-cos``, the fixed-order ones
+    ``-sign(s) s**2 / ||x||**2``), so two references whose fixed-order keys are equal or in the
+    other order have keys within ``2 bound`` of each other.
 
-    Each key is quantised on a power-of-two grid, ``Q = floor(fl(K + M) s)`` with ``M >= |K|``
-    and ``s`` as fine as the 64-bit code ``Q << b + 1 | reference << 1 | relevant`` allows
-    (``b`` the bits of a reference index: steps of about ``2 M 2**(b - 62)``).  One sort per
-    row orders the codes by ``Q``, then index.  ``Q`` is a non-decreasing function of ``K`` (the
-    addition is its only rounding), so two references whose quanta differ are in the order of
-    their keys.  Keys within ``2 bound`` of each other have quanta within
-    ``w = ceil(2 bound s) + 2 + 2**max(0, 10 - b)``: the floor, and the addition's rounding (up
-    to ``2**(9 - b)`` steps a key).  A row where no relevant reference has a non-relevant one
-    within ``w`` quanta (the nearest non-relevant entries on either side of each run of
-    relevant ones) is therefore ranked exactly, with no tie between kinds.
+    The lowest bit of each key's significand is replaced by the reference's relevance, which
+    moves the key by at most one unit in its last place (``ulp``), and each row is sorted once
+    as floats; the flags then show where the relevant references landed.  Two keys whose flagged
+    values are ``w = 2 bound + 2 ulp(magnitude)`` or more apart are in the order of their
+    fixed-order keys, and apart from each other.  A row where no relevant reference has a
+    non-relevant one within ``w`` (only the entries just before and after each run of relevant
+    entries need a look) is therefore ranked exactly, with no tie between kinds; the order among
+    references of one kind, which the sort leaves arbitrary, changes no rank.
 
     >>> keys = np.array([[0.5, -0.25, 0.75], [0.5, 0.5, -1.0]])
-    >>> n, ranks, undecided = quantised_ranks(keys, keys > 0.6, 1.0, 1e-15)
+    >>> n, ranks, undecided = flagged_ranks(keys.copy(), keys > 0.6, 1.0, 1e-15)
     >>> n.tolist(), ranks.tolist(), undecided.tolist()
     ([1, 0], [2], [False, False])
-    >>> quantised_ranks(keys, np.array([[0, 0, 0], [1, 0, 0]], bool), 1.0, 1e-15)[2].tolist()
+    >>> flagged_ranks(keys, np.array([[0, 0, 0], [1, 0, 0]], bool), 1.0, 1e-15)[2].tolist()
     [False, True]
     """
     b, n = keys.shape
-    col_bits = max(int(n - 1).bit_length(), 1)
-    top = 2.0 ** np.ceil(np.log2(max(magnitude * (1 + 2.0**-20) + bound, 2.0**-900)))
-    step = 2.0 ** (61 - col_bits) / top  # 2 top steps of this grid fill 62 - col_bits bits
-    number = np.minimum(keys, 1.5 * top)  # excluded pairs far past every valid quantum
-    number += top
-    number *= step
-    code = number.astype(np.uint64)
-    shift = np.uint64(col_bits + 1)
-    code <<= shift
-    code |= np.arange(n, dtype=np.uint64) << np.uint64(1)
-    code |= relevant
-    code.sort(axis=1)
-    flat = code.reshape(-1)
-    low = flat.view(np.uint8)[(0 if np.little_endian else 7) :: 8]
+    keys = np.ascontiguousarray(keys)
+    bits = keys.view(np.uint64)
+    bits &= _CLEAR_FLAG64
+    bits |= relevant
+    keys.sort(axis=1)
+    low = keys.reshape(-1).view(np.uint8)[_LOW_BYTE64::8]
     at = np.flatnonzero((low & np.uint8(1)).view(bool))
     if not at.size:
         return np.zeros(b, dtype=np.int64), at, np.zeros(b, dtype=bool)
@@ -945,12 +940,14 @@ def quantised_ranks(
     start[1:] = (at[1:] != at[:-1] + 1) | (row[1:] != row[:-1])
     first = np.flatnonzero(start)
     last = np.append(first[1:], at.size) - 1
-    w = np.uint64(int(np.ceil(2.0 * bound * step)) + 2 + 2 ** max(0, 10 - col_bits))
-    quantum = flat[at] >> shift
-    before = flat[np.maximum(at[first] - 1, 0)] >> shift
-    close = (pos[first] > 0) & (quantum[first] - before <= w)
-    after = flat[np.minimum(at[last] + 1, flat.size - 1)] >> shift
-    close |= (pos[last] + 1 < n) & (after - quantum[last] <= w)
+    # 2 ulp(magnitude) for the two flags, with room for the subtraction's rounding (and for
+    # keys up to twice the magnitude)
+    w = (2.0 * bound + 8.0 * magnitude * 2.0**-52) * (1.0 + 2.0**-40) + 2.0**-1070
+    flat = keys.reshape(-1)
+    ahead = at[first]
+    close = (pos[first] > 0) & (flat[ahead] - flat[np.maximum(ahead - 1, 0)] <= w)
+    behind = at[last]
+    close |= (pos[last] + 1 < n) & (flat[np.minimum(behind + 1, flat.size - 1)] - flat[behind] <= w)
     undecided = np.zeros(b, dtype=bool)
     undecided[row[first[close]]] = True
     keep = ~undecided[row]
@@ -1006,7 +1003,7 @@ def deep_blocks(
 ) -> Iterator[ScoredBlock]:
     """The local engine's scored blocks of ``task`` through :func:`relevant_ranks` (the same
     plan, products and threads as :func:`embedeval.engine.exact.sorted_candidates`), or the
-    exact and quantised keys' sorts where they decide (:class:`_DeepSearch`)."""
+    exact and flagged float64 keys' sorts where they decide (:class:`_DeepSearch`)."""
     deep = _DeepSearch.prepare(task, block_size, memory_budget)
     n_query, size = task.n_query, deep.plan.block_size
     starts = range(0, n_query, size)
@@ -1063,13 +1060,13 @@ class KeyedSearch:
             yield block
 
 
-#: Quantised float64 keys rank a deep search whose mean R_q is at least 1/_QUANTISE of the
+#: Flagged float64 keys rank a deep search whose mean R_q is at least 1/_WHOLE_SORT of the
 #: references.  Measured on two cores: hashing-shaped (R_q about 10 % of 50,000) 6.9 s -> 4.4 s;
 #: full-depth MAP over 100 classes (R_q 1 % of 10,000) 1.3-1.4 s -> 1.5-1.7 s, so it keeps the
 #: bands (whose sort stops at the farthest relevant key and meets few near misses).
-_QUANTISE = 20
+_WHOLE_SORT = 20
 #: More groups of identical rows under different labels than this send most rows to the bands
-#: (5 % of the hashing-shaped database duplicated, half relabelled: every row), so the quantised
+#: (5 % of the hashing-shaped database duplicated, half relabelled: every row), so the whole-row
 #: sort is skipped.
 _MIXED_GROUPS = 16
 
@@ -1089,23 +1086,23 @@ class _DeepSearch:
     m_sq: float
     groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None
     buffers: threading.local
-    quantise: bool = False
+    whole_sort: bool = False
     #: Whole-row filter keys of query rows (a slice) computed elsewhere (:class:`KeyedSearch`),
     #: instead of by ``search``.
     keys_of: Callable[[slice], np.ndarray] | None = None
 
     @staticmethod
-    def quantises(task: RetrievalTask, precision: str, groups: Any) -> bool:
-        """Whether blocks are ranked from quantised float64 keys first (:meth:`_quantised`):
+    def sorts_whole_rows(task: RetrievalTask, precision: str, groups: Any) -> bool:
+        """Whether blocks are ranked from flagged float64 keys first (:meth:`_whole_rows`):
         with float64 filter keys, at most :data:`_MIXED_GROUPS` groups of identical rows under
         different labels (such a group ties across kinds in the rows of queries of one of its
         labels, which go to the bands), and with relevant references at least
-        1/:data:`_QUANTISE` of the references (mean R_q), where the bands' near misses cost
+        1/:data:`_WHOLE_SORT` of the references (mean R_q), where the bands' near misses cost
         more than sorting every key of a row in 64 bits."""
         if precision != "float64" or (groups is not None and groups[1].size > _MIXED_GROUPS):
             return False
         n_ref = int(task.reference.shape[0])
-        return float(task.relevant.mean()) * _QUANTISE >= n_ref
+        return float(task.relevant.mean()) * _WHOLE_SORT >= n_ref
 
     @classmethod
     def prepare(cls, task: RetrievalTask, block_size: int | None, memory_budget: int) -> Any:
@@ -1137,8 +1134,8 @@ class _DeepSearch:
         groups = None if dups is None else _twin_groups(dups, task.reference_codes)
         q_sq = norms.q_sq * (1.0 + 2.0**-40)
         plan = plan.with_search(search)
-        quantise = cls.quantises(task, precision, groups)
-        return cls(task, precision, search, plan, q_sq, m_sq, groups, threading.local(), quantise)
+        whole = cls.sorts_whole_rows(task, precision, groups)
+        return cls(task, precision, search, plan, q_sq, m_sq, groups, threading.local(), whole)
 
     def one_block(self, start: int, stop: int | None = None) -> ScoredBlock:
         """The scored block of queries ``start:stop`` (default: one block of the plan)."""
@@ -1148,8 +1145,8 @@ class _DeepSearch:
             return self._exact_block(start, stop, self._product64(start, stop))
         if self.precision == "exact":
             return self._exact_block(start, stop, self._keys32(slice(start, stop)))
-        if self.quantise:
-            return score_ranks(self.task, start, self._quantised(start, stop))
+        if self.whole_sort:
+            return score_ranks(self.task, start, self._whole_rows(start, stop))
         return score_ranks(self.task, start, self._banded(slice(start, stop)))
 
     def _product64(self, start: int, stop: int) -> np.ndarray:
@@ -1189,14 +1186,14 @@ class _DeepSearch:
         found = ranks_of_exact_keys(keys, *self._relevant(start, stop, keys))
         return score_ranks(self.task, start, RelevantRanks(*found))
 
-    def _quantised(self, start: int, stop: int) -> RelevantRanks:
-        """The block ranked from quantised float64 product keys (:func:`quantised_ranks`), the
+    def _whole_rows(self, start: int, stop: int) -> RelevantRanks:
+        """The block ranked from flagged float64 product keys (:func:`flagged_ranks`), the
         rows they leave undecided with their bands."""
         keys = self._product64(start, stop)
         relevant, top = self._relevant(start, stop, keys)
         dim = int(self.task.reference.shape[1])
         e64 = 2 * float64_key_bounds(self.q_sq[start:stop], self.m_sq, dim, self.task.distance)
-        n_hits, hit_pos, undecided = quantised_ranks(keys, relevant, top, float(e64.max()))
+        n_hits, hit_pos, undecided = flagged_ranks(keys, relevant, top, float(e64.max()))
         if not undecided.any():
             return RelevantRanks(n_hits, hit_pos, _no_runs(stop - start))
         rows = np.flatnonzero(undecided)
