@@ -74,6 +74,25 @@ def test_callback_logs_the_metrics_of_the_validation_set(tmp_path):
     assert callback.evaluator.mode == "max"
 
 
+def test_logged_values_are_the_results_floats_not_float32_roundings(tmp_path):
+    class Identity(_Model):
+        def validation_step(self, batch, batch_idx):
+            return {"embeddings": batch[0], "labels": batch[1]}
+
+    # On a line: 0 and 1 are class 0, 10 and 11 class 1, and 20 is class 0 again.  The first
+    # four find their partner at distance 1; 20's nearest are 11, 10, then 1 (rank 3).
+    x = np.array([[0.0], [1.0], [10.0], [11.0], [20.0]], dtype=np.float32)
+    y = np.array([0, 0, 1, 1, 0])
+    callback = EmbeddingEvaluation(metrics=["precision_at_1", "mrr"])
+    trainer = _trainer(tmp_path, callback)
+    model = Identity()
+    model.net = torch.nn.Linear(1, 1)
+    (logged,) = trainer.validate(model, _loader(x, y, 2), verbose=False)
+    # float32 would give 0.800000011920929 and 0.8666666746139526
+    assert logged == {"val/precision_at_1": 4 / 5, "val/mrr": (4 + 1 / 3) / 5}
+    assert trainer.callback_metrics["val/mrr"].item() == (4 + 1 / 3) / 5
+
+
 def test_validation_step_must_return_embeddings_and_labels(tmp_path):
     class Bad(_Model):
         def validation_step(self, batch, batch_idx):

@@ -4,8 +4,8 @@ Requires the optional ``lightning`` package (``pip install lightning``).  The mo
 ``validation_step`` returns the batch's embeddings and labels; the callback accumulates them in
 an :class:`embedeval.Evaluator`, evaluates at the end of the epoch (gathering every process's
 rows under DDP, de-duplicated by ``indices`` when given) and logs flat ``{prefix + metric:
-value}`` numbers with ``LightningModule.log_dict``, where ``ModelCheckpoint(monitor=...)`` and
-the loggers find them.
+value}`` numbers (float64: the result's own floats) with ``LightningModule.log_dict``, where
+``ModelCheckpoint(monitor=...)`` and the loggers find them.
 
 Several validation dataloaders are evaluated separately, each as its own set, and logged
 under Lightning's per-dataloader names: ``val/map_at_r/dataloader_idx_0``,
@@ -135,7 +135,7 @@ class EmbeddingEvaluation(Callback):
             self.results[key] = evaluator.compute()
             # Every rank computed the same numbers from the gathered rows: nothing to reduce.
             names = _log_names(self.results[key], self.prefix, key)
-            pl_module.log_dict(names, sync_dist=False, add_dataloader_idx=False)
+            pl_module.log_dict(_exact_values(names), sync_dist=False, add_dataloader_idx=False)
             evaluator.reset()
 
     def _evaluator(self, key: int | None) -> Evaluator:
@@ -163,6 +163,22 @@ def _log_names(result: Any, prefix: str, dataloader_idx: int | None) -> dict[str
     if dataloader_idx is None:
         return names
     return {f"{name}/dataloader_idx_{dataloader_idx}": v for name, v in names.items()}
+
+
+def _exact_values(names: dict[str, float]) -> dict[str, Any]:
+    """The logged numbers as float64 CPU tensors, so that what a logger, ``callback_metrics``
+    and ``ModelCheckpoint(monitor=...)`` see is the result's float bit for bit.
+
+    ``LightningModule.log`` stores a Python float in the default dtype, float32, which would
+    round 2/3 to 0.6666666865 and could make two different checkpoints look tied; a float64
+    tensor is kept as float64 (CPU: every device's loop accepts it, MPS has no float64).
+
+    >>> _exact_values({"val/map": 2 / 3})["val/map"].item() == 2 / 3
+    True
+    """
+    import torch  # present wherever Lightning is
+
+    return {name: torch.tensor(v, dtype=torch.float64) for name, v in names.items()}
 
 
 def _check_outputs(outputs: Any) -> None:
