@@ -58,6 +58,31 @@ def test_batches_equal_evaluate_on_the_concatenation(sizes):
         np.testing.assert_allclose(got.per_query[name], want[name], rtol=0, atol=1e-12)
 
 
+def test_empty_batches_add_nothing():
+    # A filtered batch can be empty.  Its labels (here float64, as np.array([]) is) must not
+    # fix the buffer's dtype: 2**60 + c would round to one class in float64.
+    torch = pytest.importorskip("torch")
+    x, y = _data(n=40)
+    big = np.int64(2**60) + y
+    ev = ee.Evaluator(metrics=METRICS)
+    ev.update(np.empty((0, x.shape[1])), np.array([]))
+    ev.update(x[:25], big[:25])
+    ev.update(torch.empty(0, x.shape[1]), torch.empty(0, dtype=torch.int64), indices=None)
+    ev.update(x[25:], big[25:])
+    ev.update(x[:0], big[:0])
+    got = ev.compute()
+    assert got.n_queries == 40
+    _, want, _ = oracle.evaluate(x, y.tolist(), metrics=METRICS)
+    for name in METRICS:
+        np.testing.assert_allclose(got.per_query[name], want[name], rtol=0, atol=1e-12)
+    with pytest.raises(ee.InputError, match="labels has 2 row"):
+        ev.update(x[:0], big[:2])
+    only_empty = ee.Evaluator()
+    only_empty.update(x[:0], y[:0])
+    with pytest.raises(ee.InputError, match="only empty batches"):
+        only_empty.compute()
+
+
 def test_query_reference_split_with_groups_and_confidences():
     x, y = _data(seed=1)
     rng = np.random.default_rng(5)

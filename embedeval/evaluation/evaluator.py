@@ -247,7 +247,7 @@ class Evaluator:
         groups: Any = None,
         confidences: Any = None,
     ) -> None:
-        """Add one batch of rows.
+        """Add one batch of rows (an empty batch, e.g. one filtered to nothing, adds none).
 
         Parameters
         ----------
@@ -279,8 +279,12 @@ class Evaluator:
                 "confidences belong to queries; pass them with split='query' (or split=None), "
                 "not with split='reference'."
             )
-        x = as_embeddings(host_array(embeddings), "embeddings")
+        x = as_embeddings(host_array(embeddings), "embeddings", allow_empty=True)
         n = x.shape[0]
+        if n == 0:  # adds nothing, and must not fix the labels' dtype or form for later batches
+            per_row = {"labels": labels, "indices": indices, "groups": groups}
+            _check_no_rows({**per_row, "confidences": confidences})
+            return
         arrays = {
             "embeddings": x,
             "labels": as_any_labels(host_array(labels), "labels", length=n, length_of="embeddings"),
@@ -309,7 +313,8 @@ class Evaluator:
             sides = _gather_sides(dist, sides)
         if not sides:
             raise InputError(
-                "compute() was called before any update(); there is nothing to evaluate."
+                "compute() was called before any update() with rows (or only empty batches "
+                "were given); there is nothing to evaluate."
             )
         if None in sides and len(sides) > 1:  # only possible when ranks disagree
             raise InputError(
@@ -376,6 +381,28 @@ def _validate_early(options: dict[str, Any]) -> None:
     conf = 0 if options.get("reject_from") == "both" else None
     stand_in = EvaluationInputs(None, None, gallery, gallery, confidences=conf)
     validate_arguments(stand_in, **options)
+
+
+def _check_no_rows(per_row: dict[str, Any]) -> None:
+    """Refuse rows given with an empty batch of embeddings (``None`` means not given).
+
+    >>> _check_no_rows({"labels": [], "groups": None})
+    >>> _check_no_rows({"labels": [3]})
+    Traceback (most recent call last):
+    ...
+    embedeval.utils.errors.InputError: labels has 1 row(s) but embeddings has none; pass one \
+labels entry per embedding row (none for an empty batch).
+    """
+    for name, value in per_row.items():
+        if value is None:
+            continue
+        shape = np.shape(host_array(value))
+        if not shape or shape[0] != 0:
+            rows = f"{shape[0]} row(s)" if shape else "a scalar"
+            raise InputError(
+                f"{name} has {rows} but embeddings has none; pass one {name} entry per "
+                "embedding row (none for an empty batch)."
+            )
 
 
 def _as_indices(indices: Any, n: int) -> np.ndarray | None:
