@@ -213,6 +213,23 @@ def test_growable_amortises_and_keeps_exact_labels():
     assert labels.values().tolist() == [2**62, 2**63 + 1]
 
 
+def test_bytes_and_str_labels_from_different_batches_stay_different_labels():
+    # The promotion of the bytes buffer decoded its uninitialised spare rows (and would have
+    # made b"a" equal to "a").
+    x = np.array([[0.0], [1.0], [3.0], [4.0], [9.0], [10.0]], dtype=np.float32)
+    labels = [b"a", b"b", b"a", "a", "b", "b"]
+    ev = ee.Evaluator(metrics=["precision_at_1", "map"])
+    ev.update(x[:3], np.array(labels[:3]))
+    ev.update(x[3:], np.array(labels[3:]))
+    got = ev.compute()
+    _, want, _ = oracle.evaluate(x, labels, metrics=["precision_at_1", "map"])
+    for name in ("precision_at_1", "map"):
+        np.testing.assert_allclose(got.per_query[name], want[name], rtol=0, atol=1e-12)
+    # by hand: only "b" (rows 4 and 5) finds its partner first
+    assert got.per_query["precision_at_1"].tolist()[4:] == [1.0, 1.0]
+    assert np.isnan(got.per_query["precision_at_1"][:4]).tolist() == [False, True, False, True]
+
+
 # ---------------------------------------------------------------- two processes (gloo, CPU)
 
 _WORKER = textwrap.dedent(

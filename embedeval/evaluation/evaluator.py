@@ -68,8 +68,12 @@ class _Growable:
         self._n = need
 
     def _promote(self, dtype: np.dtype) -> None:
+        # Only the filled rows are converted: the spare capacity is uninitialised memory, whose
+        # bytes need not decode as text (bytes labels promoted to str raised UnicodeDecodeError).
         if self._data is not None:
-            self._data = self._data.astype(_common_dtype(self._data.dtype, dtype))
+            grown = np.empty(self._data.shape, dtype=_common_dtype(self._data.dtype, dtype))
+            grown[: self._n] = self._data[: self._n]
+            self._data = grown
 
     def values(self) -> np.ndarray | None:
         return None if self._data is None else self._data[: self._n]
@@ -348,8 +352,13 @@ class Evaluator:
 
 def _common_dtype(a: np.dtype, b: np.dtype) -> Any:
     """A dtype holding both exactly: numpy's promotion, or Python objects where none exists
-    (int64 with uint64 would round through float64; numbers with strings have no common type)."""
-    if {a.kind, b.kind} == {"i", "u"}:
+    (int64 with uint64 would round through float64; numbers with strings have no common type;
+    numpy would decode bytes into str, making the different labels b"a" and "a" one).
+
+    >>> _common_dtype(np.dtype("S1"), np.dtype("U2")), _common_dtype(np.dtype("U1"), np.dtype("U3"))
+    (<class 'object'>, dtype('<U3'))
+    """
+    if {a.kind, b.kind} in ({"i", "u"}, {"S", "U"}):
         return object
     try:
         return np.result_type(a, b)
