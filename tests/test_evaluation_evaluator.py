@@ -174,6 +174,8 @@ def test_reset_and_primary_metric():
         ({"distanse": "cosine"}, "distance"),
         ({"metrics": ["map_at_rr"]}, "map_at_r"),
         ({"average": "mean"}, "average"),
+        ({"labels": [0, 1]}, r"does not take labels=; pass the data batch by batch to update"),
+        ({"indices": [0, 1]}, r"does not take indices="),
     ],
 )
 def test_bad_constructor_arguments(kwargs, match):

@@ -367,9 +367,11 @@ def _common_dtype(a: np.dtype, b: np.dtype) -> Any:
 
 
 def _check_options(options: dict[str, Any]) -> None:
-    allowed = set(inspect.signature(evaluate).parameters) - set(DATA_ARGUMENTS)
+    # The data under evaluate's names (query_labels) and under update's (labels, indices).
+    data = set(DATA_ARGUMENTS) | set(inspect.signature(Evaluator.update).parameters) - {"self"}
+    allowed = set(inspect.signature(evaluate).parameters) - data
     for name in options:
-        if name in DATA_ARGUMENTS:
+        if name in data:
             raise InputTypeError(
                 f"Evaluator() does not take {name}=; pass the data batch by batch to update()."
             )
