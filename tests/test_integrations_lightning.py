@@ -179,3 +179,97 @@ def test_a_missing_key_is_named(tmp_path):
         ee.InputError, match=r"got a dict without 'labels' \(its keys: 'embeddings', 'label'\)"
     ):
         trainer.fit(NoLabels(), _loader(x, y, 10), _loader(x, y, 10))
+
+
+class _TestedModel(_Model):
+    def test_step(self, batch, batch_idx, dataloader_idx=0):
+        x, y, idx = batch
+        return {"embeddings": self(x), "labels": y, "indices": idx}
+
+
+def test_trainer_test_logs_the_test_set_apart_from_the_validation_set(tmp_path):
+    rng = np.random.default_rng(5)
+    xv, yv = rng.standard_normal((30, 5)).astype(np.float32), np.arange(30) % 3
+    xt, yt = rng.standard_normal((44, 5)).astype(np.float32), np.arange(44) % 4
+    model = _TestedModel()
+    callback = EmbeddingEvaluation(metrics=METRICS)
+    trainer = _trainer(tmp_path, callback, max_epochs=1, num_sanity_val_steps=0)
+    trainer.fit(model, _loader(xv, yv, 10), _loader(xv, yv, 8))
+    with torch.no_grad():
+        want_val = ee.evaluate(model(torch.from_numpy(xv)).numpy(), yv, metrics=METRICS)
+        want_test = ee.evaluate(model(torch.from_numpy(xt)).numpy(), yt, metrics=METRICS)
+    for name in METRICS:
+        value = trainer.callback_metrics[f"val/{name}"].item()
+        assert value == pytest.approx(want_val[name], abs=1e-6)
+    (logged,) = trainer.test(model, _loader(xt, yt, 9), verbose=False)
+    assert set(logged) == {f"test/{name}" for name in METRICS}
+    for name in METRICS:
+        assert logged[f"test/{name}"] == pytest.approx(want_test[name], abs=1e-6)
+    # each loop kept its own rows and its own result
+    assert callback.result.n_queries == 30 and callback.test_result.n_queries == 44
+    np.testing.assert_array_equal(
+        callback.result.per_query["map_at_r"], want_val.per_query["map_at_r"]
+    )
+    got = callback.test_result.per_query["map_at_r"]
+    np.testing.assert_array_equal(got, want_test.per_query["map_at_r"])
+
+
+class _Identity(_Model):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(1, 1)
+
+    def test_step(self, batch, batch_idx, dataloader_idx=0):
+        return {"embeddings": batch[0], "labels": batch[1]}
+
+
+def test_the_test_loop_logs_the_hand_computed_fractions_under_test_prefix(tmp_path):
+    # The line of test_logged_values_are_the_results_floats_not_float32_roundings: 20's
+    # nearest of its class is 1, at rank 3.
+    x = np.array([[0.0], [1.0], [10.0], [11.0], [20.0]], dtype=np.float32)
+    y = np.array([0, 0, 1, 1, 0])
+    callback = EmbeddingEvaluation(metrics=["precision_at_1", "mrr"], test_prefix="holdout/")
+    trainer = _trainer(tmp_path, callback)
+    (logged,) = trainer.test(_Identity(), _loader(x, y, 2), verbose=False)
+    assert logged == {"holdout/precision_at_1": 4 / 5, "holdout/mrr": (4 + 1 / 3) / 5}
+    assert callback.results == {} and callback.result is None  # no validation ran
+
+
+def test_each_test_dataloader_is_evaluated_on_its_own(tmp_path):
+    # 0 and 1 pair up, 4 does not (its nearest, 1, is 3 away, 9 is 5): P@1 = 3/4.  Two
+    # points of one class: P@1 = 1.
+    xa, ya = np.array([[0.0], [1.0], [4.0], [9.0]], dtype=np.float32), np.array([0, 0, 1, 1])
+    xb, yb = np.array([[0.0], [3.0]], dtype=np.float32), np.array([7, 7])
+    callback = EmbeddingEvaluation(metrics=["precision_at_1"])
+    trainer = _trainer(tmp_path, callback)
+    per_loader = trainer.test(_Identity(), [_loader(xa, ya, 3), _loader(xb, yb, 3)], verbose=False)
+    # logged at the epoch's end, the names reach every dataloader's dict of Lightning's answer
+    logged = {name: v for part in per_loader for name, v in part.items()}
+    assert logged == {
+        "test/precision_at_1/dataloader_idx_0": 3 / 4,
+        "test/precision_at_1/dataloader_idx_1": 1.0,
+    }
+    assert callback.test_results[0].n_queries == 4 and callback.test_results[1].n_queries == 2
+    assert callback.test_result is None  # two evaluations: read test_results
+
+
+def test_test_prefix_none_leaves_the_test_loop_alone(tmp_path):
+    class Other(_Model):
+        def test_step(self, batch, batch_idx):
+            self.log("test/loss", self(batch[0]).pow(2).mean())
+
+    x, y = np.zeros((6, 5), dtype=np.float32), np.arange(6) % 2
+    callback = EmbeddingEvaluation(metrics=["precision_at_1"], test_prefix=None)
+    (logged,) = _trainer(tmp_path, callback).test(Other(), _loader(x, y, 3), verbose=False)
+    assert set(logged) == {"test/loss"} and callback.test_results == {}
+
+
+def test_test_step_must_return_embeddings_and_labels(tmp_path):
+    class Bad(_Model):
+        def test_step(self, batch, batch_idx):
+            return self(batch[0])
+
+    x, y = np.zeros((6, 5), dtype=np.float32), np.arange(6) % 2
+    trainer = _trainer(tmp_path, EmbeddingEvaluation())
+    with pytest.raises(ee.InputError, match=r"^test_step must return a dict with 'embeddings'"):
+        trainer.test(Bad(), _loader(x, y, 3), verbose=False)

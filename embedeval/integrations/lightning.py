@@ -1,19 +1,23 @@
-"""A Lightning callback that evaluates the validation embeddings every validation epoch.
+"""A Lightning callback that evaluates the validation embeddings every validation epoch, and
+the test embeddings of ``trainer.test``.
 
 Requires the optional ``lightning`` package (``pip install lightning``).  The module's
-``validation_step`` returns the batch's embeddings and labels; the callback accumulates them in
-an :class:`embedeval.Evaluator`, evaluates at the end of the epoch (gathering every process's
-rows under DDP, de-duplicated by ``indices`` when given) and logs flat ``{prefix + metric:
-value}`` numbers (float64: the result's own floats) with ``LightningModule.log_dict``, where
-``ModelCheckpoint(monitor=...)`` and the loggers find them.
+``validation_step`` (and ``test_step``) returns the batch's embeddings and labels; the callback
+accumulates them in an :class:`embedeval.Evaluator`, evaluates at the end of the epoch
+(gathering every process's rows under DDP, de-duplicated by ``indices`` when given) and logs
+flat ``{prefix + metric: value}`` numbers (float64: the result's own floats) with
+``LightningModule.log_dict``, where ``ModelCheckpoint(monitor=...)`` and the loggers find them.
+The validation loop logs under ``prefix`` (``"val/map_at_r"``), the test loop under
+``test_prefix`` (``"test/map_at_r"``); the two loops accumulate and keep their results
+separately (:attr:`~EmbeddingEvaluation.results`, :attr:`~EmbeddingEvaluation.test_results`).
 
-Several validation dataloaders are evaluated separately, each as its own set, and logged
+Several dataloaders in a loop are evaluated separately, each as its own set, and logged
 under Lightning's per-dataloader names: ``val/map_at_r/dataloader_idx_0``,
-``val/map_at_r/dataloader_idx_1``, ... (the suffix ``self.log`` adds in ``validation_step``).
-With one dataloader the names carry no suffix.  The exception is a query/gallery split: rows
-returned with ``"split"`` (``"query"`` / ``"reference"``) form one evaluation whichever
-dataloader they come from (queries from one loader, the gallery from another), logged without
-a suffix.
+``val/map_at_r/dataloader_idx_1``, ... (the suffix ``self.log`` adds in ``validation_step``;
+likewise ``test/map_at_r/dataloader_idx_0``, ...).  With one dataloader the names carry no
+suffix.  The exception is a query/gallery split: rows returned with ``"split"`` (``"query"`` /
+``"reference"``) form one evaluation whichever dataloader of the loop they come from (queries
+from one loader, the gallery from another), logged without a suffix.
 
 Example
 -------
@@ -26,9 +30,13 @@ Example
             x, y, idx = batch
             return {"embeddings": self(x), "labels": y, "indices": idx}
 
+        test_step = validation_step  # for trainer.test: logged as "test/map_at_r"
+
     callback = EmbeddingEvaluation(metrics=["precision_at_1", "map_at_r"], distance="cosine")
     checkpoint = ModelCheckpoint(monitor="val/map_at_r", mode=callback.evaluator.mode)
-    L.Trainer(callbacks=[callback, checkpoint]).fit(Model(), train_loader, val_loader)
+    trainer = L.Trainer(callbacks=[callback, checkpoint])
+    trainer.fit(Model(), train_loader, val_loader)
+    trainer.test(ckpt_path="best", dataloaders=test_loader)  # callback.test_result
 """
 
 from __future__ import annotations
@@ -52,56 +60,85 @@ except ImportError:  # the standalone ``pytorch_lightning`` distribution
 __all__ = ["EmbeddingEvaluation"]
 
 _UPDATE_KEYS = ("split", "indices", "groups", "confidences")
+_LOOPS = ("validation", "test")
 
 
 class EmbeddingEvaluation(Callback):
-    """Evaluate validation embeddings with embedeval at the end of every validation epoch.
+    """Evaluate validation and test embeddings with embedeval at the end of every validation
+    epoch and of every test run.
 
     Parameters
     ----------
     evaluator : Evaluator, optional
-        The accumulator to use; by default one is built from ``**options``.  With several
-        validation dataloaders each gets a fresh copy of it (same settings).
+        The settings to use; by default an Evaluator is built from ``**options``.  Every
+        evaluation (each loop, each dataloader) accumulates in a fresh copy of it (same
+        settings), so validation and test rows never mix.
     prefix : str
-        Put before every logged name (``"val/"`` gives ``"val/map_at_r"``).
+        Put before every name logged by the validation loop (``"val/"`` gives
+        ``"val/map_at_r"``).
+    test_prefix : str or None
+        Put before every name logged by the test loop (``"test/"`` gives ``"test/map_at_r"``);
+        None leaves the test loop alone (for a ``test_step`` that returns something else).
     **options :
         Keyword arguments of :class:`embedeval.Evaluator` (``metrics``, ``k``, ``distance``,
         ``primary_metric``, ...), checked here, before any training.
 
     Notes
     -----
-    ``validation_step`` must return a dict with ``"embeddings"`` and ``"labels"``, and may add
-    ``"indices"`` (dataset positions: rows a ``DistributedSampler`` repeats are then counted
-    once), ``"split"`` (``"query"`` / ``"reference"``), ``"groups"`` and ``"confidences"``.  The
-    sanity-check batches Lightning runs before training are not evaluated.
+    ``validation_step`` and ``test_step`` must return a dict with ``"embeddings"`` and
+    ``"labels"``, and may add ``"indices"`` (dataset positions: rows a ``DistributedSampler``
+    repeats are then counted once), ``"split"`` (``"query"`` / ``"reference"``), ``"groups"``
+    and ``"confidences"``.  The sanity-check batches Lightning runs before training are not
+    evaluated.
 
-    With several validation dataloaders, each is evaluated on its own rows (its ``indices`` are
+    With several dataloaders in a loop, each is evaluated on its own rows (its ``indices`` are
     positions in its own dataset) and its metrics are logged as ``prefix + metric +
-    "/dataloader_idx_N"``, as Lightning names what ``validation_step`` logs.  Rows returned
-    with a ``"split"`` form one query/gallery evaluation across the dataloaders, logged without
-    the suffix.  :attr:`results` maps the dataloader index (``None`` for a single dataloader or
-    for the split) to the latest result; :attr:`result` is that result when there is only one.
+    "/dataloader_idx_N"``, as Lightning names what a step logs.  Rows returned with a
+    ``"split"`` form one query/gallery evaluation across the loop's dataloaders, logged without
+    the suffix.  :attr:`results` (validation) and :attr:`test_results` (test) map the
+    dataloader index (``None`` for a single dataloader or for the split) to the loop's latest
+    result; :attr:`result` and :attr:`test_result` are that result when there is only one.
     """
 
     def __init__(
-        self, evaluator: Evaluator | None = None, *, prefix: str = "val/", **options: Any
+        self,
+        evaluator: Evaluator | None = None,
+        *,
+        prefix: str = "val/",
+        test_prefix: str | None = "test/",
+        **options: Any,
     ) -> None:
         super().__init__()
         if evaluator is not None and options:
             raise InputError("pass either an Evaluator or its options, not both.")
         self.evaluator = evaluator if evaluator is not None else Evaluator(**options)
         self.prefix = prefix
-        self.results: dict[int | None, Any] = {}
-        self._loaders: dict[int, Evaluator] = {}
+        self.test_prefix = test_prefix
+        self._results: dict[str, dict[int | None, Any]] = {loop: {} for loop in _LOOPS}
+        self._accumulators: dict[str, dict[int | None, Evaluator]] = {loop: {} for loop in _LOOPS}
+
+    @property
+    def results(self) -> dict[int | None, Any]:
+        """The latest validation result of each dataloader (None: one dataloader or a split)."""
+        return self._results["validation"]
+
+    @property
+    def test_results(self) -> dict[int | None, Any]:
+        """The latest test result of each dataloader (None: one dataloader or a split)."""
+        return self._results["test"]
 
     @property
     def result(self) -> Any:
-        """The latest result when one evaluation ran per epoch (else None: see :attr:`results`)."""
-        return next(iter(self.results.values())) if len(self.results) == 1 else None
+        """The latest validation result when there is one (else None: see :attr:`results`)."""
+        return _single(self.results)
+
+    @property
+    def test_result(self) -> Any:
+        """The latest test result when there is one (else None: see :attr:`test_results`)."""
+        return _single(self.test_results)
 
     def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self.evaluator.reset()
-        self._loaders = {}
+        self._accumulators["validation"] = {}
 
     def on_validation_batch_end(
         self,
@@ -113,41 +150,70 @@ class EmbeddingEvaluation(Callback):
         dataloader_idx: int | None = None,
     ) -> None:
         # Lightning passes dataloader_idx only when there are several validation dataloaders.
-        if trainer.sanity_checking:
-            return
-        _check_outputs(outputs)
-        extra = {k: outputs[k] for k in _UPDATE_KEYS if k in outputs}
-        key = None if outputs.get("split") is not None else dataloader_idx
-        self._evaluator(key).update(outputs["embeddings"], outputs["labels"], **extra)
+        if not trainer.sanity_checking:
+            self._collect("validation", outputs, dataloader_idx)
 
     def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        if trainer.sanity_checking:
-            return
-        local = [k for k, ev in self._loaders.items() if ev.n_rows] + (
-            [None] if self.evaluator.n_rows else []
-        )
-        keys = _agreed_keys(local)
+        if not trainer.sanity_checking:
+            self._finish("validation", pl_module, self.prefix)
+
+    def on_test_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._accumulators["test"] = {}
+
+    def on_test_batch_end(
+        self,
+        trainer: Any,
+        pl_module: Any,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int | None = None,
+    ) -> None:
+        # As for validation: dataloader_idx only when there are several test dataloaders.
+        if self.test_prefix is not None:
+            self._collect("test", outputs, dataloader_idx)
+
+    def on_test_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.test_prefix is not None:
+            self._finish("test", pl_module, self.test_prefix)
+
+    def _collect(self, loop: str, outputs: Any, dataloader_idx: int | None) -> None:
+        """Add one batch's step outputs to the accumulator of its evaluation in ``loop``."""
+        _check_outputs(outputs, f"{loop}_step")
+        extra = {k: outputs[k] for k in _UPDATE_KEYS if k in outputs}
+        key = None if outputs.get("split") is not None else dataloader_idx
+        self._evaluator(loop, key).update(outputs["embeddings"], outputs["labels"], **extra)
+
+    def _finish(self, loop: str, pl_module: Any, prefix: str) -> None:
+        """Compute and log every evaluation of ``loop``, keeping the results of that loop."""
+        accumulators = self._accumulators[loop]
+        keys = _agreed_keys([k for k, ev in accumulators.items() if ev.n_rows])
         if not keys:
             return
-        self.results = {}
+        results: dict[int | None, Any] = {}
         for key in keys:  # the same keys in the same order on every rank: compute() gathers
-            evaluator = self._evaluator(key)
-            self.results[key] = evaluator.compute()
+            evaluator = self._evaluator(loop, key)
+            results[key] = evaluator.compute()
             # Every rank computed the same numbers from the gathered rows: nothing to reduce.
-            names = _log_names(self.results[key], self.prefix, key)
+            names = _log_names(results[key], prefix, key)
             pl_module.log_dict(_exact_values(names), sync_dist=False, add_dataloader_idx=False)
             evaluator.reset()
+        self._results[loop] = results
 
-    def _evaluator(self, key: int | None) -> Evaluator:
-        """The accumulator of dataloader ``key`` (None: the one evaluation of a single
-        dataloader or of a query/gallery split), a fresh copy of :attr:`evaluator` if new."""
-        if key is None:
-            return self.evaluator
-        if key not in self._loaders:
+    def _evaluator(self, loop: str, key: int | None) -> Evaluator:
+        """The accumulator of evaluation ``key`` in ``loop`` (a dataloader index, or None for
+        the one evaluation of a single dataloader or of a query/gallery split), a fresh copy
+        of :attr:`evaluator` if new."""
+        accumulators = self._accumulators[loop]
+        if key not in accumulators:
             fresh = copy.copy(self.evaluator)
             fresh.reset()  # its own buffers: the copy shares only the settings
-            self._loaders[key] = fresh
-        return self._loaders[key]
+            accumulators[key] = fresh
+        return accumulators[key]
+
+
+def _single(results: dict[int | None, Any]) -> Any:
+    return next(iter(results.values())) if len(results) == 1 else None
 
 
 def _log_names(result: Any, prefix: str, dataloader_idx: int | None) -> dict[str, float]:
@@ -181,7 +247,8 @@ def _exact_values(names: dict[str, float]) -> dict[str, Any]:
     return {name: torch.tensor(v, dtype=torch.float64) for name, v in names.items()}
 
 
-def _check_outputs(outputs: Any) -> None:
+def _check_outputs(outputs: Any, step: str) -> None:
+    """Refuse ``step``'s return value unless it is a dict with embeddings and labels."""
     if isinstance(outputs, dict):
         missing = [k for k in ("embeddings", "labels") if k not in outputs]
         keys = ", ".join(sorted(map(repr, outputs))) or "none"
@@ -190,7 +257,7 @@ def _check_outputs(outputs: Any) -> None:
         missing, got = ["embeddings", "labels"], type(outputs).__name__
     if missing:
         raise InputError(
-            "validation_step must return a dict with 'embeddings' and 'labels' (and "
+            f"{step} must return a dict with 'embeddings' and 'labels' (and "
             f"optionally {', '.join(map(repr, _UPDATE_KEYS))}); got {got}."
         )
 
