@@ -419,3 +419,21 @@ def test_labels_that_mix_text_and_numbers_are_refused(labels):
     x = np.eye(4, dtype=np.float32)
     with pytest.raises(ee.InputError, match=r"labels mixes text and numbers .*one type"):
         ee.evaluate(x, labels)
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda e: ee.evaluate(e, Y, progress=False), "query"),
+        (lambda e: ee.evaluate(X, Y, e[:1].repeat(10, 0), RL, progress=False), "reference"),
+        (lambda e: ee.neighbors(e, 2, progress=False), "query"),
+        (lambda e: ee.Evaluator().update(e, Y), "embeddings"),
+    ],
+)
+def test_embeddings_with_rows_but_no_columns_are_not_called_empty(call, name):
+    with pytest.raises(ee.InputError) as info:
+        call(np.zeros((6, 0)))
+    message = str(info.value)
+    assert message.startswith(f"{name} has no columns (shape (")
+    assert "zero dimensions" in message and "dim >= 1" in message
+    assert "empty" not in message and "at least one vector" not in message

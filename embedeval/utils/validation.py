@@ -205,8 +205,13 @@ def as_embeddings(
             else ""
         )
         raise InputError(f"{name} must be 2-D (n_items, dim); got shape {arr.shape}.{hint}")
-    if (arr.shape[0] == 0 and not allow_empty) or arr.shape[1] == 0:
+    if arr.shape[0] == 0 and not allow_empty:
         raise InputError(f"{name} is empty (shape {arr.shape}); pass at least one vector.")
+    if arr.shape[1] == 0:  # rows, but vectors of no dimension: nothing to measure a distance on
+        raise InputError(
+            f"{name} has no columns (shape {arr.shape}): its vectors have zero dimensions; "
+            "pass (n_items, dim) embeddings with dim >= 1."
+        )
     if arr.dtype != dtype:
         arr = arr.astype(dtype)
     if arr.dtype.kind == "f":
