@@ -273,7 +273,7 @@ def _validated(path: Path, arrays: dict[str, Any]) -> EmbeddingFile:
             out[key] = as_vector(arrays[key], f"{path} ({key})", length=n, length_of="embeddings")
     if arrays.get("groups") is not None:
         out["groups"] = as_labels(
-            arrays["groups"], f"{path} (groups)", length=n, length_of="embeddings"
+            arrays["groups"], f"{path} (groups)", length=n, length_of="embeddings", groups=True
         )
     return EmbeddingFile(**out)
 

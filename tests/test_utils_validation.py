@@ -421,6 +421,43 @@ def test_labels_that_mix_text_and_numbers_are_refused(labels):
         ee.evaluate(x, labels)
 
 
+def _call_with_groups(where, groups):
+    if where == "evaluate":
+        ee.evaluate(X, Y, progress=False, query_groups=groups)
+    elif where == "evaluate reference":
+        ee.evaluate(X, Y, R, RL, query_groups=np.arange(6), reference_groups=groups)
+    elif where == "neighbors":
+        ee.neighbors(X, 2, query_groups=groups, progress=False)
+    else:
+        ee.Evaluator().update(X, Y, groups=groups)
+
+
+@pytest.mark.parametrize(
+    ("where", "name", "n"),
+    [
+        ("evaluate", "query_groups", 6),
+        ("evaluate reference", "reference_groups", 10),
+        ("neighbors", "query_groups", 6),
+        ("Evaluator.update", "groups", 6),
+    ],
+)
+def test_two_dimensional_groups_get_a_message_about_groups_not_multi_label(where, name, n):
+    one_hot = np.eye(3, dtype=np.int64)[np.arange(n) % 3]
+    with pytest.raises(ee.InputError) as info:
+        _call_with_groups(where, one_hot)
+    message = str(info.value)
+    assert message.startswith(f"{name} must be 1-D (one group id per item); got shape ({n}, 3).")
+    assert "exactly one group" in message
+    # the multi-label hint belongs to labels: a group array of 0/1 columns is no label set
+    assert "indicator" not in message and "labels" not in message
+
+
+def test_two_dimensional_labels_still_point_to_the_indicator_format():
+    pattern = r"query_labels must be 1-D \(one label per item\).*2-D 0/1 indicator array"
+    with pytest.raises(ee.InputError, match=pattern):
+        ee.evaluate(X, np.zeros((6, 2, 2)), progress=False)
+
+
 @pytest.mark.parametrize(
     ("call", "name"),
     [

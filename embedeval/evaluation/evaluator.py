@@ -295,7 +295,9 @@ class Evaluator:
             "indices": _as_indices(indices, n),
             "groups": None
             if groups is None
-            else as_labels(host_array(groups), "groups", length=n, length_of="embeddings"),
+            else as_labels(
+                host_array(groups), "groups", length=n, length_of="embeddings", groups=True
+            ),
             "confidences": None
             if confidences is None
             else as_vector(

@@ -210,7 +210,10 @@ def _group_codes(
     if (gq is None) != (gb is None):
         raise InputError("pass both query_groups= and reference_groups=, or neither.")
     if gq is not None:
-        (cq, cb), _ = factorize(as_labels(gq, "query_groups"), as_labels(gb, "reference_groups"))
+        (cq, cb), _ = factorize(
+            as_labels(gq, "query_groups", groups=True),
+            as_labels(gb, "reference_groups", groups=True),
+        )
         ex = Exclusions(self_index=self_index, query_groups=cq, reference_groups=cb)
     else:
         ex = Exclusions(self_index=self_index)

@@ -132,7 +132,9 @@ def rejection_curve(
     fractions = np.asarray(fractions, dtype=np.float64)
     n_kept = kept_counts(fractions, x.shape[0], name)
     if groups is not None:  # group ids travel with their items
-        groups = as_labels(groups, "query_groups", length=x.shape[0], length_of="embeddings")
+        groups = as_labels(
+            groups, "query_groups", length=x.shape[0], length_of="embeddings", groups=True
+        )
     order = np.argsort(-confidences, kind="stable")  # most confident first, ties by position
     results: dict[str, list[float]] = {}
     for n_keep in n_kept:

@@ -235,12 +235,14 @@ def exclusion_counts(
         n_valid -= 1
     if query_groups is None and reference_groups is None:
         return Exclusions(self_index=self_index), relevant, n_valid
-    gq = as_labels(query_groups, "query_groups", length=n_query, length_of="query")
+    gq = as_labels(query_groups, "query_groups", length=n_query, length_of="query", groups=True)
     if leave_one_out:
         (qg,), _ = factorize(gq)
         rg = qg
     else:
-        gr = as_labels(reference_groups, "reference_groups", length=n_ref, length_of="reference")
+        gr = as_labels(
+            reference_groups, "reference_groups", length=n_ref, length_of="reference", groups=True
+        )
         (qg, rg), _ = factorize(gq, gr)
     n_groups = int(max(qg.max(), rg.max())) + 1
     same_group = np.bincount(rg, minlength=n_groups)[qg]

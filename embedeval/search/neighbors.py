@@ -193,8 +193,8 @@ def _exclusions(
             "pass both query_groups= and reference_groups= (with reference=None, only "
             "query_groups=)."
         )
-    q = as_labels(gq, "query_groups", length=xq.shape[0], length_of="query")
-    r = q if gb is None else as_labels(gb, "reference_groups", length=xb.shape[0])
+    q = as_labels(gq, "query_groups", length=xq.shape[0], length_of="query", groups=True)
+    r = q if gb is None else as_labels(gb, "reference_groups", length=xb.shape[0], groups=True)
     (cq, cb), _ = factorize(q, r)
     return Exclusions(self_index=exclude_self, query_groups=cq, reference_groups=cb)
 

@@ -301,25 +301,28 @@ def as_vector(
 
 
 def as_labels(
-    y: Any, name: str = "labels", *, length: int | None = None, length_of: str | None = None
+    y: Any,
+    name: str = "labels",
+    *,
+    length: int | None = None,
+    length_of: str | None = None,
+    groups: bool = False,
 ) -> np.ndarray:
     """Return labels as a 1-D array, never cast to float.
 
     Integers keep their dtype (2**24 and 2**24 + 1 stay distinct), strings stay strings, other
     hashables become an object array (a list of tuples of different lengths too).  Float labels
     are accepted only when they are whole numbers and NaN-free, because a label of 0.5 is almost
-    always a mistake.
+    always a mistake.  ``groups=True`` checks group ids (``query_groups``, ...) the same way,
+    with messages about groups: an item has one group, never several.
     """
     arr = _asarray(_list_labels(y), name)
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
     if arr.ndim != 1:
-        raise InputError(
-            f"{name} must be 1-D (one label per item); got shape {arr.shape}. For several "
-            "labels per item pass a 2-D 0/1 indicator array of shape (n, n_labels)."
-        )
+        raise InputError(f"{name} must be 1-D {_not_one_per_item(arr.shape, groups)}")
     if arr.size == 0:
-        raise InputError(f"{name} is empty; pass one label per item.")
+        raise InputError(f"{name} is empty; pass one {'group id' if groups else 'label'} per item.")
     if length is not None and arr.shape[0] != length:
         other = f" rows of {length_of}" if length_of else " items"
         raise InputError(
@@ -370,6 +373,25 @@ def as_labels(
             "them a label."
         )
     return arr
+
+
+def _not_one_per_item(shape: tuple[int, ...], groups: bool) -> str:
+    """The rest of the message for labels or group ids of ``shape``, not 1-D: a 2-D labels
+    array may be meant as several labels per item, a 2-D groups array never is.
+
+    >>> _not_one_per_item((4, 2), groups=True)[:54]
+    '(one group id per item); got shape (4, 2). An item bel'
+    """
+    if groups:
+        return (
+            f"(one group id per item); got shape {shape}. An item belongs to exactly one group "
+            "(its camera, sequence, source, ...): pass one id per item, e.g. "
+            "np.unique(groups, axis=0, return_inverse=True)[1] for one id per distinct row."
+        )
+    return (
+        f"(one label per item); got shape {shape}. For several labels per item pass a 2-D 0/1 "
+        "indicator array of shape (n, n_labels)."
+    )
 
 
 def is_label_indicator(y: Any) -> bool:
