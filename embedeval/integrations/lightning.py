@@ -256,9 +256,14 @@ def _check_outputs(outputs: Any, step: str) -> None:
     else:
         missing, got = ["embeddings", "labels"], type(outputs).__name__
     if missing:
+        hint = (
+            " (or pass test_prefix=None to leave the test loop alone)"
+            if step == "test_step"
+            else ""
+        )
         raise InputError(
             f"{step} must return a dict with 'embeddings' and 'labels' (and "
-            f"optionally {', '.join(map(repr, _UPDATE_KEYS))}); got {got}."
+            f"optionally {', '.join(map(repr, _UPDATE_KEYS))}){hint}; got {got}."
         )
 
 
