@@ -542,6 +542,25 @@ def test_groups_are_refused_where_they_cannot_apply():
 
 
 @pytest.mark.parametrize("backend", [{}, {"backend": "torch", "device": "cpu"}])
+def test_subnormal_distances_are_rounded_to_float32_once(backend):
+    # Two points 3001.49996 subnormal spacings (2**-149) apart: sqrt(3001 * 3002) in float64
+    # rounds once to 3001 spacings.  Rounded first at the rescaled rows' float32 precision it
+    # becomes 3001.5, and then 3002 when scaled back into the subnormal range.
+    import math
+
+    if backend:
+        pytest.importorskip("torch")
+    unit = 2.0**-149
+    x = (np.array([[0, 0, 0], [3001, 51, 20]], dtype=np.float64) * unit).astype(np.float32)
+    want = np.float32(math.sqrt(3001**2 + 51**2 + 20**2) * unit)
+    assert want == np.float32(3001 * unit)
+    d, i = ee.neighbors(x, 1, **backend)
+    assert i.tolist() == [[1], [0]]
+    assert d.dtype == np.float32
+    assert d[:, 0].tolist() == [want, want]
+
+
+@pytest.mark.parametrize("backend", [{}, {"backend": "torch", "device": "cpu"}])
 def test_cosine_ranks_rows_of_subnormal_values_exactly(backend):
     # A row of subnormal float32 values has a norm that float32 holds with few bits; its cosine
     # keys must still be ordered as the exact cosines (computed here in rational arithmetic).

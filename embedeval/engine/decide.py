@@ -1028,7 +1028,9 @@ def widen(tau: np.ndarray, band: np.ndarray) -> np.ndarray:
 def first_k(task: Any, block: Candidates, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The first ``k`` candidates of each query of a decided ``block`` (:func:`decide`) as
     ``(distances, indices)``: the float64 Euclidean distance (square root of the float64
-    squared distance), cosine or inner product of the task's rows, rounded to float32 once.
+    squared distance), cosine or inner product of the task's rows, in float64 (the caller
+    rounds them to float32 once, after undoing any power-of-two scaling of the rows: rounding
+    first would round twice where the unscaled value is a subnormal float32).
 
     >>> from types import SimpleNamespace
     >>> x = np.array([[0, 0], [3, 4], [6, 8]], np.float32)
@@ -1054,9 +1056,8 @@ def first_k(task: Any, block: Candidates, k: int) -> tuple[np.ndarray, np.ndarra
         values = -np.sign(keys) * np.sqrt(np.abs(keys)) / q_norm
     else:
         values = -keys
-    dist = np.full((b, k), np.nan, dtype=np.float32)
+    dist = np.full((b, k), np.nan, dtype=np.float64)
     index = np.full((b, k), -1, dtype=np.int64)
-    with np.errstate(over="ignore"):
-        dist[r, c] = values.astype(np.float32)
+    dist[r, c] = values
     index[r, c] = idx
     return dist, index

@@ -223,10 +223,10 @@ def _exact_neighbors(
     progress: bool | None,
     n_threads: int | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The first ``k`` candidates of every query from the exact engine, as distances (rows
-    that see fewer references padded with -1 and NaN)."""
+    """The first ``k`` candidates of every query from the exact engine, as float64 distances
+    (rows that see fewer references padded with -1 and NaN)."""
     n_query = xq.shape[0]
-    dist = np.full((n_query, k), np.nan, dtype=np.float32)
+    dist = np.full((n_query, k), np.nan, dtype=np.float64)
     idx = np.full((n_query, k), -1, dtype=np.int64)
     if k == 0:
         return dist, idx
@@ -256,12 +256,15 @@ def _exact_neighbors(
 
 
 def _unscale(dist: np.ndarray, scale: int, distance: str) -> np.ndarray:
-    """Distances of inputs scaled by 2**scale back in the caller's units (a similarity beyond
-    float32's range is +-inf)."""
-    if not scale:
-        return dist
+    """float64 distances of inputs scaled by 2**scale back in the caller's units, rounded to
+    float32 once (a similarity beyond float32's range is +-inf).  Unscaled before rounding:
+    float32 distances of the scaled rows, scaled down into float32's subnormal range, would be
+    rounded a second time there (``3001.49996 * 2**-149`` to ``3001.5`` and then to ``3002``,
+    not ``3001``)."""
+    if scale:  # exact in float64: a power of two, far inside its range
+        dist = np.ldexp(dist, -scale if distance == "euclidean" else -2 * scale)
     with np.errstate(over="ignore"):
-        return np.ldexp(dist, -scale if distance == "euclidean" else -2 * scale)
+        return dist.astype(np.float32)
 
 
 def check_queries_lead_reference(

@@ -1015,13 +1015,14 @@ def _exact_keys(
 def torch_neighbors(
     xq: Any, xb: Any, k: int, distance: str, exclude_self: bool, options: TorchOptions
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(distances, indices)`` of the k nearest references, as :func:`embedeval.neighbors`."""
+    """``(distances, indices)`` of the k nearest references, as :func:`embedeval.neighbors`
+    (the distances in float64, rounded to float32 by the caller)."""
     from ..engine.exact import Exclusions
     from ..engine.task import RetrievalTask
 
     torch = import_torch()
     n_query = int(xq.shape[0])
-    dist = np.empty((n_query, k), dtype=np.float32)
+    dist = np.empty((n_query, k), dtype=np.float64)  # rounded to float32 by the caller
     idx = np.empty((n_query, k), dtype=np.int64)
     if k == 0:
         return dist, idx
