@@ -494,6 +494,14 @@ def test_bad_device_string(device):
         ev(np.eye(3), [0, 0, 1], backend="torch", device=device)
 
 
+@pytest.mark.parametrize("device", ["mps", "meta", "xpu", "xla"])
+def test_device_types_other_than_cpu_and_cuda_are_refused_before_the_search(device):
+    with pytest.raises(InputError, match=rf"device='{device}'.*'cpu', 'cuda'"):
+        ev(np.eye(3), [0, 0, 1], backend="torch", device=device)
+    with pytest.raises(InputError, match=rf"device='{device}'"):
+        ee.neighbors(np.eye(3, dtype=np.float32), 1, backend="torch", device=device)
+
+
 @pytest.mark.skipif(CUDA, reason="checks the message when no CUDA GPU is present")
 def test_cuda_without_a_gpu_says_so():
     with pytest.raises(InputError, match="no CUDA GPU"):

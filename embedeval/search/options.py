@@ -282,6 +282,14 @@ class TorchOptions:
             raise InputError(
                 f"device={device!r} is not a torch device; use 'cuda', 'cuda:0' or 'cpu'."
             ) from exc
+        if dev.type not in ("cpu", "cuda"):
+            # other device types (mps, xpu, meta, ...) would fail deep inside the search,
+            # e.g. where the float64 decision or the candidate extraction runs on them
+            raise InputError(
+                f"device={device!r}: the torch backend runs on 'cpu', 'cuda' or 'cuda:N', not "
+                f"on {dev.type!r} devices. Pass device='cpu' (and tensors moved there with "
+                "x.cpu()) or device='cuda'."
+            )
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise InputError(
                 f"device={device!r}, but PyTorch sees no CUDA GPU (torch.cuda.is_available() is "
