@@ -568,7 +568,7 @@ def _mixed_groups(
     ``groups``: :func:`_twin_groups`."""
     members, starts, _ = groups
     rel = relevant[:, members]
-    non = (keys[:, members] <= KEY_MAX) & ~rel
+    non = (keys[:, members] < np.inf) & ~rel
     # both counts from one sum: relevant members in the low 32 bits, the others above
     counts = np.add.reduceat(rel.astype(np.int64) + (non.astype(np.int64) << 32), starts, axis=1)
     n_rel, n_non = counts & 0xFFFFFFFF, counts >> 32
@@ -592,7 +592,7 @@ def _copies_ahead(
     seg = np.repeat(r, m)
     ref = members[spans(starts[g], m)]
     is_rel = relevant[seg, ref]
-    is_non = (keys[seg, ref] <= KEY_MAX) & ~is_rel
+    is_non = (keys[seg, ref] < np.inf) & ~is_rel
     ahead = np.cumsum(is_non) - is_non
     ahead -= np.repeat(ahead[np.cumsum(m) - m], m)  # counted from each group's start
     return ahead[is_rel]
@@ -894,17 +894,21 @@ def filter_precision(task: RetrievalTask) -> str:
 
 
 def flagged_ranks(
-    keys: np.ndarray, relevant: np.ndarray, magnitude: float, bound: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The ranks of the relevant references of rows of float64 product ``keys`` (C-contiguous;
-    every finite key at most ``magnitude`` in size; excluded pairs ``+inf``, never relevant),
-    for the rows where those keys decide them: per row the number of relevant references, their
-    0-based ranks row after row, and which rows the keys leave undecided (their items are left
-    out).  ``keys`` is overwritten: flagged, then sorted row by row.  ``bound``: each key lies
-    within it of its fixed-order key, up to an increasing map per row (Euclidean product keys
-    lack the query's squared norm; cosine ones are ``-cos``, the fixed-order ones
-    ``-sign(s) s**2 / ||x||**2``), so two references whose fixed-order keys are equal or in the
-    other order have keys within ``2 bound`` of each other.
+    keys: np.ndarray,
+    relevant: np.ndarray,
+    magnitude: float,
+    bound: float,
+    groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> tuple[RelevantRanks, np.ndarray]:
+    """The ranks of the relevant references of rows of float64 product ``keys`` (every finite
+    key at most ``magnitude`` in size; excluded pairs ``+inf``, never relevant; the members of
+    each of ``groups``, :func:`_twin_groups`, sharing one key), for the rows where those keys
+    decide them, and which rows they leave undecided (their items are left out).  ``keys`` is
+    overwritten: flagged, then sorted row by row.  ``bound``: each key lies within it of its
+    fixed-order key, up to an increasing map per row (Euclidean product keys lack the query's
+    squared norm; cosine ones are ``-cos``, the fixed-order ones ``-sign(s) s**2 / ||x||**2``),
+    so two references whose fixed-order keys are equal or in the other order have keys within
+    ``2 bound`` of each other.
 
     The lowest bit of each key's significand is replaced by the reference's relevance, which
     moves the key by at most one unit in its last place (``ulp``), and each row is sorted once
@@ -913,17 +917,21 @@ def flagged_ranks(
     fixed-order keys, and apart from each other.  A row where no relevant reference has a
     non-relevant one within ``w`` (only the entries just before and after each run of relevant
     entries need a look) is therefore ranked exactly, with no tie between kinds; the order among
-    references of one kind, which the sort leaves arbitrary, changes no rank.
+    references of one kind, which the sort leaves arbitrary, changes no rank.  The one exception
+    a row may hold is a group of identical rows with members of both kinds whose run of entries
+    stands ``w`` apart from every other entry (:func:`_settle_twins`): its members tie exactly,
+    and their ranks follow from their indices.
 
     >>> keys = np.array([[0.5, -0.25, 0.75], [0.5, 0.5, -1.0]])
-    >>> n, ranks, undecided = flagged_ranks(keys.copy(), keys > 0.6, 1.0, 1e-15)
-    >>> n.tolist(), ranks.tolist(), undecided.tolist()
+    >>> ranks, undecided = flagged_ranks(keys.copy(), keys > 0.6, 1.0, 1e-15)
+    >>> ranks.n_hits.tolist(), ranks.hit_pos.tolist(), undecided.tolist()
     ([1, 0], [2], [False, False])
-    >>> flagged_ranks(keys, np.array([[0, 0, 0], [1, 0, 0]], bool), 1.0, 1e-15)[2].tolist()
+    >>> flagged_ranks(keys, np.array([[0, 0, 0], [1, 0, 0]], bool), 1.0, 1e-15)[1].tolist()
     [False, True]
     """
     b, n = keys.shape
     keys = np.ascontiguousarray(keys)
+    twins = None if groups is None else _mixed_twins(groups, keys, relevant)
     bits = keys.view(np.uint64)
     bits &= _CLEAR_FLAG64
     bits |= relevant
@@ -931,27 +939,132 @@ def flagged_ranks(
     low = keys.reshape(-1).view(np.uint8)[_LOW_BYTE64::8]
     at = np.flatnonzero((low & np.uint8(1)).view(bool))
     if not at.size:
-        return np.zeros(b, dtype=np.int64), at, np.zeros(b, dtype=bool)
+        return RelevantRanks(np.zeros(b, np.int64), at, _no_runs(b)), np.zeros(b, dtype=bool)
     row = at // n
     pos = at - row * n
-    # runs of consecutive relevant entries: the non-relevant entries on either side are the
-    # nearest ones of the other kind
+    # 2 ulp(magnitude) for the two flags, with room for the subtraction's rounding (and for
+    # keys up to twice the magnitude)
+    w = (2.0 * bound + 8.0 * magnitude * 2.0**-52) * (1.0 + 2.0**-40) + 2.0**-1070
+    settled = None if twins is None else _settle_twins(keys, twins, w)
+    exempt = (np.zeros(0, np.int64),) * 2 if settled is None else settled[2]
+    undecided = _close_rows(keys, at, row, pos, w, exempt)
+    runs = _no_runs(b)
+    if settled is not None:  # the twins' relevant members ranked by their indices
+        places, ranks, _, twin_runs = settled
+        pos[np.searchsorted(at, places)] = ranks
+        runs = _twin_runs(twin_runs, undecided)
+    keep = ~undecided[row]
+    return RelevantRanks(np.bincount(row[keep], minlength=b), pos[keep], runs), undecided
+
+
+def _close_rows(
+    keys: np.ndarray,
+    at: np.ndarray,
+    row: np.ndarray,
+    pos: np.ndarray,
+    w: float,
+    exempt: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """The rows of sorted flagged ``keys`` where a relevant entry (flat places ``at``: row
+    ``row``, place ``pos`` in it) has a non-relevant neighbour within ``w``: the entries just
+    before and after each run of relevant entries, the nearest ones of the other kind.  The
+    pairs ``exempt`` (flat places of relevant entries whose neighbour before, and after, is a
+    settled twin) are left out."""
+    n = keys.shape[1]
     start = np.ones(at.size, dtype=bool)
     start[1:] = (at[1:] != at[:-1] + 1) | (row[1:] != row[:-1])
     first = np.flatnonzero(start)
     last = np.append(first[1:], at.size) - 1
-    # 2 ulp(magnitude) for the two flags, with room for the subtraction's rounding (and for
-    # keys up to twice the magnitude)
-    w = (2.0 * bound + 8.0 * magnitude * 2.0**-52) * (1.0 + 2.0**-40) + 2.0**-1070
     flat = keys.reshape(-1)
     ahead = at[first]
     close = (pos[first] > 0) & (flat[ahead] - flat[np.maximum(ahead - 1, 0)] <= w)
+    if exempt[0].size:
+        close &= ~_in_sorted(ahead, np.sort(exempt[0]))
     behind = at[last]
-    close |= (pos[last] + 1 < n) & (flat[np.minimum(behind + 1, flat.size - 1)] - flat[behind] <= w)
-    undecided = np.zeros(b, dtype=bool)
+    after = (pos[last] + 1 < n) & (flat[np.minimum(behind + 1, flat.size - 1)] - flat[behind] <= w)
+    if exempt[1].size:
+        after &= ~_in_sorted(behind, np.sort(exempt[1]))
+    undecided = np.zeros(keys.shape[0], dtype=bool)
     undecided[row[first[close]]] = True
+    undecided[row[last[after]]] = True
+    return undecided
+
+
+def _in_sorted(values: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Which ``values`` the sorted, non-empty ``table`` holds (``np.isin`` without its sort
+    of both)."""
+    at = np.minimum(np.searchsorted(table, values), table.size - 1)
+    return table[at] == values
+
+
+def _mixed_twins(
+    groups: tuple[np.ndarray, np.ndarray, np.ndarray], keys: np.ndarray, relevant: np.ndarray
+) -> tuple[np.ndarray, ...] | None:
+    """Before the sort: per row of unsorted ``keys`` and group of identical rows with relevant
+    and non-relevant valid members (``groups``: :func:`_twin_groups`), ``(row, relevant
+    members, non-relevant members, the members' key)``, then per relevant member of each in
+    index order its group's non-relevant members of smaller index; or None."""
+    mixed = _mixed_groups(groups, keys, relevant)
+    if mixed is None:
+        return None
+    r, g, n_rel, n_non, _ = mixed
+    members, starts, _ = groups
+    member_keys = keys[:, members]
+    # the valid members' key (a group's first member may be excluded: the query itself)
+    valid = np.where(member_keys < np.inf, member_keys, -np.inf)
+    shared = np.maximum.reduceat(valid, starts, axis=1)[r, g]
+    return r, n_rel, n_non, shared, _copies_ahead(groups, relevant, keys, r, g)
+
+
+def _settle_twins(
+    keys: np.ndarray, twins: tuple[np.ndarray, ...], w: float
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], tuple[np.ndarray, ...]] | None:
+    """The groups of identical rows of :func:`_mixed_twins` whose members alone, and all of
+    them, make a run of entries in their sorted flagged row (``keys``) that lies more than
+    ``w`` from the entries on either side: no other reference can tie or cross them in float64,
+    and they tie exactly with each other (equal keys ranked by index), so of a group's
+    non-relevant members those of smaller index are ahead of a relevant one.  Returns the flat
+    places of their relevant entries, the ranks these stand for (per group in the order of the
+    places), the exempt pairs of :func:`_close_rows` and the runs of :class:`RelevantRanks`;
+    or None when no group qualifies."""
+    r, n_rel, n_non, shared, ahead = twins
+    n = keys.shape[1]
+    non_key = (shared.view(np.uint64) & _CLEAR_FLAG64).view(np.float64)
+    rel_key = (non_key.view(np.uint64) | np.uint64(1)).view(np.float64)
+    up = non_key < rel_key  # a flag moves a negative key down
+    lo, hi = np.minimum(non_key, rel_key), np.maximum(non_key, rel_key)
+    start = rows_searchsorted(keys, r, lo)
+    mid = rows_searchsorted(keys, r, lo, right=True)
+    stop = rows_searchsorted(keys, r, hi, right=True)
+    flat = keys.reshape(-1)
+    base = r * n
+    ok = (mid - start == np.where(up, n_non, n_rel)) & (stop - mid == np.where(up, n_rel, n_non))
+    ok &= (start == 0) | (lo - flat[base + np.maximum(start - 1, 0)] > w)
+    ok &= (stop == n) | (flat[base + np.minimum(stop, n - 1)] - hi > w)
+    if not ok.any():
+        return None
+    first_rel = np.where(up, mid, start)  # the group's relevant entries, in their row
+    member = np.repeat(ok, n_rel)
+    places = spans(base + first_rel, n_rel)[member]
+    ranks = (np.repeat(start, n_rel) + spans(np.zeros_like(n_rel), n_rel) + ahead)[member]
+    exempt = (base[ok & up] + mid[ok & up], base[ok & ~up] + mid[ok & ~up] - 1)
+    return places, ranks, exempt, (r[ok], start[ok], stop[ok])
+
+
+def _twin_runs(
+    runs: tuple[np.ndarray, np.ndarray, np.ndarray], undecided: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The tie runs of :class:`RelevantRanks` from the settled twins' runs ``(row, first
+    place, stop)`` in the rows not ``undecided``: as the bands give them (:func:`_tie_blocks`),
+    in row then rank order, with each row's first run's first rank."""
+    row, first, stop = runs
     keep = ~undecided[row]
-    return np.bincount(row[keep], minlength=b), pos[keep], undecided
+    row, first, stop = row[keep], first[keep], stop[keep]
+    order = np.lexsort((first, row))
+    row, first, last = row[order], first[order], stop[order] - 1
+    first_mixed = np.full(undecided.size, np.iinfo(np.int64).max // 2)
+    np.minimum.at(first_mixed, row, first)
+    return row, first, last, first_mixed
 
 
 def _indices(rows: slice | np.ndarray) -> np.ndarray:
@@ -965,22 +1078,23 @@ def _no_runs(b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return empty, empty, empty, np.full(b, np.iinfo(np.int64).max // 2)
 
 
-def _with_rows(
-    n_hits: np.ndarray, hit_pos: np.ndarray, rows: np.ndarray, ranks: RelevantRanks
-) -> RelevantRanks:
-    """The ranks of a block (``n_hits`` per row, ``hit_pos`` row after row, none for ``rows``)
-    with those of its ``rows`` (sorted) put in: ``ranks``, whose row ``i`` is block row
-    ``rows[i]``."""
-    b = n_hits.size
-    counts = n_hits.copy()
+def _with_rows(base: RelevantRanks, rows: np.ndarray, ranks: RelevantRanks) -> RelevantRanks:
+    """The ranks of a block (``base``, with no items in its ``rows``) with those of its
+    ``rows`` (sorted) put in: ``ranks``, whose row ``i`` is block row ``rows[i]``."""
+    b = base.n_hits.size
+    counts = base.n_hits.copy()
     counts[rows] = ranks.n_hits
-    owner = np.concatenate((np.repeat(np.arange(b), n_hits), np.repeat(rows, ranks.n_hits)))
+    owner = np.concatenate((np.repeat(np.arange(b), base.n_hits), np.repeat(rows, ranks.n_hits)))
     order = np.argsort(owner, kind="stable")
-    hit_pos = np.concatenate((hit_pos, ranks.hit_pos))[order]
+    hit_pos = np.concatenate((base.hit_pos, ranks.hit_pos))[order]
     run_row, first, last, first_mixed = ranks.blocks
-    every = np.full(b, np.iinfo(np.int64).max // 2)
+    base_row, base_first, base_last, every = base.blocks
+    every = every.copy()
     every[rows] = first_mixed
-    return RelevantRanks(counts, hit_pos, (rows[run_row], first, last, every))
+    run_row = np.concatenate((base_row, rows[run_row]))
+    first, last = np.concatenate((base_first, first)), np.concatenate((base_last, last))
+    at = np.lexsort((first, run_row))
+    return RelevantRanks(counts, hit_pos, (run_row[at], first[at], last[at], every))
 
 
 def _exact_in_float64(task: RetrievalTask) -> bool:
@@ -1065,10 +1179,6 @@ class KeyedSearch:
 #: full-depth MAP over 100 classes (R_q 1 % of 10,000) 1.3-1.4 s -> 1.5-1.7 s, so it keeps the
 #: bands (whose sort stops at the farthest relevant key and meets few near misses).
 _WHOLE_SORT = 20
-#: More groups of identical rows under different labels than this send most rows to the bands
-#: (5 % of the hashing-shaped database duplicated, half relabelled: every row), so the whole-row
-#: sort is skipped.
-_MIXED_GROUPS = 16
 
 
 @dataclass
@@ -1092,14 +1202,12 @@ class _DeepSearch:
     keys_of: Callable[[slice], np.ndarray] | None = None
 
     @staticmethod
-    def sorts_whole_rows(task: RetrievalTask, precision: str, groups: Any) -> bool:
+    def sorts_whole_rows(task: RetrievalTask, precision: str) -> bool:
         """Whether blocks are ranked from flagged float64 keys first (:meth:`_whole_rows`):
-        with float64 filter keys, at most :data:`_MIXED_GROUPS` groups of identical rows under
-        different labels (such a group ties across kinds in the rows of queries of one of its
-        labels, which go to the bands), and with relevant references at least
-        1/:data:`_WHOLE_SORT` of the references (mean R_q), where the bands' near misses cost
-        more than sorting every key of a row in 64 bits."""
-        if precision != "float64" or (groups is not None and groups[1].size > _MIXED_GROUPS):
+        with float64 filter keys, and with relevant references at least 1/:data:`_WHOLE_SORT`
+        of the references (mean R_q), where the bands' near misses cost more than sorting
+        every key of a row as float64."""
+        if precision != "float64":
             return False
         n_ref = int(task.reference.shape[0])
         return float(task.relevant.mean()) * _WHOLE_SORT >= n_ref
@@ -1134,7 +1242,7 @@ class _DeepSearch:
         groups = None if dups is None else _twin_groups(dups, task.reference_codes)
         q_sq = norms.q_sq * (1.0 + 2.0**-40)
         plan = plan.with_search(search)
-        whole = cls.sorts_whole_rows(task, precision, groups)
+        whole = cls.sorts_whole_rows(task, precision)
         return cls(task, precision, search, plan, q_sq, m_sq, groups, threading.local(), whole)
 
     def one_block(self, start: int, stop: int | None = None) -> ScoredBlock:
@@ -1152,6 +1260,9 @@ class _DeepSearch:
     def _product64(self, start: int, stop: int) -> np.ndarray:
         """The float64 product keys of queries ``start:stop``, excluded pairs ``+inf``."""
         keys = self.search.queries[start:stop] @ self.search.reference_t
+        if self.groups is not None:  # identical rows under other labels share one key
+            members, starts, size = self.groups
+            keys[:, members] = np.repeat(keys[:, members[starts]], size, axis=1)
         self.plan.exclusions.hide(keys, np.arange(start, stop), 0, groups=True)
         return keys
 
@@ -1193,11 +1304,11 @@ class _DeepSearch:
         relevant, top = self._relevant(start, stop, keys)
         dim = int(self.task.reference.shape[1])
         e64 = 2 * float64_key_bounds(self.q_sq[start:stop], self.m_sq, dim, self.task.distance)
-        n_hits, hit_pos, undecided = flagged_ranks(keys, relevant, top, float(e64.max()))
+        ranks, undecided = flagged_ranks(keys, relevant, top, float(e64.max()), self.groups)
         if not undecided.any():
-            return RelevantRanks(n_hits, hit_pos, _no_runs(stop - start))
+            return ranks
         rows = np.flatnonzero(undecided)
-        return _with_rows(n_hits, hit_pos, rows, self._banded(start + rows))
+        return _with_rows(ranks, rows, self._banded(start + rows))
 
     def _banded(self, rows: slice | np.ndarray) -> RelevantRanks:
         """The float32 filter keys of query ``rows`` (a slice, or sorted indices) ranked with
