@@ -250,6 +250,10 @@ def test_bad_shards(data, tmp_path):
         _run(data, corpus, shards=0)
     with pytest.raises(InputError, match=r"shards\[1\]"):
         _run(data, None, shards=[corpus[:300], np.zeros((300, 5), np.float32)])
+    path = tmp_path / "corpus.npy"
+    np.save(path, corpus)
+    with pytest.raises(InputError, match=r"one str\. Pass it in a list: shards=\[.*corpus\.npy'\]"):
+        _run(data, None, shards=str(path))
     with pytest.raises(InputError, match="shards"):
         _run(data, corpus, shards=2, backend="torch")
     with pytest.raises(InputError, match="corpus must be None"):

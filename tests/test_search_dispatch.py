@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import pathlib
 import sys
 import types
 
@@ -42,6 +43,13 @@ def test_shards_are_checked_with_the_other_options():
         SearchOptions.make(shards=[])
     with pytest.raises(InputError, match="shards must be >= 1"):
         SearchOptions.make(shards=0)
+
+
+@pytest.mark.parametrize("piece", ["part0.npy", pathlib.Path("part0.npy"), np.zeros((3, 2))])
+def test_one_piece_not_in_a_list_is_refused_with_the_list_to_pass(piece):
+    # a single path or array is a piece the caller forgot to wrap, not a bad integer
+    with pytest.raises(InputError, match=r"list of arrays / \.npy paths.*shards=\["):
+        SearchOptions.make(shards=piece)
 
 
 def test_a_new_backend_is_one_module(monkeypatch):

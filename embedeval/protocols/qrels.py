@@ -46,7 +46,7 @@ from ..metrics.judged import (
     parse_ir_metrics,
     refuse_large_grade,
 )
-from ..search.options import PRECISIONS, TorchOptions
+from ..search.options import PRECISIONS, TorchOptions, check_shards
 from ..search.torch_backend import corpus_product
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import as_embeddings, check_bool, check_choice, check_int, host_array
@@ -760,8 +760,7 @@ def _check_distributed(backend: str, shards: Any, client: Any) -> None:
             f"shards={_shown(shards)} scans the corpus in pieces with numpy products, and "
             "backend='torch' moves each block to a device; drop one of them."
         )
-    if shards is not None and not isinstance(shards, (list, tuple)):
-        check_int(shards, "shards")
+    check_shards(shards)
 
 
 def _shown(shards: Any) -> str:

@@ -13,6 +13,7 @@ silently dropped; :attr:`SearchOptions.engine` names the backend module that wil
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ from ..engine.exact import DEFAULT_MEMORY_BUDGET
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import check_bool, check_choice, check_int
 
-__all__ = ["BACKENDS", "PRECISIONS", "SearchOptions", "TorchOptions"]
+__all__ = ["BACKENDS", "PRECISIONS", "SearchOptions", "TorchOptions", "check_shards"]
 
 #: The values of ``backend=``.
 BACKENDS = ("local", "dask", "torch")
@@ -92,7 +93,7 @@ class SearchOptions:
             )
         exact_sample = _check_index_options(index, index_params, exact_sample)
         _check_combination(backend, index, shards, client)
-        shards = _check_shards(shards)
+        shards = check_shards(shards)
         return cls(
             backend=backend,
             index=index,
@@ -201,15 +202,23 @@ def _check_combination(backend: str, index: Any, shards: Any, client: Any) -> No
         )
 
 
-def _check_shards(shards: Any) -> Any:
+def check_shards(shards: Any) -> Any:
     """``shards``: ``None``, an int >= 1, or a non-empty list of arrays / ``.npy`` paths (the
-    pieces themselves are checked against the reference by the sharded backend)."""
+    pieces themselves are checked against the reference where they are read)."""
     if shards is None:
         return None
     if isinstance(shards, (list, tuple)):
         if not shards:
             raise InputError("shards is an empty list; pass an int or at least one array/path.")
         return shards
+    # one path or one array is a list of one piece the caller forgot to wrap: an int check
+    # would call it "not an integer" and never say that pieces go in a list
+    if isinstance(shards, (str, os.PathLike)) or (isinstance(shards, np.ndarray) and shards.ndim):
+        piece = "array" if isinstance(shards, np.ndarray) else repr(os.fspath(shards))
+        raise InputError(
+            "shards must be an int (the number of pieces) or a list of arrays / .npy paths; "
+            f"got one {type(shards).__name__}. Pass it in a list: shards=[{piece}]."
+        )
     return check_int(shards, "shards")
 
 
