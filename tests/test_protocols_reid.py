@@ -337,3 +337,17 @@ def test_junk_ids_as_none_a_single_id_or_string_ids():
     # ids read from Market-1501 file names as strings: the default drops "-1" too
     res = reid.evaluate_reid(q, ["1", "2"], [0, 0], g, ["1", "1", "2", "-1"], [0, 1, 1, 1])
     assert res.settings["n_junk"] == 1 and res.settings["junk_ids"] == ["-1"]
+
+
+@pytest.mark.parametrize("form", ["pandas", "object", "bytes", "bytes_object"])
+def test_junk_text_ids_held_as_objects_or_bytes_are_dropped(form):
+    # Query at 0 (id "1", camera 0); gallery 0 (id "-1": junk), 1 and 2 (id "1", cameras 1 and
+    # 2). Junk dropped: the matches rank 1 and 2, AP = 1; kept, the junk row ranks first and
+    # the matches 2 and 3, AP = (1/2 + 2/3) / 2 = 7/12.
+    ids = [b"-1", b"1", b"1"] if form.startswith("bytes") else ["-1", "1", "1"]
+    gallery_ids = ids if form == "bytes" else np.array(ids, dtype=object)
+    if form == "pandas":
+        gallery_ids = pytest.importorskip("pandas").Series(ids)
+    res = reid.evaluate_reid([[0.0]], ids[1:2], [0], [[0.0], [1.0], [2.0]], gallery_ids, [0, 1, 2])
+    assert res.settings["n_junk"] == 1 and res.settings["junk_ids"] == [ids[0]]
+    assert res["map"] == 1.0

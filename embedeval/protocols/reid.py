@@ -85,8 +85,9 @@ def evaluate_reid(
 ) -> EvaluationResult:
     """Evaluate re-identification embeddings with the Market-1501 convention.
 
-    Gallery rows whose identity is in ``junk_ids`` are dropped (None: none; string gallery ids
-    are compared with the junk ids as strings, so the default drops ``"-1"`` too); gallery
+    Gallery rows whose identity is in ``junk_ids`` are dropped (None: none; text gallery ids,
+    str or bytes, in numpy arrays or as Python objects, are compared with the junk ids as text,
+    so the default drops ``"-1"`` and ``b"-1"`` too); gallery
     items with the query's identity and camera are hidden from that query; everything else is
     :func:`evaluate` (pass its options, e.g. ``ci=0.95``, through ``options``).
     ``result.cmc(50)`` gives the CMC curve (``"mrr"`` must stay among the metrics for it).
@@ -125,7 +126,7 @@ def evaluate_reid(
     ap_rule = check_choice(ap_rule, "ap_rule", AP_RULES)
     gi = as_labels(gallery_ids, "gallery_ids")
     junk = _junk_list(junk_ids, gi)
-    keep = ~np.isin(gi, np.asarray(junk)) if junk else np.ones(gi.size, bool)
+    keep = ~_is_junk(gi, junk)
     if not keep.any():
         raise InputError(
             f"every gallery item has an identity in junk_ids={junk!r}; nothing is left to search."
@@ -166,16 +167,50 @@ def evaluate_reid(
 
 
 def _junk_list(junk_ids: Any, gallery_ids: np.ndarray) -> list[Any]:
-    """``junk_ids`` as a list: None is none, a single id is one; compared as strings when the
-    gallery ids are strings (``"-1"``, Market-1501's junk identity read from file names)."""
+    """``junk_ids`` as a list: None is none, a single id is one; compared as text when the
+    gallery ids are text (``"-1"``, Market-1501's junk identity read from file names), in the
+    gallery's own text type: str for str ids (numpy strings or Python objects, as pandas holds
+    them), bytes for bytes ids (as HDF5 files store them)."""
     if junk_ids is None:
         return []
     if isinstance(junk_ids, (str, bytes)) or np.ndim(junk_ids) == 0:
         junk_ids = [junk_ids]
     junk = list(junk_ids)
-    if gallery_ids.dtype.kind == "U":
-        junk = [str(v) for v in junk]
+    text = _text_types(gallery_ids)
+    if text:
+        # every text form once, in order: a str and a bytes gallery id can both be junk
+        junk = list(dict.fromkeys(_as_text(v, t) for t in text for v in junk))
     return junk
+
+
+def _text_types(ids: np.ndarray) -> list[type]:
+    """The text types (str, bytes) among ``ids``; as_labels refuses text beside numbers, so a
+    non-empty answer means every id is text."""
+    if ids.dtype.kind in "US":
+        return [str if ids.dtype.kind == "U" else bytes]
+    if ids.dtype != object:
+        return []
+    return [t for t in (str, bytes) if any(isinstance(v, t) for v in ids)]
+
+
+def _as_text(value: Any, kind: type) -> str | bytes:
+    """A junk id as text of ``kind``: -1 is "-1" or b"-1"."""
+    if isinstance(value, kind):
+        return value
+    if kind is bytes:
+        return str(value).encode()
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _is_junk(gallery_ids: np.ndarray, junk: list[Any]) -> np.ndarray:
+    """Whether each gallery id is one of ``junk`` (compared with ==, as labels are)."""
+    if not junk:
+        return np.zeros(gallery_ids.size, bool)
+    if gallery_ids.dtype == object:
+        # one Python comparison per id: np.isin would sort mixed objects or split tuple ids
+        ids = set(junk)
+        return np.fromiter((v in ids for v in gallery_ids), bool, count=gallery_ids.size)
+    return np.isin(gallery_ids, np.asarray(junk))
 
 
 def _trapezoid_ap(relevant: np.ndarray, n_relevant: np.ndarray) -> np.ndarray:
