@@ -242,6 +242,29 @@ def test_kfold_training_folds_of_one_kind():
     assert per_fold.tolist() == kfold_loop(scores, genuine, 3)[2]
 
 
+@pytest.mark.parametrize("held_out_genuine", [False, True])
+@pytest.mark.parametrize("higher_is_similar", [True, False])
+def test_kfold_threshold_separates_adjacent_floats_and_extreme_scores(
+    higher_is_similar, held_out_genuine
+):
+    # Fold 1 holds one pair, an impostor at a (or a genuine pair at b > a); fold 0 trains on it
+    # alone (reject, or accept, everything) and gets 1 of its 3 pairs right. Fold 1 trains on
+    # genuine pairs at b and impostors at a: every training pair is right only when b is
+    # accepted and a rejected, so its held-out pair is right: 1/1, whatever the gap b - a
+    # (adjacent floats, whose midpoint rounds to one of them) and however large the scores.
+    genuine = np.array([True, False, True, False])
+    if held_out_genuine:
+        genuine = ~genuine
+    folds = np.array([0, 0, 0, 1])
+    sign = 1.0 if higher_is_similar else -1.0
+    for a, b in ((1.0, np.nextafter(1.0, 2.0)), (1e308, 1.5e308), (-1.5e308, 1.5e308)):
+        scores = sign * np.where(genuine, b, a)
+        _, _, per_fold = ver.kfold_accuracy(
+            scores, genuine, folds=folds, higher_is_similar=higher_is_similar
+        )
+        assert per_fold.tolist() == [1 / 3, 1.0], (a, b)
+
+
 # ---------------------------------------------------------------------------- from embeddings
 
 

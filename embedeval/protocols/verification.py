@@ -375,7 +375,8 @@ def kfold_accuracy(
     first ``n % n_folds`` folds hold one pair more than the others (``np.array_split``; the same
     folds as scikit-learn's ``KFold(n_folds, shuffle=False)``).  For each fold, the threshold
     that maximises accuracy on the other folds is chosen among the midpoints between
-    consecutive distinct training scores (and one point above and one below all of them); ties
+    consecutive distinct training scores (the higher of two adjacent floats, whose midpoint
+    rounds to one of them; and one point above and one below all of them); ties
     in training accuracy (counted exactly) go to the strictest threshold, the one that accepts
     fewest pairs: the highest similarity, or for distances (``higher_is_similar=False``) the
     lowest distance.  Accuracy = (accepted genuine + rejected impostor) / pairs on the held-out
@@ -454,7 +455,18 @@ def _best_threshold(s: np.ndarray, g: np.ndarray) -> float:
         return np.inf  # nothing accepted
     if i == t.size - 1:
         return -np.inf  # everything accepted
-    return float((t[i] + t[i + 1]) / 2)
+    return _between(float(t[i + 1]), float(t[i]))
+
+
+def _between(lo: float, hi: float) -> float:
+    """A threshold in (lo, hi]: accepts every score >= hi and rejects lo.
+
+    The midpoint, halved before the sum so that scores near the float64 limit cannot overflow
+    to inf; when hi and lo are adjacent floats the midpoint rounds to one of them, and hi is
+    taken (rounding to lo would accept the scores the threshold is meant to reject).
+    """
+    mid = lo / 2 + hi / 2
+    return mid if lo < mid else hi
 
 
 # ---------------------------------------------------------------------------- from embeddings
