@@ -608,6 +608,29 @@ def test_open_set_identical_gallery_rows_tie_and_rank_by_index():
     assert got.rank1 == 0.0 and got.dir.tolist() == [0.0]
 
 
+@pytest.mark.parametrize("distance", ["inner_product", "euclidean", "cosine"])
+def test_open_set_ranks_scores_closer_than_float32_resolves(distance):
+    # Query (1, 1), identity "a"; gallery row 0 (1, 0) is "b", row 1 (1, 1e-8) is the mate "a".
+    # In float64 the mate is closer under every distance (inner product 1 + 1e-8 against 1;
+    # squared distance (1 - 1e-8)^2 against 1; cosine (1 + 1e-8) / sqrt(2 (1 + 1e-16)) against
+    # 1 / sqrt(2)), so it ranks first: rank-1 rate 1, as ee.evaluate ranks it. In float32 both
+    # scores round to one value, a tie that the index gives to row 0.
+    gallery = np.array([[1.0, 0.0], [1.0, 1e-8]], np.float32)
+    query = np.array([[1.0, 1.0], [-1.0, -1.0]], np.float32)  # plus one non-mated search
+    s = query[:1].astype(np.float64) @ gallery.T.astype(np.float64)
+    if distance == "euclidean":
+        s = -(((query[:1, None].astype(np.float64) - gallery[None]) ** 2).sum(-1))
+    elif distance == "cosine":
+        s = s / np.linalg.norm(gallery.astype(np.float64), axis=1)
+    assert s[0, 1] > s[0, 0]
+    got = ver.open_set_identification(
+        query, ["a", "z"], gallery, ["b", "a"], fpir=[1.0], distance=distance
+    )
+    assert got.rank1 == 1.0 and got.dir.tolist() == [1.0]
+    res = ee.evaluate(query[:1], ["a"], gallery, ["b", "a"], distance=distance)
+    assert res["precision_at_1"] == 1.0
+
+
 def test_open_set_identification_refuses_a_gallery_of_another_dimension():
     q, g = np.ones((3, 4), dtype=np.float32), np.ones((5, 6), dtype=np.float32)
     with pytest.raises(ee.InputError, match="query has dimension 4 but gallery has 6"):

@@ -863,10 +863,11 @@ def open_set_identification(
     A search is *mated* when its identity is in the gallery, *non-mated* otherwise.  For a
     threshold t, FPIR(t) = non-mated searches whose best gallery score is >= t / non-mated
     searches; DIR(t) = mated searches whose mate (the best-scoring gallery item of its identity)
-    ranks within ``rank`` and scores >= t / mated searches.  Ranks follow embedeval's tie rule:
-    equal scores are ordered by ascending gallery index.  The threshold at each FPIR is chosen as
-    in :func:`tar_at_far` (non-mated best scores play the impostors, mated hit scores the
-    genuine pairs; a mate beyond ``rank`` never counts).
+    ranks within ``rank`` and scores >= t / mated searches.  Scores are float64 products of the
+    float32 inputs (as :func:`pair_scores`), and ranks follow embedeval's tie rule: equal
+    scores are ordered by ascending gallery index (identical gallery rows tie exactly).  The
+    threshold at each FPIR is chosen as in :func:`tar_at_far` (non-mated best scores play the
+    impostors, mated hit scores the genuine pairs; a mate beyond ``rank`` never counts).
 
     Examples
     --------
@@ -916,15 +917,23 @@ def open_set_identification(
 
 
 def _search_scores(xq, xg, cq, cg, distance, block_size):
-    """Per query: best gallery score, best mate score and the mate's 1-based rank."""
-    xq = _prepare(xq, distance, "query")
-    xg = _prepare(xg, distance, "gallery")
-    sq = np.einsum("ij,ij->i", xg, xg) if distance == "euclidean" else None
+    """Per query: best gallery score, best mate score and the mate's 1-based rank.
+
+    Scores are float64 products of the float32 inputs, so that ranks are decided as embedeval
+    ranks everywhere (float64, equal scores by gallery index): a float32 product would tie a
+    mate with a non-mate whose scores differ below float32 resolution and rank them by index.
+    """
+
+    def prepare(x: np.ndarray, name: str) -> np.ndarray:
+        return _prepare(np.asarray(x, dtype=np.float64), distance, name)
+
     from ..engine.duplicates import find_duplicate_rows
 
-    # Identical gallery rows must tie (then rank by index); a float32 product can score them a
-    # unit in the last place apart, so every member takes its group's first member's score.
-    dup = find_duplicate_rows(np.ascontiguousarray(xg, dtype=np.float32))
+    # Identical gallery rows (as scored) must tie, then rank by index; a product can score them
+    # a unit in the last place apart, so every member takes its group's first member's score.
+    dup = find_duplicate_rows(xg, lambda rows: prepare(rows, "gallery"))
+    xq, xg = prepare(xq, "query"), prepare(xg, "gallery")
+    sq = np.einsum("ij,ij->i", xg, xg) if distance == "euclidean" else None
     n = xq.shape[0]
     best, mate_score = np.empty(n), np.full(n, -np.inf)
     mate_rank = np.full(n, np.iinfo(np.int64).max)
