@@ -399,12 +399,13 @@ def test_tf32_setting_is_restored():
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tk.DeviceKernels, "score", spy)
-        ev(x, y, backend="torch", device="cpu", tf32=True)
-        assert seen[0] in ("tf32", True)  # on during the search
+        for asked in ({"tf32": True}, {"precision": "tf32"}):
+            # TF32 is a CUDA mode: a CPU multiplies in float32, says so, and leaves it off
+            got = ev(x, y, backend="torch", device="cpu", **asked)
+            assert seen[-1] in ("ieee", False)
+            assert got.settings["torch"]["precision"] == "float32"
         ev(x, y, backend="torch", device="cpu")
         assert seen[-1] in ("ieee", False)  # off by default
-        ev(x, y, backend="torch", device="cpu", precision="tf32")
-        assert seen[-1] in ("tf32", True)  # the other spelling
         mp.setattr(tb, "_search_precision", lambda *a: "tf32")  # "auto" on a recent GPU
         ev(x, y, backend="torch", device="cpu")
         assert seen[-1] in ("tf32", True)  # chosen, not asked for: on as well

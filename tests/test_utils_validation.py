@@ -474,3 +474,23 @@ def test_embeddings_with_rows_but_no_columns_are_not_called_empty(call, name):
     assert message.startswith(f"{name} has no columns (shape (")
     assert "zero dimensions" in message and "dim >= 1" in message
     assert "empty" not in message and "at least one vector" not in message
+
+
+@pytest.mark.parametrize("value", [True, np.bool_(False)])
+def test_a_bool_count_is_refused_without_suggesting_an_integer(value):
+    # a whole float is told the integer to pass instead; a bool is no count at all
+    from embedeval.utils.validation import check_int
+
+    with pytest.raises(ee.InputError, match="must be an integer") as err:
+        check_int(value, "n_folds", minimum=2)
+    assert "Use n_folds=" not in str(err.value)
+    with pytest.raises(ee.InputError, match=r"Use n_folds=3\."):
+        check_int(3.0, "n_folds", minimum=2)
+
+
+def test_evaluate_qrels_memory_budget_is_bytes_as_in_evaluate():
+    x = np.eye(3, dtype=np.float32)
+    qrels = {"q0": {"d0": 1}}
+    with pytest.raises(ee.InputError, match="memory_budget must be >= 1048576"):
+        ee.evaluate_qrels(x[:1], x, qrels, query_ids=["q0"], doc_ids=["d0", "d1", "d2"],
+                          metrics=["ndcg@10"], memory_budget=10)  # fmt: skip

@@ -576,8 +576,9 @@ def evaluate_qrels(
         ``{query id: [doc id, ...]}`` never retrieved for that query.  Excluded and
         not-indexed judged documents still count in R (the relevant judged documents).
     run_depth : int, optional
-        Documents kept per query for :meth:`QrelsResult.run` (default: the deepest cut-off,
-        1,000 when only full-depth metrics are asked).
+        Documents kept per query for :meth:`QrelsResult.run`: at least this many, and never
+        fewer than the deepest cut-off of ``metrics``, which the metrics read (default: the
+        deepest cut-off, 1,000 when only full-depth metrics are asked).
     ci, n_boot, seed
         Percentile bootstrap intervals of the means over the evaluated queries.
     block_size, memory_budget, n_threads, progress
@@ -783,7 +784,7 @@ def _plan(
     product: tuple[Callable[..., np.ndarray], str],
 ) -> CorpusScan:
     """The scan: prepared queries, block size from the memory budget, the product."""
-    budget = check_int(memory_budget, "memory_budget")
+    budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)  # bytes, as evaluate
     block_size = check_int(block_size, "block_size", allow_none=True)
     threads = check_int(n_threads, "n_threads", allow_none=True)
     numpy = product[0] is numpy_product

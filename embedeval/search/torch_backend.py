@@ -124,13 +124,16 @@ def resolve_precision(torch: Any, precision: str, device: Any) -> str:
     """The product ``precision`` (:data:`embedeval.search.options.PRECISIONS`) on ``device``:
     ``"auto"`` is ``"bf16"`` on a CPU that multiplies bfloat16 natively (AVX512-BF16 or AMX
     through oneDNN), ``"tf32"`` on a CUDA GPU that has TF32 (compute capability 8.0 or
-    more), else ``"float32"``.
+    more), else ``"float32"``; ``"tf32"`` asked of a device without it (TF32 is a CUDA mode) is
+    ``"float32"``, which is what such a device multiplies in, so the record says so.
 
     On a GPU the product is a small part of a search's time, and bfloat16's wider band leaves
     more candidates to the rest; TF32's band is narrow enough.  Measured on an H200
     (``python -m benchmarks.bench_gpu``, every value exact): 1,000,000 x 128 leave-one-out
     12.2 s in TF32, 15.3 s in float32, 17.0 s in bfloat16; SOP-like 60,000 x 128 0.120,
     0.124 and 0.138 s; the deep cases alike within 3 %."""
+    if precision == "tf32" and device.type != "cuda":
+        return "float32"
     if precision != "auto":
         return precision
     if device.type == "cuda":

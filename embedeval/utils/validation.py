@@ -84,6 +84,10 @@ def check_int(
 
 
 def _is_whole_float(value: Any) -> bool:
+    """A float with an integer value (``3.0``), whose integer the error message suggests; not
+    a bool (``True`` is not a count of 1)."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
     return isinstance(value, numbers.Real) and float(value).is_integer()
 
 
