@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -157,6 +159,11 @@ def test_cmc_equals_recall_at_k_and_needs_mrr():
         ee.evaluate(x, y, metrics=["map"]).cmc(5)
     with pytest.raises(ee.InputError, match="deeper than the ranking"):
         ee.evaluate(x, y, metrics=["mrr"], k=3).cmc(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the evaluation warns that every query is lone
+        lone = ee.evaluate(x[:4], [0, 1, 2, 3], metrics=["mrr"])
+    with pytest.raises(ee.InputError, match="no query to average"):
+        lone.cmc(5)
 
 
 def test_minp_bootstrap_and_compare():

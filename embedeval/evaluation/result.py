@@ -156,6 +156,11 @@ class EvaluationResult:
             )
         rr = self.per_query["mrr"]
         rr = rr[~np.isnan(rr)]
+        if not rr.size:
+            raise InputError(
+                "cmc() has no query to average: every query is lone (no relevant reference it "
+                "may see, e.g. every match of a re-id query is in its own camera)."
+            )
         with np.errstate(divide="ignore"):
             first = np.where(rr > 0, np.rint(1.0 / rr), np.inf)
         ranks = np.arange(1, max_rank + 1)
