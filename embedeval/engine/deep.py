@@ -1008,11 +1008,12 @@ def _mixed_twins(
     if mixed is None:
         return None
     r, g, n_rel, n_non, _ = mixed
-    members, starts, _ = groups
-    member_keys = keys[:, members]
-    # the valid members' key (a group's first member may be excluded: the query itself)
-    valid = np.where(member_keys < np.inf, member_keys, -np.inf)
-    shared = np.maximum.reduceat(valid, starts, axis=1)[r, g]
+    members, starts, size = groups
+    m = size[g]
+    # the valid members' key, the smallest of the group's keys: excluded members (a group's
+    # first member may be the query itself) are +inf
+    member_keys = keys[np.repeat(r, m), members[spans(starts[g], m)]]
+    shared = np.minimum.reduceat(member_keys, np.cumsum(m) - m)
     return r, n_rel, n_non, shared, _copies_ahead(groups, relevant, keys, r, g)
 
 
