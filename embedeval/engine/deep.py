@@ -1176,9 +1176,11 @@ class KeyedSearch:
 
 
 #: Flagged float64 keys rank a deep search whose mean R_q is at least 1/_WHOLE_SORT of the
-#: references.  Measured on two cores: hashing-shaped (R_q about 10 % of 50,000) 6.9 s -> 4.4 s;
-#: full-depth MAP over 100 classes (R_q 1 % of 10,000) 1.3-1.4 s -> 1.5-1.7 s, so it keeps the
-#: bands (whose sort stops at the farthest relevant key and meets few near misses).
+#: references.  Measured on two cores with the whole-row sort of an earlier form (64-bit codes):
+#: hashing-shaped (R_q about 10 % of 50,000) 6.9 s -> 4.4 s (3.3-4.0 s with the keys sorted as
+#: floats); full-depth MAP over 100 classes (R_q 1 % of 10,000) 1.3-1.4 s -> 1.5-1.7 s, and
+#: still slower with the keys sorted as floats, so it keeps the bands (whose sort stops at the
+#: farthest relevant key and meets few near misses).
 _WHOLE_SORT = 20
 
 
