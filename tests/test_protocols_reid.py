@@ -358,3 +358,11 @@ def test_junk_text_ids_held_as_objects_or_bytes_are_dropped(form):
     res = reid.evaluate_reid([[0.0]], ids[1:2], [0], [[0.0], [1.0], [2.0]], gallery_ids, [0, 1, 2])
     assert res.settings["n_junk"] == 1 and res.settings["junk_ids"] == [ids[0]]
     assert res["map"] == 1.0
+
+
+@pytest.mark.parametrize("junk", ["-1", ["-1", 0], b"-1"])
+def test_text_junk_ids_beside_numeric_gallery_ids_are_refused(junk):
+    # "-1" never equals -1: the call would silently keep every junk item in the gallery
+    g = [[0.0], [1.0], [2.0]]
+    with pytest.raises(ee.InputError, match=r"junk_ids holds text .* junk_ids=-1"):
+        reid.evaluate_reid([[0.0]], [1], [0], g, [-1, 1, 1], [0, 1, 2], junk_ids=junk)

@@ -177,6 +177,12 @@ def _junk_list(junk_ids: Any, gallery_ids: np.ndarray) -> list[Any]:
         junk_ids = [junk_ids]
     junk = list(junk_ids)
     text = _text_types(gallery_ids)
+    words = [v for v in junk if isinstance(v, (str, bytes))]
+    if words and not text:  # would match nothing: text is never equal to a number
+        raise InputError(
+            f"junk_ids holds text ({words[0]!r}) but gallery_ids are numbers, so it would drop "
+            "nothing; pass the junk identities as numbers (e.g. junk_ids=-1)."
+        )
     if text:
         # every text form once, in order: a str and a bytes gallery id can both be junk
         junk = list(dict.fromkeys(_as_text(v, t) for t in text for v in junk))
