@@ -59,3 +59,21 @@ def test_the_cli_refuses_a_read_only_output_before_any_work(tmp_path, monkeypatc
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--json" in err[0] and "read-only" in err[0]
     assert out.read_text() == "keep me"
+
+
+def test_text_outputs_are_utf8_whatever_the_locale(tmp_path):
+    # Labels and ids are often not ASCII (a cat class '猫', a doc id 'é'); in a locale whose
+    # encoding cannot hold them (LC_ALL=C without UTF-8 mode here, cp1252 on Windows) the
+    # per-class table, the run file and the Markdown must still be written, as UTF-8, like
+    # every input file is read.
+    import subprocess
+    import sys
+
+    out = tmp_path / "labels.csv"
+    text = "label,n\n猫,3\né|x,2\n"
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"}
+    env["PYTHONCOERCECLOCALE"] = "0"
+    code = f"from embedeval.utils.files import write_text; write_text({str(out)!r}, {text!a})"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes() == text.encode("utf-8")

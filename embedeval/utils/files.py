@@ -85,9 +85,14 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically."""
+    """Write ``text`` to ``path`` atomically, as UTF-8.
+
+    UTF-8 whatever the locale: labels and ids are often not ASCII, and the locale's encoding
+    (ASCII under ``LC_ALL=C``, cp1252 on Windows) would fail on them after all the work, or
+    write a file that the readers, which read UTF-8, misread.
+    """
     with atomic_path(path) as tmp:
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8")
     return Path(path)
 
 
