@@ -1281,7 +1281,10 @@ def _add_retrieve_command(sub: Any) -> None:
         epilog=EPILOG_RETRIEVE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("queries", help="query embeddings: .npy, .npz, .safetensors or .parquet")
+    # Optional here only so that "--metrics a b QUERIES" can hand QUERIES back (_parse).
+    p.add_argument(
+        "queries", nargs="?", help="query embeddings: .npy, .npz, .safetensors or .parquet"
+    )
     i = p.add_argument_group("inputs")
     i.add_argument("--query-ids", metavar="FILE", help="one query id per line")
     i.add_argument("--corpus", metavar="FILE", required=True, help="document embeddings")
@@ -1505,24 +1508,41 @@ COMMANDS = {
 }
 
 
+def _is_file_name(entry: str, command: str) -> bool:
+    """Whether a ``--metrics`` entry is an input file that the greedy option swallowed.
+
+    ``evaluate`` / ``compare`` metric names never hold a dot or a slash; ``retrieve``'s do
+    (trec_eval's ``P.10``, ``ndcg_cut.10``), so there only a path separator or an embedding
+    file's suffix marks a file.
+    """
+    from .io import EMBEDDING_SUFFIXES
+
+    if "/" in entry or os.sep in entry:
+        return True
+    if command == "retrieve":
+        return Path(entry).suffix.lower() in EMBEDDING_SUFFIXES
+    return "." in entry
+
+
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
-    # "--metrics a b FILE" gives FILE to --metrics (nargs="+" is greedy): metric names never
-    # hold a dot or a slash, so trailing entries that do are the input files.
+    # "--metrics a b FILE" gives FILE to --metrics (nargs="+" is greedy): hand the trailing
+    # entries that are file names back to the command's positional argument.
     metrics = list(getattr(args, "metrics", None) or [])
     moved: list[str] = []
-    while metrics and ("." in metrics[-1] or "/" in metrics[-1] or os.sep in metrics[-1]):
+    while metrics and _is_file_name(metrics[-1], args.command):
         moved.insert(0, metrics.pop())
     if moved:
         args.metrics = metrics or None
         if not metrics:
             parser.error("--metrics needs at least one metric name before the file names")
-    if args.command == "evaluate":
-        files = moved + ([args.file] if args.file else [])
+    if args.command in ("evaluate", "retrieve"):
+        field = "file" if args.command == "evaluate" else "queries"
+        files = moved + ([getattr(args, field)] if getattr(args, field) else [])
         if len(files) != 1:
             sub = "no embedding file given" if not files else f"one file expected: {files}"
-            parser.error(f"evaluate: {sub}")
-        args.file = files[0]
+            parser.error(f"{args.command}: {sub}")
+        setattr(args, field, files[0])
     elif args.command == "compare":
         args.files = moved + list(args.files or [])
         if not args.files:

@@ -286,3 +286,36 @@ def test_retrieve_scheduler_address(files):
     b = json.loads((d / "cluster.json").read_text())
     assert a["per_query"] == b["per_query"]
     assert b["settings"]["shards"] == 2  # one piece per worker
+
+
+def _pytrec_means(d, queries, corpus, query_ids, doc_ids, measures):
+    """pytrec_eval's means over the judged queries, on the cosine ranking of the fixture."""
+    qrels = {}
+    for line in (d / "qrels.txt").read_text().splitlines():
+        q, _, doc, g = line.split()
+        qrels.setdefault(q, {})[doc] = int(g)
+    s = queries.astype(np.float64) @ corpus.astype(np.float64).T
+    scores = np.sign(s) * s * s / (corpus.astype(np.float64) ** 2).sum(axis=1)
+    run_dict = {
+        q: dict(zip(doc_ids, scores[i].tolist(), strict=True)) for i, q in enumerate(query_ids)
+    }
+    per_query = pytrec_eval.RelevanceEvaluator(qrels, set(measures)).evaluate(run_dict)
+    return {m: np.mean([v[m] for v in per_query.values()]) for m in measures}
+
+
+@pytest.mark.parametrize("before", [False, True])
+def test_trec_eval_dotted_metric_names_are_metrics_not_files(files, before):
+    # trec_eval's own spellings hold a dot (P.10, ndcg_cut.5): they are metrics, never the
+    # queries file, whether --metrics comes after the queries or before them.
+    d, queries, corpus, query_ids, doc_ids = files
+    out = d / "res.json"
+    metrics = ["--metrics", "map", "P.10", "ndcg_cut.5"]
+    args = _args(d, "--ties", "trec_eval", "--json", out)
+    proc = run(args[0], *metrics, *args[1:]) if before else run(*args, *metrics)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(out.read_text())["metrics"]
+    expected = _pytrec_means(d, queries, corpus, query_ids, doc_ids, ["map", "P_10", "ndcg_cut_5"])
+    assert list(got) == ["map", "precision@10", "ndcg@5"]
+    assert got["map"] == pytest.approx(expected["map"], abs=1e-12)
+    assert got["precision@10"] == pytest.approx(expected["P_10"], abs=1e-12)
+    assert got["ndcg@5"] == pytest.approx(expected["ndcg_cut_5"], abs=1e-12)
