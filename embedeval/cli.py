@@ -467,7 +467,7 @@ def _add_evaluate_command(sub: Any) -> None:
     _add_report_options(p, o)
     o.add_argument(
         "--plot-format",
-        default="png",
+        default=None,
         choices=("png", "svg", "pdf"),
         help="format of the --plots figures (default: png, at 200 dpi)",
     )
@@ -499,16 +499,18 @@ def _add_report_options(
     g.add_argument(
         "--gallery",
         type=_count,
-        default=20,
+        default=None,
         metavar="N",
         help="queries per gallery table (default: 20; 0: no gallery)",
     )
     g.add_argument("--gallery-metric", metavar="NAME", help=h["gallery_metric"])
-    g.add_argument("--gallery-k", type=_positive_int, default=5, metavar="K", help=h["gallery_k"])
+    g.add_argument(
+        "--gallery-k", type=_positive_int, default=None, metavar="K", help=h["gallery_k"]
+    )
     g.add_argument(
         "--thumbnail",
         type=_thumbnail,
-        default=64,
+        default=None,
         metavar="PX",
         help="thumbnail size in pixels (default: 64)",
     )
@@ -904,17 +906,37 @@ def _write_evaluation(
         _say(f"wrote {args.report}")
 
 
+#: Options that shape one output, the output that needs them, and their defaults (parsed as
+#: None, so that one given without its output is told apart from the default).
+_OUTPUT_OPTIONS = {
+    "images": ("report", None),
+    "reference_images": ("report", None),
+    "texts": ("report", None),
+    "reference_texts": ("report", None),
+    "gallery_metric": ("report", None),
+    "gallery": ("report", 20),
+    "gallery_k": ("report", 5),
+    "thumbnail": ("report", 64),
+    "plot_format": ("plots", "png"),
+}
+
+
 def _check_report_options(args: argparse.Namespace) -> None:
-    if args.report:
-        return
-    given = [
-        f
-        for f in ("images", "reference_images", "texts", "reference_texts", "gallery_metric")
-        if getattr(args, f)
-    ]
-    if given:
-        flag = "--" + given[0].replace("_", "-")
-        raise InputError(f"{flag} is shown in the HTML report: add --report OUT.html, or drop it.")
+    """Refuse an option of an output that was not asked for (``--thumbnail`` without
+    ``--report``, ``--plot-format`` without ``--plots``), which would be ignored; then fill in
+    the defaults."""
+    for name, (output, default) in _OUTPUT_OPTIONS.items():
+        if not hasattr(args, name):
+            continue
+        if getattr(args, name) is not None and not getattr(args, output, None):
+            flag = "--" + name.replace("_", "-")
+            if output == "plots":
+                raise InputError(f"{flag} is the format of --plots: add --plots DIR, or drop it.")
+            raise InputError(
+                f"{flag} is shown in the HTML report: add --report OUT.html, or drop it."
+            )
+        if getattr(args, name) is None:
+            setattr(args, name, default)
 
 
 def _write_report(
@@ -1397,6 +1419,16 @@ def _check_retrieve_search(search: dict[str, Any]) -> None:
         )
 
 
+def _check_depth(args: argparse.Namespace) -> None:
+    """``--depth`` shapes the run file and the report's gallery, never a metric: without
+    either it would be ignored."""
+    if args.depth is not None and not (args.run or args.report):
+        raise InputError(
+            "--depth is how many documents per query --run writes (and --report can show); "
+            "add --run OUT, or drop --depth."
+        )
+
+
 def cmd_retrieve(args: argparse.Namespace) -> int:
     """``embedeval retrieve``: check every output, evaluate, print and write."""
     from .protocols.qrels import evaluate_qrels
@@ -1409,6 +1441,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     _check_output(args.per_query, (".csv",), "--per-query")
     _check_output(args.report, (".html",), "--report")
     _check_report_options(args)
+    _check_depth(args)
     if args.report and args.gallery_metric:  # before the work, not after it
         from .evaluation.judged_html import gallery_metric_name
         from .metrics.judged import parse_ir_metrics

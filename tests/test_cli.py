@@ -1128,6 +1128,11 @@ def _main_status(argv):
             ["--gallery-metric mrr", "choose one of map,"],
         ),
         (["--gallery-metric", "map_at_r"], ["--gallery-metric", "--report"]),
+        (["--gallery", "3"], ["--gallery ", "--report"]),
+        (["--gallery", "0"], ["--gallery ", "--report"]),
+        (["--gallery-k", "3"], ["--gallery-k", "--report"]),
+        (["--thumbnail", "32"], ["--thumbnail", "--report"]),
+        (["--plot-format", "svg"], ["--plot-format", "--plots"]),
         (["--report", "r.html", "--gallery", "-1"], ["--gallery", "0 or more", "'-1'"]),
         (["--report", "r.html", "--thumbnail", "4"], ["--thumbnail", "8 to 512"]),
         (

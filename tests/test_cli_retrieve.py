@@ -319,3 +319,20 @@ def test_trec_eval_dotted_metric_names_are_metrics_not_files(files, before):
     assert got["map"] == pytest.approx(expected["map"], abs=1e-12)
     assert got["precision@10"] == pytest.approx(expected["P_10"], abs=1e-12)
     assert got["ndcg@5"] == pytest.approx(expected["ndcg_cut_5"], abs=1e-12)
+
+
+def test_depth_without_run_or_report_is_refused_before_any_output(files):
+    # --depth shapes the run file and the report's gallery, never a metric: alone it would be
+    # silently ignored, like a --thumbnail without --report
+    d = files[0]
+    (d / "res.json").write_text("keep me")
+    proc = run(*_args(d, "--depth", "5", "--json", d / "res.json"))
+    _one_line_error(proc, "--depth", "--run")
+    assert (d / "res.json").read_text() == "keep me"
+    ok = run(*_args(d, "--depth", "5", "--run", d / "run.trec"))
+    assert ok.returncode == 0, ok.stderr
+    lines = (d / "run.trec").read_text().splitlines()
+    per_query = {}
+    for line in lines:
+        per_query[line.split()[0]] = per_query.get(line.split()[0], 0) + 1
+    assert set(per_query.values()) == {5}
