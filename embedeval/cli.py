@@ -1238,7 +1238,7 @@ EPILOG_RETRIEVE = """examples:
       --doc-ids docs.txt --qrels qrels/test.tsv
   embedeval retrieve q.npz --corpus c.npz --qrels test.qrels --ties trec_eval \\
       --metrics ndcg@10 map recall@1000 --run run.trec --depth 1000 --json res.json
-  embedeval retrieve q.npz --corpus c.npz --qrels test.qrels --report run.html \
+  embedeval retrieve q.npz --corpus c.npz --qrels test.qrels --report run.html \\
       --texts queries.txt --reference-texts passages.txt   # worst queries, their top documents
 
 QUERIES and --corpus: .npy (memory-mapped, float32 or float16), .npz (an 'ids' array inside

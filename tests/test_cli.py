@@ -1312,3 +1312,17 @@ def test_errors_name_the_flag_and_file_not_the_python_argument(files, monkeypatc
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith(f"embedeval: error: {start}"), err
+
+
+@pytest.mark.parametrize("command", ["evaluate", "compare", "retrieve", "figures", "demo"])
+def test_help_examples_are_one_command_per_line_or_continued(command):
+    # an example split over lines must end each but the last with a backslash: a lone "\" in
+    # the epilog's source joins the lines into one with a run of spaces before an option
+    import re
+
+    from embedeval.cli import build_parser
+
+    sub = build_parser()._subparsers._group_actions[0].choices[command]
+    examples = [ln for ln in sub.format_help().splitlines() if ln.startswith("  embedeval ")]
+    for line in examples:
+        assert not re.search(r"\S {3,}--", line), line
