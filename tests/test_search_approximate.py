@@ -346,3 +346,16 @@ def test_twins_in_a_faiss_list_share_one_key_and_are_all_listed():
     r, c, k = _tie_duplicates(row, ref, key, dups, groups, 0)
     got = sorted(zip(r.tolist(), c.tolist(), k.tolist(), strict=True))
     assert got == [(0, 1, 2.0), (0, 3, 3.0), (0, 4, 2.0), (0, 6, 2.0), (1, 5, 1.0)]
+
+
+def test_bad_search_parameters_are_refused_before_the_index_is_built(grid, monkeypatch):
+    # a wrong nprobe must not cost a training run (minutes on a large set) before it is refused
+    import faiss
+
+    def built(*args, **kwargs):
+        raise AssertionError("the index was built before its parameters were checked")
+
+    monkeypatch.setattr(faiss, "index_factory", built)
+    x, y, _ = grid
+    with pytest.raises(InputError, match=r"index_params\['nprobe'\] must be >= 1; got 0"):
+        evaluate(x[:1000], y[:1000], index="IVF16,Flat", index_params={"nprobe": 0})

@@ -77,3 +77,28 @@ def test_text_outputs_are_utf8_whatever_the_locale(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes() == text.encode("utf-8")
+
+
+def test_result_json_is_read_as_utf8_whatever_the_locale(tmp_path):
+    # the JSON of a result holding a label like '猫' (written by hand or by another tool with
+    # the characters as they are) loads in a locale whose encoding cannot decode them
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    import embedeval as ee
+
+    res = ee.evaluate(np.float32([[0], [1], [5], [6]]), ["猫", "猫", "é", "é"], metrics=["map"])
+    path = tmp_path / "res.json"
+    path.write_bytes(res.to_json().replace("\\u732b", "猫").encode("utf-8"))
+    assert "猫".encode() in path.read_bytes()
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"}
+    env["PYTHONCOERCECLOCALE"] = "0"
+    code = (
+        "import pathlib, embedeval as ee; "
+        f"r = ee.EvaluationResult.from_json(pathlib.Path({str(path)!r})); print(r['map'])"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout) == 1.0

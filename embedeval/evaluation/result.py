@@ -259,7 +259,7 @@ class EvaluationResult:
         where = "source"
         if isinstance(source, os.PathLike) or not text.lstrip().startswith("{"):
             where = f"source file {str(source)!r}"
-            text = Path(source).read_text()
+            text = Path(source).read_text(encoding="utf-8")  # as to_json writes it
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:

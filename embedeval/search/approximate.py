@@ -10,8 +10,6 @@ their difference and a paired bootstrap confidence interval of the difference.
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
 import time
 from collections.abc import Iterator
@@ -34,6 +32,7 @@ from ..metrics.resample import mean_difference_interval
 from ..utils.errors import InputError, InputTypeError
 from ..utils.progress import progress_bar
 from ..utils.validation import check_choice, check_int
+from .options import check_index_param
 
 __all__ = ["search", "train_index"]
 
@@ -274,24 +273,6 @@ def _two_level_centroids(ivf: Any, xt: np.ndarray, seed: int) -> None:
     ivf.quantizer.add(centroids)
 
 
-#: Search parameters that count something (inverted lists probed, graph candidates kept).
-#: faiss reads every value as a double and casts it: 0 makes the search itself fail, a
-#: fraction is truncated and a value past 2**31 - 1 wraps to a negative int.
-_COUNT_PARAMS = ("nprobe", "efSearch")
-
-
-def _check_param(name: str, value: Any) -> Any:
-    """``index_params[name]`` checked before faiss casts it (see :data:`_COUNT_PARAMS`)."""
-    label = f"index_params[{name!r}]"
-    if name.removeprefix("quantizer_") in _COUNT_PARAMS:
-        return check_int(value, label, minimum=1, maximum=2**31 - 1)
-    if isinstance(value, (bool, np.bool_)) or (
-        isinstance(value, numbers.Real) and not math.isfinite(value)
-    ):
-        raise InputError(f"{label} must be a finite number; got {value!r}.")
-    return value
-
-
 def _set_params(idx: Any, params: dict[str, Any]) -> None:
     import faiss
 
@@ -299,7 +280,7 @@ def _set_params(idx: Any, params: dict[str, Any]) -> None:
     for name, value in params.items():
         if not isinstance(name, str):
             raise InputTypeError(f"index_params keys must be strings; got {name!r}.")
-        value = _check_param(name, value)
+        value = check_index_param(name, value)
         try:
             space.set_index_parameter(idx, name, value)
         except (RuntimeError, TypeError) as exc:

@@ -12,6 +12,7 @@ silently dropped; :attr:`SearchOptions.engine` names the backend module that wil
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 from collections.abc import Mapping
@@ -25,7 +26,14 @@ from ..engine.exact import DEFAULT_MEMORY_BUDGET
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import check_bool, check_choice, check_int
 
-__all__ = ["BACKENDS", "PRECISIONS", "SearchOptions", "TorchOptions", "check_shards"]
+__all__ = [
+    "BACKENDS",
+    "PRECISIONS",
+    "SearchOptions",
+    "TorchOptions",
+    "check_index_param",
+    "check_shards",
+]
 
 #: The values of ``backend=``.
 BACKENDS = ("local", "dask", "torch")
@@ -181,7 +189,33 @@ def _check_index_options(index: Any, index_params: Any, exact_sample: Any) -> in
             f"index_params must be a dict of faiss search parameters such as {{'nprobe': 32}}; "
             f"got {type(index_params).__name__}."
         )
+    for name, value in (index_params or {}).items():  # before any training, not after it
+        if isinstance(name, str):
+            check_index_param(name, value)
     return check_int(exact_sample, "exact_sample", minimum=0, allow_none=True)
+
+
+#: Search parameters that count something (inverted lists probed, graph candidates kept).
+#: faiss reads every value as a double and casts it: 0 makes the search itself fail, a
+#: fraction is truncated and a value past 2**31 - 1 wraps to a negative int.
+_COUNT_PARAMS = ("nprobe", "efSearch")
+
+
+def check_index_param(name: str, value: Any) -> Any:
+    """``index_params[name]`` checked before faiss casts it (see :data:`_COUNT_PARAMS`): checked
+    when the options are read, before an index is trained, and again where it is set.
+
+    >>> check_index_param("nprobe", 32), check_index_param("quantizer_efSearch", 64)
+    (32, 64)
+    """
+    label = f"index_params[{name!r}]"
+    if name.removeprefix("quantizer_") in _COUNT_PARAMS:
+        return check_int(value, label, minimum=1, maximum=2**31 - 1)
+    if isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, numbers.Real) and not math.isfinite(value)
+    ):
+        raise InputError(f"{label} must be a finite number; got {value!r}.")
+    return value
 
 
 def _check_combination(backend: str, index: Any, shards: Any, client: Any) -> None:
