@@ -1061,13 +1061,18 @@ def _provenance(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def natural_key(path: str) -> list[Any]:
-    """Sort key comparing the digit runs of a name as numbers.
+    """Sort key comparing the digit runs of a name as numbers, the name before its suffix (so
+    ``ck`` comes before ``ck2`` as it would without the ``.npz``).
 
     >>> sorted(["epoch_10.npz", "epoch_5.npz", "epoch_1.npz"], key=natural_key)
     ['epoch_1.npz', 'epoch_5.npz', 'epoch_10.npz']
+    >>> sorted(["ck2.npz", "ck.npz", "ck10.npz"], key=natural_key)
+    ['ck.npz', 'ck2.npz', 'ck10.npz']
     """
-    parts = re.split(r"(\d+)", str(path))
-    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts]
+    name = Path(str(path))
+    parts = re.split(r"(\d+)", str(name.with_suffix("")) if name.suffix else str(name))
+    # the end of the name (then its suffix) before any further character or digit run
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts] + [(-1, 0, name.suffix)]
 
 
 def _input_paths(args: argparse.Namespace) -> list[tuple[str, str]]:
