@@ -658,3 +658,12 @@ def test_all_pairs_cosine_of_subnormal_rows_is_the_cosine_of_their_values():
     got = tar_at_far_all_pairs(x, labels, far=fars).threshold
     want = [impostor[0], impostor[4]]
     np.testing.assert_allclose(got, want, rtol=4 * 2.0**-24, atol=0)
+
+
+def test_kfold_accuracy_refuses_n_folds_beside_folds():
+    # folds decides the folds: an n_folds given with it would be silently ignored
+    scores, genuine = np.arange(6.0), np.array([0, 1, 0, 1, 1, 1], bool)
+    with pytest.raises(ee.InputError, match="n_folds=3 and folds= were both given"):
+        ver.kfold_accuracy(scores, genuine, n_folds=3, folds=[0, 0, 1, 1, 2, 2])
+    # the default alone still makes ten folds: one pair each here
+    assert ver.kfold_accuracy(np.arange(10.0), np.arange(10) % 2 == 0)[2].size == 10

@@ -363,15 +363,16 @@ def kfold_accuracy(
     scores: Any,
     genuine: Any,
     *,
-    n_folds: int = 10,
+    n_folds: int | None = None,
     folds: Any = None,
     thresholds: Any = None,
     higher_is_similar: bool = True,
 ) -> tuple[float, float, np.ndarray]:
     """Verification accuracy with a threshold chosen on the other folds (LFW's protocol).
 
-    Pairs are split into ``n_folds`` consecutive folds in the order given (LFW's ``pairs.txt``
-    holds 10 folds of 600 pairs in order), or by the fold id in ``folds``.  With n pairs the
+    Pairs are split into ``n_folds`` (default 10) consecutive folds in the order given (LFW's
+    ``pairs.txt`` holds 10 folds of 600 pairs in order), or by the fold id in ``folds`` (then
+    without ``n_folds``, which would be ignored).  With n pairs the
     first ``n % n_folds`` folds hold one pair more than the others (``np.array_split``; the same
     folds as scikit-learn's ``KFold(n_folds, shuffle=False)``).  For each fold, the threshold
     that maximises accuracy on the other folds is chosen among the midpoints between
@@ -425,13 +426,18 @@ def kfold_accuracy(
     return float(per_fold.mean()), float(per_fold.std()), per_fold
 
 
-def _fold_ids(n: int, n_folds: int, folds: Any) -> np.ndarray:
+def _fold_ids(n: int, n_folds: int | None, folds: Any) -> np.ndarray:
     if folds is not None:
+        if n_folds is not None:  # one of the two would be silently ignored
+            raise InputError(
+                f"n_folds={n_folds!r} and folds= were both given; folds decides the folds by "
+                "itself: drop n_folds."
+            )
         ids = as_labels(folds, "folds", length=n, length_of="scores")
         if np.unique(ids).size < 2:
             raise InputError("folds must hold at least two distinct fold ids.")
         return ids
-    n_folds = check_int(n_folds, "n_folds", minimum=2)
+    n_folds = check_int(10 if n_folds is None else n_folds, "n_folds", minimum=2)
     if n_folds > n:
         raise InputError(f"n_folds={n_folds} is larger than the number of pairs ({n}).")
     return np.repeat(np.arange(n_folds), [len(c) for c in np.array_split(np.arange(n), n_folds)])
