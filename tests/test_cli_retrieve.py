@@ -71,18 +71,7 @@ def test_retrieve_matches_pytrec_eval_and_writes_outputs(files):
         )
     )
     assert proc.returncode == 0, proc.stderr
-    qrels = {}
-    for line in (d / "qrels.txt").read_text().splitlines():
-        q, _, doc, g = line.split()
-        qrels.setdefault(q, {})[doc] = int(g)
-    # sign(s) s^2 / ||x||^2 in float64 ranks like the cosine, and equal rational cosines of
-    # these small-integer rows stay exactly equal (a computed cosine would round them apart)
-    s = queries.astype(np.float64) @ corpus.astype(np.float64).T
-    scores = np.sign(s) * s * s / (corpus.astype(np.float64) ** 2).sum(axis=1)
-    run_dict = {
-        q: {doc: float(s) for doc, s in zip(doc_ids, scores[i].tolist(), strict=True)}
-        for i, q in enumerate(query_ids)
-    }
+    qrels, run_dict = _qrels_and_cosine_run(d, queries, corpus, query_ids, doc_ids)
     measures = {"ndcg_cut.5", "map", "P.5", "recip_rank"}
     expected = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run_dict)
     keys = {"ndcg@5": "ndcg_cut_5", "map": "map", "precision@5": "P_5", "mrr": "recip_rank"}
@@ -288,8 +277,10 @@ def test_retrieve_scheduler_address(files):
     assert b["settings"]["shards"] == 2  # one piece per worker
 
 
-def _pytrec_means(d, queries, corpus, query_ids, doc_ids, measures):
-    """pytrec_eval's means over the judged queries, on the cosine ranking of the fixture."""
+def _qrels_and_cosine_run(d, queries, corpus, query_ids, doc_ids):
+    """The fixture's qrels and its cosine ranking as a pytrec_eval run dict: sign(s) s^2 /
+    ||x||^2 in float64 ranks like the cosine, and equal rational cosines of these small-integer
+    rows stay exactly equal (a computed cosine would round them apart)."""
     qrels = {}
     for line in (d / "qrels.txt").read_text().splitlines():
         q, _, doc, g = line.split()
@@ -299,6 +290,12 @@ def _pytrec_means(d, queries, corpus, query_ids, doc_ids, measures):
     run_dict = {
         q: dict(zip(doc_ids, scores[i].tolist(), strict=True)) for i, q in enumerate(query_ids)
     }
+    return qrels, run_dict
+
+
+def _pytrec_means(d, queries, corpus, query_ids, doc_ids, measures):
+    """pytrec_eval's means over the judged queries, on the cosine ranking of the fixture."""
+    qrels, run_dict = _qrels_and_cosine_run(d, queries, corpus, query_ids, doc_ids)
     per_query = pytrec_eval.RelevanceEvaluator(qrels, set(measures)).evaluate(run_dict)
     return {m: np.mean([v[m] for v in per_query.values()]) for m in measures}
 
