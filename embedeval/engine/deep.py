@@ -564,9 +564,10 @@ def _mixed_groups(
 ) -> tuple[np.ndarray, ...] | None:
     """Per row of a block, the groups of identical rows with relevant and non-relevant
     valid members: ``(row, group, relevant members, non-relevant members, shared key)`` (the
-    key of the group's first member: ``+inf`` where that one is excluded), or None.
+    valid members' key: the smallest of the group's keys, excluded members being ``+inf``;
+    a group's first member may be excluded, the query itself), or None.
     ``groups``: :func:`_twin_groups`."""
-    members, starts, _ = groups
+    members, starts, size = groups
     rel = relevant[:, members]
     non = (keys[:, members] < np.inf) & ~rel
     # both counts from one sum: relevant members in the low 32 bits, the others above
@@ -575,7 +576,11 @@ def _mixed_groups(
     r, g = np.nonzero((n_rel > 0) & (n_non > 0))
     if not r.size:
         return None
-    return r, g, n_rel[r, g], n_non[r, g], keys[r, members[starts[g]]]
+    m = size[g]
+    shared = np.minimum.reduceat(
+        keys[np.repeat(r, m), members[spans(starts[g], m)]], np.cumsum(m) - m
+    )
+    return r, g, n_rel[r, g], n_non[r, g], shared
 
 
 def _copies_ahead(
@@ -1007,13 +1012,7 @@ def _mixed_twins(
     mixed = _mixed_groups(groups, keys, relevant)
     if mixed is None:
         return None
-    r, g, n_rel, n_non, _ = mixed
-    members, starts, size = groups
-    m = size[g]
-    # the valid members' key, the smallest of the group's keys: excluded members (a group's
-    # first member may be the query itself) are +inf
-    member_keys = keys[np.repeat(r, m), members[spans(starts[g], m)]]
-    shared = np.minimum.reduceat(member_keys, np.cumsum(m) - m)
+    r, g, n_rel, n_non, shared = mixed
     return r, n_rel, n_non, shared, _copies_ahead(groups, relevant, keys, r, g)
 
 
