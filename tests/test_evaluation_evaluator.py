@@ -183,6 +183,16 @@ def test_bad_constructor_arguments(kwargs, match):
         ee.Evaluator(**kwargs)
 
 
+def test_indices_above_int64_are_refused():
+    # 2**63 held as int64 would wrap to -2**63 and could match another row's index.
+    x, y = _data(n=20)
+    x, y = x[:4], y[:4]
+    ev = ee.Evaluator()
+    with pytest.raises(ee.InputError, match="below 2\\*\\*63"):
+        ev.update(x, y, indices=np.array([0, 1, 2, 2**63], dtype=np.uint64))
+    ev.update(x, y, indices=np.array([0, 1, 2, 2**63 - 1], dtype=np.uint64))  # the largest
+
+
 def test_bad_updates():
     x, y = _data(n=20)
     ev = ee.Evaluator()

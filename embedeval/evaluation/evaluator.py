@@ -430,6 +430,13 @@ def _as_indices(indices: Any, n: int) -> np.ndarray | None:
         raise InputTypeError(
             f"indices must be integers (dataset positions); got dtype {arr.dtype}."
         )
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        # Held as int64 so batches of any integer dtype compare: a larger index would wrap
+        # to a negative one and could collide with another row's.
+        raise InputError(
+            f"indices holds {int(arr.max())}, above the largest int64 "
+            f"({np.iinfo(np.int64).max}); pass dataset positions below 2**63."
+        )
     return arr.astype(np.int64)
 
 
