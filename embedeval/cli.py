@@ -249,8 +249,9 @@ def add_search_options(p: argparse.ArgumentParser) -> Any:
         type=_positive_int,
         default=None,
         metavar="N",
-        help="worker threads of the exact search (default: every usable core, at most 8); "
-        "the numbers do not depend on it",
+        help="threads of the search (default: every usable core, at most 8; with --index, "
+        "faiss's threads; with --backend torch, PyTorch's CPU threads too; with --backend dask "
+        "and no --scheduler, the local cluster's); the numbers do not depend on it",
     )
     g.add_argument(
         "--backend",
@@ -385,13 +386,21 @@ def search_arguments(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             )
         yield kwargs
         return
-    with _dask_client(args.scheduler) as client:
+    if args.threads is not None and args.scheduler:
+        raise InputError(
+            f"--threads {args.threads} sets the threads of a search on this machine; the "
+            f"workers of --scheduler {args.scheduler} run it on the threads they were started "
+            "with (dask worker --nthreads). Drop --threads."
+        )
+    del kwargs["n_threads"]  # the local cluster's threads, below
+    with _dask_client(args.scheduler, args.threads) as client:
         yield {**kwargs, "client": client}
 
 
 @contextlib.contextmanager
-def _dask_client(address: str | None) -> Iterator[Any]:
-    """A client of the scheduler at ``address``, or of a local in-process cluster (threads)."""
+def _dask_client(address: str | None, threads: int | None = None) -> Iterator[Any]:
+    """A client of the scheduler at ``address``, or of a local in-process cluster of
+    ``threads`` threads (default: Dask's, one per core)."""
     try:
         from distributed import Client
     except ImportError as exc:
@@ -405,7 +414,12 @@ def _dask_client(address: str | None) -> Iterator[Any]:
             client = (
                 Client(address, timeout=10)
                 if address
-                else Client(processes=False, dashboard_address=":0", scheduler_port=0)
+                else Client(
+                    processes=False,
+                    dashboard_address=":0",
+                    scheduler_port=0,
+                    **({} if threads is None else {"n_workers": 1, "threads_per_worker": threads}),
+                )
             )
     except (OSError, TimeoutError, ValueError) as exc:
         raise InputError(

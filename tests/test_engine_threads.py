@@ -130,3 +130,91 @@ def test_one_idle_pool_at_most():
     list(in_order(lambda i: i, range(6), 3))
     list(in_order(lambda i: i, range(6), 2))
     assert sorted(threads._POOLS) == [2]
+
+
+def test_thread_cap_limits_faiss_and_the_engine_default_then_restores_them():
+    import faiss
+
+    from embedeval.engine.threads import default_threads, thread_cap
+
+    before, engine_before = faiss.omp_get_max_threads(), default_threads()
+    with thread_cap(1, [faiss]):
+        assert (faiss.omp_get_max_threads(), default_threads()) == (1, 1)
+    assert (faiss.omp_get_max_threads(), default_threads()) == (before, engine_before)
+    with pytest.raises(RuntimeError), thread_cap(3, [faiss]):
+        raise RuntimeError  # restored on an error too
+    assert faiss.omp_get_max_threads() == before
+
+
+@pytest.mark.parametrize(
+    ("options", "module", "library"),
+    [
+        ({"index": "IVF4,Flat", "k": 5}, "embedeval.search.approximate", "faiss"),
+        ({"backend": "torch", "device": "cpu"}, "embedeval.search.torch_backend", "torch"),
+    ],
+)
+def test_n_threads_reaches_the_libraries_a_backend_runs_on(monkeypatch, options, module, library):
+    import importlib
+
+    import numpy as np
+
+    import embedeval as ee
+    from embedeval.engine.threads import default_threads
+
+    lib = pytest.importorskip(library)
+    get = lib.omp_get_max_threads if library == "faiss" else lib.get_num_threads
+    put = lib.omp_set_num_threads if library == "faiss" else lib.set_num_threads
+    old = get()
+    put(2)  # a library setting the cap must lower, whatever the machine's cores
+    backend = importlib.import_module(module)
+    seen = []
+
+    def spy(task, opts):
+        seen.append((get(), default_threads()))
+        return (yield from real(task, opts))
+
+    real = backend.search
+    monkeypatch.setattr(backend, "search", spy)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((200, 8)).astype(np.float32), rng.integers(0, 10, 200)
+    try:
+        ee.evaluate(x, y, metrics=["precision_at_1"], n_threads=1, progress=False, **options)
+        assert seen == [(1, 1)] and get() == 2
+    finally:
+        put(old)
+
+
+def test_n_threads_with_a_dask_cluster_is_refused():
+    import numpy as np
+
+    import embedeval as ee
+
+    x = np.eye(4, dtype=np.float32)
+    with pytest.raises(ee.InputError, match=r"n_threads=2 .* --nthreads"):
+        ee.evaluate(x, np.arange(4) % 2, backend="dask", client=object(), n_threads=2)
+
+
+def test_neighbors_n_threads_reaches_torch(monkeypatch):
+    import numpy as np
+
+    import embedeval as ee
+    from embedeval.search import torch_backend
+
+    torch = pytest.importorskip("torch")
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen = []
+
+    def spy(*args):
+        seen.append(torch.get_num_threads())
+        return real(*args)
+
+    real = torch_backend.torch_neighbors
+    monkeypatch.setattr(torch_backend, "torch_neighbors", spy)
+    x = np.random.default_rng(0).standard_normal((50, 4)).astype(np.float32)
+    try:
+        _, idx = ee.neighbors(x, 3, backend="torch", device="cpu", n_threads=1)
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(old)
+    assert np.array_equal(idx, ee.neighbors(x, 3)[1])

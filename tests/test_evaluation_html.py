@@ -488,6 +488,14 @@ def test_cli_dask_backend_without_scheduler_runs_a_local_cluster(run_files):
     assert "warning" not in proc.stderr
 
 
+def test_cli_threads_size_the_local_dask_cluster():
+    pytest.importorskip("distributed")
+    from embedeval.cli import _dask_client
+
+    with _dask_client(None, 3) as client:
+        assert sorted(client.nthreads().values()) == [3]
+
+
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
@@ -496,6 +504,7 @@ def test_cli_dask_backend_without_scheduler_runs_a_local_cluster(run_files):
         (["--index-param", "nprobe"], ["--index-param", "NAME=VALUE"]),
         (["--memory-budget", "12Q"], ["--memory-budget"]),
         (["--backend", "local", "--scheduler", "tcp://127.0.0.1:1"], ["--scheduler"]),
+        (["--scheduler", "tcp://127.0.0.1:1", "--threads", "2"], ["--threads", "--nthreads"]),
         (["--backend", "gpu"], ["--backend"]),
         (["--shards", "0"], ["--shards"]),
         (["--precision", "bf16"], ["precision", "backend='torch'"]),

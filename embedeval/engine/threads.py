@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import dataclasses
 import itertools
 import os
@@ -17,19 +18,69 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-__all__ = ["default_threads", "each", "in_order", "one_torch_thread", "single_threaded_blas"]
+__all__ = [
+    "default_threads",
+    "each",
+    "in_order",
+    "one_torch_thread",
+    "single_threaded_blas",
+    "thread_cap",
+]
 
 _MAX_THREADS = 8
+#: The ``n_threads`` a caller gave for the search running in this context (:func:`thread_cap`).
+_CAP: contextvars.ContextVar[int | None] = contextvars.ContextVar("thread_cap", default=None)
+#: A library's own thread count: (module, getter, setter) of the parallel libraries a search
+#: may run on besides the engine's threads.
+_LIBRARY_THREADS = {
+    "faiss": ("omp_get_max_threads", "omp_set_num_threads"),
+    "torch": ("get_num_threads", "set_num_threads"),
+}
 
 
 def default_threads() -> int:
     """Worker threads the engine uses by default: the cores this process may run on (at most
-    8: each thread holds its own block of working memory)."""
+    8: each thread holds its own block of working memory), or the ``n_threads`` of the
+    :func:`thread_cap` around the call."""
+    cap = _CAP.get()
+    if cap is not None:
+        return cap
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
         cores = os.cpu_count() or 1
     return max(1, min(cores, _MAX_THREADS))
+
+
+@contextlib.contextmanager
+def thread_cap(n_threads: int | None, libraries: Iterable[Any] = ()) -> Iterator[None]:
+    """Run a search on ``n_threads`` threads (``None``: no limit of its own), whichever parts
+    run it: the engine's default thread count in this context (:func:`default_threads`, which
+    the torch backend's host engines read) and the thread count of each library module in
+    ``libraries`` (faiss's OpenMP threads, PyTorch's CPU threads), restored on the way out.
+
+    A library's setting is process-wide, so another thread of the caller's that uses the same
+    library meanwhile runs under the limit too.
+
+    >>> with thread_cap(3):
+    ...     default_threads()
+    3
+    """
+    if n_threads is None:
+        yield
+        return
+    token = _CAP.set(n_threads)
+    restore = []
+    try:
+        for module in libraries:
+            get, put = (getattr(module, name) for name in _LIBRARY_THREADS[module.__name__])
+            restore.append((put, get()))
+            put(n_threads)
+        yield
+    finally:
+        for put, before in reversed(restore):
+            put(before)
+        _CAP.reset(token)
 
 
 _BLAS_LOCK = threading.Lock()

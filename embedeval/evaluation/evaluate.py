@@ -141,12 +141,13 @@ def evaluate(
     progress : bool, optional
         Progress bar on stderr; ``None`` shows it only on a terminal.
     n_threads : int, optional
-        Threads of the exact local engine (``backend="local"`` without ``index``/``shards``, and
-        the ``reject_from="both"`` re-evaluations), each searching and scoring its own query
-        block with single-threaded BLAS (default: the usable cores, at most 8).  Results do not
-        depend on it; peak working memory is about ``n_threads * memory_budget``.  The sharded
-        backend runs one block at a time, faiss indexes use faiss's own threads, and Dask uses
-        its workers.
+        Threads of the search (default: the usable cores, at most 8).  The exact local and
+        sharded engines (and the ``reject_from="both"`` re-evaluations) search and score a
+        query block per thread with single-threaded BLAS; with ``index`` faiss runs on that
+        many OpenMP threads, and with ``backend="torch"`` PyTorch's CPU operations and the
+        host engines it uses take that many threads too.  Results do not depend on it; peak
+        working memory is about ``n_threads * memory_budget``.  With ``backend="dask"`` it is
+        refused: the cluster's workers run on the threads they were started with.
     device : str, optional
         ``backend="torch"`` only: ``"cuda"``, ``"cuda:1"``, ``"cpu"`` (default: the device of
         GPU tensors, else ``"cuda"`` when available, else ``"cpu"``).

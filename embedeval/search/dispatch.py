@@ -35,9 +35,17 @@ from typing import Any
 import numpy as np
 
 from ..engine.task import RetrievalTask, write_back
+from ..engine.threads import thread_cap
 from .options import BACKENDS, SearchOptions
 
-__all__ = ["BACKENDS", "BACKEND_MODULES", "SearchOptions", "SearchOutcome", "run_search"]
+__all__ = [
+    "BACKENDS",
+    "BACKEND_MODULES",
+    "ENGINE_LIBRARIES",
+    "SearchOptions",
+    "SearchOutcome",
+    "run_search",
+]
 
 #: Backend name (:attr:`SearchOptions.engine`) -> the module whose ``search`` runs it.  Modules
 #: are imported when first used, so optional dependencies (faiss, dask, torch) stay optional.
@@ -48,6 +56,11 @@ BACKEND_MODULES = {
     "approximate": "embedeval.search.approximate",
     "torch": "embedeval.search.torch_backend",
 }
+
+
+#: Engine -> the libraries that run its parallel work on threads of their own, which
+#: ``n_threads`` limits too (:func:`embedeval.engine.threads.thread_cap`).
+ENGINE_LIBRARIES = {"approximate": ("faiss",), "torch": ("torch",)}
 
 
 @dataclass(frozen=True)
@@ -66,7 +79,9 @@ def run_search(task: RetrievalTask, options: SearchOptions) -> SearchOutcome:
     """Run ``task`` on the backend ``options`` select and gather its scored blocks."""
     backend = importlib.import_module(BACKEND_MODULES[options.engine])
     values, ties = task.empty_outputs()
-    report = write_back(values, ties, backend.search(task, options)) or {}
+    libraries = [importlib.import_module(name) for name in ENGINE_LIBRARIES.get(options.engine, ())]
+    with thread_cap(options.n_threads, libraries):
+        report = write_back(values, ties, backend.search(task, options)) or {}
     if getattr(backend, "REPORT", "search") == "approximation":
         return SearchOutcome(values, ties, report)
     return SearchOutcome(values, ties, {}, report)

@@ -69,8 +69,8 @@ def neighbors(
     progress : bool, optional
         Show a progress bar (``None``: only on a terminal).
     n_threads : int, optional
-        Threads searching query blocks (default: the usable cores, at most 8); the result does
-        not depend on it.
+        Threads searching query blocks (default: the usable cores, at most 8; with
+        ``backend="torch"``, PyTorch's CPU threads too); the result does not depend on it.
     backend, device, device_memory, tf32, precision :
         ``backend="torch"`` searches with PyTorch on ``device`` (GPU tensors select it by
         themselves); see :func:`embedeval.evaluate`.
@@ -131,9 +131,12 @@ def neighbors(
     xq, xb, _ = centre_for_distance(xq, xb, distance, same=reference is None)
     k_eff = min(k, xb.shape[0] - int(exclude_self))
     if options:
+        from ..engine.arrays import import_torch
+        from ..engine.threads import thread_cap
         from .torch_backend import torch_neighbors
 
-        dist, idx = torch_neighbors(xq, xb, k_eff, distance, exclude_self, options)
+        with thread_cap(n_threads, [import_torch()]):
+            dist, idx = torch_neighbors(xq, xb, k_eff, distance, exclude_self, options)
     else:
         dist, idx = _exact_neighbors(
             xq, xb, k_eff, distance, exclusions, block_size, progress, n_threads

@@ -101,6 +101,12 @@ class SearchOptions:
             )
         exact_sample = _check_index_options(index, index_params, exact_sample)
         _check_combination(backend, index, shards, client)
+        if backend == "dask" and n_threads is not None:
+            raise InputError(
+                f"n_threads={n_threads} sets the threads of a search in this process; with "
+                "backend='dask' the cluster's workers run it on the threads they were started "
+                "with (dask worker --nthreads). Drop n_threads."
+            )
         shards = check_shards(shards)
         return cls(
             backend=backend,
