@@ -154,6 +154,29 @@ def test_written_run_reproduces_values(tmp_path):
         assert got == pytest.approx(expected[name], abs=1e-12)
 
 
+def test_run_deeper_than_kept_is_refused_and_run_depth_reproduces_full_map(tmp_path):
+    from embedeval.protocols.qrels_files import read_trec_run
+
+    queries, corpus, qids, dids, qrels = make_case(5)
+    args = (queries, corpus, qrels)
+    ids = {"query_ids": qids, "doc_ids": dids, "distance": "inner_product", "ties": "trec_eval"}
+    # only full-depth metrics: 1,000 documents kept, here the whole corpus
+    res = ee.evaluate_qrels(*args, **ids, metrics=["map"])
+    assert res.run_rows.shape[1] >= len(dids)
+    shallow = ee.evaluate_qrels(*args, **ids, metrics=["map", "precision@5"], run_depth=20)
+    for ask in (lambda: shallow.write_run(tmp_path / "r.trec", depth=300), lambda: shallow.run(21)):
+        with pytest.raises(InputError, match="run_depth=") as err:
+            ask()
+        assert "20 documents" in str(err.value)
+    assert not (tmp_path / "r.trec").exists()
+    assert all(len(docs) == 20 for docs in shallow.run(20).values())
+    # a run holding every document gives trec_eval the full-depth MAP
+    res.write_run(tmp_path / "full.trec")
+    expected = pytrec(qrels, read_trec_run(tmp_path / "full.trec"), ["map"])["map"]
+    got = {q: res.per_query["map"][i] for i, q in enumerate(qids) if q in qrels}
+    assert got == pytest.approx(expected, abs=1e-12)
+
+
 # ---------------------------------------------------------------------------- ties="index"
 def oracle_ranks(queries, corpus, query_ids, doc_ids, qrels, excluded=frozenset()):
     """Full ranking per query by a stable sort on (-score, row); rank of each judged doc."""

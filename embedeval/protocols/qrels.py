@@ -129,6 +129,20 @@ class QrelsResult(EvaluationResult):
         to float32, as trec_eval reads and ranks them)."""
         return self._top()[1]
 
+    def _kept_depth(self, depth: int | None) -> int:
+        """The run depth asked, checked against the documents kept per query."""
+        kept = self.run_rows.shape[1]
+        if depth is None:
+            return kept
+        depth = check_int(depth, "depth")
+        if depth > kept and kept < len(self.doc_ids):
+            raise InputError(
+                f"depth={depth}, but the run kept {kept} documents per query (run_depth, or "
+                f"the deepest cut-off of the metrics) of the {len(self.doc_ids)} in the corpus; "
+                f"pass run_depth={depth} to evaluate_qrels, or a depth of at most {kept}."
+            )
+        return min(depth, kept)
+
     @property
     def n_evaluated(self) -> int:
         return int(self.n_queries)
@@ -141,9 +155,9 @@ class QrelsResult(EvaluationResult):
         """The ranked lists as ``{query id: {doc id: score}}`` (each query's first ``depth``
         documents; default: all that were kept), scores as float: the float64 scores the
         ranking was decided by (cosine, inner product, or minus the squared Euclidean
-        distance, formed from the float32 inputs)."""
-        depth = self.run_rows.shape[1] if depth is None else check_int(depth, "depth")
-        depth = min(depth, self.run_rows.shape[1])
+        distance, formed from the float32 inputs).  A ``depth`` beyond the documents kept is
+        an error unless the corpus holds no more (see :meth:`write_run`)."""
+        depth = self._kept_depth(depth)
         docs = np.asarray(self.doc_ids, dtype=object)
         out: dict[str, dict[str, float]] = {}
         for qid, rows, scores in zip(self.run_ids, self.run_rows, self.run_scores, strict=True):
@@ -163,10 +177,17 @@ class QrelsResult(EvaluationResult):
         score it reads, then by document id descending, so a score printed with fewer digits
         (``%.9g``, float32's precision) would merge near-ties the float64 decision separated
         and trec_eval would reorder them.  Read back exactly, trec_eval on the file gives
-        these numbers under ``ties="trec_eval"``."""
+        these numbers under ``ties="trec_eval"`` for every metric cut at the file's depth or
+        above; a full-depth metric (``map``, ``ndcg``, ``mrr``, ``r_precision``) also ranks
+        relevant documents beyond the kept lists, so trec_eval reproduces it only from a run
+        that holds them (``run_depth=`` of :func:`evaluate_qrels`).
+
+        ``depth`` (default: every document kept, ``run_depth`` or the deepest cut-off) may not
+        exceed the documents kept when the corpus holds more: the rest were never ranked, and
+        a shorter file than asked would change trec_eval's numbers silently."""
         from .qrels_files import write_trec_run
 
-        depth = self.run_rows.shape[1] if depth is None else check_int(depth, "depth")
+        depth = self._kept_depth(depth)
         rows = self.run_rows[:, :depth]
         kept = rows >= 0
         lims = np.concatenate([[0], np.cumsum(kept.sum(axis=1))])
