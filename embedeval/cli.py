@@ -596,8 +596,9 @@ def _add_demo_command(sub: Any) -> None:
         help="evaluate scikit-learn's digits embedded three ways",
         description="Embed scikit-learn's handwritten digits as raw pixels, PCA-8 and NCA-16 (a "
         "learned linear metric), evaluate each leave-one-out with 95% bootstrap intervals, "
-        "print the comparison and write report.json, report.md and figures to --out. Nothing "
-        "is downloaded.",
+        "print the comparison and write report.json, report.md, figures and two HTML pages "
+        "(report.html for NCA-16 with its failure gallery, comparison.html for the three) to "
+        "--out. Nothing is downloaded.",
     )
     p.add_argument(
         "--out", default="embedeval-demo", help="report folder (default: embedeval-demo/)"
