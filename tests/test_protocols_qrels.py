@@ -431,6 +431,33 @@ def test_exclusions_and_identical_ids():
         assert qid not in docs
 
 
+@pytest.mark.parametrize(
+    ("exclude", "message"),
+    [
+        ({"q0": 5}, r"exclude\['q0'\] must be a list of doc ids.*got int 5"),
+        ({"q0": None}, r"exclude\['q0'\] must be a list of doc ids.*got NoneType"),
+        ({"q0": "d1"}, r"exclude\['q0'\] must be a list of doc ids.*got str 'd1'"),
+        ({"not-a-query": 3}, r"exclude\['not-a-query'\] must be a list of doc ids"),
+        ({"q0": [b"d1"]}, r"exclude\['q0'\] holds bytes \(b'd1'\)"),
+        ({b"q0": ["d1"]}, r"exclude holds the bytes query id b'q0'"),
+    ],
+)
+def test_exclude_refuses_what_is_not_a_list_of_ids(exclude, message):
+    # a bare id raised a bare TypeError ("'int' object is not iterable"), and bytes ids
+    # ("b'd1'" once a string) matched nothing, so nothing was left out without a word
+    corpus = np.float32([[1, 0], [0, 1], [1, 1]])
+    with pytest.raises(InputTypeError, match=message):
+        ee.evaluate_qrels(
+            np.float32([[1, 0]]),
+            corpus,
+            {"q0": {"d1": 1}},
+            query_ids=["q0"],
+            doc_ids=["d0", "d1", "d2"],
+            metrics=["map"],
+            exclude=exclude,
+        )
+
+
 # ---------------------------------------------------------------------------- conventions
 def test_missing_queries_error_or_zero():
     queries, corpus, qids, dids, qrels = make_case(8)

@@ -12,7 +12,7 @@ beat it.  The ranks of the judged documents then give every metric
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -351,17 +351,36 @@ def _exclusions(
             )
         position = {qid: i for i, qid in enumerate(eval_ids)}
         for qid, docs in exclude.items():
+            excluded = _excluded_docs(qid, docs)  # checked for every query, evaluated or not
             i = position.get(str(qid))
             if i is None:
                 continue  # a query without judgments, or not embedded: nothing is ranked for it
-            if isinstance(docs, str):
-                raise InputTypeError(f"exclude[{qid!r}] must be a list of doc ids, not a string.")
-            for d in docs:
-                if str(d) in doc_index:  # a doc outside the corpus is never retrieved anyway
+            for d in excluded:
+                if d in doc_index:  # a doc outside the corpus is never retrieved anyway
                     qs.append(i)
-                    rows.append(doc_index[str(d)])
+                    rows.append(doc_index[d])
     pairs = np.unique(np.array([qs, rows], dtype=np.int64).reshape(2, -1), axis=1)
     return Pairs(pairs[0], pairs[1])
+
+
+def _excluded_docs(qid: Any, docs: Any) -> list[str]:
+    """``exclude[qid]``, the doc ids as strings, after refusing what is not a collection of
+    ids: a bare id (a str would be iterated character by character, an int not at all) and
+    bytes, whose ``str`` (``"b'd1'"``) matches no document, so nothing would be left out
+    without a word."""
+    if isinstance(qid, bytes):
+        raise InputTypeError(
+            f"exclude holds the bytes query id {qid!r}; ids are str or int, compared as strings "
+            "with query_ids. Decode it first, e.g. qid.decode()."
+        )
+    if isinstance(docs, (str, bytes)) or not isinstance(docs, Iterable):
+        raise InputTypeError(
+            f"exclude[{qid!r}] must be a list of doc ids, e.g. exclude={{{qid!r}: ['d1', 'd2']}}; "
+            f"got {type(docs).__name__} {docs!r:.40}."
+        )
+    values = list(docs)
+    _refuse_bytes(values, f"exclude[{qid!r}]")
+    return [str(d) for d in values]
 
 
 @dataclass
