@@ -458,6 +458,31 @@ def test_exclude_refuses_what_is_not_a_list_of_ids(exclude, message):
         )
 
 
+def test_compare_names_the_query_lists_of_results_with_skipped_queries():
+    # a result lists its skipped queries (no judgments) too, which n_queries leaves out: the
+    # messages counted the differing labels against n_queries ("4 of 2 queries") and, for
+    # lists of different lengths, showed two equal labels as the first difference
+    corpus = np.float32([[1, 0], [0, 1], [1, 1]])
+    queries = np.float32([[1, 0], [0, 1], [1, 2], [2, 1], [1, 1]])
+    qrels = {"q0": {"d1": 1}, "q1": {"d0": 1}}  # q2, q3, q4: embedded, not judged
+
+    def run(rows):
+        return ee.evaluate_qrels(
+            queries[rows],
+            corpus,
+            qrels,
+            query_ids=[f"q{i}" for i in rows],
+            doc_ids=["d0", "d1", "d2"],
+            metrics=["map"],
+        )
+
+    base = run([0, 1, 2, 3])
+    with pytest.raises(InputError, match=r"at 4 of 4 queries, first at query 0 \('q3' vs 'q0'\)"):
+        ee.compare({"a": base, "b": run([3, 2, 1, 0])})
+    with pytest.raises(InputError, match=r"'b' lists 5 queries and 'a' 4; paired"):
+        ee.compare({"a": base, "b": run([0, 1, 2, 3, 4])})
+
+
 # ---------------------------------------------------------------------------- conventions
 def test_missing_queries_error_or_zero():
     queries, corpus, qids, dids, qrels = make_case(8)

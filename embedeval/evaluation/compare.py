@@ -515,12 +515,20 @@ def _common_average(runs: list[Any], names: list[str]) -> str:
             )
         labels = np.asarray(r.query_labels, dtype=object)
         _check_label_form(labels, first_labels, name, names[0])
+        if labels.shape[0] != first_labels.shape[0]:
+            # n_queries can agree while the label rows do not: a judged-relevance result also
+            # lists its skipped queries (no judgments), which n_queries leaves out
+            raise InputError(
+                f"checkpoint {name!r} lists {labels.shape[0]} queries and {names[0]!r} "
+                f"{first_labels.shape[0]}; paired comparison needs the same queries in the same "
+                "order."
+            )
         bad = _differing_rows(labels, first_labels)
         if bad.size:
             i = int(bad[0])
             raise InputError(
                 f"checkpoint {name!r} has different query labels than {names[0]!r} at "
-                f"{bad.size} of {r.n_queries} queries, first at query {i} "
+                f"{bad.size} of {labels.shape[0]} queries, first at query {i} "
                 f"({label_text(labels[i])!r} vs {label_text(first_labels[i])!r}); paired "
                 "comparison needs the same queries in the same order."
             )
