@@ -26,7 +26,7 @@ def random_qrels(seed: int, n_queries: int = 30) -> dict[str, dict[str, int]]:
 
 def write(tmp_path, name: str, text: str):
     path = tmp_path / name
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     return path
 
 
@@ -125,8 +125,10 @@ def test_grades_at_the_ends_of_the_int64_range_are_accepted(tmp_path):
 
 
 def test_repeated_identical_judgment_and_integral_float_grade_are_accepted(tmp_path):
-    path = write(tmp_path, "q.txt", "q1 0 d1 1\nq1 0 d1 1\nq1 0 d2 2.0\n")
-    assert read_qrels(path) == {"q1": {"d1": 1, "d2": 2}}
+    path = write(
+        tmp_path, "q.txt", "q1 0 d1 1\nq1 0 d1 1\nq1 0 d2 2.0\nq1 0 d3 +1e1\nq1 0 d4 -07\n"
+    )
+    assert read_qrels(path) == {"q1": {"d1": 1, "d2": 2, "d3": 10, "d4": -7}}
 
 
 @pytest.mark.parametrize(
@@ -137,6 +139,10 @@ def test_repeated_identical_judgment_and_integral_float_grade_are_accepted(tmp_p
         ("q1 d1 1\nq1 0 d2 1\n", ["line 2", "4 fields", "'query-id doc-id grade'"]),
         ("q1 0 d1 1\nq1 0 d2 high\n", ["line 2", "grade 'high' is not an integer"]),
         ("q1 0 d1 1\nq1 0 d2 0.5\n", ["line 2", "grade '0.5'"]),
+        # Python's int() reads these as 10 and 3; trec_eval's atol reads "1_0" as 1
+        ("q1 0 d1 1\nq1 0 d2 1_0\n", ["line 2", "grade '1_0' is not an integer"]),
+        ("q1 d1 \u0663\n", ["line 1", "grade '\u0663' is not an integer"]),
+        ("q1 d1 1.0_0\n", ["line 1", "grade '1.0_0' is not an integer"]),
         ("q1 0 d1 1\nq1 0 d2 9223372036854775808\n", ["line 2", "64-bit integer range"]),
         ("q1 d1 -9223372036854775809\n", ["line 1", "64-bit integer range"]),
         ("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\n", ["line 3", "2 fields"]),

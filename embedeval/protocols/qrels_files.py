@@ -83,14 +83,21 @@ def _grade(value: Any) -> int | None:
     return None
 
 
+#: The spellings of a grade: a decimal integer ("2", "-1", "+3") or a whole decimal number
+#: ("1.0", "1e3").  Python's int() and float() also read "1_0" as 10 and "٣" (an Arabic-Indic
+#: digit) as 3, which no qrels file means as a grade (trec_eval's atol reads "1_0" as 1).
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def _parse_grade(text: str) -> int | None:
+    """The grade a qrels field spells, or None (not one of the spellings of :data:`_NUMBER`,
+    or not integral)."""
+    if not _NUMBER.fullmatch(text):
+        return None
     try:
         return int(text)
     except ValueError:
-        try:
-            return _grade(float(text))
-        except ValueError:
-            return None
+        return _grade(float(text))
 
 
 # --------------------------------------------------------------------------- qrels from a dict
