@@ -229,3 +229,21 @@ def test_pair_histograms_join_labels_by_class_not_by_text():
     # 5 and "5" are different classes (as evaluate finds no relevant reference between them)
     assert codes[0] == codes[2] and codes[0] != codes[3] and codes[4] == codes[5]
     assert codes[1] != codes[4]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda y1, y2: ee.evaluate(X[:6], y1[:6], X, y2, metrics=["map"]),
+        lambda y1, y2: gallery_rows(
+            [0], 3, query=X[:6], query_labels=y1[:6], reference=X, reference_labels=y2
+        ),
+    ],
+)
+def test_indicator_reference_labels_beside_single_query_labels_name_the_mix(call):
+    # the query labels fix the form: a 2-D indicator reference is a mix of the two forms, not
+    # a reference that should have been given as indicators
+    with pytest.raises(InputError, match=r"reference_labels has shape \(48, 4\).*query_labels"):
+        call(np.arange(48) % 3, Y)
+    with pytest.raises(InputError, match=r"reference_labels must be a 2-D 0/1 indicator"):
+        call(Y, np.arange(48) % 3)

@@ -21,8 +21,8 @@ from ..utils.errors import InputError
 from ..utils.validation import (
     as_any_labels,
     as_embeddings,
-    as_label_indicator,
     as_labels,
+    as_labels_like,
     factorize,
 )
 
@@ -167,11 +167,10 @@ def _prepare(
     xb, yb = xq, yq
     if reference is not None:
         xb = as_embeddings(reference, "reference")
-        name, n_b = "reference_labels", xb.shape[0]
-        if yq.ndim == 2:
-            yb = as_label_indicator(reference_labels, name, length=n_b, n_labels=yq.shape[1])
-        else:
-            yb = as_labels(reference_labels, name, length=n_b)
+        n_labels = yq.shape[1] if yq.ndim == 2 else None
+        yb = as_labels_like(
+            reference_labels, "reference_labels", n_labels=n_labels, length=xb.shape[0]
+        )
     if yq.ndim == 2:  # label sets: one packed row of bits per item
         cq, cb = pack_label_sets(yq), pack_label_sets(yb)
     else:

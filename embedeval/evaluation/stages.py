@@ -40,8 +40,8 @@ from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.validation import (
     as_any_labels,
     as_embeddings,
-    as_label_indicator,
     as_labels,
+    as_labels_like,
     check_same_dimension,
     factorize,
 )
@@ -171,13 +171,13 @@ def _reference(
         xb = as_search_input(inputs.reference, "reference")
     else:
         xb = as_embeddings(inputs.reference, "reference")
-    n_ref, name = xb.shape[0], "reference_labels"
-    if n_labels is not None:
-        yb = as_label_indicator(
-            inputs.reference_labels, name, length=n_ref, length_of="reference", n_labels=n_labels
-        )
-    else:
-        yb = as_labels(inputs.reference_labels, name, length=n_ref, length_of="reference")
+    yb = as_labels_like(
+        inputs.reference_labels,
+        "reference_labels",
+        n_labels=n_labels,
+        length=xb.shape[0],
+        length_of="reference",
+    )
     check_same_dimension(xq, xb, "reference")
     if queries_lead and on_device:
         check_lead_on_device(xq, xb)

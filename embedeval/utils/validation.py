@@ -22,6 +22,7 @@ __all__ = [
     "as_embeddings",
     "as_label_indicator",
     "as_labels",
+    "as_labels_like",
     "as_vector",
     "check_choice",
     "check_int",
@@ -540,6 +541,38 @@ def as_any_labels(
     y = _list_labels(y)
     check = as_label_indicator if is_label_indicator(y) else as_labels
     return check(y, name, length=length, length_of=length_of)
+
+
+def as_labels_like(
+    y: Any,
+    name: str,
+    *,
+    n_labels: int | None,
+    length: int | None = None,
+    length_of: str | None = None,
+) -> np.ndarray:
+    """Labels in the form of the queries' labels: a 2-D 0/1 indicator array of ``n_labels``
+    columns (as :func:`as_label_indicator`), or for ``n_labels=None`` one label per item (as
+    :func:`as_labels`), where a 2-D indicator array is refused as a mix of the two forms.
+
+    The query labels fix the form, so :func:`as_labels`' own advice (pass a 2-D indicator array
+    for several labels per item) would point at what the caller already did.
+
+    >>> as_labels_like([3, 1], "reference_labels", n_labels=None).tolist()
+    [3, 1]
+    >>> as_labels_like([[1, 0]], "reference_labels", n_labels=2).tolist()
+    [[True, False]]
+    """
+    if n_labels is not None:
+        return as_label_indicator(y, name, length=length, length_of=length_of, n_labels=n_labels)
+    y = _list_labels(y)
+    if is_label_indicator(y):
+        raise InputError(
+            f"{name} has shape {np.shape(host_array(y))} (several labels per item, a 2-D "
+            "indicator array) but query_labels give one label per item; give both in the same "
+            "form: one label per item, or 0/1 indicator arrays with the same label columns."
+        )
+    return as_labels(y, name, length=length, length_of=length_of)
 
 
 def single_labels(labels: Any) -> Any:
