@@ -198,15 +198,16 @@ def _add_confidence_options(g: Any) -> None:
     )
 
 
-def _add_statistics_options(g: Any) -> None:
-    """Bootstrap confidence intervals."""
+def _add_statistics_options(
+    g: Any, resampled: str = "queries resampled for micro, classes for macro"
+) -> None:
+    """Bootstrap confidence intervals; ``resampled``: what the command resamples."""
     g.add_argument(
         "--ci",
         type=_level,
         default=None,
         metavar="LEVEL",
-        help="bootstrap confidence intervals at this level, e.g. 0.95 (queries resampled for "
-        "micro, classes for macro)",
+        help=f"bootstrap confidence intervals at this level, e.g. 0.95 ({resampled})",
     )
     g.add_argument(
         "--n-boot",
@@ -355,6 +356,47 @@ def _bytes(value: str) -> int:
     return size
 
 
+def _chosen_backend(args: argparse.Namespace) -> str:
+    """``--backend``, or the one ``--device`` / ``--scheduler`` imply (local without them)."""
+    if args.backend is not None:
+        return args.backend
+    return "torch" if args.device else "dask" if args.scheduler else "local"
+
+
+def check_search_flags(args: argparse.Namespace, *, approximate: bool = True) -> None:
+    """Refuse, by their flags and before any work, the search options the chosen backend would
+    ignore (the library refuses them too, but names its keywords); ``approximate=False``: the
+    command ranks exactly, so the options of ``--index`` are refused whatever else is given."""
+    backend = _chosen_backend(args)
+    index_flags = [
+        (flag, value)
+        for flag, value in (
+            ("--index", args.index),
+            ("--index-param", args.index_param),
+            ("--exact-sample", args.exact_sample),
+        )
+        if value is not None
+    ]
+    if index_flags and not approximate:
+        raise InputError(
+            f"{index_flags[0][0]} is an option of approximate search, and {args.command} ranks "
+            "the corpus exactly; drop it."
+        )
+    if index_flags and args.index is None:
+        raise InputError(
+            f"{index_flags[0][0]} is an option of approximate search with --index FACTORY, which "
+            "was not given; add --index (e.g. --index IVF1024,Flat) or drop it."
+        )
+    if backend != "torch":
+        for flag, value in (("--device", args.device), ("--precision", args.precision)):
+            if value is not None:
+                raise InputError(
+                    f"{flag} {value} is an option of the torch backend, and the backend here "
+                    f"is {backend}; pass --backend torch (--device alone implies it), or drop "
+                    f"{flag}."
+                )
+
+
 @contextlib.contextmanager
 def search_arguments(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     """The "search" options of :func:`add_search_options` as :func:`embedeval.evaluate` keyword
@@ -364,9 +406,7 @@ def search_arguments(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     option the chosen search would ignore (``--index-param`` without ``--index``, ``--device``
     with ``--backend local``, ...) with its own message.
     """
-    backend = args.backend
-    if backend is None:
-        backend = "torch" if args.device else "dask" if args.scheduler else "local"
+    backend = _chosen_backend(args)
     kwargs: dict[str, Any] = {"backend": backend, "n_threads": args.threads}
     named = {
         "device": args.device,
@@ -839,6 +879,7 @@ def _plot_paths(folder: str, fmt: str) -> list[str]:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """``embedeval evaluate``: check every output, evaluate one file, print and write."""
     _bootstrap_options(args)
+    check_search_flags(args)
     _check_output(args.per_class, (".csv", ".md"), "--per-class")
     _check_output(args.per_query, (".csv",), "--per-query")
     _check_output(args.json, (".json",), "--json")
@@ -1140,6 +1181,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .evaluation.compare import compare
 
     _bootstrap_options(args, always=True)
+    check_search_flags(args)
     _check_output(args.json, (".json",), "--json")
     _check_output(args.markdown, (".md",), "--markdown")
     _check_output(args.plot, (".png", ".svg", ".pdf"), "--plot")
@@ -1333,7 +1375,7 @@ def _add_retrieve_command(sub: Any) -> None:
     i.add_argument("--doc-ids", metavar="FILE", help="one document id per line")
     i.add_argument("--qrels", metavar="FILE", required=True, help="TREC or BEIR qrels file")
     _add_retrieval_conventions(p.add_argument_group("metrics and conventions"))
-    _add_statistics_options(p.add_argument_group("statistics"))
+    _add_statistics_options(p.add_argument_group("statistics"), "the evaluated queries resampled")
     add_search_options(p)
     o = p.add_argument_group("outputs")
     o.add_argument("--run", metavar="OUT", help="write the ranking as a TREC run file")
@@ -1429,16 +1471,6 @@ def _check_run_ids(ids: Any, where: str, entry: str) -> None:
     )
 
 
-def _check_retrieve_search(search: dict[str, Any]) -> None:
-    """Search options ``retrieve`` has no use for, refused with the reason."""
-    approximate = [f for f in ("index", "index_params", "exact_sample") if f in search]
-    if approximate:
-        raise InputError(
-            f"--{approximate[0].replace('_', '-').replace('params', 'param')} is an option of "
-            "approximate search, and retrieve ranks the corpus exactly; drop it."
-        )
-
-
 def _check_depth(args: argparse.Namespace) -> None:
     """``--depth`` shapes the run file and the report's gallery, never a metric: without
     either it would be ignored."""
@@ -1454,6 +1486,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     from .protocols.qrels import evaluate_qrels
 
     _bootstrap_options(args)
+    check_search_flags(args, approximate=False)
     if args.run is not None and Path(args.run).is_dir():
         raise InputError(f"--run {args.run} is a folder; name a file inside it.")
     _check_output(args.run, (Path(args.run or "").suffix.lower(),), "--run")
@@ -1473,7 +1506,6 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     inputs = _retrieval_inputs(args)
     _check_row_counts(args, rows, len(inputs["queries"]), len(inputs["corpus"]))
     with search_arguments(args) as search:
-        _check_retrieve_search(search)
         res = evaluate_qrels(
             inputs["queries"],
             inputs["corpus"],

@@ -209,6 +209,9 @@ def test_search_options_reach_retrieve(files):
     proc = run(*_args(d, "--index", "HNSW32", "--run", d / "never.trec"))
     _one_line_error(proc, "--index", "exactly")
     assert not (d / "never.trec").exists()
+    proc = run(*_args(d, "--index-param", "nprobe=4"))  # not "add --index": retrieve has none
+    _one_line_error(proc, "--index-param", "exactly")
+    assert "add --index" not in proc.stderr
 
 
 def test_retrieve_bfloat16_filter_gives_the_local_numbers(files):
