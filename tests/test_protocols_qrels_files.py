@@ -263,3 +263,14 @@ def test_run_file_errors_name_the_line(tmp_path, text, needles):
         read_trec_run(path)
     for needle in needles:
         assert needle in str(info.value), (needle, str(info.value))
+
+
+def test_fields_are_separated_by_ascii_whitespace_only(tmp_path):
+    # trec_eval splits on C isspace: a no-break space or a Unicode separator inside an id stays
+    # in the id (str.split() would have cut "d\xa07" in two and shifted the grade)
+    trec = write(tmp_path, "q.txt", "q1 0 d\u00a07 2\nq1\t0\td\u20088 1\r\n")
+    assert read_qrels(trec) == {"q1": {"d\u00a07": 2, "d\u20088": 1}}
+    beir = write(tmp_path, "q.tsv", "query-id\tcorpus-id\tscore\nq\u00a01\t d\u00a02 \t3\n")
+    assert read_qrels(beir) == {"q\u00a01": {"d\u00a02": 3}}
+    run = write(tmp_path, "run.txt", "q1 Q0 d\u00a07 1 0.5 tag\n")
+    assert read_trec_run(run) == {"q1": {"d\u00a07": 0.5}}

@@ -151,19 +151,39 @@ def _qrels_from_dict(source: Mapping) -> dict[str, dict[str, int]]:
 
 
 # --------------------------------------------------------------------------- qrels from a file
+#: The whitespace that separates fields, as trec_eval's C ``isspace`` reads it: ASCII only.  A
+#: no-break space or another Unicode separator inside an id belongs to the id (``str.split()``
+#: would cut the id there, shifting every later field).
+_ASCII_SPACE = " \t\n\r\f\v"
+_FIELD = re.compile(f"[^{_ASCII_SPACE}]+")
+
+
+def _fields(line: str) -> list[str]:
+    """The fields of ``line`` separated by ASCII whitespace.
+
+    >>> _fields("q1 0 d\u00a07\t2")
+    ['q1', '0', 'd\xa07', '2']
+    """
+    return _FIELD.findall(line)
+
+
+def _tab_fields(line: str) -> list[str]:
+    """The tab-separated fields of a BEIR line, each stripped of ASCII whitespace."""
+    return [f.strip(_ASCII_SPACE) for f in line.split("\t")]
+
+
 def _layout(first: str, path: Path) -> tuple[bool, Any, int]:
     """(header?, how to split a line, field count) read off the first non-blank line."""
-    if tuple(field.lower() for field in first.split()) == _BEIR_HEADER:
-        tabbed = "\t" in first
-        return True, ((lambda s: [f.strip() for f in s.split("\t")]) if tabbed else str.split), 3
-    count = len(first.split())
+    if tuple(field.lower() for field in _fields(first)) == _BEIR_HEADER:
+        return True, (_tab_fields if "\t" in first else _fields), 3
+    count = len(_fields(first))
     if count not in (3, 4):
         raise FileFormatError(
             f"{path}, line 1: {count} fields ({first[:80]!r}); a qrels line is 'query-id "
             "iteration doc-id grade' (TREC) or 'query-id doc-id grade', and a BEIR file starts "
             "with the header 'query-id<TAB>corpus-id<TAB>score'."
         )
-    return False, str.split, count
+    return False, _fields, count
 
 
 def _first_line_of(path: Path, pair: tuple[str, str], fields_of: Any, doc_field: int) -> int:
@@ -382,7 +402,7 @@ def read_trec_run(path: str | os.PathLike) -> dict[str, dict[str, float]]:
     path = _as_path(path, "run")
     run: dict[str, dict[str, float]] = {}
     for number, line in _lines(path):
-        fields = line.split()
+        fields = _fields(line)
         if len(fields) != 6:
             raise FileFormatError(
                 f"{path}, line {number}: {len(fields)} fields ({line[:80]!r}); a TREC run line "
@@ -400,7 +420,7 @@ def read_trec_run(path: str | os.PathLike) -> dict[str, dict[str, float]]:
             )
         docs = run.setdefault(qid, {})
         if doc in docs:
-            before = _first_line_of(path, (qid, doc), str.split, 2)
+            before = _first_line_of(path, (qid, doc), _fields, 2)
             raise FileFormatError(
                 f"{path}, line {number}: document {doc!r} appears twice for query {qid!r} (also "
                 f"line {before}); a run ranks each document once per query."
