@@ -17,6 +17,7 @@ import contextlib
 import csv
 import io
 import json
+import logging
 import math
 import os
 import re
@@ -458,6 +459,9 @@ def _dask_client(address: str | None, threads: int | None = None) -> Iterator[An
                     processes=False,
                     dashboard_address=":0",
                     scheduler_port=0,
+                    # a run's own cluster: its workers' warnings (tasks cancelled by Ctrl-C)
+                    # are not the user's news; errors still reach the run as exceptions
+                    silence_logs=logging.ERROR,
                     **({} if threads is None else {"n_workers": 1, "threads_per_worker": threads}),
                 )
             )

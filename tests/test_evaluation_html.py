@@ -494,6 +494,12 @@ def test_cli_threads_size_the_local_dask_cluster():
 
     with _dask_client(None, 3) as client:
         assert sorted(client.nthreads().values()) == [3]
+        # the run's own cluster keeps its workers' warnings (a Ctrl-C cancelling their tasks
+        # logged one line per task) off the one-line output
+        import logging
+
+        level = logging.getLogger("distributed.worker.state_machine").getEffectiveLevel()
+        assert level >= logging.ERROR
 
 
 @pytest.mark.parametrize(
