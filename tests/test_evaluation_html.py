@@ -494,12 +494,27 @@ def test_cli_threads_size_the_local_dask_cluster():
 
     with _dask_client(None, 3) as client:
         assert sorted(client.nthreads().values()) == [3]
-        # the run's own cluster keeps its workers' warnings (a Ctrl-C cancelling their tasks
-        # logged one line per task) off the one-line output
-        import logging
 
-        level = logging.getLogger("distributed.worker.state_machine").getEffectiveLevel()
-        assert level >= logging.ERROR
+
+def test_cli_local_dask_cluster_shows_errors_but_not_warnings():
+    # The run's own cluster keeps its workers' warnings (a Ctrl-C cancelling their tasks logged
+    # one line per task) off the CLI's one-line output; in a process of its own, since pytest
+    # captures log records itself.
+    pytest.importorskip("distributed")
+    code = (
+        "import logging\n"
+        "from embedeval.cli import _dask_client\n"
+        "with _dask_client(None, 1):\n"
+        "    log = logging.getLogger('distributed.worker.state_machine')\n"
+        "    log.warning('a cancelled task')\n"
+        "    log.error('a failed worker')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "a failed worker" in proc.stderr and "a cancelled task" not in proc.stderr
 
 
 @pytest.mark.parametrize(
