@@ -364,13 +364,14 @@ def _chosen_backend(args: argparse.Namespace) -> str:
     return "torch" if args.device else "dask" if args.scheduler else "local"
 
 
-def check_search_flags(args: argparse.Namespace, *, approximate: bool = True) -> None:
+def check_search_flags(args: argparse.Namespace, *, corpus: bool = False) -> None:
     """Refuse, by their flags and before any work, the search options the chosen backend would
-    ignore (the library refuses them too, but names its keywords); ``approximate=False``: the
-    command ranks exactly, so the options of ``--index`` are refused whatever else is given."""
+    ignore or cannot combine (the library refuses them too, but names its keywords).
+    ``corpus``: the command scans a corpus exactly (``retrieve``): the options of ``--index``
+    are refused whatever else is given, and ``--shards`` go with every backend."""
     backend = _chosen_backend(args)
-    index_flags = [
-        (flag, value)
+    given = [
+        flag
         for flag, value in (
             ("--index", args.index),
             ("--index-param", args.index_param),
@@ -378,15 +379,15 @@ def check_search_flags(args: argparse.Namespace, *, approximate: bool = True) ->
         )
         if value is not None
     ]
-    if index_flags and not approximate:
+    if given and corpus:
         raise InputError(
-            f"{index_flags[0][0]} is an option of approximate search, and {args.command} ranks "
-            "the corpus exactly; drop it."
+            f"{given[0]} is an option of approximate search, and {args.command} ranks the "
+            "corpus exactly; drop it."
         )
-    if index_flags and args.index is None:
+    if given and args.index is None:
         raise InputError(
-            f"{index_flags[0][0]} is an option of approximate search with --index FACTORY, which "
-            "was not given; add --index (e.g. --index IVF1024,Flat) or drop it."
+            f"{given[0]} is an option of approximate search with --index FACTORY, which was "
+            "not given; add --index (e.g. --index IVF1024,Flat) or drop it."
         )
     if backend != "torch":
         for flag, value in (("--device", args.device), ("--precision", args.precision)):
@@ -396,6 +397,25 @@ def check_search_flags(args: argparse.Namespace, *, approximate: bool = True) ->
                     f"is {backend}; pass --backend torch (--device alone implies it), or drop "
                     f"{flag}."
                 )
+    if not corpus:
+        _check_search_combination(args, backend)
+
+
+def _check_search_combination(args: argparse.Namespace, backend: str) -> None:
+    """``--index`` and ``--shards`` against the backend of ``evaluate`` / ``compare``."""
+    if args.index is not None and (args.shards is not None or backend != "local"):
+        other = f"--shards {args.shards}" if args.shards is not None else f"--backend {backend}"
+        raise InputError(
+            f"--index {args.index} (approximate search, which faiss runs in parallel itself) "
+            f"cannot be combined with {other}; drop one of them."
+        )
+    if args.shards is not None and backend != "local":
+        raise InputError(
+            f"--shards {args.shards} splits the reference set for the local backend, and the "
+            f"backend here is {backend} ("
+            + ("every worker gets the whole reference" if backend == "dask" else "one device")
+            + "); drop one of them."
+        )
 
 
 @contextlib.contextmanager
@@ -1490,7 +1510,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     from .protocols.qrels import evaluate_qrels
 
     _bootstrap_options(args)
-    check_search_flags(args, approximate=False)
+    check_search_flags(args, corpus=True)
     if args.run is not None and Path(args.run).is_dir():
         raise InputError(f"--run {args.run} is a folder; name a file inside it.")
     _check_output(args.run, (Path(args.run or "").suffix.lower(),), "--run")
