@@ -463,3 +463,35 @@ def test_shallow_metrics_stop_counting_positives_past_their_places(monkeypatch, 
     _check_shallow(xq, xb, pos, junk)
     # the shallow run's first block counted every positive, a later one fewer
     assert counted[0] == sum(len(p) for p in pos) and min(counted) < counted[0]
+
+
+# ---------------------------------------------------------------------------- list forms
+# References at 0, 1, 2, 3 on a line, one query at 0: reference j is at distance j.
+
+LINE4 = np.arange(4.0)[:, None]
+
+
+def test_a_boolean_relevance_mask_is_not_read_as_indices():
+    # A mask row [False, True] names reference 1; read as indices it would be {0, 1} (step AP 1
+    # instead of the 1/2 of reference 1 ranked 2nd).
+    with pytest.raises(ee.InputTypeError, match=r"positives\[0\] must hold integer reference"):
+        ee.evaluate([[0.0]], None, LINE4, None, positives=[[False, True]], metrics=["map"])
+    with pytest.raises(ee.InputTypeError, match=r"junk\[0\] must hold integer reference"):
+        ee.evaluate([[0.0]], None, LINE4, None, positives=[[2]], junk=[[True]])
+
+
+def test_lists_keyed_by_query_are_refused_not_read_as_their_keys():
+    # Iterated, {0: [3], 1: [2]} gives its keys 0 and 1: positives [[0], [1]] in silence.
+    with pytest.raises(ee.InputTypeError, match=r"in query order; got a dict"):
+        ee.evaluate([[0.0], [0.0]], None, LINE4, None, positives={0: [3], 1: [2]})
+
+
+def test_an_index_beyond_int64_is_outside_the_reference_set():
+    with pytest.raises(
+        ee.InputError,
+        match=rf"positives\[1\] \(query 1\) holds index {2**70}, outside the reference set "
+        r"\(0\.\.3\)",
+    ):
+        ee.evaluate([[0.0], [0.0]], None, LINE4, None, positives=[[1], [2, 2**70]])
+    with pytest.raises(ee.InputError, match=r"junk\[0\] \(query 0\) holds index -1, outside"):
+        ee.evaluate([[0.0]], None, LINE4, None, positives=[[1]], junk=[[-1]])

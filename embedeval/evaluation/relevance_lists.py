@@ -20,6 +20,7 @@ exactly, as everywhere in embedeval.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -49,8 +50,19 @@ _REPEAT_REASON = {
 }
 
 
+def _is_index(v: Any) -> bool:
+    """An integer reference index: a bool is not one (a row of a boolean relevance mask would
+    otherwise read as the indices 0 and 1)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
 def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-query reference-index lists as CSR (lims, sorted unique indices)."""
+    if isinstance(lists, Mapping):  # iterating a dict gives its keys, not the lists
+        raise InputTypeError(
+            f"{name} must be a list with one list of reference indices per query, in query "
+            f"order; got a {type(lists).__name__}. Pass [{name}[q] for q in range(n_query)]."
+        )
     if isinstance(lists, np.ndarray) and lists.dtype != object:
         if lists.ndim != 2 or lists.dtype.kind not in "iu":
             raise InputTypeError(
@@ -71,8 +83,14 @@ def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarr
     parts = []
     for i, row in enumerate(rows):
         arr = np.asarray(row if row is not None else [], dtype=object).ravel()
-        if arr.size and not all(isinstance(v, (int, np.integer)) for v in arr):
+        if arr.size and not all(_is_index(v) for v in arr):
             raise InputTypeError(f"{name}[{i}] must hold integer reference indices; got {row!r}.")
+        outside = [int(v) for v in arr if not 0 <= v < n_ref]  # before int64: 2**70 overflows
+        if outside:
+            raise InputError(
+                f"{name}[{i}] (query {i}) holds index {outside[0]}, outside the reference set "
+                f"(0..{n_ref - 1})."
+            )
         arr = np.sort(arr.astype(np.int64))
         repeated = arr[1:][arr[1:] == arr[:-1]]
         if repeated.size:
@@ -82,11 +100,6 @@ def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarr
                 f"{int((arr == v).sum())} times; a query's {name} list must not repeat an "
                 f"index ({_REPEAT_REASON[name]}). Remove the repeats, e.g. with "
                 f"np.unique({name}[{i}])."
-            )
-        if arr.size and (arr[0] < 0 or arr[-1] >= n_ref):
-            raise InputError(
-                f"{name}[{i}] holds index {int(arr[0] if arr[0] < 0 else arr[-1])}, outside the "
-                f"reference set (0..{n_ref - 1})."
             )
         parts.append(arr)
     lims = np.zeros(n_query + 1, np.int64)
