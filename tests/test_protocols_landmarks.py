@@ -310,3 +310,17 @@ def test_relevance_lists_refuse_a_reference_of_another_dimension():
     q, g = np.ones((2, 4), dtype=np.float32), np.ones((3, 5), dtype=np.float32)
     with pytest.raises(ee.InputError, match="query has dimension 4 but reference has 5"):
         ee.evaluate(q, None, g, None, positives=[[0], [1]], metrics=["map"])
+
+
+@pytest.mark.parametrize("value", [2.7, 1.0, "3", True])
+def test_revisitop_lists_refuse_an_index_that_is_not_an_integer(value):
+    # int() would read 2.7 as reference 2, "3" as 3 and True as 1; a float list (as MATLAB
+    # stores the ground truth) may also be 1-based.  The positives= path refuses them too.
+    gnd = [{"easy": [0], "hard": [], "junk": []}, {"easy": [4], "hard": [value], "junk": []}]
+    with pytest.raises(
+        ee.InputTypeError,
+        match=r"gnd\[1\]\['hard'\] \(query 1\) must hold integer reference indices.*0-based",
+    ):
+        lm.revisitop_lists(gnd, "easy")
+    gnd[1]["hard"] = np.array([3, 1], dtype=np.int32)  # numpy integers are indices
+    assert lm.revisitop_lists(gnd, "medium") == ([[0], [1, 3, 4]], [[], []])

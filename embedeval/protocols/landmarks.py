@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..evaluation.relevance_lists import positive_ranks
-from ..utils.errors import InputError
+from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import check_choice, check_int
 
 __all__ = ["PROTOCOLS", "revisitop_evaluate", "revisitop_lists", "trapezoid_ap"]
@@ -74,19 +74,34 @@ def revisitop_lists(gnd: Sequence[dict[str, Any]], protocol: str) -> tuple[list,
         missing = [k for k in ("easy", "hard", "junk") if k not in g]
         if missing:
             raise InputError(f"gnd[{i}] has no {', '.join(map(repr, missing))} list.")
-        _check_labels_exclusive(g, i)
-        positives.append(sorted(int(v) for k in pos_keys for v in g[k]))
-        junk.append(sorted(int(v) for k in junk_keys for v in g[k]))
+        lists = {key: _gnd_indices(g[key], i, key) for key in ("easy", "hard", "junk")}
+        _check_labels_exclusive(lists, i)
+        positives.append(sorted(v for k in pos_keys for v in lists[k]))
+        junk.append(sorted(v for k in junk_keys for v in lists[k]))
     return positives, junk
 
 
-def _check_labels_exclusive(g: dict[str, Any], i: int) -> None:
+def _gnd_indices(values: Any, i: int, key: str) -> list[int]:
+    """gnd[i][key] as Python ints; anything but an integer is refused, since ``int()`` would
+    truncate 2.7 to 2, read "3" and True as indices, and a float array (from a MATLAB file)
+    may hold 1-based indices."""
+    out = np.asarray(values if values is not None else [], dtype=object).ravel().tolist()
+    wrong = [v for v in out if not isinstance(v, (int, np.integer)) or isinstance(v, bool)]
+    if wrong:
+        raise InputTypeError(
+            f"gnd[{i}][{key!r}] (query {i}) must hold integer reference indices; got "
+            f"{wrong[0]!r}. Cast the list, e.g. np.asarray(gnd[{i}][{key!r}], dtype=np.int64), "
+            "after checking that its indices are 0-based."
+        )
+    return [int(v) for v in out]
+
+
+def _check_labels_exclusive(lists: dict[str, list[int]], i: int) -> None:
     """One label per (query, image): no repeat within gnd[i]'s easy / hard / junk lists and no
     index in two of them."""
     seen: dict[int, str] = {}
     for key in ("easy", "hard", "junk"):
-        for v in g[key]:
-            v = int(v)
+        for v in lists[key]:
             if v not in seen:
                 seen[v] = key
                 continue
