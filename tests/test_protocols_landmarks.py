@@ -324,3 +324,24 @@ def test_revisitop_lists_refuse_an_index_that_is_not_an_integer(value):
         lm.revisitop_lists(gnd, "easy")
     gnd[1]["hard"] = np.array([3, 1], dtype=np.int32)  # numpy integers are indices
     assert lm.revisitop_lists(gnd, "medium") == ([[0], [1, 3, 4]], [[], []])
+
+
+def test_revisitop_kappas_given_once_serve_every_protocol():
+    # Query at 0, positive 1 (easy), junk none: rank 2 of the line, so revisitop's mP@1 = 0/1
+    # and mP@2 = 1/2 under Easy and Medium alike, also when the k's come from a generator.
+    gnd = [{"easy": [1], "hard": [], "junk": []}]
+    out = lm.revisitop_evaluate(
+        [[0.0]], LINE, gnd, protocols=["easy", "medium"], kappas=(k for k in (1, 2)),
+        distance="euclidean",
+    )  # fmt: skip
+    for protocol in ("easy", "medium"):
+        assert (out[protocol]["mp@1"], out[protocol]["mp@2"]) == (0.0, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("argument", "value"), [("protocols", "hard"), ("kappas", 10), ("kappas", None)]
+)
+def test_revisitop_protocols_and_kappas_must_be_sequences(argument, value):
+    gnd = [{"easy": [1], "hard": [2], "junk": []}]
+    with pytest.raises(ee.InputTypeError, match=rf"{argument} must be a sequence.*in a list"):
+        lm.revisitop_evaluate([[0.0]], LINE, gnd, distance="euclidean", **{argument: value})

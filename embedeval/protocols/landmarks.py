@@ -29,7 +29,7 @@ embedeval (revisitop's own code uses numpy's default, unstable sort).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -172,6 +172,18 @@ def _revisitop_precision(ranks: np.ndarray, lims: np.ndarray, kappa: int) -> np.
     return out
 
 
+def _check_sequence(value: Any, name: str, item: Any, example: str) -> list:
+    """``protocols`` / ``kappas`` as a list (read once per protocol, so a generator must not be
+    spent by the first); a bare name would be iterated letter by letter ("protocol='e' is not
+    valid") and a bare int not at all."""
+    if isinstance(value, item) or not isinstance(value, Iterable):
+        raise InputTypeError(
+            f"{name} must be a sequence, e.g. {name}={example}; got {value!r}. Put a single "
+            "value in a list."
+        )
+    return list(value)
+
+
 def revisitop_evaluate(
     query: Any,
     reference: Any,
@@ -199,6 +211,8 @@ def revisitop_evaluate(
     >>> round(out["medium"]["map"], 4), out["medium"]["map_step"]  # positives at ranks 1, 2
     (1.0, 1.0)
     """
+    protocols = _check_sequence(protocols, "protocols", str, '["hard"]')
+    kappas = _check_sequence(kappas, "kappas", (int, np.integer), "[10]")
     out: dict[str, dict[str, Any]] = {}
     for protocol in protocols:
         pos, junk = revisitop_lists(gnd, protocol)
