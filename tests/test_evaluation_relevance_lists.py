@@ -495,3 +495,15 @@ def test_an_index_beyond_int64_is_outside_the_reference_set():
         ee.evaluate([[0.0], [0.0]], None, LINE4, None, positives=[[1], [2, 2**70]])
     with pytest.raises(ee.InputError, match=r"junk\[0\] \(query 0\) holds index -1, outside"):
         ee.evaluate([[0.0]], None, LINE4, None, positives=[[1]], junk=[[-1]])
+
+
+def test_default_metrics_follow_k_as_with_labels():
+    # Query at 0, references at 0..3 (reference j at distance j), positives {0, 3}: by hand,
+    # P@1 = 1, R-precision (window 2: references 0, 1) = 1/2, MAP@R = (1/1) / 2, and the hit
+    # rate in the top 3 (references 0, 1, 2) is 1.  Recall@10 would need depth 10 > k = 3.
+    res = ee.evaluate([[0.0]], None, LINE4, None, positives=[[0, 3]], k=3)
+    assert res.metrics == {
+        "precision_at_1": 1.0, "r_precision": 0.5, "map_at_r": 0.5, "recall_at_3": 1.0
+    }  # fmt: skip
+    res = ee.evaluate([[0.0]], None, LINE4, None, positives=[[0, 3]], k=1)
+    assert list(res.metrics) == ["precision_at_1", "r_precision", "map_at_r"]

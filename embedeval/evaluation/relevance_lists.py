@@ -34,7 +34,7 @@ from ..utils.validation import (
     check_same_dimension,
     zero_rows,
 )
-from .settings import EvaluationInputs, EvaluationSettings, check_depth
+from .settings import EvaluationInputs, EvaluationSettings, check_depth, metrics_at_depth
 
 __all__ = ["evaluate_listed", "evaluate_with_lists", "positive_ranks"]
 
@@ -411,12 +411,13 @@ def evaluate_with_lists(settings: EvaluationSettings, inputs: EvaluationInputs) 
     from .result import EvaluationResult
 
     ms = settings.metrics
+    # The default set follows k as on the label path (Recall@k in place of Recall@10 below 10).
     per_query, ties, infos, info = evaluate_listed(
         inputs.query,
         inputs.reference,
         inputs.positives,
         inputs.junk,
-        metrics=[m.name for m in ms.infos],
+        metrics=[m.name for m in metrics_at_depth(ms, ms.k)],
         k=ms.k,
         distance=ms.distance,
         block_size=settings.search.block_size,
