@@ -4,6 +4,8 @@ sort by (key, index); ranks of the positives and the metrics from their definiti
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -505,5 +507,25 @@ def test_default_metrics_follow_k_as_with_labels():
     assert res.metrics == {
         "precision_at_1": 1.0, "r_precision": 0.5, "map_at_r": 0.5, "recall_at_3": 1.0
     }  # fmt: skip
-    res = ee.evaluate([[0.0]], None, LINE4, None, positives=[[0, 3]], k=1)
+    with pytest.warns(ee.EmbedevalWarning, match="truncated at depth k"):  # R_q = 2 > k
+        res = ee.evaluate([[0.0]], None, LINE4, None, positives=[[0, 3]], k=1)
     assert list(res.metrics) == ["precision_at_1", "r_precision", "map_at_r"]
+
+
+def test_k_below_the_largest_positives_list_warns_that_r_metrics_are_truncated():
+    # R_q = 3 > k = 2: R-precision reads min(R_q, k) = 2 places (references 0, 1 of positives
+    # {1, 2, 3}: 1/2), not the textbook 3 (2/3), as on the label path, which warns.
+    with pytest.warns(ee.EmbedevalWarning, match=r"k=2 is below the largest R_q \(3"):
+        res = ee.evaluate([[0.0]], None, LINE4, None, positives=[[1, 2, 3]], k=2,
+                          metrics=["r_precision"])  # fmt: skip
+    assert res["r_precision"] == 0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # k = R_q, or no R-metric: nothing is truncated
+        ee.evaluate([[0.0]], None, LINE4, None, positives=[[1, 2]], k=2, metrics=["r_precision"])
+        ee.evaluate([[0.0]], None, LINE4, None, positives=[[1, 2, 3]], k=2, metrics=["map"])
+
+
+def test_every_query_without_positives_warns_that_every_metric_is_nan():
+    with pytest.warns(ee.EmbedevalWarning, match="every one of the 2 queries is lone"):
+        res = ee.evaluate([[0.0], [1.0]], None, LINE4, None, positives=[[], []], metrics=["map"])
+    assert np.isnan(res["map"]) and res.n_lone == 2

@@ -20,13 +20,14 @@ exactly, as everywhere in embedeval.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ..engine.registry import MetricInfo, parse_metrics
-from ..utils.errors import InputError, InputTypeError
+from ..utils.errors import EmbedevalWarning, InputError, InputTypeError
 from ..utils.validation import (
     as_embeddings,
     check_choice,
@@ -373,6 +374,7 @@ def evaluate_listed(
     values, ties = score_hits(hits, infos)
     info = {"distance": distance, "n_reference": xb.shape[0], "dim": xq.shape[1], "k": k}
     info["n_junk"], info["precision"] = int(jk[1].size), precision
+    info["max_relevant"] = int(relevant.max(initial=0))
     return values, ties, infos, info
 
 
@@ -401,6 +403,28 @@ def positive_ranks(
     return ranks, pos[0]
 
 
+def _warn_like_labels(k, infos, max_relevant, per_query):
+    """The label path's warnings: an int ``k`` below the largest R_q truncates MAP@R and
+    R-precision (PML's semantics), and a run where every query is lone has only NaN metrics."""
+    truncated = [m.name for m in infos if m.depth == "r"]
+    if k is not None and k < max_relevant and truncated:
+        warnings.warn(
+            f"k={k} is below the largest R_q ({max_relevant} positives), so "
+            f"{', '.join(truncated)} are truncated at depth k (PML's semantics), not the textbook "
+            "MAP@R / R-precision. Use k=None (exact) unless you need PML's truncated numbers.",
+            EmbedevalWarning,
+            stacklevel=5,
+        )
+    if per_query and all(np.isnan(v).all() for v in per_query.values()):
+        n_q = next(iter(per_query.values())).size
+        warnings.warn(
+            f"every one of the {n_q} queries is lone (an empty positives list), so every "
+            "retrieval metric is NaN.",
+            EmbedevalWarning,
+            stacklevel=5,
+        )
+
+
 def evaluate_with_lists(settings: EvaluationSettings, inputs: EvaluationInputs) -> Any:
     """:func:`embedeval.evaluate` with ``positives=`` / ``junk=``: the thin result layer.
 
@@ -426,6 +450,7 @@ def evaluate_with_lists(settings: EvaluationSettings, inputs: EvaluationInputs) 
         device=settings.search.torch,
     )
     n_q = next(iter(per_query.values())).size if per_query else len(inputs.positives)
+    _warn_like_labels(ms.k, infos, info["max_relevant"], per_query)
     summary = {
         name: (float(np.nanmean(v)) if not np.isnan(v).all() else float("nan"))
         for name, v in per_query.items()
