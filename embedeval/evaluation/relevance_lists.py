@@ -403,7 +403,9 @@ def positive_ranks(
     return ranks, pos[0]
 
 
-def _warn_like_labels(k, infos, max_relevant, per_query):
+def _warn_like_labels(
+    k: int | None, infos: list[MetricInfo], max_relevant: int, per_query: dict[str, np.ndarray]
+) -> None:
     """The label path's warnings: an int ``k`` below the largest R_q truncates MAP@R and
     R-precision (PML's semantics), and a run where every query is lone has only NaN metrics."""
     truncated = [m.name for m in infos if m.depth == "r"]
