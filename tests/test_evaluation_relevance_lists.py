@@ -529,3 +529,30 @@ def test_every_query_without_positives_warns_that_every_metric_is_nan():
     with pytest.warns(ee.EmbedevalWarning, match="every one of the 2 queries is lone"):
         res = ee.evaluate([[0.0], [1.0]], None, LINE4, None, positives=[[], []], metrics=["map"])
     assert np.isnan(res["map"]) and res.n_lone == 2
+
+
+def test_block_size_sets_the_references_per_streamed_block(monkeypatch):
+    # positives= streams the references past the queries: block_size counts references there,
+    # and every block size gives the brute-force values
+    from embedeval.engine import corpus
+
+    seen = []
+    real = corpus.CorpusScan
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["block"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(corpus, "CorpusScan", spy)
+    rng = np.random.default_rng(3)
+    xq = rng.integers(-2, 3, (6, 3)).astype(np.float32)
+    xb = rng.integers(-2, 3, (40, 3)).astype(np.float32)
+    pos = [list(rng.choice(40, 4, replace=False)) for _ in range(6)]
+    res = ee.evaluate(xq, None, xb, None, positives=pos, metrics=["map"], block_size=7)
+    assert seen == [7]
+    for q in range(6):
+        d = ((xb.astype(np.float64) - xq[q]) ** 2).sum(axis=1)
+        order = np.lexsort((np.arange(40), d))
+        rel = np.isin(order, pos[q])
+        want = (np.cumsum(rel) / np.arange(1, 41))[rel].mean()
+        assert res.per_query["map"][q] == pytest.approx(want, abs=1e-12)

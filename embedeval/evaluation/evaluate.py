@@ -138,6 +138,8 @@ def evaluate(
         which the local engine ranks from a host copy, whichever backend).
     block_size : int, optional
         Queries per block; default from ``memory_budget`` (bytes of working memory per thread).
+        With ``positives=``, where the references stream past every query, references per
+        block.
     progress : bool, optional
         Progress bar on stderr; ``None`` shows it only on a terminal.
     n_threads : int, optional

@@ -109,9 +109,10 @@ def _as_lists(lists: Any, name: str, n_query: int, n_ref: int) -> tuple[np.ndarr
 
 
 # ---------------------------------------------------------------------------- streamed ranking
-def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=None):
-    """The corpus engine's scan of the references past the queries, junk excluded; numpy
-    products, or on a torch ``device`` (:class:`~embedeval.search.options.TorchOptions`)."""
+def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=None, block=None):
+    """The corpus engine's scan of the references past the queries, junk excluded, ``block``
+    references at a time (default: from ``memory_budget``); numpy products, or on a torch
+    ``device`` (:class:`~embedeval.search.options.TorchOptions`)."""
     from ..engine.corpus import (
         CorpusScan,
         Pairs,
@@ -123,7 +124,8 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=N
 
     side = scan_queries(xq, xb, distance, numpy=device is None)  # only the filter sees it
     j_rows, j_cols = _csr_pairs(junk, 0, xq.shape[0])
-    block = default_block(xb, memory_budget, side["centre"], device is None)
+    if block is None:
+        block = default_block(xb, memory_budget, side["centre"], device is None)
     keys = tie_keys(None, xb.shape[0], "index")
     excluded = Pairs(j_rows, j_cols)
     product, precision = numpy_product, "float32"
@@ -138,7 +140,7 @@ def _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads=None, device=N
 
 
 def _streamed_ranks(
-    xq, xb, distance, pos, junk, memory_budget, n_threads=None, device=None, cap=None
+    xq, xb, distance, pos, junk, memory_budget, n_threads=None, device=None, cap=None, block=None
 ):
     """Each positive's 0-based rank in its query's junk-free float64 ranking (equal keys by
     reference index), sorted within each query, with the count per query (CSR), the tie
@@ -150,7 +152,7 @@ def _streamed_ranks(
     (:func:`embedeval.engine.corpus.scan_ranks`): no row is sorted."""
     from ..engine.corpus import Pairs, exact_tie_ranks, scan_ranks, score_bounds
 
-    scan = _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads, device)
+    scan = _corpus_scan(xq, xb, distance, junk, memory_budget, n_threads, device, block)
     p_rows, p_cols = _csr_pairs(pos, 0, xq.shape[0])
     pairs = Pairs(p_rows, p_cols)
     if scan.exact:  # tie blocks from counts: integer data tie in bulk, nothing listed per tie
@@ -299,8 +301,6 @@ def _prepare(query, reference, positives, junk, distance, block_size, memory_bud
         )
     block_size = check_int(block_size, "block_size", allow_none=True)
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
-    if block_size is None:
-        block_size = max(1, min(n_q, memory_budget // (48 * n_ref)))
     if distance == "cosine":
         _check_nonzero(xq, "query")
         _check_nonzero(xb, "reference")
@@ -337,8 +337,8 @@ def evaluate_listed(
     ``junk`` list that repeats an index, or an index both positive and junk for one query, is
     an :class:`~embedeval.InputError` naming the query and the index.  The references are
     streamed in blocks (from ``memory_budget``) past all queries and only the positives' ranks
-    are kept; the rare queries with a positive tied exactly to another reference are ranked in
-    full, ``block_size`` queries at a time (O(block_size x n_reference) memory).
+    are kept; a positive tied exactly with other references is ranked among them by index.
+    ``block_size``: references per streamed block (default: from ``memory_budget``).
     ``n_threads`` worker threads scan the references (default: every usable core);
     ``device`` (:class:`~embedeval.search.options.TorchOptions`, ``backend="torch"``) moves
     each block of references to a torch device for its product; the values are the same.
@@ -368,7 +368,7 @@ def evaluate_listed(
 
     cap = _rank_cap(infos, k, relevant)
     hit_pos, n_hits, blocks, precision = _streamed_ranks(
-        xq, xb, distance, pos, jk, memory_budget, n_threads, device, cap
+        xq, xb, distance, pos, jk, memory_budget, n_threads, device, cap, block_size
     )
     hits = hits_from_ranks(n_hits, hit_pos, relevant, n_valid, k, blocks)
     values, ties = score_hits(hits, infos)
@@ -395,11 +395,11 @@ def positive_ranks(
     >>> positive_ranks([[0.0]], [[1.0], [2.0], [3.0]], [[2]], [[0]], distance="euclidean")
     (array([1]), array([0, 1]))
     """
-    xq, xb, pos, jk, distance, _ = _prepare(
+    xq, xb, pos, jk, distance, block_size = _prepare(
         query, reference, positives, junk, distance, block_size, memory_budget
     )
     memory_budget = check_int(memory_budget, "memory_budget", minimum=1 << 20)
-    ranks, _, _, _ = _streamed_ranks(xq, xb, distance, pos, jk, memory_budget)
+    ranks, _, _, _ = _streamed_ranks(xq, xb, distance, pos, jk, memory_budget, block=block_size)
     return ranks, pos[0]
 
 
