@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from fractions import Fraction
 
@@ -302,6 +303,22 @@ def test_equal_mass_edges_are_the_sorted_values_when_the_levels_hit_them(bins):
     assert d.count.tolist() == [2] + [1] * (bins - 1)
     cur = cf.confidence_recall_curve(np.ones(bins + 1), conf, bins=bins, strategy="quantile")
     assert cur.count.tolist() == [2] + [1] * (bins - 1)
+
+
+@pytest.mark.parametrize(("n", "bins"), [(24, 23), (47, 23), (56, 11), (56, 22)])
+def test_equal_mass_edges_hit_the_sorted_value_when_the_float_position_falls_short(n, bins):
+    # (n - 1)·k / bins is a whole number j for some k, but the float (k / bins)·(n - 1) lands
+    # an ulp below j (e.g. 23·(13/23) = 12.999999999999998), so a linear quantile would sit an
+    # ulp below x_(j) and push x_(j) into the next, right-closed bin
+    conf = np.sort(np.random.default_rng(n * 100 + bins).random(n))
+    d = cb.reliability_diagram(np.ones(n), conf, bins=bins, strategy="quantile")
+    whole = [(n - 1) * k // bins for k in range(bins + 1) if (n - 1) * k % bins == 0]
+    assert set(conf[whole].tolist()) <= set(d.edges.tolist())
+    # so the bins between two such edges x_(j) < x_(j') hold exactly the j' - j values of
+    # (x_(j), x_(j')]
+    edges = d.edges.tolist()
+    for j, j2 in itertools.pairwise(whole[1:]):
+        assert d.count[edges.index(conf[j]) : edges.index(conf[j2])].sum() == j2 - j
 
 
 @pytest.mark.parametrize("bins", EDGE_BINS)

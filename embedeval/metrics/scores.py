@@ -120,7 +120,14 @@ def calibration_edges(c: np.ndarray, bins: int, strategy: str) -> np.ndarray:
     levels = np.arange(bins + 1, dtype=np.float64) / bins
     if strategy == "uniform":
         return levels
-    return np.unique(np.quantile(c, levels))
+    edges = np.quantile(c, levels)
+    # numpy's position is the float (k / bins)·(n - 1), which can land an ulp below a whole
+    # (n - 1)·k / bins (23·(13/23) = 12.999999999999998): the edge would then sit an ulp below
+    # the sorted value and push it into the next bin.  Whole positions are found on integers.
+    k = np.arange(bins + 1)
+    whole = (c.size - 1) * k % bins == 0
+    edges[whole] = np.sort(c)[(c.size - 1) * k[whole] // bins]
+    return np.unique(edges)
 
 
 def kept_error_sums(error: np.ndarray, confidence: np.ndarray) -> np.ndarray:
