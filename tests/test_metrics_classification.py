@@ -421,3 +421,21 @@ def test_integer_scores_float64_cannot_separate_are_an_error():
     scores = np.array([[2**53 + 1, 2**53], [3, 1]], dtype=np.int64)
     with pytest.raises(ee.InputError, match="y_score holds the distinct integers"):
         cl.top_k_accuracy([1, 0], scores, k=1)
+
+
+def test_object_labels_are_ordered_sorted_like_the_same_labels_as_strings():
+    # a pandas column of strings is an object array; its classes are still the sorted union,
+    # as scikit-learn orders them, not the order they first appear in
+    from sklearn.metrics import confusion_matrix, recall_score
+
+    t, p = ["b", "b", "a", "c"], ["b", "a", "a", "b"]
+    t_obj, p_obj = np.array(t, dtype=object), np.array(p, dtype=object)
+    want = confusion_matrix(t, p, labels=["a", "b", "c"])
+    assert cl.confusion_matrix(t_obj, p_obj).tolist() == want.tolist()
+    assert cl.confusion_matrix(t_obj, p).tolist() == want.tolist()
+    got = cl.rates(t_obj, p_obj, zero_division=0.0)["recall"]
+    assert got.tolist() == recall_score(t, p, average=None, zero_division=0.0).tolist()
+    # tuples sort too; integers held as objects sort by value
+    assert cl.confusion_matrix([(2,), (1,)], [(2,), (2,)]).tolist() == [[0, 1], [0, 1]]
+    ints = np.array([10, 2, 2], dtype=object)
+    assert cl.confusion_matrix(ints, ints).tolist() == [[2, 0], [0, 1]]

@@ -44,7 +44,8 @@ __all__ = [
 def confusion_matrix(y_true: Any, y_pred: Any, *, labels: Any = None) -> np.ndarray:
     """Counts C[i, j] of items with actual class labels[i] predicted as labels[j].
 
-    ``labels`` fixes the order (default: the sorted union of both inputs).
+    ``labels`` fixes the order (default: the sorted union of both inputs, however they are
+    stored; labels that do not sort among themselves in order of first appearance).
 
     Examples
     --------
@@ -60,6 +61,7 @@ def _confusion(y_true: Any, y_pred: Any, labels: Any) -> tuple[np.ndarray, np.nd
     p = as_labels(y_pred, "y_pred", length=t.size, length_of="y_true")
     if labels is None:
         (ct, cp), uniques = factorize(t, p)
+        ct, cp, uniques = _sorted_classes(ct, cp, uniques)
     else:
         lab = as_labels(labels, "labels")
         (cl, ct, cp), uniques = factorize(lab, t, p)
@@ -77,6 +79,26 @@ def _confusion(y_true: Any, y_pred: Any, labels: Any) -> tuple[np.ndarray, np.nd
         uniques = lab
     n = len(uniques)
     return np.bincount(ct * n + cp, minlength=n * n).reshape(n, n), np.asarray(uniques)
+
+
+def _sorted_classes(
+    ct: np.ndarray, cp: np.ndarray, uniques: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Codes and classes in sorted class order.
+
+    :func:`factorize` numbers Python-object labels (a pandas column of strings, tuples) by
+    first appearance; the rows of the matrix and the per-class rates must not depend on how the
+    same labels are stored.  Labels that do not sort among themselves keep that order.
+    """
+    if uniques.dtype != object:
+        return ct, cp, uniques  # numpy's unique: already sorted
+    try:
+        order = np.array(sorted(range(uniques.size), key=uniques.__getitem__), dtype=np.int64)
+    except TypeError:
+        return ct, cp, uniques
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rank[ct], rank[cp], uniques[order]
 
 
 def _safe_div(num: Any, den: Any, zero_division: Any, what: str) -> np.ndarray:
