@@ -439,3 +439,19 @@ def test_object_labels_are_ordered_sorted_like_the_same_labels_as_strings():
     assert cl.confusion_matrix([(2,), (1,)], [(2,), (2,)]).tolist() == [[0, 1], [0, 1]]
     ints = np.array([10, 2, 2], dtype=object)
     assert cl.confusion_matrix(ints, ints).tolist() == [[2, 0], [0, 1]]
+
+
+@pytest.mark.parametrize(
+    ("y_true", "y_pred"),
+    [([0, 1], ["0", "1"]), (["a", "b"], [0, 1]), (np.array([0, 1], dtype=object), [b"0", b"1"])],
+)
+def test_text_predictions_beside_number_truth_are_refused_like_sklearn(y_true, y_pred):
+    # 1 and "1" never share a class: every item would silently count as wrong (accuracy 0)
+    from sklearn.metrics import accuracy_score
+
+    with pytest.raises(ValueError, match="Mix of label input types"):
+        accuracy_score([0, 1], ["0", "1"])
+    with pytest.raises(ee.InputError, match="y_true holds .* but y_pred holds"):
+        cl.confusion_matrix(y_true, y_pred)
+    with pytest.raises(ee.InputError, match="convert both to one type"):
+        cl.rates(y_true, y_pred)

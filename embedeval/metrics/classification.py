@@ -23,6 +23,7 @@ from ..utils.validation import (
     check_choice,
     check_int,
     check_positive,
+    check_same_label_kind,
     divide,
     factorize,
 )
@@ -45,7 +46,9 @@ def confusion_matrix(y_true: Any, y_pred: Any, *, labels: Any = None) -> np.ndar
     """Counts C[i, j] of items with actual class labels[i] predicted as labels[j].
 
     ``labels`` fixes the order (default: the sorted union of both inputs, however they are
-    stored; labels that do not sort among themselves in order of first appearance).
+    stored; labels that do not sort among themselves in order of first appearance).  Text
+    beside numbers (``y_true`` of ints, ``y_pred`` of strings) is an error: 1 and "1" never
+    share a class, as scikit-learn refuses the mix.
 
     Examples
     --------
@@ -59,6 +62,7 @@ def _confusion(y_true: Any, y_pred: Any, labels: Any) -> tuple[np.ndarray, np.nd
     """The confusion matrix and the class labels of its rows, in order."""
     t = as_labels(y_true, "y_true")
     p = as_labels(y_pred, "y_pred", length=t.size, length_of="y_true")
+    check_same_label_kind(t, "y_true", p, "y_pred")
     if labels is None:
         (ct, cp), uniques = factorize(t, p)
         ct, cp, uniques = _sorted_classes(ct, cp, uniques)
