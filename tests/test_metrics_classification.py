@@ -455,3 +455,12 @@ def test_text_predictions_beside_number_truth_are_refused_like_sklearn(y_true, y
         cl.confusion_matrix(y_true, y_pred)
     with pytest.raises(ee.InputError, match="convert both to one type"):
         cl.rates(y_true, y_pred)
+
+
+def test_top_k_accuracy_names_the_label_missing_from_labels():
+    with pytest.raises(ee.InputError, match=r"1 label\(s\) not in labels, first 'c' at index 2"):
+        cl.top_k_accuracy(["a", "b", "c"], np.eye(3)[:, :2], labels=["a", "b"])
+    with pytest.raises(ee.InputError, match=r"first 7 at index 1; .*\(default 0..1\)"):
+        cl.top_k_accuracy([0, 7], [[0.1, 0.2], [0.2, 0.3]])
+    with pytest.raises(ee.InputError, match="y_score has no columns"):
+        cl.top_k_accuracy([0], np.zeros((1, 0)))

@@ -460,6 +460,8 @@ def top_k_accuracy(y_true: Any, y_score: Any, *, k: int = 1, labels: Any = None)
     t = as_labels(y_true, "y_true", length=s.shape[0] if s.ndim == 2 else None)
     if s.ndim != 2:
         raise InputError(f"y_score must be 2-D (items x classes); got shape {s.shape}.")
+    if s.shape[1] == 0:
+        raise InputError("y_score has no columns; pass one column of scores per class.")
     lab = np.arange(s.shape[1]) if labels is None else as_labels(labels, "labels")
     if len(lab) != s.shape[1]:
         raise InputError(f"labels has {len(lab)} classes but y_score has {s.shape[1]} columns.")
@@ -468,8 +470,16 @@ def top_k_accuracy(y_true: Any, y_score: Any, *, k: int = 1, labels: Any = None)
         raise InputError("labels has repeated values; give each column of y_score its own class.")
     col = np.full(int(cl.max()) + 1 if cl.size else 0, -1)
     col[cl] = np.arange(cl.size)
-    if (ct > col.size - 1).any() or (col[ct] < 0).any():
-        raise InputError("y_true holds a class that is not in labels.")
+    missing = ct >= col.size
+    missing[~missing] = col[ct[~missing]] < 0
+    if missing.any():
+        i = int(np.flatnonzero(missing)[0])
+        default = "" if labels is not None else f" (default 0..{s.shape[1] - 1})"
+        raise InputError(
+            f"y_true holds {int(missing.sum())} label(s) not in labels, first "
+            f"{t[i : i + 1].tolist()[0]!r} at index {i}; labels names the class of each column "
+            f"of y_score{default}: pass labels with every class of y_true."
+        )
     true_score = s[np.arange(s.shape[0]), col[ct]]
     higher = (s > true_score[:, None]).sum(1)
     return float(np.mean(higher < k))
