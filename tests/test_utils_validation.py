@@ -421,6 +421,26 @@ def test_labels_that_mix_text_and_numbers_are_refused(labels):
         ee.evaluate(x, labels)
 
 
+@pytest.mark.parametrize(
+    ("yq", "yb"),
+    [
+        ([0, 1], ["0", "1", "0", "1"]),
+        (["a", "b"], [0, 1, 0, 1]),
+        ([0, 1], [b"0", b"1", b"0", b"1"]),
+        (["0", "1"], [b"0", b"1", b"0", b"1"]),
+    ],
+)
+def test_query_and_reference_labels_of_text_and_numbers_are_refused(yq, yb):
+    # 0 and "0" never share a class: every query would be lone and every metric NaN
+    from embedeval.evaluation.gallery import gallery_rows
+
+    x = np.eye(4, dtype=np.float32)
+    with pytest.raises(ee.InputError, match=r"query_labels holds .* reference_labels holds"):
+        ee.evaluate(x[:2], yq, x, yb)
+    with pytest.raises(ee.InputError, match=r"query_labels holds .* reference_labels holds"):
+        gallery_rows([0], 2, query=x[:2], query_labels=yq, reference=x, reference_labels=yb)
+
+
 def _call_with_groups(where, groups):
     if where == "evaluate":
         ee.evaluate(X, Y, progress=False, query_groups=groups)

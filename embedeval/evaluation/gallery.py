@@ -23,6 +23,7 @@ from ..utils.validation import (
     as_embeddings,
     as_labels,
     as_labels_like,
+    check_same_label_kind,
     factorize,
 )
 
@@ -171,6 +172,8 @@ def _prepare(
         yb = as_labels_like(
             reference_labels, "reference_labels", n_labels=n_labels, length=xb.shape[0]
         )
+        if n_labels is None:
+            check_same_label_kind(yq, "query_labels", yb, "reference_labels")
     if yq.ndim == 2:  # label sets: one packed row of bits per item
         cq, cb = pack_label_sets(yq), pack_label_sets(yb)
     else:

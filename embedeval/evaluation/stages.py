@@ -43,6 +43,7 @@ from ..utils.validation import (
     as_labels,
     as_labels_like,
     check_same_dimension,
+    check_same_label_kind,
     factorize,
 )
 from .approximation import warn_if_biased
@@ -133,6 +134,8 @@ def prepare_data(settings: EvaluationSettings, inputs: EvaluationInputs) -> Eval
         xb, yb = xq, yq
     else:
         xb, yb = _reference(inputs, xq, on_device, self_index, yq.shape[1] if multi else None)
+        if not multi:  # 1 and "1" never share a class: every query would be lone, silently
+            check_same_label_kind(yq, "query_labels", yb, "reference_labels")
     # Keys would overflow or underflow float32: rank the data times 2**scale.
     xq, xb, scale = scale_for_range(xq, xb, settings.metrics.distance, same=leave_one_out)
     # Norms that dwarf the distances cancel every digit of the Euclidean keys: translate the

@@ -460,30 +460,30 @@ def _refuse_text_beside_numbers(arr: np.ndarray, name: str) -> None:
 
 
 def _label_kind(arr: np.ndarray) -> tuple[str, Any] | None:
-    """("text" or "numbers", a first value) of checked labels (which never mix the two), or
-    None for labels that are neither (tuples, dates)."""
+    """("text", "bytes" or "numbers", a first value) of checked labels (which never mix text
+    and numbers), or None for labels that are none of them (tuples, dates)."""
     if arr.dtype.kind in "US":
-        return "text", arr[0].item()
+        return ("text" if arr.dtype.kind == "U" else "bytes"), arr[0].item()
     if arr.dtype.kind in "iufb":
         return "numbers", arr[0].item()
     for v in arr:
         if isinstance(v, (str, bytes)):
-            return "text", v
+            return ("text" if isinstance(v, str) else "bytes"), v
         if isinstance(v, numbers.Number) and not isinstance(v, np.timedelta64):
             return "numbers", v
     return None
 
 
 def check_same_label_kind(a: np.ndarray, name_a: str, b: np.ndarray, name_b: str) -> None:
-    """Refuse two checked label arrays meant to share classes when one holds text and the other
-    numbers: 1 and "1" are different classes, so every item would silently mismatch (as when
-    predictions read from a text file meet integer ground truth)."""
+    """Refuse two checked label arrays meant to share classes when they hold different kinds of
+    value (text, bytes, numbers): 1, "1" and b"1" are different classes, so every item would
+    silently mismatch (as when predictions read from a text file meet integer ground truth)."""
     ka, kb = _label_kind(a), _label_kind(b)
     if ka is not None and kb is not None and ka[0] != kb[0]:
         raise InputError(
             f"{name_a} holds {ka[0]} (e.g. {ka[1]!r}) but {name_b} holds {kb[0]} (e.g. "
             f"{kb[1]!r}), which never share a class; convert both to one type (all str or all "
-            "int)."
+            "int; bytes.decode() for bytes)."
         )
 
 
