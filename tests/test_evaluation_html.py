@@ -689,6 +689,19 @@ def test_per_class_table_worst_first_with_class_sizes(tmp_path):
     assert sizes == [int((y == lab).sum()) for lab, _ in expected]
 
 
+@pytest.mark.parametrize(
+    "unit", ["datetime64[ns]", "datetime64[D]", "timedelta64[ns]", "timedelta64[s]"]
+)
+def test_per_class_sizes_of_date_and_duration_labels(tmp_path, unit):
+    # Nanosecond dates and durations are per-class keys as numpy scalars (Python's types cannot
+    # hold nanoseconds); the sizes column must count them under the same keys.
+    y = (np.arange(36) % 4 + 1).astype(unit)
+    res = ee.evaluate(X, y, metrics=["map_at_r"], progress=False)
+    out = res.to_html(tmp_path / "d.html", gallery=0, figures=False)
+    sizes = sorted(int(v) for v in _cells(out, "per-class", 1))
+    assert sizes == [9, 9, 9, 9]
+
+
 def test_an_approximate_run_shows_its_error_report(tmp_path):
     pytest.importorskip("faiss")
     res = ee.evaluate(X, Y, metrics=["map_at_r"], index="HNSW8", exact_sample=20, progress=False)

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ..utils.validation import label_keys
+
 __all__ = ["aggregate", "aggregate_label_sets"]
 
 
@@ -60,14 +62,8 @@ def aggregate(
     counts = np.bincount(codes[ok], minlength=n_classes)
     present = np.flatnonzero(counts)
     class_means = sums[present] / counts[present]
-    # tolist() turns numpy scalars into Python ones in one C pass (a loop over classes here
-    # cost as much as a quarter of a small leave-one-out evaluation); an object array keeps its
-    # elements as they are, so numpy scalars among mixed labels are converted one by one.
-    keys = uniques[present].tolist()
-    if uniques.dtype.kind in "mM" and keys and isinstance(keys[0], int):
-        keys = list(uniques[present])  # nanosecond dates, which tolist() makes plain ints
-    elif uniques.dtype == object:
-        keys = [k.item() if isinstance(k, np.generic) else k for k in keys]
+    # The keys label_sizes counts class sizes under (one rule for both tables' keys).
+    keys = label_keys(uniques[present])
     per_class = dict(zip(keys, class_means.tolist(), strict=True))
     value = float(class_means.mean()) if average == "macro" else float(values[ok].mean())
     return value, per_class

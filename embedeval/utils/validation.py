@@ -35,6 +35,7 @@ __all__ = [
     "factorize",
     "host_array",
     "is_label_indicator",
+    "label_keys",
     "label_sizes",
     "label_text",
     "single_labels",
@@ -624,9 +625,26 @@ def label_sizes(labels: np.ndarray) -> dict[Any, int]:
     if np.ndim(labels) == 2:
         return dict(enumerate(np.count_nonzero(labels, axis=0).tolist()))
     sizes: dict[Any, int] = {}
-    for lab in labels.tolist():
+    for lab in label_keys(np.asarray(labels)):
         sizes[lab] = sizes.get(lab, 0) + 1
     return sizes
+
+
+def label_keys(labels: np.ndarray) -> list[Any]:
+    """One label per item as the keys of a per-class table: Python scalars, except nanosecond
+    dates and durations, which stay numpy scalars (``tolist()`` makes them plain integers, so
+    they would print as counts and match no date); numpy scalars inside an object array become
+    Python ones.
+
+    >>> label_keys(np.array([3, 1])), label_keys(np.array(["2020-01-01"], dtype="M8[ns]"))
+    ([3, 1], [np.datetime64('2020-01-01T00:00:00.000000000')])
+    """
+    keys = labels.tolist()  # one C pass; a loop over the classes cost far more
+    if labels.dtype.kind in "mM" and keys and isinstance(keys[0], int):
+        return list(labels)
+    if labels.dtype == object:
+        return [k.item() if isinstance(k, np.generic) else k for k in keys]
+    return keys
 
 
 def label_text(label: Any) -> str:
