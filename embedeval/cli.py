@@ -1081,17 +1081,24 @@ def _read_row_files(args: argparse.Namespace) -> dict[str, list[str]]:
 
 
 def _row_lines(flag: str, path: str) -> list[str]:
-    """The lines of a UTF-8 text file (a byte-order mark and a last empty line dropped)."""
+    """The lines of a UTF-8 text file (a byte-order mark and a last empty line dropped).
+
+    Lines end at newlines only (``\\n``, ``\\r\\n`` or ``\\r``, read as ``\\n``):
+    ``str.splitlines`` also breaks at form feeds, U+0085, U+2028 and other separators a
+    caption may hold, which split one row's entry in two.
+    """
     if not Path(path).is_file():
         what = "is a folder" if Path(path).is_dir() else "does not exist"
         raise InputError(f"{flag} {path} {what}; pass a text file with one entry per line.")
     try:
-        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+        text = Path(path).read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(
             f"{flag} {path} is not UTF-8 text (byte {exc.start} cannot be decoded); save it "
             "as UTF-8, one entry per line."
         ) from None
+    text = text.removesuffix("\n")  # the newline that ends the last line
+    lines = text.split("\n") if text else []
     if lines and not lines[-1].strip():
         lines = lines[:-1]
     return lines

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -1117,6 +1119,22 @@ def _main_status(argv):
         return main(list(map(str, argv)))
     except SystemExit as stop:
         return stop.code
+
+
+def test_report_captions_are_split_at_newlines_only(files, monkeypatch, capsys):
+    # A caption may hold characters str.splitlines() also breaks at (form feed, U+0085, U+2028,
+    # U+001C); a captions file has one caption per newline, as a labels file has one label.
+    monkeypatch.chdir(files)
+    captions = ["page\x0cbreak", "next\x85line", "line\u2028separator", "fs\x1c", "plain"]
+    n = len(X)
+    rows = [captions[i % len(captions)] + f" {i}" for i in range(n)]
+    (files / "texts.txt").write_text("\r\n".join(rows) + "\r\n", encoding="utf-8")
+    args = ["evaluate", "ckpt.npz", "--report", "r.html", "--texts", "texts.txt", "--quiet"]
+    status = _main_status([*args, "--gallery", n])
+    assert status == 0, capsys.readouterr().err
+    page = (files / "r.html").read_text(encoding="utf-8")
+    shown = re.findall(r'<span class="cap">([^<]*)</span>', page)
+    assert shown and set(map(html.unescape, shown)) <= set(rows)
 
 
 @pytest.mark.parametrize(
