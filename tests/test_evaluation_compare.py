@@ -126,6 +126,15 @@ def test_compare_detects_a_real_difference_and_not_a_fake_one(test):
     assert '"format": "embedeval.Comparison/1"' in same.to_json()
 
 
+@pytest.mark.parametrize(("ci", "heading"), [(0.975, "97.5% CI"), (0.995, "99.5% CI")])
+def test_interval_heading_names_the_level_asked_for(ci, heading):
+    # Rounded to a whole percent, a 97.5% interval was headed "98% CI" and 99.5% "100% CI".
+    good, bad = _results(0.5, 3.0)
+    cmp = ee.compare({"good": good, "bad": bad}, n_boot=20, ci=ci)
+    first = cmp.to_markdown().splitlines()[0]
+    assert f"| {heading} |" in first and heading in repr(cmp).splitlines()[0]
+
+
 def test_compare_bad_input():
     good, bad = _results(0.5, 3.0)
     other = ee.evaluate(np.zeros((4, 2)) + np.arange(4)[:, None], [0, 0, 1, 1])

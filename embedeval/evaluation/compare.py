@@ -272,12 +272,12 @@ class Comparison:
         return text
 
     def _cells(self) -> tuple[list[str], list[list[str]]]:
-        level = round(100 * self.settings.get("ci", 0.95))
+        level = _percent(self.settings.get("ci", 0.95))
         head = [
             "checkpoint",
             "metric",
             "value",
-            f"{level}% CI",
+            f"{level} CI",
             "diff vs " + self.baseline,
             "diff CI",
             "p",
@@ -353,7 +353,7 @@ class Comparison:
             lows,
             highs,
             ax=ax,
-            title=f"Checkpoints vs {baseline} ({round(100 * self.settings.get('ci', 0.95))}% CI)",
+            title=f"Checkpoints vs {baseline} ({_percent(self.settings.get('ci', 0.95))} CI)",
         )
 
 
@@ -707,6 +707,16 @@ def _resolution(n_boot: int) -> str:
     exponent = len(str(n_boot))  # 10**(exponent - 1) <= n_boot < 10**exponent
     digit = -(-(10**exponent) // n_boot)  # ceil: 1 / n_boot <= digit * 10**-exponent, in ints
     return f"{digit * 10.0**-exponent:.0e}"
+
+
+def _percent(level: float) -> str:
+    """An interval's level as a percentage, as written (rounded to a whole percent, 0.975 read
+    "98%").
+
+    >>> _percent(0.95), _percent(0.975)
+    ('95%', '97.5%')
+    """
+    return f"{100 * level:g}%"
 
 
 def _fmt(v: float) -> str:
