@@ -702,6 +702,17 @@ def test_per_class_sizes_of_date_and_duration_labels(tmp_path, unit):
     assert sizes == [9, 9, 9, 9]
 
 
+def test_names_undecodable_as_utf8_are_written_escaped(tmp_path):
+    # Python reads a file name that is not UTF-8 with lone surrogates (os.fsdecode); the CLI
+    # titles the page by its input file, and such a name failed the UTF-8 encoding after all the
+    # work, leaving no page.
+    name = os.fsdecode(b"caf\xe9.npz")
+    res = ee.evaluate(X, Y, metrics=["map_at_r"], progress=False)
+    out = res.to_html(tmp_path / "u.html", query=X, texts=[name] * len(X), title=name, gallery=2)
+    page = out.read_bytes().decode("utf-8")
+    assert page.count("caf\\udce9.npz") >= 3  # the title, the heading, a caption
+
+
 def test_an_approximate_run_shows_its_error_report(tmp_path):
     pytest.importorskip("faiss")
     res = ee.evaluate(X, Y, metrics=["map_at_r"], index="HNSW8", exact_sample=20, progress=False)

@@ -68,12 +68,17 @@ document.querySelectorAll('table.sortable').forEach(function(t){
 
 
 def write_html(path: str | os.PathLike, text: str) -> Path:
-    """Write a page atomically, UTF-8 whatever the locale."""
+    """Write a page atomically, UTF-8 whatever the locale.
+
+    A lone surrogate (how Python reads a file name that is not UTF-8, or a label holding one)
+    has no UTF-8 form: it is written as its escape (``\\udce9``), so the page is still
+    written and still valid UTF-8.
+    """
     target = Path(path)
     if target.suffix.lower() not in (".html", ".htm"):
         raise InputError(f"path {str(path)!r}: an HTML report is written to a .html file.")
     with atomic_path(target) as tmp:
-        tmp.write_bytes(text.encode("utf-8"))
+        tmp.write_bytes(text.encode("utf-8", errors="backslashreplace"))
     return target
 
 
