@@ -713,6 +713,19 @@ def test_names_undecodable_as_utf8_are_written_escaped(tmp_path):
     assert page.count("caf\\udce9.npz") >= 3  # the title, the heading, a caption
 
 
+def test_figures_draw_names_undecodable_as_utf8(tmp_path):
+    # Checkpoint names are file stems and labels may come from file names: a lone surrogate
+    # made matplotlib's font layout fail, so the page (and compare --report) was not written.
+    name = os.fsdecode(b"caf\xe9")
+    y = np.where(Y == 0, name, "b")
+    res = ee.evaluate(X, y, metrics=["map_at_r"], progress=False)
+    page = res.to_html(tmp_path / "f.html", query=X, gallery=0).read_text(encoding="utf-8")
+    assert 'id="fig-per_class"' in page and "caf\\udce9" in page
+    cmp = ee.compare({name: res, "other": res}, n_boot=10)
+    page = cmp.to_html(tmp_path / "c.html").read_text(encoding="utf-8")
+    assert 'id="fig-checkpoints"' in page and "caf\\udce9" in page
+
+
 def test_an_approximate_run_shows_its_error_report(tmp_path):
     pytest.importorskip("faiss")
     res = ee.evaluate(X, Y, metrics=["map_at_r"], index="HNSW8", exact_sample=20, progress=False)

@@ -79,6 +79,14 @@ def test_text_outputs_are_utf8_whatever_the_locale(tmp_path):
     assert out.read_bytes() == text.encode("utf-8")
 
 
+def test_text_outputs_write_names_undecodable_as_utf8_escaped(tmp_path):
+    # A file name that is not UTF-8 reaches Python with lone surrogates (os.fsdecode); as a
+    # checkpoint name or label it failed the UTF-8 encoding after all the work.
+    out = tmp_path / "cmp.md"
+    files.write_text(out, "| " + os.fsdecode(b"caf\xe9") + " |\n")
+    assert out.read_bytes() == b"| caf\\udce9 |\n"
+
+
 def test_result_json_is_read_as_utf8_whatever_the_locale(tmp_path):
     # the JSON of a result holding a label like '猫' (written by hand or by another tool with
     # the characters as they are) loads in a locale whose encoding cannot decode them

@@ -31,7 +31,7 @@ from ..metrics.resample import (
     resampled_means,
 )
 from ..utils.errors import InputError, InputTypeError
-from ..utils.files import write_text
+from ..utils.files import escape_surrogates, write_text
 from ..utils.progress import progress_bar
 from ..utils.validation import (
     as_label_indicator,
@@ -345,8 +345,9 @@ class Comparison:
             values[m] = np.array([r["value"] for r in rows])
             lows[m] = np.array([r["ci_low"] for r in rows])
             highs[m] = np.array([r["ci_high"] for r in rows])
-        # A dollar sign in the name would start mathtext; escaped, it is drawn as written.
-        baseline = str(self.baseline).replace("$", r"\$")
+        # A dollar sign in the name would start mathtext, and a lone surrogate (a file name
+        # that is not UTF-8) fails the font; escaped, both are drawn as written.
+        baseline = escape_surrogates(str(self.baseline)).replace("$", r"\$")
         return plot_checkpoints(
             self.names,
             values,

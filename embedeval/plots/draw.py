@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ..utils.files import escape_surrogates
+
 __all__ = [
     "plot_checkpoints",
     "plot_cmc",
@@ -199,12 +201,13 @@ def _null_locator() -> Any:
 
 def _literal(text: Any) -> str:
     r"""``text`` drawn as written: a label of the data (a class, a checkpoint, a series) may hold
-    dollar signs, which matplotlib would read as mathtext, drop, or fail to parse at save time.
+    dollar signs, which matplotlib would read as mathtext, drop, or fail to parse at save time,
+    and lone surrogates (a file name that is not UTF-8), which no font can draw.
 
     >>> print(_literal("$5 to $10"))
     \$5 to \$10
     """
-    return str(text).replace("$", r"\$")
+    return escape_surrogates(str(text)).replace("$", r"\$")
 
 
 def _rgb(hex_color: str) -> tuple[float, float, float]:

@@ -17,7 +17,14 @@ from typing import Any
 
 from .errors import InputError
 
-__all__ = ["DISTRIBUTION", "atomic_path", "install_hint", "run_stamp", "write_text"]
+__all__ = [
+    "DISTRIBUTION",
+    "atomic_path",
+    "escape_surrogates",
+    "install_hint",
+    "run_stamp",
+    "write_text",
+]
 
 #: The name on PyPI (the import name and the command stay ``embedeval``).
 DISTRIBUTION = "embedeval-exact"
@@ -84,15 +91,27 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def escape_surrogates(text: str) -> str:
+    r"""``text`` with each lone surrogate written as its escape: how Python reads a file name
+    that is not UTF-8 (``os.fsdecode``), which no UTF-8 file and no font can hold.
+
+    >>> print(escape_surrogates(os.fsdecode(b"caf\xe9")))
+    caf\udce9
+    """
+    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+
 def write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` atomically, as UTF-8.
 
     UTF-8 whatever the locale: labels and ids are often not ASCII, and the locale's encoding
     (ASCII under ``LC_ALL=C``, cp1252 on Windows) would fail on them after all the work, or
-    write a file that the readers, which read UTF-8, misread.
+    write a file that the readers, which read UTF-8, misread.  A lone surrogate (how Python
+    reads a file name that is not UTF-8) has no UTF-8 form: it is written as its escape
+    (``\\udce9``) rather than failing the write.
     """
     with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
     return Path(path)
 
 
