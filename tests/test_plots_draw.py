@@ -247,6 +247,17 @@ def test_labels_with_dollar_signs_are_drawn_as_written(tmp_path):
         plots.save_figure(fig, tmp_path / f"{i}.png", dpi=40)  # "\frac{a" is no valid mathtext
 
 
+def test_long_and_multi_line_labels_are_drawn_on_one_short_line(tmp_path):
+    # A 3,000-character class name made the per-class figure 15,000 pixels wide (its bars a
+    # sliver once shown at the page's width), and a tab or newline drew as a missing glyph.
+    long_name, broken = "L" * 3000, "x&y\n\tz"
+    fig = plots.plot_per_class([long_name, broken, "c"], [0.1, 0.2, 0.3])
+    ticks = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert ticks == ["L" * 59 + "…", "x&y  z", "c"]
+    fig.savefig(tmp_path / "pc.png", dpi=50, bbox_inches="tight")
+    assert imread(tmp_path / "pc.png").shape[1] < 600  # 6 inches of axes, 60 characters
+
+
 def test_series_names_with_dollar_signs_are_drawn_as_written():
     named = {"$a$": [0.1, 0.2], "b$": [0.3, 0.4]}
     for fig in (

@@ -6,6 +6,7 @@ line styles and hatches so every figure reads in greyscale.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -200,14 +201,26 @@ def _null_locator() -> Any:
 
 
 def _literal(text: Any) -> str:
-    r"""``text`` drawn as written: a label of the data (a class, a checkpoint, a series) may hold
-    dollar signs, which matplotlib would read as mathtext, drop, or fail to parse at save time,
-    and lone surrogates (a file name that is not UTF-8), which no font can draw.
+    r"""``text`` drawn as written, on one short line: a label of the data (a class, a
+    checkpoint, a series) may hold dollar signs, which matplotlib would read as mathtext, drop,
+    or fail to parse at save time; lone surrogates (a file name that is not UTF-8), which no
+    font can draw; line breaks and tabs (drawn as missing glyphs), shown as spaces; and
+    thousands of characters, which would widen the figure until its plot is a sliver, cut at
+    :data:`_LABEL_CHARS` (an ellipsis marks the cut).
 
-    >>> print(_literal("$5 to $10"))
-    \$5 to \$10
+    >>> print(_literal("$5 to $10"), _literal("a\nb"), _literal("x" * 80)[-3:])
+    \$5 to \$10 a b xx…
     """
-    return escape_surrogates(str(text)).replace("$", r"\$")
+    text = _CONTROL.sub(" ", escape_surrogates(str(text)))
+    if len(text) > _LABEL_CHARS:
+        text = text[: _LABEL_CHARS - 1] + "…"
+    return text.replace("$", r"\$")
+
+
+#: The longest label a figure draws, in characters.
+_LABEL_CHARS = 60
+#: Line breaks, tabs and other control characters, which a tick label cannot show.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def _rgb(hex_color: str) -> tuple[float, float, float]:
