@@ -323,6 +323,27 @@ def test_bad_arguments_raise_and_write_nothing(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_embeddings_that_were_not_evaluated_are_refused(tmp_path):
+    # The page searches the arrays it is given: a reference set of another size, groups the
+    # run did not have (or missing ones) or another dimension would give a gallery, k sweep and
+    # histograms of another ranking than the metrics', silently.
+    groups = np.arange(36) % 3
+    grouped = ee.evaluate(X, Y, metrics=["map_at_r"], query_groups=groups, progress=False)
+    plain = ee.evaluate(X, Y, metrics=["map_at_r"], progress=False)
+    with_ref = ee.evaluate(X[:10], Y[:10], reference=X, reference_labels=Y, progress=False)
+    cases = [
+        (with_ref, dict(query=X[:10], reference=X[:20], reference_labels=Y[:20]), "against 36"),
+        (grouped, dict(query=X), "query_groups"),
+        (plain, dict(query=X, query_groups=groups), "query_groups"),
+        (plain, dict(query=np.c_[X, X]), "dimension 2"),
+    ]
+    for res, kwargs, needle in cases:
+        with pytest.raises(InputError, match=needle):
+            res.to_html(tmp_path / "x.html", figures=False, **kwargs)
+    assert not list(tmp_path.iterdir())
+    grouped.to_html(tmp_path / "ok.html", query=X, query_groups=groups, figures=False)
+
+
 def test_comparison_page(tmp_path):
     runs = {
         "a": ee.evaluate(X, Y, metrics=["map_at_r", "precision_at_1"], progress=False),

@@ -398,6 +398,7 @@ class EvaluationResult:
                 "reference= and reference_labels= must be given exactly when the evaluation had "
                 f"a reference set (this one {'did not' if loo else 'did'})."
             )
+        _check_evaluated(self.settings, query, reference, query_groups is not None)
         return {
             "query": query,
             "query_labels": self.query_labels,
@@ -591,3 +592,30 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, float) and math.isnan(obj):
         return None
     return obj
+
+
+def _check_evaluated(settings: dict[str, Any], query: Any, reference: Any, groups: bool) -> None:
+    """Refuse page inputs that cannot be those evaluated: the gallery, the k sweep and the
+    histograms search the arrays given, so a reference set of another size, another dimension
+    or groups the run did not have (or lacked) would show another ranking than the metrics'.
+    Settings a result does not record (an older file) are not checked."""
+    n_ref, dim, grouped = (settings.get(k) for k in ("n_reference", "dim", "groups"))
+    if reference is not None and n_ref is not None and len(reference) != n_ref:
+        raise InputError(
+            f"reference has {len(reference)} rows but this result was evaluated against "
+            f"{n_ref}; pass the reference embeddings that were evaluated."
+        )
+    width = np.shape(query)[1] if np.ndim(query) == 2 else None
+    if dim is not None and width is not None and width != dim:
+        raise InputError(
+            f"query has dimension {width} but this result was evaluated in dimension {dim}; "
+            "pass the embeddings that were evaluated."
+        )
+    if grouped is not None and bool(grouped) != groups:
+        raise InputError(
+            "this result was evaluated with groups: pass its query_groups= (and "
+            "reference_groups=), so the gallery excludes the references the run excluded."
+            if grouped
+            else "this result was evaluated without groups: drop query_groups= / "
+            "reference_groups=, which would exclude references the run ranked."
+        )
