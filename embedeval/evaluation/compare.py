@@ -711,8 +711,8 @@ def _resolution(n_boot: int) -> str:
 
 
 def _percent(level: float) -> str:
-    """An interval's level as a percentage, as written (rounded to a whole percent, 0.975 read
-    "98%").
+    """An interval's level as a percentage, with the digits it was given (a whole percent
+    would head a 97.5 % interval "98% CI").
 
     >>> _percent(0.95), _percent(0.975)
     ('95%', '97.5%')
