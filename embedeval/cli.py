@@ -31,6 +31,7 @@ import numpy as np
 
 from .utils.errors import EmbedevalError, FileFormatError, InputError
 from .utils.files import write_text
+from .utils.tables import markdown_table
 from .utils.validation import as_labels, as_vector, label_sizes, label_text
 from .utils.version import __version__
 
@@ -826,10 +827,7 @@ def _per_class_table(res: Any, suffix: str) -> str:
     ]
     head = ["label", "n_queries", *metrics]
     if suffix == ".md":
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        # A '|' inside a label would split its cell: escape it as Markdown tables require.
-        cells = [[c.replace("|", "\\|").replace("\n", " ") for c in r] for r in rows]
-        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in cells]) + "\n"
+        return markdown_table(head, rows)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(head)

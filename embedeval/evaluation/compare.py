@@ -33,6 +33,7 @@ from ..metrics.resample import (
 from ..utils.errors import InputError, InputTypeError
 from ..utils.files import escape_surrogates, write_text
 from ..utils.progress import progress_bar
+from ..utils.tables import markdown_table
 from ..utils.validation import (
     as_label_indicator,
     as_labels,
@@ -310,10 +311,7 @@ class Comparison:
 
     def to_markdown(self) -> str:
         """The table of ``repr`` as a Markdown table (4 decimals; p below 1/n_boot as '<')."""
-        head, body = self._cells()
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(row) + " |" for row in body]
-        return "\n".join(lines) + "\n"
+        return markdown_table(*self._cells())
 
     def to_csv(self) -> str:
         """``rows`` as CSV text, full precision, header = the stable row keys."""
