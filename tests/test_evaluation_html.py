@@ -754,6 +754,11 @@ def test_an_approximate_run_shows_its_error_report(tmp_path):
     page = parse(out)
     assert any(a.get("id") == "approximation" for _, a in page.tags)
     assert "APPROXIMATE search (HNSW8)" in "".join(page.text)
+    # the gallery searches exactly: its neighbours are said not to be the index's
+    assert any(a.get("id") == "gallery-exact" for _, a in page.tags)
+    exact = ee.evaluate(X, Y, metrics=["map_at_r"], progress=False)
+    page = parse(exact.to_html(tmp_path / "e.html", query=X, gallery=2, figures=False))
+    assert not any(a.get("id") == "gallery-exact" for _, a in page.tags)
 
 
 def test_a_relevance_list_run_has_a_page_without_gallery(tmp_path):

@@ -617,6 +617,11 @@ def _gallery(
         "<span class='sym'>✗</span> not; "
         "the last column is the rank of the first relevant reference.</p>",
     ]
+    if res.approximation:  # the gallery searches exactly: say whose neighbours these are
+        out.append(
+            "<p class='warn' id='gallery-exact'>The neighbours shown come from an exact search; "
+            "the metrics above come from the approximate index, whose lists can differ.</p>"
+        )
     for ident, title, rows in sections:
         body = [
             _gallery_row(by_query[int(q)], k, res, metric, labels, ref_labels, media, conf)
