@@ -873,7 +873,11 @@ def open_set_identification(
     float32 inputs (as :func:`pair_scores`), and ranks follow embedeval's tie rule: equal
     scores are ordered by ascending gallery index (identical gallery rows tie exactly).  The
     threshold at each FPIR is chosen as in :func:`tar_at_far` (non-mated best scores play the
-    impostors, mated hit scores the genuine pairs; a mate beyond ``rank`` never counts).
+    impostors, mated hit scores the genuine pairs; a mate beyond ``rank`` never counts).  The
+    threshold compares scores of different searches, which no tie rule orders: with cosine,
+    each vector is normalised in its own rounding, so two searches whose cosines are equal in
+    exact arithmetic (a query and its multiple, say) can fall on either side of a threshold
+    that lies between their last bits.
 
     Examples
     --------
