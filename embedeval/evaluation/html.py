@@ -609,19 +609,7 @@ def _gallery(
         if inputs.get("reference") is None
         else as_any_labels(inputs["reference_labels"], "reference_labels")
     )
-    out = [
-        head,
-        "<p class='sub'>Each row: the query, then its nearest references that count (the "
-        "query itself and references the protocol excludes are skipped), "
-        "<span class='sym'>✓</span> relevant (same label, or a shared one for label sets), "
-        "<span class='sym'>✗</span> not; "
-        "the last column is the rank of the first relevant reference.</p>",
-    ]
-    if res.approximation:  # the gallery searches exactly: say whose neighbours these are
-        out.append(
-            "<p class='warn' id='gallery-exact'>The neighbours shown come from an exact search; "
-            "the metrics above come from the approximate index, whose lists can differ.</p>"
-        )
+    out = [head, *_gallery_intro(res)]
     for ident, title, rows in sections:
         body = [
             _gallery_row(by_query[int(q)], k, res, metric, labels, ref_labels, media, conf)
@@ -631,6 +619,23 @@ def _gallery(
         out.append(f"<h3>{_e(title)}</h3>")
         out.append(_table(head_cells, body, cls="gallery", ident=f"gallery-{ident}"))
     return "\n".join(out)
+
+
+def _gallery_intro(res: Any) -> list[str]:
+    """How to read the gallery's rows, and for an approximate run whose neighbours they are."""
+    out = [
+        "<p class='sub'>Each row: the query, then its nearest references that count (the "
+        "query itself and references the protocol excludes are skipped), "
+        "<span class='sym'>✓</span> relevant (same label, or a shared one for label sets), "
+        "<span class='sym'>✗</span> not; "
+        "the last column is the rank of the first relevant reference.</p>"
+    ]
+    if res.approximation:  # the gallery searches exactly: say whose neighbours these are
+        out.append(
+            "<p class='warn' id='gallery-exact'>The neighbours shown come from an exact search; "
+            "the metrics above come from the approximate index, whose lists can differ.</p>"
+        )
+    return out
 
 
 def _gallery_row(
