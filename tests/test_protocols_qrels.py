@@ -913,3 +913,24 @@ def test_zero_query_ties_with_every_document():
     assert res.per_query["mrr"].tolist() == [1 / 6, 1 / 18]
     assert res.per_query["map"].tolist() == pytest.approx([(1 / 6 + 2 / 3000) / 2, 1 / 18])
     assert res.per_query["precision@10"].tolist() == [0.1, 0.0]
+
+
+def test_result_read_back_from_json_keeps_missing_count_and_refuses_the_run(tmp_path):
+    # One judged query ("qx") has no embedding: counted as 0 under missing="zero".
+    docs = np.float32([[1, 0], [0.8, 0.6], [0, 1], [-1, 0]])
+    qrels = {"q1": {"d2": 1}, "q2": {"d0": 1}, "qx": {"d1": 1}}
+    res = ee.evaluate_qrels(
+        np.float32([[0, 1], [1, 0]]), docs, qrels, query_ids=["q1", "q2"],
+        doc_ids=["d0", "d1", "d2", "d3"], metrics=["mrr", "ndcg@2"], missing="zero",
+    )  # fmt: skip
+    back = type(res).from_json(res.to_json())
+    assert (res.n_missing, back.n_missing) == (1, 1)
+    assert back.per_query["mrr"].tolist() == [1.0, 1.0, 0.0]  # each query's nearest is its doc
+    assert back.metrics == res.metrics and "1 missing (zero)" in repr(back)
+    # The JSON keeps no run: writing one would give an empty TREC file, not an error.
+    with pytest.raises(InputError, match="read back from JSON"):
+        back.write_run(tmp_path / "run.txt")
+    with pytest.raises(InputError, match="read back from JSON"):
+        back.to_html(tmp_path / "page.html")
+    assert not (tmp_path / "run.txt").exists() and not (tmp_path / "page.html").exists()
+    assert list(res.run()["q1"]) == ["d2", "d1"]  # the original still holds its run

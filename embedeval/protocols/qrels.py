@@ -108,10 +108,41 @@ class QrelsResult(EvaluationResult):
     _ranker: Callable[[], tuple[np.ndarray, np.ndarray]] | None = field(
         default=None, repr=False, compare=False
     )
+    #: False for a result read back from JSON, which keeps the numbers, not the run.
+    _holds_run: bool = field(default=True, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """:meth:`EvaluationResult.to_dict` plus ``n_missing``; the run and the judgments are
+        not written (a corpus-sized list of ids), so a result read back has no run."""
+        return {**super().to_dict(), "n_missing": int(self.n_missing)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QrelsResult:
+        """A result written by :meth:`to_dict`: its metrics, per-query values, intervals,
+        settings and ``n_missing``.  It holds no run: :meth:`run`, :meth:`write_run` and
+        :meth:`to_html` are errors on it, never an empty run."""
+        res = super().from_dict(data)
+        n_missing = data.get("n_missing", 0)
+        if type(n_missing) is not int or not 0 <= n_missing <= res.n_queries:
+            raise InputError(
+                f"data['n_missing'] must be an integer from 0 to n_queries ({res.n_queries}); "
+                f"got {n_missing!r}. Pass what QrelsResult.to_dict() or to_json() produced."
+            )
+        res.n_missing, res._holds_run = n_missing, False
+        return res  # type: ignore[return-value]
+
+    def _require_run(self, what: str) -> None:
+        if not self._holds_run:
+            raise InputError(
+                f"{what} needs the run and the judgments, and this result was read back from "
+                "JSON, which keeps only the metrics and per-query values; call evaluate_qrels "
+                "again to rank the corpus."
+            )
 
     def _top(self) -> tuple[np.ndarray, np.ndarray]:
         """The run, formed on first use: every candidate of the top lists re-scored in float64
         and sorted (the metrics only needed the ranks of the judged documents)."""
+        self._require_run("the run (run_rows, run_scores, run(), write_run())")
         if self._run is None:
             empty = np.zeros((len(self.run_ids), 0))
             self._run = self._ranker() if self._ranker else (empty.astype(np.int64), empty)
@@ -250,6 +281,7 @@ class QrelsResult(EvaluationResult):
         from ..evaluation.html import write_html
         from ..evaluation.judged_html import judged_html
 
+        self._require_run("to_html()")
         return write_html(path, judged_html(self, **options))
 
     def table(self) -> str:
