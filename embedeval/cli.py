@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .utils.errors import EmbedevalError, FileFormatError, InputError
-from .utils.files import write_text
+from .utils.files import read_lines, write_text
 from .utils.tables import markdown_table
 from .utils.validation import as_labels, as_vector, label_sizes, label_text
 from .utils.version import __version__
@@ -1079,24 +1079,18 @@ def _read_row_files(args: argparse.Namespace) -> dict[str, list[str]]:
 
 
 def _row_lines(flag: str, path: str) -> list[str]:
-    """The lines of a UTF-8 text file (a byte-order mark and a last empty line dropped).
-
-    Lines end at newlines only (``\\n``, ``\\r\\n`` or ``\\r``, read as ``\\n``):
-    ``str.splitlines`` also breaks at form feeds, U+0085, U+2028 and other separators a
-    caption may hold, which split one row's entry in two.
-    """
+    """The lines of a UTF-8 text file (:func:`read_lines`: newlines only), a last empty line
+    dropped."""
     if not Path(path).is_file():
         what = "is a folder" if Path(path).is_dir() else "does not exist"
         raise InputError(f"{flag} {path} {what}; pass a text file with one entry per line.")
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
+        lines = read_lines(path)
     except UnicodeDecodeError as exc:
         raise InputError(
             f"{flag} {path} is not UTF-8 text (byte {exc.start} cannot be decoded); save it "
             "as UTF-8, one entry per line."
         ) from None
-    text = text.removesuffix("\n")  # the newline that ends the last line
-    lines = text.split("\n") if text else []
     if lines and not lines[-1].strip():
         lines = lines[:-1]
     return lines

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .utils.errors import FileFormatError
-from .utils.files import install_hint
+from .utils.files import install_hint, read_lines
 from .utils.validation import (
     as_embeddings,
     as_label_indicator,
@@ -475,13 +475,12 @@ def _text_lines(path: Path, what: str) -> list[str]:
     """The non-blank lines of a UTF-8 text file, stripped; a byte-order mark (files saved as
     "UTF-8 with BOM") is not part of the first value."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        lines = [ln.strip() for ln in read_lines(path) if ln.strip()]
     except UnicodeDecodeError:
         raise FileFormatError(
             f"{path} is not a UTF-8 text file; {what} files are .npy, .npz or UTF-8 text with "
             "one value per line."
         ) from None
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines:
         raise FileFormatError(
             f"{path} is empty; a {what} file holds one value per line, one line per embedding row."
@@ -602,8 +601,7 @@ def read_ids(path: str | os.PathLike, what: str = "ids") -> list[str]:
     path = Path(path)
     _exists(path)
     try:
-        # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the first id
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
+        lines = read_lines(path)  # a byte-order mark (Windows editors write one) is no id
     except UnicodeDecodeError:
         raise FileFormatError(
             f"{path} is not a UTF-8 text file; {what} files hold one id per line."

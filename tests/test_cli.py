@@ -1344,3 +1344,19 @@ def test_help_examples_are_one_command_per_line_or_continued(command):
     examples = [ln for ln in sub.format_help().splitlines() if ln.startswith("  embedeval ")]
     for line in examples:
         assert not re.search(r"\S {3,}--", line), line
+
+
+def test_report_texts_are_split_at_line_ends_only(tmp_path, capsys):
+    from embedeval.cli import main
+
+    np.savez(tmp_path / "e.npz", embeddings=np.eye(4), labels=[0, 0, 1, 1])
+    # four passages, one per line; two hold characters str.splitlines would split at
+    (tmp_path / "t.txt").write_text("one\u2028two\nthree\nfour\x0cfive\nsix\n", encoding="utf-8")
+    code = main(
+        [
+            "evaluate", str(tmp_path / "e.npz"), "--quiet", "--report", str(tmp_path / "r.html"),
+            "--texts", str(tmp_path / "t.txt"),
+        ]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0, err  # not "--texts ... has 6 lines but there are 4 query rows"

@@ -216,3 +216,14 @@ def test_an_ids_file_with_a_byte_order_mark(tmp_path):
     path = tmp_path / "ids.txt"
     path.write_bytes(b"\xef\xbb\xbfq1\r\nq2\r\n")
     assert read_ids(path) == ["q1", "q2"]
+
+
+def test_text_files_split_rows_at_line_ends_only(tmp_path):
+    from embedeval.io import read_ids
+
+    # U+2028, NEL and a form feed inside a value are characters of it, not line ends: the
+    # file has three rows, as a file read line by line (or csv) sees it.
+    path = tmp_path / "rows.txt"
+    path.write_bytes("a\u2028b\r\nc\x85d\re\x0cf\n".encode())
+    assert load_array(path).tolist() == ["a\u2028b", "c\x85d", "e\x0cf"]
+    assert read_ids(path) == ["a\u2028b", "c\x85d", "e\x0cf"]

@@ -22,6 +22,7 @@ __all__ = [
     "atomic_path",
     "escape_surrogates",
     "install_hint",
+    "read_lines",
     "run_stamp",
     "write_text",
 ]
@@ -113,6 +114,27 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
     return Path(path)
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """The lines of a UTF-8 text file (a byte-order mark dropped), split at line ends only.
+
+    A line ends at ``\\n``, ``\\r\\n`` or ``\\r``, as files and ``csv`` read them;
+    ``str.splitlines`` also splits at form feeds, ``\\x1c``-``\\x1e``, NEL and U+2028 / U+2029,
+    which a label, an id or a passage may hold, and would shift every later row.  Raises
+    ``UnicodeDecodeError`` for a file that is not UTF-8.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "rows.txt")
+    >>> _ = open(p, "w", encoding="utf-8").write("one\\u2028line\\r\\ntwo\\n")
+    >>> read_lines(p)
+    ['one\\u2028line', 'two']
+    """
+    text = Path(path).read_text(encoding="utf-8-sig")  # universal newlines: CRLF, CR -> LF
+    lines = text.split("\n")
+    if lines[-1] == "":  # the end of the last line, not an empty line after it
+        lines.pop()
+    return lines
 
 
 def run_stamp() -> dict[str, Any]:
