@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .utils.errors import EmbedevalError, FileFormatError, InputError
-from .utils.files import read_lines, write_text
+from .utils.files import not_a_file, read_lines, write_text
 from .utils.tables import markdown_table
 from .utils.validation import as_labels, as_vector, label_sizes, label_text
 from .utils.version import __version__
@@ -1081,6 +1081,8 @@ def _read_row_files(args: argparse.Namespace) -> dict[str, list[str]]:
 def _row_lines(flag: str, path: str) -> list[str]:
     """The lines of a UTF-8 text file (:func:`read_lines`: newlines only), a last empty line
     dropped."""
+    if Path(path).exists() and not Path(path).is_dir() and not Path(path).is_file():
+        raise InputError(f"{flag} {not_a_file(path)}")
     if not Path(path).is_file():
         what = "is a folder" if Path(path).is_dir() else "does not exist"
         raise InputError(f"{flag} {path} {what}; pass a text file with one entry per line.")

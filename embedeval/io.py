@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .utils.errors import FileFormatError
-from .utils.files import install_hint, read_lines
+from .utils.files import install_hint, not_a_file, read_lines
 from .utils.validation import (
     as_embeddings,
     as_label_indicator,
@@ -72,6 +72,8 @@ def _exists(path: Path) -> None:
         raise FileFormatError(f"{path}: no such file; check the path.")
     if path.is_dir():
         raise FileFormatError(f"{path} is a directory; pass an embedding file.")
+    if not path.is_file():
+        raise FileFormatError(not_a_file(path))
 
 
 def _is_torch_zip(path: Path) -> bool:

@@ -1360,3 +1360,20 @@ def test_report_texts_are_split_at_line_ends_only(tmp_path, capsys):
     )  # fmt: skip
     err = capsys.readouterr().err
     assert code == 0, err  # not "--texts ... has 6 lines but there are 4 query rows"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_report_row_file_that_is_a_pipe_is_not_called_missing(tmp_path, capsys):
+    from embedeval.cli import main
+
+    np.savez(tmp_path / "e.npz", embeddings=np.eye(4), labels=[0, 0, 1, 1])
+    os.mkfifo(tmp_path / "t.txt")
+    code = main(
+        [
+            "evaluate", str(tmp_path / "e.npz"), "--report", str(tmp_path / "r.html"),
+            "--texts", str(tmp_path / "t.txt"),
+        ]
+    )  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "--texts" in err[0] and "t.txt is not a regular file (a pipe" in err[0]

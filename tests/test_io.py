@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -227,3 +229,17 @@ def test_text_files_split_rows_at_line_ends_only(tmp_path):
     path.write_bytes("a\u2028b\r\nc\x85d\re\x0cf\n".encode())
     assert load_array(path).tolist() == ["a\u2028b", "c\x85d", "e\x0cf"]
     assert read_ids(path) == ["a\u2028b", "c\x85d", "e\x0cf"]
+
+
+@pytest.mark.skipif(not os.path.exists(os.devnull) or os.name != "posix", reason="POSIX")
+def test_an_input_that_is_not_a_regular_file_is_refused_by_name(tmp_path):
+    from embedeval.io import read_ids
+
+    # A device (as a pipe: /dev/fd/63 from `--labels <(cut ...)`) would be read in part by
+    # the format check, then found empty, or block on a second read.
+    for name, read in (("l.txt", load_array), ("e.npy", load_embeddings), ("i.txt", read_ids)):
+        path = tmp_path / name
+        path.symlink_to(os.devnull)
+        with pytest.raises(ee.FileFormatError) as err:
+            read(path)
+        assert str(err.value).startswith(f"{path} is not a regular file (a pipe")

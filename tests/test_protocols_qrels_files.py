@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import os
 
 import numpy as np
 import pytest
@@ -274,3 +275,11 @@ def test_fields_are_separated_by_ascii_whitespace_only(tmp_path):
     assert read_qrels(beir) == {"q\u00a01": {"d\u00a02": 3}}
     run = write(tmp_path, "run.txt", "q1 Q0 d\u00a07 1 0.5 tag\n")
     assert read_trec_run(run) == {"q1": {"d\u00a07": 0.5}}
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_qrels_pipe_is_refused_as_not_a_regular_file(tmp_path):
+    fifo = tmp_path / "test.qrels"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=r"qrels file .*test.qrels is not a regular file"):
+        read_qrels(fifo)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..utils.errors import FileFormatError, InputError, InputTypeError
-from ..utils.files import write_text
+from ..utils.files import not_a_file, write_text
 
 __all__ = ["read_qrels", "read_trec_run", "unfit_run_id", "write_trec_run"]
 
@@ -51,6 +51,8 @@ _WHITESPACE = re.compile(r"\s")
 # --------------------------------------------------------------------------- shared helpers
 def _as_path(source: Any, name: str) -> Path:
     path = Path(source)
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise InputError(f"{name} file {not_a_file(path)}")
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "does not exist"
         raise InputError(f"{name} file {str(path)!r} {what}; pass the path of a file.")

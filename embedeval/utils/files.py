@@ -22,6 +22,7 @@ __all__ = [
     "atomic_path",
     "escape_surrogates",
     "install_hint",
+    "not_a_file",
     "read_lines",
     "run_stamp",
     "write_text",
@@ -114,6 +115,17 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
     return Path(path)
+
+
+def not_a_file(path: str | os.PathLike) -> str:
+    """Why an input that is a pipe, a device or a socket is refused: an input is read more
+    than once (its first bytes tell its format, then its values; the command line also
+    records its SHA-256), and a pipe gives its bytes to the first read only, or blocks on
+    the next one."""
+    return (
+        f"{path} is not a regular file (a pipe, a device or a socket); inputs are read more "
+        "than once, so write it to a file first and pass that file."
+    )
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
