@@ -110,3 +110,12 @@ def test_result_json_is_read_as_utf8_whatever_the_locale(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert float(proc.stdout) == 1.0
+
+
+@pytest.mark.parametrize("stem", ["a" * 250, "é" * 125])
+def test_an_output_whose_name_is_as_long_as_allowed_is_written(tmp_path, stem):
+    out = tmp_path / f"{stem}.json"  # 255 bytes: the longest name the file system takes
+    assert len(out.name.encode()) == 255
+    files.write_text(out, "{}")
+    assert out.read_text() == "{}"
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left

@@ -72,6 +72,30 @@ def _mode_for(target: Path) -> int:
     return stat.S_IMODE(target.stat().st_mode)
 
 
+#: The longest file name most file systems take, in bytes, and the random part of a
+#: ``mkstemp`` name.
+_NAME_MAX, _RANDOM = 255, 8
+
+
+def _temp_affixes(name: str) -> tuple[str, str]:
+    """The prefix and suffix of the temporary file beside ``name``: ``.<name>.`` and its
+    suffix, the name cut so that the temporary name is no longer than the longest file name
+    (a name that fits the file system would otherwise fail to write after all the work).
+
+    >>> _temp_affixes("out.json")
+    ('.out.json.', '.json')
+    >>> prefix, suffix = _temp_affixes("a" * 250 + ".json")
+    >>> len(prefix) + _RANDOM + len(suffix)
+    255
+    """
+    suffix = Path(name).suffix or ".tmp"
+    if len(suffix.encode()) > _NAME_MAX // 2:
+        suffix = ".tmp"
+    room = _NAME_MAX - _RANDOM - len(suffix.encode()) - 2
+    short = name.encode()[:room].decode(errors="ignore")  # whole characters only
+    return f".{short}.", suffix
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path to write; on success it replaces ``path``, keeping the mode of the
@@ -79,9 +103,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     target = Path(path)
     mode = _mode_for(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{target.name}.", suffix=target.suffix or ".tmp", dir=target.parent
-    )
+    prefix, suffix = _temp_affixes(target.name)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
