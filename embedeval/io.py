@@ -204,9 +204,11 @@ def _read_npz(path: Path, choose: Any) -> dict[str, np.ndarray]:
     _check_header(path)
     try:
         with zipfile.ZipFile(path) as zf:
-            infos = {i.filename.removesuffix(".npy"): i for i in zf.infolist()}
+            members = [i.filename.removesuffix(".npy") for i in zf.infolist()]
+            infos = dict(zip(members, zf.infolist(), strict=True))
             out = {}
             for key in choose(list(infos)):
+                _refuse_duplicate(path, key, members)
                 with zf.open(infos[key]) as fh:
                     _check_npy_size(fh, infos[key].file_size, f"{path} (array {key!r})")
                 with zf.open(infos[key]) as fh:
@@ -216,6 +218,17 @@ def _read_npz(path: Path, choose: Any) -> dict[str, np.ndarray]:
         raise
     except _DAMAGED as exc:
         raise _damaged(path, exc) from None
+
+
+def _refuse_duplicate(path: Path, key: str, members: list[str]) -> None:
+    """A zip may hold two members of one name (or ``x`` beside ``x.npy``); np.savez never
+    writes them, and reading one of them silently (the last, as NumPy does) could take the
+    labels of another run."""
+    if members.count(key) > 1:
+        raise FileFormatError(
+            f"{path} holds {members.count(key)} arrays named {key!r}; an .npz written by "
+            "np.savez has one of each name: write it again with np.savez."
+        )
 
 
 def load_embeddings(path: str | os.PathLike, *, mmap: bool = True) -> EmbeddingFile:

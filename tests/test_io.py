@@ -243,3 +243,23 @@ def test_an_input_that_is_not_a_regular_file_is_refused_by_name(tmp_path):
         with pytest.raises(ee.FileFormatError) as err:
             read(path)
         assert str(err.value).startswith(f"{path} is not a regular file (a pipe")
+
+
+def test_an_npz_holding_two_arrays_of_one_name_is_refused(tmp_path):
+    import warnings
+    import zipfile
+
+    np.save(tmp_path / "a.npy", Y)
+    np.save(tmp_path / "b.npy", Y[::-1])
+    for second in ("labels.npy", "labels"):  # np.load reads 'labels' as either member
+        path = tmp_path / "two.npz"
+        with warnings.catch_warnings(), zipfile.ZipFile(path, "w") as zf:
+            warnings.simplefilter("ignore")  # zipfile warns of the duplicate name
+            np.save(tmp_path / "x.npy", X)
+            zf.write(tmp_path / "x.npy", "embeddings.npy")
+            zf.write(tmp_path / "a.npy", "labels.npy")
+            zf.write(tmp_path / "b.npy", second)
+        with pytest.raises(ee.FileFormatError, match="holds 2 arrays named 'labels'"):
+            load_embeddings(path)
+        with pytest.raises(ee.FileFormatError, match="holds 2 arrays named 'labels'"):
+            load_array(path)
