@@ -157,8 +157,10 @@ def _check_npy_size(fh: Any, size: int, where: str) -> None:
     """Refuse a .npy stream whose header claims more bytes than it holds, before allocating."""
     fmt = np.lib.format
     version = fmt.read_magic(fh)
-    if version not in ((1, 0), (2, 0)):
-        return  # version 3 (UTF-8 field names) is rare; np.load checks it as it reads
+    if version not in ((1, 0), (2, 0), (3, 0)):
+        return  # np.load refuses an unknown version by itself
+    # Version 3 is version 2 with a UTF-8 header (non-Latin-1 field names); read as Latin-1,
+    # those names change, never the shape, the item size or whether it holds objects.
     read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
     shape, _, dtype = read(fh)
     if dtype.hasobject:

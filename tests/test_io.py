@@ -263,3 +263,18 @@ def test_an_npz_holding_two_arrays_of_one_name_is_refused(tmp_path):
             load_embeddings(path)
         with pytest.raises(ee.FileFormatError, match="holds 2 arrays named 'labels'"):
             load_array(path)
+
+
+@pytest.mark.filterwarnings("ignore:Stored array in format 3.0")
+def test_npy_format_version_3_gets_the_same_checks(tmp_path):
+    # np.save writes format 3.0 for field names outside Latin-1
+    path = tmp_path / "obj.npy"
+    np.save(path, np.zeros(3, dtype=[("\u20ac", "O")]), allow_pickle=True)
+    assert path.read_bytes()[6:8] == b"\x03\x00"
+    with pytest.raises(ee.FileFormatError, match="holds pickled Python objects"):
+        load_array(path)
+    cut = tmp_path / "cut.npy"
+    np.save(cut, np.zeros(50, dtype=[("\u20ac", "f8")]))
+    cut.write_bytes(cut.read_bytes()[:-8])
+    with pytest.raises(ee.FileFormatError, match=r"header says shape \(50,\).* holds 392"):
+        load_array(cut)
