@@ -345,3 +345,10 @@ def test_per_class_keys_of_nanosecond_dates_are_dates():
     keys = list(res.per_class["map"])
     assert keys == [np.datetime64(1, "ns"), np.datetime64(3, "ns")]
     assert all(isinstance(k, np.datetime64) for k in keys)
+
+
+def test_from_json_of_a_binary_file_is_an_input_error_naming_it(tmp_path):
+    path = tmp_path / "embeddings.npz"  # passed by mistake: a zip, not UTF-8 text
+    np.savez(path, embeddings=np.eye(2))
+    with pytest.raises(ee.InputError, match=r"source file '.*embeddings.npz' is not UTF-8 text"):
+        ee.EvaluationResult.from_json(path)

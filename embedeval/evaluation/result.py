@@ -259,7 +259,13 @@ class EvaluationResult:
         where = "source"
         if isinstance(source, os.PathLike) or not text.lstrip().startswith("{"):
             where = f"source file {str(source)!r}"
-            text = Path(source).read_text(encoding="utf-8")  # as to_json writes it
+            try:
+                text = Path(source).read_text(encoding="utf-8")  # as to_json writes it
+            except UnicodeDecodeError as exc:
+                raise InputError(
+                    f"{where} is not UTF-8 text (byte {exc.start} cannot be decoded), so not "
+                    "a result written by EvaluationResult.to_json(); pass that JSON file."
+                ) from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
