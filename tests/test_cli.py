@@ -466,34 +466,39 @@ def test_compare_permutation_with_a_named_baseline(tmp_path):
     assert rows["bad"]["diff"] == pytest.approx(bad["map_at_r"] - good["map_at_r"])
 
 
+#: The command line with evaluate() replaced by a wait that marks its start: SIGINT then
+#: lands inside embedeval's code, past start-up, the input reading and the output checks.
+_BLOCKED_CLI = """
+import pathlib, sys, time
+import embedeval.evaluation.evaluate as ev
+def wait(*args, **kwargs):
+    pathlib.Path("started").touch()
+    time.sleep(120)
+ev.evaluate = wait
+from embedeval.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_ctrl_c_is_one_line_exit_130_and_keeps_an_existing_output(files):
-    # The labels come from a FIFO: once our writer end opens, the CLI is blocked reading it,
-    # past start-up and past the output checks; SIGINT then lands inside embedeval's code.
-    fifo = files / "labels.txt"
-    os.mkfifo(fifo)
     out = files / "out.json"
     out.write_text("keep me")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "embedeval", "evaluate", "q.npy", "--labels", fifo, "--json", out],
+        [sys.executable, "-c", _BLOCKED_CLI, "evaluate", "q.npy", "--labels", "ql.npy",
+         "--json", out],
         cwd=files,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    fd = None
+    )  # fmt: skip
     try:
-        while fd is None and proc.poll() is None:
-            try:
-                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until a reader opens
-            except OSError:
-                time.sleep(0.05)
-        assert fd is not None, proc.communicate()
+        while not (files / "started").exists() and proc.poll() is None:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
-        if fd is not None:
-            os.close(fd)
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
