@@ -1265,3 +1265,23 @@ def test_integer_confidences_float64_cannot_separate_are_an_error():
         with pytest.raises(InputError, match="confidence holds the distinct integers"):
             call([1, 0, 1], c)
     assert cf.confidence_auroc([1, 0, 1], c - 7) == pytest.approx(roc_auc_score([1, 0, 1], c - 7))
+
+
+def test_confidence_as_a_torch_tensor_with_grad_or_in_bfloat16_is_read_as_its_values():
+    # A model's kappa usually still requires grad; these values are exact in bfloat16.
+    torch = pytest.importorskip("torch")
+    correct = [1.0, 0.0, 1.0, 0.0, 1.0]
+    values = [0.75, 0.25, 0.5, 0.5, 0.875]
+    # (right, wrong) pairs ordered right: 0.875 and 0.75 beat both, 0.5 beats 0.25 and ties
+    # 0.5: (2 + 2 + 1.5) / 6.  Kept errors, most confident first: 0, 0, the tied block's mean
+    # 1/2 twice, 1, so E_5..E_1 = 2/5, 1/4, 1/6, 0, 0.  Brier: (1/16 + 1/16 + 1/4 + 1/4 + 1/64)/5.
+    for conf in (
+        torch.tensor(values, requires_grad=True),
+        torch.tensor(values, dtype=torch.bfloat16),
+    ):
+        assert cf.confidence_auroc(correct, conf) == pytest.approx(11 / 12)
+        erc = cf.error_reject_curve(correct, conf)
+        assert erc.error.tolist() == pytest.approx([2 / 5, 1 / 4, 1 / 6, 0.0, 0.0])
+        out = cf.confidence_summary({"precision_at_1": correct}, conf)
+        assert out["r_auroc"] == pytest.approx(11 / 12)
+        assert out["brier"] == pytest.approx((1 / 16 + 1 / 16 + 1 / 4 + 1 / 4 + 1 / 64) / 5)

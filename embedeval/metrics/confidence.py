@@ -47,6 +47,7 @@ from .credible import (
     hpd_interval,
     vmf_credible_cap,
 )
+from .curves import refuse_merged_integers
 from .openset import open_set_detection
 from .resample import Statistic, statistic_ci
 from .scores import scores_and_confidence
@@ -127,8 +128,11 @@ def confidence_summary(
     >>> out["open_set_auroc"]      # the lone query (0.5) is below 2 of the 3 enrolled
     0.6666666666666666
     """
-    n = as_vector(confidence, "confidence").size
-    per_query = _finite_columns(per_query, n, check_bool(skip_empty, "skip_empty"))
+    # Read once (a torch tensor with grad or in bfloat16 too); integers float64 would merge
+    # are refused before the cast hides them.
+    refuse_merged_integers(confidence, "confidence")
+    confidence = as_vector(confidence, "confidence")
+    per_query = _finite_columns(per_query, confidence.size, check_bool(skip_empty, "skip_empty"))
     out = _erc_summary(per_query, confidence, higher_is_confident, integration)
     key = next((k for k in ("precision_at_1", "recall_at_1") if k in per_query), None)
     if key is not None:

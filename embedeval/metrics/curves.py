@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError
+from ..utils.validation import host_array
 
 __all__ = ["auroc", "refuse_merged_integers", "threshold_counts", "warn_single_class"]
 
@@ -53,8 +54,8 @@ def refuse_merged_integers(scores: Any, name: str) -> None:
 
     >>> refuse_merged_integers(np.array([2**53, 2**53 + 2]), "y_score")  # exact: no error
     """
-    try:
-        raw = np.asarray(scores)
+    try:  # a torch tensor (with grad, on a GPU) as its host copy, as the checks read it
+        raw = np.asarray(host_array(scores))
     except (TypeError, ValueError):
         return  # not an array of numbers: the caller's own check names the problem
     if raw.dtype.kind not in "iu" or raw.size == 0:
