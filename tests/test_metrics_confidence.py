@@ -1285,3 +1285,17 @@ def test_confidence_as_a_torch_tensor_with_grad_or_in_bfloat16_is_read_as_its_va
         out = cf.confidence_summary({"precision_at_1": correct}, conf)
         assert out["r_auroc"] == pytest.approx(11 / 12)
         assert out["brier"] == pytest.approx((1 / 16 + 1 / 16 + 1 / 4 + 1 / 4 + 1 / 64) / 5)
+
+
+def test_rank_correlation_refuses_integers_float64_would_tie():
+    # 2**53 and 2**53 + 1 are one float64: ranked as floats they would tie and Spearman's rho
+    # of a perfectly ordered prediction would drop to sqrt(3)/2.
+    from scipy import stats
+
+    big = np.array([2**53, 2**53 + 1, 2**53 + 2], dtype=np.int64)
+    for predicted, truth, name in ((big, [1, 2, 3], "predicted"), ([1, 2, 3], big, "truth")):
+        with pytest.raises(InputError, match=f"{name} holds the distinct integers"):
+            cf.rank_correlation(predicted, truth)
+    shifted = big - 2**53  # the same order, exact in float64
+    res = cf.rank_correlation(shifted, [1, 2, 3], method="kendall")
+    assert res.statistic == pytest.approx(stats.kendalltau([0, 1, 2], [1, 2, 3]).statistic)

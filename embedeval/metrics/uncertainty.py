@@ -15,6 +15,7 @@ import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.validation import as_vector, check_bool, check_choice, check_int, check_level
+from .curves import refuse_merged_integers
 from .resample import statistic_ci
 
 __all__ = ["RankCorrelation", "SigmaRegression", "rank_correlation", "sigma_regression"]
@@ -43,7 +44,8 @@ def rank_correlation(
     ``truth`` is an uncertainty (a ground-truth sigma).  With ``higher_is_uncertain=True`` the
     prediction is a sigma too; with ``False`` it is a confidence (kappa) and is negated, so a
     good predictor scores close to +1 either way.  Average ranks for ties (Spearman), τ-b
-    (Kendall).  Invariant to strictly increasing transforms of either input.
+    (Kendall).  Invariant to strictly increasing transforms of either input.  Integers that
+    float64 cannot tell apart (beyond 2**53) are an error, as they would silently tie.
 
     Parameters
     ----------
@@ -65,6 +67,9 @@ def rank_correlation(
     method = check_choice(method, "method", ("spearman", "kendall"))
     nan_policy = check_choice(nan_policy, "nan_policy", ("raise", "omit", "propagate"))
     check_bool(higher_is_uncertain, "higher_is_uncertain")
+    # Ranked as float64: distinct integers that round to one float would silently tie.
+    refuse_merged_integers(predicted, "predicted")
+    refuse_merged_integers(truth, "truth")
     p = as_vector(predicted, "predicted", allow_nan=True)
     t = as_vector(truth, "truth", length=p.size, length_of="predicted", allow_nan=True)
     bad = np.isnan(p) | np.isnan(t)
