@@ -1299,3 +1299,31 @@ def test_rank_correlation_refuses_integers_float64_would_tie():
     shifted = big - 2**53  # the same order, exact in float64
     res = cf.rank_correlation(shifted, [1, 2, 3], method="kendall")
     assert res.statistic == pytest.approx(stats.kendalltau([0, 1, 2], [1, 2, 3]).statistic)
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"confidences": np.array([0.9, 0.2, 0.8])}, "has 4 values but 3 are needed"),
+        ({"confidences": np.array([0.9, np.nan, 0.8, 0.7])}, "confidences has 1 NaN.*index 1"),
+        ({"confidences": np.array(["a", "b", "c", "d"])}, "confidences must be numeric"),
+        ({"per_query": {"precision_at_1": [1.0, 2.0, 0.0, 1.0]}}, "first at index 1"),
+        ({"labels": ["a", "b"]}, "labels has 2 labels"),
+        ({"ci": 2.0}, "ci must be a confidence level"),
+        ({"n_boot": 0}, "n_boot must be >= 1"),
+        ({"seed": -1}, "seed must be >= 0"),
+    ],
+)
+def test_confidence_ci_checks_its_inputs_before_resampling(change, match):
+    # Inside a resample a bad value sits at a shuffled position and a length mismatch fails in
+    # numpy's indexing; every input is checked on the whole data first.
+    args = {
+        "per_query": {"precision_at_1": [1.0, 0.0, 1.0, 1.0]},
+        "confidences": np.array([0.9, 0.2, 0.8, 0.7]),
+        "ci": 0.9,
+        "n_boot": 5,
+        "seed": 0,
+    }
+    args.update(change)
+    with pytest.raises((InputError, TypeError), match=match):
+        cf.confidence_ci(args.pop("per_query"), args.pop("confidences"), **args)

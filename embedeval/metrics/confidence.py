@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError, InputTypeError
-from ..utils.validation import as_vector, check_bool
+from ..utils.validation import as_vector, check_bool, check_int, check_level
 from .calibration import (
     CalibrationCurve,
     calibration_summary,
@@ -309,7 +309,8 @@ def summary_arrays(
     names = list(per_query)
     arrays = [np.stack([np.asarray(per_query[m], np.float64) for m in names], axis=1), conf]
     if labels is not None:
-        (codes,), _ = factorize(as_labels(labels, "labels"))
+        y = as_labels(labels, "labels", length=conf.size, length_of="confidences")
+        (codes,), _ = factorize(y)
         arrays.append(codes)
     return names, arrays
 
@@ -330,7 +331,8 @@ def confidence_ci(
     every value is recomputed on the same resamples; lone queries travel with their resample,
     so the open-set values keep their meaning.  The interval is (q_{(1-ci)/2}, q_{(1+ci)/2}) of
     the finite replicates (a resample where a value is undefined, e.g. R-AUROC of a resample
-    with one class, is left out).
+    with one class, is left out).  The inputs are checked as in :func:`confidence_summary`
+    (``labels``: one per query), before the first resample.
 
     Examples
     --------
@@ -339,6 +341,14 @@ def confidence_ci(
     >>> out["oracle_auerc_precision_at_1"][0] >= 0.0
     True
     """
-    names, arrays = summary_arrays(per_query, np.asarray(confidences, np.float64), labels)
+    level = check_level(ci)
+    n_boot = check_int(n_boot, "n_boot")
+    seed = check_int(seed, "seed", minimum=0)
+    # Checked on the whole data first: inside a resample a bad value would be reported at its
+    # shuffled position, and a length mismatch would fail in numpy's indexing.
+    refuse_merged_integers(confidences, "confidences")
+    conf = as_vector(confidences, "confidences")
+    confidence_summary(per_query, conf, higher_is_confident=higher_is_confident, skip_empty=True)
+    names, arrays = summary_arrays(per_query, conf, labels)
     stat = summary_statistic(names, higher_is_confident, labels is not None, None)
-    return statistic_ci(stat, arrays, ci=ci, n_boot=n_boot, seed=seed)
+    return statistic_ci(stat, arrays, ci=level, n_boot=n_boot, seed=seed)
