@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -65,3 +67,17 @@ def test_kept_counts_by_hand():
     assert kept_counts(np.array([0.0, 0.15, 0.5]), 10) == [10, 8, 5]
     with pytest.raises(ee.InputError, match="rejection_fractions holds 0.95"):
         kept_counts(np.array([0.95]), 10)
+
+
+@pytest.mark.parametrize(
+    "fraction, n", [(0.28, 100_000), (0.07, 3_000_000), (0.14, 10_000_000), (1 / 7, 7)]
+)
+def test_kept_counts_reject_ceil_of_the_fraction_times_n_at_large_n(fraction, n):
+    # The float product f·n lands above a whole count (0.28·100000 = 28000.000000000004), which
+    # an absolute slack of 1e-12 does not absorb at large n.  The count is read from the
+    # fraction as written (a decimal, or j / n).
+    from fractions import Fraction
+
+    written = Fraction(1, 7) if fraction == 1 / 7 else Fraction(repr(fraction))
+    expected = n - math.ceil(written * n)
+    assert kept_counts(np.array([fraction]), n) == [expected]

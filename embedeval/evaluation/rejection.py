@@ -157,10 +157,15 @@ def kept_counts(fractions: Any, n: int, name: str = "rejection_fractions") -> li
 
     >>> kept_counts(np.array([0.0, 0.25, 0.3]), 4)
     [4, 3, 2]
+    >>> kept_counts(np.array([0.28]), 100_000)   # 28000 rejected, though 0.28·n rounds above
+    [72000]
     """
     kept = []
     for f in np.atleast_1d(fractions):
-        n_keep = n - math.ceil(float(f) * n - 1e-12)
+        product = float(f) * n
+        # f·n is rounded (0.28·100000 is 28000.000000000004): a slack of a few ulps of the
+        # product, at least 1e-12, keeps a whole count whole at any n.
+        n_keep = n - math.ceil(product - 1e-12 * max(product, 1.0))
         if n_keep < 1:
             raise InputError(
                 f"{name} holds {float(f)}, which rejects all {n} items and leaves nothing to "
