@@ -1327,3 +1327,27 @@ def test_confidence_ci_checks_its_inputs_before_resampling(change, match):
     args.update(change)
     with pytest.raises((InputError, TypeError), match=match):
         cf.confidence_ci(args.pop("per_query"), args.pop("confidences"), **args)
+
+
+def test_reject_from_both_gives_distinct_fractions_distinct_keys():
+    # With two decimals 0.1 and 0.104 were both '@0.10': of 10 items they reject 1 and 2, and
+    # the second value overwrote the first.
+    rng = np.random.default_rng(7)
+    x = rng.integers(-3, 4, (10, 2)).astype(np.float32)
+    y = rng.integers(0, 2, 10)
+    conf = rng.permutation(10).astype(float)
+    res = ee.evaluate(
+        x,
+        y,
+        metrics=["map_at_r"],
+        confidences=conf,
+        reject_from="both",
+        rejection_fractions=[0.1, 0.104, 0.125, 0.3],
+    )
+    keys = {k for k in res.confidence if k.startswith("both_")}
+    expected = {"0.10": 1, "0.104": 2, "0.125": 2, "0.30": 3}  # label -> ceil(f * 10) rejected
+    assert keys == {f"both_map_at_r@{label}" for label in expected}
+    for label, rejected in expected.items():
+        keep = np.sort(np.argsort(-conf)[: 10 - rejected])
+        summary, _ = oracle.summary(x[keep], y[keep], metrics=["map_at_r"])
+        assert res.confidence[f"both_map_at_r@{label}"] == pytest.approx(summary["map_at_r"])

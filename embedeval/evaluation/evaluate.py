@@ -6,7 +6,7 @@ from typing import Any
 
 from ..engine.exact import DEFAULT_MEMORY_BUDGET
 from ..utils.validation import as_embeddings, as_vector, single_labels
-from .rejection import kept_counts, reevaluation_settings, rejection_curve
+from .rejection import fraction_label, kept_counts, reevaluation_settings, rejection_curve
 from .relevance_lists import evaluate_with_lists
 from .result import EvaluationResult
 from .settings import DATA_ARGUMENTS, EvaluationInputs, EvaluationSettings, validate_arguments
@@ -108,7 +108,9 @@ def evaluate(
         ``"queries"``: the error-reject curve rejects queries and keeps the gallery whole.
         ``"both"`` (leave-one-out only) also recomputes every metric after removing each
         fraction in ``rejection_fractions`` of the least confident items from queries and
-        gallery alike (the face-recognition protocol): keys ``both_<metric>@<fraction>``.
+        gallery alike (the face-recognition protocol): keys ``both_<metric>@<fraction>``, the
+        fraction with two decimals (``@0.10``), or all it needs when two lose digits
+        (``@0.125``).
     ci : float, optional
         Adds percentile bootstrap confidence intervals at this level (``result.ci``), resampling
         queries (micro) or classes (macro), ``n_boot`` resamples, seeded by ``seed``.
@@ -285,7 +287,7 @@ def _add_confidence(
     )
     for name, values in curve.metrics.items():
         for f, v in zip(curve.fractions, values, strict=True):
-            result.confidence[f"both_{name}@{f:.2f}"] = float(v)
+            result.confidence[f"both_{name}@{fraction_label(f)}"] = float(v)
 
 
 def _add_intervals(result: EvaluationResult, settings: EvaluationSettings) -> None:

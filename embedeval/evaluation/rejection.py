@@ -42,6 +42,7 @@ from .stages import evaluate_core
 __all__ = [
     "FORWARDED",
     "RejectBothCurve",
+    "fraction_label",
     "kept_counts",
     "reevaluation_settings",
     "reject_both_curve",
@@ -150,6 +151,18 @@ def rejection_curve(
     return RejectBothCurve(
         fractions, {k: np.asarray(v) for k, v in results.items()}, np.asarray(n_kept)
     )
+
+
+def fraction_label(fraction: float) -> str:
+    """A rejection fraction as ``evaluate`` writes it in ``both_<metric>@<fraction>``: two
+    decimals, or the shortest decimal that reads back as the fraction when two lose digits, so
+    distinct fractions never share a key (0.1 and 0.104 would both be 0.10).
+
+    >>> fraction_label(0.1), fraction_label(0.0), fraction_label(0.125), fraction_label(1 / 3)
+    ('0.10', '0.00', '0.125', '0.3333333333333333')
+    """
+    short = f"{float(fraction):.2f}"
+    return short if float(short) == float(fraction) else repr(float(fraction))
 
 
 def kept_counts(fractions: Any, n: int, name: str = "rejection_fractions") -> list[int]:
