@@ -1351,3 +1351,23 @@ def test_reject_from_both_gives_distinct_fractions_distinct_keys():
         keep = np.sort(np.argsort(-conf)[: 10 - rejected])
         summary, _ = oracle.summary(x[keep], y[keep], metrics=["map_at_r"])
         assert res.confidence[f"both_map_at_r@{label}"] == pytest.approx(summary["map_at_r"])
+
+
+def test_credible_regions_read_torch_tensors_with_grad():
+    torch = pytest.importorskip("torch")
+    from scipy.stats import chi2
+
+    draws = torch.tensor([0.0, 1.0, 1.5, 2.0, 9.0], requires_grad=True)
+    lo, hi = cf.hpd_interval(draws, prob=0.5)  # 3 draws: windows 1.5, 1 (best), 7.5 wide
+    assert (float(lo), float(hi)) == (1.0, 2.0)
+    sigma = torch.tensor([0.5, 2.0], requires_grad=True)
+    radius = cf.gaussian_credible_radius(sigma, 2, 0.9)
+    assert radius.tolist() == pytest.approx(np.array([0.5, 2.0]) * chi2.ppf(0.9, 2) ** 0.5)
+    # dim 3: t = 1 + log(1 - p (1 - exp(-2 kappa))) / kappa
+    cap = cf.vmf_credible_cap(torch.tensor([4.0], requires_grad=True), 3, 0.5)
+    assert float(cap[0]) == pytest.approx(1 + math.log(1 - 0.5 * (1 - math.exp(-8))) / 4)
+
+
+def test_credible_coverage_refuses_empty_levels():
+    with pytest.raises(InputError, match="levels is empty"):
+        cf.credible_coverage([[0.0], [1.0]], [0, 0], [1.0, 1.0], levels=[])

@@ -22,6 +22,7 @@ from ..utils.validation import (
     check_int,
     check_probability,
     factorize,
+    host_array,
 )
 
 __all__ = [
@@ -53,7 +54,7 @@ def hpd_interval(
     (1.0, 1.2)
     """
     prob = check_probability(prob, "prob")
-    raw = np.asarray(samples)
+    raw = np.asarray(host_array(samples))  # a torch tensor (grad, GPU) as its host copy
     if raw.dtype == object or raw.dtype.kind not in "fiub":
         raise InputTypeError(f"samples must be numeric draws; got dtype {raw.dtype}.")
     if raw.ndim == 0:
@@ -82,7 +83,7 @@ def hpd_interval(
 
 def _real_array(value: Any, name: str) -> np.ndarray:
     """A float64 array of finite numbers >= 0 (a sigma or a kappa), or a clear error."""
-    raw = np.asarray(value)
+    raw = np.asarray(host_array(value))  # a torch tensor (grad, GPU) as its host copy
     if raw.dtype == object or raw.dtype.kind not in "fiub":
         raise InputTypeError(f"{name} must be numeric; got dtype {raw.dtype}.")
     arr = raw.astype(np.float64)
@@ -318,6 +319,8 @@ def credible_coverage(
     y = as_labels(labels, "labels", length=x.shape[0], length_of="embeddings")
     u = as_vector(uncertainty, "uncertainty", length=x.shape[0], length_of="embeddings")
     levels = np.asarray([check_probability(p, "levels") for p in np.atleast_1d(levels)])
+    if levels.size == 0:
+        raise InputError("levels is empty; pass credible levels such as (0.5, 0.9, 0.95).")
     (codes,), _ = factorize(y)
     if model == "vmf":
         x = _directions(x)
