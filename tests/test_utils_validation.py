@@ -514,3 +514,14 @@ def test_evaluate_qrels_memory_budget_is_bytes_as_in_evaluate():
     with pytest.raises(ee.InputError, match="memory_budget must be >= 1048576"):
         ee.evaluate_qrels(x[:1], x, qrels, query_ids=["q0"], doc_ids=["d0", "d1", "d2"],
                           metrics=["ndcg@10"], memory_budget=10)  # fmt: skip
+
+
+def test_closed_unit_interval_arguments_state_that_zero_is_accepted():
+    # rejection_fractions and risk take [0, 1]; a non-number was told "(0, 1]".
+    with pytest.raises(ee.InputError, match=r"rejection_fractions must be a number in \[0, 1\]"):
+        ee.evaluate(X, Y, confidences=np.arange(6.0), reject_from="both", rejection_fractions=["a"])
+    erc = ee.metrics.confidence.error_reject_curve([1, 0], [0.5, 0.2])
+    with pytest.raises(ee.InputError, match=r"risk must be a number in \[0, 1\]; got 'a'"):
+        erc.coverage_at_risk("a")
+    with pytest.raises(ee.InputError, match=r"coverage must be a number in \(0, 1\]"):
+        erc.selective_risk("a")

@@ -107,12 +107,12 @@ def check_positive(value: Any, name: str) -> float:
 
 def check_probability(value: Any, name: str, *, open_left: bool = True) -> float:
     """Check that ``value`` is a real number in (0, 1] (or [0, 1] when ``open_left=False``)."""
+    interval = "(0, 1]" if open_left else "[0, 1]"
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise InputError(f"{name} must be a number in (0, 1]; got {value!r}.")
+        raise InputError(f"{name} must be a number in {interval}; got {value!r}.")
     value = float(value)
     low_ok = value > 0 if open_left else value >= 0
     if not (low_ok and value <= 1):
-        interval = "(0, 1]" if open_left else "[0, 1]"
         raise InputError(f"{name} must be in {interval}; got {value}.")
     return value
 
