@@ -393,3 +393,15 @@ def test_recalibrate_scores_before_for_probabilities_and_the_errors_point_to_pla
         cb.calibration_summary([1, 0], [6.0, 1.5])
     with pytest.raises(InputError, match=r"confidence must lie in \[0, 1\] for temperature"):
         cb.fit_recalibrator([1, 0, 1], [0.5, 0.2, 0.9], method="temperature").transform([2.0])
+
+
+@pytest.mark.parametrize(
+    "seed, match", [(-1, "seed must be >= 0"), (1.5, "seed must be an integer")]
+)
+def test_calibration_interval_names_a_bad_seed(seed, match):
+    # numpy's own errors ("expected non-negative integer", "SeedSequence expects int") named
+    # neither the argument nor the function.
+    with pytest.raises(InputError, match=match):
+        cb.calibration_summary([1, 0, 1], [0.2, 0.5, 0.9], ci=0.9, n_boot=5, seed=seed)
+    with pytest.raises(InputError, match=match):
+        cb.recalibrate(([1, 0, 1], [0.2, 0.5, 0.9]), ([0, 1], [0.3, 0.8]), ci=0.9, seed=seed)

@@ -338,9 +338,8 @@ def calibration_summary(
         def stat(*a: np.ndarray) -> dict[str, float]:
             return _calibration_values(a[0], a[1], a[2] if len(a) > 2 else None, bins)
 
-        out["ci"] = statistic_ci(
-            stat, arrays, ci=level, n_boot=check_int(n_boot, "n_boot"), seed=seed
-        )
+        n_boot, seed = check_int(n_boot, "n_boot"), check_int(seed, "seed", minimum=0)
+        out["ci"] = statistic_ci(stat, arrays, ci=level, n_boot=n_boot, seed=seed)
     return out
 
 
