@@ -489,15 +489,24 @@ _HEADER_WORDS = frozenset(
 
 
 def _text_lines(path: Path, what: str) -> list[str]:
-    """The non-blank lines of a UTF-8 text file, stripped; a byte-order mark (files saved as
-    "UTF-8 with BOM") is not part of the first value."""
+    """The lines of a UTF-8 text file, stripped, blank lines at its end dropped; a byte-order
+    mark (files saved as "UTF-8 with BOM") is not part of the first value.  A blank line
+    before the last value is an error naming it: it would shift every later value onto the
+    wrong row, or stand for a value that is missing (as the id files refuse it too)."""
     try:
-        lines = [ln.strip() for ln in read_lines(path) if ln.strip()]
+        lines = [ln.strip() for ln in read_lines(path)]
     except UnicodeDecodeError:
         raise FileFormatError(
             f"{path} is not a UTF-8 text file; {what} files are .npy, .npz or UTF-8 text with "
             "one value per line."
         ) from None
+    while lines and not lines[-1]:
+        lines.pop()
+    if "" in lines:
+        raise FileFormatError(
+            f"{path} line {lines.index('') + 1} is empty; a {what} file holds one value per "
+            "line, one line per embedding row: remove the line or give its value."
+        )
     if not lines:
         raise FileFormatError(
             f"{path} is empty; a {what} file holds one value per line, one line per embedding row."

@@ -142,6 +142,17 @@ def test_an_empty_text_value_file_is_refused_by_name(tmp_path, content):
     assert str(err.value).startswith(f"{path} is empty; a labels file holds one value per line")
 
 
+def test_a_blank_line_inside_a_text_value_file_is_refused_with_its_line(tmp_path):
+    # skipped, it shifted every later value onto the previous row; blank lines at the end stay
+    # harmless, and other errors give the file's own line numbers
+    assert load_array(_text(tmp_path, "a\nb\n\n  \n")).tolist() == ["a", "b"]
+    for content, line in (("a\n\nb\n", 2), ("\na\n", 1), ("a\nb\n \nc\n", 3)):
+        with pytest.raises(ee.FileFormatError, match=rf"values.txt line {line} is empty"):
+            load_array(_text(tmp_path, content))
+    with pytest.raises(ee.FileFormatError, match=r"values.txt line 3 has several columns"):
+        load_array(_text(tmp_path, "a\nb\nc,d\n"))
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(ee.FileFormatError, match="no such file"):
         load_embeddings(tmp_path / "missing.npy")
