@@ -345,3 +345,14 @@ def test_revisitop_protocols_and_kappas_must_be_sequences(argument, value):
     gnd = [{"easy": [1], "hard": [2], "junk": []}]
     with pytest.raises(ee.InputTypeError, match=rf"{argument} must be a sequence.*in a list"):
         lm.revisitop_evaluate([[0.0]], LINE, gnd, distance="euclidean", **{argument: value})
+
+
+def test_revisitop_ground_truth_errors_name_gnd():
+    # they named the positives / junk lists built from it, which the caller never wrote
+    x = np.eye(2, dtype=np.float32)
+    one = {"easy": [0], "hard": [], "junk": []}
+    with pytest.raises(ee.InputError, match=r"gnd has 1 entries but query has 2 rows"):
+        lm.revisitop_evaluate(x, x, [one])
+    far = {"easy": [0], "hard": [], "junk": [5]}
+    with pytest.raises(ee.InputError, match=r"gnd\[1\]\['junk'\] \(query 1\) holds index 5"):
+        lm.revisitop_evaluate(x, x, [one, far])

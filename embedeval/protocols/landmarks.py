@@ -48,7 +48,9 @@ PROTOCOLS = {
 }
 
 
-def revisitop_lists(gnd: Sequence[dict[str, Any]], protocol: str) -> tuple[list, list]:
+def revisitop_lists(
+    gnd: Sequence[dict[str, Any]], protocol: str, *, n_reference: int | None = None
+) -> tuple[list, list]:
     """Positive and junk lists of one revisited-benchmark protocol.
 
     Easy: positives = easy, junk = junk + hard.  Medium: positives = easy + hard, junk = junk.
@@ -60,7 +62,8 @@ def revisitop_lists(gnd: Sequence[dict[str, Any]], protocol: str) -> tuple[list,
     evaluation concatenates the lists and counts every entry of the positives in R_q, so an
     index both easy and hard would count twice in R_q under Medium, and an index both easy and
     junk would be a positive and junk at once under Easy.  Such ground truth is refused, naming
-    the query and the index, rather than silently de-duplicated.
+    the query and the index, rather than silently de-duplicated.  With ``n_reference`` an
+    index outside ``0..n_reference - 1`` is refused too, naming its list.
 
     Examples
     --------
@@ -74,17 +77,17 @@ def revisitop_lists(gnd: Sequence[dict[str, Any]], protocol: str) -> tuple[list,
         missing = [k for k in ("easy", "hard", "junk") if k not in g]
         if missing:
             raise InputError(f"gnd[{i}] has no {', '.join(map(repr, missing))} list.")
-        lists = {key: _gnd_indices(g[key], i, key) for key in ("easy", "hard", "junk")}
+        lists = {key: _gnd_indices(g[key], i, key, n_reference) for key in ("easy", "hard", "junk")}
         _check_labels_exclusive(lists, i)
         positives.append(sorted(v for k in pos_keys for v in lists[k]))
         junk.append(sorted(v for k in junk_keys for v in lists[k]))
     return positives, junk
 
 
-def _gnd_indices(values: Any, i: int, key: str) -> list[int]:
+def _gnd_indices(values: Any, i: int, key: str, n_reference: int | None) -> list[int]:
     """gnd[i][key] as Python ints; anything but an integer is refused, since ``int()`` would
     truncate 2.7 to 2, read "3" and True as indices, and a float array (from a MATLAB file)
-    may hold 1-based indices."""
+    may hold 1-based indices; so is an index outside ``0..n_reference - 1`` (when given)."""
     out = np.asarray(values if values is not None else [], dtype=object).ravel().tolist()
     wrong = [v for v in out if not isinstance(v, (int, np.integer)) or isinstance(v, bool)]
     if wrong:
@@ -93,7 +96,15 @@ def _gnd_indices(values: Any, i: int, key: str) -> list[int]:
             f"{wrong[0]!r}. Cast the list, e.g. np.asarray(gnd[{i}][{key!r}], dtype=np.int64), "
             "after checking that its indices are 0-based."
         )
-    return [int(v) for v in out]
+    ints = [int(v) for v in out]
+    outside = [v for v in ints if n_reference is not None and not 0 <= v < n_reference]
+    if outside:
+        raise InputError(
+            f"gnd[{i}][{key!r}] (query {i}) holds index {outside[0]}, outside the "
+            f"{n_reference} reference images (0..{n_reference - 1}); gnd indices are 0-based "
+            "rows of reference."
+        )
+    return ints
 
 
 def _check_labels_exclusive(lists: dict[str, list[int]], i: int) -> None:
@@ -172,6 +183,14 @@ def _revisitop_precision(ranks: np.ndarray, lims: np.ndarray, kappa: int) -> np.
     return out
 
 
+def _n_rows(x: Any, name: str) -> int:
+    """The rows of an embedding matrix, read from its shape (a memory map is not read)."""
+    shape = np.shape(x)
+    if len(shape) != 2:
+        raise InputError(f"{name} must be a 2-D array (rows x dim); got shape {shape}.")
+    return int(shape[0])
+
+
 def _check_sequence(value: Any, name: str, item: Any, example: str) -> list:
     """``protocols`` / ``kappas`` as a list (read once per protocol, so a generator must not be
     spent by the first); a bare name would be iterated letter by letter ("protocol='e' is not
@@ -213,9 +232,15 @@ def revisitop_evaluate(
     """
     protocols = _check_sequence(protocols, "protocols", str, '["hard"]')
     kappas = _check_sequence(kappas, "kappas", (int, np.integer), "[10]")
+    n_query, n_reference = _n_rows(query, "query"), _n_rows(reference, "reference")
+    if len(gnd) != n_query:
+        raise InputError(
+            f"gnd has {len(gnd)} entries but query has {n_query} rows; give one ground-truth "
+            "dict per query, in query order."
+        )
     out: dict[str, dict[str, Any]] = {}
     for protocol in protocols:
-        pos, junk = revisitop_lists(gnd, protocol)
+        pos, junk = revisitop_lists(gnd, protocol, n_reference=n_reference)
         ranks, lims = positive_ranks(
             query,
             reference,
