@@ -44,6 +44,12 @@ def test_every_cell_reads_back_in_its_column(cell):
     assert "<" not in text.replace("\\<", "")  # no raw HTML for a renderer to run or drop
 
 
+def test_a_less_than_sign_that_starts_no_tag_is_written_as_is():
+    # a p-value floor reads "<1e-03", not "\\<1e-03"; a tag or an autolink is escaped
+    text = markdown_table(["p", "x"], [["<1e-03", "< 5"], ["<b>", "<https://x.org>"]])
+    assert "| <1e-03 | < 5 |" in text and "| \\<b> | \\<https://x.org> |" in text
+
+
 def test_comparison_markdown_keeps_a_pipe_in_a_checkpoint_name():
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((40, 4)).astype(np.float32), np.arange(40) % 4
