@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -54,3 +56,29 @@ def test_percentile_interval_leaves_out_undefined_replicates():
     # finite replicates 0, 1, 2, 3: linear quantiles at 0.25 / 0.75 are 0.75 and 2.25
     reps = np.array([0.0, np.nan, 1.0, 2.0, 3.0])
     assert rs.percentile_interval(reps, 0.5) == (0.75, 2.25)
+
+
+def _sign_flip_p(diff: np.ndarray) -> float:
+    """Exact sign-flip p by enumeration, each pattern's mean summed in its own Python loop."""
+    n = diff.size
+    observed = abs(sum(diff.tolist())) / n
+    hits = 0
+    for signs in itertools.product([-1.0, 1.0], repeat=n):
+        stat = abs(sum(s * d for s, d in zip(signs, diff.tolist(), strict=True))) / n
+        hits += stat >= observed * (1 - 1e-12)
+    return hits / 2**n
+
+
+@pytest.mark.parametrize(
+    "diff",
+    [
+        np.array([28.0, 27.0, 11.0, 26.0]) * 1000 / 3,  # class means of ranks, say
+        np.array([37.0, 64.0, 11.0, 51.0, 63.0, 76.0, 92.0, 41.0, 44.0]) * 1e5 / 3,
+        np.array([0.3, -0.1, 0.05, 0.2]),
+    ],
+)
+def test_exact_sign_flip_p_counts_the_observed_pattern_at_any_scale(diff):
+    # the observed pattern and its negation always reach the observed |mean|, so p >= 2 / 2^n
+    # (with positive differences, exactly that) however large the values
+    assert rs.permutation_p(diff, None, 100, 0) == pytest.approx(_sign_flip_p(diff), abs=1e-15)
+    assert rs.permutation_p(diff, None, 100, 0) >= 2 / 2**diff.size

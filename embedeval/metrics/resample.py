@@ -236,24 +236,29 @@ def permutation_p(diff: np.ndarray, groups: np.ndarray | None, n_perm: int, seed
 
     p = share of sign patterns s with |Σ s_i d_i / n| >= |mean(d)|: exact over all 2^n patterns
     for n <= 12, else (hits + 1) / (n_perm + 1) over random patterns.  All-zero differences
-    give 1.
+    give 1.  A pattern's mean is summed in another order than ``mean(d)``, so one equal to it
+    can round below it: means within ``1e-12`` times the size of the differences count as
+    reaching it (as in :func:`bootstrap_p`), and the observed pattern always counts.
 
     Examples
     --------
     >>> permutation_p(np.array([1.0, 1.0]), None, 100, 0)   # patterns ++ and -- reach |1|
     0.5
+    >>> permutation_p(np.array([28.0, 27.0, 11.0, 26.0]) * 1000 / 3, None, 100, 0)  # 2 of 16
+    0.125
     """
     if groups is not None:
         n = int(groups.max()) + 1
         diff = np.bincount(groups, weights=diff, minlength=n) / np.bincount(groups)
     n = diff.size
-    observed = abs(diff.mean())
+    # an absolute 1e-12 is below the rounding of large values (a custom metric of ranks)
+    reach = abs(diff.mean()) - 1e-12 * max(1.0, float(np.abs(diff).max()))
     if np.all(diff == 0):
         return 1.0
     if n <= 12:  # exact: every one of the 2^n sign patterns
         signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
         stats = np.abs(signs @ diff / n)
-        return float(np.mean(stats >= observed - 1e-12))
+        return float(np.mean(stats >= reach))
     rng = np.random.default_rng(seed)
     hits = 0
     total = diff.sum()
@@ -263,5 +268,5 @@ def permutation_p(diff: np.ndarray, groups: np.ndarray | None, n_perm: int, seed
         # sign s = 1 - 2 * flip, so sum(s * diff) = sum(diff) - 2 * flip @ diff (int8 draws are
         # ~3x cheaper than choosing from [-1.0, 1.0])
         flips = rng.integers(0, 2, size=(m, n), dtype=np.int8).astype(np.float64)
-        hits += int(np.sum(np.abs((total - 2 * (flips @ diff)) / n) >= observed - 1e-12))
+        hits += int(np.sum(np.abs((total - 2 * (flips @ diff)) / n) >= reach))
     return (hits + 1) / (n_perm + 1)
