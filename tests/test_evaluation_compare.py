@@ -9,6 +9,7 @@ import itertools
 import json
 import math
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -690,6 +691,26 @@ def test_compare_bad_input_per_query():
         ee.compare([r, r2], seed=-3)
     with pytest.raises(ee.InputError, match="Did you mean 'permutation'"):
         ee.compare([r, r2], test="permutaton")
+
+
+def test_runs_read_to_different_depths_are_refused():
+    # the same embeddings read exactly and to depth k=2: class 0 has R_q = 3, so k=2 truncates
+    # its MAP@R (2 of its 3 relevant read: 2/3 instead of 1); a comparison would report the
+    # depth as a difference between checkpoints
+    x = np.array([[0.0], [0.1], [0.2], [0.3], [5.0], [5.1], [5.2], [9.0], [9.1], [9.2]])
+    y = np.array([0, 0, 0, 0, 1, 1, 1, 2, 2, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the truncation warning of k=2
+        exact, shallow = ee.evaluate(x, y), ee.evaluate(x, y, k=2)
+    by_count, three = ee.evaluate(x, y, k="max_bin_count"), ee.evaluate(x, y, k=3)
+    assert exact["map_at_r"] == 1.0 and shallow["map_at_r"] == pytest.approx((4 * 2 / 3 + 6) / 10)
+    with pytest.raises(ee.InputError, match=r"k=2 but 'run0' with k=None \(exact\).*same k"):
+        ee.compare([exact, shallow])
+    with pytest.raises(ee.InputError, match=r"k=2 but 'run0' with k='max_bin_count' \(depth 3\)"):
+        ee.compare([by_count, shallow])
+    # max_bin_count is depth max R_q = 3 here, the same ranking as k=3: compared, no difference
+    same = ee.compare([by_count, three], n_boot=20)
+    assert all(r["diff"] == 0 and r["p_value"] == 1 for r in same.rows)
 
 
 def test_compare_metric_without_per_query_values():

@@ -399,7 +399,8 @@ def compare(
     have different lone queries.  If no query is shared, diff, its CI and p are NaN.  With
     ``average="macro"`` results, classes are resampled / flipped as units (the difference is
     the mean over classes of the class-mean differences).  Every checkpoint must use the same
-    ``average``.
+    ``average`` and the same depth ``k`` (an int ``k`` truncates R-precision, MAP@R, MAP and
+    MRR, so runs read to different depths are refused).
 
     The paired bootstrap resamples the same queries for every run, so the replicate of the
     difference is d*_b = theta*_b(run) - theta*_b(baseline), and its percentile interval is
@@ -429,6 +430,7 @@ def compare(
     seed = check_int(seed, "seed", minimum=0)
     base = _baseline_index(baseline, names, len(runs))
     average = _common_average(runs, names)
+    _check_same_depth(runs, names)
     shared = [m for m in runs[0].per_query if all(m in r.per_query for r in runs)]
     if not shared:
         raise InputError(
@@ -538,6 +540,30 @@ def _common_average(runs: list[Any], names: list[str]) -> str:
                 f"average={average!r}; evaluate every checkpoint with the same average."
             )
     return average
+
+
+def _check_same_depth(runs: list[Any], names: list[str]) -> None:
+    """Refuse runs read to different depths: an int ``k`` truncates R-precision, MAP@R, MAP and
+    MRR (PML's semantics), so the same name would be another metric in each run and their
+    difference would measure the depth, not the checkpoint."""
+    depth = runs[0].settings.get("k_used")
+    for name, r in zip(names, runs, strict=True):
+        own = r.settings.get("k_used")
+        if own != depth:
+            raise InputError(
+                f"checkpoint {name!r} was evaluated with k={_depth(r)} but {names[0]!r} with "
+                f"k={_depth(runs[0])}; a depth k truncates r_precision, map_at_r, map and mrr, "
+                "so the runs' metrics would not be the same; evaluate every checkpoint with "
+                "the same k."
+            )
+
+
+def _depth(result: Any) -> str:
+    """The depth a result was read to, as asked (``max_bin_count`` with the depth it meant)."""
+    asked, used = result.settings.get("k"), result.settings.get("k_used")
+    if used is None:
+        return "None (exact)"
+    return f"{asked!r} (depth {used})" if asked != used else repr(used)
 
 
 def _check_label_form(labels: np.ndarray, first: np.ndarray, name: str, first_name: str) -> None:
