@@ -858,3 +858,39 @@ def test_the_p_floor_is_one_over_n_boot_rounded_up(n_boot):
     candidates = [d * 10.0**e for e in range(-8, 1) for d in range(1, 10)]
     want = min(c for c in candidates if c >= 1 / n_boot * (1 - 1e-12))
     assert bound == pytest.approx(want, rel=1e-12)
+
+
+def test_confidence_differences_are_over_the_queries_lone_in_no_run():
+    from scipy import stats
+
+    # the second gallery has no class 5, so its 5 queries are lone there only; the Brier
+    # difference (its interval and p) is then over the 25 other queries, as the per-query
+    # metrics' is, while each value stays its run's own
+    rng = np.random.default_rng(0)
+    q, ref = rng.standard_normal((30, 3)), rng.standard_normal((30, 3))
+    y = np.repeat(np.arange(6), 5)
+    y_ref = np.where(y == 5, 4, y)
+    c0, c1 = rng.random(30), rng.random(30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the lone queries' warning
+        r0 = ee.evaluate(q, y, reference=ref, reference_labels=y, confidences=c0)
+        r1 = ee.evaluate(q, y, reference=ref, reference_labels=y_ref, confidences=c1)
+    hit0, hit1 = r0.per_query["precision_at_1"], r1.per_query["precision_at_1"]
+    ok = ~(np.isnan(hit0) | np.isnan(hit1))
+    assert ok.sum() == 25
+    d = (c1[ok] - hit1[ok]) ** 2 - (c0[ok] - hit0[ok]) ** 2
+    boot = _row(ee.compare([r0, r1], metrics=["brier"], n_boot=1000, ci=0.9), "run1", "brier")
+    assert boot["diff"] == pytest.approx(d.mean(), abs=1e-12)
+    assert boot["n_shared"] == 25
+    own = ~np.isnan(hit1)
+    assert boot["value"] == pytest.approx(np.mean((c1[own] - hit1[own]) ** 2))
+    ref_ci = stats.bootstrap(
+        (d,), np.mean, confidence_level=0.9, n_resamples=20000, method="percentile", rng=1
+    ).confidence_interval
+    assert boot["diff_ci_low"] == pytest.approx(ref_ci.low, abs=0.03)
+    assert boot["diff_ci_high"] == pytest.approx(ref_ci.high, abs=0.03)
+    perm = ee.compare([r0, r1], metrics=["brier"], n_boot=1000, test="permutation")
+    ref_p = stats.permutation_test(
+        (d,), np.mean, permutation_type="samples", n_resamples=20000, rng=0
+    ).pvalue
+    assert _row(perm, "run1", "brier")["p_value"] == pytest.approx(ref_p, abs=0.05)

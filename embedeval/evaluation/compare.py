@@ -805,6 +805,7 @@ def paired_confidence_replicates(
     n_boot: int,
     seed: int,
     swap: bool = False,
+    drop: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Per key, (n_boot, n_runs) replicates of confidence metrics on shared resamples.
 
@@ -812,18 +813,13 @@ def paired_confidence_replicates(
     :func:`embedeval.metrics.resample.draw_indices`), so differences between runs are paired.  With
     ``swap=True`` (two runs) a replicate instead exchanges the two runs' (per-query values,
     confidence), query by query with probability 1/2: both runs change, so the replicates'
-    differences follow the null distribution of a paired permutation test.
+    differences follow the null distribution of a paired permutation test.  The queries where
+    ``drop`` holds are read as lone in every run.
     """
     if swap and len(runs) != 2:
         raise ValueError(f"swap=True exchanges the queries of two runs; got {len(runs)} runs")
     rng = np.random.default_rng(seed)
-    prepared = []
-    for r in runs:
-        per_query = {m: r.per_query[m] for m in _needed_metrics(r.per_query, keys)}
-        labels = single_labels(r.query_labels)  # class-wise ECE: one class per query
-        names, arrays = summary_arrays(per_query, r.query_confidences, labels)
-        higher = bool(r.settings.get("higher_is_confident", True))
-        prepared.append((summary_statistic(names, higher, True, list(keys)), arrays))
+    prepared = [_confidence_statistic(r, keys, drop) for r in runs]
     n = prepared[0][1][1].size
     out = {k: np.empty((n_boot, len(runs))) for k in keys}
     for b in range(n_boot):
@@ -838,6 +834,33 @@ def paired_confidence_replicates(
             for k, v in stat(*drawn).items():
                 out[k][b, i] = v
     return out
+
+
+def _confidence_statistic(
+    result: Any, keys: Sequence[str], drop: np.ndarray | None
+) -> tuple[Any, list[np.ndarray]]:
+    """The statistic giving ``keys`` from one run's resampled arrays, and those arrays (the
+    per-query values of the queries where ``drop`` holds made NaN: lone)."""
+    per_query = {}
+    for m in _needed_metrics(result.per_query, keys):
+        values = np.asarray(result.per_query[m], dtype=np.float64)
+        per_query[m] = values if drop is None else np.where(drop, math.nan, values)
+    labels = single_labels(result.query_labels)  # class-wise ECE: one class per query
+    names, arrays = summary_arrays(per_query, result.query_confidences, labels)
+    higher = bool(result.settings.get("higher_is_confident", True))
+    return summary_statistic(names, higher, True, list(keys)), arrays
+
+
+def _lone_in_some_runs(runs: Sequence[Any], key: str) -> np.ndarray | None:
+    """The queries lone in some runs but not in all, which the paired statistics of ``key``
+    leave out of every run (None when there are none, and for the open-set metrics, which read
+    every query)."""
+    if key.startswith("open_set_"):
+        return None
+    column = _source_metric(runs[0].per_query, key)
+    lone = np.stack([np.isnan(np.asarray(r.per_query[column], np.float64)) for r in runs])
+    some = lone.any(axis=0) & ~lone.all(axis=0)
+    return some if some.any() else None
 
 
 def _swapped(arrays: list[np.ndarray], other: list[np.ndarray], flip: np.ndarray) -> list:
@@ -867,6 +890,8 @@ def confidence_rows(
     share of query-wise swaps with the baseline whose |difference| reaches the observed one
     (``test="permutation"``, (hits + 1) / (n_boot + 1)).  ``n_shared`` counts the queries the
     statistic reads in every run: those lone in no run, or every query for the open-set metrics.
+    The value and its interval are the run's own (over its own non-lone queries); the
+    difference, its interval and p are over the shared queries, as for the per-query metrics.
     """
     rows: list[dict[str, Any]] = []
     all_reps = paired_confidence_replicates(runs, keys, n_boot=n_boot, seed=seed)
@@ -874,28 +899,57 @@ def confidence_rows(
         reps = all_reps[key]
         values = [float(r.confidence[key]) for r in runs]
         n_shared = _confidence_units(runs, key)
+        drop = _lone_in_some_runs(runs, key)
+        paired, shared = _on_shared_queries(runs, key, drop, reps, values, n_boot, seed)
         for i, name in enumerate(names):
             own = percentile_interval(reps[:, i], ci)
             row = _row(name, key, values[i], own, n_shared)
             if i == base:
                 rows.append(row)
                 continue
-            d = reps[:, i] - reps[:, base]
+            d = paired[:, i] - paired[:, base]
             d = d[np.isfinite(d)]
             dlo, dhi = percentile_interval(d, ci)
-            observed = values[i] - values[base]
+            observed = shared[i] - shared[base]
             if test == "bootstrap":
-                p = bootstrap_p(d, scale=_magnitude(reps)) if d.size else math.nan
+                p = bootstrap_p(d, scale=_magnitude(paired)) if d.size else math.nan
             else:
-                p = _swap_p([runs[base], runs[i]], key, observed, n_boot, seed)
+                p = _swap_p([runs[base], runs[i]], key, observed, (n_boot, seed), drop)
             row.update(diff=observed, diff_ci_low=dlo, diff_ci_high=dhi, p_value=float(p))
             rows.append(row)
     return rows
 
 
-def _swap_p(pair: list[Any], key: str, observed: float, n_boot: int, seed: int) -> float:
-    """Share of query-wise swaps of the pair whose |difference| reaches |observed|."""
-    swaps = paired_confidence_replicates(pair, [key], n_boot=n_boot, seed=seed, swap=True)[key]
+def _on_shared_queries(
+    runs: Sequence[Any],
+    key: str,
+    drop: np.ndarray | None,
+    reps: np.ndarray,
+    values: list[float],
+    n_boot: int,
+    seed: int,
+) -> tuple[np.ndarray, list[float]]:
+    """The replicates and values of ``key`` with the queries where ``drop`` holds read as lone
+    in every run (the runs' own ``reps`` and ``values`` when ``drop`` is None)."""
+    if drop is None:
+        return reps, values
+    paired = paired_confidence_replicates(runs, [key], n_boot=n_boot, seed=seed, drop=drop)
+    shared = []
+    for r in runs:
+        stat, arrays = _confidence_statistic(r, [key], drop)
+        shared.append(float(stat(*arrays)[key]))
+    return paired[key], shared
+
+
+def _swap_p(
+    pair: list[Any], key: str, observed: float, draws: tuple[int, int], drop: np.ndarray | None
+) -> float:
+    """Share of ``draws = (n_boot, seed)`` query-wise swaps of the pair whose |difference|
+    reaches |observed| (the queries where ``drop`` holds read as lone in both)."""
+    n_boot, seed = draws
+    swaps = paired_confidence_replicates(
+        pair, [key], n_boot=n_boot, seed=seed, swap=True, drop=drop
+    )[key]
     stat = np.abs(swaps[:, 1] - swaps[:, 0])
     hits = int(np.sum(stat >= abs(observed) - 1e-12))
     return (hits + 1) / (n_boot + 1)
