@@ -1034,3 +1034,33 @@ def test_integer_scores_float64_cannot_separate_are_an_error(dtype):
     np.testing.assert_allclose(rk.average_precision(rel, shifted, ties="threshold"), want)
     # distinct as float64: no error
     assert rk.average_precision([1, 0], np.array([2**53 + 2, 2**53], dtype=dtype)) == 1.0
+
+
+@pytest.mark.parametrize(
+    "scores",
+    [
+        {"a": 2**53, "b": 2**53 + 1},  # Python ints
+        {"a": np.int64(2**53 + 1), "b": np.int64(2**53)},  # NumPy ints
+        {"a": 2**70 + 1, "b": 2**70},  # beyond int64
+        {"a": 2**53 + 1, "b": float(2**53)},  # an int and the float it rounds to
+    ],
+)
+def test_align_by_id_refuses_scores_float64_cannot_separate(scores):
+    # Exactly, b ranks above a (or below): AP is 1 or 1/2, never the 3/4 of a silent tie.
+    with pytest.raises(ee.InputError, match=r"run\['q'\] holds the distinct scores"):
+        rk.align_by_id({"q": {"a": 1}}, {"q": scores})
+    # equal values, and distinct integers float64 keeps apart, are fine
+    same = rk.align_by_id({"q": {"a": 1}}, {"q": {"a": 2**60, "b": float(2**60)}})
+    assert same.y_score[0, 0] == same.y_score[0, 1]
+    apart = rk.align_by_id({"q": {"a": 1}}, {"q": {"a": 2**53 + 2, "b": 2**53}})
+    assert rk.average_precision(apart.y_true > 0, apart.y_score).tolist() == [1.0]
+
+
+def test_from_neighbors_refuses_distances_float64_cannot_separate():
+    d = np.array([[2**53, 2**53 + 1]], dtype=np.int64)
+    with pytest.raises(ee.InputError, match="distances holds the distinct integers"):
+        rk.from_neighbors(d, [[0, 1]], [0], [0, 1])
+    # faiss padding (index -1) is not a real distance and is not compared
+    pad = np.array([[2**53 + 1, np.iinfo(np.int64).max]], dtype=np.int64)
+    y, s = rk.from_neighbors(pad, [[0, -1]], [0], [0, 1])
+    assert y.tolist() == [[1.0, 0.0]] and s[0, 0] > s[0, 1]

@@ -25,6 +25,7 @@ Zero division (no relevant item, no retrieved item, an ideal DCG of 0) follows `
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from typing import Any, NamedTuple
 
@@ -1061,12 +1062,15 @@ def from_neighbors(
             f"distances must be numeric and indices integer (faiss's D, I); got dtypes {d.dtype} "
             f"and {idx.dtype}."
         )
-    d = d.astype(np.float64)
     if d.shape != idx.shape or d.ndim != 2:
         raise InputError(
             f"distances and indices must be 2-D of one shape; got {d.shape}, {idx.shape}."
         )
     pad = idx < 0
+    # Integer distances (binary indexes) become float64 scores: refuse any that merge, as the
+    # metrics do for integer y_score.  The padding's distances are no real ones (0 is exact).
+    refuse_merged_integers(np.where(pad, np.zeros((), d.dtype), d), "distances")
+    d = d.astype(np.float64)
     if not np.isfinite(d[~pad]).all():
         first = tuple(np.argwhere(~np.isfinite(d) & ~pad)[0].tolist())
         raise InputError(
@@ -1121,6 +1125,34 @@ def _numbers(mapping: Any, what: str, qid: Any) -> tuple[list, np.ndarray]:
     return list(mapping), values
 
 
+def _refuse_merged_scores(mapping: dict, docs: list, scores: np.ndarray, qid: Any) -> None:
+    """Refuse two distinct scores of ``run[qid]`` that are one float64 (integers beyond 2**53).
+
+    ``scores`` are ``mapping``'s values as float64; the run's own values (Python or NumPy ints,
+    of any size) would otherwise become a silent tie, as :func:`refuse_merged_integers` refuses
+    for ``y_score``.  Rounding to float64 keeps the order, so merged values sit side by side.
+    """
+    if not (np.abs(scores) >= 2.0**53).any():
+        return  # below 2**53, float64 holds every integer exactly (2**53 + 1 rounds to 2**53)
+    order = np.argsort(scores, kind="stable")
+    values = list(mapping.values())
+    for i, j in zip(order[:-1].tolist(), order[1:].tolist(), strict=True):
+        a, b = (_exact(values[n]) for n in (i, j))
+        if scores[i] == scores[j] and a != b:  # Python compares int and float exactly
+            raise InputError(
+                f"run[{qid!r}] holds the distinct scores {a!r} (document {docs[i]!r}) and {b!r} "
+                f"(document {docs[j]!r}), which are equal as float64 (integers beyond 2**53 "
+                "lose precision), so they would tie; subtract an offset or pass their ranks."
+            )
+
+
+def _exact(value: Any) -> int | float:
+    """A score as a Python int (any integer, exactly) or float."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    return float(value)
+
+
 def align_by_id(qrels: Any, run: Any) -> AlignedRuns:
     """Align judgements and a run by query id (and document id), for the ranking metrics.
 
@@ -1168,6 +1200,7 @@ def align_by_id(qrels: Any, run: Any) -> AlignedRuns:
     rows = []
     for q in ids:
         docs, scores = _numbers(run[q], "run", q)
+        _refuse_merged_scores(run[q], docs, scores, q)
         judged, grades = _numbers(qrels[q], "qrels", q)
         if not np.isfinite(scores).all():
             raise InputError(f"run[{q!r}] has a NaN or infinite score; repair or drop it.")
