@@ -1064,3 +1064,26 @@ def test_from_neighbors_refuses_distances_float64_cannot_separate():
     pad = np.array([[2**53 + 1, np.iinfo(np.int64).max]], dtype=np.int64)
     y, s = rk.from_neighbors(pad, [[0, -1]], [0], [0, 1])
     assert y.tolist() == [[1.0, 0.0]] and s[0, 0] > s[0, 1]
+
+
+@pytest.mark.parametrize("floor", [-1e308, 1e308, -1e300, 5e307])
+def test_padding_stays_finite_and_below_near_the_float64_limit(floor):
+    # align_by_id pads the short run of q below its one score (relevant, ranked first)
+    a = rk.align_by_id(
+        {"q": {"a": 1}, "r": {"b": 1}}, {"q": {"a": floor}, "r": {"b": 3.0, "c": 2.0, "d": 1.0}}
+    )
+    row = a.y_score[0]
+    assert np.isfinite(row).all() and (row[1:] < row[:-1]).all()
+    assert rk.average_precision(a.y_true > 0, a.y_score).tolist() == [1.0, 1.0]
+    # from_neighbors pads below the best-is-highest score -distance
+    y, s = rk.from_neighbors([[-floor, 0.0, 0.0]], [[0, -1, -1]], [1], [1])
+    assert np.isfinite(s).all() and (s[0, 1:] < s[0, :-1]).all() and y.tolist() == [[1, 0, 0]]
+    assert rk.reciprocal_rank(y, s).tolist() == [1.0]
+
+
+def test_padding_below_the_lowest_float64_is_an_error_naming_the_input():
+    lowest = -np.finfo(np.float64).max
+    with pytest.raises(ee.InputError, match=r"run\['q'\] holds .*too close to the float64 limit"):
+        rk.align_by_id({"q": {"a": 1}, "r": {"b": 1}}, {"q": {"a": lowest}, "r": {"b": 1, "c": 2}})
+    with pytest.raises(ee.InputError, match="distances holds .*too close to the float64 limit"):
+        rk.from_neighbors([[-lowest, 0.0]], [[0, -1]], [1], [1])

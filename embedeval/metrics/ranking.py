@@ -1096,10 +1096,33 @@ def from_neighbors(
         # finite even for a row with no real neighbour.
         real = score[~pad]
         floor = float(real.min()) if real.size else 0.0
-        step = 1.0 + abs(floor)
-        below = floor - step * (1.0 + np.arange(d.shape[1], dtype=np.float64))
+        below = _scores_below(floor, d.shape[1], "distances")
         score = np.where(pad, below[None, :], score)
     return y.astype(np.float64), score
+
+
+def _scores_below(floor: float, count: int, what: str) -> np.ndarray:
+    """``count`` finite, strictly decreasing scores, all below ``floor``: padding that ranks last
+    and creates no tie.
+
+    Steps of ``1 + |floor|`` keep them distinct for huge scores; near the float64 limit (|floor|
+    about 1e308) those steps overflow to -inf, which the metrics refuse, so the padding is then
+    spread evenly between min(floor, 0) and the lowest float64.
+    """
+    step = 1.0 + abs(floor)
+    with np.errstate(over="ignore"):
+        below = floor - step * (1.0 + np.arange(count, dtype=np.float64))
+    if np.isfinite(below).all():
+        return below
+    top = min(floor, 0.0)  # a positive floor leaves the whole negative range free
+    fraction = np.arange(1, count + 1, dtype=np.float64) / count  # <= 1 first: no overflow
+    below = top + (-np.finfo(np.float64).max - top) * fraction
+    if not (below[0] < floor and (below[1:] < below[:-1]).all()):  # no np.diff: it overflows
+        raise InputError(
+            f"{what} holds {abs(floor)!r} (the score {floor!r}), too close to the float64 limit "
+            f"to rank {count} padding item(s) below it; rescale (e.g. divide by 1e300)."
+        )
+    return below
 
 
 class AlignedRuns(NamedTuple):
@@ -1216,8 +1239,7 @@ def align_by_id(qrels: Any, run: Any) -> AlignedRuns:
     for i, (rel, scores, _) in enumerate(rows):
         y_true[i, : rel.size] = rel
         y_score[i, : scores.size] = scores
-        floor = scores.min() if scores.size else 0.0
-        step = 1.0 + abs(floor)  # strictly below, and distinct even for huge scores
-        y_score[i, scores.size :] = floor - step * (1.0 + np.arange(width - scores.size))
+        floor = float(scores.min()) if scores.size else 0.0
+        y_score[i, scores.size :] = _scores_below(floor, width - scores.size, f"run[{ids[i]!r}]")
     n_relevant = np.array([float((g > 0).sum()) for _, _, g in rows])
     return AlignedRuns(ids, y_true, y_score, n_relevant, [g for _, _, g in rows])
