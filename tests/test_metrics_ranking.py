@@ -1087,3 +1087,14 @@ def test_padding_below_the_lowest_float64_is_an_error_naming_the_input():
         rk.align_by_id({"q": {"a": 1}, "r": {"b": 1}}, {"q": {"a": lowest}, "r": {"b": 1, "c": 2}})
     with pytest.raises(ee.InputError, match="distances holds .*too close to the float64 limit"):
         rk.from_neighbors([[-lowest, 0.0]], [[0, -1]], [1], [1])
+
+
+@pytest.mark.parametrize(
+    ("ideal", "where"),
+    [([2000, 1], r"ideal holds 2000"), ([[1], [1, 2000]], r"ideal \(row 1\) holds 2000")],
+)
+def test_exponential_gain_grade_limit_names_the_ideal_that_holds_it(ideal, where):
+    y = [[1, 0], [1, 0]] if isinstance(ideal[0], list) else [1, 0]
+    s = [[2, 1], [2, 1]] if isinstance(ideal[0], list) else [2, 1]
+    with pytest.raises(ee.InputError, match=where):
+        rk.ndcg(y, s, gain="exponential", ideal=ideal)

@@ -761,12 +761,13 @@ def mean_reciprocal_rank(y_true: Any, y_score: Any, **kwargs: Any) -> float:
     return float(np.mean(reciprocal_rank(np.atleast_2d(y_true), np.atleast_2d(y_score), **kwargs)))
 
 
-def _gain(rel: np.ndarray, gain: str) -> np.ndarray:
+def _gain(rel: np.ndarray, gain: str, name: str = "y_true") -> np.ndarray:
+    """The gain of each grade; ``name`` is the argument holding the grades, for the error."""
     gain = check_choice(gain, "gain", GAINS)
     if gain == "linear":
         return rel
     if rel.size:
-        refuse_large_grade(float(rel.max()), "y_true holds")
+        refuse_large_grade(float(rel.max()), f"{name} holds")
     return np.power(2.0, rel) - 1.0
 
 
@@ -867,7 +868,7 @@ def ndcg(
             raise InputError(
                 f"ideal has {grades.shape[0]} rows but there are {t.shape[0]} queries."
             )
-        best = _gain(-np.sort(-grades, axis=1)[:, :cut], gain)
+        best = _gain(-np.sort(-grades, axis=1)[:, :cut], gain, "ideal")
         rows = None
     else:
         rows = (
@@ -889,7 +890,7 @@ def ndcg(
         best = np.zeros((t.shape[0], max(width, 1)))
         for i, row in enumerate(rows):
             top = np.sort(row)[::-1][:width]
-            best[i, : top.size] = _gain(top, gain)
+            best[i, : top.size] = _gain(top, gain, f"ideal (row {i})")
     idcg = (best * _discounts(best.shape[1])).sum(1)
     return _out(_divide(actual, idcg, zero_division, "an ideal DCG of 0"), single)
 
