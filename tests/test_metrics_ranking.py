@@ -1098,3 +1098,17 @@ def test_exponential_gain_grade_limit_names_the_ideal_that_holds_it(ideal, where
     s = [[2, 1], [2, 1]] if isinstance(ideal[0], list) else [2, 1]
     with pytest.raises(ee.InputError, match=where):
         rk.ndcg(y, s, gain="exponential", ideal=ideal)
+
+
+@pytest.mark.parametrize(
+    ("y_true", "y_score", "ideal"),
+    [
+        ([1, 0], [2, 1], 3),  # a number is not the collection's grades (was read as [3])
+        ([1, 0], [2, 1], [[[1, 1]]]),
+        ([[1, 0]] * 2, [[2, 1]] * 2, 3),
+        ([[1, 0]] * 2, [[2, 1]] * 2, [[[1, 1]], [[1]]]),
+    ],
+)
+def test_ndcg_ideal_that_is_not_one_list_per_query_is_an_error(y_true, y_score, ideal):
+    with pytest.raises(ee.InputError, match="ideal must be one 1-D list of grades per query"):
+        rk.ndcg(y_true, y_score, ideal=ideal)

@@ -862,7 +862,7 @@ def ndcg(
     if ideal is None:
         best = _gain(-np.sort(-t, axis=1)[:, :k], gain)
         rows = None
-    elif (grades := _rectangular(ideal)) is not None and (grades.ndim == 2 or single):
+    elif (grades := _rectangular(ideal)) is not None and grades.ndim == (1 if single else 2):
         grades = np.atleast_2d(grades)
         if grades.shape[0] != t.shape[0]:
             raise InputError(
@@ -871,16 +871,9 @@ def ndcg(
         best = _gain(-np.sort(-grades, axis=1)[:, :cut], gain, "ideal")
         rows = None
     else:
-        rows = (
-            [_ideal_row(ideal, None)] if single else [_ideal_row(r, i) for i, r in enumerate(ideal)]
-        )
+        rows = _ideal_rows(ideal, single)
         if len(rows) != t.shape[0]:
             raise InputError(f"ideal has {len(rows)} rows but there are {t.shape[0]} queries.")
-        if any(r.ndim != 1 for r in rows):
-            raise InputError(
-                "ideal must be one 1-D list of grades per query (ragged lists allowed); got "
-                "a scalar or nested row."
-            )
     for i, row in enumerate([grades] if rows is None and ideal is not None else rows or []):
         _check_ideal(row, i if rows is not None else None)
     if ideal is not None:
@@ -946,6 +939,22 @@ def _rectangular(ideal: Any) -> np.ndarray | None:
         return np.asarray(ideal, dtype=np.float64)
     except (TypeError, ValueError):  # ragged (one list per query), or not numbers at all
         return None
+
+
+def _ideal_rows(ideal: Any, single: bool) -> list[np.ndarray]:
+    """``ideal`` as one 1-D float64 array of grades per query (ragged lists allowed)."""
+    try:
+        rows = (
+            [_ideal_row(ideal, None)] if single else [_ideal_row(r, i) for i, r in enumerate(ideal)]
+        )
+    except TypeError:  # a single number for several queries is not iterable
+        rows = [np.asarray(ideal)]
+    if any(r.ndim != 1 for r in rows):
+        raise InputError(
+            "ideal must be one 1-D list of grades per query (ragged lists allowed); got "
+            "a scalar or nested row."
+        )
+    return rows
 
 
 def _ideal_row(row: Any, i: int | None) -> np.ndarray:
