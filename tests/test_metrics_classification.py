@@ -423,6 +423,16 @@ def test_integer_scores_float64_cannot_separate_are_an_error():
         cl.top_k_accuracy([1, 0], scores, k=1)
 
 
+def test_a_list_mixing_ints_and_floats_refuses_integers_float64_merges():
+    # [2**53 + 1, 2**53, 0.5] as one list becomes float64 at once: the two ints would tie
+    t, s = [1, 0, 0], [2**53 + 1, 2**53, 0.5]
+    for call in (cl.roc_auc, cl.average_precision, cl.roc_curve):
+        with pytest.raises(ee.InputError, match="y_score holds the distinct integers"):
+            call(t, s)
+    with pytest.raises(ee.InputError, match="y_score holds the distinct integers"):
+        cl.top_k_accuracy([0, 1], [[2**53 + 1, 2**53], [0.5, 1]], k=1)
+
+
 def test_object_labels_are_ordered_sorted_like_the_same_labels_as_strings():
     # a pandas column of strings is an object array; its classes are still the sorted union,
     # as scikit-learn orders them, not the order they first appear in

@@ -1112,3 +1112,22 @@ def test_exponential_gain_grade_limit_names_the_ideal_that_holds_it(ideal, where
 def test_ndcg_ideal_that_is_not_one_list_per_query_is_an_error(y_true, y_score, ideal):
     with pytest.raises(ee.InputError, match="ideal must be one 1-D list of grades per query"):
         rk.ndcg(y_true, y_score, ideal=ideal)
+
+
+@pytest.mark.parametrize(
+    "y_score",
+    [
+        [2**53 + 1, 2**53, 0.5],  # a float in the list makes NumPy cast the ints at once
+        [2**53 + 1, 2.0**53, 0],  # an int and the float it rounds to
+        (np.int64(2**53 + 1), 2**53, 0.25),  # NumPy ints too, in a tuple
+    ],
+)
+def test_a_list_mixing_ints_and_floats_refuses_integers_float64_merges(y_score):
+    # Exactly, item 0 ranks first: AP 1; a silent tie would give 3/4.
+    with pytest.raises(ee.InputError, match="y_score holds the distinct integers"):
+        rk.average_precision([1, 0, 0], y_score)
+    with pytest.raises(ee.InputError, match="y_score holds the distinct integers"):
+        rk.ndcg([[1, 0, 0]], [list(y_score)])
+    # equal values, and floats alone (no integer to lose), are fine
+    assert rk.average_precision([1, 0, 0], [2**60, 2.0**60, 0.5]) == 0.75
+    assert rk.average_precision([1, 0, 0], [2.0**60 + 2**8, 2.0**60, 0.5]) == 1.0

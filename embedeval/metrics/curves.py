@@ -18,6 +18,7 @@ exception: a bootstrap resample or a cross-validation fold may legitimately hold
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from typing import Any
 
@@ -58,13 +59,19 @@ def refuse_merged_integers(scores: Any, name: str) -> None:
         raw = np.asarray(host_array(scores))
     except (TypeError, ValueError):
         return  # not an array of numbers: the caller's own check names the problem
-    if raw.dtype.kind not in "iu" or raw.size == 0:
+    if raw.size == 0:
+        return
+    if raw.dtype.kind == "f" and isinstance(scores, (list, tuple)) and np.abs(raw).max() >= 2**53:
+        # A list mixing ints and floats became float64 at once: read its values exactly.
+        raw = np.frompyfunc(_exact_number, 1, 1)(np.array(scores, dtype=object))
+    elif raw.dtype.kind not in "iu":
         return
     if raw.max() <= 2**53 and (raw.dtype.kind == "u" or raw.min() >= -(2**53)):
         return
     srt = np.sort(raw, axis=-1)
     as_float = srt.astype(np.float64)
-    merged = (srt[..., 1:] != srt[..., :-1]) & (as_float[..., 1:] == as_float[..., :-1])
+    distinct = (srt[..., 1:] != srt[..., :-1]).astype(bool)  # exact, object arrays too
+    merged = distinct & (as_float[..., 1:] == as_float[..., :-1])
     if merged.any():
         where = tuple(np.argwhere(merged)[0].tolist())
         low, high = srt[where], srt[(*where[:-1], where[-1] + 1)]
@@ -73,6 +80,14 @@ def refuse_merged_integers(scores: Any, name: str) -> None:
             "(integers beyond 2**53 lose precision), so they would tie; subtract an offset or "
             "pass their ranks (scipy.stats.rankdata)."
         )
+
+
+def _exact_number(value: Any) -> int | float:
+    """A number as a Python int (an integer of any size, exactly) or float: Python compares the
+    two exactly, NumPy through float64."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return float(value)
 
 
 def threshold_counts(

@@ -25,7 +25,6 @@ Zero division (no relevant item, no retrieved item, an ideal DCG of 0) follows `
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from typing import Any, NamedTuple
 
@@ -33,7 +32,7 @@ import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.validation import check_choice, check_int, check_positive, divide
-from .curves import refuse_merged_integers, threshold_counts
+from .curves import _exact_number, refuse_merged_integers, threshold_counts
 from .judged import GAINS, refuse_large_grade
 
 __all__ = [
@@ -77,7 +76,7 @@ def _as_2d(
                 f"{name} must be numeric (relevance / scores); got dtype {arr.dtype}. Map labels "
                 "to relevance first, e.g. with from_neighbors or align_by_id."
             )
-    refuse_merged_integers(s, "y_score")
+    refuse_merged_integers(y_score, "y_score")  # the input itself: a list may mix int, float
     single = t.ndim == 1
     if t.ndim not in (1, 2) or t.shape != s.shape:
         raise InputError(
@@ -1170,20 +1169,13 @@ def _refuse_merged_scores(mapping: dict, docs: list, scores: np.ndarray, qid: An
     order = np.argsort(scores, kind="stable")
     values = list(mapping.values())
     for i, j in zip(order[:-1].tolist(), order[1:].tolist(), strict=True):
-        a, b = (_exact(values[n]) for n in (i, j))
+        a, b = (_exact_number(values[n]) for n in (i, j))
         if scores[i] == scores[j] and a != b:  # Python compares int and float exactly
             raise InputError(
                 f"run[{qid!r}] holds the distinct scores {a!r} (document {docs[i]!r}) and {b!r} "
                 f"(document {docs[j]!r}), which are equal as float64 (integers beyond 2**53 "
                 "lose precision), so they would tie; subtract an offset or pass their ranks."
             )
-
-
-def _exact(value: Any) -> int | float:
-    """A score as a Python int (any integer, exactly) or float."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
-        return int(value)
-    return float(value)
 
 
 def align_by_id(qrels: Any, run: Any) -> AlignedRuns:
