@@ -116,6 +116,33 @@ def test_reported_error_matches_a_full_exact_run(clusters):
     assert json.loads(json.dumps(report)) == report
 
 
+def test_knn_recall_of_lists_shorter_than_the_depth_counts_only_their_own_references():
+    # IVF32 with nprobe=1 on 600 rows of 3 classes: every query's inverted list (about 19
+    # references) is far shorter than R (about 200), so the approximate lists end early.
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((600, 4)).astype(np.float32)
+    y = rng.integers(0, 3, 600)
+    res = evaluate(x, y, metrics=["map_at_r"], index="IVF32,Flat",
+                   index_params={"nprobe": 1}, exact_sample=600)  # fmt: skip
+    # Oracle: the same index built with faiss directly, every probed reference asked for.
+    idx = faiss.index_factory(4, "IVF32,Flat")
+    idx.train(x)
+    idx.add(x)
+    idx.nprobe = 1
+    _, found = idx.search(x, 600)
+    x64, rows, recall = x.astype(np.float64), np.arange(600), []
+    for q in range(600):
+        d = ((x64 - x64[q]) ** 2).sum(axis=1)
+        r = int((y == y[q]).sum()) - 1
+        exact = rows[rows != q][np.lexsort((rows[rows != q], d[rows != q]))][:r]
+        approx = found[q][(found[q] >= 0) & (found[q] != q)]
+        approx = approx[np.lexsort((approx, d[approx]))][:r]
+        assert approx.size < r
+        recall.append(np.intersect1d(exact, approx).size / r)
+    assert res.approximation["n_sample"] == 600
+    assert res.approximation["knn_recall"] == pytest.approx(np.mean(recall), abs=1e-12)
+
+
 def test_whole_population_sample_gives_the_full_numbers(clusters):
     x, y = clusters
     q, yq = x[:3000], y[:3000]

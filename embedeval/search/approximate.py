@@ -379,14 +379,17 @@ class _SampleRecord:
         self.values = {m.name: np.full(sample.size, np.nan) for m in metrics}
 
     def keep(self, cands: Candidates, block: ScoredBlock) -> None:
-        """Record the sample queries of one scored block of candidates."""
+        """Record the sample queries of one scored block of candidates (in the order the
+        metrics read them)."""
         start, stop = int(cands.queries[0]), int(cands.queries[-1]) + 1
         lo, hi = np.searchsorted(self.sample, [start, stop])
         for name, v in block.values.items():
             self.values[name][lo:hi] = v[self.sample[lo:hi] - start]
         for q in self.sample[lo:hi]:
-            first = cands.lims[q - start]
-            self.lists[int(q)] = cands.index[first : first + self.ranked[q]].copy()
+            # An index may return fewer than ``ranked`` references (a short inverted list):
+            # the list ends at the query's own end, never in the next query's candidates.
+            first, end = cands.lims[q - start], cands.lims[q - start + 1]
+            self.lists[int(q)] = cands.index[first : min(end, first + self.ranked[q])].copy()
 
 
 def _search_all(
@@ -415,8 +418,9 @@ def _search_all(
             stop = min(start + block, n_query)
             code, counts = _block_lists(index, task, exclusions, start, stop, k_query[start:stop],
                                         need[start:stop], col_bits, dups)  # fmt: skip
-            cands = sort_block(code, counts, start, col_bits, False)
-            scored = task.scored(cands)
+            # The float64-decided order: the one the metrics read and the kNN recall compares.
+            cands = task.decided(sort_block(code, counts, start, col_bits, False))
+            scored = ScoredBlock(cands.queries, *task.score_decided(cands))
             seen.keep(cands, scored)
             yield scored
             bar.update(stop - start)
