@@ -386,3 +386,16 @@ def test_bad_search_parameters_are_refused_before_the_index_is_built(grid, monke
     x, y, _ = grid
     with pytest.raises(InputError, match=r"index_params\['nprobe'\] must be >= 1; got 0"):
         evaluate(x[:1000], y[:1000], index="IVF16,Flat", index_params={"nprobe": 0})
+
+
+@pytest.mark.parametrize("params", [{"efSearch": 16}, {"nprobe": 2, "polysemous": 1}])
+def test_parameters_the_index_lacks_are_refused_before_training(grid, monkeypatch, params):
+    # an IVF index trains for minutes on a large set: a name it lacks must be refused first
+    def trained(self, x):
+        raise AssertionError("the index was trained before its parameters were checked")
+
+    monkeypatch.setattr(faiss.IndexIVFFlat, "train", trained)
+    x, y, _ = grid
+    name = list(params)[-1]
+    with pytest.raises(InputError, match=rf"index_params\['{name}'\]=1\d* cannot be set"):
+        evaluate(x[:1000], y[:1000], index="IVF16,Flat", index_params=params)

@@ -349,6 +349,9 @@ def _filled_index(
     # A factory string builds the index here; an object or a file may arrive trained.
     given = not isinstance(index, (str, os.PathLike)) or os.path.isfile(os.fspath(index))
     space = _space(task, idx, given)
+    # A parameter this index does not have is refused before the training (minutes on a large
+    # set), and set again once trained: training may reset some (a polysemous threshold).
+    _set_params(idx, index_params)
     n_train = _train(idx, task.reference, task.distance, seed)
     timings["train_s"] = time.perf_counter() - t0
     _set_params(idx, index_params)
