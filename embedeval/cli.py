@@ -219,15 +219,26 @@ def _add_statistics_options(
         help="bootstrap resamples (default: 1000)",
     )
     g.add_argument(
-        "--seed", type=_count, default=None, help="seed of the bootstrap resampling (default: 0)"
+        "--seed",
+        type=_count,
+        default=None,
+        help="seed of the bootstrap resampling, and with --index of the exact sample and the "
+        "index's training rows (default: 0)",
     )
 
 
 def _bootstrap_options(args: argparse.Namespace, *, always: bool = False) -> None:
     """Fill in ``--n-boot`` / ``--seed``; refuse them where nothing is resampled (no ``--ci``,
-    unless the command always resamples, as ``compare`` does), since they would be ignored."""
+    unless the command always resamples, as ``compare`` does), since they would be ignored.
+    ``--index`` uses ``--seed`` without ``--ci``: it draws the exact sample, the training rows
+    and the error report's bootstrap."""
     if not always and args.ci is None:
-        given = [f for f, v in (("--n-boot", args.n_boot), ("--seed", args.seed)) if v is not None]
+        seeded = getattr(args, "index", None) is not None
+        given = [
+            flag
+            for flag, value in (("--n-boot", args.n_boot), ("--seed", args.seed))
+            if value is not None and not (seeded and flag == "--seed")
+        ]
         if given:
             raise InputError(
                 f"{given[0]} sets the bootstrap of --ci, and without --ci nothing is resampled; "

@@ -68,6 +68,22 @@ def test_exact_sample_zero_skips_the_error_report_like_the_api(files):
     assert data["metrics"]["map_at_r"] == pytest.approx(summary["map_at_r"])
 
 
+def test_seed_draws_the_exact_sample_of_index_without_ci(files):
+    # --seed chooses the queries searched exactly too (as evaluate(..., seed=)), with or
+    # without --ci: the report's exact value is the mean over that seeded sample.
+    pytest.importorskip("faiss")
+    out = files / "out.json"
+    args = ("--index", "Flat", "--exact-sample", 2, "--seed", 3, "--metrics", "map_at_r")
+    proc = run("evaluate", files / "ckpt.npz", *args, "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())["approximation"]
+    sample = np.random.default_rng(3).choice(5, 2, replace=False)  # every query has a match
+    _, per_query = oracle.summary(X, Y, metrics=["map_at_r"])
+    expected = np.mean(np.asarray(per_query["map_at_r"])[sample])
+    assert report["seed"] == 3 and report["n_sample"] == 2
+    assert report["metrics"]["map_at_r"]["exact"] == pytest.approx(expected, abs=1e-12)
+
+
 def test_evaluate_prints_and_writes_outputs_matching_the_oracle(files):
     proc = run(
         "evaluate",
