@@ -399,3 +399,13 @@ def test_parameters_the_index_lacks_are_refused_before_training(grid, monkeypatc
     name = list(params)[-1]
     with pytest.raises(InputError, match=rf"index_params\['{name}'\]=1\d* cannot be set"):
         evaluate(x[:1000], y[:1000], index="IVF16,Flat", index_params=params)
+
+
+def test_search_k_is_the_k_faiss_was_asked_for():
+    # Leave-one-out MAP@R with R = 9: depth R + 1 plus the query's own row, rounded up to the
+    # next power of two (docs/scale.md), is k = 16 for every query.
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((40, 3)).astype(np.float32)
+    y = np.repeat(np.arange(4), 10)
+    res = evaluate(x, y, metrics=["map_at_r"], index="Flat", exact_sample=0)
+    assert res.approximation["search_k"] == 2 ** int(np.ceil(np.log2(9 + 1 + 1)))

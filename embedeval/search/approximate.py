@@ -404,7 +404,8 @@ def _search_all(
     progress: bool | None,
 ) -> Iterator[ScoredBlock]:
     """Search every non-lone query in ``index`` (the faiss index and its coordinates), yield
-    its cleaned list scored, record the sample's lists; return the largest k asked of faiss."""
+    its cleaned list scored, record the sample's lists; return the largest k asked of faiss
+    (a power of two, doubled for a query searched again)."""
     n_query, n_ref = task.n_query, int(task.reference.shape[0])
     col_bits = max(1, int(n_ref - 1).bit_length())
     # Excluded references (self, same group) take slots in faiss's list: ask for that many more.
@@ -413,21 +414,24 @@ def _search_all(
     exclusions = task.exclusions.by_group(n_query, n_ref)
     if k_max == 0:
         return 0
+    searched = 0
     dups = reference_duplicates(task.reference, task.distance)
     block = max(1, min(4096, memory_budget // (k_max * 40), 2 ** (32 - col_bits)))
     need = np.minimum(depth, task.n_valid)
     with progress_bar(n_query, "queries", enabled=progress) as bar:
         for start in range(0, n_query, block):
             stop = min(start + block, n_query)
-            code, counts = _block_lists(index, task, exclusions, start, stop, k_query[start:stop],
-                                        need[start:stop], col_bits, dups)  # fmt: skip
+            code, counts, k_used = _block_lists(index, task, exclusions, start, stop,
+                                                k_query[start:stop], need[start:stop], col_bits,
+                                                dups)  # fmt: skip
+            searched = max(searched, k_used)
             # The float64-decided order: the one the metrics read and the kNN recall compares.
             cands = task.decided(sort_block(code, counts, start, col_bits, False))
             scored = ScoredBlock(cands.queries, *task.score_decided(cands))
             seen.keep(cands, scored)
             yield scored
             bar.update(stop - start)
-    return k_max
+    return searched
 
 
 def _block_lists(
@@ -440,8 +444,9 @@ def _block_lists(
     need: np.ndarray,
     col_bits: int,
     dups: DuplicateRows | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Packed (row, key bits, reference) codes of each query's cleaned faiss list.
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Packed (row, key bits, reference) codes of each query's cleaned faiss list, the count
+    per query and the largest k searched.
 
     Each query is searched with k = the next power of two >= its own k (so its list does not
     depend on which queries share its block).  faiss cuts a block of equal distances at k in
@@ -483,7 +488,7 @@ def _block_lists(
         pending = np.concatenate(retry) if retry else np.empty(0, dtype=np.int64)
         kq[pending] = np.minimum(2 * kq[pending], n_ref)
     code = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
-    return code, counts
+    return code, counts, int(kq.max(initial=0))  # each query's last k is its largest
 
 
 def _tie_duplicates(
