@@ -409,3 +409,25 @@ def test_search_k_is_the_k_faiss_was_asked_for():
     y = np.repeat(np.arange(4), 10)
     res = evaluate(x, y, metrics=["map_at_r"], index="Flat", exact_sample=0)
     assert res.approximation["search_k"] == 2 ** int(np.ceil(np.log2(9 + 1 + 1)))
+
+
+def test_rows_whose_float32_distances_overflow_are_refused_by_a_trained_index():
+    # Values near 1e25: squared distances (~1e51) overflow float32, the precision faiss
+    # computes in.  Training on them aborted the process inside faiss's k-means, and a trained
+    # index searched them in the given coordinates (infinite distances, recall 0); a factory
+    # string is trained here on rows scaled to [0.5, 1) and still works.
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((300, 6)).astype(np.float32)
+    y = rng.integers(0, 5, 300)
+    big = x * np.float32(1e25)
+    with pytest.raises(InputError, match=r"float32 distances overflow; divide the embeddings"):
+        train_index(big, "IVF8,Flat")
+    trained = train_index(x, "IVF8,Flat")
+    with pytest.raises(InputError, match=r"reach about 2\*\*86, where faiss's float32"):
+        evaluate(big, y, index=trained)
+    res = evaluate(big, y, metrics=["precision_at_1"], index="IVF8,Flat",
+                   index_params={"nprobe": 8}, exact_sample=0)  # fmt: skip
+    x64, rows = x.astype(np.float64), np.arange(300)
+    first = [min((r for r in rows if r != q), key=lambda r: (((x64[r] - x64[q]) ** 2).sum(), r))
+             for q in rows]  # fmt: skip
+    np.testing.assert_array_equal(res.per_query["precision_at_1"], y[first] == y)

@@ -23,6 +23,7 @@ from ..engine.duplicates import DuplicateRows
 from ..engine.exact import (
     Exclusions,
     pack_codes,
+    range_exponent,
     reference_duplicates,
     sort_block,
     sorted_candidates,
@@ -209,6 +210,13 @@ def _space(task: RetrievalTask, idx: Any, given: bool) -> _Space:
     flat = isinstance(faiss.downcast_index(idx), faiss.IndexFlat)
     if not given or not idx.is_trained or flat:
         return _Space()
+    if task.scale < 0:  # scaled down because float32 keys of the caller's rows overflow
+        raise InputError(
+            f"the embeddings reach about 2**{-int(task.scale)}, where faiss's float32 distances "
+            "overflow, and a trained index searches the rows as they were given. Divide the "
+            f"embeddings by 2**{-int(task.scale)} before training the index and evaluating, or "
+            "pass a factory string (e.g. index='IVF1024,Flat'), whose rows are scaled here."
+        )
     return _Space(int(task.scale), task.centre)
 
 
@@ -246,8 +254,16 @@ def _train(
     rows = np.arange(n_ref)
     if n_train < n_ref:
         rows = np.sort(np.random.default_rng(seed).choice(n_ref, n_train, replace=False))
+    xt = _prepare(xb[rows], distance)
+    exponent = range_exponent([xt], distance)
+    if exponent < 0:  # faiss's k-means would abort the process on infinite distances
+        raise InputError(
+            f"the reference reaches about 2**{-exponent}, where faiss's float32 distances "
+            f"overflow; divide the embeddings by 2**{-exponent} before training the index (and "
+            "evaluate the divided embeddings), or pass a factory string to evaluate, which "
+            "scales them itself."
+        )
     try:
-        xt = _prepare(xb[rows], distance)
         if clustering == "two_level":
             _two_level_centroids(ivf, xt, seed)
         idx.train(xt)  # with a filled quantizer this only trains the codes (PQ, SQ, ...)
