@@ -244,7 +244,8 @@ def _bootstrap_options(args: argparse.Namespace, *, always: bool = False) -> Non
                 f"{given[0]} sets the bootstrap of --ci, and without --ci nothing is resampled; "
                 f"add --ci 0.95, or drop {given[0]}."
             )
-    args.n_boot = 1000 if args.n_boot is None else args.n_boot
+    if always or args.ci is not None:  # else None: the library refuses n_boot without ci
+        args.n_boot = 1000 if args.n_boot is None else args.n_boot
     args.seed = 0 if args.seed is None else args.seed
 
 
@@ -813,7 +814,7 @@ def _evaluate_file(
         distance=args.distance,
         average=args.average,
         ci=args.ci if with_ci else None,
-        n_boot=args.n_boot,
+        n_boot=args.n_boot if with_ci else None,
         seed=args.seed,
         progress=False if args.quiet else None,
     )

@@ -1043,7 +1043,9 @@ def test_json_provenance_and_per_query_columns(tmp_path):
     (inp,) = prov["inputs"]
     assert inp["name"] == "e.npz"
     assert inp["sha256"] == hashlib.sha256((tmp_path / "e.npz").read_bytes()).hexdigest()
-    assert prov["options"]["distance"] == "cosine" and prov["options"]["n_boot"] == 1000
+    # every option, defaults included; n_boot only with --ci (nothing was resampled)
+    assert prov["options"]["distance"] == "cosine" and prov["options"]["n_boot"] is None
+    assert prov["options"]["seed"] == 0
     rows = (tmp_path / "pq.csv").read_text().splitlines()
     assert rows[0] == (
         "query,label,confidence,top1_index,top1_label,top1_distance,precision_at_1,map_at_r"

@@ -144,10 +144,16 @@ def test_an_option_the_path_would_ignore_is_refused_before_any_search(
     assert _names(str(info.value), argument), str(info.value)
 
 
-def test_n_boot_is_checked_without_ci_too():
-    # Used to be read only with ci=: a typo stayed silent until ci was switched on.
+def test_n_boot_without_ci_is_refused_and_checked_with_it():
+    # Without ci= nothing is resampled: an n_boot given alone (a typo, or intervals expected)
+    # was silently ignored.
+    with pytest.raises(ee.InputError, match=r"n_boot=500 sets the resamples.*pass ci=0.95"):
+        ee.evaluate(X, Y, n_boot=500)
     with pytest.raises(ee.InputError, match="n_boot must be >= 1"):
-        ee.evaluate(X, Y, n_boot=0)
+        ee.evaluate(X, Y, ci=0.9, n_boot=0)
+    with pytest.raises(ee.InputError, match=r"n_boot=500 sets the resamples"):
+        ee.evaluate_qrels(X, X, {"0": {"1": 1}}, query_ids=range(12), doc_ids=range(12),
+                          n_boot=500)  # fmt: skip
 
 
 def test_an_int_k_too_shallow_for_a_cutoff_is_refused_before_the_search(no_search):

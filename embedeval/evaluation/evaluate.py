@@ -34,7 +34,7 @@ def evaluate(
     reject_from: str = "queries",
     rejection_fractions: Any = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
     ci: float | None = None,
-    n_boot: int = 1000,
+    n_boot: int | None = None,
     seed: int = 0,
     index: str | None = None,
     index_params: dict[str, Any] | None = None,
@@ -113,7 +113,8 @@ def evaluate(
         (``@0.125``).
     ci : float, optional
         Adds percentile bootstrap confidence intervals at this level (``result.ci``), resampling
-        queries (micro) or classes (macro), ``n_boot`` resamples, seeded by ``seed``.
+        queries (micro) or classes (macro), ``n_boot`` resamples (default 1000; refused without
+        ``ci``), seeded by ``seed``.
     index : str, optional
         A faiss index factory string (``"HNSW32"``, ``"IVF4096,Flat"``, ...) for approximate
         search; the result then reports, on ``exact_sample`` random queries evaluated both ways,

@@ -31,10 +31,10 @@ from ..search.neighbors import DISTANCES
 from ..utils.errors import InputError, InputTypeError
 from ..utils.validation import (
     check_bool,
+    check_bootstrap,
     check_choice,
     check_fractions,
     check_int,
-    check_level,
 )
 
 __all__ = [
@@ -164,7 +164,7 @@ def validate_arguments(
     reject_from: Any = "queries",
     rejection_fractions: Any = DEFAULT_REJECTION_FRACTIONS,
     ci: Any = None,
-    n_boot: Any = 1000,
+    n_boot: Any = None,
     seed: Any = 0,
     **search: Any,
 ) -> EvaluationSettings:
@@ -181,11 +181,8 @@ def validate_arguments(
     >>> s.metrics.k, s.protocol.leave_one_out, s.statistics.ci, s.search.backend
     (5, True, 0.9, 'local')
     """
-    statistics = StatisticsSettings(
-        ci=None if ci is None else check_level(ci),
-        n_boot=check_int(n_boot, "n_boot"),
-        seed=check_int(seed, "seed", minimum=0),
-    )
+    ci, n_boot, seed = check_bootstrap(ci, n_boot, seed)
+    statistics = StatisticsSettings(ci=ci, n_boot=n_boot, seed=seed)
     search_options = SearchOptions.make(like=inputs.query, seed=statistics.seed, **search)
     protocol = _protocol(inputs, ref_includes_query)
     confidence = _confidence(inputs, higher_is_confident, reject_from, rejection_fractions)

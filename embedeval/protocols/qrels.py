@@ -49,7 +49,14 @@ from ..metrics.judged import (
 from ..search.options import PRECISIONS, TorchOptions, check_shards
 from ..search.torch_backend import corpus_product
 from ..utils.errors import InputError, InputTypeError
-from ..utils.validation import as_embeddings, check_bool, check_choice, check_int, host_array
+from ..utils.validation import (
+    as_embeddings,
+    check_bool,
+    check_bootstrap,
+    check_choice,
+    check_int,
+    host_array,
+)
 from .qrels_shards import CorpusSearch, corpus_search, shard_list
 
 __all__ = ["QrelsResult", "evaluate_qrels", "unembedded_queries"]
@@ -593,7 +600,7 @@ def evaluate_qrels(
     exclude: Mapping[Any, Sequence[Any]] | None = None,
     run_depth: int | None = None,
     ci: float | None = None,
-    n_boot: int = 1000,
+    n_boot: int | None = None,
     seed: int = 0,
     block_size: int | None = None,
     memory_budget: int = 256 * 2**20,
@@ -652,7 +659,9 @@ def evaluate_qrels(
         fewer than the deepest cut-off of ``metrics``, which the metrics read (default: the
         deepest cut-off, 1,000 when only full-depth metrics are asked).
     ci, n_boot, seed
-        Percentile bootstrap intervals of the means over the evaluated queries.
+        Percentile bootstrap intervals of the means over the evaluated queries at level
+        ``ci``, ``n_boot`` resamples (default 1000; refused without ``ci``), seeded by
+        ``seed``.
     block_size, memory_budget, n_threads, progress
         Corpus rows per block (default: 65,536 for an in-memory float32 corpus, which is
         multiplied as stored; else an eighth of ``memory_budget`` for the block's float32
@@ -725,6 +734,7 @@ def evaluate_qrels(
     (0.3333333333333333, 0.0)
     """
     distance = check_choice(distance, "distance", DISTANCES)
+    ci, n_boot, seed = check_bootstrap(ci, n_boot, seed)  # before the scan, not after it
     ties = check_choice(ties, "ties", TIES)
     missing = check_choice(missing, "missing", MISSING)
     backend = check_choice(backend, "backend", ("local", "torch", "dask"))

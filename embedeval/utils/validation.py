@@ -24,6 +24,7 @@ __all__ = [
     "as_labels",
     "as_labels_like",
     "as_vector",
+    "check_bootstrap",
     "check_choice",
     "check_int",
     "check_positive",
@@ -103,6 +104,23 @@ def check_positive(value: Any, name: str) -> float:
     ):
         raise InputError(f"{name} must be a positive number (finite, > 0); got {value!r}.")
     return float(value)
+
+
+def check_bootstrap(ci: Any, n_boot: Any, seed: Any) -> tuple[float | None, int, int]:
+    """``(ci, n_boot, seed)`` of percentile bootstrap intervals, checked, ``n_boot`` defaulting
+    to 1000; an ``n_boot`` given without ``ci`` is refused, as nothing would be resampled.
+
+    >>> check_bootstrap(0.95, None, 0)
+    (0.95, 1000, 0)
+    """
+    if ci is None and n_boot is not None:
+        raise InputError(
+            f"n_boot={n_boot!r} sets the resamples of the bootstrap intervals, and without ci= "
+            "nothing is resampled; pass ci=0.95 as well, or drop n_boot."
+        )
+    level = None if ci is None else check_level(ci)
+    n_boot = 1000 if n_boot is None else check_int(n_boot, "n_boot")
+    return level, n_boot, check_int(seed, "seed", minimum=0)
 
 
 def check_probability(value: Any, name: str, *, open_left: bool = True) -> float:
