@@ -436,9 +436,9 @@ def search_arguments(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     """The "search" options of :func:`add_search_options` as :func:`embedeval.evaluate` keyword
     arguments; a Dask client it opens is closed on leaving.
 
-    Only options given on the command line are passed, so :func:`embedeval.evaluate` refuses an
-    option the chosen search would ignore (``--index-param`` without ``--index``, ``--device``
-    with ``--backend local``, ...) with its own message.
+    Only options given on the command line are passed: the combinations the chosen search would
+    ignore are refused by :func:`check_search_flags` before any work, by their flags, and
+    :func:`embedeval.evaluate` still refuses anything else it would ignore.
     """
     backend = _chosen_backend(args)
     kwargs: dict[str, Any] = {"backend": backend, "n_threads": args.threads}

@@ -27,7 +27,13 @@ import numpy as np
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.validation import host_array
 
-__all__ = ["auroc", "refuse_merged_integers", "threshold_counts", "warn_single_class"]
+__all__ = [
+    "auroc",
+    "exact_number",
+    "refuse_merged_integers",
+    "threshold_counts",
+    "warn_single_class",
+]
 
 
 def warn_single_class(
@@ -63,7 +69,7 @@ def refuse_merged_integers(scores: Any, name: str) -> None:
         return
     if raw.dtype.kind == "f" and isinstance(scores, (list, tuple)) and np.abs(raw).max() >= 2**53:
         # A list mixing ints and floats became float64 at once: read its values exactly.
-        raw = np.frompyfunc(_exact_number, 1, 1)(np.array(scores, dtype=object))
+        raw = np.frompyfunc(exact_number, 1, 1)(np.array(scores, dtype=object))
     elif raw.dtype.kind not in "iu":
         return
     if raw.max() <= 2**53 and (raw.dtype.kind == "u" or raw.min() >= -(2**53)):
@@ -82,9 +88,13 @@ def refuse_merged_integers(scores: Any, name: str) -> None:
         )
 
 
-def _exact_number(value: Any) -> int | float:
+def exact_number(value: Any) -> int | float:
     """A number as a Python int (an integer of any size, exactly) or float: Python compares the
-    two exactly, NumPy through float64."""
+    two exactly, NumPy through float64.
+
+    >>> exact_number(np.int64(2**53 + 1)) == exact_number(float(2**53))
+    False
+    """
     if isinstance(value, numbers.Integral):
         return int(value)
     return float(value)

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.validation import check_choice, check_int, check_positive, divide
-from .curves import _exact_number, refuse_merged_integers, threshold_counts
+from .curves import exact_number, refuse_merged_integers, threshold_counts
 from .judged import GAINS, refuse_large_grade
 
 __all__ = [
@@ -1169,7 +1169,7 @@ def _refuse_merged_scores(mapping: dict, docs: list, scores: np.ndarray, qid: An
     order = np.argsort(scores, kind="stable")
     values = list(mapping.values())
     for i, j in zip(order[:-1].tolist(), order[1:].tolist(), strict=True):
-        a, b = (_exact_number(values[n]) for n in (i, j))
+        a, b = (exact_number(values[n]) for n in (i, j))
         if scores[i] == scores[j] and a != b:  # Python compares int and float exactly
             raise InputError(
                 f"run[{qid!r}] holds the distinct scores {a!r} (document {docs[i]!r}) and {b!r} "
