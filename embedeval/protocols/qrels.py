@@ -323,9 +323,10 @@ def _ids(ids: Any, n: int, name: str, rows: str) -> tuple[list[str], dict[str, i
     if ids is None:
         raise InputError(f"{name} is required: one id per {rows} row, e.g. {name}=['1', '2', ...].")
     arr = host_array(ids)
-    values = arr.tolist() if isinstance(arr, np.ndarray) else list(arr)
-    _refuse_bytes(values, name)
-    out = list(map(str, values))
+    out = arr.tolist() if isinstance(arr, np.ndarray) else list(arr)
+    if set(map(type, out)) != {str}:  # ids all str (the common case) need no conversion
+        _refuse_bytes(out, name)
+        out = list(map(str, out))
     if len(out) != n:
         raise InputError(f"{name} has {len(out)} ids but there are {n} {rows} rows; give one each.")
     index = dict(zip(out, range(n), strict=True))
