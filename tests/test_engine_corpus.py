@@ -961,6 +961,51 @@ def test_pending_candidates_wait_for_one_merge_only_under_a_sampled_floor():
     assert _ChunkTop(10, 3, np.full(10, -np.inf, np.float32)).cap == 1 << 16
 
 
+@pytest.mark.parametrize("merge_bytes", [64 << 20, 8 * 9 * 2])
+def test_a_chunk_merge_keeps_the_depth_best_and_the_near_ones_at_the_cut(monkeypatch, merge_bytes):
+    # candidates of several parts (each grouped by query) merged into the kept codes: per query
+    # the depth best (score descending, then key ascending; -0.0 and +0.0 are one score), and
+    # as near codes the others that score at least the depth-th; a small merge buffer splits
+    # the queries into several steps
+    from embedeval.engine import corpus
+
+    monkeypatch.setattr(corpus, "_MERGE_BYTES", merge_bytes)
+    rng = np.random.default_rng(7)
+    n, depth = 9, 4
+    chunk = corpus._ChunkTop(n, depth, np.full(n, -np.inf, dtype=np.float32))
+    given: list[list[tuple[float, int]]] = [[] for _ in range(n)]
+    key = 0
+    parts = [(np.sort(rng.integers(0, n - 1, int(rng.integers(0, 14)))), None) for _ in range(6)]
+    # the last query's depth-th score is -0.0, and a +0.0 of a larger key ties with it
+    parts.append((np.full(6, n - 1), np.float32([2.0, 0.5, -0.0, 0.5, 0.0, -1.0])))
+    for rows, scores in parts:
+        if scores is None:
+            scores = rng.choice(np.float32([-1.0, -0.0, 0.0, 0.5, 2.0]), rows.size)
+        for r, s in zip(rows.tolist(), scores.tolist(), strict=True):
+            given[r].append((s, key))
+            key += 1
+        keys = np.arange(key - rows.size, key, dtype=np.uint64)
+        chunk.add(rows, corpus.pack_codes(scores, keys))
+    chunk.flush()
+
+    def best_first(pair):
+        s, k = pair
+        return (-s, k)
+
+    def decoded(codes):
+        return {(float(corpus.code_scores(c)), int(c & np.uint64(0xFFFFFFFF))) for c in codes}
+
+    near_rows, near_codes = chunk.near
+    for r in range(n):
+        want = sorted(given[r], key=best_first)
+        kept = chunk.top[r][chunk.top[r] != corpus.EMPTY]
+        assert decoded(kept) == set(want[:depth])
+        cut = want[depth - 1][0] if len(want) >= depth else -np.inf
+        near = decoded(near_codes[near_rows == r])
+        assert near == {p for p in want[depth:] if p[0] >= cut}
+    assert np.all(np.diff(near_rows) >= 0)
+
+
 def test_only_an_in_memory_float32_corpus_multiplied_as_stored_takes_the_largest_blocks(tmp_path):
     from embedeval.engine.corpus import default_block
 

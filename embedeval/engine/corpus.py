@@ -91,6 +91,7 @@ __all__ = [
     "band_population",
     "block_bounds",
     "candidate_ranks",
+    "code_limit",
     "code_rows",
     "code_scores",
     "corpus_block",
@@ -102,9 +103,9 @@ __all__ = [
     "float64_scores",
     "integer_scores",
     "measure_norms",
-    "merge_top",
     "near_wins",
     "pack_codes",
+    "padded_codes",
     "pair_keys",
     "prepare_queries",
     "rank_keys",
@@ -629,31 +630,57 @@ def _as_float32(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def merge_top(top: np.ndarray, rows: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """The ``depth`` smallest codes per row of ``top`` (n, depth) and of new ``codes`` given
-    for rows ``rows`` (ascending), unsorted within a row.
+def padded_codes(
+    top: np.ndarray, pieces: Sequence[tuple[np.ndarray, np.ndarray]], width: int
+) -> np.ndarray:
+    """The codes of ``top`` (n, depth) and of ``pieces`` (``(rows, codes)``, each with its
+    rows ascending and numbered from 0) in one (n, ``width``) array, a row's codes after its
+    ``top`` ones in the order given, :data:`EMPTY` in the slots left over.
+
+    Each piece's codes are placed from their row's next free slot and their place within
+    their row's run (the pieces come from scans of a block's parts, each already grouped by
+    row), so no sort of the row numbers is needed.
 
     >>> top = np.array([[5, 9], [EMPTY, EMPTY]], dtype=np.uint64)
-    >>> np.sort(merge_top(top, np.array([0, 1]), np.uint64([7, 3])), axis=1).tolist()[0]
-    [5, 7]
+    >>> piece = (np.array([0, 1, 1]), np.uint64([7, 3, 4]))
+    >>> padded_codes(top, [piece], 4)[:, 2:].tolist() == [[7, EMPTY], [3, 4]]
+    True
     """
     n, depth = top.shape
-    counts = np.bincount(rows, minlength=n)
-    width = depth + int(counts.max(initial=0))
-    if width == depth:
-        return top
-    step = max(1, _MERGE_BYTES // (8 * width))
-    out = top.copy()
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    for lo in range(0, n, step):  # bounded buffer even when a query ties with a whole block
-        hi = min(n, lo + step)
-        a, b = starts[lo], starts[hi]
-        buf = np.full((hi - lo, width), EMPTY, dtype=np.uint64)
-        buf[:, :depth] = top[lo:hi]
-        r = rows[a:b] - lo
-        buf[r, depth + np.arange(a, b) - starts[rows[a:b]]] = codes[a:b]
-        out[lo:hi] = np.partition(buf, depth - 1, axis=1)[:, :depth]
+    buf = np.full((n, width), EMPTY, dtype=np.uint64)
+    buf[:, :depth] = top
+    flat = buf.reshape(-1)
+    free = np.arange(n) * width + depth  # per row, the flat index of its next free slot
+    for rows, codes in pieces:
+        starts = np.searchsorted(rows, np.arange(n + 1))
+        flat[free[rows] + (np.arange(rows.size) - starts[rows])] = codes
+        free += np.diff(starts)
+    return buf
+
+
+def _row_range(
+    pieces: Sequence[tuple[np.ndarray, np.ndarray]], lo: int, hi: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The entries of rows ``lo ...  hi - 1`` of each ``(rows, codes)`` piece (rows
+    ascending), rows numbered from ``lo``."""
+    out = []
+    for rows, codes in pieces:
+        a, b = np.searchsorted(rows, [lo, hi])
+        out.append((rows[a:b] - lo, codes[a:b]))
     return out
+
+
+def code_limit(cut: np.ndarray) -> np.ndarray:
+    """The largest code of a score at least ``cut`` (float32; not NaN): a code ``c`` other
+    than :data:`EMPTY` has ``code_scores(c) >= cut`` exactly when ``c <= code_limit(cut)``
+    (the codes' bits treat ``-0.0`` as ``+0.0``, as float comparison does).
+
+    >>> codes = pack_codes(np.float32([0.5, -0.0, -0.25]), np.uint64([3, 1, 2]))
+    >>> (codes <= code_limit(np.float32([0.0]))).tolist()
+    [True, True, False]
+    """
+    cut = np.asarray(cut, dtype=np.float32)
+    return pack_codes(cut, np.full(cut.shape, 0xFFFFFFFF, dtype=np.uint64))
 
 
 def _cutoff(top: np.ndarray, worst: np.ndarray | None = None) -> np.ndarray:
@@ -736,27 +763,35 @@ class _ChunkTop:
         self, lo: int, parts: list[tuple[np.ndarray, np.ndarray]]
     ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`flush` of rows ``lo`` to ``lo + _PENDING_ROWS``: their kept codes replaced by
-        the ``depth`` smallest of kept, near and pending; their new near codes returned."""
+        the ``depth`` smallest of kept, near and pending; their new near codes returned, rows
+        ascending."""
         hi = min(self.top.shape[0], lo + _PENDING_ROWS)
-        top = self.top[lo:hi]
-        held = top != EMPTY
-        rows, codes = [np.nonzero(held)[0].astype(np.int32) + lo], [top[held]]
-        for r, c in parts:
-            a, b = np.searchsorted(r, [lo, hi])
-            rows.append(r[a:b])
-            codes.append(c[a:b])
-        order = np.argsort(np.concatenate(rows), kind="stable")
-        by_row = np.concatenate(rows)[order] - lo  # rows of this range, from 0
-        sorted_codes = np.concatenate(codes)[order]
-        merged = merge_top(np.full_like(top, EMPTY), by_row, sorted_codes)
-        self.top[lo:hi] = merged
+        pieces = _row_range(parts, lo, hi)
+        counts = sum((np.bincount(r, minlength=hi - lo) for r, _ in pieces), np.zeros(hi - lo, int))
+        width = self.top.shape[1] + int(counts.max(initial=0))
+        # bounded buffer even when a query ties with a whole block
+        step = max(1, _MERGE_BYTES // (8 * width))
+        near = [(np.zeros(0, np.int32), np.zeros(0, np.uint64))]
+        for a in range(lo, hi, step):
+            b = min(hi, a + step)
+            rows = _row_range(pieces, a - lo, b - lo)
+            near.append(self._merge_step(a, padded_codes(self.top[a:b], rows, width)))
+        return np.concatenate([r for r, _ in near]), np.concatenate([c for _, c in near])
+
+    def _merge_step(self, a: int, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``a ...`` of :meth:`_merge_rows` from their padded codes ``buf``: the
+        ``depth`` smallest kept, and the near codes among the others returned."""
+        depth = self.top.shape[1]
+        buf = np.partition(buf, depth - 1, axis=1)
+        b = a + buf.shape[0]
+        merged = self.top[a:b] = buf[:, :depth]
         if self.exact:  # the codes' order is the ranking: nothing below the depth-th is near
             return np.zeros(0, np.int32), np.zeros(0, np.uint64)
-        cut = widen_down(np.maximum(self.floor[lo:hi], _cutoff(merged)), self.band[lo:hi])
+        cut = widen_down(np.maximum(self.floor[a:b], _cutoff(merged)), self.band[a:b])
         # near: not among the depth kept, and within the band below the depth-th score
-        keep = sorted_codes > merged.max(axis=1)[by_row]
-        keep &= code_scores(sorted_codes) >= cut[by_row]
-        return (by_row[keep] + lo).astype(np.int32), sorted_codes[keep]
+        rest = buf[:, depth:]
+        r, c = np.nonzero((rest <= code_limit(cut)[:, None]) & (rest != EMPTY))
+        return (r + a).astype(np.int32), rest[r, c]
 
     def candidates(self, lo: int) -> tuple[np.ndarray, np.ndarray]:
         """(query, code) of every kept code, queries numbered from ``lo``, sorted by query then
