@@ -366,3 +366,30 @@ def test_text_junk_ids_beside_numeric_gallery_ids_are_refused(junk):
     g = [[0.0], [1.0], [2.0]]
     with pytest.raises(ee.InputError, match=r"junk_ids holds text .* junk_ids=-1"):
         reid.evaluate_reid([[0.0]], [1], [0], g, [-1, 1, 1], [0, 1, 2], junk_ids=junk)
+
+
+@pytest.mark.parametrize(
+    ("q_cams", "g_cams"),
+    [(["0"], [0, 1, 1]), ([0], ["0", "1", "1"]), ([b"0"], ["0", "1", "1"])],
+)
+def test_query_and_gallery_cameras_of_text_and_numbers_are_refused(q_cams, g_cams):
+    # camera "0" never equals camera 0: the same-camera match at 0.1 would silently stay in
+    # the ranking (AP 5/6 instead of the protocol's 1/2)
+    g = [[0.1], [0.2], [5.0]]
+    with pytest.raises(ee.InputError, match=r"query_cameras holds .* gallery_cameras holds"):
+        reid.evaluate_reid([[0.0]], [1], q_cams, g, [1, 2, 1], g_cams)
+    with pytest.raises(ee.InputError, match=r"query_cameras holds .* gallery_cameras holds"):
+        reid.identity_camera_groups([1], q_cams, [1, 2, 1], g_cams)
+
+
+def test_query_and_gallery_ids_of_text_and_numbers_are_refused_by_the_groups():
+    with pytest.raises(ee.InputError, match=r"query_ids holds .* gallery_ids holds"):
+        reid.identity_camera_groups(["1"], [0], [1, 2, 1], [0, 1, 1])
+
+
+def test_cameras_of_one_kind_in_different_dtypes_hide_the_same_camera():
+    # the protocol by hand: the same-camera match at 0.1 is hidden, then a non-match at 0.2
+    # and the other-camera match at 5.0: AP = 1/2
+    g = [[0.1], [0.2], [5.0]]
+    for q_cams, g_cams in [([0.0], [0, 1, 1]), (np.array([0], np.uint8), [0, 1, 1])]:
+        assert reid.evaluate_reid([[0.0]], [1], q_cams, g, [1, 2, 1], g_cams)["map"] == 0.5

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..evaluation.result import EvaluationResult
 from ..utils.errors import InputError
-from ..utils.validation import as_labels, check_choice, factorize
+from ..utils.validation import as_labels, check_choice, check_same_label_kind, factorize
 
 __all__ = ["AP_RULES", "DEFAULT_REID_METRICS", "evaluate_reid", "identity_camera_groups"]
 
@@ -51,7 +51,8 @@ def identity_camera_groups(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Group ids, one per (identity, camera) pair, for ``evaluate(query_groups=...,
     reference_groups=...)``: a gallery item is hidden from a query exactly when both its identity
-    and its camera equal the query's.
+    and its camera equal the query's.  Query and gallery identities (and cameras) must be of
+    one kind, numbers, str or bytes: ``"0"`` never equals ``0``, so a mix is refused.
 
     Examples
     --------
@@ -63,6 +64,9 @@ def identity_camera_groups(
     qc = as_labels(query_cameras, "query_cameras", length=qi.size, length_of="query_ids")
     gi = as_labels(gallery_ids, "gallery_ids")
     gc = as_labels(gallery_cameras, "gallery_cameras", length=gi.size, length_of="gallery_ids")
+    # Camera "0" never equals camera 0: a text / number mix would hide no same-camera match.
+    check_same_label_kind(qi, "query_ids", gi, "gallery_ids")
+    check_same_label_kind(qc, "query_cameras", gc, "gallery_cameras")
     (qi_codes, gi_codes), _ = factorize(qi, gi)
     (qc_codes, gc_codes), cams = factorize(qc, gc)
     n_cams = cams.size
