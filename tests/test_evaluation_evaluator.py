@@ -242,6 +242,23 @@ def test_bytes_and_str_labels_from_different_batches_stay_different_labels():
     assert np.isnan(got.per_query["precision_at_1"][:4]).tolist() == [False, True, False, True]
 
 
+@pytest.mark.parametrize(
+    "batches",
+    [(["1", "1"], [1, 1]), ([1, 1], ["1", "1"]), ([True, True], ["True", "True"])],
+)
+def test_text_and_number_labels_from_different_batches_are_refused(batches):
+    # numpy promotes numbers with text to text, which made the label 1 of one batch equal to
+    # the label "1" of another; evaluate() refuses such a mix in one array
+    x = np.array([[0.0], [1.0], [3.0], [4.0]], dtype=np.float32)
+    with pytest.raises(ee.InputError, match="mixes text and numbers"):
+        ee.evaluate(x, np.array(batches[0] + batches[1], dtype=object))
+    ev = ee.Evaluator(metrics=["precision_at_1"])
+    ev.update(x[:2], np.array(batches[0]))
+    ev.update(x[2:], np.array(batches[1]))
+    with pytest.raises(ee.InputError, match="mixes text and numbers"):
+        ev.compute()
+
+
 # ---------------------------------------------------------------- two processes (gloo, CPU)
 
 _WORKER = textwrap.dedent(

@@ -354,13 +354,17 @@ class Evaluator:
 
 def _common_dtype(a: np.dtype, b: np.dtype) -> Any:
     """A dtype holding both exactly: numpy's promotion, or Python objects where none exists
-    (int64 with uint64 would round through float64; numbers with strings have no common type;
-    numpy would decode bytes into str, making the different labels b"a" and "a" one).
+    (int64 with uint64 would round through float64; numpy would decode bytes into str, making
+    the different labels b"a" and "a" one, and would turn numbers into text, making 1 and "1"
+    one, where Python objects keep the mix for evaluate to refuse).
 
     >>> _common_dtype(np.dtype("S1"), np.dtype("U2")), _common_dtype(np.dtype("U1"), np.dtype("U3"))
     (<class 'object'>, dtype('<U3'))
+    >>> _common_dtype(np.dtype("U1"), np.dtype("int64"))
+    <class 'object'>
     """
-    if {a.kind, b.kind} in ({"i", "u"}, {"S", "U"}):
+    kinds = {a.kind, b.kind}
+    if kinds in ({"i", "u"}, {"S", "U"}) or (len(kinds) > 1 and kinds & {"S", "U"}):
         return object
     try:
         return np.result_type(a, b)
