@@ -1132,3 +1132,47 @@ def test_rows_of_tiny_or_huge_magnitude_rank_as_float64_does(scale, search, dist
         _, want = oracle.summary(*args, metrics=names, distance=distance)
         for name in names:
             np.testing.assert_allclose(res.per_query[name], want[name], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("gq", "gb"),
+    [(["0"], [0, 0, 1]), ([0], ["0", "0", "1"]), ([b"0"], ["0", "0", "1"])],
+)
+def test_query_and_reference_groups_of_text_and_numbers_are_refused(gq, gb):
+    from embedeval.evaluation.gallery import gallery_rows
+
+    # group "0" never equals group 0: the same-group references (rows 0 and 1, the query's
+    # two nearest) would silently stay in the ranking instead of being hidden
+    x = np.array([[0.0], [0.1], [0.2]], dtype=np.float32)
+    q, yq, yb = x[:1], [1], [1, 2, 1]
+    match = r"query_groups holds .* reference_groups holds"
+    with pytest.raises(ee.InputError, match=match):
+        ee.evaluate(q, yq, x, yb, query_groups=gq, reference_groups=gb)
+    with pytest.raises(ee.InputError, match=match):
+        ee.neighbors(q, 1, x, query_groups=gq, reference_groups=gb)
+    with pytest.raises(ee.InputError, match=match):
+        gallery_rows(
+            [0],
+            2,
+            query=q,
+            query_labels=yq,
+            reference=x,
+            reference_labels=yb,
+            query_groups=gq,
+            reference_groups=gb,
+        )
+    ev = ee.Evaluator(metrics=["map"])
+    ev.update(q, yq, split="query", groups=gq)
+    ev.update(x, yb, split="reference", groups=gb)
+    with pytest.raises(ee.InputError, match=match):
+        ev.compute()
+
+
+def test_groups_of_one_kind_in_different_dtypes_hide_the_same_group():
+    # by hand: rows 0 and 1 share the query's group and are hidden; row 2 is the only match
+    x = np.array([[0.0], [0.1], [0.2]], dtype=np.float32)
+    for gq, gb in [([0.0], [0, 0, 1]), (np.array([0], np.uint8), [0, 0, 1])]:
+        res = ee.evaluate(
+            x[:1], [1], x, [1, 2, 1], query_groups=gq, reference_groups=gb, metrics=["map"]
+        )
+        assert res["map"] == 1.0 and res.settings["n_reference"] == 3

@@ -212,10 +212,10 @@ def _group_codes(
     if (gq is None) != (gb is None):
         raise InputError("pass both query_groups= and reference_groups=, or neither.")
     if gq is not None:
-        (cq, cb), _ = factorize(
-            as_labels(gq, "query_groups", groups=True),
-            as_labels(gb, "reference_groups", groups=True),
-        )
+        gq = as_labels(gq, "query_groups", groups=True)
+        gb = as_labels(gb, "reference_groups", groups=True)
+        check_same_label_kind(gq, "query_groups", gb, "reference_groups")
+        (cq, cb), _ = factorize(gq, gb)
         ex = Exclusions(self_index=self_index, query_groups=cq, reference_groups=cb)
     else:
         ex = Exclusions(self_index=self_index)

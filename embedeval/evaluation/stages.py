@@ -246,6 +246,8 @@ def exclusion_counts(
         gr = as_labels(
             reference_groups, "reference_groups", length=n_ref, length_of="reference", groups=True
         )
+        # group "0" never equals group 0: a mix would hide nothing, silently
+        check_same_label_kind(gq, "query_groups", gr, "reference_groups")
         (qg, rg), _ = factorize(gq, gr)
     n_groups = int(max(qg.max(), rg.max())) + 1
     same_group = np.bincount(rg, minlength=n_groups)[qg]

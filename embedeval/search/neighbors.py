@@ -22,6 +22,7 @@ from ..utils.validation import (
     check_choice,
     check_int,
     check_same_dimension,
+    check_same_label_kind,
     factorize,
 )
 
@@ -198,6 +199,8 @@ def _exclusions(
         )
     q = as_labels(gq, "query_groups", length=xq.shape[0], length_of="query", groups=True)
     r = q if gb is None else as_labels(gb, "reference_groups", length=xb.shape[0], groups=True)
+    # group "0" never equals group 0: a mix would hide nothing, silently
+    check_same_label_kind(q, "query_groups", r, "reference_groups")
     (cq, cb), _ = factorize(q, r)
     return Exclusions(self_index=exclude_self, query_groups=cq, reference_groups=cb)
 
