@@ -176,6 +176,25 @@ def test_gallery_rows_are_the_exact_neighbours_of_the_worst_queries(tmp_path):
     assert_offline(out)
 
 
+def test_gallery_of_a_lower_is_better_custom_metric_shows_its_highest_values(tmp_path):
+    # The rank of the first relevant reference: a larger rank is a worse query.
+    def first_rank(relevant, n_relevant):
+        return relevant.argmax(axis=1) + 1.0
+
+    metric = ee.RetrievalMetric(first_rank, depth="all", higher_is_better=False)
+    res = ee.evaluate(X, Y, metrics=[], custom_metrics={"first_rank": metric}, progress=False)
+    assert res.settings["lower_is_better"] == ["first_rank"]
+    out = res.to_html(tmp_path / "rank.html", query=X, gallery=6, gallery_k=2, figures=False)
+    ranks = [first_relevant(brute_ranking(q, X, Y)[2]) for q in range(len(X))]
+    expected = sorted(range(len(X)), key=lambda q: (-ranks[q], q))[:6]
+    assert [r["query"] for r in parse(out).rows["gallery-worst"]] == expected
+    assert "The 6 queries with the highest first_rank" in out.read_text(encoding="utf-8")
+    # The per-class table, worst first: class mean ranks from the highest down.
+    means = [np.mean([ranks[q] for q in range(len(X)) if Y[q] == c]) for c in range(4)]
+    shown = [float(v) for v in _cells(out, "per-class", 2)]
+    assert shown == pytest.approx(sorted(means, reverse=True), rel=1e-12)
+
+
 def test_gallery_with_a_reference_set_and_groups_skips_excluded_references(tmp_path):
     xq, yq = X[:12], Y[:12]
     xb, yb = X[8:], Y[8:]

@@ -50,7 +50,8 @@ class RetrievalMetric:
         every item after it is non-relevant: the False tail is the same information), an int d
         the first d items.  An int ``k`` of :func:`embedeval.evaluate` caps each of these at k.
     higher_is_better : bool
-        Direction, for checkpoint selection (:class:`embedeval.Evaluator`).
+        Direction, for checkpoint selection (:class:`embedeval.Evaluator`) and the HTML
+        report's worst-first orders; kept in ``result.settings["lower_is_better"]``.
     description : str
         One line for tables.
     value_range : (float, float)

@@ -14,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FIGURE_TITLES", "k_sweep_values", "main_metric", "pair_distances", "run_figures"]
+__all__ = [
+    "FIGURE_TITLES",
+    "higher_is_better",
+    "k_sweep_values",
+    "main_metric",
+    "pair_distances",
+    "run_figures",
+]
 
 _K_SWEEP = (1, 2, 5, 10, 20, 50, 100)
 
@@ -63,6 +70,12 @@ def main_metric(res: Any) -> str | None:
         if res.per_class.get(name):
             return name
     return None
+
+
+def higher_is_better(res: Any, name: str) -> bool:
+    """Whether a larger ``name`` is better in the result ``res``: True except for the custom
+    metrics declared ``higher_is_better=False`` (``res.settings["lower_is_better"]``)."""
+    return name not in res.settings.get("lower_is_better", ())
 
 
 def _per_class(res: Any) -> Any:

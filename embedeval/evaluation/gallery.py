@@ -50,16 +50,21 @@ class GalleryRow:
         return np.arange(1, self.indices.size + 1)
 
 
-def worst_queries(values: Any, n: int) -> np.ndarray:
-    """The ``n`` query rows with the lowest metric value, lowest first; NaN (lone queries) never
+def worst_queries(values: Any, n: int, higher_is_better: bool = True) -> np.ndarray:
+    """The ``n`` query rows with the worst metric value, worst first: the lowest values, or the
+    highest when ``higher_is_better`` is False (a rank, a loss); NaN (lone queries) never
     chosen; equal values ordered by query row.
 
     >>> worst_queries([0.5, float("nan"), 0.0, 0.5, 1.0], 3).tolist()
     [2, 0, 3]
+    >>> worst_queries([0.5, float("nan"), 0.0, 0.5, 1.0], 3, higher_is_better=False).tolist()
+    [4, 0, 3]
     """
     v = np.asarray(values, dtype=np.float64)
     rows = np.flatnonzero(~np.isnan(v))
-    return rows[np.argsort(v[rows], kind="stable")][: max(int(n), 0)]
+    # Negating (not reversing the sort) keeps equal values in query-row order.
+    key = v[rows] if higher_is_better else -v[rows]
+    return rows[np.argsort(key, kind="stable")][: max(int(n), 0)]
 
 
 def confident_errors(hits: Any, confidences: Any, n: int, higher_is_confident: bool) -> np.ndarray:

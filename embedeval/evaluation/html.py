@@ -27,7 +27,7 @@ import numpy as np
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.files import atomic_path
 from ..utils.validation import as_any_labels, check_int, label_sizes, label_text
-from .figures import FIGURE_TITLES, main_metric, run_figures
+from .figures import FIGURE_TITLES, higher_is_better, main_metric, run_figures
 from .gallery import GalleryRow, confident_errors, gallery_rows, worst_queries
 
 __all__ = ["comparison_html", "evaluation_html", "write_html"]
@@ -308,7 +308,8 @@ def _per_class(res: Any) -> str:
     size = label_sizes(res.query_labels)
     main = main_metric(res) or metrics[0]
     table = res.per_class[main]
-    order = sorted(table, key=lambda lab: (math.isnan(table[lab]), table[lab], str(lab)))
+    sign = 1.0 if higher_is_better(res, main) else -1.0
+    order = sorted(table, key=lambda lab: (math.isnan(table[lab]), sign * table[lab], str(lab)))
     rows = [
         f"<tr><td>{_e(lab)}</td>{_cell(size.get(lab, 0))}"
         + "".join(_cell(res.per_class[m].get(lab, float("nan"))) for m in metrics)
@@ -592,8 +593,10 @@ def _gallery(
         )
     kw = {key: inputs[key] for key in _GALLERY_INPUTS if inputs.get(key) is not None}
     # Headings count the rows shown: fewer than n queries may be ranked, or be errors.
-    worst = worst_queries(res.per_query[metric], n)
-    sections = [("worst", f"The {worst.size} queries with the lowest {metric}", worst)]
+    up = higher_is_better(res, metric)
+    worst = worst_queries(res.per_query[metric], n, up)
+    title = f"The {worst.size} queries with the {'lowest' if up else 'highest'} {metric}"
+    sections = [("worst", title, worst)]
     conf = res.query_confidences
     if conf is not None and "precision_at_1" in res.per_query:
         higher = bool(res.settings.get("higher_is_confident", True))

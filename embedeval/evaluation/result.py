@@ -51,7 +51,8 @@ class EvaluationResult:
         Everything needed to reproduce the run (k, distance, average, metrics, sizes, ...), the
         search ``backend`` that ran it, and with ``backend="torch"`` its record under
         ``"torch"`` (device, filter precision, engine, where blocks were decided in float64,
-        blocks per product).
+        blocks per product).  ``"lower_is_better"`` lists the custom metrics declared with
+        ``higher_is_better=False`` (absent when there are none).
     confidence : dict of str to float
         Confidence/uncertainty metrics, when ``confidences=`` was given.
     ci : dict of str to (float, float)
@@ -342,7 +343,8 @@ class EvaluationResult:
         gallery : int
             Queries per gallery table: the ``gallery`` worst by ``gallery_metric`` (default:
             MAP@R, else R-Precision, else P@1) and, with confidences, the ``gallery`` most
-            confident errors (top-1 not relevant).  0 leaves the gallery out.
+            confident errors (top-1 not relevant).  Worst is lowest, or highest for a custom
+            metric declared ``higher_is_better=False``.  0 leaves the gallery out.
         gallery_k : int
             References shown per query (its nearest that count, from the exact engine with the
             run's exclusions); the rank of the first relevant one is shown when deeper.

@@ -449,8 +449,11 @@ def _settings_record(
     search: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The settings as :attr:`EvaluationResult.settings` reports them: the options, the data's
-    shape, the backend, and what the torch backend reports of its products (``"torch"``)."""
+    shape, the backend, what the torch backend reports of its products (``"torch"``) and, when
+    some are, the metrics where lower is better (``"lower_is_better"``)."""
     torch = {"torch": dict(search)} if search else {}
+    # Only a custom metric can be lower-is-better; the report reads this to put its worst first.
+    lower = [m.name for m in plan.infos if not m.higher_is_better]
     return {
         "metrics": [m.name for m in plan.infos],
         "k": settings.metrics.k,
@@ -465,6 +468,7 @@ def _settings_record(
         "n_classes": _n_classes(data),
         "multi_label": is_label_sets(data.query_codes),
         "backend": settings.search.engine,
+        **({"lower_is_better": lower} if lower else {}),
         **torch,
     }
 
