@@ -439,6 +439,35 @@ def test_permutation_small_n_is_the_exact_enumeration():
     assert _row(cmp, "run1", "m")["p_value"] == 0.25
 
 
+def _p_cell(cmp):
+    """The p column of the last row of the Markdown table."""
+    return cmp.to_markdown().splitlines()[-1].split("|")[-2].strip()
+
+
+def test_an_exact_permutation_p_below_one_over_n_boot_is_printed_as_a_number():
+    # 12 queries, every difference +1: only the patterns ++..+ and --..- reach |1|, so the
+    # enumerated p is exactly 2 / 4096, below 1 / n_boot = 1e-3 but not a resampling bound
+    runs = [
+        _result({"m": [0.0] * 12}, np.arange(12) % 3),
+        _result({"m": [1.0] * 12}, np.arange(12) % 3),
+    ]
+    cmp = ee.compare(runs, test="permutation", n_boot=1000)
+    assert _row(cmp, "run1", "m")["p_value"] == _exact_sign_flip_p([1.0] * 12) == 2 / 4096
+    assert _p_cell(cmp) == "0.0005"
+    assert "<" not in repr(cmp).splitlines()[-1]
+    # macro: the 3 classes are the units, p = 2 / 8 exact, below 1 / n_boot = 1 / 3
+    macro = [_result(r.per_query, r.query_labels, average="macro") for r in runs]
+    cmp = ee.compare(macro, test="permutation", n_boot=3)
+    assert _row(cmp, "run1", "m")["p_value"] == _exact_sign_flip_p([1.0] * 3) == 0.25
+    assert _p_cell(cmp) == "0.2500"
+    # 13 queries: random sign patterns, p = 1 / (n_boot + 1) is a resampling bound
+    runs = [
+        _result({"m": [0.0] * 13}, np.arange(13) % 3),
+        _result({"m": [1.0] * 13}, np.arange(13) % 3),
+    ]
+    assert _p_cell(ee.compare(runs, test="permutation", n_boot=1000)) == "<1e-03"
+
+
 def test_tiny_samples_bootstrap_p_is_anti_conservative_but_permutation_is_exact():
     # one shared query with difference 0.5: every bootstrap replicate is 0.5 -> p = 0; the two
     # sign patterns (+0.5, -0.5) both reach |0.5| -> exact permutation p = 2/2 = 1

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..metrics.confidence import summary_arrays, summary_statistic
 from ..metrics.resample import (
+    EXACT_SIGN_FLIP_UNITS,
     bootstrap_p,
     draw_indices,
     percentile_interval,
@@ -246,6 +247,9 @@ class Comparison:
     ``rows`` holds one dict per (checkpoint, metric) with the stable keys ``checkpoint``,
     ``metric``, ``value``, ``ci_low``, ``ci_high``, ``diff``, ``diff_ci_low``, ``diff_ci_high``,
     ``p_value`` (the baseline's own diff is 0 and its p-value 1) and ``n_shared``.
+    ``exact_p`` holds the (checkpoint, metric) pairs whose p-value is exact (the sign-flip test
+    enumerated every pattern): the tables print those as numbers, however small, while a
+    resampling p below 1 / n_boot is printed as ``<`` that resolution.
     """
 
     rows: list[dict[str, Any]]
@@ -253,6 +257,7 @@ class Comparison:
     names: list[str]
     metrics: list[str]
     settings: dict[str, Any] = field(default_factory=dict)
+    exact_p: frozenset[tuple[str, str]] = frozenset()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (NaN becomes None) with a ``format`` tag and the settings."""
@@ -295,10 +300,15 @@ class Comparison:
                     ""
                     if r["checkpoint"] == self.baseline
                     else f"[{_fmt_signed(r['diff_ci_low'])}, {_fmt_signed(r['diff_ci_high'])}]",
-                    "" if r["checkpoint"] == self.baseline else _fmt_p(r["p_value"], self.settings),
+                    ""
+                    if r["checkpoint"] == self.baseline
+                    else _fmt_p(r["p_value"], self.settings, self._is_exact(r)),
                 ]
             )
         return head, body
+
+    def _is_exact(self, row: dict[str, Any]) -> bool:
+        return (row["checkpoint"], row["metric"]) in self.exact_p
 
     def to_html(
         self, path: str | os.PathLike, *, title: str | None = None, figures: bool = True
@@ -310,7 +320,8 @@ class Comparison:
         return write_html(path, comparison_html(self, title=title, figures=figures))
 
     def to_markdown(self) -> str:
-        """The table of ``repr`` as a Markdown table (4 decimals; p below 1/n_boot as '<')."""
+        """The table of ``repr`` as a Markdown table (4 decimals; a resampling p below 1/n_boot
+        as '<', an exact one as a number)."""
         return markdown_table(*self._cells())
 
     def to_csv(self) -> str:
@@ -440,12 +451,12 @@ def compare(
     metrics, conf_keys = _split_confidence_metrics(metrics, shared, runs, names)
     metrics = _metric_list(metrics, shared, "every result")
     settings = {"ci": ci, "n_boot": n_boot, "seed": seed, "test": test, "average": average}
-    rows = _metric_rows(runs, names, base, metrics, settings)
-    if conf_keys:
+    rows, exact = _metric_rows(runs, names, base, metrics, settings)
+    if conf_keys:  # their permutation p is always drawn at random: never exact
         rows += confidence_rows(
             runs, names, base, conf_keys, ci=ci, n_boot=n_boot, seed=seed, test=test
         )
-    return Comparison(rows, names[base], names, [*metrics, *conf_keys], settings)
+    return Comparison(rows, names[base], names, [*metrics, *conf_keys], settings, exact)
 
 
 def _as_runs(results: Any, names: Any) -> tuple[list[Any], list[str]]:
@@ -609,8 +620,9 @@ def _row(name: str, metric: str, value: float, ci: tuple[float, float], n: int) 
 
 def _metric_rows(
     runs: list[Any], names: list[str], base: int, metrics: list[str], settings: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """Rows of the per-query metrics: own intervals, paired differences to the baseline."""
+) -> tuple[list[dict[str, Any]], frozenset[tuple[str, str]]]:
+    """Rows of the per-query metrics: own intervals, paired differences to the baseline; and
+    the (checkpoint, metric) pairs whose p-value is exact."""
     ci, n_boot, seed = settings["ci"], settings["n_boot"], settings["seed"]
     average = settings["average"]
     labels = runs[0].query_labels
@@ -627,7 +639,7 @@ def _metric_rows(
         )
         for r in runs
     ]
-    rows = []
+    rows, exact = [], set()
     for m in metrics:
         stack = np.stack([r.per_query[m] for r in runs], axis=1)
         ok = ~np.isnan(stack).any(axis=1)
@@ -637,14 +649,18 @@ def _metric_rows(
         vals = stack[ok]
         rng = np.random.default_rng(seed)
         reps = resampled_means(vals, groups, n_boot, rng) if vals.size else None
+        units = len(vals) if groups is None else len(np.unique(groups))
+        enumerated = settings["test"] == "permutation" and 0 < units <= EXACT_SIGN_FLIP_UNITS
         for i, name in enumerate(names):
             row = _row(
                 name, m, float(runs[i].metrics.get(m, math.nan)), own_ci[i][m], int(ok.sum())
             )
             if i != base:
                 row.update(_paired_difference(vals, groups, reps, i, base, settings))
+                if enumerated:
+                    exact.add((name, m))
             rows.append(row)
-    return rows
+    return rows, frozenset(exact)
 
 
 def _paired_difference(
@@ -716,9 +732,18 @@ def _point(diff: np.ndarray, groups: np.ndarray | None) -> float:
     return float((np.bincount(groups, weights=diff, minlength=n) / np.bincount(groups)).mean())
 
 
-def _fmt_p(p: float, settings: dict[str, Any]) -> str:
-    # A resampling p-value cannot resolve below 1 / n_boot: say "<" rather than print 0.
+def _fmt_p(p: float, settings: dict[str, Any], exact: bool = False) -> str:
+    """A p-value for the tables, 4 decimals.
+
+    A resampling p-value cannot resolve below 1 / n_boot: say "<" rather than print 0.  An
+    exact one (every sign pattern enumerated) is at least 2 / 2**12, so 4 decimals show it.
+
+    >>> _fmt_p(0.0, {"n_boot": 1000}), _fmt_p(2 / 4096, {"n_boot": 1000}, exact=True)
+    ('<1e-03', '0.0005')
+    """
     n_boot = settings.get("n_boot", 1000)
+    if exact:
+        return f"{p:.4f}"
     return f"<{_resolution(n_boot)}" if p < 1.0 / n_boot else f"{p:.4f}"
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 __all__ = [
     "CHUNK",
+    "EXACT_SIGN_FLIP_UNITS",
     "bootstrap_p",
     "draw_indices",
     "mean_difference_interval",
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 CHUNK = 1 << 20  # drawn indices per block: bounded memory for any n_boot
+#: Up to this many units :func:`permutation_p` enumerates every sign pattern: its p is exact.
+EXACT_SIGN_FLIP_UNITS = 12
 
 Statistic = Callable[..., dict[str, float]]
 
@@ -255,7 +258,7 @@ def permutation_p(diff: np.ndarray, groups: np.ndarray | None, n_perm: int, seed
     reach = abs(diff.mean()) - 1e-12 * max(1.0, float(np.abs(diff).max()))
     if np.all(diff == 0):
         return 1.0
-    if n <= 12:  # exact: every one of the 2^n sign patterns
+    if n <= EXACT_SIGN_FLIP_UNITS:  # exact: every one of the 2^n sign patterns
         signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
         stats = np.abs(signs @ diff / n)
         return float(np.mean(stats >= reach))
