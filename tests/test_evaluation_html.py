@@ -195,6 +195,26 @@ def test_gallery_of_a_lower_is_better_custom_metric_shows_its_highest_values(tmp
     assert shown == pytest.approx(sorted(means, reverse=True), rel=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("rows", "needle"),
+    [
+        (np.array([2**64 - 1], dtype=np.uint64), "rows holds 18446744073709551615, above"),
+        ([-1], "rows holds -1, not a query row"),
+        ([36], "rows holds 36, not a query row"),
+        ([1.0], "rows must hold integer query positions"),
+    ],
+)
+def test_gallery_rows_refuses_positions_outside_the_queries(rows, needle):
+    from embedeval.evaluation.gallery import gallery_rows
+
+    with pytest.raises(InputError, match=needle):
+        gallery_rows(rows, 2, query=X, query_labels=Y)
+    # within range, any integer dtype reads as given
+    got = gallery_rows(np.array([35, 0], dtype=np.uint64), 1, query=X, query_labels=Y)
+    assert [r.query for r in got] == [35, 0]
+    assert [r.indices.tolist() for r in got] == [brute_ranking(q, X, Y)[0][:1] for q in (35, 0)]
+
+
 def test_gallery_with_a_reference_set_and_groups_skips_excluded_references(tmp_path):
     xq, yq = X[:12], Y[:12]
     xb, yb = X[8:], Y[8:]

@@ -399,6 +399,24 @@ def test_bad_csr_arrays(lims, ranks, grades, needle):
         judged_metric_values(["map"], lims, ranks, grades)
 
 
+@pytest.mark.parametrize("name", ["lims", "ranks", "grades"])
+def test_uint64_values_above_int64_are_refused_not_wrapped(name):
+    arrays = {"lims": [0, 2], "ranks": [2, 1], "grades": [1, 0]}
+    arrays[name] = np.array(arrays[name], dtype=np.uint64)
+    arrays[name][-1] = np.uint64(2**63)  # as int64 it would read -2**63
+    with pytest.raises(InputError, match=f"{name} holds 9223372036854775808, above the largest"):
+        judged_metric_values(["mrr"], arrays["lims"], arrays["ranks"], arrays["grades"])
+
+
+def test_uint64_arrays_within_int64_are_read_as_given():
+    # the relevant document is at rank 2: reciprocal rank 1/2
+    u = np.uint64
+    got = judged_metric_values(
+        ["mrr"], np.array([0, 2], u), np.array([2, 1], u), np.array([1, 0], u)
+    )
+    assert got["mrr"].tolist() == [0.5]
+
+
 def test_bad_options():
     with pytest.raises(InputError, match="gain"):
         judged_metric_values(["ndcg"], [0, 1], [1], [1], gain="exp")

@@ -320,6 +320,18 @@ def test_retrieve_help_names_the_report():
     assert "--reference-texts" in proc.stdout and "corpus row" in proc.stdout
 
 
+def test_first_relevant_ranks_refuses_uint64_ranks_above_int64():
+    from embedeval.evaluation.judged_html import first_relevant_ranks, judged_counts
+
+    # ranks 3 and 1 for the two relevant documents of query 0: its first relevant is rank 1
+    u = np.uint64
+    assert first_relevant_ranks([0, 3], [1, 0, 1], np.array([3, 2, 1], u), 1).tolist() == [1]
+    with pytest.raises(InputError, match="ranks holds 9223372036854775808, above the largest"):
+        first_relevant_ranks([0, 3], [1, 0, 1], np.array([3, 2, 2**63], u), 1)
+    with pytest.raises(InputError, match="lims holds 9223372036854775811, above the largest"):
+        judged_counts(np.array([0, 2**63 + 3], u), [1, 0, 1], 1)
+
+
 # ------------------------------------------------------------------------------ real browser
 def test_the_qrels_report_renders_in_headless_chromium(cli_files):
     browser = _chromium()

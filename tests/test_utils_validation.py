@@ -525,3 +525,12 @@ def test_closed_unit_interval_arguments_state_that_zero_is_accepted():
         erc.coverage_at_risk("a")
     with pytest.raises(ee.InputError, match=r"coverage must be a number in \(0, 1\]"):
         erc.selective_risk("a")
+
+
+def test_as_int64_refuses_uint64_values_that_would_wrap():
+    from embedeval.utils.validation import as_int64
+
+    u = np.uint64
+    assert as_int64(np.array([0, 2**63 - 1], u), "ranks", "").tolist() == [0, 2**63 - 1]
+    with pytest.raises(ee.InputError, match=r"ranks holds 9223372036854775808.*Pass 1-based"):
+        as_int64(np.array([1, 2**63], u), "ranks", "Pass 1-based ranks.")

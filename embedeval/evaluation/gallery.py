@@ -21,6 +21,7 @@ from ..utils.errors import InputError
 from ..utils.validation import (
     as_any_labels,
     as_embeddings,
+    as_int64,
     as_labels,
     as_labels_like,
     check_same_label_kind,
@@ -107,11 +108,11 @@ def gallery_rows(
     >>> r[0].indices.tolist(), r[0].relevant.tolist(), r[0].first_relevant
     ([1, 2], [False, True], 2)
     """
-    rows = np.asarray(rows, dtype=np.int64)
     search, cq, cb, n_b = _prepare(
         query, query_labels, reference, reference_labels,
         ref_includes_query, query_groups, reference_groups, distance,
     )  # fmt: skip
+    rows = _query_rows(rows, cq.shape[0])
     dist, idx = search(rows, k)
     first = _first_relevant(search, rows, idx, cq, cb, k, n_b)
     out = []
@@ -121,6 +122,20 @@ def gallery_rows(
         rel = _relevant(cq, cb, np.array([q]), j[None, :])[0]
         out.append(GalleryRow(q, j, dist[n][ok], rel, first[n]))
     return out
+
+
+def _query_rows(rows: Any, n_query: int) -> np.ndarray:
+    """``rows`` as int64 query positions, each in 0..n_query - 1 (a negative one would index
+    from the end, and a uint64 one above 2**63 - 1 would wrap to a negative one)."""
+    fix = f"Pass query row positions 0..{n_query - 1}."
+    arr = as_int64(np.asarray(rows).ravel(), "rows", fix)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise InputError(f"rows must hold integer query positions; got dtype {arr.dtype}. {fix}")
+    arr = arr.astype(np.int64, copy=False)
+    outside = arr[(arr < 0) | (arr >= n_query)]
+    if outside.size:
+        raise InputError(f"rows holds {int(outside[0])}, not a query row. {fix}")
+    return arr
 
 
 def ranked_relevance(

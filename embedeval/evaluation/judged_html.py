@@ -20,7 +20,7 @@ import numpy as np
 
 from ..metrics.judged import NOT_RANKED, parse_ir_metrics
 from ..utils.errors import InputError
-from ..utils.validation import check_int
+from ..utils.validation import as_int64, check_int
 from .gallery import worst_queries
 from .html import (
     _cell,
@@ -51,7 +51,7 @@ def judged_counts(lims: Any, grades: Any, relevance_level: int) -> tuple[np.ndar
     >>> judged_counts([0, 3, 3, 5], [2, 0, 1, -1, 1], 1)
     ([3, 0, 2], [2, 0, 1])
     """
-    lims, grades = np.asarray(lims, dtype=np.int64), np.asarray(grades, dtype=np.int64)
+    lims, grades = _int64(lims, "lims"), _int64(grades, "grades")
     n_judged = np.diff(lims)
     query = np.repeat(np.arange(n_judged.size), n_judged)
     relevant = np.bincount(query[grades >= relevance_level], minlength=n_judged.size)
@@ -65,13 +65,18 @@ def first_relevant_ranks(lims: Any, grades: Any, ranks: Any, relevance_level: in
     >>> first_relevant_ranks([0, 3, 5], [2, 0, 1, 1, 0], [7, 1, 3, NOT_RANKED, 1], 1).tolist()
     [3, 0]
     """
-    lims = np.asarray(lims, dtype=np.int64)
-    grades, ranks = np.asarray(grades), np.asarray(ranks, dtype=np.int64)
+    lims, grades, ranks = _int64(lims, "lims"), np.asarray(grades), _int64(ranks, "ranks")
     query = np.repeat(np.arange(lims.size - 1), np.diff(lims))
     ok = (grades >= relevance_level) & (ranks != NOT_RANKED)
     first = np.full(lims.size - 1, np.iinfo(np.int64).max)
     np.minimum.at(first, query[ok], ranks[ok])
     return np.where(first == np.iinfo(np.int64).max, 0, first)
+
+
+def _int64(values: Any, name: str) -> np.ndarray:
+    """A judgment array as int64; a uint64 value int64 cannot hold is an error, not a wrap."""
+    fix = "Pass the arrays of a QrelsResult (judged_lims, judged_grades, judged_ranks)."
+    return as_int64(values, name, fix).astype(np.int64, copy=False)
 
 
 def gallery_metric_name(names: Sequence[str], gallery_metric: str | None) -> str:

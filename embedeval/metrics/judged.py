@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from ..utils.errors import InputError, InputTypeError
-from ..utils.validation import check_choice, check_int, suggest
+from ..utils.validation import as_int64, check_choice, check_int, suggest
 
 __all__ = [
     "DEFAULT_IR_METRICS",
@@ -279,6 +279,14 @@ relevant document is in the top 10, what evaluate calls recall_at_10).
 
 
 # --------------------------------------------------------------------------- computation
+# What each CSR array must hold, for the message refusing a uint64 value that int64 cannot.
+_CSR_FIX = {
+    "lims": "Pass entry offsets (query q owns entries lims[q]:lims[q + 1]).",
+    "ranks": "Pass 1-based ranks, NOT_RANKED (2**63 - 1) for a judged document not retrieved.",
+    "grades": "Pass grades within the 64-bit integer range, as trec_eval's C long holds them.",
+}
+
+
 def _check_csr(lims: Any, ranks: Any, grades: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     arrays = []
     for name, value in (("lims", lims), ("ranks", ranks), ("grades", grades)):
@@ -287,7 +295,7 @@ def _check_csr(lims: Any, ranks: Any, grades: Any) -> tuple[np.ndarray, np.ndarr
             raise InputError(
                 f"{name} must be a 1-D integer array; got dtype {arr.dtype}, shape {arr.shape}."
             )
-        arrays.append(arr.astype(np.int64, copy=False))
+        arrays.append(as_int64(arr, name, _CSR_FIX[name]).astype(np.int64, copy=False))
     lims, ranks, grades = arrays
     if lims.size == 0 or lims[0] != 0 or np.any(np.diff(lims) < 0):
         raise InputError(

@@ -20,6 +20,7 @@ from .errors import InputError, InputTypeError
 __all__ = [
     "as_any_labels",
     "as_embeddings",
+    "as_int64",
     "as_label_indicator",
     "as_labels",
     "as_labels_like",
@@ -85,6 +86,23 @@ def check_int(
     if maximum is not None and value > maximum:
         raise InputError(f"{name} must be <= {maximum}; got {value}.")
     return value
+
+
+def as_int64(values: Any, name: str, fix: str) -> np.ndarray:
+    """An integer array (any int or uint dtype) as int64, refusing a uint64 value above the
+    largest int64: the cast would silently wrap it to a negative number.  ``fix`` ends the
+    message (what the values should be).  Other dtypes are left to the caller to judge.
+
+    >>> as_int64(np.array([1, 2], dtype=np.uint64), "ranks", "Pass 1-based ranks.").dtype
+    dtype('int64')
+    """
+    arr = np.asarray(values)
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise InputError(
+            f"{name} holds {int(arr.max())}, above the largest int64 (2**63 - 1), which would "
+            f"wrap to a negative number. {fix}"
+        )
+    return arr.astype(np.int64, copy=False) if arr.dtype.kind in "iu" else arr
 
 
 def _is_whole_float(value: Any) -> bool:
