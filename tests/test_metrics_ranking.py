@@ -316,6 +316,8 @@ def test_from_neighbors_matches_a_loop_and_feeds_metrics():
 def test_more_bad_input():
     with pytest.raises(ee.InputError, match="object"):
         rk.average_precision(np.array([1, 0], dtype=object), [1, 0])
+    with pytest.raises(ee.InputError, match=r"y_score holds the integer 1180591620717411303424"):
+        rk.average_precision([1, 0], [2**70, 1])
     with pytest.raises(ee.InputError, match="empty"):
         rk.average_precision([], [])
     with pytest.raises(ee.InputError, match="1-D or 2-D"):

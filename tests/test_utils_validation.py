@@ -534,3 +534,25 @@ def test_as_int64_refuses_uint64_values_that_would_wrap():
     assert as_int64(np.array([0, 2**63 - 1], u), "ranks", "").tolist() == [0, 2**63 - 1]
     with pytest.raises(ee.InputError, match=r"ranks holds 9223372036854775808.*Pass 1-based"):
         as_int64(np.array([1, 2**63], u), "ranks", "Pass 1-based ranks.")
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        [[2**70, 1], [1, 2], [3, 4]],
+        np.array([[1, 2], [-(2**64), 2], [3, 4]]),
+        [[1, 2], [3, 4], [5, 10**40]],
+    ],
+)
+def test_integers_beyond_64_bits_are_named_as_such(query):
+    # numpy keeps them as Python objects; the message says why and how to fix it
+    with pytest.raises(
+        ee.InputTypeError,
+        match=r"query holds the integer -?\d+(\.\.\. \(41 digits\))?, beyond 64-bit",
+    ) as info:
+        ee.evaluate(query, [0, 0, 1], progress=False)
+    assert "dtype=np.float64" in str(info.value) and "rescale" in str(info.value)
+    with pytest.raises(ee.InputTypeError, match="confidences holds the integer 10000000000"):
+        ee.evaluate(X[:3], [0, 0, 1], confidences=[1, 10**30, 2], progress=False)
+    # integers up to 2**64 - 1 fit uint64 and are read as numbers
+    assert ee.evaluate(np.array([[2**64 - 1], [1], [3]]), [0, 0, 1], progress=False)

@@ -31,7 +31,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError
-from ..utils.validation import check_choice, check_int, check_positive, divide
+from ..utils.validation import (
+    check_choice,
+    check_int,
+    check_positive,
+    divide,
+    refuse_object_array,
+)
 from .curves import exact_number, refuse_merged_integers, threshold_counts
 from .judged import GAINS, refuse_large_grade
 
@@ -68,8 +74,8 @@ def _as_2d(
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     t = _rectangular_input(y_true, "y_true")
     s = _rectangular_input(y_score, "y_score")
-    if t.dtype == object or s.dtype == object:
-        raise InputError("y_true and y_score must be numeric arrays, not object arrays.")
+    for name, arr in (("y_true", t), ("y_score", s)):
+        refuse_object_array(arr, name, "y_true and y_score must be numeric arrays.", InputError)
     for name, arr in (("y_true", t), ("y_score", s)):
         if arr.dtype.kind not in "fiub":
             raise InputError(

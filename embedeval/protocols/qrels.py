@@ -56,6 +56,7 @@ from ..utils.validation import (
     check_choice,
     check_int,
     host_array,
+    refuse_object_array,
 )
 from .qrels_shards import CorpusSearch, corpus_search, shard_list
 
@@ -357,6 +358,7 @@ def _corpus(corpus: Any) -> np.ndarray | Float32Rows:
         arr = as_embeddings(arr, "corpus")
     if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
         raise InputError(f"corpus must be 2-D (n_documents, dim), not empty; got {arr.shape}.")
+    refuse_object_array(arr, "corpus", "pass a numeric (n_documents, dim) array.")
     if arr.dtype.kind not in "fiu":
         raise InputTypeError(f"corpus must be numeric; got dtype {arr.dtype}.")
     return float32_rows(arr)

@@ -40,6 +40,7 @@ __all__ = [
     "label_keys",
     "label_sizes",
     "label_text",
+    "refuse_object_array",
     "single_labels",
     "suggest",
     "zero_rows",
@@ -216,6 +217,43 @@ def _asarray(x: Any, name: str) -> np.ndarray:
         raise InputError(f"{name} cannot be read as an array: {exc}") from exc
 
 
+def refuse_object_array(
+    arr: np.ndarray, name: str, fix: str, error: type[Exception] = InputTypeError
+) -> None:
+    """Raise ``error`` when ``arr`` is an object array (``fix``: what to pass).
+
+    numpy keeps integers that no 64-bit integer holds (``2**70``) as Python objects, so such
+    values get their own message: it is their size, not their type, that needs fixing.
+
+    >>> try:
+    ...     refuse_object_array(np.array([[2**70, 1]]), "query", "pass numbers.")
+    ... except InputTypeError as exc:
+    ...     print(str(exc)[:61])
+    query holds the integer 1180591620717411303424, beyond 64-bit
+    """
+    if arr.dtype != object:
+        return
+    big = next((v for v in arr.flat if _beyond_64_bits(v)), None)
+    if big is None:
+        raise error(f"{name} is an object array; {fix}")
+    digits = str(big)
+    shown = digits if len(digits) <= 30 else f"{digits[:12]}... ({len(digits)} digits)"
+    raise error(
+        f"{name} holds the integer {shown}, beyond 64-bit integers (-2**63 .. 2**64 - 1), so "
+        f"numpy keeps {name} as Python objects; convert it to floats "
+        f"(np.asarray({name}, dtype=np.float64)) or rescale its values."
+    )
+
+
+def _beyond_64_bits(value: Any) -> bool:
+    """An integer (not a bool) that neither int64 nor uint64 holds."""
+    return (
+        isinstance(value, numbers.Integral)
+        and not isinstance(value, (bool, np.bool_))
+        and not -(2**63) <= int(value) < 2**64
+    )
+
+
 def _describe_bad_rows(bad: np.ndarray) -> str:
     rows = np.flatnonzero(bad)
     return f"{rows.size} row(s), first at row {int(rows[0])}"
@@ -233,10 +271,7 @@ def as_embeddings(
     Memory-mapped float32 arrays stay memory-mapped.  float16/float64 inputs are converted.
     """
     arr = _asarray(x, name)
-    if arr.dtype == object:
-        raise InputTypeError(
-            f"{name} is an object array; pass a numeric array (e.g. np.stack(list_of_vectors))."
-        )
+    refuse_object_array(arr, name, "pass a numeric array (e.g. np.stack(list_of_vectors)).")
     if arr.dtype.kind not in "fiub":
         raise InputTypeError(f"{name} must be numeric; got dtype {arr.dtype}.")
     if arr.ndim != 2:
@@ -317,8 +352,7 @@ def as_vector(
 ) -> np.ndarray:
     """Return ``x`` as a 1-D numeric array of ``dtype`` (checked length and finiteness)."""
     arr = _asarray(x, name)
-    if arr.dtype == object:
-        raise InputTypeError(f"{name} is an object array; pass numbers.")
+    refuse_object_array(arr, name, "pass numbers.")
     if arr.dtype.kind not in "fiub":
         raise InputTypeError(
             f"{name} must be numeric; got dtype {arr.dtype}. Pass one number per item."
