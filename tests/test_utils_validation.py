@@ -40,6 +40,12 @@ EVALUATE_CASES = [
         ee.InputError,
         r"query has NaN or infinite values in 2 row\(s\), first at row 4",
     ),
+    (
+        {"query": _nan_rows(X, [2, 5], 1e200)},  # finite float64, infinite as float32
+        ee.InputError,
+        r"query has values beyond float32's range \(about 3.4e\+38\) in 2 row\(s\), first at "
+        r"row 2, which would become infinite; rescale it first, e.g. query / 2\*\*k",
+    ),
     ({"reference": np.arange(10.0)}, ee.InputError, r"reference must be 2-D.*\(10,\)"),
     ({"reference": np.zeros((10, 2, 1))}, ee.InputError, r"reference must be 2-D.*\(10, 2, 1\)"),
     ({"reference": np.zeros((0, 2)), "reference_labels": []}, ee.InputError, r"reference is empty"),

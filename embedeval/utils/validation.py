@@ -290,16 +290,34 @@ def as_embeddings(
             f"{name} has no columns (shape {arr.shape}): its vectors have zero dimensions; "
             "pass (n_items, dim) embeddings with dim >= 1."
         )
+    given = arr
     if arr.dtype != dtype:
-        arr = arr.astype(dtype)
+        with np.errstate(over="ignore"):  # values beyond the range: refused below, by name
+            arr = arr.astype(dtype)
     if arr.dtype.kind == "f":
         finite = _rows_finite(arr)
         if not finite.all():
-            raise InputError(
-                f"{name} has NaN or infinite values in {_describe_bad_rows(~finite)}; "
-                "drop or repair those rows before evaluating."
-            )
+            _refuse_not_finite(given, finite, name, arr.dtype)
     return arr
+
+
+def _refuse_not_finite(given: np.ndarray, finite: np.ndarray, name: str, dtype: np.dtype) -> None:
+    """Raise for the rows that are not ``finite`` once converted to ``dtype``: as given (NaN,
+    inf), or finite values beyond its range (float64 ``1e200`` in float32)."""
+    bad = ~finite
+    if given.dtype.kind == "f":
+        overflow = bad.copy()
+        overflow[bad] = _rows_finite(given[bad])
+        if overflow.any():
+            raise InputError(
+                f"{name} has values beyond {dtype}'s range (about {np.finfo(dtype).max:.1e}) in "
+                f"{_describe_bad_rows(overflow)}, which would become infinite; rescale it first, "
+                f"e.g. {name} / 2**k for a k that brings its largest value within that range."
+            )
+    raise InputError(
+        f"{name} has NaN or infinite values in {_describe_bad_rows(bad)}; "
+        "drop or repair those rows before evaluating."
+    )
 
 
 def _rows_finite(arr: np.ndarray, block: int = 8192) -> np.ndarray:
