@@ -199,6 +199,48 @@ def test_trained_index_searches_the_data_it_was_trained_on(move):
     np.testing.assert_array_equal(res.per_query["precision_at_1"], p1)
 
 
+def _oracle_cosine_p1_mapr(x, y):
+    """Plain leave-one-out loop: float64 cosines of the rows, ties by index."""
+    unit = x.astype(np.float64) / np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)
+    idx = np.arange(len(x))
+    p1, mapr = [], []
+    for i in idx:
+        keep = idx != i
+        d = -(unit[keep] @ unit[i])
+        order = idx[keep][np.lexsort((idx[keep], d))]
+        rel = (y[order] == y[i]).astype(float)
+        r = int(rel.sum())
+        prec = np.cumsum(rel[:r]) / np.arange(1, r + 1)
+        p1.append(rel[0])
+        mapr.append((prec * rel[:r]).sum() / r)
+    return np.array(p1), np.array(mapr)
+
+
+@pytest.fixture(scope="module")
+def far_clusters():
+    # 20 classes of unit-scale noise around a common offset of 10,000: every unit row lies
+    # within about 1e-4 of one direction.
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 20, 1500)
+    x = rng.standard_normal((20, 8))[y] + 0.6 * rng.standard_normal((1500, 8)) + 1e4
+    return x.astype(np.float32), y
+
+
+@pytest.mark.parametrize(("index", "params"), [("Flat", None), ("IVF8,Flat", {"nprobe": 8})])
+def test_cosine_of_rows_sharing_a_large_offset_lists_the_nearest_references(
+    far_clusters, index, params
+):
+    # float32 inner products of such unit rows cannot tell them apart (the index listed an
+    # arbitrary set: MAP@R 0.40 instead of 0.46); searched about their common direction, an
+    # index that scans every reference lists exactly the nearest ones.
+    x, y = far_clusters
+    res = evaluate(x, y, metrics=["precision_at_1", "map_at_r"], distance="cosine",
+                   index=index, index_params=params, exact_sample=300)  # fmt: skip
+    p1, mapr = _oracle_cosine_p1_mapr(x, y)
+    np.testing.assert_array_equal(res.per_query["precision_at_1"], p1)
+    np.testing.assert_allclose(res.per_query["map_at_r"], mapr, rtol=1e-12)
+
+
 def test_int_k_makes_map_and_mrr_possible(grid):
     x, y, _ = grid
     exact = evaluate(x, y, metrics=["map", "mrr"], k=30)

@@ -44,6 +44,10 @@ _DEFAULT_TRAINING_ROWS = 65_536
 _ADD_BLOCK = 65_536
 _N_BOOT = 1000
 _CI = 0.95
+#: Cosine references whose mean unit vector is at least this long share one direction so
+#: closely (mean squared distance to it at most 0.02) that float32 inner products of the unit
+#: rows lose the digits telling them apart: an index built here searches them about it.
+_CONCENTRATED = 0.99
 #: What :func:`search` returns about itself: its exact-sample report, which
 #: :func:`embedeval.search.dispatch.run_search` files as :attr:`SearchOutcome.approximation`.
 REPORT = "approximation"
@@ -120,10 +124,14 @@ def train_index(
     return idx
 
 
-def _open_index(index: Any, dim: int, distance: str) -> tuple[Any, str]:
+def _open_index(index: Any, dim: int, distance: str, tangent: bool = False) -> tuple[Any, str]:
+    """The faiss index of ``index`` and its description; a factory string is built with the
+    metric of ``distance`` (``METRIC_L2`` for cosine in ``tangent`` coordinates: see
+    :class:`_Space`)."""
     import faiss
 
-    metric = faiss.METRIC_L2 if distance == "euclidean" else faiss.METRIC_INNER_PRODUCT
+    l2 = distance == "euclidean" or tangent
+    metric = faiss.METRIC_L2 if l2 else faiss.METRIC_INNER_PRODUCT
     if isinstance(index, faiss.Index):
         idx, desc = faiss.clone_index(index), f"<{type(index).__name__}>"
     elif isinstance(index, (str, os.PathLike)):
@@ -168,14 +176,48 @@ def _open_index(index: Any, dim: int, distance: str) -> tuple[Any, str]:
 def _prepare(x: np.ndarray, distance: str) -> np.ndarray:
     x = np.ascontiguousarray(x, dtype=np.float32)
     if distance == "cosine":
-        norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(np.float32)
-        if (norms == 0).any():
-            raise InputError(
-                "distance='cosine' needs non-zero vectors; a row is all zero "
-                f"(first at row {int(np.flatnonzero(norms == 0)[0])} of its block)."
-            )
-        x = x / norms[:, None]
+        norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
+        _check_nonzero(norms)
+        x = x / norms.astype(np.float32)[:, None]
     return x
+
+
+def _check_nonzero(norms: np.ndarray) -> None:
+    if (norms == 0).any():
+        raise InputError(
+            "distance='cosine' needs non-zero vectors; a row is all zero "
+            f"(first at row {int(np.flatnonzero(norms == 0)[0])} of its block)."
+        )
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    """The rows of ``x`` scaled to unit L2 norm in float64 (an all-zero row is refused)."""
+    x = np.asarray(x, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x))
+    _check_nonzero(norms)
+    return x / norms[:, None]
+
+
+def _shared_direction(reference: np.ndarray, distance: str) -> np.ndarray | None:
+    """For cosine, the mean direction ``m`` of the float64 unit rows of ``reference`` when they
+    are concentrated about it (their mean is at least ``_CONCENTRATED`` long, as for embeddings
+    sharing a large common offset), else ``None``.
+
+    Examples
+    --------
+    >>> x = np.random.default_rng(0).standard_normal((100, 4)).astype(np.float32)
+    >>> _shared_direction(x, "cosine") is None, _shared_direction(x + 1000, "cosine").round(3)
+    (True, array([0.5, 0.5, 0.5, 0.5]))
+    """
+    if distance != "cosine":
+        return None
+    total = np.zeros(reference.shape[1])
+    for a in range(0, reference.shape[0], _ADD_BLOCK):
+        total += _unit_rows(reference[a : a + _ADD_BLOCK]).sum(axis=0)
+    length = float(np.linalg.norm(total))
+    if length < _CONCENTRATED * max(reference.shape[0], 1):
+        return None
+    return total / length
 
 
 @dataclass(frozen=True)
@@ -184,22 +226,35 @@ class _Space:
     ``centre`` (:class:`embedeval.engine.task.RetrievalTask`); an index trained before the call
     (:func:`train_index`, a saved file) learnt its centroids and codebooks on the caller's
     rows, so it is added to and searched with those, recovered exactly (both steps invert
-    exact operations), and its distances are brought back to the task's scale."""
+    exact operations), and its distances are brought back to the task's scale.
+
+    Cosine rows concentrated about a ``direction`` m (:func:`_shared_direction`) all round to
+    nearly the same float32 unit vector, whose inner products cannot tell them apart.  An index
+    built here then holds the unit rows minus m, formed in float64 (small, so float32 keeps
+    their digits), with ``METRIC_L2``: ``|(u - m) - (v - m)|**2 = |u - v|**2 = 2 - 2 u.v``
+    ranks like the cosine, and half of it is the key ``1 - cos``."""
 
     scale: int = 0
     centre: np.ndarray | None = None
+    direction: np.ndarray | None = None
 
     def rows(self, x: np.ndarray, distance: str) -> np.ndarray:
         """Rows of ``task.query`` / ``task.reference`` as the index must see them."""
+        if self.direction is not None:
+            return np.ascontiguousarray(_unit_rows(x) - self.direction, dtype=np.float32)
         if self.centre is not None:
             x = np.asarray(x, dtype=np.float32) + self.centre
         if self.scale:
             x = np.ldexp(np.asarray(x, dtype=np.float32), -self.scale)
         return _prepare(x, distance)
 
-    def keys(self, dist: np.ndarray) -> np.ndarray:
-        """faiss's distances or products on the task's scale (both grow like 2**(2 scale))."""
-        return np.ldexp(dist, 2 * self.scale) if self.scale else dist
+    def keys(self, dist: np.ndarray, distance: str) -> np.ndarray:
+        """Ranking keys (ascending) from faiss's distances or products, on the task's scale
+        (both grow like 2**(2 scale))."""
+        if self.direction is not None:  # |u - v|**2 / 2 = 1 - cos: the cosine key plus 1
+            return np.ldexp(dist, -1)
+        dist = np.ldexp(dist, 2 * self.scale) if self.scale else dist
+        return dist if distance == "euclidean" else -dist
 
 
 def _space(task: RetrievalTask, idx: Any, given: bool) -> _Space:
@@ -227,8 +282,10 @@ def _train(
     seed: int,
     training_rows: int | None = None,
     clustering: str = "kmeans",
+    space: _Space | None = None,
 ) -> int:
-    """Train ``idx`` (when it needs it) on a seeded subsample; return the rows used."""
+    """Train ``idx`` (when it needs it) on a seeded subsample, in the coordinates of ``space``;
+    return the rows used."""
     import faiss
 
     ivf = faiss.try_extract_index_ivf(idx)
@@ -254,7 +311,7 @@ def _train(
     rows = np.arange(n_ref)
     if n_train < n_ref:
         rows = np.sort(np.random.default_rng(seed).choice(n_ref, n_train, replace=False))
-    xt = _prepare(xb[rows], distance)
+    xt = (space or _Space()).rows(xb[rows], distance)
     exponent = range_exponent([xt], distance)
     if exponent < 0:  # faiss's k-means would abort the process on infinite distances
         raise InputError(
@@ -361,14 +418,16 @@ def _filled_index(
     gets train_s and add_s."""
     n_ref = int(task.reference.shape[0])
     t0 = time.perf_counter()
-    idx, desc = _open_index(index, int(task.reference.shape[1]), task.distance)
     # A factory string builds the index here; an object or a file may arrive trained.
     given = not isinstance(index, (str, os.PathLike)) or os.path.isfile(os.fspath(index))
-    space = _space(task, idx, given)
+    direction = None if given else _shared_direction(task.reference, task.distance)
+    dim = int(task.reference.shape[1])
+    idx, desc = _open_index(index, dim, task.distance, tangent=direction is not None)
+    space = _space(task, idx, given) if direction is None else _Space(direction=direction)
     # A parameter this index does not have is refused before the training (minutes on a large
     # set), and set again once trained: training may reset some (a polysemous threshold).
     _set_params(idx, index_params)
-    n_train = _train(idx, task.reference, task.distance, seed)
+    n_train = _train(idx, task.reference, task.distance, seed, space=space)
     timings["train_s"] = time.perf_counter() - t0
     _set_params(idx, index_params)
     t0 = time.perf_counter()
@@ -481,8 +540,7 @@ def _block_lists(
         for k in np.unique(kq[pending]):
             rows = pending[kq[pending] == k]
             dist, ids = idx.search(xq[rows], int(k))
-            dist = space.keys(dist)
-            keys = dist if task.distance == "euclidean" else -dist
+            keys = space.keys(dist, task.distance)
             got = ids >= 0
             complete = ~got[:, -1] | (k >= n_ref)  # fewer than k came back: nothing was cut
             last = np.where(got, keys, -np.inf).max(axis=1)
