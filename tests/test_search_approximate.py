@@ -241,6 +241,27 @@ def test_cosine_of_rows_sharing_a_large_offset_lists_the_nearest_references(
     np.testing.assert_allclose(res.per_query["map_at_r"], mapr, rtol=1e-12)
 
 
+def test_knn_recall_compares_with_the_exact_float64_order(far_clusters):
+    # The exact sample's lists were cut at depth d in float32 key order, which ranks these
+    # rows arbitrarily: a Flat index, listing exactly the nearest references, was reported at
+    # kNN recall 0.07.
+    x, y = far_clusters
+    metrics = ["precision_at_1", "map_at_r"]
+    flat = evaluate(x, y, metrics=metrics, distance="cosine", index="Flat", exact_sample=1500)
+    assert flat.approximation["knn_recall"] == 1.0
+    _, mapr = _oracle_cosine_p1_mapr(x, y)
+    exact = flat.approximation["metrics"]["map_at_r"]["exact"]
+    assert exact == pytest.approx(mapr.mean(), rel=1e-12)
+    # A graph index resolves them about as well as the same data at the origin.
+    recall = {}
+    for offset in (0, 10_000):
+        moved = (x.astype(np.float64) - 10_000 + offset).astype(np.float32)
+        res = evaluate(moved, y, metrics=metrics, distance="cosine", index="HNSW16",
+                       index_params={"efSearch": 32}, exact_sample=1500)  # fmt: skip
+        recall[offset] = res.approximation["knn_recall"]
+    assert recall[10_000] >= recall[0] - 0.02
+
+
 def test_int_k_makes_map_and_mrr_possible(grid):
     x, y, _ = grid
     exact = evaluate(x, y, metrics=["map", "mrr"], k=30)

@@ -10,6 +10,7 @@ their difference and a paired bootstrap confidence interval of the difference.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -626,9 +627,14 @@ def _exact_sample(
 def _exact_blocks(
     sub: RetrievalTask, seen: _SampleRecord, recall: np.ndarray, memory_budget: int
 ) -> Iterator[ScoredBlock]:
-    """The sample's exact scored blocks; ``recall`` gets each query's kNN recall."""
+    """The sample's exact scored blocks; ``recall`` gets each query's kNN recall against its
+    first references in float64 order."""
     sample, ranked = seen.sample, seen.ranked
-    for block in sorted_candidates(
+    # The engine's blocks come in float32 key order, which ties rows far from the origin (or
+    # near-ties) arbitrarily; without metrics every near-tie is decided in float64, not only
+    # those between a relevant and a non-relevant reference, so the first d are the exact ones.
+    in_order = dataclasses.replace(sub, metrics=())
+    for found in sorted_candidates(
         sub.query,
         sub.reference,
         distance=sub.distance,
@@ -638,7 +644,8 @@ def _exact_blocks(
         memory_budget=memory_budget,
         progress=False,
     ):
-        yield sub.scored(block)
+        block = in_order.decided(found)
+        yield ScoredBlock(block.queries, *sub.score_decided(block))
         for i, q in enumerate(block.queries):
             d = int(ranked[sample[q]])
             if d == 0:
