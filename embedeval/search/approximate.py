@@ -79,6 +79,9 @@ def train_index(
         path written by ``faiss.write_index``, or an index object (cloned, never modified).
     distance : {"euclidean", "cosine", "inner_product"}
         Euclidean uses ``METRIC_L2``; cosine L2-normalises and uses ``METRIC_INNER_PRODUCT``.
+        (``evaluate`` with a factory string searches cosine references concentrated about
+        one direction with ``METRIC_L2`` about it instead; a trained index is searched with the
+        unit rows themselves, whose float32 products cannot rank such references.)
     seed : int
         Seed of the training subsample.
     training_rows : int, optional
