@@ -49,6 +49,8 @@ _CI = 0.95
 #: closely (mean squared distance to it at most 0.02) that float32 inner products of the unit
 #: rows lose the digits telling them apart: an index built here searches them about it.
 _CONCENTRATED = 0.99
+#: Reference rows, at most, whose mean direction :func:`_shared_direction` measures.
+_DIRECTION_ROWS = 4096
 #: What :func:`search` returns about itself: its exact-sample report, which
 #: :func:`embedeval.search.dispatch.run_search` files as :attr:`SearchOutcome.approximation`.
 REPORT = "approximation"
@@ -203,9 +205,11 @@ def _unit_rows(x: np.ndarray) -> np.ndarray:
 
 
 def _shared_direction(reference: np.ndarray, distance: str) -> np.ndarray | None:
-    """For cosine, the mean direction ``m`` of the float64 unit rows of ``reference`` when they
-    are concentrated about it (their mean is at least ``_CONCENTRATED`` long, as for embeddings
-    sharing a large common offset), else ``None``.
+    """For cosine, the mean direction ``m`` of the float64 unit rows of a seeded sample of
+    ``reference`` (at most ``_DIRECTION_ROWS``) when they are concentrated about it (their mean
+    is at least ``_CONCENTRATED`` long, as for embeddings sharing a large common offset), else
+    ``None``.  Any ``m`` ranks as well (``|(u - m) - (v - m)| = |u - v|``): a sample only
+    says whether the rows need it and where they lie, at no cost on a large reference set.
 
     Examples
     --------
@@ -213,13 +217,15 @@ def _shared_direction(reference: np.ndarray, distance: str) -> np.ndarray | None
     >>> _shared_direction(x, "cosine") is None, _shared_direction(x + 1000, "cosine").round(3)
     (True, array([0.5, 0.5, 0.5, 0.5]))
     """
-    if distance != "cosine":
+    n = int(reference.shape[0])
+    if distance != "cosine" or n == 0:
         return None
-    total = np.zeros(reference.shape[1])
-    for a in range(0, reference.shape[0], _ADD_BLOCK):
-        total += _unit_rows(reference[a : a + _ADD_BLOCK]).sum(axis=0)
+    rows = np.arange(n)
+    if n > _DIRECTION_ROWS:
+        rows = np.sort(np.random.default_rng(0).choice(n, _DIRECTION_ROWS, replace=False))
+    total = _unit_rows(reference[rows]).sum(axis=0)
     length = float(np.linalg.norm(total))
-    if length < _CONCENTRATED * max(reference.shape[0], 1):
+    if length < _CONCENTRATED * rows.size:
         return None
     return total / length
 
@@ -244,8 +250,12 @@ class _Space:
 
     def rows(self, x: np.ndarray, distance: str) -> np.ndarray:
         """Rows of ``task.query`` / ``task.reference`` as the index must see them."""
-        if self.direction is not None:
-            return np.ascontiguousarray(_unit_rows(x) - self.direction, dtype=np.float32)
+        if self.direction is not None:  # float64 a few thousand rows at a time
+            out = np.empty(x.shape, dtype=np.float32)
+            for a in range(0, x.shape[0], _DIRECTION_ROWS):
+                piece = slice(a, a + _DIRECTION_ROWS)
+                out[piece] = _unit_rows(x[piece]) - self.direction
+            return out
         if self.centre is not None:
             x = np.asarray(x, dtype=np.float32) + self.centre
         if self.scale:
