@@ -195,6 +195,24 @@ def test_gallery_of_a_lower_is_better_custom_metric_shows_its_highest_values(tmp
     assert shown == pytest.approx(sorted(means, reverse=True), rel=1e-12)
 
 
+def test_per_class_figure_of_a_lower_is_better_custom_metric_shows_its_highest_first():
+    from embedeval.evaluation.figures import run_figures
+
+    def first_rank(relevant, n_relevant):
+        return relevant.argmax(axis=1) + 1.0
+
+    metric = ee.RetrievalMetric(first_rank, depth="all", higher_is_better=False)
+    res = ee.evaluate(X, Y, metrics=[], custom_metrics={"first_rank": metric}, progress=False)
+    ax = run_figures(res, None)["per_class"].axes[0]
+    ranks = [first_relevant(brute_ranking(q, X, Y)[2]) for q in range(len(X))]
+    means = {c: np.mean([ranks[q] for q in range(len(X)) if Y[q] == c]) for c in range(4)}
+    worst_first = sorted(means, key=lambda c: -means[c])
+    assert [t.get_text() for t in ax.get_yticklabels()] == [str(c) for c in worst_first]
+    widths = [p.get_width() for p in ax.patches]
+    assert widths == pytest.approx([means[c] for c in worst_first], rel=1e-12)
+    assert "lower is better" in ax.get_xlabel()
+
+
 @pytest.mark.parametrize(
     ("rows", "needle"),
     [

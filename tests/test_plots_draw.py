@@ -105,6 +105,18 @@ def test_per_class_shows_the_worst_classes_first():
     assert sorted(p.get_width() for p in ax.patches) == [0.1, 0.3]
 
 
+def test_per_class_of_a_lower_is_better_metric_shows_the_highest_first():
+    # mean ranks: the worst classes are the highest; equal values keep the label order
+    fig = plots.plot_per_class(
+        ["a", "b", "c", "d", "e"], [2.0, 7.0, np.nan, 4.0, 7.0], top=3, higher_is_better=False
+    )
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["b", "e", "d"]
+    assert [p.get_width() for p in ax.patches] == [7.0, 7.0, 4.0]
+    assert ax.get_xlabel() == "metric (per class, lower is better)"
+    assert ax.get_title() == "Per-class metric, worst 3 of 5 (highest first)"
+
+
 def test_error_reject_curve_reference_lines():
     y = np.array([1.0, 0.0, 1.0, 0.0])
     erc = error_reject_curve(y, np.array([0.1, 0.9, 0.2, 0.8]))

@@ -85,7 +85,9 @@ def _per_class(res: Any) -> Any:
     if name is None:
         return None
     table = res.per_class[name]
-    return plots.plot_per_class(list(table), list(table.values()), metric=name)
+    return plots.plot_per_class(
+        list(table), list(table.values()), metric=name, higher_is_better=higher_is_better(res, name)
+    )
 
 
 def pair_distances(res: Any, inputs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:

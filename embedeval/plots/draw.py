@@ -484,26 +484,33 @@ def plot_per_class(
     top: int | None = 30,
     ax: Any = None,
     metric: str = "metric",
+    higher_is_better: bool = True,
 ) -> Any:
     """Horizontal bars of a per-class metric, worst classes at the top.
 
     Shows the ``top`` worst classes (default 30; ``top=None`` for every class) against the
-    mean over *all* classes, so 2,000 classes still give a readable figure.  Each value also
-    gets a marker at the bar's end, so a class at 0 stays visible.  Ties keep the order of
-    ``labels`` (stable sort); NaN values sort last.
+    mean over *all* classes, so 2,000 classes still give a readable figure.  The worst are the
+    lowest values, or the highest when ``higher_is_better`` is False (a rank, a loss; the axis
+    label then says lower is better).  Each value also gets a marker at the bar's end, so a
+    class at 0 stays visible.  Ties keep the order of ``labels`` (stable sort); NaN values sort
+    last.
 
     Examples
     --------
     >>> fig = plot_per_class(["a", "b", "c"], [0.9, 0.1, 0.5], top=2)
     >>> [t.get_text() for t in fig.axes[0].get_yticklabels()]
     ['b', 'c']
+    >>> fig = plot_per_class(["a", "b", "c"], [0.9, 0.1, 0.5], top=2, higher_is_better=False)
+    >>> [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    ['a', 'c']
     """
     from ..utils.validation import as_vector, check_int
 
     labels = list(labels)
     vals = as_vector(values, "values", length=len(labels), length_of="labels", allow_nan=True)
     top = check_int(top, "top", allow_none=True)
-    order = np.argsort(vals, kind="stable")
+    # Negating (not reversing the sort) keeps ties in label order and NaN last.
+    order = np.argsort(vals if higher_is_better else -vals, kind="stable")
     shown = order if top is None else order[:top]
     fig, ax = _axes(ax, (6.0, max(2.8, 0.26 * len(shown) + 1.8)))
     y = np.arange(len(shown))
@@ -530,10 +537,12 @@ def plot_per_class(
     lo = min(0.0, float(np.nanmin(vals))) if np.isfinite(vals).any() else 0.0
     hi = max(1.0, float(np.nanmax(vals))) if np.isfinite(vals).any() else 1.0
     ax.set_xlim(lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo))
-    ax.set_xlabel(f"{metric} (per class)")
+    lower = "" if higher_is_better else ", lower is better"
+    ax.set_xlabel(f"{metric} (per class{lower})")
     ax.set_ylabel("class")
     worst = "" if top is None or top >= len(labels) else f", worst {len(shown)} of {len(labels)}"
-    ax.set_title(f"Per-class {metric}{worst}", pad=24)
+    first = "" if higher_is_better else " (highest first)"
+    ax.set_title(f"Per-class {metric}{worst}{first}", pad=24)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
     return fig
 
