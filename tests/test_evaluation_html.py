@@ -233,6 +233,18 @@ def test_gallery_rows_refuses_positions_outside_the_queries(rows, needle):
     assert [r.indices.tolist() for r in got] == [brute_ranking(q, X, Y)[0][:1] for q in (35, 0)]
 
 
+@pytest.mark.parametrize("rows", [[], np.array([], dtype=np.int64), np.zeros(0, np.uint64)])
+def test_gallery_rows_of_no_rows_are_none(rows):
+    from embedeval.evaluation.gallery import gallery_rows
+
+    assert gallery_rows(rows, 2, query=X, query_labels=Y) == []
+    # the other arguments are still checked
+    with pytest.raises(InputError, match="k must be >= 1"):
+        gallery_rows(rows, 0, query=X, query_labels=Y)
+    with pytest.raises(InputError, match="query_labels"):
+        gallery_rows(rows, 2, query=X, query_labels=Y[:3])
+
+
 def test_gallery_with_a_reference_set_and_groups_skips_excluded_references(tmp_path):
     xq, yq = X[:12], Y[:12]
     xb, yb = X[8:], Y[8:]

@@ -24,6 +24,7 @@ from ..utils.validation import (
     as_int64,
     as_labels,
     as_labels_like,
+    check_int,
     check_same_label_kind,
     factorize,
 )
@@ -100,19 +101,25 @@ def gallery_rows(
     the first relevant reference (searched deeper when it lies beyond ``k``).
 
     The arguments are those of :func:`embedeval.evaluate`; a reference is relevant when its
-    label equals the query's (shares one with it, for 2-D indicator labels).
+    label equals the query's (shares one with it, for 2-D indicator labels).  No ``rows`` (as
+    :func:`worst_queries` or :func:`confident_errors` may choose) give no gallery rows.
 
     Examples
     --------
     >>> r = gallery_rows([0], 2, query=[[0.0], [1.0], [3.0]], query_labels=[0, 1, 0])
     >>> r[0].indices.tolist(), r[0].relevant.tolist(), r[0].first_relevant
     ([1, 2], [False, True], 2)
+    >>> gallery_rows([], 2, query=[[0.0], [1.0], [3.0]], query_labels=[0, 1, 0])
+    []
     """
+    k = check_int(k, "k", maximum=2**63 - 1)
     search, cq, cb, n_b = _prepare(
         query, query_labels, reference, reference_labels,
         ref_includes_query, query_groups, reference_groups, distance,
     )  # fmt: skip
     rows = _query_rows(rows, cq.shape[0])
+    if not rows.size:  # the search refuses an empty query: nothing to search for
+        return []
     dist, idx = search(rows, k)
     first = _first_relevant(search, rows, idx, cq, cb, k, n_b)
     out = []
