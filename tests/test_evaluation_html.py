@@ -383,6 +383,10 @@ def test_bad_arguments_raise_and_write_nothing(tmp_path):
         (dict(query=X, images="a.png"), "single path"),
         (dict(query=X, images=[np.zeros(5, np.uint8)] * len(X)), r"images\[\d+\] has shape"),
         (dict(query=X, images=[np.full((3, 3), 300)] * len(X)), "from 300 to 300"),
+        (
+            dict(query=X, images=[np.full((3, 3), 2**70)] * len(X)),
+            rf"images\[\d+\] holds the integer {2**70}, beyond 64",
+        ),
     ]
     for kwargs, needle in cases:
         with pytest.raises(InputError, match=needle):

@@ -582,6 +582,20 @@ def test_confidence_bad_input(call, exc, match):
         call()
 
 
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (cf.hpd_interval, "samples"),
+        (lambda v: cf.gaussian_credible_radius(v, 3), "sigma"),
+        (lambda v: cf.vmf_credible_cap(v, 3), "kappa"),
+    ],
+)
+def test_credible_inputs_name_an_integer_beyond_64_bits(call, name):
+    # numpy keeps 2**70 as a Python object: the message names the value, not just the dtype
+    with pytest.raises(ee.InputTypeError, match=f"{name} holds the integer {2**70}, beyond 64"):
+        call(np.array([2**70, 1], dtype=object))
+
+
 def test_hpd_interval_prob_one_and_ties():
     lo, hi = cf.hpd_interval([3.0, 1.0, 2.0], 1.0)
     assert (float(lo), float(hi)) == (1.0, 3.0)

@@ -313,6 +313,12 @@ def test_from_neighbors_matches_a_loop_and_feeds_metrics():
     np.testing.assert_allclose(rk.reciprocal_rank(y2, s2), [1 / 2, 1 / 3])
 
 
+def test_from_neighbors_names_a_distance_beyond_64_bits():
+    d = np.array([[2**70, 1]], dtype=object)
+    with pytest.raises(ee.InputError, match=f"distances holds the integer {2**70}, beyond 64"):
+        rk.from_neighbors(d, [[0, 1]], [0], [0, 1])
+
+
 def test_more_bad_input():
     with pytest.raises(ee.InputError, match="object"):
         rk.average_precision(np.array([1, 0], dtype=object), [1, 0])

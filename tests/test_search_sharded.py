@@ -346,6 +346,14 @@ def test_bad_shards_values(gauss, tmp_path):
         evaluate(*args, shards=[bad])
 
 
+def test_a_shard_with_an_integer_beyond_64_bits_is_named(gauss):
+    x, y, _ = gauss
+    piece = x.astype(object)
+    piece[3, 1] = 2**70  # numpy keeps it as a Python object, not as a number it can hold
+    with pytest.raises(InputTypeError, match=rf"shards\[0\] holds the integer {2**70}, beyond"):
+        evaluate(x[:10], y[:10], x, y, shards=[piece])
+
+
 def test_shards_that_are_not_the_reference_in_order_are_refused(gauss, tmp_path):
     x, y, _ = gauss
     args = (x[:10], y[:10], x, y)

@@ -26,7 +26,13 @@ import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.files import atomic_path
-from ..utils.validation import as_any_labels, check_int, label_sizes, label_text
+from ..utils.validation import (
+    as_any_labels,
+    check_int,
+    label_sizes,
+    label_text,
+    refuse_object_array,
+)
 from .figures import FIGURE_TITLES, higher_is_better, main_metric, run_figures
 from .gallery import GalleryRow, confident_errors, gallery_rows, worst_queries
 
@@ -498,6 +504,7 @@ def _pixels(pixels: Any, name: str) -> np.ndarray:
         )
     if a.dtype == np.uint8:
         return a
+    refuse_object_array(a, name, "pass uint8 levels or floats in [0, 1].", InputError)
     if a.dtype.kind in "iu":  # levels, as they are: scaling them as fractions shows white
         if a.min() < 0 or a.max() > 255:
             raise InputError(

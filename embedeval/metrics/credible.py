@@ -23,6 +23,7 @@ from ..utils.validation import (
     check_probability,
     factorize,
     host_array,
+    refuse_object_array,
 )
 
 __all__ = [
@@ -55,7 +56,8 @@ def hpd_interval(
     """
     prob = check_probability(prob, "prob")
     raw = np.asarray(host_array(samples))  # a torch tensor (grad, GPU) as its host copy
-    if raw.dtype == object or raw.dtype.kind not in "fiub":
+    refuse_object_array(raw, "samples", "pass numeric draws (e.g. np.asarray(draws, float)).")
+    if raw.dtype.kind not in "fiub":
         raise InputTypeError(f"samples must be numeric draws; got dtype {raw.dtype}.")
     if raw.ndim == 0:
         raise InputError("samples must be an array of draws (at least 1-D); got a scalar.")
@@ -84,7 +86,8 @@ def hpd_interval(
 def _real_array(value: Any, name: str) -> np.ndarray:
     """A float64 array of finite numbers >= 0 (a sigma or a kappa), or a clear error."""
     raw = np.asarray(host_array(value))  # a torch tensor (grad, GPU) as its host copy
-    if raw.dtype == object or raw.dtype.kind not in "fiub":
+    refuse_object_array(raw, name, "pass an array of numbers.")
+    if raw.dtype.kind not in "fiub":
         raise InputTypeError(f"{name} must be numeric; got dtype {raw.dtype}.")
     arr = raw.astype(np.float64)
     bad = ~np.isfinite(arr) | (arr < 0)

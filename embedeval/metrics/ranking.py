@@ -1072,6 +1072,7 @@ def from_neighbors(
 
     d = np.asarray(distances)
     idx = np.asarray(indices)
+    refuse_object_array(d, "distances", "pass faiss's D, a numeric array.", InputError)
     if d.dtype.kind not in "fiu" or idx.dtype.kind not in "iu":
         raise InputError(
             f"distances must be numeric and indices integer (faiss's D, I); got dtypes {d.dtype} "

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..utils.errors import FileFormatError, InputError, InputTypeError
 from ..utils.files import not_a_file, write_text
+from ..utils.validation import refuse_object_array
 
 __all__ = ["read_qrels", "read_trec_run", "unfit_run_id", "write_trec_run"]
 
@@ -322,6 +323,7 @@ def _run_arrays(lims: Any, scores: Any) -> tuple[np.ndarray, np.ndarray, np.ndar
     if lims[0] != 0 or np.any(counts < 0):
         raise InputError("lims must start at 0 and never decrease (lims[q]:lims[q+1] is query q).")
     scores = np.asarray(scores)
+    refuse_object_array(scores, "scores", "pass a 1-D numeric array.", InputError)
     if scores.shape != (int(lims[-1]),) or scores.dtype.kind not in "fiu":
         raise InputError(
             f"scores must be a 1-D numeric array of lims[-1] = {int(lims[-1])} values; got "

@@ -62,6 +62,7 @@ from ..engine.task import RetrievalTask, ScoredBlock, engine_plan
 from ..engine.threads import in_order, single_threaded_blas
 from ..utils.errors import FileFormatError, InputError, InputTypeError
 from ..utils.progress import progress_bar
+from ..utils.validation import refuse_object_array
 from .local import local_blocks, with_exact_keys
 
 __all__ = ["ShardedReference", "deep_fits_in_memory", "open_piece", "search", "shard_bounds"]
@@ -135,6 +136,7 @@ def open_piece(piece: Any, i: int, dim: int) -> np.ndarray:
         raise InputTypeError(
             f"shards[{i}] must be a numpy array or a .npy path; got {type(piece).__name__}."
         )
+    refuse_object_array(arr, f"shards[{i}]", "pass a numeric (n_rows, dim) array.")
     if arr.dtype.kind not in "fiu":
         raise InputTypeError(f"shards[{i}] must be numeric; got dtype {arr.dtype}.")
     if arr.ndim != 2 or arr.shape[1] != dim or arr.shape[0] == 0:
