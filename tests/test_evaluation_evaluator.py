@@ -191,6 +191,8 @@ def test_indices_above_int64_are_refused():
     with pytest.raises(ee.InputError, match="below 2\\*\\*63"):
         ev.update(x, y, indices=np.array([0, 1, 2, 2**63], dtype=np.uint64))
     ev.update(x, y, indices=np.array([0, 1, 2, 2**63 - 1], dtype=np.uint64))  # the largest
+    with pytest.raises(ee.InputError, match=f"indices holds the integer {2**70}, beyond 64-bit"):
+        ee.Evaluator().update(x, y, indices=[0, 1, 2, 2**70])
 
 
 def test_bad_updates():

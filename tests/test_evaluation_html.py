@@ -220,6 +220,7 @@ def test_per_class_figure_of_a_lower_is_better_custom_metric_shows_its_highest_f
         ([-1], "rows holds -1, not a query row"),
         ([36], "rows holds 36, not a query row"),
         ([1.0], "rows must hold integer query positions"),
+        ([2**70], f"rows holds the integer {2**70}, beyond 64-bit"),
     ],
 )
 def test_gallery_rows_refuses_positions_outside_the_queries(rows, needle):

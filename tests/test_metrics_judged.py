@@ -408,6 +408,14 @@ def test_uint64_values_above_int64_are_refused_not_wrapped(name):
         judged_metric_values(["mrr"], arrays["lims"], arrays["ranks"], arrays["grades"])
 
 
+@pytest.mark.parametrize("name", ["lims", "ranks", "grades"])
+def test_integers_beyond_64_bits_are_named(name):
+    arrays = {"lims": [0, 2], "ranks": [2, 1], "grades": [1, 0]}
+    arrays[name] = [*arrays[name][:-1], 2**70]  # numpy keeps it as a Python object
+    with pytest.raises(InputError, match=f"{name} holds the integer {2**70}, beyond 64-bit"):
+        judged_metric_values(["mrr"], arrays["lims"], arrays["ranks"], arrays["grades"])
+
+
 def test_uint64_arrays_within_int64_are_read_as_given():
     # the relevant document is at rank 2: reciprocal rank 1/2
     u = np.uint64

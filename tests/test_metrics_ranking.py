@@ -317,6 +317,8 @@ def test_from_neighbors_names_a_distance_beyond_64_bits():
     d = np.array([[2**70, 1]], dtype=object)
     with pytest.raises(ee.InputError, match=f"distances holds the integer {2**70}, beyond 64"):
         rk.from_neighbors(d, [[0, 1]], [0], [0, 1])
+    with pytest.raises(ee.InputError, match=f"indices holds the integer {2**70}, beyond 64"):
+        rk.from_neighbors([[0.5, 1.0]], [[2**70, 1]], [0], [0, 1])
 
 
 def test_more_bad_input():

@@ -240,6 +240,7 @@ def test_trec_eval_reads_the_written_run_like_the_dict(tmp_path):
         ((["q"], [0.0, 1.0], ["a"], [2.0]), {}, "integer array"),
         ((["q"], [0, 1], ["a"], [1.0]), {"tag": "my run"}, "tag='my run'"),
         ((["q"], [0, 1], ["a"], [2**70]), {}, f"scores holds the integer {2**70}, beyond 64"),
+        ((["q"], [0, 2**70], ["a"], [1.0]), {}, f"lims holds the integer {2**70}, beyond 64"),
     ],
 )
 def test_bad_runs_write_nothing(tmp_path, args, kwargs, needle):

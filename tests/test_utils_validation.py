@@ -542,6 +542,16 @@ def test_as_int64_refuses_uint64_values_that_would_wrap():
         as_int64(np.array([1, 2**63], u), "ranks", "Pass 1-based ranks.")
 
 
+@pytest.mark.parametrize("value", [2**64, -(2**63) - 1, 2**70])
+def test_as_int64_names_an_integer_beyond_64_bits(value):
+    from embedeval.utils.validation import as_int64
+
+    with pytest.raises(ee.InputError, match=rf"ranks holds the integer {value}, beyond.*1-based"):
+        as_int64([1, value], "ranks", "Pass 1-based ranks.")
+    # an object array of small integers is left to the caller to judge, as other dtypes are
+    assert as_int64(np.array([1, 2], dtype=object), "ranks", "").dtype == object
+
+
 @pytest.mark.parametrize(
     "query",
     [

@@ -29,6 +29,7 @@ from ..utils.errors import EmbedevalWarning, InputError, InputTypeError
 from ..utils.validation import (
     as_any_labels,
     as_embeddings,
+    as_int64,
     as_labels,
     as_vector,
     host_array,
@@ -425,7 +426,10 @@ labels entry per embedding row (none for an empty batch).
 def _as_indices(indices: Any, n: int) -> np.ndarray | None:
     if indices is None:
         return None
-    arr = np.asarray(host_array(indices))
+    # Held as int64 so batches of any integer dtype compare: as_int64 refuses a uint64 index
+    # that would wrap to a negative one (and collide with another row's), and names an
+    # integer beyond 64 bits rather than its object dtype.
+    arr = as_int64(host_array(indices), "indices", "Pass dataset positions below 2**63.")
     if arr.ndim != 1 or arr.shape[0] != n:
         raise InputError(
             f"indices must be 1-D with one dataset index per row ({n}); got shape {arr.shape}."
@@ -433,13 +437,6 @@ def _as_indices(indices: Any, n: int) -> np.ndarray | None:
     if arr.dtype.kind not in "iu":
         raise InputTypeError(
             f"indices must be integers (dataset positions); got dtype {arr.dtype}."
-        )
-    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
-        # Held as int64 so batches of any integer dtype compare: a larger index would wrap
-        # to a negative one and could collide with another row's.
-        raise InputError(
-            f"indices holds {int(arr.max())}, above the largest int64 "
-            f"({np.iinfo(np.int64).max}); pass dataset positions below 2**63."
         )
     return arr.astype(np.int64)
 

@@ -290,12 +290,12 @@ _CSR_FIX = {
 def _check_csr(lims: Any, ranks: Any, grades: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     arrays = []
     for name, value in (("lims", lims), ("ranks", ranks), ("grades", grades)):
-        arr = np.asarray(value)
+        arr = as_int64(value, name, _CSR_FIX[name])  # first: names an integer beyond 64 bits
         if arr.ndim != 1 or (arr.dtype.kind not in "iu" and arr.size):
             raise InputError(
                 f"{name} must be a 1-D integer array; got dtype {arr.dtype}, shape {arr.shape}."
             )
-        arrays.append(as_int64(arr, name, _CSR_FIX[name]).astype(np.int64, copy=False))
+        arrays.append(arr.astype(np.int64, copy=False))
     lims, ranks, grades = arrays
     if lims.size == 0 or lims[0] != 0 or np.any(np.diff(lims) < 0):
         raise InputError(

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..utils.errors import EmbedevalWarning, InputError
 from ..utils.validation import (
+    as_int64,
     check_choice,
     check_int,
     check_positive,
@@ -1073,6 +1074,7 @@ def from_neighbors(
     d = np.asarray(distances)
     idx = np.asarray(indices)
     refuse_object_array(d, "distances", "pass faiss's D, a numeric array.", InputError)
+    idx = as_int64(idx, "indices", "Pass faiss's I, reference rows (-1 for none).")
     if d.dtype.kind not in "fiu" or idx.dtype.kind not in "iu":
         raise InputError(
             f"distances must be numeric and indices integer (faiss's D, I); got dtypes {d.dtype} "

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..utils.errors import FileFormatError, InputError, InputTypeError
 from ..utils.files import not_a_file, write_text
-from ..utils.validation import refuse_object_array
+from ..utils.validation import as_int64, refuse_object_array
 
 __all__ = ["read_qrels", "read_trec_run", "unfit_run_id", "write_trec_run"]
 
@@ -316,7 +316,7 @@ def unfit_run_id(ids: Sequence[str]) -> int | None:
 
 
 def _run_arrays(lims: Any, scores: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    lims = np.asarray(lims)
+    lims = as_int64(lims, "lims", "Pass query offsets into the document rows (0 first).")
     if lims.ndim != 1 or lims.size == 0 or lims.dtype.kind not in "iu":
         raise InputError(f"lims must be a 1-D integer array; got {lims.dtype}, {lims.shape}.")
     counts = np.diff(lims)

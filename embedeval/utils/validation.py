@@ -91,13 +91,20 @@ def check_int(
 
 def as_int64(values: Any, name: str, fix: str) -> np.ndarray:
     """An integer array (any int or uint dtype) as int64, refusing a uint64 value above the
-    largest int64: the cast would silently wrap it to a negative number.  ``fix`` ends the
+    largest int64: the cast would silently wrap it to a negative number; and an integer no
+    64-bit integer holds, which makes numpy keep the array as Python objects.  ``fix`` ends the
     message (what the values should be).  Other dtypes are left to the caller to judge.
 
     >>> as_int64(np.array([1, 2], dtype=np.uint64), "ranks", "Pass 1-based ranks.").dtype
     dtype('int64')
     """
     arr = np.asarray(values)
+    big = _first_beyond_64_bits(arr)
+    if big is not None:
+        # Named as such: "got dtype object" would hide that the value, not its type, is wrong.
+        raise InputError(
+            f"{name} holds the integer {big}, beyond 64-bit integers (-2**63 .. 2**64 - 1). {fix}"
+        )
     if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
         raise InputError(
             f"{name} holds {int(arr.max())}, above the largest int64 (2**63 - 1), which would "
@@ -233,16 +240,27 @@ def refuse_object_array(
     """
     if arr.dtype != object:
         return
-    big = next((v for v in arr.flat if _beyond_64_bits(v)), None)
-    if big is None:
+    shown = _first_beyond_64_bits(arr)
+    if shown is None:
         raise error(f"{name} is an object array; {fix}")
-    digits = str(big)
-    shown = digits if len(digits) <= 30 else f"{digits[:12]}... ({len(digits)} digits)"
     raise error(
         f"{name} holds the integer {shown}, beyond 64-bit integers (-2**63 .. 2**64 - 1), so "
         f"numpy keeps {name} as Python objects; convert it to floats "
         f"(np.asarray({name}, dtype=np.float64)) or rescale its values."
     )
+
+
+def _first_beyond_64_bits(arr: np.ndarray) -> str | None:
+    """The first integer of an object array that neither int64 nor uint64 holds, as shown in
+    messages (a long one shortened); None when there is none or ``arr`` is not an object array.
+    """
+    if arr.dtype != object:
+        return None
+    big = next((v for v in arr.flat if _beyond_64_bits(v)), None)
+    if big is None:
+        return None
+    digits = str(big)
+    return digits if len(digits) <= 30 else f"{digits[:12]}... ({len(digits)} digits)"
 
 
 def _beyond_64_bits(value: Any) -> bool:
