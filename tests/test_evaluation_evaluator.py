@@ -83,6 +83,17 @@ def test_empty_batches_add_nothing():
         only_empty.compute()
 
 
+@pytest.mark.parametrize("split", [None, "query", "reference"])
+def test_an_empty_batch_of_another_dimension_is_refused(split):
+    x, y = _data(n=20)
+    ev = ee.Evaluator()
+    ev.update(x[:10, :1], y[:10], split=split)
+    with pytest.raises(ee.InputError, match=r"dimension 3 but earlier batches had 1.*\(0, 1\)"):
+        ev.update(np.zeros((0, 3)), [], split=split)
+    ev.update(np.zeros((0, 1)), [], split=split)  # an empty batch of the same dimension adds none
+    assert ev.n_rows == 10
+
+
 def test_query_reference_split_with_groups_and_confidences():
     x, y = _data(seed=1)
     rng = np.random.default_rng(5)

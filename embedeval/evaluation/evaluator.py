@@ -101,18 +101,23 @@ class _Side:
                 f"update(){where} was called with {', '.join(changed)} on some batches but not "
                 "on others; pass them on every batch or on none."
             )
-        dims = self.buffers["embeddings"].values()
-        x = arrays["embeddings"]
-        if dims is not None and x.shape[1] != dims.shape[1]:
-            raise InputError(
-                f"embeddings of this batch have dimension {x.shape[1]} but earlier batches had "
-                f"{dims.shape[1]}; every batch must come from the same model."
-            )
+        self.check_width(arrays["embeddings"])
         _check_label_form(self.buffers["labels"].values(), arrays["labels"])
         self.present = present
         for name, rows in arrays.items():
             if rows is not None:
                 self.buffers[name].append(rows)
+
+    def check_width(self, x: np.ndarray) -> None:
+        """Refuse embeddings whose dimension is not the earlier batches' (an empty batch's too:
+        a (0, 3) batch after (n, 1) ones comes from another model, or a wrong reshape)."""
+        earlier = self.buffers["embeddings"].values()
+        if earlier is not None and x.shape[1] != earlier.shape[1]:
+            raise InputError(
+                f"embeddings of this batch have dimension {x.shape[1]} but earlier batches had "
+                f"{earlier.shape[1]}; every batch must come from the same model (an empty batch "
+                f"too: give it shape (0, {earlier.shape[1]}))."
+            )
 
     def arrays(self) -> dict[str, np.ndarray]:
         out = {}
@@ -254,6 +259,8 @@ class Evaluator:
     ) -> None:
         """Add one batch of rows (an empty batch, e.g. one filtered to nothing, adds none).
 
+        An empty batch must still have the embedding dimension of the earlier batches.
+
         Parameters
         ----------
         embeddings : array-like or torch tensor, shape (n, dim)
@@ -289,6 +296,8 @@ class Evaluator:
         if n == 0:  # adds nothing, and must not fix the labels' dtype or form for later batches
             per_row = {"labels": labels, "indices": indices, "groups": groups}
             _check_no_rows({**per_row, "confidences": confidences})
+            if split in self._sides:
+                self._sides[split].check_width(x)
             return
         arrays = {
             "embeddings": x,
