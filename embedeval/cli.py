@@ -1263,9 +1263,14 @@ def _evaluate_checkpoints(
                 f"--confidence-metrics needs confidences, and {f} has none; pass --confidences "
                 "FILE or store 'confidences' (or 'sigmas') in each .npz."
             )
-        # compare() draws its own (paired) resamples; a per-file bootstrap would be wasted work
-        results[name] = _evaluate_file(args, f, search, with_ci=False, inputs=inputs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            # compare() draws its own (paired) resamples; a per-file bootstrap is wasted work
+            results[name] = _evaluate_file(args, f, search, with_ci=False, inputs=inputs)
+        # before the warnings, as in evaluate: every metric NaN is said once, by the error
         _refuse_all_lone(results[name], f)
+        for w in caught:
+            _show_warning(w.message, w.category)
     return results
 
 

@@ -676,6 +676,14 @@ def test_every_query_lone_is_an_error_not_a_table_of_nan(files):
     _one_line_error(proc, "lone", "every label is unique")
 
 
+def test_compare_with_a_checkpoint_of_lone_queries_is_one_line_of_error(files):
+    # the run's own warning that every metric is NaN would be a second line before the error
+    np.savez(files / "apart.npz", embeddings=X, labels=np.arange(5))
+    proc = run("compare", files / "ckpt.npz", files / "apart.npz", "--json", files / "c.json")
+    _one_line_error(proc, "apart.npz", "lone", "every label is unique")
+    assert not (files / "c.json").exists()
+
+
 def test_pytorch_files_are_recognised_by_content_and_never_unpickled(tmp_path):
     torch = pytest.importorskip("torch")
     t = torch.arange(12, dtype=torch.float32).reshape(4, 3)
