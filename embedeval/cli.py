@@ -1523,6 +1523,22 @@ def _check_depth(args: argparse.Namespace) -> None:
         )
 
 
+def _check_judged_gallery_metric(metrics: list[str] | None, gallery_metric: str) -> None:
+    """``retrieve --gallery-metric``: one of the run's ``--metrics`` in any spelling, refused
+    by its flag (the library's own error names its keyword argument)."""
+    from .evaluation.judged_html import gallery_metric_name
+    from .metrics.judged import parse_ir_metrics
+
+    names = [m.name for m in parse_ir_metrics(metrics)]
+    try:
+        gallery_metric_name(names, gallery_metric)
+    except InputError:
+        raise InputError(
+            f"--gallery-metric {gallery_metric}: this run has no per-query values of it; "
+            f"choose one of {', '.join(names)}, or add it to --metrics."
+        ) from None
+
+
 def cmd_retrieve(args: argparse.Namespace) -> int:
     """``embedeval retrieve``: check every output, evaluate, print and write."""
     from .protocols.qrels import evaluate_qrels
@@ -1538,11 +1554,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     _check_report_options(args)
     _check_depth(args)
     if args.report and args.gallery_metric:  # before the work, not after it
-        from .evaluation.judged_html import gallery_metric_name
-        from .metrics.judged import parse_ir_metrics
-
-        names = [m.name for m in parse_ir_metrics(args.metrics)]
-        gallery_metric_name(names, args.gallery_metric)
+        _check_judged_gallery_metric(args.metrics, args.gallery_metric)
     rows = _read_row_files(args)
     _check_paths(args, [args.run, args.json, args.per_query, args.report])
     inputs = _retrieval_inputs(args)

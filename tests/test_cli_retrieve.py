@@ -336,3 +336,12 @@ def test_depth_without_run_or_report_is_refused_before_any_output(files):
     for line in lines:
         per_query[line.split()[0]] = per_query.get(line.split()[0], 0) + 1
     assert set(per_query.values()) == {5}
+
+
+def test_gallery_metric_the_run_lacks_names_the_flag(files):
+    d = files[0]
+    report = d / "never.html"
+    proc = run(*_args(d, "--metrics", "ndcg@10", "--report", report, "--gallery-metric", "map"))
+    _one_line_error(proc, "--gallery-metric map", "ndcg@10", "--metrics")
+    assert "gallery_metric=" not in proc.stderr and not report.exists()
+
