@@ -560,13 +560,29 @@ def _npz_ids(ids: np.ndarray, path: Path) -> list[str]:
     ``str(b"d1")`` is ``"b'd1'"``, which no qrels id matches; numbers through ``str``."""
     if ids.dtype.kind == "S":
         try:
-            return [v.decode("utf-8") for v in ids.tolist()]
+            text = [v.decode("utf-8") for v in ids.tolist()]
         except UnicodeDecodeError as exc:
             raise FileFormatError(
                 f"{path}: its ids array holds bytes that are not UTF-8 ({exc}); save the ids "
                 "as str."
             ) from None
-    return [str(v) for v in ids.tolist()]
+    else:
+        text = [str(v) for v in ids.tolist()]
+    _refuse_repeated_id(text, path)
+    return text
+
+
+def _refuse_repeated_id(ids: list[str], path: Path) -> None:
+    """Ids are unique, as :func:`read_ids` requires of an ids file: a repeated one is named
+    with the file and both rows (the library would name only its keyword argument)."""
+    seen: dict[str, int] = {}
+    for row, value in enumerate(ids):
+        if value in seen:
+            raise FileFormatError(
+                f"{path}: its ids array holds {value!r} at rows {seen[value]} and {row}; ids "
+                "must be unique, one per embedding row: remove or rename one."
+            )
+        seen[value] = row
 
 
 def load_retrieval_embeddings(path: str | os.PathLike) -> tuple[np.ndarray, list[str] | None]:

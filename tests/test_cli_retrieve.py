@@ -345,3 +345,11 @@ def test_gallery_metric_the_run_lacks_names_the_flag(files):
     _one_line_error(proc, "--gallery-metric map", "ndcg@10", "--metrics")
     assert "gallery_metric=" not in proc.stderr and not report.exists()
 
+
+def test_repeated_id_inside_an_npz_names_the_file(files):
+    d, queries = files[0], files[1]
+    ids = np.array([f"q{i % 14}" for i in range(15)])  # q0 twice: rows 0 and 14
+    np.savez(d / "twice.npz", embeddings=queries, ids=ids)
+    proc = run("retrieve", d / "twice.npz", *_args(d)[2:], "--json", d / "never.json")
+    _one_line_error(proc, "twice.npz", "'q0'", "rows 0 and 14")
+    assert not (d / "never.json").exists()
