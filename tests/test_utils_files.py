@@ -61,6 +61,27 @@ def test_the_cli_refuses_a_read_only_output_before_any_work(tmp_path, monkeypatc
     assert out.read_text() == "keep me"
 
 
+def test_a_full_disk_is_reported_under_the_output_name_not_the_temporary_one(
+    tmp_path, monkeypatch, capsys
+):
+    import errno
+    from pathlib import Path
+
+    from embedeval.cli import main
+
+    def no_space(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    np.savez(tmp_path / "c.npz", embeddings=np.eye(4), labels=[0, 0, 1, 1])
+    out = tmp_path / "out" / "classes.csv"
+    monkeypatch.setattr(Path, "write_text", no_space)
+    code = main(["evaluate", str(tmp_path / "c.npz"), "--per-class", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"embedeval: error: {out}: No space left")
+    assert list((tmp_path / "out").iterdir()) == []  # no temporary file left
+
+
 def test_text_outputs_are_utf8_whatever_the_locale(tmp_path):
     # Labels and ids are often not ASCII (a cat class '猫', a doc id 'é'); in a locale whose
     # encoding cannot hold them (LC_ALL=C without UTF-8 mode here, cp1252 on Windows) the

@@ -104,16 +104,33 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     mode = _mode_for(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     prefix, suffix = _temp_affixes(target.name)
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=target.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=target.parent)
+        os.close(fd)
+        tmp_path = Path(tmp)
         yield tmp_path
         os.chmod(tmp_path, mode)
         os.replace(tmp_path, target)
-    except BaseException:
-        tmp_path.unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp_path is not None:
+            tmp_path.unlink(missing_ok=True)
+        _name_the_output(exc, target.parent, prefix, path)
         raise
+
+
+def _name_the_output(
+    exc: BaseException, folder: Path, prefix: str, path: str | os.PathLike
+) -> None:
+    """Point an ``OSError`` about the temporary file (``prefix...`` in ``folder``) at the
+    output ``path`` asked for: a failed write (disk full, a folder that takes no new file)
+    must name a path its reader knows, and the temporary one is gone by then."""
+    named = getattr(exc, "filename", None) if isinstance(exc, OSError) else None
+    if not isinstance(named, str | bytes | os.PathLike):
+        return
+    failed = Path(os.fsdecode(named))
+    if failed.parent == folder and failed.name.startswith(prefix):
+        exc.filename = os.fspath(path)
 
 
 def escape_surrogates(text: str) -> str:
