@@ -422,12 +422,31 @@ def _check_search_combination(args: argparse.Namespace, backend: str) -> None:
             f"--index {args.index} (approximate search, which faiss runs in parallel itself) "
             f"cannot be combined with {other}; drop one of them."
         )
+    if args.index is not None and args.k is None:
+        _check_index_depth(args)
     if args.shards is not None and backend != "local":
         raise InputError(
             f"--shards {args.shards} splits the reference set for the local backend, and the "
             f"backend here is {backend} ("
             + ("every worker gets the whole reference" if backend == "dask" else "one device")
             + "); drop one of them."
+        )
+
+
+def _check_index_depth(args: argparse.Namespace) -> None:
+    """``--index`` without ``--k``: refuse, by the flags, metrics whose rankings reach each
+    query's farthest (or nearest) relevant reference, which an approximate index cannot
+    promise to return (the library refuses them too, naming its keywords)."""
+    from .engine.registry import default_metrics, parse_metrics
+
+    names = default_metrics(None) if args.metrics is None else args.metrics
+    deep = [m.name for m in parse_metrics(names) if m.depth in ("full", "first_hit")]
+    if deep:
+        raise InputError(
+            f"--index {args.index} without --k: {', '.join(deep)} read each query's ranking "
+            "down to its farthest (or nearest) relevant reference, which an approximate index "
+            "cannot promise to return; add --k (e.g. --k 1000) to evaluate at a fixed depth, "
+            "or drop --index for exact search."
         )
 
 

@@ -84,6 +84,19 @@ def test_seed_draws_the_exact_sample_of_index_without_ci(files):
     assert report["metrics"]["map_at_r"]["exact"] == pytest.approx(expected, abs=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("metrics", "named"), [(["map"], "map"), (["mrr", "precision_at_1"], "mrr")]
+)
+def test_index_without_k_refuses_full_depth_metrics_by_their_flags(files, metrics, named):
+    # map / mrr read each query's ranking to its farthest (nearest) relevant reference, which an
+    # approximate index cannot promise: refused naming --index and --k, before any search
+    out = files / "out.json"
+    proc = run("evaluate", files / "ckpt.npz", "--index", "Flat", "--metrics", *metrics,
+               "--json", out)  # fmt: skip
+    _one_line_error(proc, "--index Flat without --k", named, "add --k")
+    assert "k=None" not in proc.stderr and not out.exists()
+
+
 def test_evaluate_prints_and_writes_outputs_matching_the_oracle(files):
     proc = run(
         "evaluate",
