@@ -130,19 +130,25 @@ def _level(value: str) -> float:
     return level
 
 
-def _add_evaluation_options(p: argparse.ArgumentParser) -> None:
+def _add_evaluation_options(p: argparse.ArgumentParser, always_resampled: bool = False) -> None:
     """The options shared by ``evaluate`` and ``compare``, one group per concern of
-    :func:`embedeval.evaluate` (protocol, metrics, confidences, statistics, search)."""
+    :func:`embedeval.evaluate` (protocol, metrics, confidences, statistics, search);
+    ``always_resampled``: the command resamples without ``--ci`` too (``compare``, at 0.95)."""
     _add_protocol_options(p.add_argument_group("inputs and protocol"))
     _add_metric_options(p.add_argument_group("metrics"))
     _add_confidence_options(p.add_argument_group("confidences"))
-    _add_statistics_options(p.add_argument_group("statistics"))
+    resampled = "queries resampled for micro, classes for macro"
+    if always_resampled:
+        resampled += "; default: 0.95"
+    _add_statistics_options(p.add_argument_group("statistics"), resampled)
     add_search_options(p)
 
 
 def _add_protocol_options(g: Any) -> None:
     """Labels, the gallery and what each query may not retrieve."""
-    g.add_argument("--labels", metavar="FILE", help="labels file (.npy/.npz/.txt) for a .npy input")
+    g.add_argument(
+        "--labels", metavar="FILE", help="labels file (.npy/.npz/.txt/.csv/.tsv) for a .npy input"
+    )
     g.add_argument(
         "--reference", metavar="FILE", help="gallery embeddings (default: leave-one-out)"
     )
@@ -162,8 +168,9 @@ def _add_metric_options(g: Any) -> None:
         "--metrics",
         nargs="+",
         metavar="NAME",
-        help="precision_at_1 r_precision map_at_r map mrr minp recall_at_K precision_at_K "
-        "nmi ami (default: P@1, R-Prec, MAP@R, R@10; R@k when --k caps the ranking below 10)",
+        help="precision_at_1 r_precision map_at_r map map_at_K mrr minp recall_at_K "
+        "precision_at_K nmi ami (default: P@1, R-Prec, MAP@R, R@10; R@k when --k caps the "
+        "ranking below 10)",
     )
     g.add_argument(
         "--k",
@@ -201,9 +208,10 @@ def _add_confidence_options(g: Any) -> None:
 
 
 def _add_statistics_options(
-    g: Any, resampled: str = "queries resampled for micro, classes for macro"
+    g: Any, resampled: str = "queries resampled for micro, classes for macro", index: bool = True
 ) -> None:
-    """Bootstrap confidence intervals; ``resampled``: what the command resamples."""
+    """Bootstrap confidence intervals; ``resampled``: what the command resamples; ``index``:
+    the command takes ``--index``, whose exact sample ``--seed`` draws too."""
     g.add_argument(
         "--ci",
         type=_level,
@@ -222,8 +230,9 @@ def _add_statistics_options(
         "--seed",
         type=_count,
         default=None,
-        help="seed of the bootstrap resampling, and with --index of the exact sample and the "
-        "index's training rows (default: 0)",
+        help="seed of the bootstrap resampling"
+        + (", and with --index of the exact sample and the index's training rows" if index else "")
+        + " (default: 0)",
     )
 
 
@@ -646,7 +655,7 @@ def _add_compare_command(sub: Any) -> None:
         help="keep the checkpoints in the order given (default: natural order of the names, "
         "numbers compared as numbers)",
     )
-    _add_evaluation_options(p)
+    _add_evaluation_options(p, always_resampled=True)
     p.add_argument(
         "--baseline",
         default=None,
@@ -1436,7 +1445,9 @@ def _add_retrieve_command(sub: Any) -> None:
     i.add_argument("--doc-ids", metavar="FILE", help="one document id per line")
     i.add_argument("--qrels", metavar="FILE", required=True, help="TREC or BEIR qrels file")
     _add_retrieval_conventions(p.add_argument_group("metrics and conventions"))
-    _add_statistics_options(p.add_argument_group("statistics"), "the evaluated queries resampled")
+    _add_statistics_options(
+        p.add_argument_group("statistics"), "the evaluated queries resampled", index=False
+    )
     add_search_options(p)
     o = p.add_argument_group("outputs")
     o.add_argument("--run", metavar="OUT", help="write the ranking as a TREC run file")
