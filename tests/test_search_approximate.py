@@ -42,12 +42,19 @@ def clusters():
     return x.astype(np.float32), y
 
 
-def _oracle_p1_mapr(x, y, rows):
-    """Plain loop over a few queries (leave-one-out): float64 distances, ties by index."""
+def _oracle_p1_mapr(x, y, rows, distance="euclidean"):
+    """Plain loop over a few queries (leave-one-out): float64 distances (squared Euclidean, or
+    minus the cosine of the float64 unit rows), ties by index."""
+    x64 = x.astype(np.float64)
+    if distance == "cosine":
+        x64 = x64 / np.linalg.norm(x64, axis=1, keepdims=True)
     p1, mapr = [], []
     idx = np.arange(len(x))
     for i in rows:
-        d = ((x.astype(np.float64) - x[i]) ** 2).sum(axis=1)
+        if distance == "cosine":
+            d = -(x64 @ x64[i])
+        else:
+            d = ((x64 - x64[i]) ** 2).sum(axis=1)
         keep = idx != i
         order = idx[keep][np.lexsort((idx[keep], d[keep]))]
         rel = (y[order] == y[i]).astype(float)
@@ -199,23 +206,6 @@ def test_trained_index_searches_the_data_it_was_trained_on(move):
     np.testing.assert_array_equal(res.per_query["precision_at_1"], p1)
 
 
-def _oracle_cosine_p1_mapr(x, y):
-    """Plain leave-one-out loop: float64 cosines of the rows, ties by index."""
-    unit = x.astype(np.float64) / np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)
-    idx = np.arange(len(x))
-    p1, mapr = [], []
-    for i in idx:
-        keep = idx != i
-        d = -(unit[keep] @ unit[i])
-        order = idx[keep][np.lexsort((idx[keep], d))]
-        rel = (y[order] == y[i]).astype(float)
-        r = int(rel.sum())
-        prec = np.cumsum(rel[:r]) / np.arange(1, r + 1)
-        p1.append(rel[0])
-        mapr.append((prec * rel[:r]).sum() / r)
-    return np.array(p1), np.array(mapr)
-
-
 @pytest.fixture(scope="module")
 def far_clusters():
     # 20 classes of unit-scale noise around a common offset of 10,000: every unit row lies
@@ -236,7 +226,7 @@ def test_cosine_of_rows_sharing_a_large_offset_lists_the_nearest_references(
     x, y = far_clusters
     res = evaluate(x, y, metrics=["precision_at_1", "map_at_r"], distance="cosine",
                    index=index, index_params=params, exact_sample=300)  # fmt: skip
-    p1, mapr = _oracle_cosine_p1_mapr(x, y)
+    p1, mapr = _oracle_p1_mapr(x, y, range(len(x)), "cosine")
     np.testing.assert_array_equal(res.per_query["precision_at_1"], p1)
     np.testing.assert_allclose(res.per_query["map_at_r"], mapr, rtol=1e-12)
 
@@ -249,7 +239,7 @@ def test_knn_recall_compares_with_the_exact_float64_order(far_clusters):
     metrics = ["precision_at_1", "map_at_r"]
     flat = evaluate(x, y, metrics=metrics, distance="cosine", index="Flat", exact_sample=1500)
     assert flat.approximation["knn_recall"] == 1.0
-    _, mapr = _oracle_cosine_p1_mapr(x, y)
+    _, mapr = _oracle_p1_mapr(x, y, range(len(x)), "cosine")
     exact = flat.approximation["metrics"]["map_at_r"]["exact"]
     assert exact == pytest.approx(mapr.mean(), rel=1e-12)
     # A graph index resolves them about as well as the same data at the origin.
