@@ -23,8 +23,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .evaluation.compare import Comparison, bootstrap_ci, compare
-from .evaluation.evaluate import evaluate
 from .utils.errors import (
     EmbedevalError,
     EmbedevalWarning,
@@ -66,6 +64,12 @@ _SHORT_NAMES = {
     "landmarks": "protocols.landmarks",
 }
 _LAZY_ATTRIBUTES = {
+    # the pipeline too: ``import embedeval`` (and the command line's start) reads no more
+    # than the errors and the version until a function is used
+    "evaluate": ("evaluation.evaluate", "evaluate"),
+    "compare": ("evaluation.compare", "compare"),
+    "bootstrap_ci": ("evaluation.compare", "bootstrap_ci"),
+    "Comparison": ("evaluation.compare", "Comparison"),
     "EvaluationResult": ("evaluation.result", "EvaluationResult"),
     "Evaluator": ("evaluation.evaluator", "Evaluator"),
     "RetrievalMetric": ("engine.custom", "RetrievalMetric"),
@@ -108,7 +112,9 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module(f".{_SHORT_NAMES[name]}", __name__)
     if name in _LAZY_ATTRIBUTES:
         module, attribute = _LAZY_ATTRIBUTES[name]
-        return getattr(importlib.import_module(f".{module}", __name__), attribute)
+        value = getattr(importlib.import_module(f".{module}", __name__), attribute)
+        globals()[name] = value  # found here from now on, without this function
+        return value
     raise AttributeError(f"module 'embedeval' has no attribute {name!r}")
 
 

@@ -41,6 +41,22 @@ def test_import_loads_no_heavy_dependency():
     assert proc.stdout.strip() == "[]"
 
 
+def test_import_and_the_command_line_start_load_no_pipeline_module():
+    # `import embedeval` (and `import embedeval.cli`, what the command runs first) reads the
+    # errors, the version and the utilities only: the engine, the search and the evaluation
+    # modules load when a function is first used, so `--help` and a Ctrl-C come at once
+    proc = _fresh_python(
+        "import sys, embedeval, embedeval.cli\n"
+        "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('embedeval.')}))\n"
+        "from embedeval import evaluate\n"
+        "print('embedeval.engine.exact' in sys.modules)"
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded, after = proc.stdout.split("\n")[:2]
+    assert loaded == "['cli', 'utils']"
+    assert after == "True"
+
+
 def test_every_public_name_resolves():
     for name in ee.__all__:
         assert getattr(ee, name) is not None, name
