@@ -301,3 +301,24 @@ def test_saved_pngs_carry_no_software_version_whatever_the_suffix_case(tmp_path)
     for name in ("k.png", "k.PNG", "k"):
         with Image.open(plots.save_figure(fig, tmp_path / name, dpi=30)) as im:
             assert im.format == "PNG" and "Software" not in im.info, name
+
+
+def _inside_figure(fig, artist):
+    fig.canvas.draw()
+    box = artist.get_window_extent()
+    width, height = fig.canvas.get_width_height()
+    return box.x0 >= 0 and box.y0 >= 0 and box.x1 <= width and box.y1 <= height
+
+
+def test_per_class_title_and_legend_stay_inside_the_figure_with_long_class_names():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    names = [f"{'a long class name ' * 4}{i}" for i in range(6)]
+    fig = plots.plot_per_class(names, np.linspace(0.1, 0.9, 6), metric="MAP@R (model A)")
+    FigureCanvasAgg(fig)
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    assert "MAP@R (model A) of the class" in [t.get_text() for t in legend.get_texts()]
+    assert ax.get_title() == "Per-class MAP@R (model A)"
+    assert _inside_figure(fig, legend)
+    assert _inside_figure(fig, ax.title)

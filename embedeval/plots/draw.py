@@ -542,8 +542,10 @@ def plot_per_class(
     ax.set_ylabel("class")
     worst = "" if top is None or top >= len(labels) else f", worst {len(shown)} of {len(labels)}"
     first = "" if higher_is_better else " (highest first)"
-    ax.set_title(f"Per-class {metric}{worst}{first}", pad=24)
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
+    # Title and legend right-aligned above the axes: long class names narrow the axes (they
+    # sit at the right of the figure), and text centred on them stuck out past its right edge.
+    ax.set_title(f"Per-class {metric}{worst}{first}", pad=24, x=1.0, ha="right")
+    ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=8, frameon=False)
     return fig
 
 
