@@ -322,3 +322,25 @@ def test_per_class_title_and_legend_stay_inside_the_figure_with_long_class_names
     assert ax.get_title() == "Per-class MAP@R (model A)"
     assert _inside_figure(fig, legend)
     assert _inside_figure(fig, ax.title)
+
+
+def test_checkpoint_names_that_would_overlap_are_thinned_and_slanted():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    names = [f"epoch {i}" for i in range(40)]
+    ax = plots.plot_checkpoints(names, {"MAP@R": np.linspace(0, 1, 40)}).axes[0]
+    shown = ax.get_xticklabels()
+    assert [t.get_text() for t in shown] == names[::2]  # 20 names, every other one
+    assert ax.get_xticks().tolist() == list(range(0, 40, 2))
+    assert {t.get_rotation() for t in shown} == {45.0}
+    # Three long names side by side overlapped unslanted; slanted they are cut, and the
+    # figure grows so that the y label still fits beside the plot.
+    long_names = [f"{'a checkpoint with a long name ' * 3}{i}" for i in range(3)]
+    fig = plots.plot_checkpoints(long_names, {"MAP@R": [0.2, 0.4, 0.6]})
+    FigureCanvasAgg(fig)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [n[:29] + "…" for n in long_names]
+    assert {t.get_rotation() for t in ax.get_xticklabels()} == {45.0}
+    assert _inside_figure(fig, ax.yaxis.label)
+    for text in ax.get_xticklabels():
+        assert _inside_figure(fig, text)

@@ -200,20 +200,21 @@ def _null_locator() -> Any:
     return NullLocator()
 
 
-def _literal(text: Any) -> str:
+def _literal(text: Any, limit: int | None = None) -> str:
     r"""``text`` drawn as written, on one short line: a label of the data (a class, a
     checkpoint, a series) may hold dollar signs, which matplotlib would read as mathtext, drop,
     or fail to parse at save time; lone surrogates (a file name that is not UTF-8), which no
     font can draw; line breaks and tabs (drawn as missing glyphs), shown as spaces; and
     thousands of characters, which would widen the figure until its plot is a sliver, cut at
-    :data:`_LABEL_CHARS` (an ellipsis marks the cut).
+    :data:`_LABEL_CHARS`, or ``limit``, characters (an ellipsis marks the cut).
 
     >>> print(_literal("$5 to $10"), _literal("a\nb"), _literal("x" * 80)[-3:])
     \$5 to \$10 a b xx…
     """
+    limit = _LABEL_CHARS if limit is None else limit
     text = _CONTROL.sub(" ", escape_surrogates(str(text)))
-    if len(text) > _LABEL_CHARS:
-        text = text[: _LABEL_CHARS - 1] + "…"
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
     return text.replace("$", r"\$")
 
 
@@ -410,7 +411,11 @@ def plot_checkpoints(
         missing = sorted(set(values) - set(lows)) + sorted(set(values) - set(highs))
         if missing:
             raise InputError(f"lows/highs have no band for metric(s) {missing}.")
-    fig, ax = _axes(ax, (6.4, 4.2))
+    ticks, tick_labels, slant = _category_ticks(names)
+    # Slanted names hang below the axes: a taller figure keeps the plot (and the y label that
+    # spans it) from being squeezed out.
+    extra = 0.06 * max(map(len, tick_labels)) if slant else 0.0
+    fig, ax = _axes(ax, (6.4, 4.2 + extra))
     x = np.arange(len(names))
     for i, (metric, v) in enumerate(values.items()):
         color = _COLORS[i % len(_COLORS)]
@@ -432,12 +437,46 @@ def plot_checkpoints(
                 hatch="//" if i % 2 else None,
                 linewidth=0,
             )
-    ax.set_xticks(x, [_literal(n) for n in names], rotation=20 if len(names) > 4 else 0)
+    if slant:
+        ax.set_xticks(ticks, tick_labels, rotation=45, ha="right", rotation_mode="anchor")
+    else:
+        ax.set_xticks(ticks, tick_labels)
     ax.set_xlabel("checkpoint")
     ax.set_ylabel("metric value (band: confidence interval)")
     ax.set_title(title or "Metrics across checkpoints")
     ax.legend(fontsize=8)
     return fig
+
+
+#: The most category names an x axis labels (every n-th beyond), and how many characters
+#: fit side by side on it, unslanted, at the default size.
+_MAX_TICKS = 20
+_FLAT_CHARS = 60
+#: The longest slanted name, in characters.
+_SLANTED_CHARS = 30
+
+
+def _category_ticks(names: Sequence[str]) -> tuple[np.ndarray, list[str], bool]:
+    """Positions and texts of the names an x axis can show without overlap, and whether they
+    are slanted.
+
+    At most :data:`_MAX_TICKS` names are labelled (every n-th, the first included); names
+    that would not fit side by side are slanted 45 degrees and cut at
+    :data:`_SLANTED_CHARS` characters.
+
+    >>> _category_ticks(["a", "b"])
+    (array([0, 1]), ['a', 'b'], False)
+    >>> ticks, texts, slant = _category_ticks([f"epoch {i}" for i in range(100)])
+    >>> ticks[:3].tolist(), len(ticks), slant
+    ([0, 5, 10], 20, True)
+    """
+    step = -(-len(names) // _MAX_TICKS)  # ceil
+    ticks = np.arange(0, len(names), step)
+    texts = [_literal(names[i]) for i in ticks]
+    slant = len(texts) * (max(map(len, texts)) + 2) > _FLAT_CHARS
+    if slant:
+        texts = [_literal(names[i], _SLANTED_CHARS) for i in ticks]
+    return ticks, texts, slant
 
 
 def plot_k_sweep(
