@@ -344,3 +344,20 @@ def test_checkpoint_names_that_would_overlap_are_thinned_and_slanted():
     assert _inside_figure(fig, ax.yaxis.label)
     for text in ax.get_xticklabels():
         assert _inside_figure(fig, text)
+
+
+def test_comparison_plot_title_names_a_long_or_multi_line_baseline_on_one_short_line():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((24, 3)), np.arange(24) % 3
+    baseline = "runs/2024-06-01/a-model-with-a-long-name\nepoch_50.npy"
+    runs = {
+        baseline: ee.evaluate(x, y, progress=False),
+        "b": ee.evaluate(x + 0.1, y, progress=False),
+    }
+    fig = ee.compare(runs, n_boot=10).plot()
+    FigureCanvasAgg(fig)
+    ax = fig.axes[0]
+    assert ax.get_title() == "Checkpoints vs runs/2024-06-01/a-m… (95% CI)"
+    assert _inside_figure(fig, ax.title)

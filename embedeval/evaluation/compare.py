@@ -32,7 +32,7 @@ from ..metrics.resample import (
     resampled_means,
 )
 from ..utils.errors import InputError, InputTypeError
-from ..utils.files import escape_surrogates, write_text
+from ..utils.files import write_text
 from ..utils.progress import progress_bar
 from ..utils.tables import markdown_table
 from ..utils.validation import (
@@ -345,7 +345,7 @@ class Comparison:
 
     def plot(self, ax: Any = None, metrics: Sequence[str] | None = None) -> Any:
         """Metric value across checkpoints with CI bands; returns the matplotlib Figure."""
-        from ..plots import plot_checkpoints
+        from ..plots import plain_label, plot_checkpoints
 
         metrics = _metric_list(metrics, self.metrics, "this comparison")
         values, lows, highs = {}, {}, {}
@@ -354,9 +354,9 @@ class Comparison:
             values[m] = np.array([r["value"] for r in rows])
             lows[m] = np.array([r["ci_low"] for r in rows])
             highs[m] = np.array([r["ci_high"] for r in rows])
-        # A dollar sign in the name would start mathtext, and a lone surrogate (a file name
-        # that is not UTF-8) fails the font; escaped, both are drawn as written.
-        baseline = escape_surrogates(str(self.baseline)).replace("$", r"\$")
+        # Drawn as written (no mathtext, no missing glyph, one line) and cut: a long file
+        # name made a title wider than the figure.
+        baseline = plain_label(self.baseline, 20)
         return plot_checkpoints(
             self.names,
             values,

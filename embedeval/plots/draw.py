@@ -16,6 +16,7 @@ import numpy as np
 from ..utils.files import escape_surrogates
 
 __all__ = [
+    "plain_label",
     "plot_checkpoints",
     "plot_cmc",
     "plot_confidence_metrics",
@@ -140,7 +141,7 @@ def plot_embedding_2d(
             marker=_MARKERS[i % len(_MARKERS)],
             s=16,
             linewidths=0,
-            label=f"class {_literal(c)}",
+            label=f"class {plain_label(c)}",
         )
     if marked is not None:
         m = np.asarray(marked, dtype=bool)
@@ -200,7 +201,7 @@ def _null_locator() -> Any:
     return NullLocator()
 
 
-def _literal(text: Any, limit: int | None = None) -> str:
+def plain_label(text: Any, limit: int | None = None) -> str:
     r"""``text`` drawn as written, on one short line: a label of the data (a class, a
     checkpoint, a series) may hold dollar signs, which matplotlib would read as mathtext, drop,
     or fail to parse at save time; lone surrogates (a file name that is not UTF-8), which no
@@ -208,7 +209,7 @@ def _literal(text: Any, limit: int | None = None) -> str:
     thousands of characters, which would widen the figure until its plot is a sliver, cut at
     :data:`_LABEL_CHARS`, or ``limit``, characters (an ellipsis marks the cut).
 
-    >>> print(_literal("$5 to $10"), _literal("a\nb"), _literal("x" * 80)[-3:])
+    >>> print(plain_label("$5 to $10"), plain_label("a\nb"), plain_label("x" * 80)[-3:])
     \$5 to \$10 a b xx…
     """
     limit = _LABEL_CHARS if limit is None else limit
@@ -323,7 +324,7 @@ def plot_confidence_metrics(
             _LINES[i % len(_LINES)],
             marker=_MARKERS[i % len(_MARKERS)],
             color=_COLORS[i % len(_COLORS)],
-            label=_literal(name) + tag,
+            label=plain_label(name) + tag,
         )
     if clean_level is not None:
         ax.axvline(
@@ -425,7 +426,7 @@ def plot_checkpoints(
             _LINES[i % len(_LINES)],
             marker=_MARKERS[i % len(_MARKERS)],
             color=color,
-            label=_literal(metric),
+            label=plain_label(metric),
         )
         if lows is not None and highs is not None:
             ax.fill_between(
@@ -472,10 +473,10 @@ def _category_ticks(names: Sequence[str]) -> tuple[np.ndarray, list[str], bool]:
     """
     step = -(-len(names) // _MAX_TICKS)  # ceil
     ticks = np.arange(0, len(names), step)
-    texts = [_literal(names[i]) for i in ticks]
+    texts = [plain_label(names[i]) for i in ticks]
     slant = len(texts) * (max(map(len, texts)) + 2) > _FLAT_CHARS
     if slant:
-        texts = [_literal(names[i], _SLANTED_CHARS) for i in ticks]
+        texts = [plain_label(names[i], _SLANTED_CHARS) for i in ticks]
     return ticks, texts, slant
 
 
@@ -503,7 +504,7 @@ def plot_k_sweep(
             _LINES[i % len(_LINES)],
             marker=_MARKERS[i % len(_MARKERS)],
             color=_COLORS[i % len(_COLORS)],
-            label=_literal(name),
+            label=plain_label(name),
         )
     ax.set_xscale("log")
     # Label the k values themselves (1, 2, 5, 10, ...) rather than powers of ten.
@@ -571,7 +572,7 @@ def plot_per_class(
             lw=1.5,
             label=f"mean over all {int(np.isfinite(vals).sum())} classes ({mean:.3f})",
         )
-    ax.set_yticks(y, [_literal(labels[i]) for i in shown], fontsize=8)
+    ax.set_yticks(y, [plain_label(labels[i]) for i in shown], fontsize=8)
     ax.set_ylim(len(shown) - 0.5, -0.5)  # worst at the top
     lo = min(0.0, float(np.nanmin(vals))) if np.isfinite(vals).any() else 0.0
     hi = max(1.0, float(np.nanmax(vals))) if np.isfinite(vals).any() else 1.0
@@ -834,7 +835,7 @@ def plot_roc(
         far = np.maximum(c.far, floor / 2)  # FAR = 0 drawn at the left edge of the log axis
         ax.step(far, c.tar, where="post", color=_COLORS[i % len(_COLORS)],
                 linestyle=_LINES[i % len(_LINES)], lw=2,
-                label=_literal(name) or label or "ROC")  # fmt: skip
+                label=plain_label(name) or label or "ROC")  # fmt: skip
     if operating_points is not None:
         tar = np.asarray(operating_points.tar)
         _mark_operating_points(ax, operating_points, _COLORS[0], tar, tar, np.array(5.0))
@@ -877,7 +878,7 @@ def plot_det(
         fnmr = np.maximum(c.fnmr, y_floor / 2)
         ax.step(fmr, fnmr, where="post", color=_COLORS[i % len(_COLORS)],
                 linestyle=_LINES[i % len(_LINES)], lw=2,
-                label=_literal(name) or label or "DET")  # fmt: skip
+                label=plain_label(name) or label or "DET")  # fmt: skip
     if operating_points is not None:
         fnmr = 1 - np.asarray(operating_points.tar)
         _mark_operating_points(
@@ -921,7 +922,8 @@ def plot_cmc(cmc: Any, *, ax: Any = None, label: str | None = None) -> Any:
     fig, ax = _axes(ax)
     for i, (name, values) in enumerate(named.items()):
         ax.plot(ranks, values, color=_COLORS[i % len(_COLORS)], linestyle=_LINES[i % len(_LINES)],
-                marker=_MARKERS[i % len(_MARKERS)], ms=4, lw=2, label=_literal(name))  # fmt: skip
+                marker=_MARKERS[i % len(_MARKERS)], ms=4, lw=2,
+                label=plain_label(name))  # fmt: skip
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
