@@ -361,3 +361,17 @@ def test_comparison_plot_title_names_a_long_or_multi_line_baseline_on_one_short_
     ax = fig.axes[0]
     assert ax.get_title() == "Checkpoints vs runs/2024-06-01/a-m… (95% CI)"
     assert _inside_figure(fig, ax.title)
+
+
+def test_k_sweep_labels_of_a_long_or_repeated_sweep_do_not_overlap():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = plots.plot_k_sweep(np.arange(1, 101), {"R@k": np.linspace(0, 1, 100)})
+    FigureCanvasAgg(fig).draw()
+    shown = fig.axes[0].get_xticklabels()
+    texts = [t.get_text() for t in shown]
+    assert texts[0] == "1" and texts[-1] == "100" and len(texts) <= 11
+    boxes = [t.get_window_extent() for t in shown]
+    assert all(boxes[i].x1 < boxes[i + 1].x0 for i in range(len(boxes) - 1))  # apart
+    again = plots.plot_k_sweep([1, 1, 2], {"R@k": [0.5, 0.5, 0.7]})
+    assert [t.get_text() for t in again.axes[0].get_xticklabels()] == ["1", "2"]

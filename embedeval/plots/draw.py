@@ -508,13 +508,35 @@ def plot_k_sweep(
         )
     ax.set_xscale("log")
     # Label the k values themselves (1, 2, 5, 10, ...) rather than powers of ten.
-    ax.set_xticks(ks, [f"{k:g}" for k in ks])
+    ticks = _spaced_on_log_axis(ks)
+    ax.set_xticks(ticks, [f"{k:g}" for k in ticks])
     ax.xaxis.set_minor_locator(_null_locator())
     ax.set_xlabel("k (neighbours considered)")
     ax.set_ylabel("metric value")
     ax.set_title(title or "Metrics over k")
     ax.legend(fontsize=8)
     return fig
+
+
+def _spaced_on_log_axis(ks: np.ndarray, slots: int = 10) -> np.ndarray:
+    """The distinct ``ks`` to label on a log axis, at least a ``slots``-th of its span apart
+    (the first and the last always), so that labels never overlap; short sweeps keep all.
+
+    >>> _spaced_on_log_axis(np.array([1, 2, 5, 10, 20, 50, 100, 2])).tolist()
+    [1, 2, 5, 10, 20, 50, 100]
+    >>> _spaced_on_log_axis(np.arange(1, 101)).tolist()
+    [1, 2, 4, 7, 12, 20, 32, 51, 100]
+    """
+    ks = np.unique(ks)
+    logs = np.log10(ks)
+    gap = (logs[-1] - logs[0]) / slots
+    kept = [0]
+    for i in range(1, ks.size):
+        if logs[i] - logs[kept[-1]] >= gap:
+            kept.append(i)
+    if kept[-1] != ks.size - 1:  # the largest k is labelled, in place of a too-close one
+        kept[-1 if len(kept) > 1 else len(kept) :] = [ks.size - 1]
+    return ks[kept]
 
 
 def plot_per_class(
