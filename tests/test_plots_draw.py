@@ -375,3 +375,18 @@ def test_k_sweep_labels_of_a_long_or_repeated_sweep_do_not_overlap():
     assert all(boxes[i].x1 < boxes[i + 1].x0 for i in range(len(boxes) - 1))  # apart
     again = plots.plot_k_sweep([1, 1, 2], {"R@k": [0.5, 0.5, 0.7]})
     assert [t.get_text() for t in again.axes[0].get_xticklabels()] == ["1", "2"]
+
+
+def test_embedding_legend_of_many_classes_lists_the_first_twenty_inside_the_figure():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    rng = np.random.default_rng(0)
+    labels = np.arange(300)
+    fig = plots.plot_embedding_2d(rng.random((300, 2)), labels, marked=labels < 3)
+    FigureCanvasAgg(fig)
+    legend = fig.axes[0].get_legend()
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert texts == [f"class {c}" for c in range(20)] + ["injected error"]
+    assert legend.get_title().get_text() == "first 20 of 300 classes"
+    assert _inside_figure(fig, legend)
+    assert len(fig.axes[0].collections) == 301  # every class drawn, listed or not

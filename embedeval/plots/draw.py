@@ -99,7 +99,8 @@ def plot_embedding_2d(
 ) -> Any:
     """Scatter a 2-D embedding coloured (and marker-coded) by class.
 
-    Classes are drawn in sorted label order, each with its own colour and marker.
+    Classes are drawn in sorted label order, each with its own colour and marker; the legend
+    lists the first 20 (its title gives the count when there are more).
 
     Parameters
     ----------
@@ -129,7 +130,8 @@ def plot_embedding_2d(
     """
     x, y, alphas = _embedding_2d_inputs(points, labels, alpha, marked)
     fig, ax = _axes(ax, (6.2, 4.2))
-    for i, c in enumerate(np.unique(y)):
+    classes = np.unique(y)
+    for i, c in enumerate(classes):
         sel = y == c
         colors = np.zeros((sel.sum(), 4))
         colors[:, :3] = _rgb(_COLORS[i % len(_COLORS)])
@@ -141,7 +143,9 @@ def plot_embedding_2d(
             marker=_MARKERS[i % len(_MARKERS)],
             s=16,
             linewidths=0,
-            label=f"class {plain_label(c)}",
+            # Beyond the first classes the legend would run off the figure (its styles repeat
+            # anyway): those are drawn unlisted, and the legend's title says so.
+            label=f"class {plain_label(c)}" if i < _LEGEND_CLASSES else "_unlisted",
         )
     if marked is not None:
         m = np.asarray(marked, dtype=bool)
@@ -157,9 +161,22 @@ def plot_embedding_2d(
     ax.set_xlabel("embedding dimension 1")
     ax.set_ylabel("embedding dimension 2")
     # Outside the axes: inside, the legend box hides the points of a dense corner.
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
+    ax.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        borderaxespad=0,
+        title=None
+        if classes.size <= _LEGEND_CLASSES
+        else f"first {_LEGEND_CLASSES} of {classes.size} classes",
+        title_fontsize=8,
+    )
     ax.set_title(title or "Embedding, coloured by class", fontsize=9)
     return fig
+
+
+#: The most classes the legend of :func:`plot_embedding_2d` lists.
+_LEGEND_CLASSES = 20
 
 
 def _embedding_2d_inputs(
