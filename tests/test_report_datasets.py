@@ -219,3 +219,10 @@ def test_confidence_sweep_with_moved_points():
         ds.confidence_sweep(x, y, corruption="mov")
     with pytest.raises(ee.InputError, match="scale"):
         ds.confidence_sweep(x, y, corruption="move", scale=-1.0)
+
+
+@pytest.mark.parametrize("corruption", ["flip", "move"])
+def test_confidence_sweep_names_its_own_arguments_when_labels_and_points_disagree(corruption):
+    x, y = ds.reality_check_example(40, 2, seed=0)
+    with pytest.raises(ee.InputError, match=r"labels has 10 .* 40 rows of points"):
+        ds.confidence_sweep(x, y[:10], corruption=corruption)

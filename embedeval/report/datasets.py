@@ -264,10 +264,13 @@ def confidence_sweep(
             raise InputError(f"levels must lie in [0, 1]; levels[{first}] = {levels[first]}.")
     check_probability(clean_level, "clean_level", open_left=False)
     corruption = check_choice(corruption, "corruption", ("flip", "move"))
+    # Checked here, so that a mismatch names these arguments, not evaluate's query_labels.
+    points = as_embeddings(points, "points", dtype=np.float64)
+    labels = as_labels(labels, "labels", length=len(points), length_of="points")
     if corruption == "flip":
         y, mask = corrupt_labels(labels, fraction=fraction, seed=seed)
     else:
-        y = as_labels(labels, "labels")
+        y = labels
         points, mask = move_points(points, scale=scale, fraction=fraction, seed=seed)
     res = evaluate(points, y, metrics=["precision_at_1", "map_at_r"], progress=False)
     out: dict[str, list[float]] = {"auerc_recall_at_1": [], "auerc_map_at_r": [], "r_auroc": []}
