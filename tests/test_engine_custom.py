@@ -138,6 +138,10 @@ def test_custom_metrics_with_reject_from_both():
         ([ee.RetrievalMetric(ap)], "dict"),
         ({"m": ee.RetrievalMetric(lambda r, n: r.sum())}, "one value per query"),
         ({"m": ee.RetrievalMetric(_half_nan)}, "'m' returned NaN for .* queries of a block"),
+        (
+            {"m": ee.RetrievalMetric(lambda r, n: np.where(r[:, 0], 0.0, -np.inf))},
+            "'m' returned -inf for .* return a finite number",
+        ),
         ({"m": ee.RetrievalMetric(lambda r, n: r.sum(1) / n + 1j)}, "dtype complex128"),
         ({"m": ee.RetrievalMetric(lambda r, n: ["x"] * len(n))}, "'m' returned values of dtype"),
     ],

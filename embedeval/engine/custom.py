@@ -218,11 +218,18 @@ def call_metric(
             f"{value.size} queries of a block; lone queries (NaN) are never passed to it, so "
             "return a number for every query (e.g. 0 where the formula divides by 0)."
         )
+    infinite = np.isinf(value)
+    if infinite.any():  # the mean, its interval and every figure of it would be infinite too
+        raise InputError(
+            f"custom metric {name!r} returned {float(value[infinite][0])} for "
+            f"{int(infinite.sum())} of the {value.size} queries of a block; return a finite "
+            "number for every query (e.g. clip the value to a bound)."
+        )
     low, high = value_range
     outside = (value < low) | (value > high)
     if outside.any():
         raise InputError(
-            f"custom metric {name!r} returned {value[outside][0]!r}, outside its value_range "
+            f"custom metric {name!r} returned {float(value[outside][0])}, outside its value_range "
             f"{value_range}; fix the function or widen value_range."
         )
     return value
