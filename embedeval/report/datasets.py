@@ -142,6 +142,12 @@ def _pick(n: int, fraction: float | None, indices: Any, seed: int) -> np.ndarray
     return mask
 
 
+def _seed(seed: Any) -> int:
+    """A seed these simulations derive further seeds from (``seed + 1``, ``seed + i``): a
+    non-negative int, not None."""
+    return int(check_int(seed, "seed", minimum=0))
+
+
 def corrupt_labels(
     labels: Any, *, fraction: float | None = None, indices: Any = None, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -156,6 +162,7 @@ def corrupt_labels(
     ([0, 1, 1, 1], [False, True, False, False])
     """
     y = as_labels(labels, "labels")
+    seed = _seed(seed)
     mask = _pick(y.size, fraction, indices, seed)
     classes = np.unique(y)
     if classes.size < 2:
@@ -183,6 +190,7 @@ def move_points(
     """
     x = as_embeddings(points, "points", dtype=np.float64)
     scale = _nonneg(scale, "scale")
+    seed = _seed(seed)
     mask = _pick(x.shape[0], fraction, indices, seed)
     rng = np.random.default_rng(seed + 2)
     out = x.copy()
@@ -264,6 +272,7 @@ def confidence_sweep(
             raise InputError(f"levels must lie in [0, 1]; levels[{first}] = {levels[first]}.")
     check_probability(clean_level, "clean_level", open_left=False)
     corruption = check_choice(corruption, "corruption", ("flip", "move"))
+    seed = _seed(seed)
     # Checked here, so that a mismatch names these arguments, not evaluate's query_labels.
     points = as_embeddings(points, "points", dtype=np.float64)
     labels = as_labels(labels, "labels", length=len(points), length_of="points")
