@@ -161,6 +161,16 @@ _E = np.zeros((3, 2))
         (lambda: plots.plot_confidence_metrics([0, 1], [0.1, 0.2]), InputTypeError, "mapping"),
         (lambda: plots.plot_confidence_metrics([0, 1], {}), InputError, "empty"),
         (lambda: plots.plot_rank_correlation([0, 1], [0.1]), InputError, "correlation"),
+        (
+            lambda: plots.plot_confidence_metrics([0, 1], {"a": [1, 2]}, clean_level="0.5"),
+            InputError,
+            "clean_level must be a number",
+        ),
+        (
+            lambda: plots.plot_rank_correlation([0, 1], [0.1, 0.2], clean_sigma=np.nan),
+            InputError,
+            "clean_sigma must be a finite number",
+        ),
         (lambda: plots.plot_checkpoints([], {"m": []}), InputError, "names"),
         (lambda: plots.plot_checkpoints(["a", "b"], {"m": [1]}), InputError, "values"),
         (

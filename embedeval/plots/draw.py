@@ -343,6 +343,7 @@ def plot_confidence_metrics(
             color=_COLORS[i % len(_COLORS)],
             label=plain_label(name) + tag,
         )
+    clean_level = _marker_at(clean_level, "clean_level")
     if clean_level is not None:
         ax.axvline(
             clean_level,
@@ -356,6 +357,19 @@ def plot_confidence_metrics(
     ax.set_title("Confidence metrics as the errors grow more confident")
     ax.legend(fontsize=8)
     return fig
+
+
+def _marker_at(value: Any, name: str) -> float | None:
+    """Where a reference line is drawn: None (no line) or a finite real number."""
+    from ..utils.errors import InputError
+
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise InputError(f"{name} must be a number (where its line is drawn); got {value!r}.")
+    if not np.isfinite(value):
+        raise InputError(f"{name} must be a finite number (where its line is drawn); got {value}.")
+    return float(value)
 
 
 def plot_rank_correlation(
@@ -379,6 +393,7 @@ def plot_rank_correlation(
     fig, ax = _axes(ax)
     ax.plot(injected, correlation, "-", marker="o", color=_COLORS[0], label=f"{method} ρ")
     ax.axhline(0, color="0.4", lw=1, ls=":", label="no correlation")
+    clean_sigma = _marker_at(clean_sigma, "clean_sigma")
     if clean_sigma is not None:
         ax.axvline(
             clean_sigma,
