@@ -5,6 +5,7 @@ line styles and hatches so every figure reads in greyscale.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -130,23 +131,16 @@ def plot_embedding_2d(
     """
     x, y, alphas = _embedding_2d_inputs(points, labels, alpha, marked)
     fig, ax = _axes(ax, (6.2, 4.2))
-    classes = np.unique(y)
-    for i, c in enumerate(classes):
-        sel = y == c
-        colors = np.zeros((sel.sum(), 4))
-        colors[:, :3] = _rgb(_COLORS[i % len(_COLORS)])
-        colors[:, 3] = alphas[sel]
-        ax.scatter(
-            x[sel, 0],
-            x[sel, 1],
-            c=colors,
-            marker=_MARKERS[i % len(_MARKERS)],
-            s=16,
-            linewidths=0,
-            # Beyond the first classes the legend would run off the figure (its styles repeat
-            # anyway): those are drawn unlisted, and the legend's title says so.
-            label=f"class {plain_label(c)}" if i < _LEGEND_CLASSES else "_unlisted",
-        )
+    classes, code = np.unique(y, return_inverse=True)
+    for i in range(min(classes.size, _LEGEND_CLASSES)):
+        _scatter_style(ax, x, alphas, code == i, i, f"class {plain_label(classes[i])}")
+    # Beyond the first classes the legend would run off the figure (its styles repeat anyway):
+    # those are drawn unlisted, one call per style (class i has style i mod the cycle), and
+    # the legend's title says so.
+    cycle = math.lcm(len(_COLORS), len(_MARKERS))
+    rest = code >= _LEGEND_CLASSES
+    for style in np.unique(code[rest] % cycle):
+        _scatter_style(ax, x, alphas, rest & (code % cycle == style), int(style), "_unlisted")
     if marked is not None:
         m = np.asarray(marked, dtype=bool)
         ax.scatter(
@@ -173,6 +167,17 @@ def plot_embedding_2d(
     )
     ax.set_title(title or "Embedding, coloured by class", fontsize=9)
     return fig
+
+
+def _scatter_style(
+    ax: Any, x: np.ndarray, alphas: np.ndarray, sel: np.ndarray, style: int, label: str
+) -> None:
+    """The points ``sel`` in the colour and marker of class number ``style``."""
+    colors = np.zeros((int(sel.sum()), 4))
+    colors[:, :3] = _rgb(_COLORS[style % len(_COLORS)])
+    colors[:, 3] = alphas[sel]
+    marker = _MARKERS[style % len(_MARKERS)]
+    ax.scatter(x[sel, 0], x[sel, 1], c=colors, marker=marker, s=16, linewidths=0, label=label)
 
 
 #: The most classes the legend of :func:`plot_embedding_2d` lists.
