@@ -1791,7 +1791,21 @@ def _interrupted() -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
+    return _flag_words(" ".join(str(exc).split()))
+
+
+#: The library's spellings of the search options that are flags here (``index='IVF,Flat'``),
+#: as the flags (``--index IVF,Flat``): a message from deep in a run names what was typed.
+_KEYWORD_FLAGS = re.compile(r"\b(index|device|backend|precision)=(?:'([^']*)'|\"([^\"]*)\")")
+
+
+def _flag_words(message: str) -> str:
+    """``message`` with the search options' keyword spellings written as their flags.
+
+    >>> print(_flag_words("device='cuda', but PyTorch sees no CUDA GPU. Use device='cpu'."))
+    --device cuda, but PyTorch sees no CUDA GPU. Use --device cpu.
+    """
+    return _KEYWORD_FLAGS.sub(lambda m: f"--{m[1]} {m[2] if m[2] is not None else m[3]}", message)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -97,6 +97,24 @@ def test_index_without_k_refuses_full_depth_metrics_by_their_flags(files, metric
     assert "k=None" not in proc.stderr and not out.exists()
 
 
+def test_errors_from_within_the_run_name_the_search_flags(files):
+    # a bad factory string is found by faiss, deep in the run: the message names the flag as
+    # typed, not the library's keyword (index='Bogus99')
+    pytest.importorskip("faiss")
+    proc = run("evaluate", files / "ckpt.npz", "--index", "Bogus99", "--k", "3")
+    _one_line_error(proc, "--index Bogus99 is neither an existing file nor a faiss index")
+    assert "index=" not in proc.stderr
+
+
+def test_a_cuda_device_without_a_gpu_is_named_by_its_flags(files):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible")
+    proc = run("evaluate", files / "ckpt.npz", "--device", "cuda")
+    _one_line_error(proc, "--device cuda, but PyTorch sees no CUDA GPU", "Use --device cpu")
+    assert "device=" not in proc.stderr and "backend=" not in proc.stderr
+
+
 def test_evaluate_prints_and_writes_outputs_matching_the_oracle(files):
     proc = run(
         "evaluate",
