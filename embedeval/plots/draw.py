@@ -572,7 +572,9 @@ def _spaced_on_log_axis(ks: np.ndarray, slots: int = 10) -> np.ndarray:
         if logs[i] - logs[kept[-1]] >= gap:
             kept.append(i)
     if kept[-1] != ks.size - 1:  # the largest k is labelled, in place of a too-close one
-        kept[-1 if len(kept) > 1 else len(kept) :] = [ks.size - 1]
+        if len(kept) > 1:
+            kept.pop()
+        kept.append(ks.size - 1)
     return ks[kept]
 
 
