@@ -35,7 +35,13 @@ from ..utils.validation import (
     check_same_dimension,
     zero_rows,
 )
-from .settings import EvaluationInputs, EvaluationSettings, check_depth, metrics_at_depth
+from .settings import (
+    EvaluationInputs,
+    EvaluationSettings,
+    check_depth,
+    metrics_at_depth,
+    warn_truncated,
+)
 
 __all__ = ["evaluate_listed", "evaluate_with_lists", "positive_ranks"]
 
@@ -408,15 +414,7 @@ def _warn_like_labels(
 ) -> None:
     """The label path's warnings: an int ``k`` below the largest R_q truncates MAP@R and
     R-precision (PML's semantics), and a run where every query is lone has only NaN metrics."""
-    truncated = [m.name for m in infos if m.depth == "r"]
-    if k is not None and k < max_relevant and truncated:
-        warnings.warn(
-            f"k={k} is below the largest R_q ({max_relevant} positives), so "
-            f"{', '.join(truncated)} are truncated at depth k (PML's semantics), not the textbook "
-            "MAP@R / R-precision. Use k=None (exact) unless you need PML's truncated numbers.",
-            EmbedevalWarning,
-            stacklevel=5,
-        )
+    warn_truncated(k, max_relevant, infos, stacklevel=5)
     if per_query and all(np.isnan(v).all() for v in per_query.values()):
         n_q = next(iter(per_query.values())).size
         warnings.warn(

@@ -19,6 +19,7 @@ confidences, relevance lists) are checked by the data stage, which needs them wh
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -28,7 +29,7 @@ from ..engine.custom import metric_infos
 from ..engine.registry import MetricInfo, default_metrics, parse_metrics
 from ..search.dispatch import SearchOptions
 from ..search.neighbors import DISTANCES
-from ..utils.errors import InputError, InputTypeError
+from ..utils.errors import EmbedevalWarning, InputError, InputTypeError
 from ..utils.validation import (
     check_bool,
     check_bootstrap,
@@ -50,6 +51,7 @@ __all__ = [
     "check_depth",
     "metrics_at_depth",
     "validate_arguments",
+    "warn_truncated",
 ]
 
 #: The default of ``evaluate(rejection_fractions=...)``.
@@ -223,6 +225,21 @@ def metrics_at_depth(ms: MetricSettings, depth: int | None) -> tuple[MetricInfo,
         infos = tuple(metric_infos(default_metrics(depth), ms.custom_metrics))
     check_depth(infos, depth, ms.k)
     return infos
+
+
+def warn_truncated(k: Any, max_relevant: int, infos: Any, stacklevel: int) -> None:
+    """Warn when an int ``k`` below the largest R_q truncates the metrics read to depth R_q
+    (MAP@R, R-precision: PML's semantics, not the textbook definitions); ``stacklevel`` as
+    :func:`warnings.warn` takes it, from the caller."""
+    truncated = [m.name for m in infos if m.depth == "r"]
+    if isinstance(k, int) and k < max_relevant and truncated:
+        warnings.warn(
+            f"k={k} is below the largest R_q ({max_relevant}), so {', '.join(truncated)} are "
+            "truncated at depth k (PML's semantics), not the textbook MAP@R / R-precision. "
+            "Use k=None (exact) unless you need PML's truncated numbers.",
+            EmbedevalWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 def check_depth(infos: Any, depth: int | None, k: Any) -> None:

@@ -48,7 +48,7 @@ from ..utils.validation import (
 )
 from .approximation import warn_if_biased
 from .result import EvaluationResult
-from .settings import EvaluationInputs, EvaluationSettings, metrics_at_depth
+from .settings import EvaluationInputs, EvaluationSettings, metrics_at_depth, warn_truncated
 
 __all__ = [
     "EvaluationData",
@@ -356,15 +356,7 @@ def plan_search(settings: EvaluationSettings, data: EvaluationData) -> SearchPla
     max_relevant = int(data.relevant.max(initial=0))
     k_used = max(max_relevant, 1) if ms.k == "max_bin_count" else ms.k
     infos = metrics_at_depth(ms, k_used)  # max_bin_count's depth is known only now
-    truncated = [m.name for m in infos if m.depth == "r"]
-    if isinstance(ms.k, int) and ms.k < max_relevant and truncated:
-        warnings.warn(
-            f"k={ms.k} is below the largest R_q ({max_relevant}), so {', '.join(truncated)} are "
-            "truncated at depth k (PML's semantics), not the textbook MAP@R / R-precision. "
-            "Use k=None (exact) unless you need PML's truncated numbers.",
-            EmbedevalWarning,
-            stacklevel=5,
-        )
+    warn_truncated(ms.k, max_relevant, infos, stacklevel=5)
     task = RetrievalTask(
         query=data.query,
         reference=data.reference,
