@@ -77,7 +77,6 @@ def _as_2d(
     s = _rectangular_input(y_score, "y_score")
     for name, arr in (("y_true", t), ("y_score", s)):
         refuse_object_array(arr, name, "y_true and y_score must be numeric arrays.", InputError)
-    for name, arr in (("y_true", t), ("y_score", s)):
         if arr.dtype.kind not in "fiub":
             raise InputError(
                 f"{name} must be numeric (relevance / scores); got dtype {arr.dtype}. Map labels "
